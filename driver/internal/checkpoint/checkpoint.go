@@ -1,0 +1,366 @@
+// Package checkpoint stores one crash-safe record per prepared claim.
+//
+// Each record lives in its own file named after the claim UID, so writing
+// one costs the same whether 10 or 10,000 claims are held. A write goes to a
+// temporary file in the same folder, is fsynced, renamed over the record and
+// the folder is fsynced, so after a crash a record is either the old or the
+// new one, never a mix. Records are JSON inside a versioned envelope with a
+// SHA-256 of the record bytes: unknown fields (written by a newer or older
+// drakit) are ignored, a record that fails to parse or whose checksum does
+// not match is moved to the quarantine folder and reported, never fatal.
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Version is the envelope version this code writes. Readers accept any
+// version: fields are only ever added, so a record from another version is
+// read with the fields this code knows.
+const Version = 1
+
+// Kind marks a file as a drakit checkpoint record.
+const Kind = "drakit.dev/ClaimCheckpoint"
+
+const (
+	recordSuffix  = ".json"
+	tmpPrefix     = ".tmp-"
+	quarantineDir = "quarantine"
+)
+
+// State is where a claim is in its two-phase prepare or unprepare.
+type State string
+
+const (
+	// StatePrepareStarted records the intent to prepare: vendor work may
+	// have been done in part. Recovery undoes it.
+	StatePrepareStarted State = "PrepareStarted"
+	// StatePrepared records a completed prepare; the result is final.
+	StatePrepared State = "Prepared"
+	// StateUnprepareStarted records the intent to unprepare. Recovery
+	// finishes it.
+	StateUnprepareStarted State = "UnprepareStarted"
+)
+
+// Record is everything the driver must know about one claim to answer a
+// repeated prepare and to unprepare it after a restart, without the API
+// server.
+type Record struct {
+	ClaimUID  types.UID `json:"claimUID"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	State     State     `json:"state"`
+	Devices   []Device  `json:"devices,omitempty"`
+	// Updated is when the record was last written.
+	Updated time.Time `json:"updated"`
+}
+
+// Device is one allocated device of a claim, as allocated and as prepared.
+type Device struct {
+	// Request is the allocation's request name, with the subrequest
+	// ("req/sub") when there is one.
+	Request     string     `json:"request"`
+	Pool        string     `json:"pool"`
+	Device      string     `json:"device"`
+	ShareID     *types.UID `json:"shareID,omitempty"`
+	AdminAccess bool       `json:"adminAccess,omitempty"`
+	// Shared is true when the allocation allows other claims to use the
+	// device at the same time (admin access or multiple allocations).
+	Shared bool `json:"shared,omitempty"`
+	// Prepared is true once the vendor's prepare of this device returned.
+	Prepared     bool            `json:"prepared,omitempty"`
+	CDIDeviceIDs []string        `json:"cdiDeviceIDs,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
+}
+
+type envelope struct {
+	Kind    string          `json:"kind"`
+	Version int             `json:"version"`
+	SHA256  string          `json:"sha256"`
+	Record  json.RawMessage `json:"record"`
+}
+
+// ErrCorrupt is wrapped by the error of a record that could not be read.
+var ErrCorrupt = errors.New("corrupt checkpoint record")
+
+// Corrupt describes a record that Load moved out of the way.
+type Corrupt struct {
+	// File is the record's original path.
+	File string
+	// QuarantinedTo is where it was moved ("" if the move failed).
+	QuarantinedTo string
+	// Err says what was wrong; it wraps ErrCorrupt.
+	Err error
+}
+
+// Store is a folder of records. Its methods are safe for concurrent use on
+// distinct claims; the caller serializes writes of one claim.
+type Store struct {
+	dir     string
+	tmpSeq  atomic.Uint64
+	noFsync bool
+}
+
+// Open creates dir if needed and returns the store in it.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("open checkpoint: empty folder path")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open checkpoint: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's folder.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(uid types.UID) string {
+	return filepath.Join(s.dir, string(uid)+recordSuffix)
+}
+
+// validUID rejects UIDs that could escape the folder.
+func validUID(uid types.UID) error {
+	u := string(uid)
+	if u == "" {
+		return errors.New("empty claim UID")
+	}
+	if strings.ContainsAny(u, `/\`) || u == "." || u == ".." || strings.HasPrefix(u, ".") {
+		return fmt.Errorf("claim UID %q is not a valid file name", u)
+	}
+	return nil
+}
+
+// Encode returns the file content for r.
+func Encode(r *Record) ([]byte, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint record: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return json.Marshal(envelope{Kind: Kind, Version: Version, SHA256: hex.EncodeToString(sum[:]), Record: body})
+}
+
+// Decode parses file content written by Encode of any version. Unknown
+// fields are ignored. Errors wrap ErrCorrupt.
+func Decode(data []byte) (*Record, error) {
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("%w: parse envelope: %v", ErrCorrupt, err)
+	}
+	if env.Kind != Kind {
+		return nil, fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, env.Kind, Kind)
+	}
+	if len(env.Record) == 0 {
+		return nil, fmt.Errorf("%w: no record", ErrCorrupt)
+	}
+	sum := sha256.Sum256(env.Record)
+	if hex.EncodeToString(sum[:]) != env.SHA256 {
+		return nil, fmt.Errorf("%w: sha256 mismatch", ErrCorrupt)
+	}
+	var r Record
+	if err := json.Unmarshal(env.Record, &r); err != nil {
+		return nil, fmt.Errorf("%w: parse record: %v", ErrCorrupt, err)
+	}
+	if err := validUID(r.ClaimUID); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	switch r.State {
+	case StatePrepareStarted, StatePrepared, StateUnprepareStarted:
+	default:
+		return nil, fmt.Errorf("%w: unknown state %q", ErrCorrupt, r.State)
+	}
+	return &r, nil
+}
+
+// Write stores r atomically and durably: when Write returns nil the record
+// survives a crash; when the process dies during Write, the previous record
+// (or none) remains.
+func (s *Store) Write(r *Record) error {
+	if err := validUID(r.ClaimUID); err != nil {
+		return fmt.Errorf("write checkpoint record: %w", err)
+	}
+	r.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	if err := s.writeFile(s.path(r.ClaimUID), data); err != nil {
+		return fmt.Errorf("write checkpoint record %s: %w", r.ClaimUID, err)
+	}
+	return nil
+}
+
+func (s *Store) writeFile(name string, data []byte) (err error) {
+	tmp := filepath.Join(s.dir, fmt.Sprintf("%s%d-%d", tmpPrefix, os.Getpid(), s.tmpSeq.Add(1)))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if !s.noFsync {
+		if err = f.Sync(); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, name); err != nil {
+		return err
+	}
+	return s.syncDir()
+}
+
+func (s *Store) syncDir() error {
+	if s.noFsync {
+		return nil
+	}
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Delete removes the record of uid durably. A missing record is not an
+// error.
+func (s *Store) Delete(uid types.UID) error {
+	if err := validUID(uid); err != nil {
+		return fmt.Errorf("delete checkpoint record: %w", err)
+	}
+	if err := os.Remove(s.path(uid)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
+	}
+	if err := s.syncDir(); err != nil {
+		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
+	}
+	return nil
+}
+
+// Get reads the record of uid; (nil, nil) when there is none. A corrupt
+// record returns an error wrapping ErrCorrupt and is left in place.
+func (s *Store) Get(uid types.UID) (*Record, error) {
+	if err := validUID(uid); err != nil {
+		return nil, fmt.Errorf("read checkpoint record: %w", err)
+	}
+	data, err := os.ReadFile(s.path(uid))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, err)
+	}
+	r, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, err)
+	}
+	if r.ClaimUID != uid {
+		return nil, fmt.Errorf("read checkpoint record %s: %w: holds claim %s", uid, ErrCorrupt, r.ClaimUID)
+	}
+	return r, nil
+}
+
+// Load reads every record. Leftover temporary files from an interrupted
+// write are removed. A corrupt record is moved into the quarantine folder
+// and returned in corrupt; it does not fail Load. The error is only for a
+// folder that cannot be read.
+func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load checkpoint: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		full := filepath.Join(s.dir, name)
+		switch {
+		case e.IsDir():
+			continue
+		case strings.HasPrefix(name, tmpPrefix):
+			_ = os.Remove(full)
+			continue
+		case !strings.HasSuffix(name, recordSuffix):
+			continue
+		}
+		uid := types.UID(strings.TrimSuffix(name, recordSuffix))
+		r, rerr := s.Get(uid)
+		if rerr == nil && r == nil {
+			continue // removed meanwhile
+		}
+		if rerr != nil {
+			c := Corrupt{File: full, Err: rerr}
+			if errors.Is(rerr, ErrCorrupt) || validUID(uid) != nil {
+				if to, qerr := s.quarantine(full); qerr == nil {
+					c.QuarantinedTo = to
+				}
+			}
+			corrupt = append(corrupt, c)
+			continue
+		}
+		records = append(records, r)
+	}
+	return records, corrupt, nil
+}
+
+func (s *Store) quarantine(full string) (string, error) {
+	qdir := filepath.Join(s.dir, quarantineDir)
+	if err := os.MkdirAll(qdir, 0o700); err != nil {
+		return "", err
+	}
+	to := filepath.Join(qdir, fmt.Sprintf("%s.%d", filepath.Base(full), time.Now().UnixNano()))
+	if err := os.Rename(full, to); err != nil {
+		return "", err
+	}
+	return to, s.syncDir()
+}
+
+// Quarantined lists the files in the quarantine folder.
+func (s *Store) Quarantined() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, quarantineDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list quarantined checkpoint records: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, filepath.Join(s.dir, quarantineDir, e.Name()))
+	}
+	return out, nil
+}
+
+// Equal reports whether two records hold the same claim state, ignoring
+// the write time.
+func Equal(a, b *Record) bool {
+	x, y := *a, *b
+	x.Updated, y.Updated = time.Time{}, time.Time{}
+	bx, _ := json.Marshal(x)
+	by, _ := json.Marshal(y)
+	return bytes.Equal(bx, by)
+}

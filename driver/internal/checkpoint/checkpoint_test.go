@@ -1,0 +1,189 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func sample(uid string) *Record {
+	share := types.UID("share-1")
+	return &Record{
+		ClaimUID: types.UID(uid), Namespace: "ns", Name: "claim-" + uid, State: StatePrepared,
+		Devices: []Device{{Request: "gpu/small", Pool: "node-a", Device: "gpu-0", ShareID: &share, Prepared: true,
+			CDIDeviceIDs: []string{"example.com/gpu=" + uid + "-gpu-0"}, Data: json.RawMessage(`{"k":1}`)}},
+	}
+}
+
+var ignoreTime = cmpopts.IgnoreFields(Record{}, "Updated")
+
+func TestWriteGetDelete(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sample("u1")
+	if err := s.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got, ignoreTime); d != "" {
+		t.Errorf("record after round trip (-want +got):\n%s", d)
+	}
+	if err := s.Delete("u1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("u1"); err != nil {
+		t.Errorf("second delete: %v, want nil", err)
+	}
+	if got, err := s.Get("u1"); got != nil || err != nil {
+		t.Errorf("Get after delete = %v, %v; want nil, nil", got, err)
+	}
+}
+
+func TestInvalidUID(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"", "../x", "a/b", ".hidden"} {
+		r := sample("x")
+		r.ClaimUID = types.UID(uid)
+		if err := s.Write(r); err == nil {
+			t.Errorf("Write with UID %q succeeded, want error", uid)
+		}
+	}
+}
+
+// envelopeWith builds a record file by hand, as another drakit version
+// might have written it.
+func envelopeWith(t *testing.T, version int, record string, extraEnvelope string) []byte {
+	t.Helper()
+	sum := sha256.Sum256([]byte(record))
+	return []byte(fmt.Sprintf(`{"kind":%q,"version":%d,"sha256":%q,"record":%s%s}`, Kind, version, hex.EncodeToString(sum[:]), record, extraEnvelope))
+}
+
+func TestLoadTolerantAndQuarantine(t *testing.T) {
+	good := sample("good")
+	goodBytes, err := Encode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		file        string
+		content     []byte
+		wantRecord  *Record
+		wantCorrupt bool
+	}{
+		{name: "current", file: "good.json", content: goodBytes, wantRecord: good},
+		{
+			name: "newer version with unknown fields", file: "newer.json",
+			content:    envelopeWith(t, 7, `{"claimUID":"newer","namespace":"ns","name":"c","state":"Prepared","futureField":{"a":1},"devices":[{"request":"r","pool":"p","device":"d","futureDeviceField":true}]}`, `,"compression":"none"`),
+			wantRecord: &Record{ClaimUID: "newer", Namespace: "ns", Name: "c", State: StatePrepared, Devices: []Device{{Request: "r", Pool: "p", Device: "d"}}},
+		},
+		{
+			name: "older version without optional fields", file: "older.json",
+			content:    envelopeWith(t, 0, `{"claimUID":"older","state":"PrepareStarted"}`, ""),
+			wantRecord: &Record{ClaimUID: "older", State: StatePrepareStarted},
+		},
+		{name: "truncated", file: "trunc.json", content: goodBytes[:len(goodBytes)/2], wantCorrupt: true},
+		{name: "garbage", file: "garbage.json", content: []byte("\x00\x01not json"), wantCorrupt: true},
+		{name: "empty", file: "empty.json", content: nil, wantCorrupt: true},
+		{name: "checksum mismatch", file: "flip.json", content: []byte(fmt.Sprintf(`{"kind":%q,"version":1,"sha256":"00","record":{"claimUID":"flip","state":"Prepared"}}`, Kind)), wantCorrupt: true},
+		{name: "unknown state", file: "state.json", content: envelopeWith(t, 1, `{"claimUID":"state","state":"Exploded"}`, ""), wantCorrupt: true},
+		{name: "uid does not match file", file: "other.json", content: goodBytes, wantCorrupt: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, tc.file), tc.content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// A leftover temporary file of an interrupted write.
+			if err := os.WriteFile(filepath.Join(dir, tmpPrefix+"1-1"), []byte("partial"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			records, corrupt, err := s.Load()
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if tc.wantCorrupt {
+				if len(records) != 0 || len(corrupt) != 1 {
+					t.Fatalf("Load = %d records, %d corrupt; want 0, 1", len(records), len(corrupt))
+				}
+				if !errors.Is(corrupt[0].Err, ErrCorrupt) {
+					t.Errorf("corrupt error %v does not wrap ErrCorrupt", corrupt[0].Err)
+				}
+				if corrupt[0].QuarantinedTo == "" {
+					t.Errorf("corrupt record was not quarantined")
+				}
+				if _, err := os.Stat(filepath.Join(dir, tc.file)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("corrupt record still in place: %v", err)
+				}
+				q, _ := s.Quarantined()
+				if len(q) != 1 {
+					t.Errorf("quarantine holds %d files, want 1", len(q))
+				}
+				// A second load is clean: no crash loop.
+				records, corrupt, err = s.Load()
+				if err != nil || len(records) != 0 || len(corrupt) != 0 {
+					t.Errorf("second Load = %d, %d, %v; want 0, 0, nil", len(records), len(corrupt), err)
+				}
+			} else {
+				if len(corrupt) != 0 {
+					t.Fatalf("Load reported corrupt records: %+v", corrupt)
+				}
+				if d := cmp.Diff([]*Record{tc.wantRecord}, records, ignoreTime); d != "" {
+					t.Errorf("records (-want +got):\n%s", d)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, tmpPrefix+"1-1")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("temporary file not removed by Load")
+			}
+		})
+	}
+}
+
+// BenchmarkWrite measures one record write with few and many records held;
+// the cost must not grow with the number held (compare the two results).
+func BenchmarkWrite(b *testing.B) {
+	for _, held := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			s, err := Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.noFsync = true // fill fast
+			for i := range held {
+				if err := s.Write(sample(fmt.Sprintf("held-%d", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s.noFsync = false
+			r := sample("bench")
+			b.ResetTimer()
+			for b.Loop() {
+				if err := s.Write(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
