@@ -1,0 +1,281 @@
+package device
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+)
+
+// withTaints implements Inventory.WithTaints.
+func (inv *Inventory) withTaints(taints map[DeviceID][]Taint) (*Inventory, error) {
+	if inv == nil {
+		if len(taints) == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("taint devices: nil inventory: %w", ErrUnknownDevice)
+	}
+	out := inv.Clone()
+	if len(taints) == 0 {
+		return out, nil
+	}
+	index := make(map[DeviceID]*Device)
+	for _, p := range out.Pools {
+		for _, d := range p.Devices {
+			if d != nil {
+				index[DeviceID{Pool: p.Name, Device: d.name}] = d
+			}
+		}
+	}
+	ids := make([]DeviceID, 0, len(taints))
+	for id := range taints {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b DeviceID) int {
+		if c := strings.Compare(a.Pool, b.Pool); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Device, b.Device)
+	})
+	for _, id := range ids {
+		d, ok := index[id]
+		if !ok {
+			return nil, fmt.Errorf("taint device %s: %w", id, ErrUnknownDevice)
+		}
+		for _, t := range taints[id] {
+			d.taints = append(d.taints, t.clone())
+		}
+	}
+	return out, nil
+}
+
+// poolLayout is how one pool is cut into slices.
+type poolLayout struct {
+	counterSlices [][]resourceapi.CounterSet
+	deviceSlices  [][]resourceapi.Device
+}
+
+func (l poolLayout) slices() []resourceslice.Slice {
+	out := make([]resourceslice.Slice, 0, len(l.counterSlices)+len(l.deviceSlices))
+	for _, cs := range l.counterSlices {
+		out = append(out, resourceslice.Slice{SharedCounters: cs})
+	}
+	for _, ds := range l.deviceSlices {
+		out = append(out, resourceslice.Slice{Devices: ds})
+	}
+	if len(out) == 0 {
+		out = append(out, resourceslice.Slice{})
+	}
+	return out
+}
+
+// layout converts a pool and cuts it into slices within the API limits.
+func layout(driver string, p *Pool) poolLayout {
+	var l poolLayout
+	for i := 0; i < len(p.CounterSets); i += MaxCounterSetsPerSlice {
+		end := min(i+MaxCounterSetsPerSlice, len(p.CounterSets))
+		sets := make([]resourceapi.CounterSet, 0, end-i)
+		for _, cs := range p.CounterSets[i:end] {
+			sets = append(sets, apiCounterSet(cs))
+		}
+		l.counterSlices = append(l.counterSlices, sets)
+	}
+	var cur []resourceapi.Device
+	curAdvanced := false
+	for _, d := range p.Devices {
+		ad := apiDevice(driver, d)
+		adv := len(ad.Taints) > 0 || len(ad.ConsumesCounters) > 0
+		limit := MaxDevicesPerSlice
+		if adv || curAdvanced {
+			limit = MaxDevicesPerSliceWithTaintsOrCounters
+		}
+		if len(cur) >= limit {
+			l.deviceSlices = append(l.deviceSlices, cur)
+			cur, curAdvanced = nil, false
+		}
+		if cur == nil {
+			cur = make([]resourceapi.Device, 0, min(MaxDevicesPerSlice, len(p.Devices)))
+		}
+		cur = append(cur, ad)
+		curAdvanced = curAdvanced || adv
+	}
+	if len(cur) > 0 {
+		l.deviceSlices = append(l.deviceSlices, cur)
+	}
+	return l
+}
+
+func (inv *Inventory) driverResources() *resourceslice.DriverResources {
+	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(inv.Pools))}
+	for i := range inv.Pools {
+		p := &inv.Pools[i]
+		rp := resourceslice.Pool{
+			AllNodes: p.AllNodes,
+			Slices:   layout(inv.Driver, p).slices(),
+		}
+		if p.NodeSelector != nil {
+			rp.NodeSelector = p.NodeSelector.DeepCopy()
+		}
+		out.Pools[p.Name] = rp
+	}
+	return out
+}
+
+func (inv *Inventory) resourceSlices(nodeName string) []*resourceapi.ResourceSlice {
+	if inv == nil {
+		return nil
+	}
+	var out []*resourceapi.ResourceSlice
+	for i := range inv.Pools {
+		p := &inv.Pools[i]
+		ss := layout(inv.Driver, p).slices()
+		for j, s := range ss {
+			rs := &resourceapi.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: sliceName(inv.Driver, p.Name, j)},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver: inv.Driver,
+					Pool: resourceapi.ResourcePool{
+						Name:               p.Name,
+						Generation:         1,
+						ResourceSliceCount: int64(len(ss)),
+					},
+					Devices:        s.Devices,
+					SharedCounters: s.SharedCounters,
+				},
+			}
+			switch {
+			case p.NodeSelector != nil:
+				rs.Spec.NodeSelector = p.NodeSelector.DeepCopy()
+				if p.AllNodes {
+					rs.Spec.AllNodes = ptr.To(true)
+				}
+			case p.AllNodes:
+				rs.Spec.AllNodes = ptr.To(true)
+			default:
+				rs.Spec.NodeName = ptr.To(nodeName)
+			}
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// sliceName is a deterministic, valid object name for slice index of a pool.
+func sliceName(driver, pool string, index int) string {
+	base := strings.ToLower(driver + "-" + strings.ReplaceAll(pool, "/", "-"))
+	name := fmt.Sprintf("%s-%d", base, index)
+	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(driver + "\x00" + pool))
+	return fmt.Sprintf("slice-%s-%d", hex.EncodeToString(sum[:8]), index)
+}
+
+func apiCounterSet(cs CounterSet) resourceapi.CounterSet {
+	out := resourceapi.CounterSet{Name: cs.Name}
+	if cs.Counters != nil {
+		out.Counters = make(map[string]resourceapi.Counter, len(cs.Counters))
+		for k, v := range cs.Counters {
+			out.Counters[k] = resourceapi.Counter{Value: v.DeepCopy()}
+		}
+	}
+	return out
+}
+
+// canonicalKeys maps each attribute or capacity name to the name it is
+// published under: names in the driver's own domain lose the domain,
+// unless that would merge two entries (which validation reports).
+func canonicalKey(driver, name string, exists func(string) bool) string {
+	if driver == "" {
+		return name
+	}
+	bare, ok := strings.CutPrefix(name, driver+"/")
+	if !ok || exists(bare) {
+		return name
+	}
+	return bare
+}
+
+// apiDevice converts d; it never fails (validation is separate).
+func apiDevice(driver string, d *Device) resourceapi.Device {
+	if d == nil {
+		return resourceapi.Device{}
+	}
+	out := resourceapi.Device{Name: d.name}
+	if len(d.attributes) > 0 {
+		out.Attributes = make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.attributes))
+		for name, a := range d.attributes {
+			key := canonicalKey(driver, name, func(s string) bool { _, ok := d.attributes[s]; return ok })
+			out.Attributes[resourceapi.QualifiedName(key)] = a.api()
+		}
+	}
+	if len(d.capacities) > 0 {
+		out.Capacity = make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, len(d.capacities))
+		for name, c := range d.capacities {
+			key := canonicalKey(driver, name, func(s string) bool { _, ok := d.capacities[s]; return ok })
+			dc := resourceapi.DeviceCapacity{Value: c.value.DeepCopy()}
+			if c.policy != nil {
+				dc.RequestPolicy = c.policy.api()
+			}
+			out.Capacity[resourceapi.QualifiedName(key)] = dc
+		}
+	}
+	for _, set := range d.consumesOrder {
+		counters := d.consumes[set]
+		dcc := resourceapi.DeviceCounterConsumption{CounterSet: set}
+		if counters != nil {
+			dcc.Counters = make(map[string]resourceapi.Counter, len(counters))
+			for k, v := range counters {
+				dcc.Counters[k] = resourceapi.Counter{Value: v.DeepCopy()}
+			}
+		}
+		out.ConsumesCounters = append(out.ConsumesCounters, dcc)
+	}
+	for _, t := range d.taints {
+		at := resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)}
+		if t.TimeAdded != nil {
+			tm := metav1.NewTime(t.TimeAdded.Truncate(1e9))
+			at.TimeAdded = &tm
+		}
+		out.Taints = append(out.Taints, at)
+	}
+	if d.allowMultipleAllocations {
+		out.AllowMultipleAllocations = ptr.To(true)
+	}
+	if d.bindsToNode {
+		out.BindsToNode = ptr.To(true)
+	}
+	out.BindingConditions = slices.Clone(d.bindingConditions)
+	out.BindingFailureConditions = slices.Clone(d.bindingFailureConditions)
+	return out
+}
+
+func (a attribute) api() resourceapi.DeviceAttribute {
+	switch a.kind {
+	case kindString:
+		return resourceapi.DeviceAttribute{StringValue: ptr.To(a.str)}
+	case kindInt:
+		return resourceapi.DeviceAttribute{IntValue: ptr.To(a.integer)}
+	case kindBool:
+		return resourceapi.DeviceAttribute{BoolValue: ptr.To(a.boolean)}
+	case kindVersion:
+		return resourceapi.DeviceAttribute{VersionValue: ptr.To(a.str)}
+	}
+	return resourceapi.DeviceAttribute{}
+}
+
+func (p *RequestPolicy) api() *resourceapi.CapacityRequestPolicy {
+	c := p.clone()
+	out := &resourceapi.CapacityRequestPolicy{Default: c.Default, ValidValues: c.ValidValues}
+	if c.Min != nil || c.Max != nil || c.Step != nil {
+		out.ValidRange = &resourceapi.CapacityRequestPolicyRange{Min: c.Min, Max: c.Max, Step: c.Step}
+	}
+	return out
+}

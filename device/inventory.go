@@ -1,0 +1,107 @@
+package device
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Inventory is everything one driver publishes from one place: the devices
+// and counter sets of a node, or of a network-attached pool, grouped into
+// pools. The order of Pools does not matter; the order of each pool's
+// Devices does: it is kept in the published slices and is the scheduler's
+// first-fit priority (put preferred devices first).
+type Inventory struct {
+	// Driver is the driver's name, a DNS subdomain of at most 63
+	// characters ("gpu.example.com"). Attribute and capacity names without
+	// a domain belong to it.
+	Driver string
+	// Pools are the driver's pools. Pool names are unique.
+	Pools []Pool
+}
+
+// Pool is a set of devices that the scheduler sees as one unit: devices
+// can consume counters of counter sets in the same pool only.
+type Pool struct {
+	// Name is the pool's name: DNS subdomains joined by '/', at most 253
+	// characters. A node-local driver usually names its pool after the
+	// node.
+	Name string
+	// NodeSelector, when set, makes the pool's devices available on the
+	// matching nodes (network-attached devices). It must have exactly one
+	// term. Leave it and AllNodes unset for devices of the node the driver
+	// runs on: the kubelet plugin helper sets the slices' nodeName.
+	NodeSelector *corev1.NodeSelector
+	// AllNodes makes the devices available on every node.
+	AllNodes bool
+	// CounterSets are the shared counters that devices of this pool
+	// consume (partitionable devices). They are published in slices of
+	// their own, 8 sets per slice.
+	CounterSets []CounterSet
+	// Devices in priority order. Names are unique within the pool.
+	Devices []*Device
+}
+
+// CounterSet is a named set of counters (e.g. the memory slices and
+// compute units of one physical GPU) that partitions of a device consume.
+// Name and counter names are DNS labels; a set has 1 to 32 counters.
+type CounterSet struct {
+	Name     string
+	Counters map[string]resource.Quantity
+}
+
+// DeviceID names one device of an inventory.
+type DeviceID struct {
+	Pool   string
+	Device string
+}
+
+// String returns "pool/device".
+func (id DeviceID) String() string { return id.Pool + "/" + id.Device }
+
+// ErrUnknownDevice is wrapped by [Inventory.WithTaints] when it is asked to
+// taint a device that the inventory does not have.
+var ErrUnknownDevice = fmt.Errorf("unknown device")
+
+// Clone returns a deep copy of the inventory.
+func (inv *Inventory) Clone() *Inventory {
+	if inv == nil {
+		return nil
+	}
+	c := &Inventory{Driver: inv.Driver, Pools: make([]Pool, len(inv.Pools))}
+	for i, p := range inv.Pools {
+		np := Pool{Name: p.Name, AllNodes: p.AllNodes}
+		if p.NodeSelector != nil {
+			np.NodeSelector = p.NodeSelector.DeepCopy()
+		}
+		if p.CounterSets != nil {
+			np.CounterSets = make([]CounterSet, len(p.CounterSets))
+			for j, cs := range p.CounterSets {
+				m := make(map[string]resource.Quantity, len(cs.Counters))
+				for k, v := range cs.Counters {
+					m[k] = v.DeepCopy()
+				}
+				np.CounterSets[j] = CounterSet{Name: cs.Name, Counters: m}
+			}
+		}
+		if p.Devices != nil {
+			np.Devices = make([]*Device, len(p.Devices))
+			for j, d := range p.Devices {
+				np.Devices[j] = d.Clone()
+			}
+		}
+		c.Pools[i] = np
+	}
+	return c
+}
+
+// WithTaints returns a copy of the inventory in which each device named in
+// taints carries, after its own taints, the given ones. The runtime uses it
+// to turn health events into taints without touching the vendor's
+// inventory. A device that the inventory lacks is an error wrapping
+// [ErrUnknownDevice] (the copy is not returned then). The result is the
+// same for the same input: the map is applied in sorted order.
+func (inv *Inventory) WithTaints(taints map[DeviceID][]Taint) (*Inventory, error) {
+	return inv.withTaints(taints)
+}

@@ -1,0 +1,114 @@
+package device
+
+import (
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Scope says who can see a problem.
+type Scope string
+
+const (
+	// ScopeObject problems break the rules of one API object: the API
+	// server rejects the object.
+	ScopeObject Scope = "object"
+	// ScopePool problems span the slices of a pool (a duplicate device
+	// name in two slices, a counter set that is consumed but not
+	// published, an attribute given both bare and with the driver's
+	// domain). The API server accepts such slices; the scheduler then
+	// refuses to allocate from the pool.
+	ScopePool Scope = "pool"
+)
+
+// Problem is one broken rule.
+type Problem struct {
+	// Field is the path of the offending field, in the inventory
+	// ("pools[0].devices[2].attributes[model].string") or in the slice
+	// ("spec.devices[2].attributes[model].string").
+	Field string
+	// Type is the kind of rule broken, as the API server names it
+	// (FieldValueRequired, FieldValueInvalid, FieldValueTooLong,
+	// FieldValueTooMany, FieldValueDuplicate, FieldValueForbidden,
+	// FieldValueNotSupported, FieldValueNotFound).
+	Type field.ErrorType
+	// Detail explains the rule.
+	Detail string
+	// Value is the offending value, printed; empty when not helpful.
+	Value string
+	// Slice is the index of the slice in the argument of [Validate]; -1
+	// for inventory problems.
+	Slice int
+	// Scope is who can see the problem.
+	Scope Scope
+}
+
+// String returns "field: type: detail".
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Slice >= 0 {
+		fmt.Fprintf(&b, "slice %d: ", p.Slice)
+	}
+	b.WriteString(p.Field)
+	b.WriteString(": ")
+	b.WriteString(p.Type.String())
+	if p.Value != "" {
+		fmt.Fprintf(&b, " %s", p.Value)
+	}
+	if p.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(p.Detail)
+	}
+	return b.String()
+}
+
+// ValidationError lists every problem found. Callers branch on it with
+// errors.As.
+type ValidationError struct {
+	Problems []Problem
+}
+
+// Error joins the problems, one per line after the first.
+func (e *ValidationError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid devices: " + e.Problems[0].String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid devices: %d problems:", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// ObjectProblems returns the problems of scope [ScopeObject].
+func (e *ValidationError) ObjectProblems() []Problem {
+	var out []Problem
+	for _, p := range e.Problems {
+		if p.Scope == ScopeObject {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate checks ResourceSlice objects against the rules of the
+// resource.k8s.io/v1 API in Kubernetes 1.37 with its default feature gates
+// (the rules the API server enforces, problems of [ScopeObject]), and the
+// slices that share a driver and pool against each other ([ScopePool]).
+// It returns nil or a *[ValidationError] with every problem, in a stable
+// order. Metadata is checked for the name (or generateName) only.
+func Validate(slices ...*resourceapi.ResourceSlice) error {
+	return validateSlices(slices)
+}
+
+// Validate checks the inventory: every rule the API server applies to the
+// slices it becomes, and the pool-wide rules (unique device and counter
+// set names, consumed counters exist). It returns nil or a
+// *[ValidationError] with paths into the inventory.
+func (inv *Inventory) Validate() error {
+	return inv.validate()
+}
