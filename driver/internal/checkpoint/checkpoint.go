@@ -80,9 +80,16 @@ type Device struct {
 	// device at the same time (admin access or multiple allocations).
 	Shared bool `json:"shared,omitempty"`
 	// Prepared is true once the vendor's prepare of this device returned.
-	Prepared     bool            `json:"prepared,omitempty"`
-	CDIDeviceIDs []string        `json:"cdiDeviceIDs,omitempty"`
-	Data         json.RawMessage `json:"data,omitempty"`
+	Prepared     bool     `json:"prepared,omitempty"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// CDIName is the device's name in the claim's CDI spec, "" if the
+	// device has no edits.
+	CDIName string `json:"cdiName,omitempty"`
+	// Edits are the container edits (CDI JSON) of the device, kept so
+	// that a lost CDI spec can be written again.
+	Edits json.RawMessage `json:"edits,omitempty"`
+	// Data is the vendor's state from its prepare.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 type envelope struct {
@@ -188,7 +195,15 @@ func Decode(data []byte) (*Record, error) {
 // Write stores r atomically and durably: when Write returns nil the record
 // survives a crash; when the process dies during Write, the previous record
 // (or none) remains.
-func (s *Store) Write(r *Record) error {
+func (s *Store) Write(r *Record) error { return s.write(r, true) }
+
+// WriteIntent stores r atomically but without waiting for the disk: after
+// a process crash the record is the old or the new one; after a power loss
+// it may be the old one. Use it for intent records, whose loss on power
+// loss is harmless because the device state they guard is lost too.
+func (s *Store) WriteIntent(r *Record) error { return s.write(r, false) }
+
+func (s *Store) write(r *Record, durable bool) error {
 	if err := validUID(r.ClaimUID); err != nil {
 		return fmt.Errorf("write checkpoint record: %w", err)
 	}
@@ -197,13 +212,13 @@ func (s *Store) Write(r *Record) error {
 	if err != nil {
 		return err
 	}
-	if err := s.writeFile(s.path(r.ClaimUID), data); err != nil {
+	if err := s.writeFile(s.path(r.ClaimUID), data, durable && !s.noFsync); err != nil {
 		return fmt.Errorf("write checkpoint record %s: %w", r.ClaimUID, err)
 	}
 	return nil
 }
 
-func (s *Store) writeFile(name string, data []byte) (err error) {
+func (s *Store) writeFile(name string, data []byte, durable bool) (err error) {
 	tmp := filepath.Join(s.dir, fmt.Sprintf("%s%d-%d", tmpPrefix, os.Getpid(), s.tmpSeq.Add(1)))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -218,7 +233,7 @@ func (s *Store) writeFile(name string, data []byte) (err error) {
 		_ = f.Close()
 		return err
 	}
-	if !s.noFsync {
+	if durable {
 		if err = f.Sync(); err != nil {
 			_ = f.Close()
 			return err
@@ -229,6 +244,9 @@ func (s *Store) writeFile(name string, data []byte) (err error) {
 	}
 	if err = os.Rename(tmp, name); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return s.syncDir()
 }

@@ -1,0 +1,456 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver/internal/cdispecs"
+	"github.com/drakit/drakit/driver/internal/checkpoint"
+)
+
+// Driver is a DRA driver assembled from a vendor's [device.Discoverer] and
+// [Preparer]. Create it with [New], start it with [Run].
+type Driver struct {
+	name    string
+	o       options
+	metrics *metrics
+
+	ready    chan struct{}
+	httpAddr string
+
+	mu     sync.Mutex
+	helper *kubeletplugin.Helper
+	engine *engine
+	client kubernetes.Interface
+	health *healthState
+	fatal  error
+	cancel context.CancelCauseFunc
+}
+
+// New checks the driver name and the options and returns a driver that is
+// not running yet. name is the driver's name, a DNS subdomain owned by the
+// vendor ("gpu.example.com"). Errors name the option at fault.
+func New(name string, opts ...Option) (*Driver, error) {
+	if errs := utilvalidation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, fmt.Errorf("new driver: name %q: %v", name, errs)
+	}
+	o := options{
+		registrarDir:  kubeletplugin.KubeletRegistryDir,
+		pluginDataDir: filepath.Join(kubeletplugin.KubeletPluginsDir, name),
+		cdiDir:        kubeletplugin.DefaultCDIDir,
+		healthTimeout: 30 * time.Second,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("new driver %s: %w", name, err)
+		}
+	}
+	switch {
+	case o.discoverer == nil:
+		return nil, fmt.Errorf("new driver %s: WithDiscoverer is required", name)
+	case o.preparer == nil:
+		return nil, fmt.Errorf("new driver %s: WithPreparer is required", name)
+	case o.client == nil && o.restConfig == nil:
+		return nil, fmt.Errorf("new driver %s: WithKubeClient or WithRESTConfig is required", name)
+	case o.client != nil && o.restConfig != nil:
+		return nil, fmt.Errorf("new driver %s: WithKubeClient and WithRESTConfig are mutually exclusive", name)
+	case o.nodeName == "":
+		return nil, fmt.Errorf("new driver %s: WithNodeName is required", name)
+	}
+	if o.checkpointDir == "" {
+		o.checkpointDir = filepath.Join(o.pluginDataDir, "checkpoint")
+	}
+	if o.healthTaintKey == "" {
+		o.healthTaintKey = name + "/unhealthy"
+	}
+	if errs := utilvalidation.IsQualifiedName(o.healthTaintKey); len(errs) > 0 {
+		return nil, fmt.Errorf("new driver %s: health taint key %q: %v", name, o.healthTaintKey, errs)
+	}
+	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{})}, nil
+}
+
+// Name is the driver's name.
+func (d *Driver) Name() string { return d.name }
+
+// Ready is closed once the driver serves the kubelet: the checkpoint is
+// recovered, the sockets listen and the first inventory was handed to the
+// slice publisher.
+func (d *Driver) Ready() <-chan struct{} { return d.ready }
+
+// HTTPAddr is the address the metrics and liveness server listens on,
+// valid after Ready ("" without [WithHTTPAddress]).
+func (d *Driver) HTTPAddr() string { return d.httpAddr }
+
+// Gatherer returns the driver's Prometheus metrics, e.g. to serve them on
+// a server of the vendor's own.
+func (d *Driver) Gatherer() prometheus.Gatherer { return d.metrics.registry }
+
+// DRASocket is the path of the driver's DRA gRPC socket.
+func (d *Driver) DRASocket() string {
+	name := "dra.sock"
+	if d.o.rollingUpdateUID != "" {
+		name = "dra-" + string(d.o.rollingUpdateUID) + ".sock"
+	}
+	return filepath.Join(d.o.pluginDataDir, name)
+}
+
+// Run starts the driver and blocks until ctx is canceled or a fatal error
+// occurs; then it stops the gRPC servers and the slice publisher and
+// returns (nil after a cancel). Before it serves the kubelet it recovers
+// the checkpoint: claims left half-way by a previous process are undone,
+// orphaned CDI specs removed. Run may be called once.
+func (d *Driver) Run(ctx context.Context) (err error) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "driver", d.name)
+	ctx = klog.NewContext(ctx, logger)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	d.mu.Lock()
+	d.cancel = cancel
+	d.mu.Unlock()
+
+	client := d.o.client
+	if client == nil {
+		cfg := d.o.restConfig
+		if cfg.QPS == 0 && cfg.Burst == 0 {
+			cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+		}
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return fmt.Errorf("run driver: build client: %w", err)
+		}
+	}
+	d.client = client
+	for _, dir := range []string{d.o.pluginDataDir, d.o.registrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("run driver: %w", err)
+		}
+	}
+	store, err := checkpoint.Open(d.o.checkpointDir)
+	if err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+	specs, err := cdispecs.New(d.o.cdiDir, d.name)
+	if err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+	eng := newEngine(d.name, store, specs, d.o.preparer, d.metrics)
+	eng.reloadPerCall = d.o.rollingUpdateUID != ""
+	eng.onCorrupt = d.reportCorrupt
+	d.engine = eng
+
+	// Recover before serving. With a rolling update the other instance
+	// may be serving: hold its lock meanwhile.
+	if err := d.withCrossInstanceLock(func() error { return eng.recover(ctx) }); err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+
+	inv, err := d.o.discoverer.Inventory(ctx)
+	if err != nil {
+		return fmt.Errorf("run driver: discover devices: %w", err)
+	}
+	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
+	d.health.setInventory(inv)
+
+	helperOpts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(d.name),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(d.o.nodeName),
+		kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir),
+		kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir),
+		kubeletplugin.Serialize(d.o.serialize || d.o.rollingUpdateUID != ""),
+	}
+	if d.o.rollingUpdateUID != "" {
+		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
+	}
+	helperOpts = append(helperOpts, d.o.extraHelperOpts...)
+	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), helperOpts...)
+	if err != nil {
+		return fmt.Errorf("run driver: start kubelet plugin: %w", err)
+	}
+	d.mu.Lock()
+	d.helper = helper
+	d.mu.Unlock()
+	defer helper.Stop()
+
+	if err := d.publish(ctx, inv); err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if d.o.httpAddress != "" {
+		srv, err := d.startHTTP(ctx)
+		if err != nil {
+			return fmt.Errorf("run driver: %w", err)
+		}
+		defer func() {
+			sctx, c := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer c()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.watch(ctx)
+	}()
+
+	logger.Info("Driver ready", "node", d.o.nodeName, "socket", d.DRASocket(), "preparedClaims", len(eng.records))
+	close(d.ready)
+	<-ctx.Done()
+	logger.Info("Driver stopping", "cause", context.Cause(ctx))
+	d.mu.Lock()
+	fatal := d.fatal
+	d.mu.Unlock()
+	return fatal
+}
+
+// withCrossInstanceLock runs f while holding the helper's serialization
+// lock file when rolling updates are on.
+func (d *Driver) withCrossInstanceLock(f func() error) error {
+	if d.o.rollingUpdateUID == "" {
+		return f()
+	}
+	unlock, err := lockFile(filepath.Join(d.o.pluginDataDir, "serialize.lock"))
+	if err != nil {
+		return fmt.Errorf("lock plugin data folder: %w", err)
+	}
+	defer unlock()
+	return f()
+}
+
+// publish hands inv, with health taints, to the slice publisher.
+func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
+	tainted, err := d.health.taintedInventory(inv)
+	if err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	res, err := tainted.DriverResources()
+	if err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	if err := d.helper.PublishResources(ctx, *res); err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	n := 0
+	for _, p := range inv.Pools {
+		n += len(p.Devices)
+	}
+	d.metrics.publishedDevices.Set(float64(n))
+	klog.FromContext(ctx).V(3).Info("Published devices", "devices", n)
+	return nil
+}
+
+// watch follows the discoverer's events until ctx is done.
+func (d *Driver) watch(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	events := make(chan device.Event, 16)
+	watchDone := make(chan error, 1)
+	startWatch := func() {
+		go func() { watchDone <- d.o.discoverer.Watch(ctx, events) }()
+	}
+	startWatch()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-watchDone:
+			if errors.Is(err, device.ErrNoChanges) || ctx.Err() != nil {
+				continue
+			}
+			logger.Error(err, "Device watch ended; restarting in 5s")
+			retry = time.After(5 * time.Second)
+		case <-retry:
+			retry = nil
+			startWatch()
+		case ev := <-events:
+			switch ev.Type {
+			case device.EventInventoryChanged:
+				inv, err := d.o.discoverer.Inventory(ctx)
+				if err != nil {
+					logger.Error(err, "Re-discovering devices failed; keeping the published slices")
+					continue
+				}
+				d.health.setInventory(inv)
+				if err := d.publish(ctx, inv); err != nil {
+					logger.Error(err, "Publishing changed inventory failed")
+				}
+			case device.EventHealth:
+				if d.health.update(ev.Health) {
+					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))
+					if err := d.publish(ctx, d.health.inventory()); err != nil {
+						logger.Error(err, "Publishing health taints failed")
+					}
+				}
+			}
+		}
+	}
+}
+
+// reportCorrupt emits a Kubernetes event on the node for a quarantined
+// checkpoint record (best effort).
+func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
+	if d.client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.o.nodeName + ".drakit-", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, UID: types.UID(d.o.nodeName), APIVersion: "v1"},
+		Reason:         ReasonCorrupt,
+		Message:        fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err),
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: d.name, Host: d.o.nodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := d.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Could not record event about corrupt checkpoint record")
+	}
+}
+
+func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.live(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", d.o.httpAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics: %w", err)
+	}
+	d.httpAddr = ln.Addr().String()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server failed")
+		}
+	}()
+	return srv, nil
+}
+
+// live reports why the driver is not alive: a registration the kubelet
+// rejected, or a DRA socket that does not accept connections.
+func (d *Driver) live(ctx context.Context) error {
+	d.mu.Lock()
+	helper := d.helper
+	d.mu.Unlock()
+	if helper == nil {
+		return errors.New("kubelet plugin not started")
+	}
+	if st := helper.RegistrationStatus(); st != nil && !st.PluginRegistered {
+		return fmt.Errorf("kubelet rejected registration: %s", st.Error)
+	}
+	var dialer net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := dialer.DialContext(dctx, "unix", d.DRASocket())
+	if err != nil {
+		return fmt.Errorf("DRA socket: %w", err)
+	}
+	_ = conn.Close()
+	return nil
+}
+
+// plugin implements kubeletplugin.DRAPlugin for a Driver.
+type plugin Driver
+
+var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
+
+// PrepareResourceClaims prepares each claim (concurrently for a batch).
+func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	e := p.engine
+	if err := e.syncFromDisk(ctx); err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	if len(claims) == 1 {
+		out[claims[0].UID] = e.prepare(ctx, claims[0])
+		return out, nil
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			r := e.prepare(ctx, c)
+			mu.Lock()
+			out[c.UID] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// UnprepareResourceClaims unprepares each claim from the checkpoint.
+func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	e := p.engine
+	if err := e.syncFromDisk(ctx); err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	out := make(map[types.UID]error, len(claims))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			err := e.unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name})
+			mu.Lock()
+			out[c.UID] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// HandleError logs background errors; a non-recoverable one stops Run.
+func (p *plugin) HandleError(ctx context.Context, err error, msg string) {
+	logger := klog.FromContext(ctx)
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		p.metrics.error("background", ReasonPublish)
+		logger.Error(err, msg)
+		return
+	}
+	logger.Error(err, msg+"; stopping the driver")
+	p.mu.Lock()
+	if p.fatal == nil {
+		p.fatal = fmt.Errorf("%s: %w", msg, err)
+	}
+	cancel := p.cancel
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel(err)
+	}
+}
+
+// WatchHealthStatus streams device health to the kubelet.
+func (p *plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return p.health.stream(ctx, reports)
+}

@@ -1,0 +1,553 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/driver/internal/cdispecs"
+	"github.com/drakit/drakit/driver/internal/checkpoint"
+)
+
+// Fault points: places in prepare and unprepare where a test binary can
+// make the process die (see faultHook). They sit right after each durable
+// step.
+const (
+	faultPrepareIntent     = "prepare/intent-written"
+	faultPrepareClaimHook  = "prepare/claim-hook-done"
+	faultPrepareDevice     = "prepare/device-prepared"
+	faultPrepareCDI        = "prepare/cdi-written"
+	faultPrepareComplete   = "prepare/completed"
+	faultUnprepareIntent   = "unprepare/intent-written"
+	faultUnprepareDevice   = "unprepare/device-unprepared"
+	faultUnprepareClaim    = "unprepare/claim-hook-done"
+	faultUnprepareCDI      = "unprepare/cdi-removed"
+	faultUnprepareComplete = "unprepare/record-deleted"
+)
+
+// faultPoints lists the fault points in the order they are reached.
+var faultPoints = []string{
+	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareCDI, faultPrepareComplete,
+	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareComplete,
+}
+
+// faultHook is nil in every program except the driver's own test binary,
+// which sets it (from a _test.go file) to kill the process at a fault
+// point.
+var faultHook func(point string)
+
+func fault(point string) {
+	if faultHook != nil {
+		faultHook(point)
+	}
+}
+
+// claimError is a per-claim failure with a metrics reason.
+type claimError struct {
+	reason string
+	err    error
+}
+
+func (e *claimError) Error() string { return e.err.Error() }
+func (e *claimError) Unwrap() error { return e.err }
+
+func failed(reason string, format string, args ...any) error {
+	return &claimError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+func reasonOf(err error) string {
+	var ce *claimError
+	if errors.As(err, &ce) {
+		return ce.reason
+	}
+	return ReasonVendor
+}
+
+type deviceKey struct{ pool, device string }
+
+type holder struct {
+	admin bool
+	share *types.UID
+}
+
+// compatible says whether two allocations of one device may be prepared at
+// the same time.
+func compatible(a, b holder) bool {
+	if a.admin || b.admin {
+		return true
+	}
+	return a.share != nil && b.share != nil && *a.share != *b.share
+}
+
+// engine owns the prepared-claim state: checkpoint, in-memory index,
+// device guard and CDI specs. It knows nothing about gRPC.
+type engine struct {
+	driverName    string
+	store         *checkpoint.Store
+	specs         *cdispecs.Writer
+	preparer      Preparer
+	claimHooks    ClaimPreparer
+	metrics       *metrics
+	reloadPerCall bool
+	onCorrupt     func(ctx context.Context, c checkpoint.Corrupt)
+
+	locks keyedMutex
+
+	mu      sync.Mutex
+	records map[types.UID]*checkpoint.Record
+	holders map[deviceKey]map[types.UID]holder
+}
+
+func newEngine(driverName string, store *checkpoint.Store, specs *cdispecs.Writer, p Preparer, m *metrics) *engine {
+	e := &engine{
+		driverName: driverName, store: store, specs: specs, preparer: p, metrics: m,
+		records: map[types.UID]*checkpoint.Record{},
+		holders: map[deviceKey]map[types.UID]holder{},
+	}
+	if cp, ok := p.(ClaimPreparer); ok {
+		e.claimHooks = cp
+	}
+	return e
+}
+
+func holderOf(d checkpoint.Device) holder { return holder{admin: d.AdminAccess, share: d.ShareID} }
+
+// reserveLocked checks the guard for rec's devices and reserves them.
+func (e *engine) reserveLocked(rec *checkpoint.Record) error {
+	for _, d := range rec.Devices {
+		k := deviceKey{d.Pool, d.Device}
+		for other, h := range e.holders[k] {
+			if other == rec.ClaimUID {
+				continue
+			}
+			if !compatible(holderOf(d), h) {
+				return &claimError{reason: ReasonGuard, err: fmt.Errorf("device %s/%s (request %q): %w %s", d.Pool, d.Device, d.Request, ErrDeviceInUse, other)}
+			}
+		}
+	}
+	for _, d := range rec.Devices {
+		k := deviceKey{d.Pool, d.Device}
+		if e.holders[k] == nil {
+			e.holders[k] = map[types.UID]holder{}
+		}
+		e.holders[k][rec.ClaimUID] = holderOf(d)
+	}
+	return nil
+}
+
+func (e *engine) releaseLocked(rec *checkpoint.Record) {
+	for _, d := range rec.Devices {
+		k := deviceKey{d.Pool, d.Device}
+		delete(e.holders[k], rec.ClaimUID)
+		if len(e.holders[k]) == 0 {
+			delete(e.holders, k)
+		}
+	}
+}
+
+func (e *engine) setPreparedGauge() {
+	n := 0
+	for _, r := range e.records {
+		if r.State == checkpoint.StatePrepared {
+			n++
+		}
+	}
+	e.metrics.preparedClaims.Set(float64(n))
+}
+
+// load reads the checkpoint into memory (replacing what was there) and
+// returns the records that are half-way.
+func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
+	records, corrupt, err := e.store.Load()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range corrupt {
+		e.metrics.error("recover", ReasonCorrupt)
+		klog.FromContext(ctx).Error(c.Err, "Quarantined corrupt checkpoint record; the claim it described is treated as not prepared", "file", c.File, "quarantinedTo", c.QuarantinedTo)
+		if e.onCorrupt != nil {
+			e.onCorrupt(ctx, c)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.records = make(map[types.UID]*checkpoint.Record, len(records))
+	e.holders = map[deviceKey]map[types.UID]holder{}
+	var halfway []*checkpoint.Record
+	for _, r := range records {
+		e.records[r.ClaimUID] = r
+		// Reserve without the guard check: what is on disk is the truth.
+		for _, d := range r.Devices {
+			k := deviceKey{d.Pool, d.Device}
+			if e.holders[k] == nil {
+				e.holders[k] = map[types.UID]holder{}
+			}
+			e.holders[k][r.ClaimUID] = holderOf(d)
+		}
+		if r.State != checkpoint.StatePrepared {
+			halfway = append(halfway, r)
+		}
+	}
+	e.setPreparedGauge()
+	return halfway, nil
+}
+
+// recover loads the checkpoint, undoes claims left half-way, writes lost
+// CDI specs of prepared claims again and removes orphaned CDI specs. It
+// must finish before the driver serves the kubelet.
+func (e *engine) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	halfway, err := e.load(ctx)
+	if err != nil {
+		return fmt.Errorf("recover checkpoint: %w", err)
+	}
+	for _, r := range halfway {
+		logger.Info("Undoing claim left half-way by a previous process", "claim", refOf(r), "state", r.State)
+		if err := e.undo(ctx, r); err != nil {
+			// Keep serving: the record stays and is retried on the next
+			// prepare or unprepare of the claim.
+			logger.Error(err, "Undo of half-way claim failed; will retry", "claim", refOf(r))
+		}
+	}
+	e.mu.Lock()
+	prepared := make(map[types.UID]*checkpoint.Record, len(e.records))
+	for uid, r := range e.records {
+		prepared[uid] = r
+	}
+	e.mu.Unlock()
+	for uid, r := range prepared {
+		if r.State != checkpoint.StatePrepared || e.specs.Exists(uid) {
+			continue
+		}
+		if devs := cdiDevicesOf(r); len(devs) > 0 {
+			logger.Info("Writing lost CDI spec of a prepared claim again", "claim", refOf(r))
+			if err := e.specs.Write(uid, devs); err != nil {
+				return fmt.Errorf("recover CDI spec of claim %s: %w", uid, err)
+			}
+		}
+	}
+	specClaims, err := e.specs.Claims()
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, uid := range specClaims {
+		if _, ok := prepared[uid]; ok {
+			continue
+		}
+		logger.Info("Removing orphaned CDI spec", "claimUID", uid)
+		if err := e.specs.Remove(uid); err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+	}
+	return nil
+}
+
+func cdiDevicesOf(r *checkpoint.Record) []cdispecs.Device {
+	var out []cdispecs.Device
+	for _, d := range r.Devices {
+		if d.CDIName == "" || len(d.Edits) == 0 {
+			continue
+		}
+		var cd cdispecs.Device
+		cd.Name = d.CDIName
+		if err := json.Unmarshal(d.Edits, &cd.Edits); err != nil {
+			continue
+		}
+		out = append(out, cd)
+	}
+	return out
+}
+
+func refOf(r *checkpoint.Record) ClaimRef {
+	return ClaimRef{UID: r.ClaimUID, Namespace: r.Namespace, Name: r.Name}
+}
+
+func allocatedOf(d checkpoint.Device) AllocatedDevice {
+	return AllocatedDevice{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess}
+}
+
+func resultOf(r *checkpoint.Record) kubeletplugin.PrepareResult {
+	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
+	for _, d := range r.Devices {
+		kd := kubeletplugin.Device{
+			Requests:     []string{d.Request},
+			PoolName:     d.Pool,
+			DeviceName:   d.Device,
+			CDIDeviceIDs: slices.Clone(d.CDIDeviceIDs),
+		}
+		if d.ShareID != nil {
+			s := *d.ShareID
+			kd.ShareID = &s
+		}
+		res.Devices = append(res.Devices, kd)
+	}
+	return res
+}
+
+// syncFromDisk replaces the in-memory state with the checkpoint when
+// several driver instances share it (rolling update). The caller holds
+// the helper's cross-process lock.
+func (e *engine) syncFromDisk(ctx context.Context) error {
+	if !e.reloadPerCall {
+		return nil
+	}
+	_, err := e.load(ctx)
+	return err
+}
+
+// prepare prepares one claim. It returns the kubelet's result; the error
+// is also in the result's Err.
+func (e *engine) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	start := time.Now()
+	defer e.metrics.observe(e.metrics.prepareSeconds, start)
+	res, err := e.prepareClaim(ctx, claim)
+	if err != nil {
+		e.metrics.error("prepare", reasonOf(err))
+		klog.FromContext(ctx).Error(err, "Prepare failed", "claim", klog.KObj(claim), "reason", reasonOf(err))
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	return res
+}
+
+func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+	logger := klog.FromContext(ctx)
+	unlock := e.locks.lock(obj.UID)
+	defer unlock()
+
+	e.mu.Lock()
+	existing := e.records[obj.UID]
+	e.mu.Unlock()
+	if existing != nil {
+		if existing.State == checkpoint.StatePrepared {
+			logger.V(5).Info("Claim already prepared", "claim", klog.KObj(obj))
+			return resultOf(existing), nil
+		}
+		// Left half-way by a failed rollback: finish undoing it first.
+		if err := e.undo(ctx, existing); err != nil {
+			return kubeletplugin.PrepareResult{}, err
+		}
+	}
+
+	devs, err := devicesFromClaim(e.driverName, obj)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, failed(ReasonAllocation, "claim %s: %w", klog.KObj(obj), err)
+	}
+	claim := Claim{ClaimRef: ClaimRef{UID: obj.UID, Namespace: obj.Namespace, Name: obj.Name}, Object: obj}
+	if len(devs) == 0 {
+		return kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}, nil
+	}
+	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
+	for _, d := range devs {
+		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess, Shared: d.AdminAccess || d.ShareID != nil})
+	}
+
+	// Guard and reserve, then record the intent.
+	e.mu.Lock()
+	if err := e.reserveLocked(rec); err != nil {
+		e.mu.Unlock()
+		return kubeletplugin.PrepareResult{}, err
+	}
+	e.records[rec.ClaimUID] = rec
+	e.mu.Unlock()
+	if err := e.store.WriteIntent(rec); err != nil {
+		e.forget(rec)
+		return kubeletplugin.PrepareResult{}, &claimError{reason: ReasonCheckpoint, err: err}
+	}
+	fault(faultPrepareIntent)
+
+	rollback := func(cause error) (kubeletplugin.PrepareResult, error) {
+		if uerr := e.undo(ctx, rec); uerr != nil {
+			e.metrics.error("prepare", ReasonRollback)
+			return kubeletplugin.PrepareResult{}, &claimError{reason: reasonOf(cause), err: fmt.Errorf("%w (rollback failed, will retry: %v)", cause, uerr)}
+		}
+		return kubeletplugin.PrepareResult{}, cause
+	}
+
+	if e.claimHooks != nil {
+		if err := e.claimHooks.PrepareClaim(ctx, claim, devs); err != nil {
+			return rollback(failed(reasonFor(err), "prepare claim %s: %w", claim.ClaimRef, err))
+		}
+		fault(faultPrepareClaimHook)
+	}
+
+	var cdiDevs []cdispecs.Device
+	for i, d := range devs {
+		out, err := e.preparer.PrepareDevice(ctx, claim, d)
+		if err != nil {
+			return rollback(failed(reasonFor(err), "prepare device %s for request %q of claim %s: %w", d.ID(), d.Request, claim.ClaimRef, err))
+		}
+		fault(faultPrepareDevice)
+		rd := &rec.Devices[i]
+		rd.Prepared = true
+		if len(out.Data) > 0 {
+			if !json.Valid(out.Data) {
+				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: Data is not valid JSON", d.ID(), claim.ClaimRef))
+			}
+			rd.Data = slices.Clone(out.Data)
+		}
+		if out.Edits != nil {
+			rd.CDIName = strconv.Itoa(i)
+			edits, err := json.Marshal(out.Edits)
+			if err != nil {
+				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: encode container edits: %w", d.ID(), claim.ClaimRef, err))
+			}
+			rd.Edits = edits
+			rd.CDIDeviceIDs = append(rd.CDIDeviceIDs, e.specs.DeviceID(claim.UID, rd.CDIName))
+			cdiDevs = append(cdiDevs, cdispecs.Device{Name: rd.CDIName, Edits: *out.Edits})
+		}
+		rd.CDIDeviceIDs = append(rd.CDIDeviceIDs, out.CDIDeviceIDs...)
+	}
+
+	if len(cdiDevs) > 0 {
+		if err := e.specs.Write(claim.UID, cdiDevs); err != nil {
+			return rollback(&claimError{reason: ReasonCDI, err: err})
+		}
+		fault(faultPrepareCDI)
+	}
+
+	done := *rec
+	done.State = checkpoint.StatePrepared
+	if err := e.store.Write(&done); err != nil {
+		return rollback(&claimError{reason: ReasonCheckpoint, err: err})
+	}
+	e.mu.Lock()
+	e.records[rec.ClaimUID] = &done
+	e.setPreparedGauge()
+	e.mu.Unlock()
+	fault(faultPrepareComplete)
+	logger.V(3).Info("Prepared claim", "claim", klog.KObj(obj), "devices", len(done.Devices))
+	return resultOf(&done), nil
+}
+
+func reasonFor(err error) string {
+	if errors.Is(err, ErrInvalidConfig) {
+		return ReasonConfig
+	}
+	return ReasonVendor
+}
+
+// forget drops rec from memory and releases its devices.
+func (e *engine) forget(rec *checkpoint.Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cur := e.records[rec.ClaimUID]; cur != nil {
+		e.releaseLocked(cur)
+	}
+	e.releaseLocked(rec)
+	delete(e.records, rec.ClaimUID)
+	e.setPreparedGauge()
+}
+
+// undo unprepares everything rec describes and removes the record. On
+// error the record stays (on disk and in memory) so that undo can be tried
+// again.
+func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
+	ref := refOf(rec)
+	if rec.State == checkpoint.StatePrepared {
+		intent := *rec
+		intent.State = checkpoint.StateUnprepareStarted
+		if err := e.store.WriteIntent(&intent); err != nil {
+			return &claimError{reason: ReasonCheckpoint, err: err}
+		}
+		e.mu.Lock()
+		e.records[rec.ClaimUID] = &intent
+		e.setPreparedGauge()
+		e.mu.Unlock()
+		rec = &intent
+		fault(faultUnprepareIntent)
+	}
+	var devs []AllocatedDevice
+	for _, d := range rec.Devices {
+		devs = append(devs, allocatedOf(d))
+	}
+	for i := len(rec.Devices) - 1; i >= 0; i-- {
+		d := rec.Devices[i]
+		if err := e.preparer.UnprepareDevice(ctx, ref, allocatedOf(d), d.Data); err != nil {
+			return failed(ReasonVendor, "unprepare device %s/%s of claim %s: %w", d.Pool, d.Device, ref, err)
+		}
+		fault(faultUnprepareDevice)
+	}
+	if e.claimHooks != nil {
+		if err := e.claimHooks.UnprepareClaim(ctx, ref, devs); err != nil {
+			return failed(ReasonVendor, "unprepare claim %s: %w", ref, err)
+		}
+		fault(faultUnprepareClaim)
+	}
+	if err := e.specs.Remove(rec.ClaimUID); err != nil {
+		return &claimError{reason: ReasonCDI, err: err}
+	}
+	fault(faultUnprepareCDI)
+	if err := e.store.Delete(rec.ClaimUID); err != nil {
+		return &claimError{reason: ReasonCheckpoint, err: err}
+	}
+	e.forget(rec)
+	fault(faultUnprepareComplete)
+	return nil
+}
+
+// unprepare unprepares one claim; an unknown claim succeeds.
+func (e *engine) unprepare(ctx context.Context, ref ClaimRef) error {
+	start := time.Now()
+	defer e.metrics.observe(e.metrics.unprepareSeconds, start)
+	unlock := e.locks.lock(ref.UID)
+	defer unlock()
+	e.mu.Lock()
+	rec := e.records[ref.UID]
+	e.mu.Unlock()
+	if rec == nil {
+		klog.FromContext(ctx).V(5).Info("Claim not prepared, nothing to do", "claim", ref)
+		return nil
+	}
+	if err := e.undo(ctx, rec); err != nil {
+		e.metrics.error("unprepare", reasonOf(err))
+		klog.FromContext(ctx).Error(err, "Unprepare failed", "claim", ref, "reason", reasonOf(err))
+		return err
+	}
+	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", ref)
+	return nil
+}
+
+// keyedMutex serializes work per claim UID.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[types.UID]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(uid types.UID) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[types.UID]*keyedEntry{}
+	}
+	ent := k.locks[uid]
+	if ent == nil {
+		ent = &keyedEntry{}
+		k.locks[uid] = ent
+	}
+	ent.refs++
+	k.mu.Unlock()
+	ent.mu.Lock()
+	return func() {
+		ent.mu.Unlock()
+		k.mu.Lock()
+		ent.refs--
+		if ent.refs == 0 {
+			delete(k.locks, uid)
+		}
+		k.mu.Unlock()
+	}
+}

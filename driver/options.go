@@ -1,0 +1,234 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/drakit/drakit/device"
+)
+
+// Default client rate limits set on a REST config given to
+// [WithRESTConfig] that has none. The kubelet plugin helper GETs every
+// claim on prepare; client-go's own default of 5 requests/s would cap a
+// driver at 5 prepares/s.
+const (
+	DefaultQPS   = 200
+	DefaultBurst = 400
+)
+
+// Option configures a [Driver]. Options are applied in order; an option
+// with a bad value makes [New] fail with an error naming it.
+type Option func(*options) error
+
+type options struct {
+	discoverer        device.Discoverer
+	preparer          Preparer
+	client            kubernetes.Interface
+	restConfig        *rest.Config
+	nodeName          string
+	registrarDir      string
+	pluginDataDir     string
+	cdiDir            string
+	checkpointDir     string
+	httpAddress       string
+	rollingUpdateUID  types.UID
+	serialize         bool
+	healthTimeout     time.Duration
+	healthTaintKey    string
+	extraHelperOpts   []kubeletplugin.Option
+	republishInterval time.Duration
+}
+
+// WithDiscoverer sets the vendor's device discovery (required). Its
+// inventory is published as ResourceSlices at start and again after each
+// change event; its health events become device taints and kubelet
+// health reports.
+func WithDiscoverer(d device.Discoverer) Option {
+	return func(o *options) error {
+		if d == nil {
+			return errors.New("WithDiscoverer: nil discoverer")
+		}
+		o.discoverer = d
+		return nil
+	}
+}
+
+// WithPreparer sets the vendor's per-device prepare and unprepare
+// (required). If it also implements [ClaimPreparer], its claim-level
+// hooks are called too.
+func WithPreparer(p Preparer) Option {
+	return func(o *options) error {
+		if p == nil {
+			return errors.New("WithPreparer: nil preparer")
+		}
+		o.preparer = p
+		return nil
+	}
+}
+
+// WithKubeClient sets the client used to publish slices and to read
+// claims. The client's rate limit is used as is: build it with a QPS and
+// burst that allow your prepare rate (each prepare GETs each claim), or
+// use [WithRESTConfig], which sets them. One of the two is required.
+func WithKubeClient(c kubernetes.Interface) Option {
+	return func(o *options) error {
+		if c == nil {
+			return errors.New("WithKubeClient: nil client")
+		}
+		o.client = c
+		return nil
+	}
+}
+
+// WithRESTConfig builds the driver's client from cfg. When cfg sets no
+// rate limit (QPS and Burst zero, which means 5/s and 10 in client-go),
+// the driver uses [DefaultQPS] and [DefaultBurst]. cfg is copied.
+func WithRESTConfig(cfg *rest.Config) Option {
+	return func(o *options) error {
+		if cfg == nil {
+			return errors.New("WithRESTConfig: nil config")
+		}
+		o.restConfig = rest.CopyConfig(cfg)
+		return nil
+	}
+}
+
+// WithNodeName sets the name of the node the driver runs on (required):
+// its slices are published for it.
+func WithNodeName(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return errors.New("WithNodeName: empty node name")
+		}
+		o.nodeName = name
+		return nil
+	}
+}
+
+// WithRegistrarDir sets the kubelet's plugin registration folder. Default
+// /var/lib/kubelet/plugins_registry.
+func WithRegistrarDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithRegistrarDir: empty path")
+		}
+		o.registrarDir = dir
+		return nil
+	}
+}
+
+// WithPluginDataDir sets the driver's own folder, where its gRPC socket
+// and (unless [WithCheckpointDir]) its checkpoint live. Default
+// /var/lib/kubelet/plugins/<driver name>. It is created if missing.
+func WithPluginDataDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithPluginDataDir: empty path")
+		}
+		o.pluginDataDir = dir
+		return nil
+	}
+}
+
+// WithCDIDir sets the folder the container runtime reads CDI specs from.
+// Default /var/run/cdi.
+func WithCDIDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithCDIDir: empty path")
+		}
+		o.cdiDir = dir
+		return nil
+	}
+}
+
+// WithCheckpointDir sets where the per-claim checkpoint records are kept.
+// Default <plugin data dir>/checkpoint. It must survive driver restarts
+// (a host path), and be shared by both instances in a rolling update.
+func WithCheckpointDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithCheckpointDir: empty path")
+		}
+		o.checkpointDir = dir
+		return nil
+	}
+}
+
+// WithHTTPAddress serves /metrics (Prometheus) and /healthz (liveness) on
+// addr, e.g. ":8080" or "127.0.0.1:0". Default: no HTTP server.
+// /healthz fails when the kubelet reported a failed registration or the
+// driver's gRPC socket does not accept connections.
+func WithHTTPAddress(addr string) Option {
+	return func(o *options) error {
+		o.httpAddress = addr
+		return nil
+	}
+}
+
+// WithRollingUpdate lets a new driver pod run beside the old one during a
+// DaemonSet rolling update. podUID must be the pod's UID (downward API).
+// Both instances must share the plugin data and checkpoint folders; calls
+// are then serialized across the two through a file lock and each call
+// reads the checkpoint from disk, so that either instance can unprepare
+// what the other prepared.
+func WithRollingUpdate(podUID types.UID) Option {
+	return func(o *options) error {
+		if podUID == "" {
+			return errors.New("WithRollingUpdate: empty pod UID")
+		}
+		o.rollingUpdateUID = podUID
+		return nil
+	}
+}
+
+// WithSerializedCalls makes the runtime handle one prepare or unprepare
+// call at a time, as the kubelet plugin helper does by default. By default
+// drakit lets calls for different claims run concurrently (each claim is
+// still handled by one call at a time).
+func WithSerializedCalls() Option {
+	return func(o *options) error {
+		o.serialize = true
+		return nil
+	}
+}
+
+// WithHealthTimeout sets how long the kubelet keeps a device health report
+// before it shows the device as unknown; the runtime re-sends reports at
+// half this interval. Default 30s.
+func WithHealthTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 2*time.Second {
+			return fmt.Errorf("WithHealthTimeout: %v is below 2s", d)
+		}
+		o.healthTimeout = d
+		return nil
+	}
+}
+
+// WithHealthTaintKey sets the key of the taint put on unhealthy devices.
+// Default "<driver name>/unhealthy". Its effect is NoSchedule.
+func WithHealthTaintKey(key string) Option {
+	return func(o *options) error {
+		if key == "" {
+			return errors.New("WithHealthTaintKey: empty key")
+		}
+		o.healthTaintKey = key
+		return nil
+	}
+}
+
+// WithHelperOptions passes extra options to the kubelet plugin helper
+// (kubeletplugin.Start), after drakit's own. For tests and special setups.
+func WithHelperOptions(opts ...kubeletplugin.Option) Option {
+	return func(o *options) error {
+		o.extraHelperOpts = append(o.extraHelperOpts, opts...)
+		return nil
+	}
+}

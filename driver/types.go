@@ -1,0 +1,212 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Preparer is the per-device work a vendor implements. The runtime calls
+// it once per allocated device of a claim, records the result in its
+// checkpoint, writes the CDI spec and answers the kubelet. The runtime
+// guarantees that PrepareDevice is not called twice for the same device of
+// the same claim without an UnprepareDevice in between, and that two
+// calls for the same claim never run at the same time; calls for
+// different claims may run concurrently.
+type Preparer interface {
+	// PrepareDevice makes one allocated device ready for the claim's
+	// containers and returns the container edits to apply. When it fails
+	// it must leave nothing behind: the runtime then undoes the claim's
+	// other devices and reports the error to the kubelet, which retries.
+	PrepareDevice(ctx context.Context, claim Claim, dev AllocatedDevice) (PreparedDevice, error)
+	// UnprepareDevice undoes PrepareDevice. data is the Data that
+	// PrepareDevice returned, read back from the checkpoint; it is nil when
+	// the process died before PrepareDevice returned (the runtime is then
+	// undoing a half-way prepare). UnprepareDevice must succeed when the
+	// device is not (or no longer) prepared for the claim: it may be called
+	// more than once, also by a later process after a crash.
+	UnprepareDevice(ctx context.Context, claim ClaimRef, dev AllocatedDevice, data json.RawMessage) error
+}
+
+// ClaimPreparer is optionally implemented by a [Preparer] that has
+// claim-level work (e.g. creating MIG partitions for all devices of a claim
+// at once). PrepareClaim runs after the intent is recorded and before the
+// first PrepareDevice; UnprepareClaim after the last UnprepareDevice, also
+// when a failed or interrupted prepare is undone. UnprepareClaim must be
+// idempotent like UnprepareDevice.
+type ClaimPreparer interface {
+	PrepareClaim(ctx context.Context, claim Claim, devices []AllocatedDevice) error
+	UnprepareClaim(ctx context.Context, claim ClaimRef, devices []AllocatedDevice) error
+}
+
+// ClaimRef identifies a ResourceClaim. It is all that is known when a claim
+// is unprepared: the object may be gone from the API server by then.
+type ClaimRef struct {
+	UID       types.UID
+	Namespace string
+	Name      string
+}
+
+// String returns "namespace/name(uid)".
+func (c ClaimRef) String() string { return c.Namespace + "/" + c.Name + "(" + string(c.UID) + ")" }
+
+// Claim is a claim being prepared.
+type Claim struct {
+	ClaimRef
+	// Object is the allocated claim as read from the API server. Do not
+	// modify it.
+	Object *resourceapi.ResourceClaim
+}
+
+// AllocatedDevice is one device that the scheduler allocated to a claim
+// for this driver, exactly as in the claim's allocation result.
+type AllocatedDevice struct {
+	// Request is the request name of the allocation, "request/subrequest"
+	// when the request had firstAvailable alternatives.
+	Request string
+	Pool    string
+	Device  string
+	// ShareID identifies this allocation of a device that allows multiple
+	// allocations (consumable capacity); nil otherwise.
+	ShareID *types.UID
+	// AdminAccess is true when the claim asked for admin access: the
+	// device may be in use by other claims at the same time.
+	AdminAccess bool
+	// ConsumedCapacity is the share of the device's capacities that this
+	// allocation took (consumable capacity), nil otherwise.
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
+	// Config is the opaque configuration for this driver that applies to
+	// the request, in precedence order: class configs first, then claim
+	// configs; later entries override earlier ones. See [DecodeConfig].
+	Config []OpaqueConfig
+}
+
+// ID returns "pool/device".
+func (d AllocatedDevice) ID() string { return d.Pool + "/" + d.Device }
+
+// BaseRequest returns the request name without the subrequest.
+func (d AllocatedDevice) BaseRequest() string {
+	base, _, _ := strings.Cut(d.Request, "/")
+	return base
+}
+
+// OpaqueConfig is one opaque driver configuration from the claim or its
+// device class.
+type OpaqueConfig struct {
+	// FromClass is true for configuration from the DeviceClass, false for
+	// the claim's own.
+	FromClass bool
+	// Parameters is the raw JSON of the configuration object.
+	Parameters json.RawMessage
+}
+
+// PreparedDevice is what PrepareDevice returns for one device.
+type PreparedDevice struct {
+	// Edits are the container edits for this device. The runtime puts them
+	// into the claim's CDI spec under a device name unique to the claim
+	// and returns that CDI ID to the kubelet. nil means no edits.
+	Edits *cdispec.ContainerEdits
+	// CDIDeviceIDs are additional, fully qualified CDI device IDs
+	// ("vendor.com/class=name") from specs the vendor maintains itself.
+	CDIDeviceIDs []string
+	// Data is vendor state kept in the checkpoint and handed back to
+	// UnprepareDevice. It must be JSON; keep it small.
+	Data json.RawMessage
+}
+
+// ErrInvalidConfig is wrapped by errors about opaque configuration that
+// cannot be decoded or is not valid.
+var ErrInvalidConfig = errors.New("invalid opaque device configuration")
+
+// DecodeConfig decodes the device's opaque configurations into into, in
+// precedence order, so that fields of a claim config override those of a
+// class config. Unknown fields are an error (a typo in a claim must not be
+// ignored silently). The error wraps [ErrInvalidConfig] and names the
+// request and the source.
+func DecodeConfig(dev AllocatedDevice, into any) error {
+	for i, c := range dev.Config {
+		dec := json.NewDecoder(strings.NewReader(string(c.Parameters)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			src := "claim"
+			if c.FromClass {
+				src = "class"
+			}
+			return fmt.Errorf("%w: request %q: %s config #%d: %v", ErrInvalidConfig, dev.Request, src, i, err)
+		}
+	}
+	return nil
+}
+
+// ErrDeviceInUse is wrapped by the per-claim error when a claim's device is
+// already prepared for another claim and neither allocation allows sharing
+// it (admin access, or multiple allocations with distinct share IDs).
+var ErrDeviceInUse = errors.New("device already prepared for another claim")
+
+// devicesFromClaim extracts this driver's allocated devices from claim.
+func devicesFromClaim(driverName string, claim *resourceapi.ResourceClaim) ([]AllocatedDevice, error) {
+	alloc := claim.Status.Allocation
+	if alloc == nil {
+		return nil, errors.New("claim is not allocated")
+	}
+	var out []AllocatedDevice
+	for i, r := range alloc.Devices.Results {
+		if r.Driver != driverName {
+			continue
+		}
+		if r.Pool == "" || r.Device == "" || r.Request == "" {
+			return nil, fmt.Errorf("status.allocation.devices.results[%d]: pool, device and request must be set", i)
+		}
+		d := AllocatedDevice{
+			Request:     r.Request,
+			Pool:        r.Pool,
+			Device:      r.Device,
+			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+		}
+		if r.ShareID != nil {
+			s := *r.ShareID
+			d.ShareID = &s
+		}
+		if len(r.ConsumedCapacity) > 0 {
+			d.ConsumedCapacity = make(map[resourceapi.QualifiedName]resource.Quantity, len(r.ConsumedCapacity))
+			for k, v := range r.ConsumedCapacity {
+				d.ConsumedCapacity[k] = v.DeepCopy()
+			}
+		}
+		base := d.BaseRequest()
+		// Class configs first, then claim configs (allocation order keeps
+		// the source order within each).
+		for _, fromClass := range []bool{true, false} {
+			for _, c := range alloc.Devices.Config {
+				if (c.Source == resourceapi.AllocationConfigSourceClass) != fromClass {
+					continue
+				}
+				if c.Opaque == nil || c.Opaque.Driver != driverName {
+					continue
+				}
+				if len(c.Requests) > 0 && !containsRequest(c.Requests, d.Request, base) {
+					continue
+				}
+				d.Config = append(d.Config, OpaqueConfig{FromClass: fromClass, Parameters: json.RawMessage(c.Opaque.Parameters.Raw)})
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func containsRequest(list []string, full, base string) bool {
+	for _, r := range list {
+		if r == full || r == base {
+			return true
+		}
+	}
+	return false
+}
