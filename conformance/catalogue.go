@@ -1,0 +1,131 @@
+package conformance
+
+import "strings"
+
+// catalogue lists every check in run order.
+var catalogue = []Check{
+	// registration
+	mk("registration.socket", Must, "the registration socket exists and answers GetInfo",
+		"kubelet plugin watcher: a socket in the plugin registry answers pluginregistration.Registration/GetInfo within 1 s"),
+	mk("registration.type", Must, "GetInfo reports type DRAPlugin",
+		"kubelet: PluginInfo.type must be \"DRAPlugin\" or the plugin is routed to another handler"),
+	mk("registration.name", Must, "GetInfo reports the driver's name",
+		"kubelet: PluginInfo.name is the driver name that ResourceSlices and claims use"),
+	mk("registration.versions", Must, "supported versions name a DRA node service the kubelet knows",
+		"kubelet: supported_versions must list v1.DRAPlugin or v1beta1.DRAPlugin; other entries must be known services"),
+	mk("registration.endpoint", Must, "the endpoint from GetInfo is reachable over gRPC",
+		"kubelet: dials PluginInfo.endpoint (empty: the registration socket) within 10 s"),
+	mk("registration.notify", Must, "NotifyRegistrationStatus is accepted",
+		"kubelet: calls Registration/NotifyRegistrationStatus after validating the plugin"),
+
+	// slices
+	mk("slices.published", Must, "ResourceSlices for the node are published and complete",
+		"scheduler: allocates only from complete pools (all resourceSliceCount slices of the newest generation)"),
+	mk("slices.pools", Must, "pools are consistent: one generation, slice count, unique device names",
+		"resource.k8s.io/v1 ResourcePool: slices of a pool share generation and resourceSliceCount; device names are unique in a pool"),
+	mk("slices.standard-attributes", Must, "standard attributes pcieRoot, pciBusID and numaNode are well-typed",
+		"k8s.io/dynamic-resource-allocation/deviceattribute: pcieRoot string pci<domain>:<bus>, pciBusID string dddd:bb:dd.f, numaNode int >= 0 (or int list)"),
+	mk("slices.counters", Must, "consumed counters exist in the pool's counter sets and fit",
+		"KEP-4815: consumesCounters name a counter set and counters of the same pool; one device never consumes more than the set holds"),
+
+	// allocation
+	mk("allocation.every-device", Must, "every published device can be allocated by a claim that selects it",
+		"scheduler: a device the driver publishes must be allocatable by the structured allocator"),
+	mk("allocation.counters", Must, "every counter-consuming device can be allocated",
+		"KEP-4815: partitionable devices are allocatable when their counters are free"),
+	mk("allocation.first-available", Must, "a firstAvailable claim is allocated, prepared, and named by its base request",
+		"KEP-4816: the driver gets request \"req/sub\"; the kubelet matches containers by the base request name"),
+	mk("allocation.admin-access", Must, "an admin-access claim on a device in use is prepared",
+		"KEP-5018: admin access grants a device that is in use; the driver must not refuse it as double use"),
+	mk("allocation.shared", Must, "a device that allows multiple allocations is prepared for two claims, with share IDs",
+		"KEP-5075: each allocation of a shared device carries a shareID which the driver returns"),
+
+	// prepare
+	mk("prepare.result-per-claim", Must, "NodePrepareResources answers every claim and only those, without error",
+		"kubelet: rejects results for unknown UIDs and fails when a requested claim is missing"),
+	mk("prepare.devices-match", Must, "prepared devices are exactly the driver's allocated devices",
+		"kubelet: gives containers the CDI devices of the returned pool/device pairs"),
+	mk("prepare.request-names", Must, "each device names the base request it was allocated for",
+		"kubelet: matches container claim requests against request_names (subrequest suffix stripped); empty means every request"),
+	mk("prepare.cdi-ids-format", Must, "every CDI ID is a well-formed qualified name vendor/class=name",
+		"CDI spec: device references are fully qualified names"),
+	mk("prepare.cdi-resolve", Must, "every CDI ID resolves in the CDI spec folders",
+		"container runtime: fails container creation for an unresolvable CDI device"),
+	mk("prepare.cdi-inject", Must, "the CDI devices inject into an OCI spec",
+		"container runtime: applies CDI container edits to the OCI spec"),
+	mk("prepare.idempotent", Must, "repeating NodePrepareResources gives the same answer",
+		"kubeletplugin contract: prepare must be idempotent (the kubelet retries and restarts)"),
+	mk("prepare.concurrent", Must, "prepares of distinct claims at the same time all succeed",
+		"kubelet: prepares claims of different pods concurrently"),
+	mk("prepare.every-device", Must, "every allocatable device can be prepared and unprepared",
+		"kubelet: any allocated device of the driver may be prepared"),
+	mk("prepare.device-in-use", Should, "a device prepared for one claim is refused to a second ordinary claim",
+		"kubeletplugin DRAPlugin doc: a driver should verify devices are not in use by another claim (last line of defence)"),
+	mk("prepare.other-version", Must, "an advertised second node service version prepares and unprepares like the first",
+		"kubelet: may use any advertised DRAPlugin version; both must prepare and unprepare the same way"),
+	mk("prepare.extra-claims", Must, "the configured extra claims are allocated, prepared and unprepared",
+		"the vendor's own claim templates work end to end"),
+
+	// unprepare
+	mk("unprepare.result-per-claim", Must, "NodeUnprepareResources answers every claim without error",
+		"kubelet: fails when a requested claim is missing or has an error"),
+	mk("unprepare.cleanup", Must, "files prepare created in the CDI folders are gone after unprepare",
+		"kubeletplugin contract: UnprepareResourceClaims must undo whatever PrepareResourceClaims did"),
+	mk("unprepare.idempotent", Must, "repeating NodeUnprepareResources succeeds",
+		"kubeletplugin contract: unprepare must be idempotent"),
+	mk("unprepare.unknown-claim", Must, "unpreparing a claim that was never prepared succeeds",
+		"kubeletplugin contract: it is not an error to unprepare a claim that is not prepared"),
+	mk("unprepare.after-delete", Must, "unprepare works after the claim object was deleted",
+		"kubeletplugin contract: the ResourceClaim may be gone when unprepare is called"),
+
+	// restart
+	mk("restart.reregister", Must, "after kill -9 and restart the driver registers again",
+		"kubelet: re-registers plugins whose socket reappears"),
+	mk("restart.still-prepared", Must, "a claim prepared before the crash prepares to the same answer after it",
+		"kubeletplugin contract: prepare is idempotent across driver restarts"),
+	mk("restart.unprepare", Must, "a claim prepared before the crash is unprepared and cleaned up after it",
+		"kubeletplugin contract: unprepare may be handled by another process than prepare"),
+
+	// health
+	mk("health.initial-report", Must, "the health stream sends a report naming only published devices",
+		"dra-health: NodeWatchResources streams DeviceHealth for the driver's pool/device pairs"),
+	mk("health.coverage", Should, "the first reports cover every published device",
+		"kubeletplugin DRAPlugin.WatchHealthStatus: send an initial report covering all devices"),
+	mk("health.refresh", Should, "every device's health is refreshed within its timeout",
+		"kubelet: health not refreshed within health_check_timeout_seconds (default 30 s) becomes Unknown"),
+
+	// robustness
+	mk("robust.empty-request", Must, "NodePrepareResources and NodeUnprepareResources with no claims do not crash the driver",
+		"gRPC servers must survive any well-formed request"),
+	mk("robust.duplicate-uids", Must, "a request naming the same claim twice gets one answer and no crash",
+		"gRPC servers must survive any well-formed request; results are keyed by UID"),
+	mk("robust.unallocated-claim", Must, "preparing a claim with no allocation fails with an error, no crash",
+		"kubeletplugin: claims that are not allocated are rejected"),
+	mk("robust.other-driver", Must, "devices of another driver in a claim are not prepared",
+		"kubelet: sends a claim to each driver with results in it; a driver prepares only its own devices"),
+	mk("robust.garbage-names", Must, "claims that do not exist or have garbage names get an error, no crash",
+		"gRPC servers must survive any well-formed request"),
+	mk("robust.still-serving", Must, "after all of the above the driver still prepares and unprepares",
+		"a driver must keep serving after bad requests"),
+}
+
+func mk(id string, level Level, desc, rule string) Check {
+	cat, _, _ := strings.Cut(id, ".")
+	return Check{ID: id, Category: cat, Description: desc, Rule: rule, Level: level}
+}
+
+// Checks returns the catalogue of checks in run order.
+func Checks() []Check {
+	out := make([]Check, len(catalogue))
+	copy(out, catalogue)
+	return out
+}
+
+func lookupCheck(id string) (Check, bool) {
+	for _, c := range catalogue {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return Check{}, false
+}

@@ -1,0 +1,366 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/dynamic-resource-allocation/structured"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+func (r *runner) registrationChecks(ctx context.Context) {
+	noInfo := "needs an answer to GetInfo (see registration.socket)"
+	r.check(ctx, "registration.socket", func(ctx context.Context) outcome {
+		socket, info, err := findRegistration(ctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+		if err != nil {
+			return fail("%v\nServe pluginregistration.Registration on a unix socket in the kubelet's plugin registry (kubeletplugin names it <driver>-reg.sock).", err)
+		}
+		r.regSocket, r.info = socket, info
+		return pass("%s answers GetInfo", socket)
+	})
+	r.check(ctx, "registration.type", func(ctx context.Context) outcome {
+		if r.info == nil {
+			return skip("%s", noInfo)
+		}
+		if r.info.Type != registerapi.DRAPlugin {
+			return fail("GetInfo reports type %q; report %q", r.info.Type, registerapi.DRAPlugin)
+		}
+		return pass("type %s", r.info.Type)
+	})
+	r.check(ctx, "registration.name", func(ctx context.Context) outcome {
+		if r.info == nil {
+			return skip("%s", noInfo)
+		}
+		if r.info.Name != r.cfg.DriverName {
+			return fail("GetInfo reports name %q; report the driver name %q that the ResourceSlices use", r.info.Name, r.cfg.DriverName)
+		}
+		return pass("name %s", r.info.Name)
+	})
+	r.check(ctx, "registration.versions", func(ctx context.Context) outcome {
+		if r.info == nil {
+			return skip("%s", noInfo)
+		}
+		var f failures
+		var unknown []string
+		for i, v := range r.info.SupportedVersions {
+			if strings.TrimSpace(v) != v || v == "" {
+				f.add("supported_versions[%d] = %q is malformed", i, v)
+				continue
+			}
+			if firstKnown([]string{v}, append(append([]string{}, nodeServices...), healthServices...)) == "" {
+				unknown = append(unknown, v)
+			}
+		}
+		node := firstKnown(r.info.SupportedVersions, nodeServices)
+		if node == "" {
+			f.add("supported_versions %q name no DRA node service the kubelet knows; list %q (and/or %q)", r.info.SupportedVersions, nodeServices[0], nodeServices[1])
+		}
+		msg := fmt.Sprintf("%q; the kubelet uses %s", r.info.SupportedVersions, node)
+		if len(unknown) > 0 {
+			msg += fmt.Sprintf("; entries the kubelet ignores: %q", unknown)
+		}
+		return f.outcome("%s", msg)
+	})
+	r.check(ctx, "registration.endpoint", func(ctx context.Context) outcome {
+		if r.info == nil {
+			return skip("%s", noInfo)
+		}
+		if err := r.connect(ctx); err != nil {
+			return fail("%v\nGetInfo's endpoint %q (translated: %q) must be a unix socket serving the DRA node service; if the driver runs in another mount namespace, give a path mapping", err, r.info.Endpoint, translate(r.info.Endpoint, r.cfg.PathMappings))
+		}
+		return pass("%s is ready; using %s", r.endpoint, r.nodeService)
+	})
+	r.check(ctx, "registration.notify", func(ctx context.Context) outcome {
+		if r.regSocket == "" {
+			return skip("%s", noInfo)
+		}
+		if err := notifyRegistration(ctx, r.regSocket, true, ""); err != nil {
+			return fail("%v", err)
+		}
+		return pass("accepted")
+	})
+}
+
+// sliceFilter reports whether a slice is relevant for the node.
+func (r *runner) sliceRelevant(sl *resourceapi.ResourceSlice) bool {
+	if sl.Spec.NodeName != nil {
+		return *sl.Spec.NodeName == r.cfg.NodeName
+	}
+	if sl.Spec.PerDeviceNodeSelection != nil && *sl.Spec.PerDeviceNodeSelection {
+		return true
+	}
+	allNodes := sl.Spec.AllNodes != nil && *sl.Spec.AllNodes
+	ok, err := structured.NodeMatches(allocFeatures, r.sched.node, "", allNodes, sl.Spec.NodeSelector)
+	return err == nil && ok
+}
+
+// deviceRelevant reports whether a device of a relevant slice can be
+// used on the node (devices of slices with per-device node selection).
+func (r *runner) deviceRelevant(sl *resourceapi.ResourceSlice, d *resourceapi.Device) bool {
+	if sl.Spec.PerDeviceNodeSelection == nil || !*sl.Spec.PerDeviceNodeSelection {
+		return true
+	}
+	if d.NodeName != nil {
+		return *d.NodeName == r.cfg.NodeName
+	}
+	allNodes := d.AllNodes != nil && *d.AllNodes
+	ok, err := structured.NodeMatches(allocFeatures, r.sched.node, "", allNodes, d.NodeSelector)
+	return err == nil && ok
+}
+
+// poolState summarizes the slices of one pool.
+type poolState struct {
+	generation int64
+	want       int64
+	current    []*resourceapi.ResourceSlice
+	counts     map[int64]bool
+}
+
+func (r *runner) listSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
+	list, err := r.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", r.cfg.DriverName).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	var out []*resourceapi.ResourceSlice
+	for i := range list.Items {
+		if r.sliceRelevant(&list.Items[i]) {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+func pools(slices []*resourceapi.ResourceSlice) map[string]*poolState {
+	ps := map[string]*poolState{}
+	for _, sl := range slices {
+		p := ps[sl.Spec.Pool.Name]
+		if p == nil {
+			p = &poolState{counts: map[int64]bool{}}
+			ps[sl.Spec.Pool.Name] = p
+		}
+		switch {
+		case sl.Spec.Pool.Generation > p.generation:
+			p.generation, p.current, p.counts = sl.Spec.Pool.Generation, nil, map[int64]bool{}
+			fallthrough
+		case sl.Spec.Pool.Generation == p.generation:
+			p.current = append(p.current, sl)
+			p.counts[sl.Spec.Pool.ResourceSliceCount] = true
+			p.want = sl.Spec.Pool.ResourceSliceCount
+		}
+	}
+	return ps
+}
+
+func incomplete(ps map[string]*poolState) []string {
+	var out []string
+	for name, p := range ps {
+		if int64(len(p.current)) != p.want || len(p.counts) != 1 {
+			out = append(out, fmt.Sprintf("pool %q generation %d has %d slices, resourceSliceCount says %d", name, p.generation, len(p.current), p.want))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var (
+	pcieRootRE = regexp.MustCompile(`^pci[0-9a-f]{4}:[0-9a-f]{2}$`)
+	pciBusIDRE = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+)
+
+const stdPrefix = "resource.kubernetes.io/"
+
+// checkStandardAttribute returns a problem with a standard attribute, or "".
+func checkStandardAttribute(name resourceapi.QualifiedName, a resourceapi.DeviceAttribute) string {
+	switch string(name) {
+	case stdPrefix + "pcieRoot":
+		if a.StringValue == nil {
+			return fmt.Sprintf("%s must be a string like \"pci0000:00\" (pci<domain>:<bus>, lowercase hex)", name)
+		}
+		if !pcieRootRE.MatchString(*a.StringValue) {
+			return fmt.Sprintf("%s = %q is not pci<domain>:<bus> (e.g. \"pci0000:00\", lowercase hex)", name, *a.StringValue)
+		}
+	case stdPrefix + "pciBusID":
+		if a.StringValue == nil {
+			return fmt.Sprintf("%s must be a string in extended BDF notation like \"0000:3b:00.0\"", name)
+		}
+		if !pciBusIDRE.MatchString(*a.StringValue) {
+			return fmt.Sprintf("%s = %q is not extended BDF dddd:bb:dd.f (e.g. \"0000:3b:00.0\", lowercase hex)", name, *a.StringValue)
+		}
+	case stdPrefix + "numaNode":
+		switch {
+		case a.IntValue != nil:
+			if *a.IntValue < 0 || *a.IntValue >= 1024 {
+				return fmt.Sprintf("%s = %d is not a NUMA node (0..1023); leave the attribute out for a device without NUMA affinity", name, *a.IntValue)
+			}
+		case len(a.IntValues) > 0:
+			for _, v := range a.IntValues {
+				if v < 0 || v >= 1024 {
+					return fmt.Sprintf("%s list holds %d, not a NUMA node (0..1023)", name, v)
+				}
+			}
+		default:
+			return fmt.Sprintf("%s must be an int (the device's NUMA node) or an int list", name)
+		}
+	}
+	return ""
+}
+
+func (r *runner) sliceChecks(ctx context.Context) {
+	r.check(ctx, "slices.published", func(ctx context.Context) outcome {
+		if r.sched == nil {
+			return skip("no scheduler")
+		}
+		deadline := time.Now().Add(r.cfg.PublishTimeout)
+		var last []string
+		for {
+			slices, err := r.listSlices(ctx)
+			if err != nil {
+				return fail("%v", err)
+			}
+			ps := pools(slices)
+			last = incomplete(ps)
+			if len(slices) > 0 && len(last) == 0 {
+				r.useSlices(ps)
+				return pass("%d slices in %d pools with %d devices", len(r.slices), len(ps), len(r.devices))
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				if len(slices) == 0 {
+					return fail("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout)
+				}
+				r.useSlices(ps)
+				return fail("pools incomplete after %s: %s", r.cfg.PublishTimeout, strings.Join(last, "; "))
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+	noSlices := "needs published slices (see slices.published)"
+	r.check(ctx, "slices.pools", func(ctx context.Context) outcome {
+		if len(r.slices) == 0 {
+			return skip("%s", noSlices)
+		}
+		var f failures
+		for _, msg := range incomplete(pools(r.slices)) {
+			f.add("%s", msg)
+		}
+		devs := map[devRef]string{}
+		sets := map[string]string{}
+		for _, sl := range r.slices {
+			for _, d := range sl.Spec.Devices {
+				k := devRef{sl.Spec.Pool.Name, d.Name}
+				if other, ok := devs[k]; ok {
+					f.add("device %s is published twice (slices %s and %s); device names must be unique within a pool", k, other, sl.Name)
+				}
+				devs[k] = sl.Name
+			}
+			for _, cs := range sl.Spec.SharedCounters {
+				k := sl.Spec.Pool.Name + "/" + cs.Name
+				if other, ok := sets[k]; ok {
+					f.add("counter set %s is published twice (slices %s and %s); names must be unique within a pool", k, other, sl.Name)
+				}
+				sets[k] = sl.Name
+			}
+		}
+		return f.outcome("%d pools consistent, %d unique devices", len(pools(r.slices)), len(devs))
+	})
+	r.check(ctx, "slices.standard-attributes", func(ctx context.Context) outcome {
+		if len(r.slices) == 0 {
+			return skip("%s", noSlices)
+		}
+		var f failures
+		n := 0
+		for _, sl := range r.slices {
+			for _, d := range sl.Spec.Devices {
+				for name, a := range d.Attributes {
+					if !strings.HasPrefix(string(name), stdPrefix) {
+						continue
+					}
+					n++
+					if msg := checkStandardAttribute(name, a); msg != "" {
+						f.add("device %s/%s: %s", sl.Spec.Pool.Name, d.Name, msg)
+					}
+				}
+			}
+		}
+		return f.outcome("%d standard attributes well-typed", n)
+	})
+	r.check(ctx, "slices.counters", func(ctx context.Context) outcome {
+		if len(r.slices) == 0 {
+			return skip("%s", noSlices)
+		}
+		counters := map[string]map[string]resourceapi.CounterSet{} // pool -> set name -> set
+		for _, sl := range r.slices {
+			for _, cs := range sl.Spec.SharedCounters {
+				if counters[sl.Spec.Pool.Name] == nil {
+					counters[sl.Spec.Pool.Name] = map[string]resourceapi.CounterSet{}
+				}
+				counters[sl.Spec.Pool.Name][cs.Name] = cs
+			}
+		}
+		var f failures
+		n := 0
+		for _, sl := range r.slices {
+			for _, d := range sl.Spec.Devices {
+				for _, cc := range d.ConsumesCounters {
+					n++
+					cs, ok := counters[sl.Spec.Pool.Name][cc.CounterSet]
+					if !ok {
+						f.add("device %s/%s consumes from counter set %q, which pool %q does not publish", sl.Spec.Pool.Name, d.Name, cc.CounterSet, sl.Spec.Pool.Name)
+						continue
+					}
+					for cname, c := range cc.Counters {
+						have, ok := cs.Counters[cname]
+						if !ok {
+							f.add("device %s/%s consumes counter %q of set %q, which the set does not have", sl.Spec.Pool.Name, d.Name, cname, cc.CounterSet)
+							continue
+						}
+						if c.Value.Cmp(have.Value) > 0 {
+							f.add("device %s/%s consumes %s of counter %s/%s, which holds only %s: the device can never be allocated", sl.Spec.Pool.Name, d.Name, c.Value.String(), cc.CounterSet, cname, have.Value.String())
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			return skip("no device consumes counters")
+		}
+		return f.outcome("%d counter consumptions consistent", n)
+	})
+}
+
+// useSlices keeps the newest generation of each pool and indexes devices.
+func (r *runner) useSlices(ps map[string]*poolState) {
+	r.slices = nil
+	r.devices = nil
+	r.deviceObj = map[devRef]*resourceapi.Device{}
+	names := make([]string, 0, len(ps))
+	for n := range ps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		cur := ps[n].current
+		sort.Slice(cur, func(i, j int) bool { return cur[i].Name < cur[j].Name })
+		for _, sl := range cur {
+			r.slices = append(r.slices, sl)
+			for i := range sl.Spec.Devices {
+				d := &sl.Spec.Devices[i]
+				if !r.deviceRelevant(sl, d) {
+					continue
+				}
+				k := devRef{sl.Spec.Pool.Name, d.Name}
+				r.devices = append(r.devices, k)
+				r.deviceObj[k] = d
+			}
+		}
+	}
+	r.sched.slices = r.slices
+}

@@ -1,0 +1,454 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/klog/v2"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// adminAccessLabel must be on a namespace for claims in it to ask for
+// admin access.
+const adminAccessLabel = "resource.kubernetes.io/admin-access"
+
+// Test runs the suite from a vendor's own go test: one subtest per check
+// (named by its ID); a failed MUST check fails its subtest, a warning is
+// logged, a skip skips. Setup errors (bad Config, no API server) fail t.
+func Test(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	rep, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
+	for _, res := range rep.Results {
+		t.Run(res.ID, func(t *testing.T) {
+			switch res.Status {
+			case Fail:
+				t.Errorf("[%s] %s\n%s\nrule: %s", res.Level, res.Description, res.Message, res.Rule)
+			case Warn:
+				t.Logf("WARNING [%s] %s\n%s\nrule: %s", res.Level, res.Description, res.Message, res.Rule)
+			case Skip:
+				t.Skip(res.Message)
+			default:
+				t.Log(res.Message)
+			}
+		})
+	}
+	return rep
+}
+
+// Run runs every check of the catalogue against the driver and returns
+// the report. It returns an error only when the run cannot start (invalid
+// Config, namespace or class cannot be created, driver cannot be
+// started); failures of the driver are results in the report. Everything
+// the run creates in the API server and every process it starts is
+// removed or stopped before it returns.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, logger: klog.FromContext(ctx)}
+	r.report = &Report{Driver: cfg.DriverName, Node: cfg.NodeName, Started: time.Now()}
+	defer func() { r.report.Duration = time.Since(r.report.Started) }()
+	if err := r.setup(ctx); err != nil {
+		r.cleanup()
+		return nil, err
+	}
+	defer r.cleanup()
+	r.runAll(ctx)
+	return r.report, nil
+}
+
+// runner holds the state of one run.
+type runner struct {
+	cfg    Config
+	logger klog.Logger
+	report *Report
+
+	ns          string
+	createdNS   bool
+	class       string
+	createdCls  bool
+	sched       *scheduler
+	proc        *exec.Cmd
+	procDone    chan struct{}
+	procErr     error
+	regSocket   string
+	info        *registerapi.PluginInfo
+	endpoint    string
+	conn        *grpc.ClientConn
+	node        drapbv1.DRAPluginClient
+	nodeService string
+	slices      []*resourceapi.ResourceSlice
+	devices     []devRef
+	deviceObj   map[devRef]*resourceapi.Device
+
+	// state handed from check to check
+	everyDevicePrepare *outcome
+	mainClaims         []*resourceapi.ResourceClaim
+	mainResp           *drapbv1.NodePrepareResourcesResponse
+	cdiBefore          map[string]bool
+	cdiAfterPrepare    map[string]bool
+	allocatable        []devRef
+}
+
+// outcome is what a check function returns.
+type outcome struct {
+	status Status
+	msg    string
+}
+
+func pass(format string, args ...any) outcome {
+	return outcome{Pass, fmt.Sprintf(format, args...)}
+}
+func fail(format string, args ...any) outcome {
+	return outcome{Fail, fmt.Sprintf(format, args...)}
+}
+func skip(format string, args ...any) outcome {
+	return outcome{Skip, fmt.Sprintf(format, args...)}
+}
+
+// failures collects problems of one check; empty means pass.
+type failures []string
+
+func (f *failures) add(format string, args ...any) { *f = append(*f, fmt.Sprintf(format, args...)) }
+
+func (f failures) outcome(passMsg string, args ...any) outcome {
+	if len(f) == 0 {
+		return pass(passMsg, args...)
+	}
+	const max = 8
+	msgs := []string(f)
+	more := ""
+	if len(msgs) > max {
+		more = fmt.Sprintf("\n(and %d more)", len(msgs)-max)
+		msgs = msgs[:max]
+	}
+	return fail("%s%s", strings.Join(msgs, "\n"), more)
+}
+
+// check runs one check and records its result.
+func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Context) outcome) outcome {
+	ch, ok := lookupCheck(id)
+	if !ok {
+		panic("conformance: unknown check " + id) // programming error in the suite
+	}
+	start := time.Now()
+	var out outcome
+	if r.cfg.skipped(ch) {
+		out = skip("skipped by configuration")
+	} else if ctx.Err() != nil {
+		out = skip("run canceled: %v", ctx.Err())
+	} else {
+		out = r.safe(ctx, fn)
+	}
+	if out.status == Fail && ch.Level == Should {
+		out.status = Warn
+	}
+	res := Result{Check: ch, Status: out.status, Message: out.msg, Duration: time.Since(start)}
+	r.report.Results = append(r.report.Results, res)
+	if r.cfg.Progress != nil {
+		fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
+	}
+	return out
+}
+
+// record records a result computed elsewhere (by an earlier check).
+func (r *runner) record(ctx context.Context, id string, out *outcome, orSkip string) {
+	r.check(ctx, id, func(context.Context) outcome {
+		if out == nil {
+			return skip("%s", orSkip)
+		}
+		return *out
+	})
+}
+
+func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome) (out outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = fail("internal error in the conformance suite (please report): %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn(ctx)
+}
+
+// setup creates the namespace and class and starts the driver.
+func (r *runner) setup(ctx context.Context) error {
+	cfg := r.cfg
+	client := cfg.Client
+	suffix := rand.String(5)
+	r.ns = cfg.Namespace
+	if r.ns == "" {
+		r.ns = "drakit-conformance-" + suffix
+	}
+	ns, err := client.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns, Labels: map[string]string{adminAccessLabel: "true"}}}
+		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create namespace %s: %w", r.ns, err)
+		}
+		r.createdNS = true
+	case err != nil:
+		return fmt.Errorf("get namespace %s: %w", r.ns, err)
+	}
+	r.class = cfg.DeviceClassName
+	if r.class == "" {
+		r.class = "drakit-conformance-" + suffix
+		cls := &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: r.class},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", cfg.DriverName)},
+			}}},
+		}
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, cls, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create device class %s: %w", r.class, err)
+		}
+		r.createdCls = true
+	}
+	var classes []*resourceapi.DeviceClass
+	list, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list device classes: %w", err)
+	}
+	for i := range list.Items {
+		classes = append(classes, &list.Items[i])
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get node %s: %w", cfg.NodeName, err)
+		}
+		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
+	}
+	r.sched = &scheduler{
+		client: client, driver: cfg.DriverName, ns: r.ns, node: node,
+		classes:  classLister{classes: classes},
+		consumer: resourceapi.ResourceClaimConsumerReference{APIGroup: consumerGroup, Resource: consumerResource, Name: "run-" + suffix, UID: uuid.NewUUID()},
+		celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
+		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
+		prefix:   "c" + suffix,
+	}
+	if len(cfg.StartCommand) > 0 {
+		if err := r.startDriver(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanup stops the driver and deletes what setup created.
+func (r *runner) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	r.stopDriver(syscall.SIGTERM)
+	client := r.cfg.Client
+	if r.createdCls {
+		_ = client.ResourceV1().DeviceClasses().Delete(ctx, r.class, metav1.DeleteOptions{})
+	}
+	if r.createdNS {
+		_ = client.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{})
+	} else if r.sched != nil {
+		_ = client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=drakit-conformance"})
+	}
+}
+
+// startDriver starts StartCommand as a child process in its own process
+// group.
+func (r *runner) startDriver() error {
+	cmd := exec.Command(r.cfg.StartCommand[0], r.cfg.StartCommand[1:]...)
+	cmd.Env = append(os.Environ(), r.cfg.StartEnv...)
+	out := r.cfg.DriverOutput
+	if out == nil {
+		out = io.Discard
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start driver %q: %w", r.cfg.StartCommand[0], err)
+	}
+	done := make(chan struct{})
+	r.proc, r.procDone = cmd, done
+	go func() {
+		r.procErr = cmd.Wait()
+		close(done)
+	}()
+	return nil
+}
+
+// stopDriver sends sig to the driver's process group, waits for it (up
+// to 10 s, then SIGKILL) and forgets it.
+func (r *runner) stopDriver(sig syscall.Signal) {
+	if r.proc == nil {
+		return
+	}
+	pid := r.proc.Process.Pid
+	_ = syscall.Kill(-pid, sig)
+	select {
+	case <-r.procDone:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-r.procDone
+	}
+	r.proc, r.procDone = nil, nil
+}
+
+// driverExited reports whether the driver the suite started has exited
+// (false when the suite did not start it).
+func (r *runner) driverExited() (bool, string) {
+	if r.procDone == nil {
+		return false, ""
+	}
+	select {
+	case <-r.procDone:
+		return true, fmt.Sprintf("the driver process exited (%v)", r.procErr)
+	default:
+		return false, ""
+	}
+}
+
+// alive reports whether the driver still serves: its process is running
+// (when the suite started it) and the node service answers an unprepare
+// of an unknown claim. The reason says what is wrong.
+func (r *runner) alive(ctx context.Context) (bool, string) {
+	// Give a crashing process a moment to exit.
+	if r.procDone != nil {
+		select {
+		case <-r.procDone:
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	if exited, why := r.driverExited(); exited {
+		return false, why
+	}
+	if r.node == nil {
+		return false, "no node service connection"
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
+	if isTransport(err) {
+		return false, fmt.Sprintf("the node service does not answer: %v", err)
+	}
+	return true, ""
+}
+
+// revive restarts the driver after it died, when the suite started it,
+// so that later checks can run.
+func (r *runner) revive(ctx context.Context) {
+	if r.proc == nil {
+		return
+	}
+	if exited, _ := r.driverExited(); !exited {
+		return
+	}
+	r.proc, r.procDone = nil, nil
+	if err := r.startDriver(); err != nil {
+		r.logger.Error(err, "Restart driver after crash")
+		return
+	}
+	_ = r.connect(ctx)
+}
+
+// connect (re)finds the registration socket and dials the endpoint.
+func (r *runner) connect(ctx context.Context) error {
+	socket, info, err := findRegistration(ctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+	if err != nil {
+		return err
+	}
+	r.regSocket, r.info = socket, info
+	endpoint := info.Endpoint
+	if endpoint == "" {
+		endpoint = socket
+	}
+	r.endpoint = translate(endpoint, r.cfg.PathMappings)
+	conn, err := dial(ctx, r.endpoint, kubeletDialTimeout)
+	if err != nil {
+		return err
+	}
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	r.conn = conn
+	r.nodeService = firstKnown(info.SupportedVersions, nodeServices)
+	if r.nodeService == "" {
+		r.nodeService = nodeServices[0]
+	}
+	r.node = nodeClient(conn, r.nodeService)
+	return nil
+}
+
+// prepare calls NodePrepareResources for claims.
+func (r *runner) prepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) (*drapbv1.NodePrepareResourcesResponse, error) {
+	return r.prepareWith(ctx, r.node, claims...)
+}
+
+func (r *runner) prepareWith(ctx context.Context, node drapbv1.DRAPluginClient, claims ...*resourceapi.ResourceClaim) (*drapbv1.NodePrepareResourcesResponse, error) {
+	if node == nil {
+		return nil, errors.New("no connection to the node service (see registration.endpoint)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: pbClaims(claims)})
+}
+
+// unprepare calls NodeUnprepareResources for claims.
+func (r *runner) unprepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) (*drapbv1.NodeUnprepareResourcesResponse, error) {
+	return r.unprepareWith(ctx, r.node, claims...)
+}
+
+func (r *runner) unprepareWith(ctx context.Context, node drapbv1.DRAPluginClient, claims ...*resourceapi.ResourceClaim) (*drapbv1.NodeUnprepareResourcesResponse, error) {
+	if node == nil {
+		return nil, errors.New("no connection to the node service (see registration.endpoint)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: pbClaims(claims)})
+}
+
+func pbClaims(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
+	out := make([]*drapbv1.Claim, 0, len(claims))
+	for _, c := range claims {
+		out = append(out, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	return out
+}
+
+// runAll runs the catalogue in order.
+func (r *runner) runAll(ctx context.Context) {
+	r.registrationChecks(ctx)
+	r.sliceChecks(ctx)
+	r.allocationChecks(ctx)
+	r.prepareChecks(ctx)
+	r.unprepareChecks(ctx)
+	r.restartChecks(ctx)
+	r.healthChecks(ctx)
+	r.robustnessChecks(ctx)
+	if len(r.report.Results) != len(catalogue) {
+		// Every check must report exactly once; a mismatch is a bug here.
+		r.logger.Error(nil, "Conformance suite reported an unexpected number of results", "got", len(r.report.Results), "want", len(catalogue))
+	}
+}

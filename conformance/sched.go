@@ -1,0 +1,232 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// allocFeatures are the allocator features the suite uses. They only take
+// effect where slices and claims use the matching fields, which the API
+// server drops when its feature gates are off.
+var allocFeatures = structured.Features{
+	AdminAccess:            true,
+	PrioritizedList:        true,
+	PartitionableDevices:   true,
+	DeviceTaints:           true,
+	DeviceBindingAndStatus: true,
+	ConsumableCapacity:     true,
+}
+
+// consumerGroup and consumerResource name the suite as the consumer in
+// status.reservedFor. The resource claim controller keeps reservations
+// for consumers it does not know, so allocations stay in place.
+const (
+	consumerGroup    = "conformance.drakit.dev"
+	consumerResource = "conformanceruns"
+)
+
+// devRef names one published device.
+type devRef struct {
+	Pool, Name string
+}
+
+func (d devRef) String() string { return d.Pool + "/" + d.Name }
+
+// scheduler plays kube-scheduler: it allocates claims with the real
+// structured allocator against the driver's slices and writes the result
+// to the API server.
+type scheduler struct {
+	client   kubernetes.Interface
+	driver   string
+	ns       string
+	node     *corev1.Node
+	classes  classLister
+	slices   []*resourceapi.ResourceSlice
+	consumer resourceapi.ResourceClaimConsumerReference
+	celCache *cel.Cache
+
+	mu     sync.Mutex
+	inUse  map[types.UID][]resourceapi.DeviceRequestAllocationResult // by claim
+	seq    int
+	prefix string
+}
+
+type classLister struct{ classes []*resourceapi.DeviceClass }
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l.classes, nil }
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	for _, c := range l.classes {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("device class %q not found", name)
+}
+
+// allocatedState returns the devices allocated to the suite's claims.
+func (s *scheduler) allocatedState() structured.AllocatedState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, results := range s.inUse {
+		for _, r := range results {
+			if r.AdminAccess != nil && *r.AdminAccess {
+				continue
+			}
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID != nil {
+				st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+				if r.ConsumedCapacity != nil {
+					st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+				}
+				continue
+			}
+			st.AllocatedDevices.Insert(id)
+		}
+	}
+	return st
+}
+
+// onlyDevice returns copies of the slices in which every device but dev is
+// removed, so that the allocator can pick only dev (CEL cannot select a
+// device by name). Pools stay complete and counter sets stay in place.
+func onlyDevice(slices []*resourceapi.ResourceSlice, dev devRef) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, 0, len(slices))
+	for _, sl := range slices {
+		c := sl.DeepCopy()
+		c.Spec.Devices = nil
+		if sl.Spec.Pool.Name == dev.Pool {
+			for _, d := range sl.Spec.Devices {
+				if d.Name == dev.Name {
+					c.Spec.Devices = append(c.Spec.Devices, d)
+				}
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// newClaim creates a claim with the given spec and returns it.
+func (s *scheduler) newClaim(ctx context.Context, base string, spec resourceapi.ResourceClaimSpec) (*resourceapi.ResourceClaim, error) {
+	s.mu.Lock()
+	s.seq++
+	name := fmt.Sprintf("%s-%s-%d", s.prefix, base, s.seq)
+	s.mu.Unlock()
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "drakit-conformance"}},
+		Spec:       spec,
+	}
+	created, err := s.client.ResourceV1().ResourceClaims(s.ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create claim %s: %w", name, err)
+	}
+	return created, nil
+}
+
+// allocate runs the structured allocator for claim, restricted to dev when
+// dev is not nil. It returns nil, nil when the allocator finds no
+// allocation.
+func (s *scheduler) allocate(ctx context.Context, claim *resourceapi.ResourceClaim, dev *devRef) (*resourceapi.AllocationResult, error) {
+	slices := s.slices
+	if dev != nil {
+		slices = onlyDevice(slices, *dev)
+	}
+	alloc, err := structured.NewAllocator(ctx, allocFeatures, s.allocatedState(), s.classes, slices, s.celCache)
+	if err != nil {
+		return nil, fmt.Errorf("create allocator: %w", err)
+	}
+	results, err := alloc.Allocate(ctx, s.node, []*resourceapi.ResourceClaim{claim})
+	if err != nil {
+		return nil, fmt.Errorf("allocate claim %s: %w", claim.Name, err)
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	return &results[0], nil
+}
+
+// commit writes allocation and the suite's reservation to the claim's
+// status, as the scheduler does, and records the devices as in use.
+func (s *scheduler) commit(ctx context.Context, claim *resourceapi.ResourceClaim, alloc *resourceapi.AllocationResult) (*resourceapi.ResourceClaim, error) {
+	c := claim.DeepCopy()
+	c.Status.Allocation = alloc
+	if c.Status.Allocation.AllocationTimestamp == nil {
+		now := metav1.NewTime(time.Now())
+		c.Status.Allocation.AllocationTimestamp = &now
+	}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{s.consumer}
+	updated, err := s.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("write allocation of claim %s: %w", claim.Name, err)
+	}
+	s.mu.Lock()
+	s.inUse[updated.UID] = updated.Status.Allocation.Devices.Results
+	s.mu.Unlock()
+	return updated, nil
+}
+
+// allocated creates a claim, allocates and commits it. With dev set, only
+// that device may be used. It fails when the allocator finds nothing.
+func (s *scheduler) allocated(ctx context.Context, base string, spec resourceapi.ResourceClaimSpec, dev *devRef) (*resourceapi.ResourceClaim, error) {
+	claim, err := s.newClaim(ctx, base, spec)
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := s.allocate(ctx, claim, dev)
+	if err == nil && alloc == nil {
+		err = fmt.Errorf("the structured allocator found no allocation for claim %s", claim.Name)
+	}
+	if err != nil {
+		s.release(ctx, claim)
+		return nil, err
+	}
+	updated, err := s.commit(ctx, claim, alloc)
+	if err != nil {
+		s.release(ctx, claim)
+		return nil, err
+	}
+	return updated, nil
+}
+
+// release deletes the claim and frees its devices. Errors are ignored:
+// the namespace is deleted at the end anyway.
+func (s *scheduler) release(ctx context.Context, claim *resourceapi.ResourceClaim) {
+	s.mu.Lock()
+	delete(s.inUse, claim.UID)
+	s.mu.Unlock()
+	err := s.client.ResourceV1().ResourceClaims(claim.Namespace).Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return
+	}
+}
+
+// exactRequest returns a request for count devices of class.
+func exactRequest(name, class string, count int64) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           count,
+		Tolerations:     []resourceapi.DeviceToleration{{Operator: resourceapi.DeviceTolerationOpExists}},
+	}}
+}
+
+func claimSpec(reqs ...resourceapi.DeviceRequest) resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}
+}
