@@ -21,6 +21,14 @@ type options struct {
 	disabledCtrls []string
 	log           io.Writer
 	nodeName      string
+	dieWithParent bool
+}
+
+// WithDieWithParent makes every process of the cluster get SIGKILL when
+// the calling process dies (used by tests, so that a crashed test binary
+// leaves nothing running). drakit cluster up does not use it.
+func WithDieWithParent() Option {
+	return func(o *options) error { o.dieWithParent = true; return nil }
 }
 
 // WithNode adds a real node: a kubelet with containerd and runc, CDI specs

@@ -17,7 +17,7 @@ func Start(t testing.TB, opts ...cluster.Option) *cluster.Cluster {
 	if testing.Short() {
 		t.Skip("starts a real cluster; skipped with -short")
 	}
-	c, err := cluster.Start(context.Background(), opts...)
+	c, err := cluster.Start(context.Background(), append([]cluster.Option{cluster.WithDieWithParent()}, opts...)...)
 	if err != nil {
 		t.Fatalf("start local cluster: %v", err)
 	}

@@ -1,0 +1,294 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// hostState records what a kubelet changes on the host so that Stop can
+// undo it: the sysctls it sets, the iptables chains it creates, the host
+// folders it creates.
+type hostState struct {
+	Sysctls     map[string]string `json:"sysctls"`
+	Chains      []string          `json:"chains"` // "iptables|table|chain" present before the kubelet
+	CreatedDirs []string          `json:"createdDirs"`
+}
+
+// The sysctls a kubelet sets at start.
+var kubeletSysctls = []string{"kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory"}
+
+// Host folders a kubelet creates whatever its root dir.
+var kubeletHostDirs = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods"}
+
+const (
+	busyboxImage = "drakit.local/busybox:latest"
+	pauseImage   = "registry.k8s.io/pause:3.10"
+)
+
+func nodeLockPath() string { return filepath.Join(os.TempDir(), "drakit-node.lock") }
+
+// lockNode takes the host-wide node lock. The lock's file is handed to the
+// kubelet and containerd, so it stays held for as long as either runs, even
+// after the starting process exits (drakit cluster up).
+func (s *state) lockNode(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(nodeLockPath(), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open node lock: %w", err)
+	}
+	announced := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !announced {
+			owner, _ := os.ReadFile(nodeLockPath())
+			s.logf("waiting for another drakit node to stop (%s); a cluster left by `drakit cluster up` stops with `drakit cluster down`", strings.TrimSpace(string(owner)))
+			announced = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for the node lock %s: %w", nodeLockPath(), ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(s.dir+"\n"), 0)
+	return f, nil
+}
+
+func (s *state) startNode(ctx context.Context, c *Cluster, o *options) error {
+	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	lock, err := s.lockNode(lockCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer lock.Close() // the children keep their own descriptor
+	// Under the lock no other drakit node runs: whatever a crashed one left
+	// (pods, shims, cgroups, mounts, iptables chains) goes now.
+	s.cleanStaleNode(o.binDir)
+
+	s.Node = o.nodeName
+	s.Host = &hostState{Sysctls: map[string]string{}}
+	for _, k := range kubeletSysctls {
+		if v, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			s.Host.Sysctls[k] = strings.TrimSpace(string(v))
+		}
+	}
+	s.Host.Chains = listChains()
+	for _, d := range kubeletHostDirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			s.Host.CreatedDirs = append(s.Host.CreatedDirs, d)
+		}
+	}
+	if err := s.save(); err != nil {
+		return err
+	}
+
+	ctrDir := filepath.Join(s.dir, "containerd")
+	c.CDIDir = filepath.Join(s.dir, "cdi")
+	kubeletRoot := filepath.Join(s.dir, "kubelet")
+	c.PluginRegistryDir = filepath.Join(kubeletRoot, "plugins_registry")
+	c.PluginsDir = filepath.Join(kubeletRoot, "plugins")
+	c.NodeName = o.nodeName
+	c.Images = Images{Busybox: busyboxImage, Pause: pauseImage}
+	for _, d := range []string{ctrDir, c.CDIDir, filepath.Join(s.dir, "cni"), kubeletRoot, c.PluginRegistryDir, c.PluginsDir, filepath.Join(s.dir, "pod-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create node folder: %w", err)
+		}
+	}
+	runc, err := lookPath("runc")
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(ctrDir, "containerd.sock")
+	ctrConfig := fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = [%[5]q]
+  restrict_oom_score_adj = true
+
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %[6]q
+        Root = %[7]q
+        SystemdCgroup = false
+
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%[8]q]
+    conf_dir = %[9]q
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = %[10]q
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = '127.0.0.1'
+  stream_server_port = '0'
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+`, filepath.Join(ctrDir, "root"), filepath.Join(ctrDir, "state"), sock, sock+".ttrpc", c.CDIDir,
+		runc, filepath.Join(ctrDir, "runc"), cniBinDir, filepath.Join(s.dir, "cni"), pauseImage)
+	if err := os.WriteFile(filepath.Join(ctrDir, "config.toml"), []byte(ctrConfig), 0o644); err != nil {
+		return fmt.Errorf("write containerd config: %w", err)
+	}
+	cni := `{"cniVersion": "1.0.0", "name": "drakit-loopback", "plugins": [{"type": "loopback"}]}`
+	if err := os.WriteFile(filepath.Join(s.dir, "cni", "10-loopback.conflist"), []byte(cni), 0o644); err != nil {
+		return fmt.Errorf("write CNI config: %w", err)
+	}
+	pathEnv := "PATH=" + o.binDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	ctr, err := s.startProcLocked("containerd", filepath.Join(o.binDir, "containerd"),
+		[]string{"--config", filepath.Join(ctrDir, "config.toml")}, []string{pathEnv}, lock)
+	if err != nil {
+		return err
+	}
+	ctrCmd := func(ctx context.Context, args ...string) error {
+		full := append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)
+		out, err := exec.CommandContext(ctx, filepath.Join(o.binDir, "ctr"), full...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := s.waitFor(ctx, "containerd", ctr, 30*time.Second, func(ctx context.Context) error { return ctrCmd(ctx, "version") }); err != nil {
+		return err
+	}
+	for _, img := range []string{"pause.tar", "busybox.tar"} {
+		if err := ctrCmd(ctx, "images", "import", "--no-unpack=false", filepath.Join(o.imageDir, img)); err != nil {
+			return fmt.Errorf("load image %s: %w", img, err)
+		}
+	}
+
+	p := s.pki
+	if err := p.issue("kubelet", "system:node:"+o.nodeName, []string{"system:nodes"}, true, nil, []string{o.nodeName, "localhost"}); err != nil {
+		return err
+	}
+	server := fmt.Sprintf("https://127.0.0.1:%d", s.Ports.APIServer)
+	kubeconfig := filepath.Join(s.dir, "kubelet.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, server, p, "kubelet"); err != nil {
+		return err
+	}
+	gates := ""
+	if len(o.featureGates) > 0 {
+		gates = "featureGates:\n"
+		for k, v := range o.featureGates {
+			gates += fmt.Sprintf("  %s: %t\n", k, v)
+		}
+	}
+	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+containerRuntimeEndpoint: unix://%s
+oomScoreAdj: 0
+failSwapOn: false
+podLogsDir: %s
+resolvConf: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %s
+authorization:
+  mode: AlwaysAllow
+syncFrequency: 5s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 5s
+%s`, s.Ports.Kubelet, s.Ports.KubeletHealthz, sock, filepath.Join(s.dir, "pod-logs"), p.path("ca.crt"), gates)
+	kcfgPath := filepath.Join(s.dir, "kubelet-config.yaml")
+	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o644); err != nil {
+		return fmt.Errorf("write kubelet config: %w", err)
+	}
+	kubelet, err := s.startProcLocked("kubelet", filepath.Join(o.binDir, "kubelet"), []string{
+		"--config=" + kcfgPath, "--kubeconfig=" + kubeconfig, "--root-dir=" + kubeletRoot,
+		"--hostname-override=" + o.nodeName, "--node-ip=127.0.0.1", "--v=2",
+	}, []string{pathEnv}, lock)
+	if err != nil {
+		return err
+	}
+	if err := s.waitFor(ctx, "node "+o.nodeName, kubelet, 90*time.Second, func(ctx context.Context) error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, o.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s not Ready yet", o.nodeName)
+	}); err != nil {
+		return err
+	}
+	// With the node lifecycle controller off nothing removes the taint the
+	// kubelet registers with; the node is Ready, so remove it here.
+	return untaintNotReady(ctx, c, o.nodeName)
+}
+
+func untaintNotReady(ctx context.Context, c *Cluster, name string) error {
+	for range 5 {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get node %s: %w", name, err)
+		}
+		var keep []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				keep = append(keep, t)
+			}
+		}
+		if len(keep) == len(n.Spec.Taints) {
+			return nil
+		}
+		n.Spec.Taints = keep
+		if _, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("remove not-ready taint of node %s: conflicts", name)
+}
+
+// startProcLocked starts a process that inherits the node lock.
+func (s *state) startProcLocked(name, bin string, args, env []string, lock *os.File) (*proc, error) {
+	return s.startProcFiles(name, bin, args, env, []*os.File{lock})
+}

@@ -1,0 +1,359 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Stop stops every process Start launched, by PID, undoes the kubelet's
+// host changes and removes a temporary Dir. It is safe to call twice.
+func (c *Cluster) Stop() error {
+	if c == nil || c.c == nil {
+		return nil
+	}
+	c.c.mu.Lock()
+	defer c.c.mu.Unlock()
+	return c.c.stop()
+}
+
+// StopDir stops a cluster from the state saved in dir by a Start in this
+// or another process (drakit cluster down). A folder with no saved state
+// is not an error.
+func StopDir(dir string, log io.Writer) error { return stopDir(dir, log) }
+
+func stopDir(dir string, log io.Writer) error {
+	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read cluster state: %w", err)
+	}
+	s := &state{}
+	if err := json.Unmarshal(data, s); err != nil {
+		return fmt.Errorf("decode cluster state %s: %w", filepath.Join(dir, "state.json"), err)
+	}
+	s.dir, s.log, s.KeepDir = dir, log, true
+	return s.stop()
+}
+
+func (s *state) stop() error {
+	var errs []error
+	if s.Host != nil {
+		errs = append(errs, s.stopNode())
+	}
+	for i := len(s.Procs) - 1; i >= 0; i-- {
+		p := s.Procs[i]
+		p.stop(10 * time.Second)
+		if p.alive() {
+			errs = append(errs, fmt.Errorf("%s (pid %d) did not stop", p.Name, p.PID))
+		}
+	}
+	s.Procs = nil
+	unmountUnder(s.dir)
+	if s.KeepDir {
+		if _, err := os.Stat(s.dir); err == nil {
+			errs = append(errs, s.save())
+		}
+	} else if err := os.RemoveAll(s.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove cluster folder: %w", err))
+	}
+	s.logf("stopped")
+	return errors.Join(errs...)
+}
+
+// stopNode stops the kubelet, the containers and containerd, then undoes
+// the kubelet's host changes.
+func (s *state) stopNode() error {
+	var errs []error
+	for _, name := range []string{"kubelet"} {
+		for _, p := range s.Procs {
+			if p.Name == name {
+				p.stop(10 * time.Second)
+			}
+		}
+	}
+	killKubepods()
+	for _, p := range s.Procs {
+		if p.Name == "containerd" {
+			p.stop(10 * time.Second)
+		}
+	}
+	killMatching(func(exe, cmdline string) bool {
+		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") && strings.Contains(cmdline, s.dir)
+	})
+	killKubepods()
+	removeKubepodsCgroups()
+	unmountUnder(s.dir)
+	for k, v := range s.Host.Sysctls {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restore sysctl %s: %w", k, err))
+		}
+	}
+	removeNewChains(s.Host.Chains)
+	// Links the kubelet made to our pods' logs.
+	if ents, err := os.ReadDir("/var/log/containers"); err == nil {
+		for _, e := range ents {
+			p := filepath.Join("/var/log/containers", e.Name())
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, s.dir) {
+				_ = os.Remove(p)
+			}
+		}
+	}
+	for _, d := range s.Host.CreatedDirs {
+		unmountUnder(d)
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
+	}
+	s.Host = nil
+	return errors.Join(errs...)
+}
+
+// cleanStaleNode removes what a crashed drakit node left behind. It runs
+// under the node lock, so no other drakit node is running.
+func (s *state) cleanStaleNode(binDir string) {
+	n := killMatching(func(exe, cmdline string) bool {
+		return exe == filepath.Join(binDir, "kubelet") || exe == filepath.Join(binDir, "containerd") ||
+			exe == filepath.Join(binDir, "containerd-shim-runc-v2")
+	})
+	n += killKubepods()
+	removeKubepodsCgroups()
+	if n > 0 {
+		s.logf("stopped %d processes left by a crashed drakit node", n)
+	}
+}
+
+// killMatching SIGKILLs every process whose executable and command line
+// match, and returns how many it killed.
+func killMatching(match func(exe, cmdline string) bool) int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if match(args[0], strings.Join(args, " ")) {
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	waitGone(pids)
+	return len(pids)
+}
+
+func waitGone(pids []int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// kubepodsDirs lists the kubepods cgroup folders of every hierarchy.
+func kubepodsDirs() []string {
+	var dirs []string
+	if _, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil {
+		dirs = append(dirs, "/sys/fs/cgroup/kubepods")
+	}
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range ents {
+		d := filepath.Join("/sys/fs/cgroup", e.Name(), "kubepods")
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// killKubepods SIGKILLs every process in a kubepods cgroup: the pods of
+// a drakit node (only one runs on a host).
+func killKubepods() int {
+	seen := map[int]bool{}
+	for _, root := range kubepodsDirs() {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					seen[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	var pids []int
+	for pid := range seen {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		pids = append(pids, pid)
+	}
+	waitGone(pids)
+	return len(pids)
+}
+
+// removeKubepodsCgroups removes the kubelet's cgroup folders, deepest
+// first.
+func removeKubepodsCgroups() {
+	for _, root := range kubepodsDirs() {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			_ = syscall.Rmdir(d)
+		}
+	}
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) {
+	if dir == "" {
+		return
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			mounts = append(mounts, mp)
+		}
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+var iptablesTables = []string{"filter", "nat", "mangle"}
+
+// listChains returns "tool|table|chain" for every chain now present.
+func listChains() []string {
+	var out []string
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		bin, err := lookPath(tool)
+		if err != nil {
+			continue
+		}
+		for _, t := range iptablesTables {
+			data, err := exec.Command(bin, "-w", "-t", t, "-S").Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(data), "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
+					out = append(out, tool+"|"+t+"|"+f[1])
+				}
+			}
+		}
+	}
+	return out
+}
+
+// removeNewChains deletes the KUBE-* chains that were not there before
+// (and the rules that jump to them).
+func removeNewChains(before []string) {
+	had := map[string]bool{}
+	for _, c := range before {
+		had[c] = true
+	}
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		bin, err := lookPath(tool)
+		if err != nil {
+			continue
+		}
+		for _, t := range iptablesTables {
+			data, err := exec.Command(bin, "-w", "-t", t, "-S").Output()
+			if err != nil {
+				continue
+			}
+			var newChains []string
+			var rules [][]string
+			for _, line := range strings.Split(string(data), "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") && !had[tool+"|"+t+"|"+f[1]] {
+					newChains = append(newChains, f[1])
+				}
+				if len(f) >= 2 && f[0] == "-A" {
+					rules = append(rules, f)
+				}
+			}
+			isNew := map[string]bool{}
+			for _, c := range newChains {
+				isNew[c] = true
+			}
+			for _, r := range rules {
+				for i := 0; i+1 < len(r); i++ {
+					if (r[i] == "-j" || r[i] == "-g") && isNew[r[i+1]] && !isNew[r[1]] {
+						args := append([]string{"-w", "-t", t, "-D"}, r[1:]...)
+						_ = exec.Command(bin, args...).Run()
+						break
+					}
+				}
+			}
+			for _, c := range newChains {
+				_ = exec.Command(bin, "-w", "-t", t, "-F", c).Run()
+			}
+			for _, c := range newChains {
+				_ = exec.Command(bin, "-w", "-t", t, "-X", c).Run()
+			}
+		}
+	}
+}
