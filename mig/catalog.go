@@ -169,11 +169,14 @@ func NewProduct(name string, memorySlices, computeSlices int, profiles []Profile
 	if name == "" {
 		return nil, errors.New("build product: name is empty")
 	}
-	if memorySlices < 1 || memorySlices > 32 {
-		return nil, fmt.Errorf("build product %s: memorySlices %d out of range 1..32", name, memorySlices)
+	if memorySlices < 1 || memorySlices > 24 {
+		return nil, fmt.Errorf("build product %s: memorySlices %d out of range 1..24", name, memorySlices)
 	}
-	if computeSlices < 1 {
-		return nil, fmt.Errorf("build product %s: computeSlices %d must be positive", name, computeSlices)
+	if computeSlices < 1 || computeSlices > 64 {
+		return nil, fmt.Errorf("build product %s: computeSlices %d out of range 1..64", name, computeSlices)
+	}
+	if len(profiles) > maxProfiles {
+		return nil, fmt.Errorf("build product %s: %d profiles, at most %d", name, len(profiles), maxProfiles)
 	}
 	p := &Product{Name: name, MemorySlices: memorySlices, ComputeSlices: computeSlices, index: map[string]int{}}
 	for i, pr := range profiles {

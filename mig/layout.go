@@ -19,6 +19,9 @@ var (
 	ErrMaxCount = errors.New("too many instances of profile")
 	// ErrMediaExtensions: more than one "+me" instance on one GPU.
 	ErrMediaExtensions = errors.New("more than one +me instance")
+	// ErrCompute: the instances need more compute slices than the GPU has
+	// (never the case for NVIDIA's tables, possible for NVML-built ones).
+	ErrCompute = errors.New("not enough compute slices")
 )
 
 // Instance is one GPU instance on a GPU.
@@ -106,9 +109,10 @@ func ParseLayout(s string) (Layout, error) {
 // state is a GPU's occupancy in the form the enumerator and the planner
 // work on: used memory slices, per-profile counts, +me count.
 type state struct {
-	used   uint32
-	counts [maxProfiles]uint8
-	me     uint8
+	used    uint32
+	counts  [maxProfiles]uint8
+	me      uint8
+	compute uint8
 }
 
 const maxProfiles = 16
@@ -116,13 +120,15 @@ const maxProfiles = 16
 func (p *Product) fits(st *state, si int) bool {
 	s := p.slots[si]
 	pr := &p.Profiles[s.prof]
-	return st.used&s.mask == 0 && int(st.counts[s.prof]) < pr.MaxCount && (!pr.MediaExtensions || st.me == 0)
+	return st.used&s.mask == 0 && int(st.counts[s.prof]) < pr.MaxCount && (!pr.MediaExtensions || st.me == 0) &&
+		int(st.compute)+pr.ComputeSlices <= p.ComputeSlices
 }
 
 func (p *Product) add(st *state, si int) {
 	s := p.slots[si]
 	st.used |= s.mask
 	st.counts[s.prof]++
+	st.compute += uint8(p.Profiles[s.prof].ComputeSlices)
 	if p.Profiles[s.prof].MediaExtensions {
 		st.me++
 	}
@@ -132,6 +138,7 @@ func (p *Product) remove(st *state, si int) {
 	s := p.slots[si]
 	st.used &^= s.mask
 	st.counts[s.prof]--
+	st.compute -= uint8(p.Profiles[s.prof].ComputeSlices)
 	if p.Profiles[s.prof].MediaExtensions {
 		st.me--
 	}
@@ -148,8 +155,9 @@ func (p *Product) slotIndex(prof, start int) int {
 
 // Validate checks a layout against the placement rules: known profile,
 // allowed start, no shared memory slice, per-profile maximum, at most one
-// "+me" instance. The error names the instance and wraps ErrUnknownProfile,
-// ErrPlacement, ErrOverlap, ErrMaxCount or ErrMediaExtensions.
+// "+me" instance, compute slices within the GPU's. The error names the
+// instance and wraps ErrUnknownProfile, ErrPlacement, ErrOverlap,
+// ErrMaxCount, ErrMediaExtensions or ErrCompute.
 func (p *Product) Validate(l Layout) error {
 	_, err := p.stateOf(l)
 	return err
@@ -187,6 +195,9 @@ func (p *Product) stateOf(l Layout) (state, error) {
 				return st, fmt.Errorf("validate layout on %s: instances[%d] (%s@%d): %w (instances[%d] is %s)", p.Name, i, pr.Name, in.Start, ErrMediaExtensions, meAt, l[meAt].Profile)
 			}
 			meAt = i
+		}
+		if int(st.compute)+pr.ComputeSlices > p.ComputeSlices {
+			return st, fmt.Errorf("validate layout on %s: instances[%d] (%s@%d): %w: %d in use, %d more needed, %d exist", p.Name, i, pr.Name, in.Start, ErrCompute, st.compute, pr.ComputeSlices, p.ComputeSlices)
 		}
 		p.add(&st, si)
 	}
