@@ -133,7 +133,9 @@ func needsCountCounter(pr Profile) bool {
 	return len(pr.Starts) > pr.MaxCount && !(pr.MediaExtensions && pr.MaxCount >= 1)
 }
 
-func qty(v int64) resourceapi.Counter { return resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)} }
+func qty(v int64) resourceapi.Counter {
+	return resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
+}
 
 // NewCounterModel builds the counter model of a node's GPUs. GPU indices
 // must be unique and non-negative; each GPU's counter set must fit in 32
