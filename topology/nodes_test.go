@@ -78,7 +78,7 @@ func TestPlan(t *testing.T) {
 		wantLabels: map[string]string{
 			"accelerator.topograph.run/domain": "topo", "nvidia.com/gpu.clique": "9f2c0d5e-1111-2222-3333-444455556666.3",
 			"fabric.topograph.run/tier-0": "leaf-1",
-			topology.RackLabel: "r7", topology.InterconnectDomainLabel: "9f2c0d5e-1111-2222-3333-444455556666.3",
+			topology.RackLabel:            "r7", topology.InterconnectDomainLabel: "9f2c0d5e-1111-2222-3333-444455556666.3",
 		},
 		wantOwned: "topology.drakit.dev/interconnect-domain,topology.drakit.dev/rack",
 	}, {
@@ -117,8 +117,8 @@ func TestPlan(t *testing.T) {
 		wantLabels: map[string]string{topology.BlockLabel: "b1", "other": "x"},
 		wantOwned:  "-",
 	}, {
-		name: "equal unowned label is left unowned",
-		node: node(map[string]string{topology.RackLabel: "nn-3", "topology.k8s.aws/network-node-layer-3": "nn-3"}, nil),
+		name:       "equal unowned label is left unowned",
+		node:       node(map[string]string{topology.RackLabel: "nn-3", "topology.k8s.aws/network-node-layer-3": "nn-3"}, nil),
 		wantLabels: map[string]string{topology.RackLabel: "nn-3", "topology.k8s.aws/network-node-layer-3": "nn-3"},
 		wantOwned:  "-",
 	}, {
