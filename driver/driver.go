@@ -22,10 +22,14 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
-	"github.com/drakit/drakit/driver/internal/cdispecs"
 	"github.com/drakit/drakit/driver/internal/checkpoint"
 )
+
+// cdiClass is the CDI class of the runtime's per-claim devices: their IDs
+// are "<driver name>/claim=<claim UID>_<device>".
+const cdiClass = "claim"
 
 // Driver is a DRA driver assembled from a vendor's [device.Discoverer] and
 // [Preparer]. Create it with [New], start it with [Run].
@@ -147,7 +151,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}
-	specs, err := cdispecs.New(d.o.cdiDir, d.name)
+	specs, err := cdi.NewWriter(d.o.cdiDir, d.name, cdiClass)
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}

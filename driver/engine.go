@@ -15,7 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/drakit/drakit/driver/internal/cdispecs"
+	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/driver/internal/checkpoint"
 )
 
@@ -94,7 +94,7 @@ func compatible(a, b holder) bool {
 type engine struct {
 	driverName    string
 	store         *checkpoint.Store
-	specs         *cdispecs.Writer
+	specs         *cdi.Writer
 	preparer      Preparer
 	claimHooks    ClaimPreparer
 	metrics       *metrics
@@ -108,7 +108,7 @@ type engine struct {
 	holders map[deviceKey]map[types.UID]holder
 }
 
-func newEngine(driverName string, store *checkpoint.Store, specs *cdispecs.Writer, p Preparer, m *metrics) *engine {
+func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p Preparer, m *metrics) *engine {
 	e := &engine{
 		driverName: driverName, store: store, specs: specs, preparer: p, metrics: m,
 		records: map[types.UID]*checkpoint.Record{},
@@ -220,52 +220,19 @@ func (e *engine) recover(ctx context.Context) error {
 		}
 	}
 	e.mu.Lock()
-	prepared := make(map[types.UID]*checkpoint.Record, len(e.records))
-	for uid, r := range e.records {
-		prepared[uid] = r
+	live := make(map[types.UID]bool, len(e.records))
+	for uid := range e.records {
+		live[uid] = true
 	}
 	e.mu.Unlock()
-	for uid, r := range prepared {
-		if r.State != checkpoint.StatePrepared || e.specs.Exists(uid) {
-			continue
-		}
-		if devs := cdiDevicesOf(r); len(devs) > 0 {
-			logger.Info("Writing lost CDI spec of a prepared claim again", "claim", refOf(r))
-			if err := e.specs.Write(uid, devs); err != nil {
-				return fmt.Errorf("recover CDI spec of claim %s: %w", uid, err)
-			}
-		}
-	}
-	specClaims, err := e.specs.Claims()
+	removed, err := e.specs.GC(ctx, live)
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return fmt.Errorf("recover: collect orphaned CDI specs: %w", err)
 	}
-	for _, uid := range specClaims {
-		if _, ok := prepared[uid]; ok {
-			continue
-		}
-		logger.Info("Removing orphaned CDI spec", "claimUID", uid)
-		if err := e.specs.Remove(uid); err != nil {
-			return fmt.Errorf("recover: %w", err)
-		}
+	if len(removed) > 0 {
+		logger.Info("Removed orphaned CDI specs", "claimUIDs", removed)
 	}
 	return nil
-}
-
-func cdiDevicesOf(r *checkpoint.Record) []cdispecs.Device {
-	var out []cdispecs.Device
-	for _, d := range r.Devices {
-		if d.CDIName == "" || len(d.Edits) == 0 {
-			continue
-		}
-		var cd cdispecs.Device
-		cd.Name = d.CDIName
-		if err := json.Unmarshal(d.Edits, &cd.Edits); err != nil {
-			continue
-		}
-		out = append(out, cd)
-	}
-	return out
 }
 
 func refOf(r *checkpoint.Record) ClaimRef {
@@ -380,7 +347,8 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 		fault(faultPrepareClaimHook)
 	}
 
-	var cdiDevs []cdispecs.Device
+	spec := cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
+	var specIndex []int // rec.Devices index of each spec device
 	for i, d := range devs {
 		out, err := e.preparer.PrepareDevice(ctx, claim, d)
 		if err != nil {
@@ -395,22 +363,22 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 			}
 			rd.Data = slices.Clone(out.Data)
 		}
-		if out.Edits != nil {
-			rd.CDIName = strconv.Itoa(i)
-			edits, err := json.Marshal(out.Edits)
-			if err != nil {
-				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: encode container edits: %w", d.ID(), claim.ClaimRef, err))
-			}
-			rd.Edits = edits
-			rd.CDIDeviceIDs = append(rd.CDIDeviceIDs, e.specs.DeviceID(claim.UID, rd.CDIName))
-			cdiDevs = append(cdiDevs, cdispecs.Device{Name: rd.CDIName, Edits: *out.Edits})
+		if out.Edits != nil && !out.Edits.IsEmpty() {
+			rd.CDIName = strconv.Itoa(i) + "-" + d.Device
+			spec.Devices = append(spec.Devices, cdi.Device{Name: rd.CDIName, Edits: out.Edits})
+			specIndex = append(specIndex, i)
 		}
 		rd.CDIDeviceIDs = append(rd.CDIDeviceIDs, out.CDIDeviceIDs...)
 	}
 
-	if len(cdiDevs) > 0 {
-		if err := e.specs.Write(claim.UID, cdiDevs); err != nil {
+	if len(spec.Devices) > 0 {
+		ids, err := e.specs.Write(ctx, spec)
+		if err != nil {
 			return rollback(&claimError{reason: ReasonCDI, err: err})
+		}
+		for j, id := range ids {
+			rd := &rec.Devices[specIndex[j]]
+			rd.CDIDeviceIDs = append([]string{id}, rd.CDIDeviceIDs...)
 		}
 		fault(faultPrepareCDI)
 	}
@@ -483,7 +451,7 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 		}
 		fault(faultUnprepareClaim)
 	}
-	if err := e.specs.Remove(rec.ClaimUID); err != nil {
+	if err := e.specs.Remove(ctx, rec.ClaimUID); err != nil {
 		return &claimError{reason: ReasonCDI, err: err}
 	}
 	fault(faultUnprepareCDI)

@@ -10,7 +10,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/drakit/drakit/cdi"
 )
 
 // Preparer is the per-device work a vendor implements. The runtime calls
@@ -112,7 +113,7 @@ type PreparedDevice struct {
 	// Edits are the container edits for this device. The runtime puts them
 	// into the claim's CDI spec under a device name unique to the claim
 	// and returns that CDI ID to the kubelet. nil means no edits.
-	Edits *cdispec.ContainerEdits
+	Edits *cdi.Edits
 	// CDIDeviceIDs are additional, fully qualified CDI device IDs
 	// ("vendor.com/class=name") from specs the vendor maintains itself.
 	CDIDeviceIDs []string

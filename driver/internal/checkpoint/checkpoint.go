@@ -85,9 +85,6 @@ type Device struct {
 	// CDIName is the device's name in the claim's CDI spec, "" if the
 	// device has no edits.
 	CDIName string `json:"cdiName,omitempty"`
-	// Edits are the container edits (CDI JSON) of the device, kept so
-	// that a lost CDI spec can be written again.
-	Edits json.RawMessage `json:"edits,omitempty"`
 	// Data is the vendor's state from its prepare.
 	Data json.RawMessage `json:"data,omitempty"`
 }

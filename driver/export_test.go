@@ -1,0 +1,43 @@
+package driver
+
+import (
+	"context"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/driver/internal/checkpoint"
+)
+
+// This file exposes internals to the external tests of package driver.
+
+const CDIClass = cdiClass
+
+var (
+	FaultPoints      = faultPoints
+	DevicesFromClaim = devicesFromClaim
+)
+
+// SetFaultHook sets the hook that fault points call.
+func SetFaultHook(f func(point string)) { faultHook = f }
+
+// TestEngine is the prepare engine without gRPC.
+type TestEngine struct{ e *engine }
+
+func NewTestEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p Preparer) *TestEngine {
+	return &TestEngine{e: newEngine(driverName, store, specs, p, newMetrics(driverName))}
+}
+
+func (t *TestEngine) Recover(ctx context.Context) error { return t.e.recover(ctx) }
+func (t *TestEngine) Prepare(ctx context.Context, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	return t.e.prepare(ctx, c)
+}
+func (t *TestEngine) Unprepare(ctx context.Context, ref ClaimRef) error { return t.e.unprepare(ctx, ref) }
+func (t *TestEngine) Store() *checkpoint.Store                          { return t.e.store }
+func (t *TestEngine) Specs() *cdi.Writer                                { return t.e.specs }
+
+// ErrorCount reads drakit_driver_errors_total{operation,reason}.
+func (t *TestEngine) ErrorCount(op, reason string) float64 {
+	return ErrorCount(t.e.metrics.registry, op, reason)
+}
