@@ -178,7 +178,7 @@ func (c *checker) poolConsistency(in []*resourceapi.ResourceSlice) {
 	for _, k := range order {
 		idx := groups[k]
 		// Only the newest generation counts, as in the scheduler.
-		var gen int64
+		gen := in[idx[0]].Spec.Pool.Generation
 		for _, i := range idx {
 			gen = max(gen, in[i].Spec.Pool.Generation)
 		}
