@@ -45,6 +45,9 @@ func translate(p string, maps []PathMapping) string {
 		if p == from {
 			return filepath.Clean(m.To)
 		}
+		if from == "/" && strings.HasPrefix(p, "/") {
+			return filepath.Join(m.To, p)
+		}
 		if strings.HasPrefix(p, from+"/") {
 			return filepath.Join(m.To, strings.TrimPrefix(p, from+"/"))
 		}

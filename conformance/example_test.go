@@ -1,0 +1,47 @@
+package conformance_test
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/drakit/drakit/conformance"
+)
+
+// The catalogue names every check with its level; Config.Skip takes IDs
+// or categories.
+func ExampleChecks() {
+	n := map[conformance.Level]int{}
+	for _, c := range conformance.Checks() {
+		n[c.Level]++
+		if c.Category == "restart" {
+			fmt.Printf("%-24s %-6s %s\n", c.ID, c.Level, c.Description)
+		}
+	}
+	fmt.Printf("%d MUST and %d SHOULD checks\n", n[conformance.Must], n[conformance.Should])
+	// Output:
+	// restart.reregister       MUST   after kill -9 and restart the driver registers again
+	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
+	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
+	// 41 MUST and 3 SHOULD checks
+}
+
+// A report prints as a table; a warning (SHOULD) does not fail the run.
+func ExampleReport_WriteSummary() {
+	rep := &conformance.Report{Driver: "gpu.example.com", Node: "node-1", Duration: 9 * time.Second}
+	for _, c := range conformance.Checks() {
+		switch c.ID {
+		case "registration.name":
+			rep.Results = append(rep.Results, conformance.Result{Check: c, Status: conformance.Pass, Message: "name gpu.example.com"})
+		case "prepare.device-in-use":
+			rep.Results = append(rep.Results, conformance.Result{Check: c, Status: conformance.Warn, Message: "device p/d0 prepared for two claims"})
+		}
+	}
+	_ = rep.WriteSummary(os.Stdout)
+	// Output:
+	// CHECK                  LEVEL   STATUS  MESSAGE
+	// registration.name      MUST    pass    name gpu.example.com
+	// prepare.device-in-use  SHOULD  warn    device p/d0 prepared for two claims
+	//
+	// PASSED: driver gpu.example.com on node node-1: 1 passed, 0 failed, 1 warnings, 0 skipped in 9.0s
+}

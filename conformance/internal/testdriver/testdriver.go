@@ -1,0 +1,451 @@
+// Package testdriver is a small DRA driver written directly on
+// k8s.io/dynamic-resource-allocation/kubeletplugin, used to prove that the
+// conformance suite passes a correct driver and catches broken ones. Each
+// defect (see Defects) breaks exactly one rule of the protocol.
+//
+// It is test-only: the devices are fake, preparing one writes a CDI spec
+// with an environment variable.
+package testdriver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Defects lists the defects the driver can be started with, each with the
+// rule it breaks.
+var Defects = map[string]string{
+	"forget-on-restart":       "keeps prepared claims in memory only: after a restart it forgets them",
+	"non-idempotent":          "prepares a claim anew on every call, with a new CDI device name",
+	"wrong-request-names":     "names a request the device was not allocated for",
+	"missing-request-names":   "returns no request names",
+	"cdi-unresolvable":        "returns a CDI ID that no spec defines",
+	"bad-cdi-id":              "returns a CDI ID that is not vendor/class=name",
+	"bad-attributes":          "publishes pciBusID as an int and numaNode as a string",
+	"unprepare-unknown-fails": "fails to unprepare a claim it does not know",
+	"crash-on-empty":          "crashes on a prepare request with no claims",
+	"no-guard":                "hands a device in use to a second claim",
+	"leak-cdi":                "leaves the claim's CDI spec behind on unprepare",
+	"wrong-device":            "returns a device name that was not allocated",
+	"skip-claim":              "answers only the first claim of a multi-claim request",
+	"admin-guard":             "refuses admin-access claims on devices in use",
+	"other-driver":            "prepares allocation results of other drivers too",
+	"broken-counters":         "a device consumes more of a counter than the counter set holds",
+	"health-unknown-device":   "reports health for a device it does not publish",
+	"health-stale":            "sends one health report and never refreshes it",
+}
+
+// CDIVendor and CDIClass make up the CDI kind of the driver's devices.
+const (
+	CDIVendor = "conformance.drakit.dev"
+	CDIClass  = "device"
+)
+
+// Options configure the driver.
+type Options struct {
+	DriverName    string
+	NodeName      string
+	Kubeconfig    string
+	RegistrarDir  string
+	PluginDir     string
+	CDIDir        string
+	StateFile     string
+	Devices       int
+	Partitionable bool
+	HealthTimeout time.Duration
+	Defect        string
+}
+
+// Main parses args as flags and runs the driver until SIGTERM or SIGINT.
+func Main(args []string) error {
+	var o Options
+	fs := flag.NewFlagSet("testdriver", flag.ContinueOnError)
+	fs.StringVar(&o.DriverName, "driver-name", "test.conformance.drakit.dev", "driver name")
+	fs.StringVar(&o.NodeName, "node-name", "", "node name (required)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (required)")
+	fs.StringVar(&o.RegistrarDir, "registrar-dir", "", "plugin registry folder (required)")
+	fs.StringVar(&o.PluginDir, "plugin-dir", "", "folder for the DRA socket (required)")
+	fs.StringVar(&o.CDIDir, "cdi-dir", "", "CDI spec folder (required)")
+	fs.StringVar(&o.StateFile, "state-file", "", "checkpoint file (default: <plugin-dir>/state.json)")
+	fs.IntVar(&o.Devices, "devices", 4, "number of plain devices")
+	fs.BoolVar(&o.Partitionable, "partitionable", true, "also publish partitionable devices with shared counters")
+	fs.DurationVar(&o.HealthTimeout, "health-timeout", 3*time.Second, "health check timeout reported per device")
+	fs.StringVar(&o.Defect, "defect", "", "one defect to have (see Defects)")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return Run(ctx, o)
+}
+
+// Run runs the driver until ctx is canceled.
+func Run(ctx context.Context, o Options) error {
+	if o.Defect != "" {
+		if _, ok := Defects[o.Defect]; !ok {
+			return fmt.Errorf("unknown defect %q", o.Defect)
+		}
+	}
+	for name, v := range map[string]string{"node-name": o.NodeName, "kubeconfig": o.Kubeconfig, "registrar-dir": o.RegistrarDir, "plugin-dir": o.PluginDir, "cdi-dir": o.CDIDir} {
+		if v == "" {
+			return fmt.Errorf("flag -%s is required", name)
+		}
+	}
+	if o.StateFile == "" {
+		o.StateFile = filepath.Join(o.PluginDir, "state.json")
+	}
+	for _, d := range []string{o.RegistrarDir, o.PluginDir, o.CDIDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create folder: %w", err)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	d := &driver{o: o, prepared: map[types.UID]*claimState{}}
+	if o.Defect != "forget-on-restart" {
+		if err := d.load(); err != nil {
+			return err
+		}
+	}
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(o.DriverName),
+		kubeletplugin.NodeName(o.NodeName),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.RegistrarDirectoryPath(o.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(o.PluginDir),
+		kubeletplugin.Serialize(false),
+	)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	if err := helper.PublishResources(ctx, d.resources()); err != nil {
+		return fmt.Errorf("publish resources: %w", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// preparedDevice is one prepared device of a claim.
+type preparedDevice struct {
+	Requests []string `json:"requests"`
+	Pool     string   `json:"pool"`
+	Device   string   `json:"device"`
+	ShareID  *string  `json:"shareID,omitempty"`
+	CDIIDs   []string `json:"cdiIDs"`
+	Admin    bool     `json:"admin,omitempty"`
+}
+
+type claimState struct {
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	Devices   []preparedDevice `json:"devices"`
+	SpecFiles []string         `json:"specFiles"`
+}
+
+type driver struct {
+	o        Options
+	mu       sync.Mutex
+	prepared map[types.UID]*claimState
+	nonce    int
+}
+
+func (d *driver) defect(name string) bool { return d.o.Defect == name }
+
+func (d *driver) load() error {
+	data, err := os.ReadFile(d.o.StateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	if err := json.Unmarshal(data, &d.prepared); err != nil {
+		return fmt.Errorf("decode checkpoint %s: %w", d.o.StateFile, err)
+	}
+	return nil
+}
+
+// save writes the checkpoint atomically; called with mu held.
+func (d *driver) save() error {
+	if d.defect("forget-on-restart") {
+		return nil
+	}
+	data, err := json.Marshal(d.prepared)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	return writeAtomic(d.o.StateFile, data)
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func (d *driver) resources() resourceslice.DriverResources {
+	var devices []resourceapi.Device
+	for i := 0; i < d.o.Devices; i++ {
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"model":                           {StringValue: ptr.To("conformance-test")},
+			"index":                           {IntValue: ptr.To(int64(i))},
+			"resource.kubernetes.io/pcieRoot": {StringValue: ptr.To("pci0000:00")},
+			"resource.kubernetes.io/pciBusID": {StringValue: ptr.To(fmt.Sprintf("0000:%02x:00.0", i+1))},
+			"resource.kubernetes.io/numaNode": {IntValue: ptr.To(int64(0))},
+		}
+		if d.defect("bad-attributes") {
+			attrs["resource.kubernetes.io/pciBusID"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i + 1))}
+			attrs["resource.kubernetes.io/numaNode"] = resourceapi.DeviceAttribute{StringValue: ptr.To("node0")}
+		}
+		devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs})
+	}
+	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devices}}}
+	if d.o.Partitionable {
+		full := resource.MustParse("8Gi")
+		if d.defect("broken-counters") {
+			full = resource.MustParse("16Gi")
+		}
+		half := resource.MustParse("4Gi")
+		consume := func(q resource.Quantity) []resourceapi.DeviceCounterConsumption {
+			return []resourceapi.DeviceCounterConsumption{{CounterSet: "part-counters", Counters: map[string]resourceapi.Counter{"memory": {Value: q}}}}
+		}
+		pool.Slices = append(pool.Slices,
+			resourceslice.Slice{SharedCounters: []resourceapi.CounterSet{{Name: "part-counters", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("8Gi")}}}}},
+			resourceslice.Slice{Devices: []resourceapi.Device{
+				{Name: "part-full", ConsumesCounters: consume(full)},
+				{Name: "part-half-0", ConsumesCounters: consume(half)},
+				{Name: "part-half-1", ConsumesCounters: consume(half)},
+			}},
+		)
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: pool}}
+}
+
+func (d *driver) allDevices() []string {
+	out := make([]string, 0, d.o.Devices+3)
+	for i := 0; i < d.o.Devices; i++ {
+		out = append(out, fmt.Sprintf("dev-%d", i))
+	}
+	if d.o.Partitionable {
+		out = append(out, "part-full", "part-half-0", "part-half-1")
+	}
+	return out
+}
+
+func (d *driver) specPath(uid types.UID, nonce int) string {
+	name := fmt.Sprintf("%s-claim_%s.json", CDIVendor, uid)
+	if nonce > 0 {
+		name = fmt.Sprintf("%s-claim_%s_%d.json", CDIVendor, uid, nonce)
+	}
+	return filepath.Join(d.o.CDIDir, name)
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	if d.defect("crash-on-empty") {
+		klog.FromContext(ctx).Info("Preparing", "first", claims[0].Name) // index out of range on an empty request
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[types.UID]kubeletplugin.PrepareResult{}
+	for i, claim := range claims {
+		if d.defect("skip-claim") && len(claims) > 1 && i == len(claims)-1 {
+			continue
+		}
+		st, err := d.prepareClaim(claim)
+		if err != nil {
+			out[claim.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		var res kubeletplugin.PrepareResult
+		for _, pd := range st.Devices {
+			res.Devices = append(res.Devices, kubeletplugin.Device{
+				Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device,
+				CDIDeviceIDs: pd.CDIIDs, ShareID: (*types.UID)(pd.ShareID),
+			})
+		}
+		out[claim.UID] = res
+	}
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// prepareClaim prepares one claim; called with mu held.
+func (d *driver) prepareClaim(claim *resourceapi.ResourceClaim) (*claimState, error) {
+	if st, ok := d.prepared[claim.UID]; ok && !d.defect("non-idempotent") {
+		return st, nil
+	}
+	nonce := 0
+	if d.defect("non-idempotent") {
+		d.nonce++
+		nonce = d.nonce
+	}
+	st := &claimState{Namespace: claim.Namespace, Name: claim.Name}
+	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.o.DriverName && !d.defect("other-driver") {
+			continue
+		}
+		admin := r.AdminAccess != nil && *r.AdminAccess
+		if (!admin || d.defect("admin-guard")) && r.ShareID == nil && !d.defect("no-guard") {
+			for uid, other := range d.prepared {
+				if uid == claim.UID {
+					continue
+				}
+				for _, od := range other.Devices {
+					if od.Pool == r.Pool && od.Device == r.Device && !od.Admin && od.ShareID == nil {
+						return nil, fmt.Errorf("device %s/%s is in use by claim %s/%s", r.Pool, r.Device, other.Namespace, other.Name)
+					}
+				}
+			}
+		}
+		cdiName := fmt.Sprintf("%s-%s", claim.UID, r.Device)
+		if nonce > 0 {
+			cdiName = fmt.Sprintf("%s-%d", cdiName, nonce)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiName, ContainerEdits: cdispec.ContainerEdits{
+			Env: []string{fmt.Sprintf("CONFORMANCE_DEVICE_%s=%s", strings.ReplaceAll(strings.ToUpper(r.Device), "-", "_"), r.Device)},
+		}})
+		id := CDIVendor + "/" + CDIClass + "=" + cdiName
+		switch {
+		case d.defect("cdi-unresolvable"):
+			id += "-missing"
+		case d.defect("bad-cdi-id"):
+			id = CDIVendor + "/" + CDIClass + "/" + cdiName
+		}
+		pd := preparedDevice{Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device, CDIIDs: []string{id}, Admin: admin, ShareID: (*string)(r.ShareID)}
+		switch {
+		case d.defect("wrong-request-names"):
+			pd.Requests = []string{"wrong-" + r.Request}
+		case d.defect("missing-request-names"):
+			pd.Requests = nil
+		case d.defect("wrong-device"):
+			pd.Device += "-typo"
+		}
+		st.Devices = append(st.Devices, pd)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode CDI spec: %w", err)
+	}
+	path := d.specPath(claim.UID, nonce)
+	if err := writeAtomic(path, data); err != nil {
+		return nil, err
+	}
+	st.SpecFiles = append(st.SpecFiles, path)
+	if old, ok := d.prepared[claim.UID]; ok {
+		st.SpecFiles = append(old.SpecFiles, path)
+	}
+	d.prepared[claim.UID] = st
+	return st, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[types.UID]error{}
+	for _, c := range claims {
+		st, ok := d.prepared[c.UID]
+		if !ok {
+			if d.defect("unprepare-unknown-fails") {
+				out[c.UID] = fmt.Errorf("claim %s is not prepared", c.UID)
+			} else {
+				out[c.UID] = nil
+			}
+			continue
+		}
+		if !d.defect("leak-cdi") {
+			for _, f := range st.SpecFiles {
+				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+					out[c.UID] = fmt.Errorf("remove CDI spec: %w", err)
+				}
+			}
+		}
+		if out[c.UID] == nil {
+			delete(d.prepared, c.UID)
+		}
+	}
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: it logs.
+func (d *driver) HandleError(ctx context.Context, err error, msg string) {
+	klog.FromContext(ctx).Error(err, msg)
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: every device is
+// healthy, re-reported at half the timeout.
+func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	devs := d.allDevices()
+	if d.defect("health-unknown-device") {
+		devs = append(devs, "ghost")
+	}
+	sort.Strings(devs)
+	devs = slices.Compact(devs)
+	for {
+		var rep kubeletplugin.DeviceHealthReport
+		for _, n := range devs {
+			rep.Devices = append(rep.Devices, kubeletplugin.DeviceHealth{
+				PoolName: d.o.NodeName, DeviceName: n, Health: kubeletplugin.HealthStatusHealthy,
+				LastUpdated: time.Now(), HealthCheckTimeout: d.o.HealthTimeout,
+			})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- rep:
+		}
+		if d.defect("health-stale") {
+			<-ctx.Done()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d.o.HealthTimeout / 2):
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package conformance
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestCatalogue(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range Checks() {
+		if seen[c.ID] {
+			t.Errorf("duplicate check ID %s", c.ID)
+		}
+		seen[c.ID] = true
+		if c.Description == "" || c.Rule == "" || (c.Level != Must && c.Level != Should) {
+			t.Errorf("check %s is incomplete: %+v", c.ID, c)
+		}
+		if !strings.HasPrefix(c.ID, c.Category+".") {
+			t.Errorf("check %s has category %q", c.ID, c.Category)
+		}
+	}
+}
+
+func TestStandardAttributes(t *testing.T) {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+	num := func(i int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &i} }
+	tests := []struct {
+		name  string
+		attr  resourceapi.QualifiedName
+		value resourceapi.DeviceAttribute
+		bad   bool
+	}{
+		{"pcieRoot ok", "resource.kubernetes.io/pcieRoot", str("pci0000:3a"), false},
+		{"pcieRoot upper case", "resource.kubernetes.io/pcieRoot", str("pci0000:3A"), true},
+		{"pcieRoot no prefix", "resource.kubernetes.io/pcieRoot", str("0000:00"), true},
+		{"pcieRoot int", "resource.kubernetes.io/pcieRoot", num(0), true},
+		{"pciBusID ok", "resource.kubernetes.io/pciBusID", str("0000:3b:00.1"), false},
+		{"pciBusID short", "resource.kubernetes.io/pciBusID", str("3b:00.1"), true},
+		{"pciBusID function 8", "resource.kubernetes.io/pciBusID", str("0000:3b:00.8"), true},
+		{"pciBusID int", "resource.kubernetes.io/pciBusID", num(59), true},
+		{"numaNode ok", "resource.kubernetes.io/numaNode", num(1), false},
+		{"numaNode list", "resource.kubernetes.io/numaNode", resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}, false},
+		{"numaNode negative", "resource.kubernetes.io/numaNode", num(-1), true},
+		{"numaNode string", "resource.kubernetes.io/numaNode", str("0"), true},
+		{"other standard attribute", "resource.kubernetes.io/other", str("x"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := checkStandardAttribute(tc.attr, tc.value)
+			if (msg != "") != tc.bad {
+				t.Errorf("got %q, want bad=%v", msg, tc.bad)
+			}
+		})
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	maps := []PathMapping{{From: "/var/lib/kubelet", To: "/tmp/k"}, {From: "/", To: "/host"}}
+	tests := map[string]string{
+		"/var/lib/kubelet/plugins/x/dra.sock": "/tmp/k/plugins/x/dra.sock",
+		"/var/lib/kubelet":                    "/tmp/k",
+		"/var/lib/kubeletx/a":                 "/host/var/lib/kubeletx/a",
+		"relative":                            "relative",
+	}
+	for in, want := range tests {
+		if got := translate(in, maps); got != want {
+			t.Errorf("translate(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	var client kubernetes.Interface = &kubernetes.Clientset{}
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // substrings of the error; nil: valid
+	}{
+		{"empty", Config{}, []string{"DriverName: required", "NodeName: required", "Client: required", "RegistrationPath: required"}},
+		{"bad driver name", Config{DriverName: "Not_DNS", NodeName: "n", Client: client, RegistrationPath: "/x"}, []string{"DriverName:"}},
+		{"unknown skip", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"nope"}}, []string{`Skip: "nope"`}},
+		{"valid", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"restart", "prepare.idempotent"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if tc.cfg.Repeat != 3 || tc.cfg.CallTimeout != 45*time.Second {
+					t.Errorf("defaults not filled: %+v", tc.cfg)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("got %v, want ErrConfig", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func allocatedClaim(results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "u1"}}
+	seen := map[string]bool{}
+	for _, r := range results {
+		base, _, _ := strings.Cut(r.Request, "/")
+		if !seen[base] {
+			c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: base})
+			seen[base] = true
+		}
+	}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+	return c
+}
+
+func TestCheckResponse(t *testing.T) {
+	const drv = "d.example.com"
+	two := allocatedClaim(
+		resourceapi.DeviceRequestAllocationResult{Request: "a", Driver: drv, Pool: "p", Device: "d0"},
+		resourceapi.DeviceRequestAllocationResult{Request: "b/sub", Driver: drv, Pool: "p", Device: "d1"},
+		resourceapi.DeviceRequestAllocationResult{Request: "b/sub", Driver: "other.example.com", Pool: "x", Device: "y"},
+	)
+	dev := func(pool, name string, reqs ...string) *drapbv1.Device {
+		return &drapbv1.Device{PoolName: pool, DeviceName: name, RequestNames: reqs}
+	}
+	tests := []struct {
+		name    string
+		devices []*drapbv1.Device
+		want    []string // substrings, one per failure
+	}{
+		{"correct", []*drapbv1.Device{dev("p", "d0", "a"), dev("p", "d1", "b")}, nil},
+		{"missing device", []*drapbv1.Device{dev("p", "d0", "a")}, []string{"p/d1 is missing"}},
+		{"extra device", []*drapbv1.Device{dev("p", "d0", "a"), dev("p", "d1", "b"), dev("x", "y", "b")}, []string{"returned device x/y"}},
+		{"subrequest name", []*drapbv1.Device{dev("p", "d0", "a"), dev("p", "d1", "b/sub")}, []string{`return "b"`}},
+		{"wrong request", []*drapbv1.Device{dev("p", "d0", "b"), dev("p", "d1", "b")}, []string{`names request "b", but`}},
+		{"no request names", []*drapbv1.Device{dev("p", "d0"), dev("p", "d1", "b")}, []string{"names no request"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var f failures
+			res := &drapbv1.NodePrepareResourceResponse{Devices: tc.devices}
+			checkDevicesMatch(&f, drv, two, res)
+			checkRequestNames(&f, drv, two, res)
+			if len(f) != len(tc.want) {
+				t.Fatalf("got failures %q, want %d matching %q", f, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(f[i], w) {
+					t.Errorf("failure %q does not contain %q", f[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestNormalizeIgnoresOrder(t *testing.T) {
+	a := &drapbv1.NodePrepareResourcesResponse{Claims: map[string]*drapbv1.NodePrepareResourceResponse{"u": {Devices: []*drapbv1.Device{
+		{PoolName: "p", DeviceName: "a", CdiDeviceIds: []string{"v/c=1", "v/c=2"}},
+		{PoolName: "p", DeviceName: "b", ShareId: ptr.To("s")},
+	}}}}
+	b := &drapbv1.NodePrepareResourcesResponse{Claims: map[string]*drapbv1.NodePrepareResourceResponse{"u": {Devices: []*drapbv1.Device{
+		{PoolName: "p", DeviceName: "b", ShareId: ptr.To("s")},
+		{PoolName: "p", DeviceName: "a", CdiDeviceIds: []string{"v/c=2", "v/c=1"}},
+	}}}}
+	if diff := cmp.Diff(normalize(a), normalize(b)); diff != "" {
+		t.Errorf("same answer in another order differs:\n%s", diff)
+	}
+	b.Claims["u"].Devices[1].CdiDeviceIds = []string{"v/c=3"}
+	if cmp.Equal(normalize(a), normalize(b)) {
+		t.Errorf("different CDI IDs compare equal")
+	}
+}
+
+func TestCDIChecks(t *testing.T) {
+	dir := t.TempDir()
+	spec := `{"cdiVersion":"0.6.0","kind":"example.com/gpu","devices":[{"name":"g0","containerEdits":{"env":["A=1"]}}]}`
+	if err := os.WriteFile(filepath.Join(dir, "example.com-gpu.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache, specErrs, err := cdiCache([]string{dir})
+	if err != nil || specErrs != "" {
+		t.Fatalf("cdiCache: %v %s", err, specErrs)
+	}
+	tests := []struct {
+		ids  []string
+		want int
+	}{
+		{[]string{"example.com/gpu=g0"}, 0},
+		{[]string{"example.com/gpu=g1"}, 1},
+		{[]string{"example.com/gpu/g0"}, 2}, // malformed and unresolvable
+	}
+	for _, tc := range tests {
+		var f failures
+		checkCDIFormat(&f, tc.ids)
+		checkCDIResolve(&f, cache, specErrs, []string{dir}, tc.ids)
+		if len(f) != tc.want {
+			t.Errorf("%q: got failures %q, want %d", tc.ids, f, tc.want)
+		}
+	}
+	var f failures
+	checkCDIInject(&f, cache, []string{"example.com/gpu=g0"})
+	if len(f) != 0 {
+		t.Errorf("inject: %q", f)
+	}
+}
+
+func sampleReport() *Report {
+	mkRes := func(id string, s Status, msg string) Result {
+		c, _ := lookupCheck(id)
+		return Result{Check: c, Status: s, Message: msg, Duration: 1500 * time.Millisecond}
+	}
+	return &Report{Driver: "gpu.example.com", Node: "node-1", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Duration: 12 * time.Second,
+		Results: []Result{
+			mkRes("registration.name", Pass, "name gpu.example.com"),
+			mkRes("prepare.idempotent", Fail, "repeat 1 answered differently"),
+			mkRes("prepare.device-in-use", Warn, "device prepared twice"),
+			mkRes("restart.reregister", Skip, "needs Config.StartCommand"),
+		}}
+}
+
+func TestReportWriters(t *testing.T) {
+	rep := sampleReport()
+	if !rep.Failed() {
+		t.Errorf("a failed MUST check must fail the report")
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rep, &back); diff != "" {
+		t.Errorf("JSON round trip (-want +got):\n%s", diff)
+	}
+
+	var ju bytes.Buffer
+	if err := rep.WriteJUnit(&ju); err != nil {
+		t.Fatal(err)
+	}
+	var suites junitSuites
+	if err := xml.Unmarshal(ju.Bytes(), &suites); err != nil {
+		t.Fatalf("JUnit output does not parse: %v\n%s", err, ju.String())
+	}
+	type sum struct {
+		Name                     string
+		Tests, Failures, Skipped int
+	}
+	var got []sum
+	for _, s := range suites.Suites {
+		got = append(got, sum{s.Name, s.Tests, s.Failures, s.Skipped})
+	}
+	want := []sum{{"conformance.registration", 1, 0, 0}, {"conformance.prepare", 2, 1, 0}, {"conformance.restart", 1, 0, 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("JUnit suites (-want +got):\n%s", diff)
+	}
+
+	// A SHOULD violation alone never fails the report.
+	rep.Results = rep.Results[2:]
+	if rep.Failed() {
+		t.Errorf("warnings and skips must not fail the report")
+	}
+}
