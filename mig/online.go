@@ -1,0 +1,100 @@
+package mig
+
+import (
+	"fmt"
+	"sort"
+)
+
+// ModelGPUs turns one node's fleet entries into counter-model GPUs (index,
+// product), in the given order.
+func ModelGPUs(node []FleetGPU) ([]GPU, error) {
+	out := make([]GPU, len(node))
+	for i, f := range node {
+		p, err := Lookup(f.Product)
+		if err != nil {
+			return nil, fmt.Errorf("model GPUs: %w: gpus[%d].product: %w", ErrFleet, i, err)
+		}
+		out[i] = GPU{Index: f.Index, Product: p}
+	}
+	return out, nil
+}
+
+// Preference is the planner's online mode. For one node's GPUs and their
+// current instances (all treated as allocated, in use or not), it returns
+// the names of every device of the node's counter model (NewCounterModel
+// with all profiles) in the order the planner prefers them: full GPUs
+// first, then, per profile, the placements that fit, the least
+// fragmentation loss first (ties: the fuller GPU, then GPU order, then
+// start), then the placements that do not fit. A driver that publishes
+// its slices with CounterModel.Reorder(names) makes the scheduler's
+// first-fit choice for a one-instance request the planner's choice, since
+// the allocator takes the first device in slice order whose counters are
+// free. Recompute and republish after every allocation or release.
+func Preference(node []FleetGPU) ([]string, error) {
+	pl := newPlanner()
+	gpus, err := pl.load(node)
+	if err != nil {
+		return nil, fmt.Errorf("preference: %w", err)
+	}
+	type entry struct {
+		name               string
+		group              int
+		fits               bool
+		loss, free, gpu, i int
+	}
+	var entries []entry
+	groupOf := map[string]int{}
+	for gi, g := range gpus {
+		p := g.prod
+		st := g.fixed
+		for _, si := range g.idle {
+			p.add(&st, si)
+		}
+		entries = append(entries, entry{name: DeviceRef{GPU: node[gi].Index}.String(), fits: st.used == 0, gpu: gi})
+		before := g.sc.score(st)
+		for si, sl := range p.slots {
+			name := p.Profiles[sl.prof].Name
+			grp, ok := groupOf[name]
+			if !ok {
+				grp = len(groupOf) + 1
+				groupOf[name] = grp
+			}
+			e := entry{name: DeviceRef{GPU: node[gi].Index, Profile: name, Start: sl.start}.String(), group: grp, gpu: gi, i: si}
+			if p.fits(&st, si) {
+				after := st
+				p.add(&after, si)
+				e.fits = true
+				e.loss = before - g.sc.score(after)
+				e.free = p.MemorySlices - popcount(after.used)
+			}
+			entries = append(entries, e)
+		}
+	}
+	sort.SliceStable(entries, func(a, b int) bool {
+		x, y := entries[a], entries[b]
+		if x.group != y.group {
+			return x.group < y.group
+		}
+		if x.fits != y.fits {
+			return x.fits
+		}
+		if !x.fits {
+			return false // keep static order among devices that do not fit
+		}
+		if x.loss != y.loss {
+			return x.loss < y.loss
+		}
+		if x.free != y.free {
+			return x.free < y.free
+		}
+		if x.gpu != y.gpu {
+			return x.gpu < y.gpu
+		}
+		return x.i < y.i
+	})
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.name
+	}
+	return names, nil
+}

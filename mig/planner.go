@@ -1,0 +1,604 @@
+package mig
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// FleetGPU is one GPU of a fleet as the planner sees it.
+type FleetGPU struct {
+	// Node is the node the GPU is on.
+	Node string `json:"node"`
+	// Index is the GPU's index on its node.
+	Index int `json:"index"`
+	// Product is the product name (anything Lookup understands).
+	Product string `json:"product"`
+	// Layout is the GPU's current instances; InUse ones are never touched.
+	Layout Layout `json:"layout,omitempty"`
+}
+
+// Request asks for one GPU instance of a profile.
+type Request struct {
+	// ID names the request in plans; optional.
+	ID string `json:"id,omitempty"`
+	// Profile is the profile name, e.g. "3g.40gb"; only GPUs whose product
+	// has this profile can take the request.
+	Profile string `json:"profile"`
+	// Node, when set, pins the request to that node.
+	Node string `json:"node,omitempty"`
+	// GPU, when set, pins the request to that GPU index (on Node, or on
+	// any node when Node is empty).
+	GPU *int `json:"gpu,omitempty"`
+}
+
+// OpKind is the kind of a plan operation.
+type OpKind string
+
+// Operation kinds.
+const (
+	OpDestroy OpKind = "destroy"
+	OpCreate  OpKind = "create"
+)
+
+// Operation is one step of a plan: create or destroy one GPU instance.
+type Operation struct {
+	Kind    OpKind `json:"kind"`
+	Node    string `json:"node"`
+	GPU     int    `json:"gpu"`
+	Profile string `json:"profile"`
+	Start   int    `json:"start"`
+	// Request is the index of the request a create serves, -1 for destroys.
+	Request int `json:"request"`
+}
+
+// String prints e.g. "create node-a/gpu-0 3g.40gb@4 (request 2)".
+func (o Operation) String() string {
+	s := fmt.Sprintf("%-7s %s/gpu-%d %s@%d", o.Kind, o.Node, o.GPU, o.Profile, o.Start)
+	if o.Request >= 0 {
+		s += " (request " + strconv.Itoa(o.Request) + ")"
+	}
+	return s
+}
+
+// Assignment says where a placed request goes.
+type Assignment struct {
+	Request int    `json:"request"`
+	Node    string `json:"node"`
+	GPU     int    `json:"gpu"`
+	Profile string `json:"profile"`
+	Start   int    `json:"start"`
+	// Reused is true when an existing idle instance serves the request.
+	Reused bool `json:"reused,omitempty"`
+}
+
+// Unplaced is a request the plan could not place.
+type Unplaced struct {
+	Request int    `json:"request"`
+	Reason  string `json:"reason"`
+}
+
+// Plan is the planner's result. Applying Operations in order (destroys
+// first, then creates) turns the fleet into After.
+type Plan struct {
+	Operations  []Operation  `json:"operations"`
+	Assignments []Assignment `json:"assignments"`
+	Unplaced    []Unplaced   `json:"unplaced,omitempty"`
+	// After is the fleet once the plan is applied: in-use instances plus
+	// the placed requests' instances (marked in use), in fleet order.
+	After []FleetGPU `json:"after"`
+	// PlacedCompute is the compute slices of the placed requests.
+	PlacedCompute int `json:"placedCompute"`
+	// FreeGPUs is the number of GPUs with no instance in After.
+	FreeGPUs int `json:"freeGPUs"`
+}
+
+// ErrFleet is wrapped by errors about the fleet or request input.
+var ErrFleet = errors.New("invalid planner input")
+
+// pgpu is the planner's working state of one GPU.
+type pgpu struct {
+	fi       int
+	prod     *Product
+	sc       *scorer
+	fixed    state
+	inUse    []int // slots of in-use instances
+	idle     []int // slots of idle instances, ascending
+	idleKey  string
+	assigned [maxProfiles]uint8
+	reqs     []int // assigned requests, in assignment order
+}
+
+type evalKey struct {
+	prod     *Product
+	fixed    state
+	idle     string
+	assigned [maxProfiles]uint8
+}
+
+type evalResult struct {
+	ok    bool
+	score int
+	ops   int
+	used  uint32 // memory slices used after
+	slots []int  // chosen slots, one per assigned instance, by profile
+}
+
+// planner holds the caches of one planning run.
+type planner struct {
+	products map[string]*Product
+	scorers  map[*Product]*scorer
+	evals    map[evalKey]evalResult
+	repairs  map[repairKey][maxProfiles]uint8
+}
+
+func newPlanner() *planner {
+	return &planner{products: map[string]*Product{}, scorers: map[*Product]*scorer{}, evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
+}
+
+func (pl *planner) product(name string) (*Product, error) {
+	if p, ok := pl.products[name]; ok {
+		return p, nil
+	}
+	p, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	pl.products[name] = p
+	if pl.scorers[p] == nil {
+		pl.scorers[p] = newScorer(p)
+	}
+	return p, nil
+}
+
+// load turns the fleet into working GPUs, checking it.
+func (pl *planner) load(fleet []FleetGPU) ([]*pgpu, error) {
+	seen := map[string]int{}
+	gpus := make([]*pgpu, len(fleet))
+	for i, f := range fleet {
+		id := f.Node + "/" + strconv.Itoa(f.Index)
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("%w: fleet[%d]: node %q GPU %d repeats fleet[%d]", ErrFleet, i, f.Node, f.Index, j)
+		}
+		seen[id] = i
+		p, err := pl.product(f.Product)
+		if err != nil {
+			return nil, fmt.Errorf("%w: fleet[%d].product: %w", ErrFleet, i, err)
+		}
+		if _, err := p.stateOf(f.Layout); err != nil {
+			return nil, fmt.Errorf("%w: fleet[%d].layout: %w", ErrFleet, i, err)
+		}
+		g := &pgpu{fi: i, prod: p, sc: pl.scorers[p]}
+		for _, in := range f.Layout {
+			pi, _ := p.profileIndex(in.Profile)
+			si := p.slotIndex(pi, in.Start)
+			if in.InUse {
+				g.inUse = append(g.inUse, si)
+				p.add(&g.fixed, si)
+			} else {
+				g.idle = append(g.idle, si)
+			}
+		}
+		sort.Ints(g.idle)
+		for _, si := range g.idle {
+			g.idleKey += string(rune(si + 1))
+		}
+		gpus[i] = g
+	}
+	return gpus, nil
+}
+
+func (g *pgpu) key() evalKey {
+	return evalKey{prod: g.prod, fixed: g.fixed, idle: g.idleKey, assigned: g.assigned}
+}
+
+// eval finds the best placement of the assigned multiset on a GPU: valid,
+// highest fragmentation score, then fewest create/destroy operations.
+func (pl *planner) eval(k evalKey) evalResult {
+	if r, ok := pl.evals[k]; ok {
+		return r
+	}
+	p := k.prod
+	sc := pl.scorers[p]
+	// Profiles to place, largest first (fewest placements, most pruning).
+	var order []int
+	for pi := range p.Profiles {
+		for n := 0; n < int(k.assigned[pi]); n++ {
+			order = append(order, pi)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return p.Profiles[order[a]].MemorySlices > p.Profiles[order[b]].MemorySlices
+	})
+	idle := map[int]bool{}
+	for _, r := range k.idle {
+		idle[int(r)-1] = true
+	}
+	best := evalResult{}
+	st := k.fixed
+	chosen := make([]int, len(order))
+	var rec func(i, minSlot int)
+	rec = func(i, minSlot int) {
+		if i == len(order) {
+			ops := 0
+			reused := 0
+			for _, si := range chosen {
+				if idle[si] {
+					reused++
+				} else {
+					ops++
+				}
+			}
+			ops += len(idle) - reused
+			s := sc.score(st)
+			if !best.ok || s > best.score || (s == best.score && ops < best.ops) {
+				best = evalResult{ok: true, score: s, ops: ops, used: st.used, slots: append([]int(nil), chosen...)}
+			}
+			return
+		}
+		pi := order[i]
+		from := 0
+		if i > 0 && order[i-1] == pi {
+			from = minSlot + 1
+		}
+		for si := from; si < len(p.slots); si++ {
+			if p.slots[si].prof != pi || !p.fits(&st, si) {
+				continue
+			}
+			p.add(&st, si)
+			chosen[i] = si
+			rec(i+1, si)
+			p.remove(&st, si)
+		}
+	}
+	rec(0, 0)
+	pl.evals[k] = best
+	return best
+}
+
+// reqInfo is a request resolved against the fleet.
+type reqInfo struct {
+	i       int
+	compute int
+	memGB   int
+	pinned  bool
+}
+
+// Plan computes a deterministic plan that places as many of the requests
+// as it can, measured first in compute slices and then in count, on the
+// fleet: it never touches an in-use instance; idle instances are reused
+// when one has the requested profile at a placement the plan chooses, and
+// destroyed otherwise (the result holds only in-use instances and placed
+// requests). Requests are placed largest first; each goes to the GPU and
+// placement that lose the least fragmentation score (see FreeGPUBonus), so
+// whole GPUs stay free and free space stays in large aligned blocks; ties
+// go to fewer operations, then fleet order. The placements of one GPU are
+// chosen exactly, by enumeration.
+func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
+	pl := newPlanner()
+	gpus, err := pl.load(fleet)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	nodes := map[string]bool{}
+	for _, f := range fleet {
+		nodes[f.Node] = true
+	}
+	reqs := make([]reqInfo, len(requests))
+	for i, r := range requests {
+		pn, err := ParseProfileName(r.Profile)
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w: requests[%d].profile: %w", ErrFleet, i, err)
+		}
+		if r.Node != "" && !nodes[r.Node] {
+			return nil, fmt.Errorf("plan: %w: requests[%d].node %q is not in the fleet", ErrFleet, i, r.Node)
+		}
+		if r.GPU != nil && *r.GPU < 0 {
+			return nil, fmt.Errorf("plan: %w: requests[%d].gpu %d is negative", ErrFleet, i, *r.GPU)
+		}
+		reqs[i] = reqInfo{i: i, compute: pn.Compute, memGB: pn.MemoryGB, pinned: r.Node != "" || r.GPU != nil}
+	}
+	order := append([]reqInfo(nil), reqs...)
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := order[a], order[b]
+		if x.compute != y.compute {
+			return x.compute > y.compute
+		}
+		if x.memGB != y.memGB {
+			return x.memGB > y.memGB
+		}
+		if x.pinned != y.pinned {
+			return x.pinned
+		}
+		return x.i < y.i
+	})
+
+	// Group GPUs with equal keys so that a request evaluates each distinct
+	// GPU state once; a group's GPUs are in fleet order.
+	groups := map[evalKey][]int{}
+	for i, g := range gpus {
+		k := g.key()
+		groups[k] = append(groups[k], i)
+	}
+	profIdx := func(g *pgpu, name string) int {
+		pi, err := g.prod.profileIndex(name)
+		if err != nil {
+			return -1
+		}
+		return pi
+	}
+	var unplaced []int
+	for _, r := range order {
+		req := requests[r.i]
+		bestGPU := -1
+		var bestDelta, bestOps, bestFree int
+		consider := func(gi int) {
+			g := gpus[gi]
+			pi := profIdx(g, req.Profile)
+			if pi < 0 {
+				return
+			}
+			k := g.key()
+			cur := pl.eval(k)
+			k.assigned[pi]++
+			res := pl.eval(k)
+			if !res.ok {
+				return
+			}
+			delta := res.score - cur.score
+			dops := res.ops - cur.ops
+			free := g.prod.MemorySlices - popcount(res.used)
+			better := bestGPU < 0 || delta > bestDelta ||
+				(delta == bestDelta && free < bestFree) ||
+				(delta == bestDelta && free == bestFree && dops < bestOps) ||
+				(delta == bestDelta && free == bestFree && dops == bestOps && gi < bestGPU)
+			if better {
+				bestGPU, bestDelta, bestOps, bestFree = gi, delta, dops, free
+			}
+		}
+		if r.pinned {
+			for gi := range gpus {
+				f := fleet[gi]
+				if pinOK(req, f) {
+					consider(gi)
+				}
+			}
+		} else {
+			for _, members := range groups {
+				consider(members[0])
+			}
+		}
+		if bestGPU < 0 {
+			unplaced = append(unplaced, r.i)
+			continue
+		}
+		g := gpus[bestGPU]
+		old := g.key()
+		groups[old] = removeInt(groups[old], bestGPU)
+		if len(groups[old]) == 0 {
+			delete(groups, old)
+		}
+		g.assigned[profIdx(g, req.Profile)]++
+		g.reqs = append(g.reqs, r.i)
+		nk := g.key()
+		groups[nk] = insertInt(groups[nk], bestGPU)
+	}
+	// Repair: per GPU, exactly, trade its requests and the unplaced ones
+	// for the best set it can hold; repeat while something improves.
+	for pass := 0; pass < 3 && len(unplaced) > 0; pass++ {
+		improved := false
+		for gi, g := range gpus {
+			var ok bool
+			unplaced, ok = pl.repair(g, fleet[gi], requests, unplaced)
+			improved = improved || ok
+		}
+		if !improved {
+			break
+		}
+	}
+	sort.Ints(unplaced)
+	var up []Unplaced
+	for _, ri := range unplaced {
+		up = append(up, Unplaced{Request: ri, Reason: "no GPU can take " + requests[ri].Profile + " without touching in-use instances"})
+	}
+	return pl.build(fleet, requests, gpus, up), nil
+}
+
+func pinOK(r Request, f FleetGPU) bool {
+	return (r.Node == "" || f.Node == r.Node) && (r.GPU == nil || f.Index == *r.GPU)
+}
+
+type repairKey struct {
+	prod  *Product
+	fixed state
+	avail [maxProfiles]uint8
+}
+
+// repair replaces the requests assigned to g by the best multiset, by
+// value, that g's completions can serve from its own and the unplaced
+// requests. It returns the new unplaced list and whether g improved.
+func (pl *planner) repair(g *pgpu, f FleetGPU, requests []Request, unplaced []int) ([]int, bool) {
+	p := g.prod
+	avail := g.assigned
+	cand := map[int][]int{} // profile -> unplaced requests that fit g
+	for _, ri := range unplaced {
+		r := requests[ri]
+		if !pinOK(r, f) {
+			continue
+		}
+		pi, err := p.profileIndex(r.Profile)
+		if err != nil || avail[pi] == 255 {
+			continue
+		}
+		avail[pi]++
+		cand[pi] = append(cand[pi], ri)
+	}
+	if len(cand) == 0 {
+		return unplaced, false
+	}
+	val := func(v [maxProfiles]uint8) int {
+		x := 0
+		for pi := range p.Profiles {
+			x += int(v[pi]) * (p.Profiles[pi].ComputeSlices*64 + 1)
+		}
+		return x
+	}
+	cur := val(g.assigned)
+	rk := repairKey{prod: p, fixed: g.fixed, avail: avail}
+	best, ok := pl.repairs[rk]
+	if !ok {
+		var v [maxProfiles]uint8
+		st := g.fixed
+		bestVal := -1
+		var bestScore int
+		var rec func(from int)
+		rec = func(from int) {
+			if x := val(v); x >= bestVal {
+				k := evalKey{prod: p, fixed: g.fixed, idle: g.idleKey, assigned: v}
+				res := pl.eval(k)
+				if x > bestVal || res.score > bestScore {
+					bestVal, bestScore, best = x, res.score, v
+				}
+			}
+			for si := from; si < len(p.slots); si++ {
+				pi := p.slots[si].prof
+				if v[pi] >= avail[pi] || !p.fits(&st, si) {
+					continue
+				}
+				p.add(&st, si)
+				v[pi]++
+				rec(si + 1)
+				v[pi]--
+				p.remove(&st, si)
+			}
+		}
+		rec(0)
+		pl.repairs[rk] = best
+	}
+	if val(best) <= cur {
+		return unplaced, false
+	}
+	// Keep already assigned requests first, then take unplaced ones by index.
+	var keep, drop []int
+	have := [maxProfiles]uint8{}
+	for _, ri := range g.reqs {
+		pi, _ := p.profileIndex(requests[ri].Profile)
+		if have[pi] < best[pi] {
+			have[pi]++
+			keep = append(keep, ri)
+		} else {
+			drop = append(drop, ri)
+		}
+	}
+	taken := map[int]bool{}
+	for pi, l := range cand {
+		for _, ri := range l {
+			if have[pi] >= best[pi] {
+				break
+			}
+			have[pi]++
+			keep = append(keep, ri)
+			taken[ri] = true
+		}
+	}
+	var rest []int
+	for _, ri := range unplaced {
+		if !taken[ri] {
+			rest = append(rest, ri)
+		}
+	}
+	rest = append(rest, drop...)
+	sort.Ints(rest)
+	g.reqs = keep
+	g.assigned = best
+	return rest, true
+}
+
+func popcount(x uint32) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+func removeInt(s []int, v int) []int {
+	i := sort.SearchInts(s, v)
+	if i < len(s) && s[i] == v {
+		return append(s[:i:i], s[i+1:]...)
+	}
+	return s
+}
+
+func insertInt(s []int, v int) []int {
+	i := sort.SearchInts(s, v)
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
+
+// build turns the per-GPU assignments into operations and the result.
+func (pl *planner) build(fleet []FleetGPU, requests []Request, gpus []*pgpu, unplaced []Unplaced) *Plan {
+	plan := &Plan{Unplaced: unplaced}
+	var creates []Operation
+	for gi, g := range gpus {
+		f := fleet[gi]
+		res := pl.eval(g.key())
+		// res.slots follow the eval order (largest profile first, slots
+		// ascending within a profile); hand them to requests in the same
+		// profile order, requests by index.
+		byProf := map[int][]int{}
+		for _, ri := range g.reqs {
+			pi, _ := g.prod.profileIndex(requests[ri].Profile)
+			byProf[pi] = append(byProf[pi], ri)
+		}
+		for _, l := range byProf {
+			sort.Ints(l)
+		}
+		target := map[int]int{} // slot -> request
+		for _, si := range res.slots {
+			pi := g.prod.slots[si].prof
+			target[si] = byProf[pi][0]
+			byProf[pi] = byProf[pi][1:]
+		}
+		idle := map[int]bool{}
+		for _, si := range g.idle {
+			idle[si] = true
+			if _, keep := target[si]; !keep {
+				sl := g.prod.slots[si]
+				plan.Operations = append(plan.Operations, Operation{Kind: OpDestroy, Node: f.Node, GPU: f.Index, Profile: g.prod.Profiles[sl.prof].Name, Start: sl.start, Request: -1})
+			}
+		}
+		after := FleetGPU{Node: f.Node, Index: f.Index, Product: f.Product}
+		for _, si := range g.inUse {
+			sl := g.prod.slots[si]
+			after.Layout = append(after.Layout, Instance{Profile: g.prod.Profiles[sl.prof].Name, Start: sl.start, InUse: true})
+		}
+		slots := make([]int, 0, len(target))
+		for si := range target {
+			slots = append(slots, si)
+		}
+		sort.Slice(slots, func(a, b int) bool { return g.prod.slots[slots[a]].start < g.prod.slots[slots[b]].start })
+		for _, si := range slots {
+			sl := g.prod.slots[si]
+			name := g.prod.Profiles[sl.prof].Name
+			ri := target[si]
+			after.Layout = append(after.Layout, Instance{Profile: name, Start: sl.start, InUse: true})
+			plan.Assignments = append(plan.Assignments, Assignment{Request: ri, Node: f.Node, GPU: f.Index, Profile: name, Start: sl.start, Reused: idle[si]})
+			plan.PlacedCompute += g.prod.Profiles[sl.prof].ComputeSlices
+			if !idle[si] {
+				creates = append(creates, Operation{Kind: OpCreate, Node: f.Node, GPU: f.Index, Profile: name, Start: sl.start, Request: ri})
+			}
+		}
+		after.Layout = after.Layout.Sorted()
+		if len(after.Layout) == 0 {
+			plan.FreeGPUs++
+		}
+		plan.After = append(plan.After, after)
+	}
+	plan.Operations = append(plan.Operations, creates...)
+	sort.Slice(plan.Assignments, func(a, b int) bool { return plan.Assignments[a].Request < plan.Assignments[b].Request })
+	return plan
+}

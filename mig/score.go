@@ -1,0 +1,59 @@
+package mig
+
+// Fragmentation scoring shared by the batch planner and the online order.
+//
+// The score of a GPU's state measures what its free space can still hold:
+// for every plain (non-"+me") profile, its compute slices times how many
+// more instances of it alone would fit, plus FreeGPUBonus when the GPU is
+// empty. A placement's loss is the score before minus the score after; the
+// planner picks the placement with the least loss, which keeps whole GPUs
+// free and large aligned blocks intact (a 1g goes where it blocks no 4g).
+
+// FreeGPUBonus is added to the score of a GPU with no instances. It
+// exceeds any partly used GPU's score, so a planner breaks a free GPU only
+// when no partly used GPU can take the instance.
+const FreeGPUBonus = 100
+
+// scorer memoizes state scores for one product.
+type scorer struct {
+	p    *Product
+	memo map[state]int
+}
+
+func newScorer(p *Product) *scorer { return &scorer{p: p, memo: map[state]int{}} }
+
+// score returns the fragmentation score of st (higher is better).
+func (s *scorer) score(st state) int {
+	if v, ok := s.memo[st]; ok {
+		return v
+	}
+	p := s.p
+	v := 0
+	for pi, pr := range p.Profiles {
+		if pr.MediaExtensions {
+			continue
+		}
+		v += pr.ComputeSlices * s.maxMore(st, pi)
+	}
+	if st.used == 0 {
+		v += FreeGPUBonus
+	}
+	s.memo[st] = v
+	return v
+}
+
+// maxMore is how many more instances of profile pi fit in st. Greedy by
+// ascending start is exact: all placements of a profile have one size.
+func (s *scorer) maxMore(st state, pi int) int {
+	n := 0
+	for si, sl := range s.p.slots {
+		if sl.prof != pi {
+			continue
+		}
+		if s.p.fits(&st, si) {
+			s.p.add(&st, si)
+			n++
+		}
+	}
+	return n
+}
