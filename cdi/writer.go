@@ -37,7 +37,8 @@ type Device struct {
 
 // Writer writes the transient CDI specs of one driver's prepared claims
 // into one folder, one file per claim:
-// "<vendor>-<class>_<claim UID>.json". Its methods are safe for concurrent
+// "<vendor>+<class>+<claim UID>.json" ('+' occurs in none of the parts,
+// so two writers or two claims never share a file). Its methods are safe for concurrent
 // use for different claims; callers serialize calls for the same claim.
 type Writer struct {
 	dir           string

@@ -44,16 +44,19 @@ func newWriter(dir, vendor, class string, opts ...Option) (*Writer, error) {
 	return w, nil
 }
 
-// prefix is the start of every spec file name of this writer.
+// prefix is the start of every spec file name of this writer. '+' occurs
+// in no vendor, class or UID, so "<vendor>+<class>+<uid>" is unambiguous:
+// the CDI convention "<vendor>-<class>_<id>" is not ("a-b"+"c" and
+// "a"+"b-c" collide).
 func (w *Writer) prefix() string {
-	return cdiapi.GenerateSpecName(w.vendor, w.class) + "_"
+	return w.vendor + "+" + w.class + "+"
 }
 
 func (w *Writer) specPath(claimUID types.UID) (string, error) {
 	if err := ValidateUID(claimUID); err != nil {
 		return "", fmt.Errorf("build spec path: %w", err)
 	}
-	return filepath.Join(w.dir, cdiapi.GenerateTransientSpecName(w.vendor, w.class, string(claimUID))+specExt), nil
+	return filepath.Join(w.dir, w.prefix()+string(claimUID)+specExt), nil
 }
 
 // Spec builds the CDI spec of a claim without writing it, and the
@@ -209,8 +212,7 @@ func (w *Writer) remove(ctx context.Context, claimUID types.UID) error {
 
 // ownedFile reports whether a folder entry is a spec file of this writer
 // and returns the claim UID. It checks the name and the spec's kind, so
-// a file of a vendor/class pair with the same name prefix ("a-b" + "c" vs
-// "a" + "b-c") is not taken for one of ours.
+// a file written by someone else under a name like ours is left alone.
 func (w *Writer) ownedFile(name string) (types.UID, bool) {
 	rest, ok := strings.CutPrefix(name, w.prefix())
 	if !ok {
