@@ -33,9 +33,11 @@ func (t *TestEngine) Recover(ctx context.Context) error { return t.e.recover(ctx
 func (t *TestEngine) Prepare(ctx context.Context, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	return t.e.prepare(ctx, c)
 }
-func (t *TestEngine) Unprepare(ctx context.Context, ref ClaimRef) error { return t.e.unprepare(ctx, ref) }
-func (t *TestEngine) Store() *checkpoint.Store                          { return t.e.store }
-func (t *TestEngine) Specs() *cdi.Writer                                { return t.e.specs }
+func (t *TestEngine) Unprepare(ctx context.Context, ref ClaimRef) error {
+	return t.e.unprepare(ctx, ref)
+}
+func (t *TestEngine) Store() *checkpoint.Store { return t.e.store }
+func (t *TestEngine) Specs() *cdi.Writer       { return t.e.specs }
 
 // ErrorCount reads drakit_driver_errors_total{operation,reason}.
 func (t *TestEngine) ErrorCount(op, reason string) float64 {

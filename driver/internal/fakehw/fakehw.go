@@ -191,3 +191,42 @@ func (h *HW) UnprepareDevice(_ context.Context, claim driver.ClaimRef, dev drive
 	hs = slices.DeleteFunc(hs, func(x holder) bool { return x.Claim == claim.UID })
 	return h.write(path, hs)
 }
+
+func (h *HW) claimFile(uid types.UID) string {
+	return filepath.Join(h.dir, "claims", string(uid))
+}
+
+// PrepareClaim records claim-level setup (like creating partitions).
+// Setting up a claim that is already set up is a violation.
+func (h *HW) PrepareClaim(_ context.Context, claim driver.Claim, _ []driver.AllocatedDevice) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := os.MkdirAll(filepath.Join(h.dir, "claims"), 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(h.claimFile(claim.UID)); err == nil {
+		h.violation(fmt.Sprintf("claim-set-up-twice:%s", claim.UID))
+		return fmt.Errorf("claim %s already set up", claim.UID)
+	}
+	return os.WriteFile(h.claimFile(claim.UID), nil, 0o644)
+}
+
+// UnprepareClaim removes the claim-level setup; idempotent.
+func (h *HW) UnprepareClaim(_ context.Context, claim driver.ClaimRef, _ []driver.AllocatedDevice) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := os.Remove(h.claimFile(claim.UID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Claims lists the claims with claim-level setup, sorted.
+func (h *HW) Claims() []types.UID {
+	entries, _ := os.ReadDir(filepath.Join(h.dir, "claims"))
+	var out []types.UID
+	for _, e := range entries {
+		out = append(out, types.UID(e.Name()))
+	}
+	return out
+}

@@ -1,0 +1,375 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/driver/drivertest"
+	"github.com/drakit/drakit/driver/internal/fakehw"
+	"github.com/drakit/drakit/internal/cluster"
+)
+
+// running is an in-process driver started by a test.
+type running struct {
+	d      *driver.Driver
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("driver Run returned %v after cancel, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("driver did not stop within 30s of cancel")
+	}
+}
+
+func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, disc device.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
+	t.Helper()
+	base := []driver.Option{
+		driver.WithDiscoverer(disc),
+		driver.WithPreparer(hw),
+		driver.WithRESTConfig(c.RESTConfig),
+		driver.WithNodeName(testNode),
+		driver.WithRegistrarDir(d.Registrar),
+		driver.WithPluginDataDir(d.PluginData),
+		driver.WithCDIDir(d.CDI),
+	}
+	drv, err := driver.New(testDriver, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &running{d: drv, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- drv.Run(rctx) }()
+	select {
+	case <-drv.Ready():
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("driver Run: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("driver not ready within 60s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	return r
+}
+
+func newHW(t *testing.T, d dirs) *fakehw.HW {
+	t.Helper()
+	hw, err := fakehw.New(d.HW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hw
+}
+
+func createClaim(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string, devs ...drivertest.Device) *resourceapi.ResourceClaim {
+	t.Helper()
+	for i := range devs {
+		if devs[i].Pool == "" {
+			devs[i].Pool = testNode
+		}
+	}
+	claim, err := drivertest.CreateAllocatedClaim(ctx, c.Client, drivertest.ClaimSpec{Namespace: ns, Name: name, Driver: testDriver, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+func slicesOfNode(ctx context.Context, c *cluster.Cluster) ([]resourceapi.ResourceSlice, error) {
+	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + testNode + ",spec.driver=" + testDriver})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func taintsOf(slices []resourceapi.ResourceSlice) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			for _, t := range d.Taints {
+				out[d.Name] = append(out[d.Name], t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+		}
+	}
+	return out
+}
+
+func TestDriverThroughKubeletSockets(t *testing.T) {
+	c := sharedCluster(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ns := newNamespace(ctx, t, c)
+	d := newDirs(t)
+	hw := newHW(t, d)
+	disc := &eventDiscoverer{inv: testInventory(4), events: make(chan device.Event)}
+	r := startDriver(ctx, t, c, d, disc, hw, driver.WithHTTPAddress("127.0.0.1:0"), driver.WithHealthTimeout(4*time.Second))
+
+	t.Run("registration", func(t *testing.T) {
+		info, err := drivertest.GetInfo(ctx, d.Registrar+"/"+testDriver+"-reg.sock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Name != testDriver || info.Type != "DRAPlugin" || info.Endpoint != d.draSocket() {
+			t.Errorf("GetInfo = %+v", info)
+		}
+		if !slices.Contains(info.SupportedVersions, "v1.DRAPlugin") || !slices.Contains(info.SupportedVersions, "v1beta1.DRAPlugin") {
+			t.Errorf("supported versions %v lack v1 or v1beta1 DRAPlugin", info.SupportedVersions)
+		}
+	})
+
+	t.Run("slices published", func(t *testing.T) {
+		waitFor(ctx, t, "4 published devices", func(ctx context.Context) (bool, error) {
+			s, err := slicesOfNode(ctx, c)
+			n := 0
+			for _, x := range s {
+				n += len(x.Spec.Devices)
+			}
+			return n == 4, err
+		})
+	})
+
+	k, err := drivertest.Dial(d.draSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+
+	t.Run("prepare, repeat, unprepare", func(t *testing.T) {
+		claim := createClaim(ctx, t, c, ns, "one", drivertest.Device{Request: "gpu/small", Device: "dev-0"}, drivertest.Device{Request: "nic", Device: "dev-1"})
+		first, err := k.Prepare(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := first[string(claim.UID)]
+		type dev struct {
+			Requests []string
+			Device   string
+			IDs      int
+		}
+		var gotDevs []dev
+		for _, x := range got.Devices {
+			gotDevs = append(gotDevs, dev{x.RequestNames, x.DeviceName, len(x.CdiDeviceIds)})
+		}
+		// The helper strips subrequests on the wire; drakit returns them
+		// as allocated.
+		want := []dev{{[]string{"gpu"}, "dev-0", 1}, {[]string{"nic"}, "dev-1", 1}}
+		if d := cmp.Diff(want, gotDevs); d != "" {
+			t.Errorf("prepared devices (-want +got):\n%s", d)
+		}
+		for i, x := range got.Devices {
+			env := injectEnv(t, d.CDI, x.CdiDeviceIds...)
+			if d := cmp.Diff([]string{fmt.Sprintf("FAKE_DEVICE=dev-%d", i)}, env); d != "" {
+				t.Errorf("env of device %d (-want +got):\n%s", i, d)
+			}
+		}
+		again, err := k.Prepare(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(got.String(), again[string(claim.UID)].String()); d != "" {
+			t.Errorf("repeated prepare differs:\n%s", d)
+		}
+		for i := range 2 {
+			if err := k.Unprepare(ctx, claim); err != nil {
+				t.Fatalf("unprepare #%d: %v", i, err)
+			}
+		}
+		if n := d.specCount(t); n != 0 {
+			t.Errorf("%d CDI specs left after unprepare", n)
+		}
+	})
+
+	t.Run("unprepare after claim deleted", func(t *testing.T) {
+		claim := createClaim(ctx, t, c, ns, "gone", drivertest.Device{Device: "dev-2"})
+		if _, err := k.Prepare(ctx, claim); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Client.ResourceV1().ResourceClaims(ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Unprepare(ctx, claim); err != nil {
+			t.Fatalf("unprepare of deleted claim: %v", err)
+		}
+		holders, _ := hw.Holders()
+		if len(holders) != 0 {
+			t.Errorf("devices still configured: %v", holders)
+		}
+		unknown := claim.DeepCopy()
+		unknown.UID = types.UID("00000000-0000-0000-0000-000000000000")
+		if err := k.Unprepare(ctx, unknown); err != nil {
+			t.Errorf("unprepare of unknown claim: %v", err)
+		}
+	})
+
+	t.Run("guard refuses a device in use", func(t *testing.T) {
+		a := createClaim(ctx, t, c, ns, "guard-a", drivertest.Device{Device: "dev-3"})
+		b := createClaim(ctx, t, c, ns, "guard-b", drivertest.Device{Device: "dev-3"})
+		admin := createClaim(ctx, t, c, ns, "guard-admin", drivertest.Device{Device: "dev-3", AdminAccess: true})
+		if _, err := k.Prepare(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		_, err := k.Prepare(ctx, b)
+		if err == nil || !strings.Contains(err.Error(), driver.ErrDeviceInUse.Error()) {
+			t.Errorf("prepare of second claim on dev-3: %v, want %q", err, driver.ErrDeviceInUse)
+		}
+		if _, err := k.Prepare(ctx, admin); err != nil {
+			t.Errorf("admin access claim on dev-3: %v", err)
+		}
+		if err := k.Unprepare(ctx, a, b, admin); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("health becomes taints and kubelet reports", func(t *testing.T) {
+		hctx, hcancel := context.WithCancel(ctx)
+		defer hcancel()
+		recv, err := k.WatchHealth(hctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthOf := func(dev string) drahealthv1.HealthStatus {
+			for {
+				resp, err := recv()
+				if err != nil {
+					t.Fatalf("health stream: %v", err)
+				}
+				for _, x := range resp.Devices {
+					if x.Device.DeviceName == dev {
+						return x.Health
+					}
+				}
+			}
+		}
+		if h := healthOf("dev-1"); h != drahealthv1.HealthStatus_HEALTHY {
+			t.Errorf("initial health of dev-1 = %v, want HEALTHY", h)
+		}
+		disc.events <- device.Event{Type: device.EventHealth, Health: []device.HealthReport{{Device: device.DeviceID{Pool: testNode, Device: "dev-1"}, Health: device.Unhealthy, Reason: "XidError79"}}}
+		waitFor(ctx, t, "taint on dev-1", func(ctx context.Context) (bool, error) {
+			s, err := slicesOfNode(ctx, c)
+			return cmp.Equal(map[string][]string{"dev-1": {testDriver + "/unhealthy=XidError79:NoSchedule"}}, taintsOf(s)), err
+		})
+		for healthOf("dev-1") != drahealthv1.HealthStatus_UNHEALTHY {
+		}
+		disc.events <- device.Event{Type: device.EventHealth, Health: []device.HealthReport{{Device: device.DeviceID{Pool: testNode, Device: "dev-1"}, Health: device.Healthy}}}
+		waitFor(ctx, t, "taint on dev-1 removed", func(ctx context.Context) (bool, error) {
+			s, err := slicesOfNode(ctx, c)
+			return len(taintsOf(s)) == 0 && len(s) > 0, err
+		})
+		for healthOf("dev-1") != drahealthv1.HealthStatus_HEALTHY {
+		}
+	})
+
+	t.Run("metrics and liveness", func(t *testing.T) {
+		body := httpGet(t, "http://"+r.d.HTTPAddr()+"/metrics")
+		for _, want := range []string{
+			`drakit_driver_prepare_claim_duration_seconds_count{driver="` + testDriver + `"}`,
+			`drakit_driver_unprepare_claim_duration_seconds_count{driver="` + testDriver + `"}`,
+			`drakit_driver_errors_total{driver="` + testDriver + `",operation="prepare",reason="DeviceInUse"} 1`,
+			`drakit_driver_prepared_claims{driver="` + testDriver + `"} 0`,
+			`drakit_driver_published_devices{driver="` + testDriver + `"} 4`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
+		if got := httpGet(t, "http://"+r.d.HTTPAddr()+"/healthz"); got != "ok\n" {
+			t.Errorf("/healthz = %q", got)
+		}
+	})
+
+	t.Run("graceful stop", func(t *testing.T) {
+		r.stop(t)
+		if _, err := os.Stat(d.draSocket()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("DRA socket still there after stop: %v", err)
+		}
+	})
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b)
+}
+
+func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
+	c := sharedCluster(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ns := newNamespace(ctx, t, c)
+	d := newDirs(t)
+	hw := newHW(t, d)
+	disc := device.StaticDiscoverer{Inv: testInventory(2)}
+	r := startDriver(ctx, t, c, d, disc, hw)
+	claim := createClaim(ctx, t, c, ns, "keep", drivertest.Device{Device: "dev-0"})
+	k, err := drivertest.Dial(d.draSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	before, err := k.Prepare(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.stop(t)
+
+	startDriver(ctx, t, c, d, disc, hw)
+	after, err := k.Prepare(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(before[string(claim.UID)].String(), after[string(claim.UID)].String()); d != "" {
+		t.Errorf("prepare after restart differs:\n%s", d)
+	}
+	if err := k.Unprepare(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	holders, _ := hw.Holders()
+	if len(holders) != 0 || d.specCount(t) != 0 {
+		t.Errorf("after unprepare: devices %v, %d CDI specs", holders, d.specCount(t))
+	}
+	if v := hw.Violations(); len(v) > 0 {
+		t.Errorf("hardware violations: %v", v)
+	}
+}
