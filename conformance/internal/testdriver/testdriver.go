@@ -84,8 +84,8 @@ func Main(args []string) error {
 	var o Options
 	fs := flag.NewFlagSet("testdriver", flag.ContinueOnError)
 	fs.StringVar(&o.DriverName, "driver-name", "test.conformance.drakit.dev", "driver name")
-	fs.StringVar(&o.NodeName, "node-name", "", "node name (required)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (required)")
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node name (default: env NODE_NAME)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default: env KUBECONFIG)")
 	fs.StringVar(&o.RegistrarDir, "registrar-dir", "", "plugin registry folder (required)")
 	fs.StringVar(&o.PluginDir, "plugin-dir", "", "folder for the DRA socket (required)")
 	fs.StringVar(&o.CDIDir, "cdi-dir", "", "CDI spec folder (required)")

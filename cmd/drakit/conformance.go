@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drakit/drakit/conformance"
+	"github.com/drakit/drakit/internal/cluster"
+)
+
+func init() {
+	register(command{
+		name:    "conformance",
+		summary: "check a DRA driver against the kubelet and scheduler protocols",
+		run:     runConformance,
+	})
+}
+
+// csvFlag collects a repeatable, comma-separated flag.
+type csvFlag []string
+
+func (l *csvFlag) String() string { return strings.Join(*l, ",") }
+func (l *csvFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// conformanceFlags are the parsed flags of "drakit conformance".
+type conformanceFlags struct {
+	kubeconfig, driver, node, registration string
+	cdiDirs, pathMaps, skip                csvFlag
+	start                                  []string
+	deviceClass, objects                   string
+	junit, jsonOut, driverLog              string
+	repeat, concurrency                    int
+	publishTimeout                         time.Duration
+	list                                   bool
+}
+
+func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, error) {
+	f := &conformanceFlags{}
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]")
+		fmt.Fprintln(stderr, "\nPlays the kubelet and the scheduler against a DRA driver and a real API server.")
+		fmt.Fprintln(stderr, "Arguments after -- start the driver (enables the restart checks); without them the driver must be running.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "admin kubeconfig of the cluster (default: start a local control plane and a fake node)")
+	fs.StringVar(&f.driver, "driver", "", "DRA driver name (required)")
+	fs.StringVar(&f.node, "node", "drakit-conformance-node", "node the driver serves")
+	fs.StringVar(&f.registration, "registration", "", "the driver's registration socket, or the plugin registry folder (required)")
+	fs.Var(&f.cdiDirs, "cdi-dir", "CDI spec folder (repeatable or comma-separated)")
+	fs.Var(&f.pathMaps, "path-map", "FROM=TO: translate paths the driver reports (own mount namespace); repeatable")
+	fs.Var(&f.skip, "skip", "check IDs or categories to skip (repeatable or comma-separated)")
+	startCmd := fs.String("start", "", "command that starts the driver, split at spaces (alternative to arguments after --)")
+	fs.StringVar(&f.deviceClass, "device-class", "", "existing DeviceClass selecting the driver's devices (default: the suite creates one)")
+	fs.StringVar(&f.objects, "objects", "", "YAML file with DeviceClasses (created for the run; the first is used unless --device-class) and ResourceClaimTemplates (their claims are checked)")
+	fs.StringVar(&f.junit, "junit", "", "write a JUnit XML report to FILE")
+	fs.StringVar(&f.jsonOut, "json", "", "write a JSON report to FILE")
+	fs.StringVar(&f.driverLog, "driver-log", "", "write the started driver's output to FILE")
+	fs.IntVar(&f.repeat, "repeat", 3, "repeats in idempotency checks")
+	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
+	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	f.start = fs.Args()
+	if *startCmd != "" {
+		if len(f.start) > 0 {
+			return nil, fmt.Errorf("%w: give the driver command either with --start or after --, not both", errUsage)
+		}
+		f.start = strings.Fields(*startCmd)
+	}
+	if f.list {
+		return f, nil
+	}
+	if f.driver == "" {
+		return nil, fmt.Errorf("%w: --driver is required", errUsage)
+	}
+	if f.registration == "" {
+		return nil, fmt.Errorf("%w: --registration is required", errUsage)
+	}
+	for _, m := range f.pathMaps {
+		if from, to, ok := strings.Cut(m, "="); !ok || from == "" || to == "" {
+			return nil, fmt.Errorf("%w: --path-map %q: want FROM=TO", errUsage, m)
+		}
+	}
+	return f, nil
+}
+
+// readObjects reads DeviceClasses and ResourceClaimTemplates from a
+// multi-document YAML file.
+func readObjects(path string) ([]*resourceapi.DeviceClass, []resourceapi.ResourceClaimSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read objects: %w", err)
+	}
+	var classes []*resourceapi.DeviceClass
+	var claims []resourceapi.ResourceClaimSpec
+	dec := utilyaml.NewDocumentDecoder(io.NopCloser(bytes.NewReader(data)))
+	buf := make([]byte, len(data)+1)
+	for i := 0; ; i++ {
+		n, err := dec.Read(buf)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read objects: document %d of %s: %w", i, path, err)
+		}
+		doc := buf[:n]
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return nil, nil, fmt.Errorf("read objects: document %d of %s: %w", i, path, err)
+		}
+		switch meta.Kind {
+		case "":
+			continue
+		case "DeviceClass":
+			var c resourceapi.DeviceClass
+			if err := yaml.UnmarshalStrict(doc, &c); err != nil {
+				return nil, nil, fmt.Errorf("read objects: DeviceClass in document %d of %s: %w", i, path, err)
+			}
+			classes = append(classes, &c)
+		case "ResourceClaimTemplate":
+			var t resourceapi.ResourceClaimTemplate
+			if err := yaml.UnmarshalStrict(doc, &t); err != nil {
+				return nil, nil, fmt.Errorf("read objects: ResourceClaimTemplate in document %d of %s: %w", i, path, err)
+			}
+			claims = append(claims, t.Spec.Spec)
+		default:
+			return nil, nil, fmt.Errorf("read objects: document %d of %s: kind %q is neither DeviceClass nor ResourceClaimTemplate", i, path, meta.Kind)
+		}
+	}
+	return classes, claims, nil
+}
+
+func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseConformanceFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if f.list {
+		for _, c := range conformance.Checks() {
+			fmt.Fprintf(stdout, "%-32s %-6s %s\n", c.ID, c.Level, c.Description)
+		}
+		return nil
+	}
+	cfg := conformance.Config{
+		DriverName: f.driver, NodeName: f.node, RegistrationPath: f.registration,
+		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
+		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
+		PublishTimeout: f.publishTimeout, Progress: stderr,
+	}
+	for _, m := range f.pathMaps {
+		from, to, _ := strings.Cut(m, "=")
+		cfg.PathMappings = append(cfg.PathMappings, conformance.PathMapping{From: from, To: to})
+	}
+	var classes []*resourceapi.DeviceClass
+	if f.objects != "" {
+		classes, cfg.ExtraClaims, err = readObjects(f.objects)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
+	if f.driverLog != "" {
+		lf, err := os.Create(f.driverLog)
+		if err != nil {
+			return fmt.Errorf("create driver log: %w", err)
+		}
+		defer func() { _ = lf.Close() }()
+		cfg.DriverOutput = lf
+	}
+
+	kubeconfig := f.kubeconfig
+	var client kubernetes.Interface
+	if kubeconfig == "" {
+		fmt.Fprintln(stderr, "starting a local control plane (use --kubeconfig for an existing cluster)")
+		c, err := cluster.Start(ctx, cluster.WithLogWriter(stderr))
+		if err != nil {
+			return fmt.Errorf("start local cluster: %w", err)
+		}
+		defer func() {
+			if err := c.Stop(); err != nil {
+				fmt.Fprintf(stderr, "stop local cluster: %v\n", err)
+			}
+		}()
+		if err := c.AddFakeNode(ctx, f.node, nil, nil); err != nil {
+			return fmt.Errorf("add fake node %s: %w", f.node, err)
+		}
+		kubeconfig, client = c.Kubeconfig, c.Client
+		fmt.Fprintf(stderr, "local cluster up; kubeconfig %s, fake node %s\n", kubeconfig, f.node)
+	} else {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return fmt.Errorf("load kubeconfig: %w", err)
+		}
+		rc.QPS, rc.Burst = 50, 100
+		client, err = kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("create client: %w", err)
+		}
+	}
+	cfg.Client = client
+	cfg.StartEnv = []string{"KUBECONFIG=" + kubeconfig, "DRAKIT_KUBECONFIG=" + kubeconfig, "NODE_NAME=" + f.node}
+
+	for _, c := range classes {
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create DeviceClass %s: %w", c.Name, err)
+		}
+		defer func() {
+			_ = client.ResourceV1().DeviceClasses().Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+		}()
+		if cfg.DeviceClassName == "" {
+			cfg.DeviceClassName = c.Name
+		}
+	}
+
+	rep, err := conformance.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.WriteSummary(stdout); err != nil {
+		return err
+	}
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{{f.junit, rep.WriteJUnit}, {f.jsonOut, rep.WriteJSON}} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeFile(out.path, out.write); err != nil {
+			return err
+		}
+	}
+	if rep.Failed() {
+		return fmt.Errorf("%d required (MUST) checks failed", rep.Counts()[conformance.Fail])
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	file, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create report: %w", err)
+	}
+	if err := write(file); err != nil {
+		_ = file.Close()
+		return err
+	}
+	if err := file.Close(); err != nil {
+		return fmt.Errorf("write report %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseConformanceFlags(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		wantErr   string
+		wantStart []string
+		wantSkip  []string
+	}{
+		{name: "no driver", args: []string{"--registration", "/r"}, wantErr: "--driver is required"},
+		{name: "no registration", args: []string{"--driver", "d.example.com"}, wantErr: "--registration is required"},
+		{name: "bad path map", args: []string{"--driver", "d", "--registration", "/r", "--path-map", "/a"}, wantErr: "want FROM=TO"},
+		{name: "both start forms", args: []string{"--driver", "d", "--registration", "/r", "--start", "x", "--", "y"}, wantErr: "not both"},
+		{name: "start after --", args: []string{"--driver", "d", "--registration", "/r", "--skip", "restart,health", "--skip", "robust.garbage-names", "--", "drv", "-v", "2"},
+			wantStart: []string{"drv", "-v", "2"}, wantSkip: []string{"restart", "health", "robust.garbage-names"}},
+		{name: "start flag", args: []string{"--driver", "d", "--registration", "/r", "--start", "drv  --x=1"}, wantStart: []string{"drv", "--x=1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseConformanceFlags(tc.args, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, errUsage) {
+					t.Fatalf("got %v, want usage error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantStart, f.start); diff != "" {
+				t.Errorf("start (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantSkip, []string(f.skip)); diff != "" {
+				t.Errorf("skip (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReadObjects(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	const doc = `apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two}
+spec:
+  spec:
+    devices:
+      requests: [{name: pair, exactly: {deviceClassName: gpu, count: 2}}]
+`
+	if err := os.WriteFile(good, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	classes, claims, err := readObjects(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(classes) != 1 || classes[0].Name != "gpu" || len(claims) != 1 || claims[0].Devices.Requests[0].Exactly.Count != 2 {
+		t.Errorf("got classes %v claims %v", classes, claims)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readObjects(bad); err == nil || !strings.Contains(err.Error(), `kind "Pod"`) {
+		t.Errorf("got %v, want an error naming kind Pod", err)
+	}
+}
