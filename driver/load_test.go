@@ -9,6 +9,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/drakit/drakit/device"
@@ -23,8 +24,8 @@ func TestConcurrentPrepare(t *testing.T) {
 	if raceEnabled {
 		n = 100
 	}
-	_, ctx := ktesting.NewTestContextWithConfig(t, ktesting.NewConfig(ktesting.Verbosity(0)))
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0)))
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), 5*time.Minute)
 	defer cancel()
 	ns := newNamespace(ctx, t, c)
 	d := newDirs(t)
