@@ -27,6 +27,10 @@ const (
 	kubeletDialTimeout    = 10 * time.Second
 	kubeletGetInfoTimeout = time.Second
 	kubeletNotifyTimeout  = 5 * time.Second
+	// probeDialTimeout bounds one attempt while looking for the
+	// registration socket; a stale socket left by a killed driver would
+	// otherwise cost the full dial timeout per attempt.
+	probeDialTimeout = 2 * time.Second
 )
 
 // PathMapping translates a path prefix a driver reports (as it sees its
@@ -86,8 +90,8 @@ func isSocket(path string) bool {
 }
 
 // getInfo calls Registration/GetInfo on a registration socket.
-func getInfo(ctx context.Context, socket string) (*registerapi.PluginInfo, error) {
-	conn, err := dial(ctx, socket, kubeletDialTimeout)
+func getInfo(ctx context.Context, socket string, dialTimeout time.Duration) (*registerapi.PluginInfo, error) {
+	conn, err := dial(ctx, socket, dialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +152,7 @@ func findRegistrationOnce(ctx context.Context, path, driver string) (string, *re
 		return "", nil, fmt.Errorf("find registration socket: %w", err)
 	}
 	if !fi.IsDir() {
-		info, err := getInfo(ctx, path)
+		info, err := getInfo(ctx, path, probeDialTimeout)
 		if err != nil {
 			return "", nil, err
 		}
@@ -174,7 +178,7 @@ func findRegistrationOnce(ctx context.Context, path, driver string) (string, *re
 	var seen []string
 	for _, n := range names {
 		socket := filepath.Join(path, n)
-		info, err := getInfo(ctx, socket)
+		info, err := getInfo(ctx, socket, probeDialTimeout)
 		if err != nil {
 			seen = append(seen, fmt.Sprintf("%s: %v", n, err))
 			continue

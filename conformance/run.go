@@ -338,7 +338,7 @@ func (r *runner) alive(ctx context.Context) (bool, string) {
 	if r.procDone != nil {
 		select {
 		case <-r.procDone:
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if exited, why := r.driverExited(); exited {
