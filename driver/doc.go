@@ -1,3 +1,58 @@
 // Package driver is the runtime that turns a vendor's discoverer and
-// preparer into a correct DRA driver behind the kubelet plugin helper.
+// preparer into a correct DRA driver behind the kubelet plugin helper
+// (k8s.io/dynamic-resource-allocation/kubeletplugin).
+//
+// A vendor writes two things: a [device.Discoverer] that says which
+// devices exist (and reports health), and a [Preparer] that prepares and
+// unprepares one allocated device, returning CDI container edits:
+//
+//	d, err := driver.New("gpu.example.com",
+//		driver.WithDiscoverer(myDiscoverer),
+//		driver.WithPreparer(myPreparer),
+//		driver.WithRESTConfig(cfg), driver.WithNodeName(node))
+//	if err != nil { ... }
+//	return d.Run(ctx) // blocks; stops cleanly on ctx cancel
+//
+// The runtime owns the rest:
+//
+//   - Slices: the inventory is validated and published as ResourceSlices
+//     for the node, again after every change event, with a NoSchedule
+//     taint on each device reported unhealthy (cleared on recovery).
+//   - Checkpoint: one record per claim in its own file, written atomically
+//     (temporary file, fsync, rename, fsync of the folder), so a write
+//     costs the same with 10 or 10,000 claims held. Records are versioned
+//     JSON with a checksum; unknown fields are ignored, and a corrupt
+//     record is quarantined with a log line and a Kubernetes event on the
+//     node instead of failing the driver.
+//   - Two-phase prepare: the intent is recorded, the vendor work done, the
+//     CDI spec written, then completion recorded durably. A failure undoes
+//     the claim's devices (rollback); at start, before the sockets serve,
+//     claims left half-way by a crashed process are undone or their
+//     unprepare finished, and orphaned CDI specs are removed.
+//   - Idempotency: a repeated prepare returns the recorded result without
+//     calling the vendor; unprepare of an unknown claim succeeds; unprepare
+//     works from the checkpoint after the claim was deleted.
+//   - Request names (with subrequests) and share IDs are returned as
+//     allocated. A device already prepared for another claim is refused
+//     ([ErrDeviceInUse]) unless one of the two allocations has admin access
+//     or both are distinct shares of a device that allows multiple
+//     allocations.
+//   - One CDI spec per claim ("<driver>/claim=<claim UID>_<n>-<device>").
+//   - Health: WatchHealthStatus streams the devices' health to the
+//     kubelet.
+//   - Metrics and liveness on one HTTP port ([WithHTTPAddress]):
+//     drakit_driver_prepare_claim_duration_seconds,
+//     drakit_driver_unprepare_claim_duration_seconds,
+//     drakit_driver_errors_total{operation,reason},
+//     drakit_driver_prepared_claims, drakit_driver_published_devices,
+//     drakit_driver_unhealthy_devices; /healthz.
+//   - Concurrency: calls for different claims run in parallel (the helper's
+//     global serialization is off unless [WithSerializedCalls] or
+//     [WithRollingUpdate]); [WithRESTConfig] sets a client rate limit that
+//     does not cap prepares at client-go's default of 5 per second.
+//
+// Durability: the completion record and the removal of a record are
+// fsynced. Intent records are written atomically but not fsynced: they
+// matter after a process crash (when the page cache survives), while after
+// a power loss the device state they guard is gone as well.
 package driver

@@ -1,0 +1,73 @@
+package driver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver"
+	"k8s.io/client-go/rest"
+)
+
+// envPreparer gives each container an environment variable naming its
+// device.
+type envPreparer struct{}
+
+func (envPreparer) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env("EXAMPLE_DEVICE", dev.Device)}, nil
+}
+
+func (envPreparer) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
+	return nil
+}
+
+func Example() {
+	inv := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{{
+		Name:    "node-1",
+		Devices: []*device.Device{device.New("gpu-0"), device.New("gpu-1")},
+	}}}
+	d, err := driver.New("gpu.example.com",
+		driver.WithDiscoverer(device.StaticDiscoverer{Inv: inv}),
+		driver.WithPreparer(envPreparer{}),
+		driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:6443"}),
+		driver.WithNodeName("node-1"),
+		driver.WithHTTPAddress(":8080"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(d.Name(), d.DRASocket())
+	// A real driver now calls d.Run(ctx).
+
+	// Output: gpu.example.com /var/lib/kubelet/plugins/gpu.example.com/dra.sock
+}
+
+func ExampleNew_missingOption() {
+	_, err := driver.New("gpu.example.com", driver.WithPreparer(envPreparer{}))
+	fmt.Println(err)
+	// Output: new driver gpu.example.com: WithDiscoverer is required
+}
+
+func ExampleDecodeConfig() {
+	dev := driver.AllocatedDevice{Request: "gpu", Config: []driver.OpaqueConfig{
+		{FromClass: true, Parameters: json.RawMessage(`{"sharing":"none","timeSlice":10}`)},
+		{Parameters: json.RawMessage(`{"sharing":"timeSliced"}`)},
+	}}
+	var cfg struct {
+		Sharing   string `json:"sharing"`
+		TimeSlice int    `json:"timeSlice"`
+	}
+	if err := driver.DecodeConfig(dev, &cfg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(cfg.Sharing, cfg.TimeSlice)
+
+	dev.Config = append(dev.Config, driver.OpaqueConfig{Parameters: json.RawMessage(`{"sharng":"x"}`)})
+	fmt.Println(driver.DecodeConfig(dev, &cfg))
+	// Output:
+	// timeSliced 10
+	// invalid opaque device configuration: request "gpu": claim config #2: json: unknown field "sharng"
+}
