@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/mig/bench"
+)
+
+func init() {
+	register(command{
+		name:    "mig",
+		summary: "MIG profiles, partition planning and the planner benchmark (profiles, plan, bench)",
+		run:     runMIG,
+	})
+}
+
+const migUsage = `usage:
+  drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
+  drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
+  drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)`
+
+func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, migUsage)
+	}
+	switch args[0] {
+	case "profiles":
+		return migProfiles(args[1:], stdout, stderr)
+	case "plan":
+		return migPlan(args[1:], stdout, stderr)
+	case "bench":
+		return migBench(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stderr, migUsage)
+		return flag.ErrHelp
+	}
+	return fmt.Errorf("%w: unknown mig command %q\n%s", errUsage, args[0], migUsage)
+}
+
+func migProfiles(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mig profiles", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: drakit mig profiles PRODUCT", errUsage)
+	}
+	p, err := mig.Lookup(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	all, err := p.Layouts()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %d memory slices, %d compute slices, %d valid layouts\n", p.Name, p.MemorySlices, p.ComputeSlices, len(all))
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROFILE\tID\tCOMPUTE\tMEMORY SLICES\tMEMORY\tMAX\tPLACEMENTS (start:size)")
+	for _, pr := range p.Profiles {
+		var pls []string
+		for _, pl := range pr.Placements() {
+			pls = append(pls, fmt.Sprintf("%d:%d", pl.Start, pl.Size))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%d\t%s\n", pr.Name, pr.ID, pr.ComputeSlices, pr.MemorySlices, pr.MemoryMiB, pr.MaxCount, strings.Join(pls, " "))
+	}
+	return tw.Flush()
+}
+
+// planInput is the YAML file of "drakit mig plan -f".
+type planInput struct {
+	Fleet    []mig.FleetGPU `json:"fleet"`
+	Requests []mig.Request  `json:"requests"`
+}
+
+// layoutFlags collects repeated "-layout INDEX=LAYOUT" flags.
+type layoutFlags map[int]string
+
+func (l layoutFlags) String() string { return fmt.Sprint(map[int]string(l)) }
+
+func (l layoutFlags) Set(s string) error {
+	i, lay, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("want INDEX=LAYOUT, e.g. 0=4g.40gb@0*,1g.10gb@6")
+	}
+	n, err := strconv.Atoi(i)
+	if err != nil || n < 0 {
+		return fmt.Errorf("index %q is not a non-negative integer", i)
+	}
+	l[n] = lay
+	return nil
+}
+
+func migPlan(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mig plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "YAML file with 'fleet' (node, index, product, layout) and 'requests' (profile, node, gpu); replaces the fleet flags")
+	product := fs.String("product", "H100-80GB", "product of every GPU of the flag-built fleet")
+	gpus := fs.Int("gpus", 1, "number of GPUs of the flag-built fleet (one node)")
+	node := fs.String("node", "node-0", "node name of the flag-built fleet")
+	layouts := layoutFlags{}
+	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use); repeatable")
+	requests := fs.String("requests", "", "comma-separated profiles to place, e.g. 3g.40gb,1g.10gb,1g.10gb (added to the file's)")
+	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var in planInput
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return fmt.Errorf("read plan input: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &in); err != nil {
+			return fmt.Errorf("%w: parse %s: %w", errUsage, *file, err)
+		}
+	} else {
+		if *gpus < 1 {
+			return fmt.Errorf("%w: -gpus %d must be at least 1", errUsage, *gpus)
+		}
+		for i := 0; i < *gpus; i++ {
+			l, err := mig.ParseLayout(layouts[i])
+			if err != nil {
+				return fmt.Errorf("%w: -layout %d: %w", errUsage, i, err)
+			}
+			in.Fleet = append(in.Fleet, mig.FleetGPU{Node: *node, Index: i, Product: *product, Layout: l})
+		}
+		for i := range layouts {
+			if i >= *gpus {
+				return fmt.Errorf("%w: -layout %d: only %d GPUs (-gpus)", errUsage, i, *gpus)
+			}
+		}
+	}
+	for _, r := range strings.Split(*requests, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			in.Requests = append(in.Requests, mig.Request{Profile: r})
+		}
+	}
+	plan, err := mig.PlanFleet(in.Fleet, in.Requests)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(plan)
+	}
+	fmt.Fprintln(stdout, "Before:")
+	if err := pictures(stdout, in.Fleet); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nOperations (%d):\n", len(plan.Operations))
+	for _, o := range plan.Operations {
+		fmt.Fprintln(stdout, "  "+o.String())
+	}
+	if len(plan.Unplaced) > 0 {
+		fmt.Fprintf(stdout, "\nUnplaced (%d):\n", len(plan.Unplaced))
+		for _, u := range plan.Unplaced {
+			fmt.Fprintf(stdout, "  request %d (%s): %s\n", u.Request, in.Requests[u.Request].Profile, u.Reason)
+		}
+	}
+	fmt.Fprintf(stdout, "\nAfter: %d of %d requests placed, %d compute slices, %d GPUs free\n", len(plan.Assignments), len(in.Requests), plan.PlacedCompute, plan.FreeGPUs)
+	return pictures(stdout, plan.After)
+}
+
+func pictures(w io.Writer, fleet []mig.FleetGPU) error {
+	for _, g := range fleet {
+		p, err := mig.Lookup(g.Product)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "  "+p.Picture(fmt.Sprintf("%s/gpu-%d", g.Node, g.Index), g.Layout))
+	}
+	return nil
+}
+
+func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mig bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
+	seed := fs.Int64("seed", 1, "random seed")
+	part := fs.String("part", "all", "which part: all, batch, online, latency")
+	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	cfg := bench.Short()
+	if *long {
+		cfg = bench.Long()
+	}
+	cfg.Seed = *seed
+	if *arrivals > 0 {
+		cfg.Arrivals = *arrivals
+	}
+	switch *part {
+	case "all":
+		return bench.Run(ctx, cfg, stdout)
+	case "batch":
+		return bench.Batch(cfg, stdout)
+	case "online":
+		return bench.Online(ctx, cfg, stdout)
+	case "latency":
+		return bench.Latency(cfg, stdout)
+	}
+	return fmt.Errorf("%w: -part %q: want all, batch, online or latency", errUsage, *part)
+}

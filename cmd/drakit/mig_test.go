@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drakit/drakit/mig"
+)
+
+func migRun(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"mig"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestMIGProfiles(t *testing.T) {
+	code, out, errs := migRun(t, "profiles", "NVIDIA H100 80GB HBM3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"H100-80GB: 8 memory slices, 7 compute slices, 2318 valid layouts", "3g.40gb     9   3        4              40960 MiB  2    0:4 4:4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, _ := migRun(t, "profiles", "Tesla T4"); code != 2 {
+		t.Errorf("unknown product: exit %d, want 2", code)
+	}
+}
+
+func TestMIGPlanFlags(t *testing.T) {
+	code, out, errs := migRun(t, "plan", "-gpus", "2", "-layout", "0=4g.40gb@0*", "-requests", "1g.10gb,7g.80gb")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want := `Before:
+  node-0/gpu-0 |4g.40gb*                           |........|........|........|........|
+  node-0/gpu-1 |........|........|........|........|........|........|........|........|
+
+Operations (2):
+  create  node-0/gpu-0 1g.10gb@6 (request 0)
+  create  node-0/gpu-1 7g.80gb@0 (request 1)
+
+After: 2 of 2 requests placed, 8 compute slices, 0 GPUs free
+  node-0/gpu-0 |4g.40gb*                           |........|........|1g.10gb*|........|
+  node-0/gpu-1 |7g.80gb*                                                               |
+`
+	if out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestMIGPlanFileJSON(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "plan.yaml")
+	in := `fleet:
+- {node: a, index: 0, product: "NVIDIA A100-SXM4-40GB", layout: [{profile: 3g.20gb, start: 4, inUse: true}]}
+- {node: b, index: 0, product: A100-40GB}
+requests:
+- {profile: 4g.20gb}
+- {profile: 3g.20gb, node: b}
+`
+	if err := os.WriteFile(f, []byte(in), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := migRun(t, "plan", "-f", f, "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var plan mig.Plan
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	want := []mig.Assignment{
+		{Request: 0, Node: "a", GPU: 0, Profile: "4g.20gb", Start: 0},
+		{Request: 1, Node: "b", GPU: 0, Profile: "3g.20gb", Start: 4},
+	}
+	if len(plan.Assignments) != 2 || plan.Assignments[0] != want[0] || plan.Assignments[1] != want[1] {
+		t.Errorf("assignments = %+v, want %+v", plan.Assignments, want)
+	}
+}
+
+func TestMIGUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"nope"},
+		{"plan", "-layout", "0=3g.40gb@2"},
+		{"plan", "-layout", "x=3g.40gb@0"},
+		{"plan", "-gpus", "1", "-layout", "3=1g.10gb@0"},
+		{"plan", "-requests", "3g"},
+		{"bench", "-part", "nope"},
+	} {
+		if code, _, _ := migRun(t, args...); code != 2 {
+			t.Errorf("drakit mig %q: exit %d, want 2", args, code)
+		}
+	}
+}
