@@ -76,49 +76,61 @@ func (l poolLayout) slices() []resourceslice.Slice {
 	return out
 }
 
-// layout converts a pool and cuts it into slices within the API limits.
-func layout(driver string, p *Pool) poolLayout {
-	var l poolLayout
-	for i := 0; i < len(p.CounterSets); i += MaxCounterSetsPerSlice {
-		end := min(i+MaxCounterSetsPerSlice, len(p.CounterSets))
-		sets := make([]resourceapi.CounterSet, 0, end-i)
-		for _, cs := range p.CounterSets[i:end] {
-			sets = append(sets, apiCounterSet(cs))
-		}
-		l.counterSlices = append(l.counterSlices, sets)
+// convertedPool is a pool in API types, before it is cut into slices.
+type convertedPool struct {
+	sets    []resourceapi.CounterSet
+	devices []resourceapi.Device
+}
+
+func convertPool(driver string, p *Pool) convertedPool {
+	cp := convertedPool{
+		sets:    make([]resourceapi.CounterSet, len(p.CounterSets)),
+		devices: make([]resourceapi.Device, len(p.Devices)),
 	}
-	var cur []resourceapi.Device
+	for i, cs := range p.CounterSets {
+		cp.sets[i] = apiCounterSet(cs)
+	}
+	for i, d := range p.Devices {
+		cp.devices[i] = apiDevice(driver, d)
+	}
+	return cp
+}
+
+// layout cuts a converted pool into slices within the API limits.
+func layout(cp convertedPool) poolLayout {
+	var l poolLayout
+	for i := 0; i < len(cp.sets); i += MaxCounterSetsPerSlice {
+		end := min(i+MaxCounterSetsPerSlice, len(cp.sets))
+		l.counterSlices = append(l.counterSlices, cp.sets[i:end:end])
+	}
+	start := 0
 	curAdvanced := false
-	for _, d := range p.Devices {
-		ad := apiDevice(driver, d)
+	for i := range cp.devices {
+		ad := &cp.devices[i]
 		adv := len(ad.Taints) > 0 || len(ad.ConsumesCounters) > 0
 		limit := MaxDevicesPerSlice
 		if adv || curAdvanced {
 			limit = MaxDevicesPerSliceWithTaintsOrCounters
 		}
-		if len(cur) >= limit {
-			l.deviceSlices = append(l.deviceSlices, cur)
-			cur, curAdvanced = nil, false
+		if i-start >= limit {
+			l.deviceSlices = append(l.deviceSlices, cp.devices[start:i:i])
+			start, curAdvanced = i, false
 		}
-		if cur == nil {
-			cur = make([]resourceapi.Device, 0, min(MaxDevicesPerSlice, len(p.Devices)))
-		}
-		cur = append(cur, ad)
 		curAdvanced = curAdvanced || adv
 	}
-	if len(cur) > 0 {
-		l.deviceSlices = append(l.deviceSlices, cur)
+	if len(cp.devices) > start {
+		l.deviceSlices = append(l.deviceSlices, cp.devices[start:len(cp.devices):len(cp.devices)])
 	}
 	return l
 }
 
-func (inv *Inventory) driverResources() *resourceslice.DriverResources {
+func (inv *Inventory) driverResources(converted []convertedPool) *resourceslice.DriverResources {
 	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(inv.Pools))}
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
 		rp := resourceslice.Pool{
 			AllNodes: p.AllNodes,
-			Slices:   layout(inv.Driver, p).slices(),
+			Slices:   layout(converted[i]).slices(),
 		}
 		if p.NodeSelector != nil {
 			rp.NodeSelector = p.NodeSelector.DeepCopy()
@@ -135,7 +147,7 @@ func (inv *Inventory) resourceSlices(nodeName string) []*resourceapi.ResourceSli
 	var out []*resourceapi.ResourceSlice
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
-		ss := layout(inv.Driver, p).slices()
+		ss := layout(convertPool(inv.Driver, p)).slices()
 		for j, s := range ss {
 			rs := &resourceapi.ResourceSlice{
 				ObjectMeta: metav1.ObjectMeta{Name: sliceName(inv.Driver, p.Name, j)},
@@ -193,11 +205,11 @@ func apiCounterSet(cs CounterSet) resourceapi.CounterSet {
 // published under: names in the driver's own domain lose the domain,
 // unless that would merge two entries (which validation reports).
 func canonicalKey(driver, name string, exists func(string) bool) string {
-	if driver == "" {
+	if driver == "" || len(name) <= len(driver) || name[len(driver)] != '/' || name[:len(driver)] != driver {
 		return name
 	}
-	bare, ok := strings.CutPrefix(name, driver+"/")
-	if !ok || exists(bare) {
+	bare := name[len(driver)+1:]
+	if exists(bare) {
 		return name
 	}
 	return bare
@@ -211,9 +223,38 @@ func apiDevice(driver string, d *Device) resourceapi.Device {
 	out := resourceapi.Device{Name: d.name}
 	if len(d.attributes) > 0 {
 		out.Attributes = make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(d.attributes))
+		// One backing array per value type instead of one allocation
+		// per value.
+		var nStr, nInt, nBool int
+		for _, a := range d.attributes {
+			switch a.kind {
+			case kindString, kindVersion:
+				nStr++
+			case kindInt:
+				nInt++
+			case kindBool:
+				nBool++
+			}
+		}
+		strs, ints, bools := make([]string, 0, nStr), make([]int64, 0, nInt), make([]bool, 0, nBool)
 		for name, a := range d.attributes {
 			key := canonicalKey(driver, name, func(s string) bool { _, ok := d.attributes[s]; return ok })
-			out.Attributes[resourceapi.QualifiedName(key)] = a.api()
+			var v resourceapi.DeviceAttribute
+			switch a.kind {
+			case kindString:
+				strs = append(strs, a.str)
+				v.StringValue = &strs[len(strs)-1]
+			case kindVersion:
+				strs = append(strs, a.str)
+				v.VersionValue = &strs[len(strs)-1]
+			case kindInt:
+				ints = append(ints, a.integer)
+				v.IntValue = &ints[len(ints)-1]
+			case kindBool:
+				bools = append(bools, a.boolean)
+				v.BoolValue = &bools[len(bools)-1]
+			}
+			out.Attributes[resourceapi.QualifiedName(key)] = v
 		}
 	}
 	if len(d.capacities) > 0 {
@@ -255,20 +296,6 @@ func apiDevice(driver string, d *Device) resourceapi.Device {
 	out.BindingConditions = slices.Clone(d.bindingConditions)
 	out.BindingFailureConditions = slices.Clone(d.bindingFailureConditions)
 	return out
-}
-
-func (a attribute) api() resourceapi.DeviceAttribute {
-	switch a.kind {
-	case kindString:
-		return resourceapi.DeviceAttribute{StringValue: ptr.To(a.str)}
-	case kindInt:
-		return resourceapi.DeviceAttribute{IntValue: ptr.To(a.integer)}
-	case kindBool:
-		return resourceapi.DeviceAttribute{BoolValue: ptr.To(a.boolean)}
-	case kindVersion:
-		return resourceapi.DeviceAttribute{VersionValue: ptr.To(a.str)}
-	}
-	return resourceapi.DeviceAttribute{}
 }
 
 func (p *RequestPolicy) api() *resourceapi.CapacityRequestPolicy {

@@ -36,10 +36,11 @@ const (
 // inventory always gives the same result, deeply equal, with attribute
 // names in the driver's own domain written without the domain.
 func (inv *Inventory) DriverResources() (*resourceslice.DriverResources, error) {
-	if err := inv.Validate(); err != nil {
+	converted, err := inv.validate()
+	if err != nil {
 		return nil, err
 	}
-	return inv.driverResources(), nil
+	return inv.driverResources(converted), nil
 }
 
 // ResourceSlices converts the inventory into complete ResourceSlice

@@ -110,5 +110,6 @@ func Validate(slices ...*resourceapi.ResourceSlice) error {
 // set names, consumed counters exist). It returns nil or a
 // *[ValidationError] with paths into the inventory.
 func (inv *Inventory) Validate() error {
-	return inv.validate()
+	_, err := inv.validate()
+	return err
 }

@@ -1,7 +1,9 @@
 package device
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"math"
 	"regexp"
 	"strconv"
@@ -37,6 +39,9 @@ var fractionalCapacityRange = true
 type checker struct {
 	problems []Problem
 	slice    int
+	// okNames caches qualified names and versions found valid: a few
+	// distinct names repeat across thousands of devices.
+	okNames map[string]bool
 }
 
 func (c *checker) add(scope Scope, errs ...*field.Error) {
@@ -61,7 +66,27 @@ func (c *checker) err() error {
 
 // ---- names ----
 
+// isDNSLabel is a fast check for the common, valid case.
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > validation.DNS1123LabelMaxLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch >= 'a' && ch <= 'z', ch >= '0' && ch <= '9':
+		case ch == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func (c *checker) dnsLabel(s string, p *field.Path) {
+	if isDNSLabel(s) {
+		return
+	}
 	if s == "" {
 		c.obj(field.Required(p, ""))
 		return
@@ -120,6 +145,18 @@ func (c *checker) cIdentifier(s string, p *field.Path) {
 // reported as unusable ([ScopePool]) because no CEL expression can reach
 // it.
 func (c *checker) qualifiedName(name string, p *field.Path) {
+	if c.okNames[name] {
+		return
+	}
+	before := len(c.problems)
+	defer func() {
+		if len(c.problems) == before {
+			if c.okNames == nil {
+				c.okNames = make(map[string]bool)
+			}
+			c.okNames[name] = true
+		}
+	}()
 	parts := strings.Split(name, "/")
 	switch len(parts) {
 	case 1:
@@ -233,6 +270,40 @@ var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 	`(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?` +
 	`(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?$`)
 
+// attributeOK is a fast check for the common, valid case.
+func (c *checker) attributeOK(a *resourceapi.DeviceAttribute) bool {
+	if a.BoolValues != nil || a.IntValues != nil || a.StringValues != nil || a.VersionValues != nil {
+		return false
+	}
+	n := 0
+	if a.BoolValue != nil {
+		n++
+	}
+	if a.IntValue != nil {
+		n++
+	}
+	if a.StringValue != nil {
+		n++
+		if len(*a.StringValue) > MaxStringLength {
+			return false
+		}
+	}
+	if a.VersionValue != nil {
+		n++
+		v := *a.VersionValue
+		if !c.okNames["\x00v"+v] {
+			if len(v) > MaxStringLength || !semverRE.MatchString(v) {
+				return false
+			}
+			if c.okNames == nil {
+				c.okNames = make(map[string]bool)
+			}
+			c.okNames["\x00v"+v] = true
+		}
+	}
+	return n == 1
+}
+
 func (c *checker) attribute(a resourceapi.DeviceAttribute, p *field.Path) {
 	n := 0
 	if a.BoolValue != nil {
@@ -272,14 +343,25 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 	if n := len(d.Attributes) + len(d.Capacity); n > MaxAttributesAndCapacities {
 		c.obj(field.Invalid(p, n, fmt.Sprintf("the total number of attributes and capacities must not exceed %d", MaxAttributesAndCapacities)))
 	}
+	// Map order is random: problems of this device are sorted at the end.
+	start := len(c.problems)
+	defer func() {
+		if len(c.problems)-start > 1 {
+			slices.SortStableFunc(c.problems[start:], func(a, b Problem) int {
+				return cmp.Or(cmp.Compare(a.Field, b.Field), cmp.Compare(a.Value, b.Value), cmp.Compare(a.Detail, b.Detail))
+			})
+		}
+	}()
 	ap := p.Child("attributes")
-	for _, name := range sortedKeys(d.Attributes) {
+	for name, a := range d.Attributes {
 		c.qualifiedName(string(name), ap)
-		c.attribute(d.Attributes[name], ap.Key(string(name)))
+		if !c.attributeOK(&a) {
+			c.attribute(a, ap.Key(string(name)))
+		}
 	}
 	multi := d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations
 	cp := p.Child("capacity")
-	for _, name := range sortedKeys(d.Capacity) {
+	for name := range d.Capacity {
 		c.qualifiedName(string(name), cp)
 		capa := d.Capacity[name]
 		if capa.RequestPolicy == nil {

@@ -263,12 +263,13 @@ func (pc *poolChecker) addDevice(d *resourceapi.Device, slice int, p *field.Path
 // the inventory. Slice-level limits are met by construction (the
 // conversion splits), so only per-device, per-set and per-pool rules
 // apply.
-func (inv *Inventory) validate() error {
+func (inv *Inventory) validate() ([]convertedPool, error) {
 	c := &checker{slice: -1}
 	if inv == nil {
 		c.obj(field.Required(field.NewPath("inventory"), "nil inventory"))
-		return c.err()
+		return nil, c.err()
 	}
+	converted := make([]convertedPool, len(inv.Pools))
 	c.driverName(inv.Driver, field.NewPath("driver"))
 	pools := make(map[string]int, len(inv.Pools))
 	for pi := range inv.Pools {
@@ -289,10 +290,12 @@ func (inv *Inventory) validate() error {
 				c.obj(field.Invalid(pp.Child("nodeSelector", "nodeSelectorTerms"), len(p.NodeSelector.NodeSelectorTerms), "must have exactly one node selector term"))
 			}
 		}
-		pc := poolChecker{c: c, sets: make(map[string]setRef), devices: make(map[string]setRef)}
+		converted[pi] = convertPool(inv.Driver, p)
+		cp := &converted[pi]
+		pc := poolChecker{c: c, sets: make(map[string]setRef, len(p.CounterSets)), devices: make(map[string]setRef, len(p.Devices))}
 		sp := pp.Child("counterSets")
-		for si, cs := range p.CounterSets {
-			acs := apiCounterSet(cs)
+		for si := range cp.sets {
+			acs := cp.sets[si]
 			c.counterSet(acs, sp.Index(si))
 			pc.addSet(acs, si, sp.Index(si))
 		}
@@ -303,8 +306,8 @@ func (inv *Inventory) validate() error {
 				c.obj(field.Required(ip, "nil device"))
 				continue
 			}
-			ad := apiDevice(inv.Driver, d)
-			c.device(&ad, ip, inv.Driver, false)
+			ad := &cp.devices[di]
+			c.device(ad, ip, inv.Driver, false)
 			// Every device is its own "slice" for duplicate detection.
 			if prev, dup := pc.devices[ad.Name]; dup {
 				c.pool(field.Duplicate(ip.Child("name"), fmt.Sprintf("%s (also devices[%d])", ad.Name, prev.slice)))
@@ -326,5 +329,5 @@ func (inv *Inventory) validate() error {
 			}
 		}
 	}
-	return c.err()
+	return converted, c.err()
 }
