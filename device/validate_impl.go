@@ -3,9 +3,9 @@ package device
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
