@@ -324,7 +324,7 @@ func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
 	now := metav1.Now()
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.o.nodeName + ".drakit-", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, UID: types.UID(d.o.nodeName), APIVersion: "v1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, APIVersion: "v1"},
 		Reason:         ReasonCorrupt,
 		Message:        fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err),
 		Type:           corev1.EventTypeWarning,

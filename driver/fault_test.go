@@ -39,8 +39,9 @@ type childConfig struct {
 	Dirs       dirs
 	Devices    int
 	// Fault is the fault point at which the child kills itself with
-	// SIGKILL ("" for none).
-	Fault string
+	// SIGKILL ("" for none), on its FaultHit-th pass there.
+	Fault    string
+	FaultHit int
 }
 
 func (d dirs) readyFile() string { return filepath.Join(d.Root, "ready") }
@@ -53,8 +54,12 @@ func childMain() int {
 		return 2
 	}
 	if cfg.Fault != "" {
+		hits := 0
 		driver.SetFaultHook(func(point string) {
-			if point == cfg.Fault {
+			if point != cfg.Fault {
+				return
+			}
+			if hits++; hits == cfg.FaultHit {
 				fmt.Fprintln(os.Stderr, "fault point reached, SIGKILL:", point)
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
@@ -103,10 +108,10 @@ type child struct {
 }
 
 // startChild runs a driver process and waits until it serves.
-func startChild(t *testing.T, c *cluster.Cluster, d dirs, devices int, fault string) *child {
+func startChild(t *testing.T, c *cluster.Cluster, d dirs, devices int, fault string, hit int) *child {
 	t.Helper()
 	_ = os.Remove(d.readyFile())
-	cfg, _ := json.Marshal(childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: devices, Fault: fault})
+	cfg, _ := json.Marshal(childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: devices, Fault: fault, FaultHit: hit})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	log, err := os.OpenFile(filepath.Join(d.Root, "child.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -251,7 +256,14 @@ func TestKillAtEveryStep(t *testing.T) {
 				// when a is clean.
 				other := createClaim(ctx, t, c, ns, "other", drivertest.Device{Device: "dev-0"})
 
-				ch := startChild(t, c, d, 4, point)
+				prepareCrash := strings.HasPrefix(point, "prepare/")
+				// b's prepare passes the prepare fault points once: die
+				// on the second pass, in a's prepare.
+				hit := 1
+				if prepareCrash {
+					hit = 2
+				}
+				ch := startChild(t, c, d, 4, point, hit)
 				k, err := drivertest.Dial(d.draSocket())
 				if err != nil {
 					t.Fatal(err)
@@ -260,7 +272,6 @@ func TestKillAtEveryStep(t *testing.T) {
 				if _, err := k.Prepare(ctx, b); err != nil {
 					t.Fatal(err)
 				}
-				prepareCrash := strings.HasPrefix(point, "prepare/")
 				if !prepareCrash {
 					if _, err := k.Prepare(ctx, a); err != nil {
 						t.Fatal(err)
@@ -278,7 +289,7 @@ func TestKillAtEveryStep(t *testing.T) {
 				}
 				ch.waitDead(t)
 
-				startChild(t, c, d, 4, "")
+				startChild(t, c, d, 4, "", 0)
 				// Recovery alone (before any call) has finished or undone a:
 				// only a completed prepare stays prepared.
 				recovered := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
