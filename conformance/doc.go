@@ -49,7 +49,7 @@
 //
 // The test driver in internal/testdriver is built directly on
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Correct, it passes
-// every check (allocation.shared skips: it has no shared device). Started
+// every check. Started
 // with -defect NAME it has one defect, and the suite's tests assert that
 // the named check catches it (fail for MUST, warn for SHOULD):
 //
@@ -72,6 +72,7 @@
 //	broken-counters          device consumes more than its counter set holds      slices.counters
 //	health-unknown-device    health report names an unpublished device            health.initial-report
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
+//	drop-share-id            leaves out the share ID of a shared device           allocation.shared
 //
 // # Limits
 //

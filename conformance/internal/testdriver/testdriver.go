@@ -56,6 +56,7 @@ var Defects = map[string]string{
 	"broken-counters":         "a device consumes more of a counter than the counter set holds",
 	"health-unknown-device":   "reports health for a device it does not publish",
 	"health-stale":            "sends one health report and never refreshes it",
+	"drop-share-id":           "leaves out the share ID of a shared device",
 }
 
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
@@ -75,6 +76,7 @@ type Options struct {
 	StateFile     string
 	Devices       int
 	Partitionable bool
+	Shared        bool
 	HealthTimeout time.Duration
 	Defect        string
 }
@@ -92,6 +94,7 @@ func Main(args []string) error {
 	fs.StringVar(&o.StateFile, "state-file", "", "checkpoint file (default: <plugin-dir>/state.json)")
 	fs.IntVar(&o.Devices, "devices", 4, "number of plain devices")
 	fs.BoolVar(&o.Partitionable, "partitionable", true, "also publish partitionable devices with shared counters")
+	fs.BoolVar(&o.Shared, "shared", true, "also publish a device that allows multiple allocations (consumable capacity)")
 	fs.DurationVar(&o.HealthTimeout, "health-timeout", 3*time.Second, "health check timeout reported per device")
 	fs.StringVar(&o.Defect, "defect", "", "one defect to have (see Defects)")
 	klog.InitFlags(fs)
@@ -236,6 +239,19 @@ func (d *driver) resources() resourceslice.DriverResources {
 		}
 		devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs})
 	}
+	if d.o.Shared {
+		devices = append(devices, resourceapi.Device{
+			Name:                     "shared-0",
+			AllowMultipleAllocations: ptr.To(true),
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bandwidth": {
+				Value: resource.MustParse("10Gi"),
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default:    ptr.To(resource.MustParse("1Gi")),
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi"))},
+				},
+			}},
+		})
+	}
 	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devices}}}
 	if d.o.Partitionable {
 		full := resource.MustParse("8Gi")
@@ -262,6 +278,9 @@ func (d *driver) allDevices() []string {
 	out := make([]string, 0, d.o.Devices+3)
 	for i := 0; i < d.o.Devices; i++ {
 		out = append(out, fmt.Sprintf("dev-%d", i))
+	}
+	if d.o.Shared {
+		out = append(out, "shared-0")
 	}
 	if d.o.Partitionable {
 		out = append(out, "part-full", "part-half-0", "part-half-1")
@@ -339,6 +358,9 @@ func (d *driver) prepareClaim(claim *resourceapi.ResourceClaim) (*claimState, er
 			}
 		}
 		cdiName := fmt.Sprintf("%s-%s", claim.UID, r.Device)
+		if r.ShareID != nil {
+			cdiName = fmt.Sprintf("%s-%s", cdiName, *r.ShareID)
+		}
 		if nonce > 0 {
 			cdiName = fmt.Sprintf("%s-%d", cdiName, nonce)
 		}
@@ -360,6 +382,8 @@ func (d *driver) prepareClaim(claim *resourceapi.ResourceClaim) (*claimState, er
 			pd.Requests = nil
 		case d.defect("wrong-device"):
 			pd.Device += "-typo"
+		case d.defect("drop-share-id"):
+			pd.ShareID = nil
 		}
 		st.Devices = append(st.Devices, pd)
 	}
