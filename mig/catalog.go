@@ -69,8 +69,9 @@ type Product struct {
 	// before "+me".
 	Profiles []Profile `json:"profiles"`
 
-	index map[string]int
-	slots []slot // every profile x placement, in profile then start order
+	index      map[string]int
+	slots      []slot   // every profile x placement, in profile then start order
+	slotSuffix []string // device name suffix of each slot, "-3g-40gb-4"
 }
 
 // slot is one profile x placement with its memory-slice bit mask.
@@ -233,6 +234,7 @@ func NewProduct(name string, memorySlices, computeSlices int, profiles []Profile
 		p.index[pr.Name] = i
 		for _, s := range pr.Starts {
 			p.slots = append(p.slots, slot{prof: i, start: s, mask: rangeMask(s, pr.MemorySlices)})
+			p.slotSuffix = append(p.slotSuffix, "-"+dnsProfile(pr.Name)+"-"+strconv.Itoa(s))
 		}
 	}
 	return p, nil

@@ -98,8 +98,14 @@ func (r DeviceRef) String() string {
 	return fmt.Sprintf("gpu-%d-%s-%d", r.GPU, dnsProfile(r.Profile), r.Start)
 }
 
-func dnsProfile(name string) string {
-	return strings.NewReplacer(".", "-", "+", "-").Replace(name)
+var dnsReplacer = strings.NewReplacer(".", "-", "+", "-")
+
+func dnsProfile(name string) string { return dnsReplacer.Replace(name) }
+
+// slotDeviceName is DeviceRef{gpu, profile, start}.String() from the
+// product's precomputed suffix.
+func (p *Product) slotDeviceName(gpu, si int) string {
+	return "gpu-" + strconv.Itoa(gpu) + p.slotSuffix[si]
 }
 
 var deviceNameRE = regexp.MustCompile(`^gpu-(\d+)(?:-(\d+)g-(\d+)gb((?:-[a-z][a-z0-9]*)*)-(\d+))?$`)
@@ -211,7 +217,7 @@ func NewCounterModel(gpus []GPU) (CounterModel, error) {
 			},
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: set.Name, Counters: full}},
 		})
-		for _, s := range p.slots {
+		for si, s := range p.slots {
 			pr := p.Profiles[s.prof]
 			if !allow[s.prof] {
 				continue
@@ -232,7 +238,7 @@ func NewCounterModel(gpus []GPU) (CounterModel, error) {
 			a[AttrPlacementStart] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(s.start))}
 			a[AttrPlacementSize] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.MemorySlices))}
 			m.Devices = append(m.Devices, resourceapi.Device{
-				Name:       DeviceRef{GPU: g.Index, Profile: pr.Name, Start: s.start}.String(),
+				Name:       p.slotDeviceName(g.Index, si),
 				Attributes: a,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 					CapMemory:        {Value: *resource.NewQuantity(pr.MemoryMiB*1024*1024, resource.BinarySI)},

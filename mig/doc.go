@@ -1,4 +1,42 @@
 // Package mig holds NVIDIA Multi-Instance GPU knowledge with no NVML
 // dependency: the profile catalog, layouts, the counter model for
 // partitionable devices, and a fragmentation-aware partition planner.
+//
+// # Catalog
+//
+// Lookup finds a Product (A100-40GB/80GB, A30, H100-80/94/96GB,
+// H200-141GB, GH200-96/144GB, B200, GB200) by the name NVML reports;
+// FromNVML builds one from what a real GPU reports, which then overrides
+// the table. A Product lists its Profiles (name, GI profile ID, compute
+// and memory slices, memory, maximum count, allowed placement starts).
+// ParseProfileName reads names such as "1g.10gb" or "1g.10gb+me".
+//
+// # Layouts
+//
+// A Layout is the set of GPU instances of one GPU. Product.Validate checks
+// the placement rules (allowed start, no shared memory slice, per-profile
+// maximum, at most one "+me" instance) with errors that name the instance;
+// Product.Layouts enumerates every valid layout exactly (2,318 for an
+// H100 with all profiles); Product.Picture draws a layout on one line.
+//
+// # Counter model (KEP-4815 partitionable devices)
+//
+// NewCounterModel gives, for a node's GPUs, one counter set per GPU
+// (memory-slice-0..N, compute-slices, media-extensions) and one device per
+// full GPU and per profile x placement, each consuming the counters it
+// covers. Tests prove with the real k8s.io/dynamic-resource-allocation
+// structured allocator that it accepts exactly the valid layouts.
+// CounterModel.Slices publishes it within the API limits (counters in
+// their own slice, 64 devices per slice, 8 counter sets per slice).
+// Device names are DNS labels: "gpu-<index>" and
+// "gpu-<index>-<c>g-<m>gb[-me]-<start>" (see ParseDeviceName).
+//
+// # Planner
+//
+// PlanFleet turns a fleet and requests into create/destroy operations
+// that never touch in-use instances, place as much compute as possible and
+// keep whole GPUs free and free space in large aligned blocks; Optimum is
+// the exhaustive yardstick for small fleets. Preference is the online
+// mode: an order of a node's devices that makes the scheduler's first fit
+// the planner's choice when slices are published in that order.
 package mig

@@ -59,7 +59,7 @@ func Preference(node []FleetGPU) ([]string, error) {
 				grp = len(groupOf) + 1
 				groupOf[name] = grp
 			}
-			e := entry{name: DeviceRef{GPU: node[gi].Index, Profile: name, Start: sl.start}.String(), group: grp, gpu: gi, i: si}
+			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si}
 			if p.fits(&st, si) {
 				after := st
 				p.add(&after, si)

@@ -315,74 +315,87 @@ func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
 	})
 
 	// Group GPUs with equal keys so that a request evaluates each distinct
-	// GPU state once; a group's GPUs are in fleet order.
-	groups := map[evalKey][]int{}
-	for i, g := range gpus {
-		k := g.key()
-		groups[k] = append(groups[k], i)
-	}
-	profIdx := func(g *pgpu, name string) int {
-		pi, err := g.prod.profileIndex(name)
-		if err != nil {
-			return -1
+	// GPU state once; a group's GPUs are in fleet order and a group caches
+	// its candidate per profile (a key's evaluation never changes).
+	groups := map[evalKey]*group{}
+	var glist []*group
+	gpuGroup := make([]*group, len(gpus))
+	join := func(gi int) {
+		k := gpus[gi].key()
+		gr := groups[k]
+		if gr == nil {
+			gr = &group{key: k}
+			groups[k] = gr
+			glist = append(glist, gr)
 		}
-		return pi
+		gr.members = insertInt(gr.members, gi)
+		gpuGroup[gi] = gr
+	}
+	for gi := range gpus {
+		join(gi)
+	}
+	profIdx := map[*Product]map[string]int{}
+	for _, g := range gpus {
+		if profIdx[g.prod] == nil {
+			m := map[string]int{}
+			for _, r := range requests {
+				if pi, err := g.prod.profileIndex(r.Profile); err == nil {
+					m[r.Profile] = pi
+				}
+			}
+			profIdx[g.prod] = m
+		}
 	}
 	var unplaced []int
 	for _, r := range order {
 		req := requests[r.i]
+		var best *candidate
 		bestGPU := -1
-		var bestDelta, bestOps, bestFree int
-		consider := func(gi int) {
-			g := gpus[gi]
-			pi := profIdx(g, req.Profile)
-			if pi < 0 {
+		consider := func(gr *group, gi int) {
+			pi, ok := profIdx[gpus[gi].prod][req.Profile]
+			if !ok {
 				return
 			}
-			k := g.key()
-			cur := pl.eval(k)
-			k.assigned[pi]++
-			res := pl.eval(k)
-			if !res.ok {
+			c := pl.candidate(gr, pi)
+			if !c.ok {
 				return
 			}
-			delta := res.score - cur.score
-			dops := res.ops - cur.ops
-			free := g.prod.MemorySlices - popcount(res.used)
-			better := bestGPU < 0 || delta > bestDelta ||
-				(delta == bestDelta && free < bestFree) ||
-				(delta == bestDelta && free == bestFree && dops < bestOps) ||
-				(delta == bestDelta && free == bestFree && dops == bestOps && gi < bestGPU)
-			if better {
-				bestGPU, bestDelta, bestOps, bestFree = gi, delta, dops, free
+			if best == nil || c.delta > best.delta ||
+				(c.delta == best.delta && c.free < best.free) ||
+				(c.delta == best.delta && c.free == best.free && c.dops < best.dops) ||
+				(c.delta == best.delta && c.free == best.free && c.dops == best.dops && gi < bestGPU) {
+				best, bestGPU = c, gi
 			}
 		}
 		if r.pinned {
 			for gi := range gpus {
-				f := fleet[gi]
-				if pinOK(req, f) {
-					consider(gi)
+				if pinOK(req, fleet[gi]) {
+					consider(gpuGroup[gi], gi)
 				}
 			}
 		} else {
-			for _, members := range groups {
-				consider(members[0])
+			live := glist[:0]
+			for _, gr := range glist {
+				if len(gr.members) > 0 {
+					live = append(live, gr)
+					consider(gr, gr.members[0])
+				}
 			}
+			glist = live
 		}
-		if bestGPU < 0 {
+		if best == nil {
 			unplaced = append(unplaced, r.i)
 			continue
 		}
 		g := gpus[bestGPU]
-		old := g.key()
-		groups[old] = removeInt(groups[old], bestGPU)
-		if len(groups[old]) == 0 {
-			delete(groups, old)
+		old := gpuGroup[bestGPU]
+		old.members = removeInt(old.members, bestGPU)
+		if len(old.members) == 0 {
+			delete(groups, old.key)
 		}
-		g.assigned[profIdx(g, req.Profile)]++
+		g.assigned[profIdx[g.prod][req.Profile]]++
 		g.reqs = append(g.reqs, r.i)
-		nk := g.key()
-		groups[nk] = insertInt(groups[nk], bestGPU)
+		join(bestGPU)
 	}
 	// Repair: per GPU, exactly, trade its requests and the unplaced ones
 	// for the best set it can hold; repeat while something improves.
@@ -513,6 +526,38 @@ func (pl *planner) repair(g *pgpu, f FleetGPU, requests []Request, unplaced []in
 	g.reqs = keep
 	g.assigned = best
 	return rest, true
+}
+
+// group is the GPUs that share one evaluation key.
+type group struct {
+	key     evalKey
+	members []int
+	cands   [maxProfiles]*candidate
+}
+
+// candidate is what adding one instance of a profile to a group's GPUs
+// does: feasible, score change, memory slices left free, operations added.
+type candidate struct {
+	ok                bool
+	delta, free, dops int
+}
+
+func (pl *planner) candidate(gr *group, pi int) *candidate {
+	if c := gr.cands[pi]; c != nil {
+		return c
+	}
+	cur := pl.eval(gr.key)
+	k := gr.key
+	k.assigned[pi]++
+	res := pl.eval(k)
+	c := &candidate{ok: res.ok}
+	if res.ok {
+		c.delta = res.score - cur.score
+		c.dops = res.ops - cur.ops
+		c.free = k.prod.MemorySlices - popcount(res.used)
+	}
+	gr.cands[pi] = c
+	return c
 }
 
 func popcount(x uint32) int {

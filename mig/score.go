@@ -1,5 +1,7 @@
 package mig
 
+import "sync"
+
 // Fragmentation scoring shared by the batch planner and the online order.
 //
 // The score of a GPU's state measures what its free space can still hold:
@@ -14,16 +16,29 @@ package mig
 // when no partly used GPU can take the instance.
 const FreeGPUBonus = 100
 
-// scorer memoizes state scores for one product.
+// scorer memoizes state scores for one product. The memo is bounded by
+// the product's valid layouts (2,318 for the largest table) and shared by
+// all planning runs, so it is guarded by a mutex.
 type scorer struct {
 	p    *Product
+	mu   sync.Mutex
 	memo map[state]int
 }
 
-func newScorer(p *Product) *scorer { return &scorer{p: p, memo: map[state]int{}} }
+var scorers sync.Map // *Product -> *scorer
+
+func newScorer(p *Product) *scorer {
+	if s, ok := scorers.Load(p); ok {
+		return s.(*scorer)
+	}
+	s, _ := scorers.LoadOrStore(p, &scorer{p: p, memo: map[state]int{}})
+	return s.(*scorer)
+}
 
 // score returns the fragmentation score of st (higher is better).
 func (s *scorer) score(st state) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if v, ok := s.memo[st]; ok {
 		return v
 	}

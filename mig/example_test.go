@@ -1,0 +1,58 @@
+package mig_test
+
+import (
+	"fmt"
+
+	"github.com/drakit/drakit/mig"
+)
+
+func ExampleLookup() {
+	p, err := mig.Lookup("NVIDIA H100 80GB HBM3")
+	if err != nil {
+		panic(err)
+	}
+	pr, _ := p.Profile("3g.40gb")
+	fmt.Println(p.Name, pr.Name, pr.ID, pr.Placements())
+	// Output: H100-80GB 3g.40gb 9 [{0 4} {4 4}]
+}
+
+func ExamplePlanFleet() {
+	fleet := []mig.FleetGPU{
+		{Node: "node-a", Index: 0, Product: "H100-80GB", Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}},
+		{Node: "node-a", Index: 1, Product: "H100-80GB"},
+	}
+	plan, err := mig.PlanFleet(fleet, []mig.Request{{Profile: "1g.10gb"}, {Profile: "2g.20gb"}})
+	if err != nil {
+		panic(err)
+	}
+	for _, op := range plan.Operations {
+		fmt.Println(op)
+	}
+	p, _ := mig.Lookup("H100-80GB")
+	for _, g := range plan.After {
+		fmt.Println(p.Picture(fmt.Sprintf("gpu-%d", g.Index), g.Layout))
+	}
+	// Output:
+	// create  node-a/gpu-0 2g.20gb@4 (request 1)
+	// create  node-a/gpu-0 1g.10gb@6 (request 0)
+	// gpu-0        |4g.40gb*                           |2g.20gb*         |1g.10gb*|........|
+	// gpu-1        |........|........|........|........|........|........|........|........|
+}
+
+func ExampleNewCounterModel() {
+	p, _ := mig.Lookup("A30-24GB")
+	m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: p}})
+	if err != nil {
+		panic(err)
+	}
+	for _, d := range m.Devices[:4] {
+		fmt.Println(d.Name)
+	}
+	fmt.Println(len(m.Devices), "devices,", len(m.CounterSets[0].Counters), "counters")
+	// Output:
+	// gpu-0
+	// gpu-0-1g-6gb-0
+	// gpu-0-1g-6gb-1
+	// gpu-0-1g-6gb-2
+	// 14 devices, 6 counters
+}
