@@ -1,0 +1,62 @@
+package cdi_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/drakit/drakit/cdi"
+)
+
+// A driver writes the spec of a prepared claim, returns the IDs to the
+// kubelet, and the container runtime injects them.
+func ExampleWriter_Write() {
+	dir, err := os.MkdirTemp("", "cdi")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	w, err := cdi.NewWriter(dir, "gpu.example.com", "gpu")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	ids, err := w.Write(ctx, cdi.Claim{
+		UID:       "0b7e5a0c-7f42-4a8e-9a51-3c2b1d0e9f11",
+		Namespace: "default", Name: "train",
+		Common: new(cdi.Edits).Env("CLAIM", "train"),
+		Devices: []cdi.Device{{
+			Name:  "gpu-0",
+			Edits: new(cdi.Edits).Env("VISIBLE_GPUS", "0").DeviceNode(cdi.DeviceNode{Path: "/dev/gpu0", HostPath: "/dev/null"}),
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ids[0])
+
+	// What the container runtime does with the ID:
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
+		panic(err)
+	}
+	fmt.Println(spec.Process.Env, spec.Linux.Devices[0].Path)
+
+	// After unprepare, and for claims that vanished while the driver was
+	// down:
+	removed, err := w.GC(ctx, nil)
+	fmt.Println(removed, err)
+	// Output:
+	// gpu.example.com/gpu=0b7e5a0c-7f42-4a8e-9a51-3c2b1d0e9f11_gpu-0
+	// [CLAIM=train VISIBLE_GPUS=0] /dev/gpu0
+	// [0b7e5a0c-7f42-4a8e-9a51-3c2b1d0e9f11] <nil>
+}
+
+// EncodeName makes any string safe inside a CDI device name.
+func ExampleEncodeName() {
+	fmt.Println(cdi.EncodeName("pool-a/gpu_0"))
+	// Output: pool-a_2fgpu_5f0
+}

@@ -1,0 +1,76 @@
+package device_test
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/drakit/drakit/device"
+)
+
+// A node with 200 GPUs, one of them unhealthy: the inventory becomes
+// slices within the API limits, in the order given.
+func ExampleInventory_DriverResources() {
+	pool := device.Pool{Name: "node-1"}
+	for i := 0; i < 200; i++ {
+		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("gpu-%d", i)).
+			String("model", "h100").
+			Int("index", int64(i)).
+			Version("driverVersion", "580.65.6").
+			Capacity("memory", resource.MustParse("80Gi"), nil))
+	}
+	inv := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{pool}}
+
+	// The runtime turns a health event into a taint.
+	taint, _ := device.HealthTaint(inv.Driver, device.HealthReport{Health: device.Unhealthy, Reason: "XidError79"}, device.NoSchedule)
+	inv, err := inv.WithTaints(map[device.DeviceID][]device.Taint{{Pool: "node-1", Device: "gpu-150"}: {taint}})
+	if err != nil {
+		panic(err)
+	}
+
+	resources, err := inv.DriverResources()
+	if err != nil {
+		panic(err)
+	}
+	for i, s := range resources.Pools["node-1"].Slices {
+		fmt.Printf("slice %d: %s .. %s (%d devices)\n", i, s.Devices[0].Name, s.Devices[len(s.Devices)-1].Name, len(s.Devices))
+	}
+	// Output:
+	// slice 0: gpu-0 .. gpu-127 (128 devices)
+	// slice 1: gpu-128 .. gpu-191 (64 devices)
+	// slice 2: gpu-192 .. gpu-199 (8 devices)
+}
+
+// Validate reports every problem with its field path before anything
+// reaches the API server.
+func ExampleInventory_Validate() {
+	inv := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{{
+		Name: "node-1",
+		Devices: []*device.Device{
+			device.New("GPU_0").Version("driverVersion", "580.65"),
+			device.New("gpu-1").Capacity("memory", resource.MustParse("80Gi"),
+				&device.RequestPolicy{Default: resource.NewQuantity(1, resource.BinarySI)}),
+		},
+	}}}
+	var verr *device.ValidationError
+	if !errors.As(inv.Validate(), &verr) {
+		return
+	}
+	for _, p := range verr.Problems {
+		fmt.Printf("%s: %s\n", p.Field, p.Type)
+	}
+	// Output:
+	// pools[0].devices[0].name: Invalid value
+	// pools[0].devices[0].attributes[driverVersion].version: Invalid value
+	// pools[0].devices[1].capacity[memory].requestPolicy: Forbidden
+}
+
+// SanitizeName makes device names out of hardware identifiers.
+func ExampleSanitizeName() {
+	fmt.Println(device.SanitizeName("gpu-0"))
+	fmt.Println(device.SanitizeName("0000:3B:00.0"))
+	// Output:
+	// gpu-0
+	// 0000-3b-00-0-ff0d521a
+}
