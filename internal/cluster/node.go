@@ -124,7 +124,6 @@ state = %[2]q
   address = %[4]q
 
 [plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = true
   cdi_spec_dirs = [%[5]q]
   restrict_oom_score_adj = true
 

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,8 +17,8 @@ import (
 type proc struct {
 	Name string `json:"name"`
 	PID  int    `json:"pid"`
-	// Cmdline is what /proc/PID/cmdline must start with for the PID to
-	// still be ours (PIDs are reused).
+	// Exe is the first word of /proc/PID/cmdline while the PID is ours
+	// (PIDs are reused).
 	Exe string `json:"exe"`
 
 	done chan struct{} // closed when the process exited (own processes only)
@@ -179,5 +178,3 @@ func (s *state) logTail(name string) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-var errStopped = errors.New("cluster stopped")

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,7 +35,6 @@ type state struct {
 	dieWithParent bool
 	pki           *pki
 	mu            sync.Mutex
-	unlock        func()
 }
 
 // Ports are the TCP ports of the cluster's components on 127.0.0.1.
@@ -388,5 +386,3 @@ func defaultAllocatable() corev1.ResourceList {
 		corev1.ResourcePods:   mustQuantity("110"),
 	}
 }
-
-var errNotRunning = errors.New("cluster is not running")
