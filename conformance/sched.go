@@ -103,19 +103,20 @@ func (s *scheduler) allocatedState() structured.AllocatedState {
 	return st
 }
 
-// onlyDevice returns copies of the slices in which every device but dev is
-// removed, so that the allocator can pick only dev (CEL cannot select a
-// device by name). Pools stay complete and counter sets stay in place.
-func onlyDevice(slices []*resourceapi.ResourceSlice, dev devRef) []*resourceapi.ResourceSlice {
+// onlyDevice returns copies of the slices in which every device is
+// removed except dev and the exclusively allocated devices in inUse, so
+// that the allocator can pick only dev (CEL cannot select a device by
+// name). Allocated devices stay because the allocator counts their
+// counter consumption from the slices; they are no candidates. Pools stay
+// complete and counter sets stay in place.
+func onlyDevice(slices []*resourceapi.ResourceSlice, dev devRef, inUse sets.Set[structured.DeviceID]) []*resourceapi.ResourceSlice {
 	out := make([]*resourceapi.ResourceSlice, 0, len(slices))
 	for _, sl := range slices {
 		c := sl.DeepCopy()
 		c.Spec.Devices = nil
-		if sl.Spec.Pool.Name == dev.Pool {
-			for _, d := range sl.Spec.Devices {
-				if d.Name == dev.Name {
-					c.Spec.Devices = append(c.Spec.Devices, d)
-				}
+		for _, d := range sl.Spec.Devices {
+			if (sl.Spec.Pool.Name == dev.Pool && d.Name == dev.Name) || inUse.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name)) {
+				c.Spec.Devices = append(c.Spec.Devices, d)
 			}
 		}
 		out = append(out, c)
@@ -144,11 +145,12 @@ func (s *scheduler) newClaim(ctx context.Context, base string, spec resourceapi.
 // dev is not nil. It returns nil, nil when the allocator finds no
 // allocation.
 func (s *scheduler) allocate(ctx context.Context, claim *resourceapi.ResourceClaim, dev *devRef) (*resourceapi.AllocationResult, error) {
+	state := s.allocatedState()
 	slices := s.slices
 	if dev != nil {
-		slices = onlyDevice(slices, *dev)
+		slices = onlyDevice(slices, *dev, state.AllocatedDevices)
 	}
-	alloc, err := structured.NewAllocator(ctx, allocFeatures, s.allocatedState(), s.classes, slices, s.celCache)
+	alloc, err := structured.NewAllocator(ctx, allocFeatures, state, s.classes, slices, s.celCache)
 	if err != nil {
 		return nil, fmt.Errorf("create allocator: %w", err)
 	}

@@ -1,0 +1,110 @@
+package conformance
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
+)
+
+// testSlices is a node-local pool: two plain devices, a shared device and
+// a partitionable device in two partitions over one counter set (in its
+// own slice, as the API requires since 1.35).
+func testSlices(driver, node string) []*resourceapi.ResourceSlice {
+	pool := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	consume := func(q string) []resourceapi.DeviceCounterConsumption {
+		return []resourceapi.DeviceCounterConsumption{{CounterSet: "mem", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(q)}}}}
+	}
+	return []*resourceapi.ResourceSlice{
+		{ObjectMeta: metav1.ObjectMeta{Name: "s0"}, Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: pool,
+			SharedCounters: []resourceapi.CounterSet{{Name: "mem", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("8Gi")}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s1"}, Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: pool, Devices: []resourceapi.Device{
+			{Name: "a"}, {Name: "b"},
+			{Name: "shared", AllowMultipleAllocations: ptr.To(true), Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bw": {
+				Value: resource.MustParse("4"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("1"))}}}},
+			{Name: "full", ConsumesCounters: consume("8Gi")},
+			{Name: "half", ConsumesCounters: consume("4Gi")},
+		}}},
+	}
+}
+
+func testScheduler(t *testing.T) *scheduler {
+	const driver, node = "d.example.com", "n1"
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+		CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "d.example.com"`}}}}}
+	return &scheduler{
+		driver: driver, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+		classes: classLister{classes: []*resourceapi.DeviceClass{class}}, slices: testSlices(driver, node),
+		celCache: cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}),
+		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
+	}
+}
+
+func testClaim(uid string, reqs ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "ns", UID: types.UID(uid)}, Spec: claimSpec(reqs...)}
+}
+
+func TestAllocateOnlyDevice(t *testing.T) {
+	s := testScheduler(t)
+	for _, dev := range []string{"a", "b", "shared", "full", "half"} {
+		t.Run(dev, func(t *testing.T) {
+			alloc, err := s.allocate(t.Context(), testClaim("u-"+dev, exactRequest("r", "c", 1)), &devRef{"n1", dev})
+			if err != nil || alloc == nil {
+				t.Fatalf("allocate: %v %v", alloc, err)
+			}
+			res := alloc.Devices.Results
+			if len(res) != 1 || res[0].Device != dev || res[0].Request != "r" {
+				t.Errorf("got %+v, want device %s for request r", res, dev)
+			}
+			if (dev == "shared") != (res[0].ShareID != nil) {
+				t.Errorf("share ID %v for device %s", res[0].ShareID, dev)
+			}
+		})
+	}
+}
+
+func TestAllocateRespectsInUse(t *testing.T) {
+	s := testScheduler(t)
+	ctx := t.Context()
+	// "full" takes all counters: "half" cannot be allocated next to it.
+	full, err := s.allocate(ctx, testClaim("u1", exactRequest("r", "c", 1)), &devRef{"n1", "full"})
+	if err != nil || full == nil {
+		t.Fatalf("allocate full: %v", err)
+	}
+	s.inUse["u1"] = full.Devices.Results
+	if alloc, err := s.allocate(ctx, testClaim("u2", exactRequest("r", "c", 1)), &devRef{"n1", "half"}); err != nil || alloc != nil {
+		t.Errorf("half next to full: got %+v, %v; want no allocation", alloc, err)
+	}
+	// A device in use is not handed out again, a shared one is.
+	a, _ := s.allocate(ctx, testClaim("u3", exactRequest("r", "c", 1)), &devRef{"n1", "a"})
+	s.inUse["u3"] = a.Devices.Results
+	if alloc, _ := s.allocate(ctx, testClaim("u4", exactRequest("r", "c", 1)), &devRef{"n1", "a"}); alloc != nil {
+		t.Errorf("device a allocated twice: %+v", alloc)
+	}
+	sh, _ := s.allocate(ctx, testClaim("u5", exactRequest("r", "c", 1)), &devRef{"n1", "shared"})
+	s.inUse["u5"] = sh.Devices.Results
+	if alloc, _ := s.allocate(ctx, testClaim("u6", exactRequest("r", "c", 1)), &devRef{"n1", "shared"}); alloc == nil {
+		t.Errorf("shared device not allocated a second time")
+	}
+	// Admin access may take a device in use.
+	admin := exactRequest("r", "c", 1)
+	admin.Exactly.AdminAccess = ptr.To(true)
+	if alloc, err := s.allocate(ctx, testClaim("u7", admin), &devRef{"n1", "a"}); err != nil || alloc == nil {
+		t.Errorf("admin access on a device in use: %v", err)
+	}
+	// firstAvailable falls through to the subrequest that can be met.
+	fa := resourceapi.DeviceRequest{Name: "pick", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "none", DeviceClassName: "c", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "x.invalid"`}}}},
+		{Name: "any", DeviceClassName: "c", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}
+	alloc, err := s.allocate(ctx, testClaim("u8", fa), nil)
+	if err != nil || alloc == nil || alloc.Devices.Results[0].Request != "pick/any" {
+		t.Errorf("firstAvailable: %+v %v", alloc, err)
+	}
+}
