@@ -325,7 +325,7 @@ func (r *runner) robustnessChecks(ctx context.Context) {
 			{},
 			{Namespace: r.ns, Name: "does-not-exist", Uid: string(uuid.NewUUID())},
 			{Namespace: "kube-system", Name: "../../../etc/passwd", Uid: "../../x"},
-			{Namespace: "no-such-namespace", Name: strings.Repeat("x", 300), Uid: strings.Repeat("\xff", 8)},
+			{Namespace: "no-such-namespace", Name: strings.Repeat("x", 300), Uid: "uid-\u00fc\u0000-" + strings.Repeat("z", 200)},
 		}
 		for _, g := range garbage {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
