@@ -50,7 +50,7 @@ func TestNormalizePCIBusID(t *testing.T) {
 // 2,3 on socket 1; a GPU and a NIC behind one PCIe switch on root
 // pci0000:00 (node 0), a GPU on root pci0000:80 (node 2) and a device with
 // no NUMA affinity on pci0001:00.
-func newMachine(t *testing.T) *topologytest.Sysfs {
+func newMachine(t testing.TB) *topologytest.Sysfs {
 	t.Helper()
 	s, err := topologytest.New(t.TempDir())
 	if err != nil {
