@@ -206,7 +206,9 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, driverClass(class), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cs.ResourceV1().DeviceClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = cs.ResourceV1().DeviceClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+		})
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
