@@ -32,6 +32,10 @@ type Pool struct {
 	// matching nodes (network-attached devices). It must have exactly one
 	// term. Leave it and AllNodes unset for devices of the node the driver
 	// runs on: the kubelet plugin helper sets the slices' nodeName.
+	// Note: kubeletplugin.Helper.PublishResources publishes every pool
+	// with the node's name, which the API server rejects together with a
+	// NodeSelector or AllNodes; publish such pools with a
+	// resourceslice.Controller that has no Node owner.
 	NodeSelector *corev1.NodeSelector
 	// AllNodes makes the devices available on every node.
 	AllNodes bool
@@ -94,6 +98,24 @@ func (inv *Inventory) Clone() *Inventory {
 		c.Pools[i] = np
 	}
 	return c
+}
+
+// Lookup returns the device with the given ID, or nil.
+func (inv *Inventory) Lookup(id DeviceID) *Device {
+	if inv == nil {
+		return nil
+	}
+	for i := range inv.Pools {
+		if inv.Pools[i].Name != id.Pool {
+			continue
+		}
+		for _, d := range inv.Pools[i].Devices {
+			if d != nil && d.name == id.Device {
+				return d
+			}
+		}
+	}
+	return nil
 }
 
 // WithTaints returns a copy of the inventory in which each device named in

@@ -221,3 +221,16 @@ func TestSanitizeName(t *testing.T) {
 		t.Error("different inputs gave the same name")
 	}
 }
+
+func TestLookup(t *testing.T) {
+	inv := &Inventory{Driver: testDriver, Pools: []Pool{{Name: "a", Devices: devices(2, nil)}, {Name: "b", Devices: devices(3, nil)}}}
+	if d := inv.Lookup(DeviceID{"b", "dev-2"}); d == nil || d != inv.Pools[1].Devices[2] {
+		t.Errorf("Lookup(b/dev-2) = %v", d)
+	}
+	if d := inv.Lookup(DeviceID{"a", "dev-2"}); d != nil {
+		t.Errorf("Lookup(a/dev-2) = %v, want nil", d)
+	}
+	if d := (*Inventory)(nil).Lookup(DeviceID{"a", "dev-0"}); d != nil {
+		t.Error("nil inventory found a device")
+	}
+}
