@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/drakit/drakit/internal/cluster/clustertest"
 	"github.com/drakit/drakit/topology"
 )
 
@@ -133,5 +135,118 @@ func TestTopologyClaim(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got.Spec.Spec); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
+	}
+}
+
+// TestTopologyLabelsOnCluster runs the command against a real API server:
+// a dry run writes nothing, --apply writes and records ownership, and a
+// label drakit does not own is reported, never changed.
+func TestTopologyLabelsOnCluster(t *testing.T) {
+	c := clustertest.Start(t)
+	ctx := context.Background()
+	nodes := map[string]map[string]string{
+		"topo-cli-0": {"cloud.google.com/gce-topology-block": "b1", "cloud.google.com/gce-topology-subblock": "s1", "pool": "gpu"},
+		"topo-cli-1": {"cloud.google.com/gce-topology-block": "b1", "cloud.google.com/gce-topology-subblock": "s2", "pool": "gpu",
+			topology.RackLabel: "admin-rack"},
+		"topo-cli-2": {"cloud.google.com/gce-topology-block": "b2", "pool": "cpu"},
+	}
+	for name, labels := range nodes {
+		if err := c.AddFakeNode(ctx, name, labels, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, out, errs := runDrakit(t, "topology", "labels", "--kubeconfig", c.Kubeconfig, "-l", "pool=gpu", "--set", "interconnect-domain=nvl-1")
+	if code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errs)
+	}
+	want := `node topo-cli-0:
+  + topology.drakit.dev/block=b1 (from cloud.google.com/gce-topology-block)
+  + topology.drakit.dev/rack=s1 (from cloud.google.com/gce-topology-subblock)
+  + topology.drakit.dev/interconnect-domain=nvl-1 (from fact)
+node topo-cli-1:
+  + topology.drakit.dev/block=b1 (from cloud.google.com/gce-topology-block)
+  + topology.drakit.dev/interconnect-domain=nvl-1 (from fact)
+  ! topology.drakit.dev/rack=admin-rack kept: not written by drakit; cloud.google.com/gce-topology-subblock says s2
+dry run: nothing written; run with --apply to write the labels
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("dry-run output (-want +got):\n%s", diff)
+	}
+	for name, labels := range nodes {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range n.Labels {
+			if strings.HasPrefix(k, "topology.drakit.dev/") && labels[k] == "" {
+				t.Errorf("dry run wrote %s on %s", k, name)
+			}
+		}
+	}
+
+	code, _, errs = runDrakit(t, "topology", "labels", "--kubeconfig", c.Kubeconfig, "--apply", "topo-cli-0", "topo-cli-1")
+	if code != 0 {
+		t.Fatalf("apply: exit %d: %s", code, errs)
+	}
+	wantLabels := map[string]map[string]string{
+		"topo-cli-0": {topology.BlockLabel: "b1", topology.RackLabel: "s1"},
+		"topo-cli-1": {topology.BlockLabel: "b1", topology.RackLabel: "admin-rack"},
+	}
+	wantOwned := map[string]string{
+		"topo-cli-0": topology.BlockLabel + "," + topology.RackLabel,
+		"topo-cli-1": topology.BlockLabel,
+	}
+	for name, want := range wantLabels {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want {
+			if n.Labels[k] != v {
+				t.Errorf("%s: label %s=%q, want %q", name, k, n.Labels[k], v)
+			}
+		}
+		if got := n.Annotations[topology.OwnedLabelsAnnotation]; got != wantOwned[name] {
+			t.Errorf("%s: owned annotation %q, want %q", name, got, wantOwned[name])
+		}
+	}
+
+	// The source goes away: the owned label is removed, the admin's stays.
+	for _, name := range []string{"topo-cli-0", "topo-cli-1"} {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(n.Labels, "cloud.google.com/gce-topology-subblock")
+		if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs = runDrakit(t, "topology", "labels", "--kubeconfig", c.Kubeconfig, "--apply", "topo-cli-0", "topo-cli-1")
+	if code != 0 {
+		t.Fatalf("second apply: exit %d: %s", code, errs)
+	}
+	want = `node topo-cli-0:
+  - topology.drakit.dev/rack, was s1 (no source left)
+node topo-cli-1:
+  up to date
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("second apply output (-want +got):\n%s", diff)
+	}
+	n1, err := c.Client.CoreV1().Nodes().Get(ctx, "topo-cli-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1.Labels[topology.RackLabel] != "admin-rack" {
+		t.Errorf("admin's rack label on topo-cli-1 became %q", n1.Labels[topology.RackLabel])
+	}
+	n0, err := c.Client.CoreV1().Nodes().Get(ctx, "topo-cli-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := n0.Labels[topology.RackLabel]; ok {
+		t.Errorf("owned rack label on topo-cli-0 kept (%q) after its source went", v)
 	}
 }
