@@ -281,6 +281,18 @@ func (m CounterModel) Reorder(names []string) (CounterModel, error) {
 	return out, nil
 }
 
+// Only returns a copy of the model with exactly the named devices, in the
+// given order (for publishing a subset, e.g. Preference with WithReserve).
+// Unknown or repeated names are an error.
+func (m CounterModel) Only(names []string) (CounterModel, error) {
+	r, err := m.Reorder(names)
+	if err != nil {
+		return CounterModel{}, err
+	}
+	r.Devices = r.Devices[:len(names)]
+	return r, nil
+}
+
 // Slices turns the model into the ResourceSlices of one pool on one node,
 // within the API limits: counter sets in their own slices (8 per slice),
 // devices 64 per slice, in model order. Slice names are "<pool>-counters-NNN"

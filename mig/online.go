@@ -30,12 +30,31 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // first-fit choice for a one-instance request the planner's choice, since
 // the allocator takes the first device in slice order whose counters are
 // free. Recompute and republish after every allocation or release.
-func Preference(node []FleetGPU) ([]string, error) {
+//
+// With WithReserve(n), while at most n of the node's GPUs are free, the
+// placements of partial profiles (all but the whole-GPU 7g) on free GPUs
+// are left out of the list: a driver that publishes only the listed
+// devices (CounterModel.Only) keeps those GPUs for whole-GPU requests. This is admission control, a policy
+// choice; it is off by default.
+func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("preference: %w", err)
+		}
+	}
 	pl := newPlanner()
 	gpus, err := pl.load(node)
 	if err != nil {
 		return nil, fmt.Errorf("preference: %w", err)
 	}
+	freeGPUs := 0
+	for _, g := range gpus {
+		if g.fixed.used == 0 && len(g.idle) == 0 {
+			freeGPUs++
+		}
+	}
+	reserve := o.reserve > 0 && freeGPUs <= o.reserve
 	type entry struct {
 		name               string
 		group              int
@@ -58,6 +77,9 @@ func Preference(node []FleetGPU) ([]string, error) {
 			if !ok {
 				grp = len(groupOf) + 1
 				groupOf[name] = grp
+			}
+			if reserve && st.used == 0 && p.Profiles[sl.prof].MemorySlices < p.MemorySlices {
+				continue
 			}
 			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si}
 			if p.fits(&st, si) {
@@ -97,4 +119,24 @@ func Preference(node []FleetGPU) ([]string, error) {
 		names[i] = e.name
 	}
 	return names, nil
+}
+
+// Option configures Preference.
+type Option func(*options) error
+
+type options struct {
+	reserve int
+}
+
+// WithReserve makes Preference withhold partial-profile placements on free
+// GPUs while at most n GPUs of the node are free (see Preference). n must
+// not be negative; 0 turns reservation off.
+func WithReserve(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return fmt.Errorf("reserve %d: must not be negative", n)
+		}
+		o.reserve = n
+		return nil
+	}
 }

@@ -368,3 +368,38 @@ func TestPreferenceDrivesAllocator(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeGPUBonusDominates checks the scoring contract: on every product,
+// placing any instance on a free GPU loses more score than any placement
+// on any partly used GPU, so free GPUs are broken last.
+func TestFreeGPUBonusDominates(t *testing.T) {
+	for _, p := range Products() {
+		sc := newScorer(p)
+		var empty state
+		minEmptyLoss := -1
+		for si := range p.slots {
+			after := empty
+			p.add(&after, si)
+			if l := sc.score(empty) - sc.score(after); minEmptyLoss < 0 || l < minEmptyLoss {
+				minEmptyLoss = l
+			}
+		}
+		allow, _ := p.profileFilter(nil)
+		maxPartialLoss := 0
+		p.walk(allow, func(chosen []int, st *state) {
+			if len(chosen) == 0 {
+				return
+			}
+			for si := range p.slots {
+				if p.fits(st, si) {
+					after := *st
+					p.add(&after, si)
+					maxPartialLoss = max(maxPartialLoss, sc.score(*st)-sc.score(after))
+				}
+			}
+		})
+		if maxPartialLoss >= minEmptyLoss {
+			t.Errorf("%s: a partly used GPU can lose %d, a free GPU only %d", p.Name, maxPartialLoss, minEmptyLoss)
+		}
+	}
+}

@@ -1,8 +1,3 @@
-// Package bench measures the MIG planner: batch quality against the
-// exhaustive optimum, online quality with the real scheduler allocator
-// against NVIDIA's static first-fit order and a random order, and plan
-// latency. "drakit mig bench" prints its table. Every run uses fixed seeds,
-// so a configuration always prints the same quality figures.
 package bench
 
 import (
@@ -11,8 +6,10 @@ import (
 	"io"
 	"math"
 	"math/rand"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -202,7 +199,13 @@ const (
 	FirstFit Policy = "first-fit" // NVIDIA's static order: GPU, profile, start
 	Random   Policy = "random"    // a fresh random order per allocation
 	Planner  Policy = "planner"   // mig.Preference
+	// PlannerReserve is mig.Preference with WithReserve(1), publishing only
+	// the listed devices: admission control, not just an order.
+	PlannerReserve Policy = "planner+reserve1"
 )
+
+// Policies are the policies Online compares, in table order.
+var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve}
 
 // OnlineResult is one simulation run.
 type OnlineResult struct {
@@ -228,18 +231,39 @@ type event struct {
 // structured allocator over the node's counter-model slices in the
 // policy's order.
 func Online(ctx context.Context, cfg Config, w io.Writer) error {
-	var results []OnlineResult
+	type job struct {
+		product string
+		load    float64
+		pol     Policy
+		seed    int64
+	}
+	var jobs []job
 	for pi, product := range cfg.Products {
 		for _, load := range cfg.Loads {
-			for _, pol := range []Policy{FirstFit, Random, Planner} {
+			for _, pol := range Policies {
 				// One arrival sequence per product (A100 and H100 share a
 				// geometry: equal seeds would repeat one sample).
-				r, err := Simulate(ctx, product, load, pol, cfg.Arrivals, cfg.Seed+int64(100*pi))
-				if err != nil {
-					return err
-				}
-				results = append(results, r)
+				jobs = append(jobs, job{product, load, pol, cfg.Seed + int64(100*pi)})
 			}
+		}
+	}
+	results := make([]OnlineResult, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i], errs[i] = Simulate(ctx, j.product, j.load, j.pol, cfg.Arrivals, j.seed)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(w, "Online quality: 1 node x 8 GPUs, real structured allocator, Poisson arrivals, exp. lifetimes, mix 1g .35/1g-large .10/2g .20/3g .15/4g .10/7g .10, %d arrivals per run (first 10%% warm-up), seed %d (+100 per product)\n", cfg.Arrivals, cfg.Seed)
@@ -364,11 +388,13 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		case Planner:
 			order, err = mig.Preference(fleet)
-			if err != nil {
-				return res, err
-			}
+		case PlannerReserve:
+			order, err = mig.Preference(fleet, mig.WithReserve(1))
 		}
-		m, err := model.Reorder(order)
+		if err != nil {
+			return res, err
+		}
+		m, err := model.Only(order)
 		if err != nil {
 			return res, err
 		}

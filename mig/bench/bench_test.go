@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func ExampleSimulate() {
+	r, err := Simulate(context.Background(), "H100-80GB", 0.3, Planner, 100, 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s at load %.1f: compute-weighted acceptance %.2f\n", r.Policy, r.Load, r.Accepted)
+	// Output: planner at load 0.3: compute-weighted acceptance 1.00
+}
+
+func TestSimulateDeterministicAndSane(t *testing.T) {
+	ctx := context.Background()
+	for _, pol := range Policies {
+		a, err := Simulate(ctx, "A30-24GB", 0.9, pol, 150, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Simulate(ctx, "A30-24GB", 0.9, pol, 150, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(a, b); diff != "" {
+			t.Errorf("%s: two runs with one seed differ:\n%s", pol, diff)
+		}
+		if a.Accepted <= 0 || a.Accepted > 1 || a.OpsPerOK < 1 || a.FreeGPUs < 0 || a.FreeGPUs > 8 {
+			t.Errorf("%s: implausible result %+v", pol, a)
+		}
+	}
+	// At a tiny load every policy accepts everything.
+	for _, pol := range Policies {
+		r, err := Simulate(ctx, "H100-80GB", 0.05, pol, 100, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Accepted != 1 {
+			t.Errorf("%s at load 0.05: acceptance %.3f, want 1", pol, r.Accepted)
+		}
+	}
+}
+
+func TestRunPrintsTable(t *testing.T) {
+	cfg := Config{Seed: 1, BatchInstances: 12, Arrivals: 60, Loads: []float64{1.0}, Products: []string{"H100-80GB"}, LatencyRuns: 10}
+	var out bytes.Buffer
+	if err := Run(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Batch quality", "one-GPU optimal", "Online quality", "first-fit", "planner+reserve1", "Plan latency", "1,000-GPU fleet"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
