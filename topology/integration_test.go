@@ -372,18 +372,11 @@ func TestGangInOneRackOnCluster(t *testing.T) {
 		}
 	}
 
-	rack, err := topology.PodGroupTopology(topology.LevelRack)
-	if err != nil {
-		t.Fatal(err)
-	}
 	gang := func(name string, size int32) []string {
 		t.Helper()
-		pg := &schedulingv1beta1.PodGroup{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: schedulingv1beta1.PodGroupSpec{
-				SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: size}},
-				SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{rack}},
-			},
+		pg, err := topology.PodGroup(ns, name, size, topology.LevelRack)
+		if err != nil {
+			t.Fatal(err)
 		}
 		created, err := cs.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -396,4 +397,31 @@ func (p Plan) ApplyTo(node *corev1.Node) {
 		node.Annotations = map[string]string{}
 	}
 	node.Annotations[OwnedLabelsAnnotation] = strings.Join(p.Owned, ",")
+}
+
+// PodGroup returns a scheduling.k8s.io/v1beta1 PodGroup for a gang of at
+// least minCount pods that must all land within one domain of level (e.g.
+// one rack). Pods join it with spec.schedulingGroup.podGroupName = name.
+// The cluster needs the GenericWorkload and TopologyAwareWorkloadScheduling
+// feature gates; without the latter the API server silently drops the
+// topology constraint.
+func PodGroup(namespace, name string, minCount int32, level Level) (*schedulingv1beta1.PodGroup, error) {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, fmt.Errorf("build PodGroup: metadata.name %q: %s", name, strings.Join(errs, "; "))
+	}
+	if minCount < 1 {
+		return nil, fmt.Errorf("build PodGroup %s: spec.schedulingPolicy.gang.minCount %d: must be at least 1", name, minCount)
+	}
+	tc, err := PodGroupTopology(level)
+	if err != nil {
+		return nil, fmt.Errorf("build PodGroup %s: %w", name, err)
+	}
+	return &schedulingv1beta1.PodGroup{
+		TypeMeta:   metav1.TypeMeta{APIVersion: schedulingv1beta1.SchemeGroupVersion.String(), Kind: "PodGroup"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
+			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{tc}},
+		},
+	}, nil
 }

@@ -223,6 +223,42 @@ func TestPodGroupTopology(t *testing.T) {
 	}
 }
 
+func TestPodGroup(t *testing.T) {
+	pg, err := topology.PodGroup("ml", "train", 8, topology.LevelInterconnectDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := topology.YAML(pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata:
+  name: train
+  namespace: ml
+spec:
+  schedulingConstraints:
+    topology:
+    - key: topology.drakit.dev/interconnect-domain
+  schedulingPolicy:
+    gang:
+      minCount: 8
+`
+	if diff := cmp.Diff(want, string(out)); diff != "" {
+		t.Errorf("PodGroup YAML (-want +got):\n%s", diff)
+	}
+	for _, bad := range []struct {
+		name  string
+		count int32
+		level topology.Level
+	}{{"Train", 1, topology.LevelRack}, {"t", 0, topology.LevelRack}, {"t", 1, "pod"}} {
+		if _, err := topology.PodGroup("ml", bad.name, bad.count, bad.level); err == nil {
+			t.Errorf("PodGroup(%q, %d, %q): no error", bad.name, bad.count, bad.level)
+		}
+	}
+}
+
 // TestMappingTableIsDocumented keeps the package doc's table and the code
 // in step.
 func TestMappingTableIsDocumented(t *testing.T) {
