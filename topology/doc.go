@@ -44,7 +44,8 @@
 //
 // The interconnect domain is its own dimension: an NVLink domain is usually
 // one rack, but nothing requires it to be nested in the network levels.
-// PodGroupTopology(LevelRack) gives the PodGroup constraint for a level.
+// PodGroupTopology(LevelRack) gives the PodGroup constraint for a level, and
+// PodGroup a whole gang PodGroup keyed by it.
 //
 // # Mapping from cloud and vendor labels
 //
