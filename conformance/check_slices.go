@@ -18,7 +18,7 @@ import (
 func (r *runner) registrationChecks(ctx context.Context) {
 	noInfo := "needs an answer to GetInfo (see registration.socket)"
 	r.check(ctx, "registration.socket", func(ctx context.Context) outcome {
-		socket, info, err := findRegistration(ctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+		socket, info, err := r.find(ctx)
 		if err != nil {
 			return fail("%v\nServe pluginregistration.Registration on a unix socket in the kubelet's plugin registry (kubeletplugin names it <driver>-reg.sock).", err)
 		}

@@ -373,9 +373,40 @@ func (r *runner) revive(ctx context.Context) {
 	_ = r.connect(ctx)
 }
 
+// whileRunning returns a context that is canceled when the driver the
+// suite started exits, so that waits for it end early.
+func (r *runner) whileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if done := r.procDone; done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
+// find finds the registration socket, giving up early when the driver
+// the suite started exits.
+func (r *runner) find(ctx context.Context) (string, *registerapi.PluginInfo, error) {
+	wctx, cancel := r.whileRunning(ctx)
+	defer cancel()
+	socket, info, err := findRegistration(wctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+	if err != nil {
+		if exited, why := r.driverExited(); exited {
+			return "", nil, fmt.Errorf("%s; %w", why, err)
+		}
+		return "", nil, err
+	}
+	return socket, info, nil
+}
+
 // connect (re)finds the registration socket and dials the endpoint.
 func (r *runner) connect(ctx context.Context) error {
-	socket, info, err := findRegistration(ctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+	socket, info, err := r.find(ctx)
 	if err != nil {
 		return err
 	}
