@@ -407,7 +407,9 @@ type NVMLInfo struct {
 // FromNVML builds a product from what NVML reports, so that a real GPU
 // overrides the built-in table. The product takes the catalog's name when
 // Lookup knows ProductName, else ProductName itself. Memory and compute
-// slice totals are the largest extents the profiles reach.
+// slice totals are the largest extents the profiles reach. Profiles whose
+// names ParseProfileName rejects (variants such as "1g.23gb-me") are left
+// out; an error names any other inconsistent field.
 func FromNVML(info NVMLInfo) (*Product, error) {
 	name := info.ProductName
 	known, lerr := Lookup(info.ProductName)
@@ -423,6 +425,11 @@ func FromNVML(info NVMLInfo) (*Product, error) {
 	mem, compute := 0, 0
 	profs := make([]Profile, 0, len(info.Profiles))
 	for i, ip := range info.Profiles {
+		if _, err := ParseProfileName(ip.Name); err != nil {
+			// Variants this package does not model (e.g. "-me" or "+gfx"
+			// on newer drivers) are left out rather than failing the GPU.
+			continue
+		}
 		if len(ip.Placements) == 0 {
 			return nil, fmt.Errorf("build product from NVML: profiles[%d] (%s).placements is empty", i, ip.Name)
 		}
@@ -441,6 +448,9 @@ func FromNVML(info NVMLInfo) (*Product, error) {
 			compute = ip.SliceCount
 		}
 		profs = append(profs, pr)
+	}
+	if len(profs) == 0 {
+		return nil, fmt.Errorf("build product from NVML: none of the %d reported profiles has a known name", len(info.Profiles))
 	}
 	p, err := NewProduct(name, mem, compute, profs)
 	if err != nil {

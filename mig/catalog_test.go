@@ -118,6 +118,7 @@ func TestFromNVML(t *testing.T) {
 	// What a real A100-40GB reports for two profiles (exact MiB sizes).
 	info := NVMLInfo{ProductName: "NVIDIA A100-SXM4-40GB", Profiles: []NVMLProfileInfo{
 		{ID: 0, Name: "MIG 7g.40gb", SliceCount: 7, InstanceCount: 1, MemorySizeMB: 40320, Placements: []Placement{{0, 8}}},
+		{ID: 42, Name: "MIG 1g.5gb-me", SliceCount: 1, InstanceCount: 7, MemorySizeMB: 4864, Placements: []Placement{{0, 1}}},
 		{ID: 19, Name: "MIG 1g.5gb", SliceCount: 1, InstanceCount: 7, MemorySizeMB: 4864,
 			Placements: []Placement{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
 	}}

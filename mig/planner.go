@@ -274,7 +274,10 @@ type reqInfo struct {
 // placement that lose the least fragmentation score (see FreeGPUBonus), so
 // whole GPUs stay free and free space stays in large aligned blocks; ties
 // go to fewer operations, then fleet order. The placements of one GPU are
-// chosen exactly, by enumeration.
+// chosen exactly, by enumeration, and a repair pass trades each GPU's
+// requests and the unplaced ones for the best set the GPU can hold, so a
+// one-GPU fleet always gets an optimal plan. PlanFleet is safe for
+// concurrent use.
 func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
 	pl := newPlanner()
 	gpus, err := pl.load(fleet)
@@ -413,7 +416,19 @@ func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
 	sort.Ints(unplaced)
 	var up []Unplaced
 	for _, ri := range unplaced {
-		up = append(up, Unplaced{Request: ri, Reason: "no GPU can take " + requests[ri].Profile + " without touching in-use instances"})
+		r := requests[ri]
+		reason := "no GPU has room for " + r.Profile + " without touching in-use instances"
+		offered := false
+		for gi, g := range gpus {
+			if _, ok := profIdx[g.prod][r.Profile]; ok && pinOK(r, fleet[gi]) {
+				offered = true
+				break
+			}
+		}
+		if !offered {
+			reason = "no GPU the request may use offers profile " + r.Profile
+		}
+		up = append(up, Unplaced{Request: ri, Reason: reason})
 	}
 	return pl.build(fleet, requests, gpus, up), nil
 }
