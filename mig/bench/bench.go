@@ -96,8 +96,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 }
 
 // Batch compares PlanFleet with Optimum on random small instances (1-8
-// GPUs, 1-30 requests, random in-use instances) and prints the
-// distribution of the gap in compute slices.
+// GPUs, 1-30 requests, random in-use instances; requests from the Mix or
+// uniform over all profiles, "+me" included) and prints the distribution
+// of the gap in compute slices.
 func Batch(cfg Config, w io.Writer) error {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	type row struct {
@@ -105,18 +106,28 @@ func Batch(cfg Config, w io.Writer) error {
 		lost, total                                      float64
 	}
 	rows := map[string]*row{}
-	products := cfg.Products
+	var keys []string
+	for _, pr := range cfg.Products {
+		keys = append(keys, pr+" / mix", pr+" / uniform+me")
+	}
 	for i := 0; i < cfg.BatchInstances; i++ {
-		product := products[i%len(products)]
+		key := keys[i%len(keys)]
+		product, kind, _ := strings.Cut(key, " / ")
 		p, err := mig.Lookup(product)
 		if err != nil {
 			return err
 		}
 		n := 1 + rng.Intn(mig.OptimumMaxGPUs)
-		if i%4 == 0 {
-			n = 1
+		if (i/len(keys))%4 == 0 {
+			n = 1 // a quarter of each row: one GPU, where the plan must be optimal
 		}
 		fleet, reqs := randomInstance(rng, p, n, mig.OptimumMaxRequests)
+		if kind != "mix" {
+			// Every profile equally likely, "+me" included.
+			for j := range reqs {
+				reqs[j].Profile = p.Profiles[rng.Intn(len(p.Profiles))].Name
+			}
+		}
 		plan, err := mig.PlanFleet(fleet, reqs)
 		if err != nil {
 			return err
@@ -125,10 +136,10 @@ func Batch(cfg Config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		r := rows[product]
+		r := rows[key]
 		if r == nil {
 			r = &row{}
-			rows[product] = r
+			rows[key] = r
 		}
 		r.n++
 		gap := opt.Compute - plan.PlacedCompute
@@ -153,8 +164,8 @@ func Batch(cfg Config, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Batch quality: PlanFleet vs exhaustive optimum (%d random instances, 1-8 GPUs, 1-30 requests, seed %d)\n", cfg.BatchInstances, cfg.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "product\tinstances\tgap 0\tgap 1\tgap 2-3\tgap >3\tcompute lost\tone-GPU optimal\t")
-	for _, product := range products {
+	fmt.Fprintln(tw, "product / requests\tinstances\tgap 0\tgap 1\tgap 2-3\tgap >3\tcompute lost\tone-GPU optimal\t")
+	for _, product := range keys {
 		r := rows[product]
 		if r == nil {
 			continue
