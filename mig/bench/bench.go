@@ -41,7 +41,7 @@ type Config struct {
 
 // Short is the default configuration (well under two minutes).
 func Short() Config {
-	return Config{Seed: 1, BatchInstances: 200, Arrivals: 1000, Loads: []float64{0.6, 0.8, 1.0, 1.2},
+	return Config{Seed: 1, BatchInstances: 200, Arrivals: 800, Loads: []float64{0.6, 0.8, 1.0, 1.2},
 		Products: []string{"H100-80GB", "A100-40GB"}, LatencyRuns: 200}
 }
 
