@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -464,3 +465,56 @@ func testutilCount(t *testing.T, e *TestEngine, op, reason string) float64 {
 }
 
 var _ = fmt.Sprintf
+
+// TestEngineConcurrent races prepares of distinct claims, repeats of the
+// same claim, and pairs of claims that want the same device: each pair
+// must end with exactly one winner. Run it with -race.
+func TestEngineConcurrent(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	const n = 40
+	var wg sync.WaitGroup
+	results := make([][2]kubeletplugin.PrepareResult, n)
+	for i := range n {
+		// Claims 2i and 2i+1 both want device i.
+		for j := range 2 {
+			claim := testClaim(fmt.Sprintf("c-%d-%d", i, j), alloc{request: "r", device: fmt.Sprintf("dev-%d", i)})
+			wg.Go(func() { results[i][j] = e.eng.Prepare(ctx, claim) })
+			wg.Go(func() { e.eng.Prepare(ctx, claim) }) // a repeat, racing
+		}
+	}
+	wg.Wait()
+	for i, pair := range results {
+		ok := 0
+		for _, r := range pair {
+			if r.Err == nil {
+				ok++
+			} else if !errors.Is(r.Err, ErrDeviceInUse) {
+				t.Errorf("device %d: unexpected error %v", i, r.Err)
+			}
+		}
+		if ok != 1 {
+			t.Errorf("device %d: %d claims prepared, want exactly 1", i, ok)
+		}
+	}
+	holders, _ := e.hw.Holders()
+	if len(holders) != n {
+		t.Errorf("%d devices configured, want %d", len(holders), n)
+	}
+	for i := range n {
+		for j := range 2 {
+			wg.Go(func() {
+				if err := e.eng.Unprepare(ctx, ClaimRef{UID: types.UID(fmt.Sprintf("c-%d-%d", i, j))}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if holders, _ := e.hw.Holders(); len(holders) != 0 {
+		t.Errorf("devices configured after unprepare: %v", holders)
+	}
+	if v := e.hw.Violations(); len(v) > 0 {
+		t.Errorf("hardware violations: %v", v)
+	}
+}
