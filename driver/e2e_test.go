@@ -373,3 +373,60 @@ func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
 		t.Errorf("hardware violations: %v", v)
 	}
 }
+
+// TestRollingUpdate runs two instances on the same folders, as during a
+// DaemonSet rolling update: a claim prepared by the old one is seen as
+// prepared by the new one and unprepared by it.
+func TestRollingUpdate(t *testing.T) {
+	c := sharedCluster(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ns := newNamespace(ctx, t, c)
+	d := newDirs(t)
+	hw := newHW(t, d)
+	disc := device.StaticDiscoverer{Inv: testInventory(2)}
+	old := startDriver(ctx, t, c, d, disc, hw, driver.WithRollingUpdate("old-pod"))
+	claim := createClaim(ctx, t, c, ns, "rolled", drivertest.Device{Device: "dev-0"})
+	kOld, err := drivertest.Dial(old.d.DRASocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kOld.Close()
+	first, err := kOld.Prepare(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := startDriver(ctx, t, c, d, disc, hw, driver.WithRollingUpdate("new-pod"))
+	if old.d.DRASocket() == newer.d.DRASocket() {
+		t.Fatalf("both instances use socket %s", old.d.DRASocket())
+	}
+	kNew, err := drivertest.Dial(newer.d.DRASocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kNew.Close()
+	again, err := kNew.Prepare(ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(first[string(claim.UID)].String(), again[string(claim.UID)].String()); d != "" {
+		t.Errorf("new instance's prepare differs:\n%s", d)
+	}
+	// The guard spans instances: the old one refuses dev-0 for another claim.
+	other := createClaim(ctx, t, c, ns, "other", drivertest.Device{Device: "dev-0"})
+	if _, err := kOld.Prepare(ctx, other); err == nil || !strings.Contains(err.Error(), driver.ErrDeviceInUse.Error()) {
+		t.Errorf("old instance prepared a device the claim holds: %v", err)
+	}
+	old.stop(t)
+	if err := kNew.Unprepare(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	holders, _ := hw.Holders()
+	if len(holders) != 0 || d.specCount(t) != 0 {
+		t.Errorf("after unprepare by the new instance: devices %v, %d CDI specs", holders, d.specCount(t))
+	}
+	if v := hw.Violations(); len(v) > 0 {
+		t.Errorf("hardware violations: %v", v)
+	}
+}
