@@ -51,8 +51,12 @@
 //     [WithRollingUpdate]); [WithRESTConfig] sets a client rate limit that
 //     does not cap prepares at client-go's default of 5 per second.
 //
-// Durability: the completion record and the removal of a record are
-// fsynced. Intent records are written atomically but not fsynced: they
-// matter after a process crash (when the page cache survives), while after
-// a power loss the device state they guard is gone as well.
+// Durability: every record is written to a temporary file and renamed, so
+// a process crash (kill -9) never leaves a torn record. The completion
+// record's content is fsynced before its rename and the removal of a record
+// is fsynced with its folder. Intent records and CDI specs are not
+// fsynced: after a power loss a lost completion leaves the intent, which
+// recovery undoes (the kubelet prepares again when it restarts the pods),
+// and at start every prepared claim whose CDI spec is missing or torn (a
+// CDI folder on tmpfs after a reboot) is undone the same way.
 package driver

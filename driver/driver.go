@@ -151,7 +151,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}
-	specs, err := cdi.NewWriter(d.o.cdiDir, d.name, cdiClass)
+	// CDI specs are not fsynced: recovery checks every prepared claim's
+	// spec and undoes the claim when it is missing or torn.
+	specs, err := cdi.NewWriter(d.o.cdiDir, d.name, cdiClass, cdi.WithoutFsync())
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/driver/internal/checkpoint"
@@ -211,6 +212,17 @@ func (e *engine) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover checkpoint: %w", err)
 	}
+	// A prepared claim whose CDI spec is missing or unreadable (after a
+	// reboot with the CDI folder on tmpfs, or a power loss) cannot be
+	// used by a container: undo it, so that the kubelet's next prepare
+	// does it again, instead of handing out IDs that do not resolve.
+	e.mu.Lock()
+	for _, r := range e.records {
+		if r.State == checkpoint.StatePrepared && hasCDIDevices(r) && !e.specReadable(r.ClaimUID) {
+			halfway = append(halfway, r)
+		}
+	}
+	e.mu.Unlock()
 	for _, r := range halfway {
 		logger.Info("Undoing claim left half-way by a previous process", "claim", refOf(r), "state", r.State)
 		if err := e.undo(ctx, r); err != nil {
@@ -233,6 +245,25 @@ func (e *engine) recover(ctx context.Context) error {
 		logger.Info("Removed orphaned CDI specs", "claimUIDs", removed)
 	}
 	return nil
+}
+
+func hasCDIDevices(r *checkpoint.Record) bool {
+	for _, d := range r.Devices {
+		if d.CDIName != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// specReadable says whether the claim's CDI spec parses.
+func (e *engine) specReadable(uid types.UID) bool {
+	path, err := e.specs.SpecPath(uid)
+	if err != nil {
+		return false
+	}
+	_, err = cdiapi.ReadSpec(path, 0)
+	return err == nil
 }
 
 func refOf(r *checkpoint.Record) ClaimRef {

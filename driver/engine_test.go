@@ -518,3 +518,44 @@ func TestEngineConcurrent(t *testing.T) {
 		t.Errorf("hardware violations: %v", v)
 	}
 }
+
+// TestRecoverLostSpec: a prepared claim whose CDI spec vanished (a CDI
+// folder on tmpfs after a reboot) or is torn is undone at start, so the
+// kubelet's next prepare does it again.
+func TestRecoverLostSpec(t *testing.T) {
+	for _, damage := range []string{"missing", "torn"} {
+		t.Run(damage, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := ctxFor(t)
+			claim := testClaim("c1", alloc{request: "a", device: "dev-0"})
+			if r := e.eng.Prepare(ctx, claim); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			path, err := e.eng.Specs().SpecPath("c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if damage == "missing" {
+				err = os.Remove(path)
+			} else {
+				err = os.WriteFile(path, []byte(`{"cdiVersion":"0.`), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.restart(t)
+			if recs := e.records(t); len(recs) != 0 {
+				t.Errorf("records after recovery: %v", recs)
+			}
+			if holders, _ := e.hw.Holders(); len(holders) != 0 {
+				t.Errorf("devices configured after recovery: %v", holders)
+			}
+			if r := e.eng.Prepare(ctx, claim); r.Err != nil {
+				t.Fatalf("prepare again: %v", r.Err)
+			}
+			if env := injectEnv(t, e.cdiDir, e.eng.Prepare(ctx, claim).Devices[0].CDIDeviceIDs...); len(env) != 1 {
+				t.Errorf("env after re-prepare: %v", env)
+			}
+		})
+	}
+}

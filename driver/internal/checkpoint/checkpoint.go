@@ -189,9 +189,12 @@ func Decode(data []byte) (*Record, error) {
 	return &r, nil
 }
 
-// Write stores r atomically and durably: when Write returns nil the record
-// survives a crash; when the process dies during Write, the previous record
-// (or none) remains.
+// Write stores r atomically with its content fsynced before the rename:
+// after a process crash the record is the old or the new one; after a
+// power loss it is the old one or the complete new one, never a torn
+// file. The rename itself reaches the disk with the file system's next
+// journal commit (the folder is not fsynced): a caller whose previous
+// record is a safe state to recover from (an intent) needs no more.
 func (s *Store) Write(r *Record) error { return s.write(r, true) }
 
 // WriteIntent stores r atomically but without waiting for the disk: after
@@ -239,13 +242,7 @@ func (s *Store) writeFile(name string, data []byte, durable bool) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp, name); err != nil {
-		return err
-	}
-	if !durable {
-		return nil
-	}
-	return s.syncDir()
+	return os.Rename(tmp, name)
 }
 
 func (s *Store) syncDir() error {
@@ -260,8 +257,8 @@ func (s *Store) syncDir() error {
 	return d.Sync()
 }
 
-// Delete removes the record of uid durably. A missing record is not an
-// error.
+// Delete removes the record of uid durably (the folder is fsynced). A
+// missing record is not an error.
 func (s *Store) Delete(uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("delete checkpoint record: %w", err)
