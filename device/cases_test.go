@@ -340,5 +340,12 @@ var sliceCases = []sliceCase{
 		s.Spec.NodeName = nil
 		s.Spec.PerDeviceNodeSelection = ptr.To(true)
 	}},
+	{name: "list attribute only (dropped, then empty)", wantField: "spec.devices[0].attributes[x]", mutate: func(s *resourceapi.ResourceSlice) {
+		attr(s, "x", resourceapi.DeviceAttribute{IntValues: []int64{1, 2}})
+	}},
+	{name: "generate name", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		s.Name = ""
+		s.GenerateName = "00-gpu.example.com-node-1-"
+	}},
 	{name: "bad object name", wantField: "metadata.name", mutate: func(s *resourceapi.ResourceSlice) { s.Name = "Bad_Name" }},
 }

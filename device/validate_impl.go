@@ -329,9 +329,9 @@ func (c *checker) attribute(a resourceapi.DeviceAttribute, p *field.Path) {
 	}
 	if a.BoolValues != nil || a.IntValues != nil || a.StringValues != nil || a.VersionValues != nil {
 		// List attributes are an alpha feature (DRAListTypeAttributes)
-		// that is off by default: the API server drops them.
+		// that is off by default: the API server drops the list before
+		// it validates, so they count as absent here.
 		c.pool(field.Forbidden(p, "list attributes need the DRAListTypeAttributes feature, which is off by default; the API server drops them"))
-		n++
 	}
 	if n != 1 {
 		c.obj(field.Invalid(p, "", "exactly one value must be specified"))
@@ -480,10 +480,8 @@ func (c *checker) ambiguousNames(d *resourceapi.Device, p *field.Path, driver st
 
 func (c *checker) bindingConditions(conds, failure []string, p *field.Path) {
 	bp, fp := p.Child("bindingConditions"), p.Child("bindingFailureConditions")
-	tooMany := false
 	if len(conds) > maxBindingConditions {
 		c.obj(field.TooMany(bp, len(conds), maxBindingConditions))
-		tooMany = true
 	} else {
 		for i, s := range conds {
 			c.labelKey(s, bp.Index(i))
@@ -491,7 +489,6 @@ func (c *checker) bindingConditions(conds, failure []string, p *field.Path) {
 	}
 	if len(failure) > maxBindingConditions {
 		c.obj(field.TooMany(fp, len(failure), maxBindingConditions))
-		tooMany = true
 	} else {
 		for i, s := range failure {
 			c.labelKey(s, fp.Index(i))
@@ -514,7 +511,6 @@ func (c *checker) bindingConditions(conds, failure []string, p *field.Path) {
 			c.obj(field.Invalid(fp.Index(i), s, "bindingFailureConditions must not overlap with bindingConditions"))
 		}
 	}
-	_ = tooMany
 	if len(conds) == 0 && len(failure) > 0 {
 		c.obj(field.Invalid(bp, "", "bindingConditions are required to use bindingFailureConditions"))
 	}

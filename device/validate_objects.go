@@ -22,13 +22,10 @@ func sortedKeys[K ~string, V any](m map[K]V) []K {
 
 func hasAdvanced(devices []resourceapi.Device) bool {
 	for i := range devices {
+		// List attributes would count too, but the API server drops
+		// them (feature off by default) before it counts.
 		if len(devices[i].Taints) > 0 || len(devices[i].ConsumesCounters) > 0 {
 			return true
-		}
-		for _, a := range devices[i].Attributes {
-			if a.BoolValues != nil || a.IntValues != nil || a.StringValues != nil || a.VersionValues != nil {
-				return true
-			}
 		}
 	}
 	return false
