@@ -403,3 +403,77 @@ func TestFreeGPUBonusDominates(t *testing.T) {
 		}
 	}
 }
+
+// TestPreferenceIsAllocatorChoice checks on random node states that the
+// real allocator, over slices in the preference order, picks for every
+// profile the first device of that profile that fits, which is the
+// least-loss placement the planner computes.
+func TestPreferenceIsAllocatorChoice(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewSource(11))
+	a := alloc.New(testDriver, alloc.Features)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	p := mustLookup(t, "A100-80GB")
+	layouts, _ := p.Layouts()
+	for iter := 0; iter < 15; iter++ {
+		var fleet []FleetGPU
+		allocated := sets.New[structured.DeviceID]()
+		for i := 0; i < 4; i++ {
+			f := FleetGPU{Node: "a", Index: i, Product: p.Name}
+			if rng.Intn(4) > 0 {
+				f.Layout = append(Layout(nil), layouts[rng.Intn(len(layouts))]...)
+			}
+			for _, in := range f.Layout {
+				allocated.Insert(structured.MakeDeviceID(testDriver, "a", DeviceRef{GPU: i, Profile: in.Profile, Start: in.Start}.String()))
+			}
+			fleet = append(fleet, f)
+		}
+		gpus, _ := ModelGPUs(fleet)
+		m, err := NewCounterModel(gpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := Preference(fleet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ordered, err := m.Reorder(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices := ordered.Slices(testDriver, "a", "a", int64(iter+1))
+		for _, prof := range p.ProfileNames() {
+			// The planner's choice: the least loss over all fitting slots.
+			want, bestLoss, bestFree := "", 0, 0
+			pl := newPlanner()
+			gs, _ := pl.load(fleet)
+			for gi, g := range gs {
+				pi, _ := p.profileIndex(prof)
+				st := g.fixed
+				for _, si := range g.idle {
+					p.add(&st, si)
+				}
+				for si, sl := range p.slots {
+					if sl.prof != pi || !p.fits(&st, si) {
+						continue
+					}
+					after := st
+					p.add(&after, si)
+					loss := g.sc.score(st) - g.sc.score(after)
+					free := p.MemorySlices - popcount(after.used)
+					if want == "" || loss < bestLoss || (loss == bestLoss && free < bestFree) {
+						want, bestLoss, bestFree = DeviceRef{GPU: gi, Profile: prof, Start: sl.start}.String(), loss, free
+					}
+				}
+			}
+			sel := fmt.Sprintf(`%s == "mig" && %s == %q`, a.Attr(AttrType), a.Attr(AttrProfile), prof)
+			got, err := a.One(ctx, node, slices, allocated, sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("state %d, %s: allocator chose %q, planner wants %q (layouts %v)", iter, prof, got, want, fleet)
+			}
+		}
+	}
+}

@@ -463,8 +463,8 @@ func Latency(cfg Config, w io.Writer) error {
 		prefOnly bool
 	}
 	rows := []row{
-		{"PlanFleet, 8-GPU node", 8, 8, cfg.LatencyRuns, false},
-		{"Preference, 8-GPU node", 8, 0, cfg.LatencyRuns, true},
+		{"PlanFleet, 8-GPU node", 8, 8, 5 * cfg.LatencyRuns, false},
+		{"Preference, 8-GPU node", 8, 0, 5 * cfg.LatencyRuns, true},
 		{"PlanFleet, 1,000-GPU fleet", 1000, 200, max(cfg.LatencyRuns/10, 10), false},
 	}
 	fmt.Fprintf(w, "Plan latency (H100-80GB, half the GPUs with random in-use instances)\n")
