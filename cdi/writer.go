@@ -136,7 +136,9 @@ func (w *Writer) Claims(ctx context.Context) ([]types.UID, error) {
 }
 
 // GC removes the spec files of this Writer's vendor and class whose claim
-// is not in live, and leftover temporary files of earlier crashed writes.
+// is not in live, and temporary files of crashed writes (older than a
+// minute, so that writes in progress are not disturbed). live must hold
+// every claim that is prepared or being prepared.
 // Files of other vendors or classes and files it cannot parse as its own
 // are left alone. It returns the UIDs whose specs it removed, sorted.
 func (w *Writer) GC(ctx context.Context, live map[types.UID]bool) ([]types.UID, error) {

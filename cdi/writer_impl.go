@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -22,6 +23,9 @@ const (
 	tmpExt  = ".tmp"
 	// claimAnnotation records namespace/name of the claim in a spec.
 	claimAnnotation = "drakit.io/claim"
+	// staleTempAge is how old a temporary file must be for GC to take it
+	// for the leftover of a crashed write.
+	staleTempAge = time.Minute
 )
 
 func newWriter(dir, vendor, class string, opts ...Option) (*Writer, error) {
@@ -280,6 +284,13 @@ func (w *Writer) gc(ctx context.Context, live map[types.UID]bool) ([]types.UID, 
 		}
 		name := e.Name()
 		if strings.HasPrefix(name, tmpPrefix) && strings.HasSuffix(name, tmpExt) {
+			// Only leftovers: a young one may belong to a write in
+			// progress (in this process or in another one during a
+			// rolling update).
+			info, err := e.Info()
+			if err != nil || time.Since(info.ModTime()) < staleTempAge {
+				continue
+			}
 			if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("remove temporary file %q: %w", name, err))
 			}

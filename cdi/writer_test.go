@@ -3,11 +3,14 @@ package cdi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -224,7 +227,13 @@ func TestGC(t *testing.T) {
 	}
 	// A leftover temporary file of a crashed write, a stranger's file
 	// with our name pattern but another kind, and an unrelated file.
-	mustWrite(t, filepath.Join(dir, "."+w.prefix()+string(uid2)+".json.123"+tmpExt), "{")
+	old := filepath.Join(dir, "."+w.prefix()+string(uid2)+".json.123"+tmpExt)
+	mustWrite(t, old, "{")
+	if err := os.Chtimes(old, time.Now().Add(-time.Hour), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	young := "." + w.prefix() + string(uid1) + ".json.456" + tmpExt
+	mustWrite(t, filepath.Join(dir, young), "{")
 	mustWrite(t, filepath.Join(dir, w.prefix()+"c9.json"), `{"cdiVersion":"0.3.0","kind":"other.com/x","devices":[]}`)
 	mustWrite(t, filepath.Join(dir, "vendor.json"), `{}`)
 
@@ -248,6 +257,7 @@ func TestGC(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	want := []string{
+		young,
 		w.prefix() + "c9.json",
 		w.prefix() + string(uid2) + ".json",
 		other.prefix() + string(uid1) + ".json",
@@ -332,5 +342,59 @@ func TestEncodeName(t *testing.T) {
 		if _, err := DecodeName(bad); err == nil {
 			t.Errorf("DecodeName(%q) succeeded", bad)
 		}
+	}
+}
+
+// TestConcurrentClaims writes, injects and removes many claims at once
+// while GC runs with all of them live: GC must remove nothing that is
+// live, and every claim's devices resolve to its own edits.
+func TestConcurrentClaims(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := newTestWriter(t, dir, "gpu.example.com", "gpu")
+	const n = 16
+	live := make(map[types.UID]bool)
+	for i := 0; i < n; i++ {
+		live[types.UID(fmt.Sprintf("claim-%02d", i))] = true
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := types.UID(fmt.Sprintf("claim-%02d", i))
+			ids, err := w.Write(ctx, Claim{UID: uid, Devices: []Device{{Name: "d", Edits: new(Edits).Env("CLAIM", string(uid))}}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			s := baseOCI()
+			if err := Inject(s, []string{dir}, ids...); err != nil {
+				errs <- err
+				return
+			}
+			if got := envOf(s)[1]; got != "CLAIM="+string(uid) {
+				errs <- fmt.Errorf("claim %s got env %s", uid, got)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for j := 0; j < 5; j++ {
+			if removed, err := w.GC(ctx, live); err != nil || len(removed) > 0 {
+				errs <- fmt.Errorf("GC removed %v, err %v", removed, err)
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got, err := w.Claims(ctx)
+	if err != nil || len(got) != n {
+		t.Errorf("Claims = %d, %v; want %d", len(got), err, n)
 	}
 }
