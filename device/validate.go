@@ -15,11 +15,13 @@ const (
 	// ScopeObject problems break the rules of one API object: the API
 	// server rejects the object.
 	ScopeObject Scope = "object"
-	// ScopePool problems span the slices of a pool (a duplicate device
-	// name in two slices, a counter set that is consumed but not
-	// published, an attribute given both bare and with the driver's
-	// domain). The API server accepts such slices; the scheduler then
-	// refuses to allocate from the pool.
+	// ScopePool problems are ones the API server does not reject: they
+	// span the slices of a pool (a duplicate device name in two slices, a
+	// counter set that is consumed but not published), or make a device
+	// unusable or different from what was sent (an attribute given both
+	// bare and with the driver's domain, a name with two '/', a field of
+	// a feature that is off by default and that the server drops). The
+	// scheduler then refuses the pool or cannot select the device.
 	ScopePool Scope = "pool"
 )
 
