@@ -68,7 +68,7 @@ func TestDifferentialAPIServer(t *testing.T) {
 					t.Errorf("API server changed the spec (a dropped field?)")
 				}
 				if !accepted && tc.wantField != "" && !slices.Contains(causes, tc.wantField) {
-					t.Logf("server reported %v, not %s", causes, tc.wantField)
+					t.Errorf("server reported %v, not %s", causes, tc.wantField)
 				}
 			})
 		}
