@@ -104,13 +104,17 @@ func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
+	pluginDir := filepath.Join(c.PluginsDir, testDriver)
+	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
 	drv := &tinyDriver{cdiDir: c.CDIDir, prepared: map[types.UID]string{}}
 	helper, err := kubeletplugin.Start(ctx, drv,
 		kubeletplugin.DriverName(testDriver),
 		kubeletplugin.KubeClient(c.Client),
 		kubeletplugin.NodeName(c.NodeName),
 		kubeletplugin.RegistrarDirectoryPath(c.PluginRegistryDir),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(c.PluginsDir, testDriver)),
+		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.HealthService(false),
 	)
 	if err != nil {

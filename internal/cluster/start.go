@@ -376,7 +376,10 @@ func (c *Cluster) AddFakeNode(ctx context.Context, name string, labels map[strin
 	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("set status of fake node %s: %w", name, err)
 	}
-	return nil
+	// The TaintNodesByCondition admission plugin gave the new node the
+	// not-ready taint; with no node lifecycle controller nothing else
+	// removes it.
+	return untaintNotReady(ctx, c, name)
 }
 
 func defaultAllocatable() corev1.ResourceList {
