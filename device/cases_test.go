@@ -3,6 +3,7 @@ package device
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -347,5 +348,95 @@ var sliceCases = []sliceCase{
 		s.Name = ""
 		s.GenerateName = "00-gpu.example.com-node-1-"
 	}},
+	{name: "attribute domain upper case", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		attr(s, "Example.COM/x", resourceapi.DeviceAttribute{IntValue: ptr.To[int64](1)})
+	}},
+	{name: "attribute domain 64 chars", wantField: "spec.devices[0].attributes", mutate: func(s *resourceapi.ResourceSlice) {
+		attr(s, strings.Repeat("d", 60)+".com/x", resourceapi.DeviceAttribute{IntValue: ptr.To[int64](1)})
+	}},
+	{name: "driver name trailing dot", wantField: "spec.driver", mutate: func(s *resourceapi.ResourceSlice) { s.Spec.Driver = "gpu.example.com." }},
+	{name: "negative counter and capacity", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		s.Spec.Devices = nil
+		s.Spec.SharedCounters = []resourceapi.CounterSet{{Name: "s", Counters: map[string]resourceapi.Counter{"m": {Value: q("-5")}}}}
+	}},
+	{name: "negative capacity", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		dev0(s).Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: q("-1Gi")}}
+	}},
+	{name: "request policy default only", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("100Gi")})
+	}},
+	{name: "request policy 11 values", wantField: "spec.devices[0].capacity[memory].requestPolicy.validValues", mutate: func(s *resourceapi.ResourceSlice) {
+		var vs []resource.Quantity
+		for i := 1; i <= 11; i++ {
+			vs = append(vs, q(fmt.Sprintf("%dGi", i)))
+		}
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("1Gi"), ValidValues: vs})
+	}},
+	{name: "request policy values equal after rounding", wantField: "spec.devices[0].capacity[memory].requestPolicy.validValues[1]", mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("500m"), ValidValues: []resource.Quantity{q("500m"), q("1")}})
+	}},
+	{name: "request policy duplicate values", wantField: "spec.devices[0].capacity[memory].requestPolicy.validValues[1]", mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("1Gi"), ValidValues: []resource.Quantity{q("1Gi"), q("1024Mi")}})
+	}},
+	{name: "request policy max below min", wantField: "spec.devices[0].capacity[memory].requestPolicy.validRange.max", mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("4Gi"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: qp("4Gi"), Max: qp("2Gi")}})
+	}},
+	{name: "request policy step zero", wantField: "spec.devices[0].capacity[memory].requestPolicy.validRange.step", mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("4Gi"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: qp("4Gi"), Step: qp("0")}})
+	}},
+	{name: "request policy fractional default integer range (rounded up)", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("1500m"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: qp("1"), Step: qp("1")}})
+	}},
+	{name: "request policy sub-milli value (rounded up)", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("1"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: qp("100u"), Step: qp("1m")}})
+	}},
+	{name: "node selector bad field key", wantField: "spec.nodeSelector.nodeSelectorTerms[0].matchFields[0].key", mutate: func(s *resourceapi.ResourceSlice) {
+		s.Spec.NodeName = nil
+		s.Spec.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.uid", Operator: corev1.NodeSelectorOpIn, Values: []string{"x"}}},
+		}}}
+	}},
+	{name: "node selector Gt with two values", wantField: "spec.nodeSelector.nodeSelectorTerms[0].matchExpressions[0].values", mutate: func(s *resourceapi.ResourceSlice) {
+		s.Spec.NodeName = nil
+		s.Spec.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "cores", Operator: corev1.NodeSelectorOpGt, Values: []string{"1", "2"}}},
+		}}}
+	}},
+	{name: "taint with time", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		tm := metav1.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		dev0(s).Taints = []resourceapi.DeviceTaint{{Key: "example.com/x", Effect: resourceapi.DeviceTaintEffectNoExecute, TimeAdded: &tm}}
+	}},
+	{name: "consumes 2 sets of 32 counters", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		for _, cs := range counterSets(2, 32) {
+			dev0(s).ConsumesCounters = append(dev0(s).ConsumesCounters, resourceapi.DeviceCounterConsumption{CounterSet: cs.Name, Counters: cs.Counters})
+		}
+	}},
+	{name: "consumes 33 counters", wantField: "spec.devices[0].consumesCounters[0].counters", mutate: func(s *resourceapi.ResourceSlice) {
+		cs := counterSets(1, 33)[0]
+		dev0(s).ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: cs.Name, Counters: cs.Counters}}
+	}},
+	{name: "version 64 bytes", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		attr(s, "v", resourceapi.DeviceAttribute{VersionValue: ptr.To("1.2.3-" + strings.Repeat("a", 58))})
+	}},
+	{name: "version 65 bytes", wantField: "spec.devices[0].attributes[v].version", mutate: func(s *resourceapi.ResourceSlice) {
+		attr(s, "v", resourceapi.DeviceAttribute{VersionValue: ptr.To("1.2.3-" + strings.Repeat("a", 59))})
+	}},
+	{name: "binding condition duplicate", wantField: "spec.devices[0].bindingConditions[1]", mutate: func(s *resourceapi.ResourceSlice) {
+		dev0(s).BindingConditions = []string{"a", "a"}
+		dev0(s).BindingFailureConditions = []string{"f"}
+	}},
+	{name: "binding condition bad key", wantField: "spec.devices[0].bindingConditions[0]", mutate: func(s *resourceapi.ResourceSlice) {
+		dev0(s).BindingConditions = []string{"not valid"}
+		dev0(s).BindingFailureConditions = []string{"f"}
+	}},
+	{name: "binds to node alone", valid: true, mutate: func(s *resourceapi.ResourceSlice) { dev0(s).BindsToNode = ptr.To(true) }},
+	{name: "multiple allocations without capacity", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		dev0(s).AllowMultipleAllocations = ptr.To(true)
+	}},
+	{name: "long generate name", valid: true, mutate: func(s *resourceapi.ResourceSlice) {
+		s.Name = ""
+		s.GenerateName = strings.Repeat("g", 100) + "-"
+	}},
+	{name: "object name 254 chars", wantField: "metadata.name", mutate: func(s *resourceapi.ResourceSlice) { s.Name = strings.Repeat("n", 254) }},
 	{name: "bad object name", wantField: "metadata.name", mutate: func(s *resourceapi.ResourceSlice) { s.Name = "Bad_Name" }},
 }
