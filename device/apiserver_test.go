@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/drakit/drakit/internal/cluster/clustertest"
 )
@@ -71,6 +75,85 @@ func TestDifferentialAPIServer(t *testing.T) {
 					t.Errorf("server reported %v, not %s", causes, tc.wantField)
 				}
 			})
+		}
+	})
+
+	t.Run("publish", func(t *testing.T) {
+		// The real ResourceSlice controller, as kubeletplugin.Helper
+		// runs it for a node, publishes DriverResources of a node with
+		// partitionable and tainted devices without errors or dropped
+		// fields, in the order given.
+		if err := c.AddFakeNode(ctx, "node-pub", nil, nil); err != nil {
+			t.Fatalf("add node: %v", err)
+		}
+		inv := benchInventory(700)
+		inv.Pools[0].Name = "node-pub"
+		dr, err := inv.DriverResources()
+		if err != nil {
+			t.Fatalf("DriverResources: %v", err)
+		}
+		var mu sync.Mutex
+		var pubErrs []error
+		ctl, err := resourceslice.StartController(ctx, resourceslice.Options{
+			DriverName: inv.Driver,
+			KubeClient: c.Client,
+			Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: "node-pub"},
+			Resources:  dr,
+			ErrorHandler: func(_ context.Context, err error, msg string) {
+				mu.Lock()
+				defer mu.Unlock()
+				pubErrs = append(pubErrs, fmt.Errorf("%s: %w", msg, err))
+			},
+		})
+		if err != nil {
+			t.Fatalf("start controller: %v", err)
+		}
+		defer ctl.Stop()
+		want := len(dr.Pools["node-pub"].Slices)
+		var list *resourceapi.ResourceSliceList
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			list, err = c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-pub"})
+			if err != nil {
+				t.Fatalf("list slices: %v", err)
+			}
+			mu.Lock()
+			failed := len(pubErrs) > 0
+			mu.Unlock()
+			if len(list.Items) == want || failed || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		mu.Lock()
+		for _, err := range pubErrs {
+			t.Errorf("publish: %v", err)
+		}
+		mu.Unlock()
+		if len(list.Items) != want {
+			t.Fatalf("%d slices published, want %d", len(list.Items), want)
+		}
+		// Slice names start with the index: sort by name to get the
+		// scheduler's order, then compare devices with the inventory.
+		slices.SortFunc(list.Items, func(a, b resourceapi.ResourceSlice) int { return strings.Compare(a.Name, b.Name) })
+		var got, wantNames []string
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				got = append(got, d.Name)
+			}
+		}
+		for _, d := range inv.Pools[0].Devices {
+			wantNames = append(wantNames, d.Name())
+		}
+		if !slices.Equal(got, wantNames) {
+			t.Errorf("published device order differs from the inventory")
+		}
+		ptrs := make([]*resourceapi.ResourceSlice, len(list.Items))
+		for i := range list.Items {
+			ptrs[i] = &list.Items[i]
+		}
+		if err := Validate(ptrs...); err != nil {
+			t.Errorf("published slices do not validate: %v", err)
 		}
 	})
 
