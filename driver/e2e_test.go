@@ -30,15 +30,16 @@ import (
 type running struct {
 	d      *driver.Driver
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned
+	err    error
 }
 
 func (r *running) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		if err != nil {
+	case <-r.done:
+		if err := r.err; err != nil {
 			t.Errorf("driver Run returned %v after cancel, want nil", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -62,13 +63,13 @@ func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, 
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &running{d: drv, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- drv.Run(rctx) }()
+	r := &running{d: drv, cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = drv.Run(rctx); close(r.done) }()
 	select {
 	case <-drv.Ready():
-	case err := <-r.done:
+	case <-r.done:
 		cancel()
-		t.Fatalf("driver Run: %v", err)
+		t.Fatalf("driver Run: %v", r.err)
 	case <-time.After(60 * time.Second):
 		cancel()
 		t.Fatal("driver not ready within 60s")

@@ -133,7 +133,9 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func(ctx conte
 func newNamespace(ctx context.Context, t *testing.T, c *cluster.Cluster) string {
 	t.Helper()
 	name := fmt.Sprintf("t-%d", time.Now().UnixNano())
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		// Test claims may ask for admin access.
+		Labels: map[string]string{"resource.kubernetes.io/admin-access": "true"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return name

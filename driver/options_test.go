@@ -13,7 +13,9 @@ import (
 func TestNewValidation(t *testing.T) {
 	disc := device.StaticDiscoverer{Inv: testInventory(1)}
 	ok := []driver.Option{driver.WithDiscoverer(disc), driver.WithPreparer(envPreparer{}), driver.WithRESTConfig(&rest.Config{}), driver.WithNodeName("n")}
-	with := func(extra ...driver.Option) []driver.Option { return append(append([]driver.Option{}, ok...), extra...) }
+	with := func(extra ...driver.Option) []driver.Option {
+		return append(append([]driver.Option{}, ok...), extra...)
+	}
 	tests := []struct {
 		name    string
 		driver  string
