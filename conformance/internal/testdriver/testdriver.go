@@ -418,6 +418,7 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			}
 			continue
 		}
+		out[c.UID] = nil // every claim needs an entry, also on success
 		if !d.defect("leak-cdi") {
 			for _, f := range st.SpecFiles {
 				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
