@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -100,9 +99,27 @@ func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, nam
 		return cond(p), nil
 	})
 	if err != nil {
-		t.Fatalf("wait for pod %s/%s to be %s: %v; last seen: %+v", ns, name, what, err, podSummary(pod))
+		t.Fatalf("wait for pod %s/%s to be %s: %v; last seen: %+v\n%s", ns, name, what, err, podSummary(pod), diagnose(cs, ns))
 	}
 	return pod
+}
+
+// diagnose lists the namespace's events and claims for a failure message.
+func diagnose(cs kubernetes.Interface, ns string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "event %s/%s: %s %s\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+	if cl, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range cl.Items {
+			fmt.Fprintf(&b, "claim %s: allocated=%t reservedFor=%d\n", c.Name, c.Status.Allocation != nil, len(c.Status.ReservedFor))
+		}
+	}
+	return b.String()
 }
 
 func unschedulable(p *corev1.Pod) bool {
@@ -119,14 +136,6 @@ func podSummary(p *corev1.Pod) string {
 		return "<none>"
 	}
 	return fmt.Sprintf("node=%q conditions=%+v", p.Spec.NodeName, p.Status.Conditions)
-}
-
-// forceDelete removes a pod bound to a fake node (no kubelet confirms).
-func forceDelete(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name string) {
-	t.Helper()
-	if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
 }
 
 // publish runs one test driver's ResourceSlice controller (the component a
@@ -163,24 +172,28 @@ func pciDevices(t *testing.T, root string, names, busIDs []string) []resourceapi
 }
 
 // TestAlignedAllocationOnCluster: a GPU-like and a NIC-like driver publish
-// devices on two PCIe roots of one fake node. The real scheduler gives
-// claims asking for a GPU and a NIC on one root only aligned pairs, and
-// leaves the third such pod pending when no aligned pair is left.
+// devices on two PCIe roots of a fake node. The real scheduler gives claims
+// asking for a GPU and a NIC on one root only aligned pairs, and leaves the
+// third such pod pending when no aligned pair is left. A second fake node
+// with the same devices is the control: there a claim without the
+// constraint gets a pair across roots, so the aligned results are the
+// constraint's doing and not the drivers' device order.
+//
+// The claims are standalone ResourceClaims that the pods name, so the test
+// needs only the scheduler, not the resource-claim controller.
 func TestAlignedAllocationOnCluster(t *testing.T) {
 	c := localCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cs := c.Client
 	const (
-		ns   = "topology-dra"
-		node = "topo-dra-0"
-		gpu  = "gpu.topology.drakit.dev"
-		nic  = "nic.topology.drakit.dev"
+		ns      = "topology-dra"
+		node    = "topo-dra-0"
+		control = "topo-dra-control"
+		gpu     = "gpu.topology.drakit.dev"
+		nic     = "nic.topology.drakit.dev"
 	)
 	createNamespace(t, ctx, cs, ns)
-	if err := c.AddFakeNode(ctx, node, nil, nil); err != nil {
-		t.Fatal(err)
-	}
 
 	// Root pci0000:00 has gpu-0 and nic-0, root pci0000:80 gpu-1 and
 	// nic-1. The NIC driver lists nic-1 first, so first fit without the
@@ -200,8 +213,15 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 		}
 	}
 	rootOf := map[string]string{"gpu-0": "pci0000:00", "nic-0": "pci0000:00", "gpu-1": "pci0000:80", "nic-1": "pci0000:80"}
-	publish(t, ctx, cs, gpu, node, pciDevices(t, sys.Root, []string{"gpu-0", "gpu-1"}, []string{"0000:03:00.0", "0000:83:00.0"}))
-	publish(t, ctx, cs, nic, node, pciDevices(t, sys.Root, []string{"nic-1", "nic-0"}, []string{"0000:84:00.0", "0000:04:00.0"}))
+	gpus := pciDevices(t, sys.Root, []string{"gpu-0", "gpu-1"}, []string{"0000:03:00.0", "0000:83:00.0"})
+	nics := pciDevices(t, sys.Root, []string{"nic-1", "nic-0"}, []string{"0000:84:00.0", "0000:04:00.0"})
+	for _, n := range []string{node, control} {
+		if err := c.AddFakeNode(ctx, n, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		publish(t, ctx, cs, gpu, n, gpus)
+		publish(t, ctx, cs, nic, n, nics)
+	}
 	for _, class := range []string{gpu, nic} {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, driverClass(class), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -212,9 +232,9 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 2, nil
+		return err == nil && len(l.Items) == 4, nil
 	}); err != nil {
-		t.Fatalf("wait for the two drivers' slices: %v", err)
+		t.Fatalf("wait for the two drivers' slices on two nodes: %v", err)
 	}
 
 	requests := []topology.Request{{Name: "gpu", DeviceClassName: gpu}, {Name: "nic", DeviceClassName: nic}}
@@ -226,31 +246,30 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, spec := range map[string]resourceapi.ResourceClaimSpec{"loose": loose, "aligned": aligned} {
-		if _, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, topology.ClaimTemplate(ns, name, spec), metav1.CreateOptions{}); err != nil {
+	// start creates a claim with spec and a pod on onNode that uses it.
+	start := func(name, onNode string, spec resourceapi.ResourceClaimSpec) {
+		t.Helper()
+		if _, err := cs.ResourceV1().ResourceClaims(ns).Create(ctx, topology.Claim(ns, name, spec), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := pausePod(ns, name)
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: onNode}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devs", ResourceClaimName: ptr.To(name)}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devs"}}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	podWithClaim := func(name, template string) *corev1.Pod {
-		p := pausePod(ns, name)
-		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devs", ResourceClaimTemplateName: ptr.To(template)}}
-		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devs"}}
-		return p
-	}
 	// allocation returns the devices of the pod's claim once it is bound.
-	allocation := func(pod string) []string {
+	allocation := func(name string) []string {
 		t.Helper()
-		p := waitPod(t, ctx, cs, ns, pod, "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
-		if len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-			t.Fatalf("pod %s is bound but lists no claim: %+v", pod, p.Status.ResourceClaimStatuses)
-		}
-		claim, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		waitPod(t, ctx, cs, ns, name, "bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+		claim, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if claim.Status.Allocation == nil {
-			t.Fatalf("pod %s is bound but its claim is not allocated", pod)
+			t.Fatalf("pod %s is bound but its claim is not allocated", name)
 		}
 		var devs []string
 		for _, r := range claim.Status.Allocation.Devices.Results {
@@ -260,29 +279,15 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 		return devs
 	}
 
-	// Control: the scheduler's first fit does pair across roots when not
-	// told otherwise, so the aligned results below are the constraint's doing.
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, podWithClaim("loose", "loose"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	devs := allocation("loose")
-	if len(devs) != 2 || rootOf[devs[0]] == rootOf[devs[1]] {
+	start("loose", control, loose)
+	if devs := allocation("loose"); len(devs) != 2 || rootOf[devs[0]] == rootOf[devs[1]] {
 		t.Fatalf("control pod without the constraint got %v; want a pair across roots (else this test proves nothing)", devs)
-	}
-	forceDelete(t, ctx, cs, ns, "loose")
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, nil
-	}); err != nil {
-		t.Fatalf("wait for the control claim to go: %v", err)
 	}
 
 	seen := map[string]bool{}
 	for i := range 2 {
 		name := fmt.Sprintf("aligned-%d", i)
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, podWithClaim(name, "aligned"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		start(name, node, aligned)
 		devs := allocation(name)
 		if len(devs) != 2 || rootOf[devs[0]] != rootOf[devs[1]] {
 			t.Errorf("pod %s got %v: not a GPU and a NIC on one PCIe root", name, devs)
@@ -294,12 +299,17 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 			seen[d] = true
 		}
 	}
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, podWithClaim("aligned-2", "aligned"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	start("aligned-2", node, aligned)
 	p := waitPod(t, ctx, cs, ns, "aligned-2", "unschedulable", unschedulable)
 	if p.Spec.NodeName != "" {
 		t.Errorf("third aligned pod was bound to %s with no aligned pair left", p.Spec.NodeName)
+	}
+	claim, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, "aligned-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation != nil {
+		t.Errorf("claim of the pending pod is allocated: %+v", claim.Status.Allocation.Devices.Results)
 	}
 }
 
