@@ -342,7 +342,11 @@ func (c *checker) attribute(a resourceapi.DeviceAttribute, p *field.Path) {
 }
 
 func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, perDeviceNodeSelection bool) {
-	c.dnsLabel(d.Name, p.Child("name"))
+	// The guards below skip building field paths for empty parts: this
+	// runs for every device of every slice.
+	if !isDNSLabel(d.Name) {
+		c.dnsLabel(d.Name, p.Child("name"))
+	}
 	if n := len(d.Attributes) + len(d.Capacity); n > MaxAttributesAndCapacities {
 		c.obj(field.Invalid(p, n, fmt.Sprintf("the total number of attributes and capacities must not exceed %d", MaxAttributesAndCapacities)))
 	}
@@ -355,7 +359,10 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 			})
 		}
 	}()
-	ap := p.Child("attributes")
+	var ap *field.Path
+	if len(d.Attributes) > 0 {
+		ap = p.Child("attributes")
+	}
 	for name, a := range d.Attributes {
 		c.qualifiedName(string(name), ap)
 		if !c.attributeOK(&a) {
@@ -363,7 +370,10 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 		}
 	}
 	multi := d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations
-	cp := p.Child("capacity")
+	var cp *field.Path
+	if len(d.Capacity) > 0 {
+		cp = p.Child("capacity")
+	}
 	for name := range d.Capacity {
 		c.qualifiedName(string(name), cp)
 		capa := d.Capacity[name]
@@ -379,8 +389,9 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 	}
 	c.ambiguousNames(d, p, driver)
 
-	tp := p.Child("taints")
-	if len(d.Taints) > maxTaints {
+	if len(d.Taints) == 0 {
+		// Nothing to check.
+	} else if tp := p.Child("taints"); len(d.Taints) > maxTaints {
 		c.obj(field.TooMany(tp, len(d.Taints), maxTaints))
 	} else {
 		for i, t := range d.Taints {
@@ -399,8 +410,9 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 		}
 	}
 
-	ccp := p.Child("consumesCounters")
-	if len(d.ConsumesCounters) > maxConsumedSets {
+	if len(d.ConsumesCounters) == 0 {
+		// Nothing to check.
+	} else if ccp := p.Child("consumesCounters"); len(d.ConsumesCounters) > maxConsumedSets {
 		c.obj(field.TooMany(ccp, len(d.ConsumesCounters), maxConsumedSets))
 	} else {
 		seen := make(map[string]bool, len(d.ConsumesCounters))
@@ -451,7 +463,9 @@ func (c *checker) device(d *resourceapi.Device, p *field.Path, driver string, pe
 		c.obj(field.Invalid(p, "", "`nodeName`, `nodeSelector` and `allNodes` can only be set if `perDeviceNodeSelection` is set to true in the ResourceSlice spec"))
 	}
 
-	c.bindingConditions(d.BindingConditions, d.BindingFailureConditions, p)
+	if len(d.BindingConditions)+len(d.BindingFailureConditions) > 0 {
+		c.bindingConditions(d.BindingConditions, d.BindingFailureConditions, p)
+	}
 	if len(d.NodeAllocatableResources) > 0 {
 		c.pool(field.Forbidden(p.Child("nodeAllocatableResources"), "needs the DRANodeAllocatableResources feature, which is off by default; the API server drops it"))
 	}
