@@ -17,8 +17,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// ClassName is the one DeviceClass the allocator knows; it selects the
-// driver's devices.
+// ClassName is the one DeviceClass the allocator knows; it matches every
+// device (callers publish one driver's slices).
 const ClassName = "mig"
 
 // Features the allocator runs with: partitionable devices plus what
@@ -66,9 +66,9 @@ func New(driver string, features structured.Features) *Allocator {
 		cache:    cel.NewCache(256, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity}),
 		classes: classLister{class: &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: ClassName},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
-			}}},
+			// No class selector: the simulations publish one driver's
+			// devices only, and each request's selector names what it
+			// wants, so one CEL program runs per device instead of two.
 		}},
 	}
 }
