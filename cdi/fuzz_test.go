@@ -47,12 +47,16 @@ func FuzzSpec(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		second := new(Edits).Hook(CreateContainer, hook, "hook")
+		if hook == "" {
+			second = nil // a device without edits
+		}
 		claim := Claim{
 			UID:    types.UID(uid),
 			Common: new(Edits).Env(envKey, envValue),
 			Devices: []Device{
 				{Name: dev1, Edits: new(Edits).DeviceNode(DeviceNode{Path: node, Type: "c", Major: 1, Minor: 3}).Mount(mountHost, mountCtr)},
-				{Name: dev2, Edits: new(Edits).Hook(CreateContainer, hook, "hook")},
+				{Name: dev2, Edits: second},
 			},
 		}
 		spec, ids, err := w.Spec(claim)

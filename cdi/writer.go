@@ -31,9 +31,15 @@ type Device struct {
 	// [EncodeName] into the CDI device name, so it never needs escaping
 	// by the caller. Names are unique within a claim.
 	Name string
-	// Edits for containers that get this device.
+	// Edits for containers that get this device. Nil or empty edits are
+	// allowed: the CDI library rejects a device without edits, so such a
+	// device gets the environment variable [EmptyDeviceEnv]=<Name>.
 	Edits *Edits
 }
+
+// EmptyDeviceEnv is the environment variable set for a [Device] that has
+// no edits of its own.
+const EmptyDeviceEnv = "DRAKIT_CDI_DEVICE"
 
 // Writer writes the transient CDI specs of one driver's prepared claims
 // into one folder, one file per claim:

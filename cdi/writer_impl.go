@@ -96,6 +96,11 @@ func (w *Writer) Spec(claim Claim) (*cdispec.Spec, []string, error) {
 			continue
 		}
 		edits := d.Edits.spec()
+		if (&Edits{e: edits}).IsEmpty() {
+			// The CDI library rejects a whole spec in which one device
+			// has no edits; give such a device a marker.
+			edits.Env = []string{EmptyDeviceEnv + "=" + d.Name}
+		}
 		errs = append(errs, validateEdits(fld+".edits", &edits)...)
 		name := EncodeName(d.Name)
 		if claim.UID != "" {

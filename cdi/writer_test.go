@@ -398,3 +398,22 @@ func TestConcurrentClaims(t *testing.T) {
 		t.Errorf("Claims = %d, %v; want %d", len(got), err, n)
 	}
 }
+
+// TestDeviceWithoutEdits: the CDI library rejects a device without
+// edits, so Write gives it a marker and the claim still injects.
+func TestDeviceWithoutEdits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := newTestWriter(t, dir, "net.example.com", "nic")
+	ids, err := w.Write(ctx, Claim{UID: uid1, Common: new(Edits).Env("NET", "1"), Devices: []Device{{Name: "eth1"}, {Name: "eth2", Edits: new(Edits)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := baseOCI()
+	if err := Inject(s, []string{dir}, ids...); err != nil {
+		t.Fatalf("Inject: %v", err)
+	}
+	if diff := cmp.Diff([]string{"PATH=/bin", "NET=1", EmptyDeviceEnv + "=eth2"}, envOf(s)); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+}
