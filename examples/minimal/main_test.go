@@ -68,7 +68,7 @@ func claimSpecs(t *testing.T, c *cluster.Cluster) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), driverName+"-") {
+		if strings.HasPrefix(e.Name(), driverName) {
 			out = append(out, e.Name())
 		}
 	}
@@ -109,6 +109,7 @@ func TestPodGetsDevice(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Log("pod created")
 	poll(ctx, t, "pod running", func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -132,6 +133,7 @@ func TestPodGetsDevice(t *testing.T) {
 		t.Errorf("CDI specs while prepared: %v, want one", specs)
 	}
 
+	t.Log("pod running, container saw its device")
 	// Restart the driver between prepare and unprepare.
 	stop()
 	startDriver(ctx, t, c)
@@ -143,6 +145,7 @@ func TestPodGetsDevice(t *testing.T) {
 		_, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+	t.Log("pod deleted")
 	poll(ctx, t, "claim unprepared (CDI spec and checkpoint record removed)", func(ctx context.Context) (bool, error) {
 		records, _ := filepath.Glob(filepath.Join(c.PluginsDir, driverName, "checkpoint", "*.json"))
 		return len(claimSpecs(t, c)) == 0 && len(records) == 0, nil
