@@ -477,3 +477,31 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentPlanning runs planners side by side (they share the
+// per-product score memo); run with -race.
+func TestConcurrentPlanning(t *testing.T) {
+	fleet, reqs := benchFleet(16, 12, 5)
+	want, err := PlanFleet(fleet, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			got, err := PlanFleet(fleet, reqs)
+			if err == nil && !cmp.Equal(want, got) {
+				err = fmt.Errorf("concurrent plan differs")
+			}
+			if err == nil {
+				_, err = Preference(fleet[:8])
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
