@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -78,7 +79,9 @@ func (w *Writer) Spec(claim Claim) (*cdispec.Spec, []string, error) {
 		ContainerEdits: claim.Common.spec(),
 		Devices:        make([]cdispec.Device, 0, len(claim.Devices)),
 	}
-	if claim.Namespace != "" || claim.Name != "" {
+	// The claim's name is for people only: leave it out rather than fail
+	// when it holds characters a spec cannot carry.
+	if (claim.Namespace != "" || claim.Name != "") && badText(claim.Namespace+claim.Name) == "" {
 		spec.Annotations = map[string]string{claimAnnotation: claim.Namespace + "/" + claim.Name}
 	}
 	errs = append(errs, validateEdits("common", &spec.ContainerEdits)...)
@@ -117,7 +120,34 @@ func (w *Writer) Spec(claim Claim) (*cdispec.Spec, []string, error) {
 		return nil, nil, fmt.Errorf("build CDI spec of claim %q: version: %w", claim.UID, err)
 	}
 	spec.Version = v
+	// The CDI library reads specs as YAML, which rejects some characters
+	// that JSON lets through; check the bytes we would write.
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build CDI spec of claim %q: encode: %w", claim.UID, err)
+	}
+	if _, err := cdiapi.ParseSpec(data); err != nil {
+		return nil, nil, fmt.Errorf("build CDI spec of claim %q: the CDI library cannot read it: %w", claim.UID, err)
+	}
 	return spec, ids, nil
+}
+
+// badText reports a problem with a string that goes into a spec: NUL,
+// which no runtime can pass on, invalid UTF-8, and characters that the
+// CDI library's YAML reader rejects (DEL, C1 controls, U+FFFE, U+FFFF).
+func badText(s string) string {
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range s {
+		switch {
+		case r == 0:
+			return "contains NUL"
+		case r == 0x7f || (r >= 0x80 && r <= 0x9f && r != 0x85) || r == 0xfffe || r == 0xffff:
+			return fmt.Sprintf("contains the control character %U", r)
+		}
+	}
+	return ""
 }
 
 func (w *Writer) write(ctx context.Context, claim Claim) ([]string, error) {
@@ -132,10 +162,6 @@ func (w *Writer) write(ctx context.Context, claim Claim) ([]string, error) {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec of claim %q: %w", claim.UID, err)
-	}
-	// The CDI library's own check of a spec: parse what we would write.
-	if _, err := cdiapi.ParseSpec(data); err != nil {
-		return nil, fmt.Errorf("check CDI spec of claim %q: %w", claim.UID, err)
 	}
 	if err := w.writeFile(path, data); err != nil {
 		return nil, fmt.Errorf("write CDI spec of claim %q: %w", claim.UID, err)
@@ -328,6 +354,31 @@ func (w *Writer) gc(ctx context.Context, live map[types.UID]bool) ([]types.UID, 
 // runtime would only find at injection time; fld names the edits.
 func validateEdits(fld string, e *cdispec.ContainerEdits) []error {
 	var errs []error
+	text := func(fld, s string) {
+		if msg := badText(s); msg != "" {
+			errs = append(errs, fmt.Errorf("%s %q: %s", fld, s, msg))
+		}
+	}
+	for i, env := range e.Env {
+		text(fmt.Sprintf("%s.env[%d]", fld, i), env)
+	}
+	for i, n := range e.DeviceNodes {
+		text(fmt.Sprintf("%s.deviceNodes[%d].path", fld, i), n.Path)
+		text(fmt.Sprintf("%s.deviceNodes[%d].hostPath", fld, i), n.HostPath)
+	}
+	for i, m := range e.Mounts {
+		text(fmt.Sprintf("%s.mounts[%d].hostPath", fld, i), m.HostPath)
+		text(fmt.Sprintf("%s.mounts[%d].containerPath", fld, i), m.ContainerPath)
+		for j, o := range m.Options {
+			text(fmt.Sprintf("%s.mounts[%d].options[%d]", fld, i, j), o)
+		}
+	}
+	for i, h := range e.Hooks {
+		text(fmt.Sprintf("%s.hooks[%d].path", fld, i), h.Path)
+		for j, a := range h.Args {
+			text(fmt.Sprintf("%s.hooks[%d].args[%d]", fld, i, j), a)
+		}
+	}
 	for i, env := range e.Env {
 		key, _, _ := strings.Cut(env, "=")
 		if key == "" || strings.ContainsRune(key, 0) || strings.ContainsRune(env, 0) {

@@ -286,6 +286,7 @@ func TestSpecErrorsNameFields(t *testing.T) {
 			{Name: "a"},
 			{Name: "", Edits: nil},
 			{Name: "b", Edits: new(Edits).Hook("preStart", "/bin/hook")},
+			{Name: "c", Edits: new(Edits).Env("X", "a\x7fb").Mount("/a", "/b\x00")},
 		},
 	})
 	if err == nil {
@@ -295,6 +296,7 @@ func TestSpecErrorsNameFields(t *testing.T) {
 		"common.env[0]", "devices[0].edits.mounts[0].hostPath", "devices[0].edits.deviceNodes[0].path",
 		"devices[0].edits.deviceNodes[0].permissions", "devices[1].name \"a\": duplicate of devices[0]",
 		"devices[2].name", "devices[3].edits.hooks[0].hookName",
+		"devices[4].edits.env[0]", "devices[4].edits.mounts[0].containerPath",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s:\n%v", want, err)
