@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
@@ -60,6 +61,12 @@ func localCluster(t *testing.T) *cluster.Cluster {
 		t.Fatalf("start local cluster (run hack/setup.sh if the binaries are missing): %v", sharedErr)
 	}
 	return shared
+}
+
+// addFakeNode is cluster.AddFakeNode retried on write conflicts: a
+// controller may touch the new node between its create and status update.
+func addFakeNode(ctx context.Context, c *cluster.Cluster, name string, labels map[string]string, alloc corev1.ResourceList) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return c.AddFakeNode(ctx, name, labels, alloc) })
 }
 
 func createNamespace(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) {
@@ -216,7 +223,7 @@ func TestAlignedAllocationOnCluster(t *testing.T) {
 	gpus := pciDevices(t, sys.Root, []string{"gpu-0", "gpu-1"}, []string{"0000:03:00.0", "0000:83:00.0"})
 	nics := pciDevices(t, sys.Root, []string{"nic-1", "nic-0"}, []string{"0000:84:00.0", "0000:04:00.0"})
 	for _, n := range []string{node, control} {
-		if err := c.AddFakeNode(ctx, n, nil, nil); err != nil {
+		if err := addFakeNode(ctx, c, n, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		publish(t, ctx, cs, gpu, n, gpus)
@@ -338,7 +345,7 @@ func TestGangInOneRackOnCluster(t *testing.T) {
 		for i := range 2 {
 			name := fmt.Sprintf("topo-gang-%s%d", rack, i)
 			labels := map[string]string{"topology.k8s.aws/network-node-layer-3": "nn-" + rack, "topology-test": "gang"}
-			if err := c.AddFakeNode(ctx, name, labels, twoCPUs); err != nil {
+			if err := addFakeNode(ctx, c, name, labels, twoCPUs); err != nil {
 				t.Fatal(err)
 			}
 			rackOf[name] = "nn-" + rack

@@ -8,13 +8,22 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/drakit/drakit/internal/cluster"
 	"github.com/drakit/drakit/internal/cluster/clustertest"
 	"github.com/drakit/drakit/topology"
 )
+
+// addFakeNode is cluster.AddFakeNode retried on write conflicts: a
+// controller may touch the new node between its create and status update.
+func addFakeNode(ctx context.Context, c *cluster.Cluster, name string, labels map[string]string, alloc corev1.ResourceList) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return c.AddFakeNode(ctx, name, labels, alloc) })
+}
 
 func runDrakit(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -151,7 +160,7 @@ func TestTopologyLabelsOnCluster(t *testing.T) {
 		"topo-cli-2": {"cloud.google.com/gce-topology-block": "b2", "pool": "cpu"},
 	}
 	for name, labels := range nodes {
-		if err := c.AddFakeNode(ctx, name, labels, nil); err != nil {
+		if err := addFakeNode(ctx, c, name, labels, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
