@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // hostState records what a kubelet changes on the host so that Stop can
@@ -35,6 +37,43 @@ const (
 )
 
 func nodeLockPath() string { return filepath.Join(os.TempDir(), "drakit-node.lock") }
+
+// hostStatePath holds the host's state from before the first drakit node
+// changed it. It is removed when a node stops cleanly; a node that finds it
+// at start knows that a crashed node (a killed test binary) left the host
+// changed, and restores the values in it when it stops.
+func hostStatePath() string { return filepath.Join(os.TempDir(), "drakit-node.host.json") }
+
+// recordHost returns the host's original state: the one saved by a crashed
+// node, else the current one, which it saves. Call it under the node lock.
+func recordHost() (*hostState, error) {
+	if data, err := os.ReadFile(hostStatePath()); err == nil {
+		var h hostState
+		if err := json.Unmarshal(data, &h); err == nil {
+			return &h, nil
+		}
+	}
+	h := &hostState{Sysctls: map[string]string{}}
+	for _, k := range kubeletSysctls {
+		if v, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			h.Sysctls[k] = strings.TrimSpace(string(v))
+		}
+	}
+	h.Chains = listChains()
+	for _, d := range kubeletHostDirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			h.CreatedDirs = append(h.CreatedDirs, d)
+		}
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode host state: %w", err)
+	}
+	if err := os.WriteFile(hostStatePath(), data, 0o644); err != nil {
+		return nil, fmt.Errorf("save host state: %w", err)
+	}
+	return h, nil
+}
 
 // lockNode takes the host-wide node lock. The lock's file is handed to the
 // kubelet and containerd, so it stays held for as long as either runs, even
@@ -80,18 +119,11 @@ func (s *state) startNode(ctx context.Context, c *Cluster, o *options) error {
 	s.cleanStaleNode(o.binDir)
 
 	s.Node = o.nodeName
-	s.Host = &hostState{Sysctls: map[string]string{}}
-	for _, k := range kubeletSysctls {
-		if v, err := os.ReadFile("/proc/sys/" + k); err == nil {
-			s.Host.Sysctls[k] = strings.TrimSpace(string(v))
-		}
+	host, err := recordHost()
+	if err != nil {
+		return err
 	}
-	s.Host.Chains = listChains()
-	for _, d := range kubeletHostDirs {
-		if _, err := os.Stat(d); os.IsNotExist(err) {
-			s.Host.CreatedDirs = append(s.Host.CreatedDirs, d)
-		}
-	}
+	s.Host = host
 	if err := s.save(); err != nil {
 		return err
 	}
@@ -240,7 +272,7 @@ nodeStatusUpdateFrequency: 5s
 	}
 	kubelet, err := s.startProcLocked("kubelet", filepath.Join(o.binDir, "kubelet"), []string{
 		"--config=" + kcfgPath, "--kubeconfig=" + kubeconfig, "--root-dir=" + kubeletRoot,
-		"--hostname-override=" + o.nodeName, "--node-ip=127.0.0.1", "--v=2",
+		"--hostname-override=" + o.nodeName, "--node-ip=127.0.0.1", "--v=1",
 	}, []string{pathEnv}, lock)
 	if err != nil {
 		return err
@@ -261,14 +293,40 @@ nodeStatusUpdateFrequency: 5s
 	}
 	// With the node lifecycle controller off nothing removes the taint the
 	// kubelet registers with; the node is Ready, so remove it here.
-	return untaintNotReady(ctx, c, o.nodeName)
+	if err := untaintNotReady(ctx, c, o.nodeName); err != nil {
+		return err
+	}
+	return setLoopbackAddress(ctx, c, o.nodeName)
+}
+
+// setLoopbackAddress gives the node the address 127.0.0.1, where its
+// kubelet serves, so that the API server reaches it for logs and exec. The
+// kubelet refuses a loopback node IP and leaves the field alone, so the
+// address stays.
+func setLoopbackAddress(ctx context.Context, c *Cluster, name string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
+			{Type: corev1.NodeHostName, Address: name},
+		}
+		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set address of node %s: %w", name, err)
+	}
+	return nil
 }
 
 func untaintNotReady(ctx context.Context, c *Cluster, name string) error {
-	for range 5 {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("get node %s: %w", name, err)
+			return err
 		}
 		var keep []corev1.Taint
 		for _, t := range n.Spec.Taints {
@@ -280,11 +338,13 @@ func untaintNotReady(ctx context.Context, c *Cluster, name string) error {
 			return nil
 		}
 		n.Spec.Taints = keep
-		if _, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err == nil {
-			return nil
-		}
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove not-ready taint of node %s: %w", name, err)
 	}
-	return fmt.Errorf("remove not-ready taint of node %s: conflicts", name)
+	return nil
 }
 
 // startProcLocked starts a process that inherits the node lock.

@@ -51,7 +51,8 @@ func WithNodeName(name string) Option {
 }
 
 // WithDir puts the cluster's state in dir instead of a new temporary
-// folder. A folder left by a crashed cluster is cleaned first. The folder is
+// folder. Whatever an earlier cluster left there (running or crashed) is
+// stopped and removed first: each Start is a fresh cluster. The folder is
 // kept after Stop (a temporary one is removed).
 func WithDir(dir string) Option {
 	return func(o *options) error { o.dir = dir; o.keepDir = true; return nil }

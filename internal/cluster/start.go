@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 )
 
 // state is what Stop needs, also from another process (drakit cluster
@@ -94,6 +95,11 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	} else {
 		// A folder left by a crashed cluster: stop what it recorded first.
 		if err := stopDir(o.dir, o.log); err != nil {
+			return nil, fmt.Errorf("clean stale cluster in %s: %w", o.dir, err)
+		}
+		// Every start is a fresh cluster: no etcd data, sockets or kubelet
+		// state of an earlier one.
+		if err := os.RemoveAll(o.dir); err != nil {
 			return nil, fmt.Errorf("clean stale cluster in %s: %w", o.dir, err)
 		}
 		if err := os.MkdirAll(o.dir, 0o755); err != nil {
@@ -252,7 +258,7 @@ func (s *state) startControlPlane(ctx context.Context, c *Cluster, o *options) e
 		"--authorization-kubeconfig=" + filepath.Join(s.dir, "controller-manager.kubeconfig"),
 		"--bind-address=127.0.0.1", "--secure-port=" + itoa(s.Ports.ControllerManager), "--leader-elect=false",
 		"--service-account-private-key-file=" + p.path("sa.key"), "--root-ca-file=" + p.path("ca.crt"),
-		"--use-service-account-credentials=false",
+		"--use-service-account-credentials=true",
 		// No nodeipam (no pod CIDRs without a CNI) and no node lifecycle:
 		// fake nodes have no kubelet and would be marked unreachable.
 		"--controllers=*,-nodeipam,-node-lifecycle-controller",
@@ -355,25 +361,32 @@ func (c *Cluster) AddFakeNode(ctx context.Context, name string, labels map[strin
 		l[k] = v
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
-	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		created, err = c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	}
-	if err != nil {
+	_, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create fake node %s: %w", name, err)
 	}
-	now := metav1.Now()
-	created.Status = corev1.NodeStatus{
-		Capacity:    allocatable,
-		Allocatable: allocatable,
-		Phase:       corev1.NodeRunning,
-		Conditions: []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "FakeNode",
-			Message: "drakit fake node (no kubelet)", LastHeartbeatTime: now, LastTransitionTime: now,
-		}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
-	}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// Other writers (admission, the kubelet-less node controllers) may
+	// touch the new Node: retry the status write on conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		n.Status = corev1.NodeStatus{
+			Capacity:    allocatable,
+			Allocatable: allocatable,
+			Phase:       corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "FakeNode",
+				Message: "drakit fake node (no kubelet)", LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
+		}
+		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("set status of fake node %s: %w", name, err)
 	}
 	// The TaintNodesByCondition admission plugin gave the new node the

@@ -119,6 +119,9 @@ func (s *state) stopNode() error {
 		}
 	}
 	s.Host = nil
+	if len(errs) == 0 {
+		_ = os.Remove(hostStatePath())
+	}
 	return errors.Join(errs...)
 }
 
