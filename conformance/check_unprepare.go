@@ -149,8 +149,11 @@ func (r *runner) restartChecks(ctx context.Context) {
 		before = map[*resourceapi.ResourceClaim]*prepared{}
 		for i := 0; i < 2; i++ {
 			c, err := r.sched.allocated(ctx, "restart", claimSpec(exactRequest("dev", r.class, 1)), nil)
-			if err != nil {
+			if err != nil && i == 0 {
 				return skip("no free device: %v", err)
+			}
+			if err != nil {
+				break // one device: the claim is prepared again and unprepared
 			}
 			snap := snapshot(r.cfg.CDIDirs)
 			resp, err := r.prepare(ctx, c)
@@ -179,7 +182,7 @@ func (r *runner) restartChecks(ctx context.Context) {
 		return pass("registered again at %s", r.regSocket)
 	})
 	r.check(ctx, "restart.still-prepared", func(ctx context.Context) outcome {
-		if again == nil || only == nil {
+		if again == nil {
 			return skip("needs a restart (see restart.reregister)")
 		}
 		resp, err := r.prepare(ctx, again)
@@ -192,18 +195,25 @@ func (r *runner) restartChecks(ctx context.Context) {
 		return pass("same answer after restart")
 	})
 	r.check(ctx, "restart.unprepare", func(ctx context.Context) outcome {
-		if again == nil || only == nil {
+		if again == nil {
 			return skip("needs a restart (see restart.reregister)")
 		}
-		claims := []*resourceapi.ResourceClaim{again, only}
+		claims := []*resourceapi.ResourceClaim{again}
+		if only != nil {
+			claims = append(claims, only)
+		}
 		resp, err := r.unprepare(ctx, claims...)
 		if err != nil {
 			return fail("NodeUnprepareResources after restart failed: %v", err)
 		}
 		var f failures
 		checkResultKeys(&f, "NodeUnprepareResources", claims, resp.Claims, unprepErr)
-		if left := leftover(before[only].files); len(left) > 0 {
-			f.add("files prepare created before the restart are still there after unprepare: %q; the driver forgot the claim across the restart (persist prepared claims)", left)
+		// With only one free device, a driver that forgot the claim may
+		// hide it by preparing it again; two claims close that gap.
+		if only != nil {
+			if left := leftover(before[only].files); len(left) > 0 {
+				f.add("files prepare created before the restart are still there after unprepare: %q; the driver forgot the claim across the restart (persist prepared claims)", left)
+			}
 		}
 		if left := leftover(before[again].files); len(left) > 0 {
 			f.add("files of the claim prepared again after the restart are still there after unprepare: %q", left)

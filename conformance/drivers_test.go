@@ -62,7 +62,7 @@ var defectChecks = map[string]string{
 const nodeName = "conformance-node"
 
 // config returns a Config that starts the test driver with defect.
-func config(t *testing.T, c *cluster.Cluster, defect string) (conformance.Config, *bytes.Buffer) {
+func config(t *testing.T, c *cluster.Cluster, defect string, extraArgs ...string) (conformance.Config, *bytes.Buffer) {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes: keep the folder short.
 	dir, err := os.MkdirTemp("", "cf")
@@ -71,6 +71,9 @@ func config(t *testing.T, c *cluster.Cluster, defect string) (conformance.Config
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	name := "ok.conformance.drakit.dev"
+	if len(extraArgs) > 0 {
+		name = "minimal.conformance.drakit.dev"
+	}
 	if defect != "" {
 		name = defect + ".conformance.drakit.dev"
 	}
@@ -87,6 +90,7 @@ func config(t *testing.T, c *cluster.Cluster, defect string) (conformance.Config
 	if defect != "" {
 		args = append(args, "-defect", defect)
 	}
+	args = append(args, extraArgs...)
 	var out bytes.Buffer
 	var progress bytes.Buffer
 	cfg := conformance.Config{
@@ -149,6 +153,32 @@ func TestDrivers(t *testing.T) {
 		}
 		if len(rep.Results) != len(conformance.Checks()) {
 			t.Errorf("got %d results, want one per check (%d)", len(rep.Results), len(conformance.Checks()))
+		}
+	})
+
+	// A driver with a single plain device and no health service: the
+	// checks that need more skip, none fails.
+	t.Run("one-device", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "", "-devices", "1", "-partitionable=false", "-shared=false", "-health=false")
+		cfg.ExtraClaims = nil
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		var got []string
+		for _, res := range rep.Results {
+			if res.Status != conformance.Pass {
+				got = append(got, fmt.Sprintf("%s %s", res.ID, res.Status))
+			}
+		}
+		want := []string{
+			"slices.counters skip", "allocation.counters skip", "allocation.shared skip",
+			"prepare.concurrent skip", "prepare.extra-claims skip",
+			"health.initial-report skip", "health.coverage skip", "health.refresh skip",
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("checks that did not pass (-want +got):\n%s", diff)
 		}
 	})
 

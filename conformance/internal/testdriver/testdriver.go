@@ -77,6 +77,7 @@ type Options struct {
 	Devices       int
 	Partitionable bool
 	Shared        bool
+	NoHealth      bool
 	HealthTimeout time.Duration
 	Defect        string
 }
@@ -95,12 +96,14 @@ func Main(args []string) error {
 	fs.IntVar(&o.Devices, "devices", 4, "number of plain devices")
 	fs.BoolVar(&o.Partitionable, "partitionable", true, "also publish partitionable devices with shared counters")
 	fs.BoolVar(&o.Shared, "shared", true, "also publish a device that allows multiple allocations (consumable capacity)")
+	health := fs.Bool("health", true, "serve the health service (false: HealthService(false))")
 	fs.DurationVar(&o.HealthTimeout, "health-timeout", 3*time.Second, "health check timeout reported per device")
 	fs.StringVar(&o.Defect, "defect", "", "one defect to have (see Defects)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	o.NoHealth = !*health
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return Run(ctx, o)
@@ -148,6 +151,7 @@ func Run(ctx context.Context, o Options) error {
 		kubeletplugin.RegistrarDirectoryPath(o.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(o.PluginDir),
 		kubeletplugin.Serialize(false),
+		kubeletplugin.HealthService(!o.NoHealth),
 	)
 	if err != nil {
 		return fmt.Errorf("start kubelet plugin: %w", err)
