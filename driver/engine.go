@@ -156,6 +156,8 @@ func (e *engine) releaseLocked(rec *checkpoint.Record) {
 	}
 }
 
+// setPreparedGauge counts the prepared records (O(n): only after a load;
+// prepare and unprepare adjust the gauge by one).
 func (e *engine) setPreparedGauge() {
 	n := 0
 	for _, r := range e.records {
@@ -421,7 +423,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	}
 	e.mu.Lock()
 	e.records[rec.ClaimUID] = &done
-	e.setPreparedGauge()
+	e.metrics.preparedClaims.Inc()
 	e.mu.Unlock()
 	fault(faultPrepareComplete)
 	logger.V(3).Info("Prepared claim", "claim", klog.KObj(obj), "devices", len(done.Devices))
@@ -444,7 +446,6 @@ func (e *engine) forget(rec *checkpoint.Record) {
 	}
 	e.releaseLocked(rec)
 	delete(e.records, rec.ClaimUID)
-	e.setPreparedGauge()
 }
 
 // undo unprepares everything rec describes and removes the record. On
@@ -460,7 +461,7 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 		}
 		e.mu.Lock()
 		e.records[rec.ClaimUID] = &intent
-		e.setPreparedGauge()
+		e.metrics.preparedClaims.Dec()
 		e.mu.Unlock()
 		rec = &intent
 		fault(faultUnprepareIntent)
