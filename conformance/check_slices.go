@@ -232,6 +232,9 @@ func (r *runner) sliceChecks(ctx context.Context) {
 				r.useSlices(ps)
 				return pass("%d slices in %d pools with %d devices", len(r.slices), len(ps), len(r.devices))
 			}
+			if exited, why := r.driverExited(); exited {
+				return fail("%s before its ResourceSlices were complete", why)
+			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				if len(slices) == 0 {
 					return fail("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout)

@@ -74,11 +74,29 @@
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
 //	drop-share-id            leaves out the share ID of a shared device           allocation.shared
 //
+// A second correct variant with one plain device and no health service
+// shows that checks needing more (counters, shared devices, concurrency,
+// health) skip instead of failing.
+//
+// # Run time
+//
+// Measured on a 2-core machine against the test driver and a local
+// control plane: a full run takes 8 to 11 s (about 1 s waiting for the
+// first ResourceSlices, 1 to 3 s for kill -9 and restart, 1 s collecting
+// the initial health reports plus up to the devices' health check timeout
+// for health.refresh, 2 s of liveness probes in the robustness checks);
+// "drakit conformance" including the start and stop of a local control
+// plane takes about 22 s. A driver with the kubelet's default health
+// timeout (30 s) makes health.refresh wait up to 35 s (Config.HealthWait).
+//
 // # Limits
 //
 // The suite cannot tell a prepare that did real work from one that did
 // not: it checks what the protocol shows (answers, CDI specs, files in the
 // CDI folders). Files a driver keeps outside the CDI folders are not
-// checked for cleanup. A driver whose devices need binding conditions is
+// checked for cleanup, and files another program writes into the CDI
+// folders while a claim is prepared would be blamed on the driver.
+// Errors for bad claims are accepted either as a whole-call gRPC error
+// (what kubeletplugin does) or as a per-claim error. A driver whose devices need binding conditions is
 // allocated but not prepared device by device.
 package conformance
