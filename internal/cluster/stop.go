@@ -286,9 +286,9 @@ func unescapeMount(s string) string {
 
 var iptablesTables = []string{"filter", "nat", "mangle"}
 
-// listChains returns "tool|table|chain" for every chain now present.
-func listChains() []string {
-	var out []string
+// forEachIPTable calls fn with the rules (iptables -S, split into words)
+// of every table of iptables and ip6tables that can be read.
+func forEachIPTable(fn func(bin, tool, table string, rules [][]string)) {
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		bin, err := lookPath(tool)
 		if err != nil {
@@ -299,14 +299,27 @@ func listChains() []string {
 			if err != nil {
 				continue
 			}
+			var rules [][]string
 			for _, line := range strings.Split(string(data), "\n") {
-				f := strings.Fields(line)
-				if len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
-					out = append(out, tool+"|"+t+"|"+f[1])
+				if f := strings.Fields(line); len(f) >= 2 {
+					rules = append(rules, f)
 				}
 			}
+			fn(bin, tool, t, rules)
 		}
 	}
+}
+
+// listChains returns "tool|table|chain" for every chain now present.
+func listChains() []string {
+	var out []string
+	forEachIPTable(func(_, tool, t string, rules [][]string) {
+		for _, f := range rules {
+			if f[0] == "-N" || f[0] == "-P" {
+				out = append(out, tool+"|"+t+"|"+f[1])
+			}
+		}
+	})
 	return out
 }
 
@@ -317,46 +330,35 @@ func removeNewChains(before []string) {
 	for _, c := range before {
 		had[c] = true
 	}
-	for _, tool := range []string{"iptables", "ip6tables"} {
-		bin, err := lookPath(tool)
-		if err != nil {
-			continue
-		}
-		for _, t := range iptablesTables {
-			data, err := exec.Command(bin, "-w", "-t", t, "-S").Output()
-			if err != nil {
-				continue
+	forEachIPTable(func(bin, tool, t string, all [][]string) {
+		var newChains []string
+		var rules [][]string
+		for _, f := range all {
+			if f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") && !had[tool+"|"+t+"|"+f[1]] {
+				newChains = append(newChains, f[1])
 			}
-			var newChains []string
-			var rules [][]string
-			for _, line := range strings.Split(string(data), "\n") {
-				f := strings.Fields(line)
-				if len(f) >= 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-") && !had[tool+"|"+t+"|"+f[1]] {
-					newChains = append(newChains, f[1])
-				}
-				if len(f) >= 2 && f[0] == "-A" {
-					rules = append(rules, f)
-				}
-			}
-			isNew := map[string]bool{}
-			for _, c := range newChains {
-				isNew[c] = true
-			}
-			for _, r := range rules {
-				for i := 0; i+1 < len(r); i++ {
-					if (r[i] == "-j" || r[i] == "-g") && isNew[r[i+1]] && !isNew[r[1]] {
-						args := append([]string{"-w", "-t", t, "-D"}, r[1:]...)
-						_ = exec.Command(bin, args...).Run()
-						break
-					}
-				}
-			}
-			for _, c := range newChains {
-				_ = exec.Command(bin, "-w", "-t", t, "-F", c).Run()
-			}
-			for _, c := range newChains {
-				_ = exec.Command(bin, "-w", "-t", t, "-X", c).Run()
+			if f[0] == "-A" {
+				rules = append(rules, f)
 			}
 		}
-	}
+		isNew := map[string]bool{}
+		for _, c := range newChains {
+			isNew[c] = true
+		}
+		for _, r := range rules {
+			for i := 0; i+1 < len(r); i++ {
+				if (r[i] == "-j" || r[i] == "-g") && isNew[r[i+1]] && !isNew[r[1]] {
+					args := append([]string{"-w", "-t", t, "-D"}, r[1:]...)
+					_ = exec.Command(bin, args...).Run()
+					break
+				}
+			}
+		}
+		for _, c := range newChains {
+			_ = exec.Command(bin, "-w", "-t", t, "-F", c).Run()
+		}
+		for _, c := range newChains {
+			_ = exec.Command(bin, "-w", "-t", t, "-X", c).Run()
+		}
+	})
 }
