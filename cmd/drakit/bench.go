@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type benchConfig struct {
 	iterations, batch, callers, held           int
 	duration                                   time.Duration
 	checkpointHeld                             int
+	rssCalls                                   int
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "length of the throughput measurement")
 	fs.IntVar(&c.held, "held", 256, "claims held prepared in the 'held' measurement")
 	fs.IntVar(&c.checkpointHeld, "checkpoint-held", 10000, "records held in the large checkpoint measurement (the small one holds 10)")
+	fs.IntVar(&c.rssCalls, "rss-calls", 0, "with the in-process driver: also run this many prepare+unprepare cycles and report this process's RSS before and after (0: skip)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -212,6 +215,21 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 	}
 	add(fmt.Sprintf("checkpoint write: 10 vs %d held", c.checkpointHeld), ms(small), ms(large), "ms", "<= 1.2x", false)
 
+	if c.rssCalls > 0 && c.socket == "" {
+		before, err := rssBytes()
+		if err != nil {
+			return err
+		}
+		if err := target.calls(ctx, c.callers, c.rssCalls); err != nil {
+			return err
+		}
+		after, err := rssBytes()
+		if err != nil {
+			return err
+		}
+		add(fmt.Sprintf("process RSS: before vs after %d cycles", c.rssCalls), float64(before)/(1<<20), float64(after)/(1<<20), "MiB", "~1x", false)
+	}
+
 	fmt.Fprintf(stdout, "drakit bench prepare: %s (socket %s) against the floor: a no-op driver on the same kubeletplugin helper and API server that writes, fsyncs and renames one 1 KiB file per prepare call (alone: p50 %.3f ms, p99 %.3f ms)\n\n",
 		target.name, target.socket, ms(fsyncP50), ms(fsyncP99))
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -348,6 +366,47 @@ func (t *benchTarget) throughput(ctx context.Context, callers int, d time.Durati
 	}
 	wg.Wait()
 	return float64(count.Load()) / time.Since(start).Seconds(), errors.Join(errs...)
+}
+
+// calls runs n prepare+unprepare cycles spread over callers claims.
+func (t *benchTarget) calls(ctx context.Context, callers, n int) error {
+	claims, err := t.claims(ctx, callers)
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i, cl := range claims {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if _, err := t.k.Prepare(ctx, cl); err != nil {
+					errs[i] = err
+					return
+				}
+				if err := t.k.Unprepare(ctx, cl); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// rssBytes reads this process's resident set size after a GC.
+func rssBytes() (int64, error) {
+	runtime.GC()
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, err
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(data), &size, &resident); err != nil {
+		return 0, fmt.Errorf("parse /proc/self/statm: %w", err)
+	}
+	return resident * int64(os.Getpagesize()), nil
 }
 
 // measureFsync times a 1 KiB write+fsync+rename in dir.
