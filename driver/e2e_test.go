@@ -309,6 +309,22 @@ func TestDriverThroughKubeletSockets(t *testing.T) {
 		if got := httpGet(t, "http://"+r.d.HTTPAddr()+"/healthz"); got != "ok\n" {
 			t.Errorf("/healthz = %q", got)
 		}
+		// A DRA socket that no longer accepts connections fails liveness.
+		moved := d.draSocket() + ".moved"
+		if err := os.Rename(d.draSocket(), moved); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + r.d.HTTPAddr() + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("/healthz without DRA socket: %s, want 503", resp.Status)
+		}
+		if err := os.Rename(moved, d.draSocket()); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("graceful stop", func(t *testing.T) {
