@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -371,7 +372,24 @@ func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
 	}
 	r.stop(t)
 
+	// A corrupt record next to the good one is quarantined and reported
+	// with an event on the node; the driver starts anyway.
+	if err := os.WriteFile(filepath.Join(d.PluginData, "checkpoint", "0000-corrupt.json"), []byte(`{"kind":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	startDriver(ctx, t, c, d, disc, hw)
+	waitFor(ctx, t, "event about the corrupt record", func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + driver.ReasonCorrupt + ",involvedObject.name=" + testNode})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "0000-corrupt.json") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	after, err := k.Prepare(ctx, claim)
 	if err != nil {
 		t.Fatal(err)
