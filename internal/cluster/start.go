@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,7 +210,7 @@ func (s *state) startControlPlane(ctx context.Context, c *Cluster, o *options) e
 		apiArgs = append(apiArgs, "--feature-gates="+gates)
 	}
 	if len(o.runtimeConfig) > 0 {
-		apiArgs = append(apiArgs, "--runtime-config="+joinComma(o.runtimeConfig))
+		apiArgs = append(apiArgs, "--runtime-config="+strings.Join(o.runtimeConfig, ","))
 	}
 	api, err := s.startProc("kube-apiserver", bin("kube-apiserver"), apiArgs, nil)
 	if err != nil {
@@ -284,17 +285,6 @@ func (s *state) startControlPlane(ctx context.Context, c *Cluster, o *options) e
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, e := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += e
-	}
-	return out
 }
 
 func writeKubeconfig(path, server string, p *pki, cert string) error {
