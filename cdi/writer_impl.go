@@ -17,6 +17,8 @@ import (
 	"k8s.io/klog/v2"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/drakit/drakit/internal/atomicfile"
 )
 
 const (
@@ -172,58 +174,19 @@ func (w *Writer) write(ctx context.Context, claim Claim) ([]string, error) {
 
 // writeFile writes data to path atomically: temp file in the same folder,
 // fsync, rename over path, fsync of the folder.
-func (w *Writer) writeFile(path string, data []byte) (err error) {
+func (w *Writer) writeFile(path string, data []byte) error {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create folder: %w", err)
 	}
-	tmp, err := os.CreateTemp(w.dir, "."+filepath.Base(path)+".*"+tmpExt)
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := tmp.Chmod(fs.FileMode(w.opts.fileMode)); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("set mode: %w", err)
-	}
-	if w.opts.fsync {
-		if err := tmp.Sync(); err != nil {
-			_ = tmp.Close()
-			return fmt.Errorf("sync temporary file: %w", err)
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into place: %w", err)
-	}
-	if w.opts.fsync {
-		if err := syncDir(w.dir); err != nil {
-			return err
-		}
-	}
-	return nil
+	return atomicfile.Write(path, data, atomicfile.Options{
+		TempPattern: "." + filepath.Base(path) + ".*" + tmpExt,
+		Mode:        fs.FileMode(w.opts.fileMode),
+		SyncFile:    w.opts.fsync,
+		SyncDir:     w.opts.fsync,
+	})
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open folder to sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync folder: %w", err)
-	}
-	return nil
-}
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 func (w *Writer) remove(ctx context.Context, claimUID types.UID) error {
 	path, err := w.specPath(claimUID)

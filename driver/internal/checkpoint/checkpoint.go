@@ -20,10 +20,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drakit/drakit/internal/atomicfile"
 )
 
 // Version is the envelope version this code writes. Readers accept any
@@ -113,7 +114,6 @@ type Corrupt struct {
 // distinct claims; the caller serializes writes of one claim.
 type Store struct {
 	dir     string
-	tmpSeq  atomic.Uint64
 	noFsync bool
 }
 
@@ -218,43 +218,19 @@ func (s *Store) write(r *Record, durable bool) error {
 	return nil
 }
 
-func (s *Store) writeFile(name string, data []byte, durable bool) (err error) {
-	tmp := filepath.Join(s.dir, fmt.Sprintf("%s%d-%d", tmpPrefix, os.Getpid(), s.tmpSeq.Add(1)))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if durable {
-		if err = f.Sync(); err != nil {
-			_ = f.Close()
-			return err
-		}
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, name)
+func (s *Store) writeFile(name string, data []byte, durable bool) error {
+	return atomicfile.Write(name, data, atomicfile.Options{
+		TempPattern: fmt.Sprintf("%s%d-*", tmpPrefix, os.Getpid()),
+		Mode:        0o600,
+		SyncFile:    durable,
+	})
 }
 
 func (s *Store) syncDir() error {
 	if s.noFsync {
 		return nil
 	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.SyncDir(s.dir)
 }
 
 // Delete removes the record of uid durably (the folder is fsynced). A
