@@ -64,16 +64,7 @@ func (k *Kubelet) Prepare(ctx context.Context, claims ...*resourceapi.ResourceCl
 	if err != nil {
 		return nil, fmt.Errorf("NodePrepareResources: %w", err)
 	}
-	var errs []error
-	for _, c := range claims {
-		r, ok := resp.Claims[string(c.UID)]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("claim %s/%s: missing from the response", c.Namespace, c.Name))
-		case r.Error != "":
-			errs = append(errs, fmt.Errorf("claim %s/%s: %s", c.Namespace, c.Name, r.Error))
-		}
-	}
+	errs := claimErrors(claims, resp.Claims)
 	if len(resp.Claims) != len(claims) {
 		errs = append(errs, fmt.Errorf("response has %d claims, request had %d", len(resp.Claims), len(claims)))
 	}
@@ -87,16 +78,7 @@ func (k *Kubelet) Unprepare(ctx context.Context, claims ...*resourceapi.Resource
 	if err != nil {
 		return fmt.Errorf("NodeUnprepareResources: %w", err)
 	}
-	var errs []error
-	for _, c := range claims {
-		r, ok := resp.Claims[string(c.UID)]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("claim %s/%s: missing from the response", c.Namespace, c.Name))
-		case r.Error != "":
-			errs = append(errs, fmt.Errorf("claim %s/%s: %s", c.Namespace, c.Name, r.Error))
-		}
-	}
+	errs := claimErrors(claims, resp.Claims)
 	return errors.Join(errs...)
 }
 
@@ -130,4 +112,20 @@ func GetInfo(ctx context.Context, registrationSocket string) (*registerapi.Plugi
 		return nil, fmt.Errorf("NotifyRegistrationStatus: %w", err)
 	}
 	return info, nil
+}
+
+// claimErrors names each claim that is missing from a response or failed
+// in it.
+func claimErrors[R interface{ GetError() string }](claims []*resourceapi.ResourceClaim, results map[string]R) []error {
+	var errs []error
+	for _, c := range claims {
+		r, ok := results[string(c.UID)]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("claim %s/%s: missing from the response", c.Namespace, c.Name))
+		case r.GetError() != "":
+			errs = append(errs, fmt.Errorf("claim %s/%s: %s", c.Namespace, c.Name, r.GetError()))
+		}
+	}
+	return errs
 }
