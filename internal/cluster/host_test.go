@@ -45,6 +45,9 @@ func TestNodeUndoesHostChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real node")
 	}
+	// Test packages run in parallel: without the lock, another package's
+	// node may start (or still be stopping) while the host is compared.
+	cluster.HoldNodeLock(t)
 	before := hostSnapshot(t)
 	c, err := cluster.Start(context.Background(), cluster.WithNode(), cluster.WithDieWithParent())
 	if err != nil {

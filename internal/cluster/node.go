@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -75,10 +77,24 @@ func recordHost() (*hostState, error) {
 	return h, nil
 }
 
+// nodeLockHeld, when set, is the node lock this process already holds
+// (a test that must see the host with no node running before and after its
+// own); lockNode hands out duplicates of it instead of waiting for itself.
+var nodeLockHeld *os.File
+
 // lockNode takes the host-wide node lock. The lock's file is handed to the
 // kubelet and containerd, so it stays held for as long as either runs, even
-// after the starting process exits (drakit cluster up).
+// after the starting process exits (drakit cluster up); the starting process
+// keeps it too, so that a Stop undoes the host changes before another node
+// may start.
 func (s *state) lockNode(ctx context.Context) (*os.File, error) {
+	if nodeLockHeld != nil {
+		fd, err := unix.FcntlInt(nodeLockHeld.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("duplicate the held node lock: %w", err)
+		}
+		return os.NewFile(uintptr(fd), nodeLockPath()), nil
+	}
 	f, err := os.OpenFile(nodeLockPath(), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open node lock: %w", err)
@@ -113,7 +129,7 @@ func (s *state) startNode(ctx context.Context, c *Cluster, o *options) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Close() // the children keep their own descriptor
+	s.nodeLock = lock // released by stop, after the host is restored
 	// Under the lock no other drakit node runs: whatever a crashed one left
 	// (pods, shims, cgroups, mounts, iptables chains) goes now.
 	s.cleanStaleNode(o.binDir)
@@ -350,4 +366,51 @@ func untaintNotReady(ctx context.Context, c *Cluster, name string) error {
 // startProcLocked starts a process that inherits the node lock.
 func (s *state) startProcLocked(name, bin string, args, env []string, lock *os.File) (*proc, error) {
 	return s.startProcFiles(name, bin, args, env, []*os.File{lock})
+}
+
+// adoptNodeLock returns a descriptor of the node lock that this state's
+// kubelet or containerd holds, taken from the running process
+// (pidfd_getfd: the same lock, not a new one), so that a stop from another
+// process (drakit cluster down) keeps the host locked until its changes are
+// undone. It returns nil when neither process runs or the kernel refuses.
+func (s *state) adoptNodeLock() *os.File {
+	for _, p := range s.Procs {
+		if (p.Name != "kubelet" && p.Name != "containerd") || !p.alive() {
+			continue
+		}
+		if f := takeFD(p.PID, nodeLockPath()); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// takeFD duplicates into this process the descriptor that process pid has
+// open on path, or returns nil.
+func takeFD(pid int, path string) *os.File {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err != nil || target != path {
+			continue
+		}
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return nil
+		}
+		fd, err := unix.PidfdGetfd(pidfd, n, 0)
+		unix.Close(pidfd)
+		if err != nil {
+			return nil
+		}
+		return os.NewFile(uintptr(fd), path)
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ type state struct {
 	log           io.Writer
 	dieWithParent bool
 	pki           *pki
+	nodeLock      *os.File // held from node start until its host changes are undone
 	mu            sync.Mutex
 }
 

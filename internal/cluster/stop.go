@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +64,11 @@ func (s *state) stop() error {
 	}
 	s.Procs = nil
 	unmountUnder(s.dir)
+	if s.nodeLock != nil {
+		// The host is restored: another node may start now.
+		s.nodeLock.Close()
+		s.nodeLock = nil
+	}
 	if s.KeepDir {
 		if _, err := os.Stat(s.dir); err == nil {
 			errs = append(errs, s.save())
@@ -75,8 +81,26 @@ func (s *state) stop() error {
 }
 
 // stopNode stops the kubelet, the containers and containerd, then undoes
-// the kubelet's host changes.
+// the kubelet's host changes. It holds the node lock until stop returns, so
+// that no other node starts on a half-restored host.
 func (s *state) stopNode() error {
+	if s.nodeLock == nil {
+		s.nodeLock = s.adoptNodeLock()
+	}
+	if s.nodeLock == nil && !s.nodeRunning() {
+		// A crashed node. If another node holds the lock, it owns the host
+		// now (it started from the original state this one saved) and none
+		// of it may be touched.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		lock, err := s.lockNode(ctx)
+		cancel()
+		if err != nil {
+			s.logf("another drakit node runs on this host; its state is left alone (%v)", err)
+			s.Host = nil
+			return nil
+		}
+		s.nodeLock = lock
+	}
 	var errs []error
 	for _, name := range []string{"kubelet"} {
 		for _, p := range s.Procs {
@@ -95,6 +119,17 @@ func (s *state) stopNode() error {
 		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") && strings.Contains(cmdline, s.dir)
 	})
 	killKubepods()
+	if s.nodeLock == nil {
+		// The kernel would not hand over the running node's lock: take it
+		// now that the node's processes are gone.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lock, err := s.lockNode(ctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.nodeLock = lock
+	}
 	removeKubepodsCgroups()
 	unmountUnder(s.dir)
 	for k, v := range s.Host.Sysctls {
@@ -123,6 +158,16 @@ func (s *state) stopNode() error {
 		_ = os.Remove(hostStatePath())
 	}
 	return errors.Join(errs...)
+}
+
+// nodeRunning reports whether this state's kubelet or containerd runs.
+func (s *state) nodeRunning() bool {
+	for _, p := range s.Procs {
+		if (p.Name == "kubelet" || p.Name == "containerd") && p.alive() {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanStaleNode removes what a crashed drakit node left behind. It runs
