@@ -38,6 +38,10 @@
 //     or both are distinct shares of a device that allows multiple
 //     allocations.
 //   - One CDI spec per claim ("<driver>/claim=<claim UID>_<n>-<device>").
+//   - Device metadata (KEP-5304, [WithDeviceMetadata]): the attributes a
+//     preparer returns in [PreparedDevice.Metadata] are kept in the
+//     checkpoint and handed to the helper, which mounts them into the
+//     claim's containers as a JSON file.
 //   - Health: WatchHealthStatus streams the devices' health to the
 //     kubelet.
 //   - Metrics and liveness on one HTTP port ([WithHTTPAddress]):

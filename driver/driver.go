@@ -16,9 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -185,6 +187,11 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	}
 	if d.o.rollingUpdateUID != "" {
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
+	}
+	if d.o.deviceMetadata {
+		helperOpts = append(helperOpts,
+			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(d.o.cdiDir))
 	}
 	helperOpts = append(helperOpts, d.o.extraHelperOpts...)
 	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), helperOpts...)

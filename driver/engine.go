@@ -289,6 +289,14 @@ func resultOf(r *checkpoint.Record) kubeletplugin.PrepareResult {
 			s := *d.ShareID
 			kd.ShareID = &s
 		}
+		if len(d.Metadata) > 0 {
+			// Written by prepare from the same type and checksummed with
+			// the record, so it decodes.
+			kd.Metadata = &kubeletplugin.DeviceMetadata{}
+			if err := json.Unmarshal(d.Metadata, kd.Metadata); err != nil {
+				kd.Metadata = nil
+			}
+		}
 		res.Devices = append(res.Devices, kd)
 	}
 	return res
@@ -395,6 +403,13 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: Data is not valid JSON", d.ID(), claim.ClaimRef))
 			}
 			rd.Data = slices.Clone(out.Data)
+		}
+		if out.Metadata != nil {
+			raw, err := json.Marshal(out.Metadata)
+			if err != nil {
+				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: encode Metadata: %w", d.ID(), claim.ClaimRef, err))
+			}
+			rd.Metadata = raw
 		}
 		if out.Edits != nil && !out.Edits.IsEmpty() {
 			rd.CDIName = strconv.Itoa(i) + "-" + d.Device

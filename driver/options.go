@@ -42,6 +42,7 @@ type options struct {
 	healthTimeout     time.Duration
 	healthTaintKey    string
 	extraHelperOpts   []kubeletplugin.Option
+	deviceMetadata    bool
 	republishInterval time.Duration
 }
 
@@ -220,6 +221,19 @@ func WithHealthTaintKey(key string) Option {
 			return errors.New("WithHealthTaintKey: empty key")
 		}
 		o.healthTaintKey = key
+		return nil
+	}
+}
+
+// WithDeviceMetadata makes the device metadata that [Preparer]s return
+// ([PreparedDevice.Metadata]) readable by the claim's containers (KEP-5304,
+// through the kubelet plugin helper): one JSON file per request, in
+// metadata.resource.k8s.io/v1beta1, bind-mounted by a CDI spec that the
+// helper writes next to drakit's own in the CDI folder and removes on
+// unprepare. Default off.
+func WithDeviceMetadata() Option {
+	return func(o *options) error {
+		o.deviceMetadata = true
 		return nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
 )
@@ -120,7 +121,22 @@ type PreparedDevice struct {
 	// Data is vendor state kept in the checkpoint and handed back to
 	// UnprepareDevice. It must be JSON; keep it small.
 	Data json.RawMessage
+	// Metadata is what the claim's containers may read about the device
+	// at run time (KEP-5304): attributes (typically those published in
+	// the ResourceSlice, plus run-time ones such as a MIG instance's UUID)
+	// and network data. It is kept in the checkpoint, so a repeated
+	// prepare returns it unchanged, and ignored unless the driver runs
+	// [WithDeviceMetadata].
+	Metadata *DeviceMetadata
 }
+
+// DeviceMetadata is the kubelet plugin helper's device metadata: the
+// helper writes it, per request, to a JSON file that it bind-mounts
+// read-only into the claim's containers at
+// /var/run/kubernetes.io/dra-device-attributes/<claim>/<request>/metadata.json.
+// Attribute keys follow ResourceSlice conventions: unqualified names are
+// in the driver's domain.
+type DeviceMetadata = kubeletplugin.DeviceMetadata
 
 // ErrInvalidConfig is wrapped by errors about opaque configuration that
 // cannot be decoded or is not valid.

@@ -88,6 +88,9 @@ type Device struct {
 	CDIName string `json:"cdiName,omitempty"`
 	// Data is the vendor's state from its prepare.
 	Data json.RawMessage `json:"data,omitempty"`
+	// Metadata is the device metadata from the vendor's prepare, as JSON
+	// (kubeletplugin.DeviceMetadata).
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 type envelope struct {
