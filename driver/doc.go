@@ -32,8 +32,9 @@
 //   - Idempotency: a repeated prepare returns the recorded result without
 //     calling the vendor; unprepare of an unknown claim succeeds; unprepare
 //     works from the checkpoint after the claim was deleted.
-//   - Request names (with subrequests) and share IDs are returned as
-//     allocated. A device already prepared for another claim is refused
+//   - Request names and share IDs are returned as allocated (the helper
+//     sends a subrequest's base request name, which is what the kubelet
+//     matches against containers). A device already prepared for another claim is refused
 //     ([ErrDeviceInUse]) unless one of the two allocations has admin access
 //     or both are distinct shares of a device that allows multiple
 //     allocations.
