@@ -1,5 +1,5 @@
-// Command drakit is the command line of the drakit SDK: a demo of the
-// reference driver, the conformance suite, MIG planning, slice validation
+// Command drakit is the command line of the drakit SDK: a demo of a
+// drakit driver on a real node, the conformance suite, MIG planning, slice validation
 // and a local Kubernetes cluster. Run "drakit help" for the commands.
 package main
 

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemo runs the README's main job end to end: the real examples/minimal
+// binary on a real node serves a claim-template pod and an
+// extended-resource pod, and a third pod waits until a device frees.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
+	bin := filepath.Join(t.TempDir(), "minimal")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/minimal").CombinedOutput(); err != nil {
+		t.Fatalf("build examples/minimal: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	err := demo(ctx, demoConfig{driverBin: bin, dir: t.TempDir(), devices: 2}, &out, &progress)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"published 2 devices",
+		"pod dra-pod (claim from the template) Running",
+		"pod legacy-pod-0 (resources.limits minimal.drakit.dev/device: 1, no claim in its spec) Running",
+		"pod waiting-pod was Pending (",
+		"CDI specs on the node: 2 ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if n := strings.Count(text, "the container sees MINIMAL_DEVICE=dev-"); n != 3 {
+		t.Errorf("%d pods saw their device, want 3", n)
+	}
+}
+
+func TestDemoUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"--driver-bin", "/nonexistent/minimal"}, {"--driver-bin", "/bin/true", "--devices", "1"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append([]string{"demo"}, args...), &stdout, &stderr); code == 0 {
+			t.Errorf("drakit demo %v exited 0", args)
+		}
+	}
+}
