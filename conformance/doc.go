@@ -72,6 +72,7 @@
 //	broken-counters          device consumes more than its counter set holds      slices.counters
 //	health-unknown-device    health report names an unpublished device            health.initial-report
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
+//	health-silent            health stream open, no initial report                health.coverage (SHOULD)
 //	drop-share-id            leaves out the share ID of a shared device           allocation.shared
 //
 // A second correct variant with one plain device and no health service

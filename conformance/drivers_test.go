@@ -56,6 +56,7 @@ var defectChecks = map[string]string{
 	"broken-counters":         "slices.counters",
 	"health-unknown-device":   "health.initial-report",
 	"health-stale":            "health.refresh",
+	"health-silent":           "health.coverage",
 	"drop-share-id":           "allocation.shared",
 }
 

@@ -56,6 +56,7 @@ var Defects = map[string]string{
 	"broken-counters":         "a device consumes more of a counter than the counter set holds",
 	"health-unknown-device":   "reports health for a device it does not publish",
 	"health-stale":            "sends one health report and never refreshes it",
+	"health-silent":           "keeps the health stream open but sends no initial report",
 	"drop-share-id":           "leaves out the share ID of a shared device",
 }
 
@@ -448,6 +449,10 @@ func (d *driver) HandleError(ctx context.Context, err error, msg string) {
 // WatchHealthStatus implements kubeletplugin.DRAPlugin: every device is
 // healthy, re-reported at half the timeout.
 func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if d.defect("health-silent") {
+		<-ctx.Done()
+		return nil
+	}
 	devs := d.allDevices()
 	if d.defect("health-unknown-device") {
 		devs = append(devs, "ghost")
