@@ -17,7 +17,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
 	"github.com/drakit/drakit/device"
@@ -129,13 +128,7 @@ func taintsOf(slices []resourceapi.ResourceSlice) map[string][]string {
 }
 
 func TestDriverThroughKubeletSockets(t *testing.T) {
-	c := sharedCluster(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	ns := newNamespace(ctx, t, c)
-	d := newDirs(t)
-	hw := newHW(t, d)
+	c, ctx, ns, d, hw := setupE2E(t)
 	disc := &eventDiscoverer{inv: testInventory(4), events: make(chan device.Event)}
 	r := startDriver(ctx, t, c, d, disc, hw, driver.WithHTTPAddress("127.0.0.1:0"), driver.WithHealthTimeout(4*time.Second))
 
@@ -351,13 +344,7 @@ func httpGet(t *testing.T, url string) string {
 }
 
 func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
-	c := sharedCluster(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	ns := newNamespace(ctx, t, c)
-	d := newDirs(t)
-	hw := newHW(t, d)
+	c, ctx, ns, d, hw := setupE2E(t)
 	disc := device.StaticDiscoverer{Inv: testInventory(2)}
 	r := startDriver(ctx, t, c, d, disc, hw)
 	claim := createClaim(ctx, t, c, ns, "keep", drivertest.Device{Device: "dev-0"})
@@ -413,13 +400,7 @@ func TestRestartBetweenPrepareAndUnprepare(t *testing.T) {
 // DaemonSet rolling update: a claim prepared by the old one is seen as
 // prepared by the new one and unprepared by it.
 func TestRollingUpdate(t *testing.T) {
-	c := sharedCluster(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	ns := newNamespace(ctx, t, c)
-	d := newDirs(t)
-	hw := newHW(t, d)
+	c, ctx, ns, d, hw := setupE2E(t)
 	disc := device.StaticDiscoverer{Inv: testInventory(2)}
 	old := startDriver(ctx, t, c, d, disc, hw, driver.WithRollingUpdate("old-pod"))
 	claim := createClaim(ctx, t, c, ns, "rolled", drivertest.Device{Device: "dev-0"})

@@ -12,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver/internal/fakehw"
 	"github.com/drakit/drakit/internal/cluster"
 )
 
@@ -61,6 +63,19 @@ func sharedCluster(t *testing.T) *cluster.Cluster {
 }
 
 // testInventory is n devices dev-0..dev-<n-1> in the node's pool.
+// setupE2E returns what an end-to-end test needs: the shared cluster, a
+// context that ends with the test (or after 3 minutes), a new namespace,
+// new folders and fake hardware in them.
+func setupE2E(t *testing.T) (*cluster.Cluster, context.Context, string, dirs, *fakehw.HW) {
+	t.Helper()
+	c := sharedCluster(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancel)
+	d := newDirs(t)
+	return c, ctx, newNamespace(ctx, t, c), d, newHW(t, d)
+}
+
 func testInventory(n int) *device.Inventory {
 	inv := &device.Inventory{Driver: testDriver, Pools: []device.Pool{{Name: testNode}}}
 	for i := range n {

@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/device"
@@ -41,13 +39,8 @@ func (h metadataHW) PrepareDevice(ctx context.Context, claim driver.Claim, dev d
 // CDI ID in the prepare result; it survives a restart (a repeated prepare
 // returns the same) and is gone after unprepare.
 func TestDeviceMetadata(t *testing.T) {
-	c := sharedCluster(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	ns := newNamespace(ctx, t, c)
-	d := newDirs(t)
-	hw := metadataHW{newHW(t, d)}
+	c, ctx, ns, d, fake := setupE2E(t)
+	hw := metadataHW{fake}
 	disc := device.StaticDiscoverer{Inv: testInventory(1)}
 	r := startDriver(ctx, t, c, d, disc, hw.HW, driver.WithPreparer(hw), driver.WithDeviceMetadata())
 	claim := createClaim(ctx, t, c, ns, "meta", drivertest.Device{Request: "gpu", Device: "dev-0"})

@@ -1,14 +1,11 @@
 package driver_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/klog/v2/ktesting"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 
 	"github.com/drakit/drakit/device"
@@ -19,13 +16,7 @@ import (
 // older) gets the same answers as a v1 kubelet, and can unprepare what a
 // v1 kubelet prepared.
 func TestV1beta1Service(t *testing.T) {
-	c := sharedCluster(t)
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	ns := newNamespace(ctx, t, c)
-	d := newDirs(t)
-	hw := newHW(t, d)
+	c, ctx, ns, d, hw := setupE2E(t)
 	startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: testInventory(2)}, hw)
 	claim := createClaim(ctx, t, c, ns, "old-kubelet", drivertest.Device{Request: "r/sub", Device: "dev-1"})
 
