@@ -213,10 +213,18 @@ const (
 	// PlannerReserve is mig.Preference with WithReserve(1), publishing only
 	// the listed devices: admission control, not just an order.
 	PlannerReserve Policy = "planner+reserve1"
+	// FreeMigration is a reference, not a policy a scheduler can follow:
+	// at every arrival all running instances and the new one are packed
+	// again from empty GPUs (mig.PlanFleet), as if running instances could
+	// move for free, and the request is accepted when everything fits. It
+	// has no fragmentation, so the gap between it and first fit is the
+	// most any order of devices could win; what it still rejects is
+	// capacity (the node was full), which no placement avoids.
+	FreeMigration Policy = "free-migration"
 )
 
 // Policies are the policies Online compares, in table order.
-var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve}
+var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve, FreeMigration}
 
 // OnlineResult is one simulation run.
 type OnlineResult struct {
@@ -301,6 +309,39 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 	return nil
 }
 
+// running is an instance in use until end.
+type running struct {
+	end  float64
+	name string // counter-model device name
+}
+
+// repack packs the running instances and one more of profile prof onto
+// the node's GPUs emptied (FreeMigration). fits is false when they do not
+// all fit or the product has no such profile (prof is "").
+func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, fits bool, err error) {
+	if prof == "" {
+		return nil, false, nil
+	}
+	empty := make([]mig.FleetGPU, len(fleet))
+	for i, f := range fleet {
+		empty[i] = mig.FleetGPU{Node: f.Node, Index: f.Index, Product: f.Product}
+	}
+	reqs := make([]mig.Request, 0, len(live)+1)
+	for _, r := range live {
+		ref, err := mig.ParseDeviceName(r.name)
+		if err != nil {
+			return nil, false, fmt.Errorf("repack: %w", err)
+		}
+		reqs = append(reqs, mig.Request{Profile: ref.Profile})
+	}
+	reqs = append(reqs, mig.Request{Profile: prof})
+	plan, err = mig.PlanFleet(empty, reqs)
+	if err != nil {
+		return nil, false, fmt.Errorf("repack: %w", err)
+	}
+	return plan, len(plan.Unplaced) == 0, nil
+}
+
 // Simulate runs one online simulation (see Online).
 func Simulate(ctx context.Context, product string, load float64, pol Policy, arrivals int, seed int64) (OnlineResult, error) {
 	res := OnlineResult{Product: product, Load: load, Policy: pol, Reject: map[string]float64{}}
@@ -343,10 +384,6 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 	}
 	al := alloc.New(driver, alloc.Features)
 	allocated := sets.New[structured.DeviceID]()
-	type running struct {
-		end  float64
-		name string
-	}
 	var live []running
 	var arrivedC, acceptedC float64
 	arrived := map[string]int{}
@@ -390,6 +427,40 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 				}
 			}
 		}
+		prof := profileFor(p, ev.class)
+		c := float64(Mix[ev.class].Compute)
+		cls := Mix[ev.class].Class
+		if counted {
+			arrivedC += c
+			arrived[cls]++
+		}
+		if pol == FreeMigration {
+			placed, fits, err := repack(fleet, live, prof)
+			if err != nil {
+				return res, err
+			}
+			if !fits {
+				if counted {
+					rejected[cls]++
+				}
+				continue
+			}
+			fleet = placed.After
+			for _, a := range placed.Assignments {
+				name := mig.DeviceRef{GPU: a.GPU, Profile: a.Profile, Start: a.Start}.String()
+				if a.Request < len(live) {
+					live[a.Request].name = name
+				} else {
+					live = append(live, running{end: ev.t + ev.life, name: name})
+				}
+			}
+			if counted {
+				acceptedC += c
+				ok++
+				ops++
+			}
+			continue
+		}
 		var order []string
 		switch pol {
 		case FirstFit:
@@ -409,17 +480,10 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 		if err != nil {
 			return res, err
 		}
-		prof := profileFor(p, ev.class)
 		sel := fmt.Sprintf(`%s == "mig" && %s == %q`, al.Attr(mig.AttrType), al.Attr(mig.AttrProfile), prof)
 		got, err := al.One(ctx, node, m.Slices(driver, nodeName, nodeName, int64(i+1)), allocated, sel)
 		if err != nil {
 			return res, err
-		}
-		c := float64(Mix[ev.class].Compute)
-		cls := Mix[ev.class].Class
-		if counted {
-			arrivedC += c
-			arrived[cls]++
 		}
 		if got == "" {
 			if counted {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/drakit/drakit/mig"
 )
 
 func ExampleSimulate() {
@@ -55,9 +57,64 @@ func TestRunPrintsTable(t *testing.T) {
 	if err := Run(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Batch quality", "one-GPU optimal", "Online quality", "first-fit", "planner+reserve1", "Plan latency", "1,000-GPU fleet"} {
+	for _, want := range []string{"Batch quality", "one-GPU optimal", "Online quality", "first-fit", "planner+reserve1", "free-migration", "Plan latency", "1,000-GPU fleet"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestRepack(t *testing.T) {
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := []mig.FleetGPU{{Node: "n", Index: 0, Product: p.Name}, {Node: "n", Index: 1, Product: p.Name}}
+	for _, tc := range []struct {
+		name string
+		live []string
+		fits bool
+	}{
+		// Two 3g on different GPUs fit on one, which frees the other.
+		{"two 3g move together", []string{"gpu-0-3g-40gb-0", "gpu-1-3g-40gb-4"}, true},
+		// A GPU takes one 4g only: no GPU can be freed.
+		{"two 4g", []string{"gpu-0-4g-40gb-0", "gpu-1-4g-40gb-0"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var live []running
+			for _, n := range tc.live {
+				live = append(live, running{name: n})
+			}
+			plan, fits, err := repack(fleet, live, "7g.80gb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fits != tc.fits {
+				t.Fatalf("fits = %v, want %v", fits, tc.fits)
+			}
+			if !fits {
+				return
+			}
+			want := map[string]int{"7g.80gb": 1}
+			for _, n := range tc.live {
+				ref, _ := mig.ParseDeviceName(n)
+				want[ref.Profile]++
+			}
+			got := map[string]int{}
+			for _, g := range plan.After {
+				if err := p.Validate(g.Layout); err != nil {
+					t.Errorf("gpu-%d: %v", g.Index, err)
+				}
+				for _, in := range g.Layout {
+					got[in.Profile]++
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("instances after repacking (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, fits, err := repack(fleet, nil, ""); err != nil || fits {
+		t.Errorf("a profile the product lacks: fits %v, err %v; want false, nil", fits, err)
 	}
 }

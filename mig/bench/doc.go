@@ -5,4 +5,10 @@
 // "drakit mig bench" prints its table. Every run uses fixed seeds, so one
 // configuration always prints the same quality figures; latencies depend
 // on the machine.
+//
+// The online table ends with a reference row, free-migration, that no
+// scheduler can follow: every running instance is packed again at each
+// arrival. It never fragments, so it shows how much of first fit's loss is
+// fragmentation (what an order of devices can win back) and how much is
+// the node being full (what none can).
 package bench
