@@ -23,7 +23,12 @@
 //     costs the same with 10 or 10,000 claims held. Records are versioned
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
 //     record is quarantined with a log line and a Kubernetes event on the
-//     node instead of failing the driver.
+//     node instead of failing the driver. Its claim is not forgotten: its
+//     CDI spec is kept, and when the kubelet unprepares it (or prepares it
+//     again) the claim's devices are read from its allocation in the API
+//     server and undone (UnprepareDevice with nil data) before anything
+//     else. Only when the claim is gone from the API server by then are
+//     its devices unknown; a warning event on the node says so.
 //   - Two-phase prepare: the intent is recorded, the vendor work done, the
 //     CDI spec written, then completion recorded durably. A failure undoes
 //     the claim's devices (rollback); at start, before the sockets serve,

@@ -162,6 +162,10 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	eng := newEngine(d.name, store, specs, d.o.preparer, d.metrics)
 	eng.reloadPerCall = d.o.rollingUpdateUID != ""
 	eng.onCorrupt = d.reportCorrupt
+	eng.getClaim = func(ctx context.Context, ref ClaimRef) (*resourceapi.ResourceClaim, error) {
+		return client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	}
+	eng.onUnreleased = d.reportUnreleased
 	d.engine = eng
 
 	// Recover before serving. With a rolling update the other instance
@@ -325,6 +329,17 @@ func (d *Driver) watch(ctx context.Context) {
 // reportCorrupt emits a Kubernetes event on the node for a quarantined
 // checkpoint record (best effort).
 func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
+	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err))
+}
+
+// reportUnreleased emits a Kubernetes event on the node for a claim whose
+// devices the driver could not release (best effort).
+func (d *Driver) reportUnreleased(ctx context.Context, ref ClaimRef) {
+	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s could not release the devices of claim %s: its checkpoint record was corrupt and the claim is gone from the API server; check the node's devices", d.name, ref))
+}
+
+// nodeWarning emits a warning event on the node (best effort).
+func (d *Driver) nodeWarning(ctx context.Context, reason, message string) {
 	if d.client == nil {
 		return
 	}
@@ -334,14 +349,14 @@ func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.o.nodeName + ".drakit-", Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, APIVersion: "v1"},
-		Reason:         ReasonCorrupt,
-		Message:        fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err),
+		Reason:         reason,
+		Message:        message,
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: d.name, Host: d.o.nodeName},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	if _, err := d.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not record event about corrupt checkpoint record")
+		klog.FromContext(ctx).Error(err, "Could not record event", "reason", reason)
 	}
 }
 

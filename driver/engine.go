@@ -11,6 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -101,12 +102,23 @@ type engine struct {
 	metrics       *metrics
 	reloadPerCall bool
 	onCorrupt     func(ctx context.Context, c checkpoint.Corrupt)
+	// getClaim reads a claim from the API server (nil: no API server,
+	// every claim counts as gone). It serves claims whose record was
+	// lost to corruption.
+	getClaim func(ctx context.Context, ref ClaimRef) (*resourceapi.ResourceClaim, error)
+	// onUnreleased reports a lost claim whose devices could not be
+	// released because the claim is gone.
+	onUnreleased func(ctx context.Context, ref ClaimRef)
 
 	locks keyedMutex
 
 	mu      sync.Mutex
 	records map[types.UID]*checkpoint.Record
 	holders map[deviceKey]map[types.UID]holder
+	// lost holds the claims whose checkpoint record was corrupt and
+	// quarantined: what was prepared for them is known only from their
+	// allocation in the API server (see releaseLost).
+	lost map[types.UID]bool
 }
 
 func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p Preparer, m *metrics) *engine {
@@ -114,6 +126,7 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 		driverName: driverName, store: store, specs: specs, preparer: p, metrics: m,
 		records: map[types.UID]*checkpoint.Record{},
 		holders: map[deviceKey]map[types.UID]holder{},
+		lost:    map[types.UID]bool{},
 	}
 	if cp, ok := p.(ClaimPreparer); ok {
 		e.claimHooks = cp
@@ -182,8 +195,16 @@ func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
 			e.onCorrupt(ctx, c)
 		}
 	}
+	lost, err := e.store.Lost()
+	if err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.lost = make(map[types.UID]bool, len(lost))
+	for _, uid := range lost {
+		e.lost[uid] = true
+	}
 	e.records = make(map[types.UID]*checkpoint.Record, len(records))
 	e.holders = map[deviceKey]map[types.UID]holder{}
 	var halfway []*checkpoint.Record
@@ -200,6 +221,9 @@ func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
 		if r.State != checkpoint.StatePrepared {
 			halfway = append(halfway, r)
 		}
+		// A record written after the quarantine (the claim was prepared
+		// again) supersedes it.
+		delete(e.lost, r.ClaimUID)
 	}
 	e.setPreparedGauge()
 	return halfway, nil
@@ -234,8 +258,13 @@ func (e *engine) recover(ctx context.Context) error {
 		}
 	}
 	e.mu.Lock()
-	live := make(map[types.UID]bool, len(e.records))
+	live := make(map[types.UID]bool, len(e.records)+len(e.lost))
 	for uid := range e.records {
+		live[uid] = true
+	}
+	// A lost claim's CDI spec stays: its containers may still be
+	// restarted with the IDs they were given.
+	for uid := range e.lost {
 		live[uid] = true
 	}
 	e.mu.Unlock()
@@ -342,6 +371,14 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 		}
 		// Left half-way by a failed rollback: finish undoing it first.
 		if err := e.undo(ctx, existing); err != nil {
+			return kubeletplugin.PrepareResult{}, err
+		}
+	}
+
+	if e.isLost(obj.UID) {
+		// Prepared before its record was corrupted: undo what the
+		// allocation says was prepared, then prepare afresh.
+		if err := e.releaseLost(ctx, obj); err != nil {
 			return kubeletplugin.PrepareResult{}, err
 		}
 	}
@@ -519,6 +556,14 @@ func (e *engine) unprepare(ctx context.Context, ref ClaimRef) error {
 	e.mu.Lock()
 	rec := e.records[ref.UID]
 	e.mu.Unlock()
+	if rec == nil && e.isLost(ref.UID) {
+		if err := e.unprepareLost(ctx, ref); err != nil {
+			e.metrics.error("unprepare", reasonOf(err))
+			klog.FromContext(ctx).Error(err, "Unprepare failed", "claim", ref, "reason", reasonOf(err))
+			return err
+		}
+		return nil
+	}
 	if rec == nil {
 		klog.FromContext(ctx).V(5).Info("Claim not prepared, nothing to do", "claim", ref)
 		return nil
@@ -529,6 +574,70 @@ func (e *engine) unprepare(ctx context.Context, ref ClaimRef) error {
 		return err
 	}
 	klog.FromContext(ctx).V(3).Info("Unprepared claim", "claim", ref)
+	return nil
+}
+
+func (e *engine) isLost(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lost[uid]
+}
+
+// releaseLost undoes a lost claim (one whose checkpoint record was
+// quarantined) from its allocation: every device of this driver is
+// unprepared with nil data, as after a crash in the middle of a prepare,
+// the claim hook runs and the CDI spec is removed. The quarantined record
+// is then marked released. A crash half-way leaves the claim lost, so the
+// next call does it again; the vendor's unprepare is idempotent.
+func (e *engine) releaseLost(ctx context.Context, obj *resourceapi.ResourceClaim) error {
+	devs, err := devicesFromClaim(e.driverName, obj)
+	if err != nil {
+		return failed(ReasonAllocation, "claim %s (checkpoint record lost to corruption): %w", klog.KObj(obj), err)
+	}
+	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
+	for _, d := range devs {
+		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess})
+	}
+	klog.FromContext(ctx).Info("Undoing claim whose checkpoint record was corrupt, from its allocation", "claim", klog.KObj(obj), "devices", len(devs))
+	if err := e.undo(ctx, rec); err != nil {
+		return err
+	}
+	return e.markReleased(obj.UID)
+}
+
+// unprepareLost unprepares a lost claim. Its devices are known only while
+// the claim is in the API server; when it is gone they cannot be released,
+// which is reported (log, metric, event) and not retried.
+func (e *engine) unprepareLost(ctx context.Context, ref ClaimRef) error {
+	var obj *resourceapi.ResourceClaim
+	if e.getClaim != nil {
+		var err error
+		obj, err = e.getClaim(ctx, ref)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return failed(ReasonAPI, "unprepare claim %s (checkpoint record lost to corruption): read its allocation: %w", ref, err)
+		}
+	}
+	if obj != nil && obj.UID == ref.UID && obj.Status.Allocation != nil {
+		return e.releaseLost(ctx, obj)
+	}
+	e.metrics.error("unprepare", ReasonCorrupt)
+	klog.FromContext(ctx).Error(nil, "Devices of a claim whose checkpoint record was corrupt cannot be released: the claim is gone from the API server; check the node's devices", "claim", ref)
+	if e.onUnreleased != nil {
+		e.onUnreleased(ctx, ref)
+	}
+	if err := e.specs.Remove(ctx, ref.UID); err != nil {
+		return &claimError{reason: ReasonCDI, err: err}
+	}
+	return e.markReleased(ref.UID)
+}
+
+func (e *engine) markReleased(uid types.UID) error {
+	if err := e.store.Release(uid); err != nil {
+		return &claimError{reason: ReasonCheckpoint, err: err}
+	}
+	e.mu.Lock()
+	delete(e.lost, uid)
+	e.mu.Unlock()
 	return nil
 }
 

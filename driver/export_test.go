@@ -43,3 +43,12 @@ func (t *TestEngine) Specs() *cdi.Writer       { return t.e.specs }
 func (t *TestEngine) ErrorCount(op, reason string) float64 {
 	return ErrorCount(t.e.metrics.registry, op, reason)
 }
+
+// SetClaimGetter sets how the engine reads a claim from the API server.
+func (t *TestEngine) SetClaimGetter(f func(context.Context, ClaimRef) (*resourceapi.ResourceClaim, error)) {
+	t.e.getClaim = f
+}
+
+// OnUnreleased sets what the engine calls for a claim whose devices it
+// cannot release.
+func (t *TestEngine) OnUnreleased(f func(context.Context, ClaimRef)) { t.e.onUnreleased = f }

@@ -17,6 +17,7 @@ const (
 	ReasonAllocation = "BadAllocation"
 	ReasonCorrupt    = "CorruptCheckpoint"
 	ReasonPublish    = "PublishError"
+	ReasonAPI        = "APIError"
 )
 
 // metrics are the runtime's Prometheus metrics, in a registry of their own

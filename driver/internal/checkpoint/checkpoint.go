@@ -39,6 +39,9 @@ const (
 	recordSuffix  = ".json"
 	tmpPrefix     = ".tmp-"
 	quarantineDir = "quarantine"
+	// releasedSuffix marks a quarantined record whose claim was dealt
+	// with (see Store.Release).
+	releasedSuffix = ".released"
 )
 
 // State is where a claim is in its two-phase prepare or unprepare.
@@ -109,6 +112,9 @@ type Corrupt struct {
 	File string
 	// QuarantinedTo is where it was moved ("" if the move failed).
 	QuarantinedTo string
+	// ClaimUID is the claim the file is named after, "" when its name is
+	// not a claim UID.
+	ClaimUID types.UID
 	// Err says what was wrong; it wraps ErrCorrupt.
 	Err error
 }
@@ -305,6 +311,9 @@ func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
 		}
 		if rerr != nil {
 			c := Corrupt{File: full, Err: rerr}
+			if validUID(uid) == nil {
+				c.ClaimUID = uid
+			}
 			if errors.Is(rerr, ErrCorrupt) || validUID(uid) != nil {
 				if to, qerr := s.quarantine(full); qerr == nil {
 					c.QuarantinedTo = to
@@ -344,6 +353,70 @@ func (s *Store) Quarantined() ([]string, error) {
 		out = append(out, filepath.Join(s.dir, quarantineDir, e.Name()))
 	}
 	return out, nil
+}
+
+// Lost returns the claims whose records are in the quarantine folder and
+// not released (see Release), each once: what the driver prepared for them
+// is not known from the checkpoint any more.
+func (s *Store) Lost() ([]types.UID, error) {
+	files, err := s.Quarantined()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[types.UID]bool{}
+	var out []types.UID
+	for _, f := range files {
+		uid, ok := quarantinedUID(filepath.Base(f))
+		if ok && !seen[uid] {
+			seen[uid] = true
+			out = append(out, uid)
+		}
+	}
+	return out, nil
+}
+
+// quarantinedUID reads "<uid>.json.<n>", the name quarantine gives a
+// record file; released files and other names give false.
+func quarantinedUID(name string) (types.UID, bool) {
+	if strings.HasSuffix(name, releasedSuffix) {
+		return "", false
+	}
+	i := strings.LastIndex(name, recordSuffix+".")
+	if i <= 0 {
+		return "", false
+	}
+	uid := types.UID(name[:i])
+	if validUID(uid) != nil {
+		return "", false
+	}
+	return uid, true
+}
+
+// Release marks the quarantined records of a claim as dealt with: they
+// stay in the quarantine folder, for the admin, with the suffix
+// ".released", and Lost no longer returns the claim. Releasing a claim
+// with nothing quarantined does nothing.
+func (s *Store) Release(uid types.UID) error {
+	files, err := s.Quarantined()
+	if err != nil {
+		return fmt.Errorf("release quarantined record of %s: %w", uid, err)
+	}
+	changed := false
+	for _, f := range files {
+		if got, ok := quarantinedUID(filepath.Base(f)); ok && got == uid {
+			if err := os.Rename(f, f+releasedSuffix); err != nil {
+				return fmt.Errorf("release quarantined record of %s: %w", uid, err)
+			}
+			changed = true
+		}
+	}
+	if !changed || s.noFsync {
+		return nil
+	}
+	if err := atomicfile.SyncDir(filepath.Join(s.dir, quarantineDir)); err != nil {
+		return fmt.Errorf("release quarantined record of %s: %w", uid, err)
+	}
+	return nil
 }
 
 // Equal reports whether two records hold the same claim state, ignoring

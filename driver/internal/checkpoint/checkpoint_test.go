@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -142,6 +144,13 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 				if len(q) != 1 {
 					t.Errorf("quarantine holds %d files, want 1", len(q))
 				}
+				uid := types.UID(strings.TrimSuffix(tc.file, ".json"))
+				if corrupt[0].ClaimUID != uid {
+					t.Errorf("corrupt ClaimUID = %q, want %q", corrupt[0].ClaimUID, uid)
+				}
+				if lost, err := s.Lost(); err != nil || len(lost) != 1 || lost[0] != uid {
+					t.Errorf("Lost = %v, %v; want [%s]", lost, err, uid)
+				}
 				// A second load is clean: no crash loop.
 				records, corrupt, err = s.Load()
 				if err != nil || len(records) != 0 || len(corrupt) != 0 {
@@ -187,5 +196,53 @@ func BenchmarkWrite(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestLostAndRelease(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two corrupt generations of one claim, one of another, and a file
+	// whose name is no claim UID.
+	for i, name := range []string{"a.json", "b.json", "a.json"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, corrupt, err := s.Load(); err != nil || len(corrupt) != 1 {
+			t.Fatalf("load %d: %v %v", i, corrupt, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, quarantineDir, "notes.txt"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := s.Lost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(lost)
+	if diff := cmp.Diff([]types.UID{"a", "b"}, lost); diff != "" {
+		t.Errorf("Lost (-want +got):\n%s", diff)
+	}
+	if err := s.Release("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release("never-quarantined"); err != nil {
+		t.Errorf("Release of a claim with nothing quarantined: %v", err)
+	}
+	if lost, err = s.Lost(); err != nil || len(lost) != 1 || lost[0] != "b" {
+		t.Errorf("Lost after Release(a) = %v, %v; want [b]", lost, err)
+	}
+	q, _ := s.Quarantined()
+	released := 0
+	for _, f := range q {
+		if strings.HasSuffix(f, releasedSuffix) {
+			released++
+		}
+	}
+	if len(q) != 4 || released != 2 {
+		t.Errorf("quarantine folder = %v; want the 3 records kept (2 released) and notes.txt", q)
 	}
 }
