@@ -44,6 +44,9 @@
 //     or both are distinct shares of a device that allows multiple
 //     allocations.
 //   - One CDI spec per claim ("<driver>/claim=<claim UID>_<n>-<device>").
+//     Edits common to all devices of a claim (driver libraries, hooks)
+//     come from an optional [ClaimEditor] and go into the spec's
+//     spec-wide edits, applied once to a container that gets any of them.
 //   - Device metadata (KEP-5304, [WithDeviceMetadata]): the attributes a
 //     preparer returns in [PreparedDevice.Metadata] are kept in the
 //     checkpoint and handed to the helper, which mounts them into the

@@ -99,6 +99,7 @@ type engine struct {
 	specs         *cdi.Writer
 	preparer      Preparer
 	claimHooks    ClaimPreparer
+	claimEditor   ClaimEditor
 	metrics       *metrics
 	reloadPerCall bool
 	onCorrupt     func(ctx context.Context, c checkpoint.Corrupt)
@@ -130,6 +131,9 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 	}
 	if cp, ok := p.(ClaimPreparer); ok {
 		e.claimHooks = cp
+	}
+	if ce, ok := p.(ClaimEditor); ok {
+		e.claimEditor = ce
 	}
 	return e
 }
@@ -454,6 +458,25 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 			specIndex = append(specIndex, i)
 		}
 		rd.CDIDeviceIDs = append(rd.CDIDeviceIDs, out.CDIDeviceIDs...)
+	}
+
+	if e.claimEditor != nil {
+		common, err := e.claimEditor.ClaimEdits(ctx, claim, devs)
+		if err != nil {
+			return rollback(failed(reasonFor(err), "container edits of claim %s: %w", claim.ClaimRef, err))
+		}
+		if common != nil && !common.IsEmpty() {
+			spec.Common = common
+			// Spec-wide edits reach a container only through a device of
+			// the spec: every device needs one.
+			for i, d := range devs {
+				if rd := &rec.Devices[i]; rd.CDIName == "" {
+					rd.CDIName = strconv.Itoa(i) + "-" + d.Device
+					spec.Devices = append(spec.Devices, cdi.Device{Name: rd.CDIName})
+					specIndex = append(specIndex, i)
+				}
+			}
+		}
 	}
 
 	if len(spec.Devices) > 0 {

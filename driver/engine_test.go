@@ -84,6 +84,13 @@ func newEnv(t *testing.T) *env {
 // would, and recovers.
 func (e *env) restart(t *testing.T) {
 	t.Helper()
+	e.eng = e.engineWith(t, e.hw)
+}
+
+// engineWith builds an engine on e's folders with preparer p and
+// recovers.
+func (e *env) engineWith(t *testing.T, p Preparer) *TestEngine {
+	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +99,12 @@ func (e *env) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.eng = NewTestEngine(testDriver, store, specs, e.hw)
+	eng := NewTestEngine(testDriver, store, specs, p)
 	_, ctx := ktesting.NewTestContext(t)
-	if err := e.eng.Recover(ctx); err != nil {
+	if err := eng.Recover(ctx); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
+	return eng
 }
 
 func (e *env) specFiles(t *testing.T) []string {

@@ -48,6 +48,20 @@ type ClaimPreparer interface {
 	UnprepareClaim(ctx context.Context, claim ClaimRef, devices []AllocatedDevice) error
 }
 
+// ClaimEditor is optionally implemented by a [Preparer] whose claims need
+// container edits shared by all their devices: driver libraries to mount,
+// a hook to run once per container. ClaimEdits runs after the last
+// PrepareDevice of a claim. Its edits go into the claim's CDI spec as
+// spec-wide edits, which a container runtime applies once to a container
+// that gets any device of the claim, however many it gets; every device
+// of the claim then has a CDI ID, also one whose PreparedDevice had no
+// edits. nil or empty edits change nothing. An error fails the prepare
+// and undoes the claim's devices. The edits are not called again for a
+// repeated prepare, which returns the recorded answer.
+type ClaimEditor interface {
+	ClaimEdits(ctx context.Context, claim Claim, devices []AllocatedDevice) (*cdi.Edits, error)
+}
+
 // ClaimRef identifies a ResourceClaim. It is all that is known when a claim
 // is unprepared: the object may be gone from the API server by then.
 type ClaimRef struct {
