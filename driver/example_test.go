@@ -71,3 +71,20 @@ func ExampleDecodeConfig() {
 	// timeSliced 10
 	// invalid opaque device configuration: request "gpu": claim config #2: json: unknown field "sharng"
 }
+
+// libsPreparer is envPreparer whose claims also get the vendor's user-space
+// libraries, mounted once per container however many devices it gets.
+type libsPreparer struct{ envPreparer }
+
+func (libsPreparer) ClaimEdits(_ context.Context, claim driver.Claim, devs []driver.AllocatedDevice) (*cdi.Edits, error) {
+	return (&cdi.Edits{}).
+		Mount("/usr/lib/example-driver", "/usr/local/example/lib", "ro", "nosuid", "nodev", "bind").
+		Env("EXAMPLE_DEVICE_COUNT", fmt.Sprint(len(devs))), nil
+}
+
+func ExampleClaimEditor() {
+	var p driver.Preparer = libsPreparer{}
+	_, ok := p.(driver.ClaimEditor)
+	fmt.Println("claim-wide edits:", ok)
+	// Output: claim-wide edits: true
+}
