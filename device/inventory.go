@@ -34,8 +34,10 @@ type Pool struct {
 	// runs on: the kubelet plugin helper sets the slices' nodeName.
 	// Note: kubeletplugin.Helper.PublishResources publishes every pool
 	// with the node's name, which the API server rejects together with a
-	// NodeSelector or AllNodes; publish such pools with a
-	// resourceslice.Controller that has no Node owner.
+	// NodeSelector or AllNodes (package driver refuses such pools with an
+	// error that says so); publish them from a controller with
+	// resourceslice.StartController, passing DriverResources and no Node
+	// owner.
 	NodeSelector *corev1.NodeSelector
 	// AllNodes makes the devices available on every node.
 	AllNodes bool

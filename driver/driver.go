@@ -178,6 +178,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("run driver: discover devices: %w", err)
 	}
+	if err := nodeLocal(inv); err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
 	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
 	d.health.setInventory(inv)
 
@@ -255,7 +258,23 @@ func (d *Driver) withCrossInstanceLock(f func() error) error {
 }
 
 // publish hands inv, with health taints, to the slice publisher.
+// nodeLocal rejects pools that are not the node's own: the kubelet plugin
+// helper publishes every slice with the node's name, which the API server
+// refuses next to a NodeSelector or AllNodes.
+func nodeLocal(inv *device.Inventory) error {
+	for _, p := range inv.Pools {
+		if p.NodeSelector != nil || p.AllNodes {
+			return fmt.Errorf("publish devices: pool %q has a NodeSelector or AllNodes (network-attached devices): a node's driver publishes its own node's devices only; publish such pools from a controller, with resourceslice.StartController and Inventory.DriverResources", p.Name)
+		}
+	}
+	return nil
+}
+
 func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
+	if err := nodeLocal(inv); err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return err
+	}
 	tainted, err := d.health.taintedInventory(inv)
 	if err != nil {
 		d.metrics.error("publish", ReasonPublish)

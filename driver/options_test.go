@@ -1,10 +1,14 @@
 package driver_test
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
@@ -42,6 +46,40 @@ func TestNewValidation(t *testing.T) {
 				t.Fatalf("New: %v", err)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("New error = %v, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestRunRefusesNetworkPools: a pool for other nodes fails Run before it
+// serves, with an error that says where such pools belong, instead of an
+// API server rejection on every publish.
+func TestRunRefusesNetworkPools(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for name, pool := range map[string]device.Pool{
+		"all nodes": {Name: "fabric", AllNodes: true, Devices: []*device.Device{device.New("nic-0")}},
+		"node selector": {Name: "rack-1", Devices: []*device.Device{device.New("fpga-0")}, NodeSelector: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"1"}}}}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			inv := &device.Inventory{Driver: testDriver, Pools: []device.Pool{{Name: "node-a", Devices: []*device.Device{device.New("dev-0")}}, pool}}
+			d, err := driver.New(testDriver,
+				driver.WithDiscoverer(device.StaticDiscoverer{Inv: inv}),
+				driver.WithPreparer(envPreparer{}),
+				// Nothing listens there: Run must fail before it talks
+				// to an API server.
+				driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:1"}),
+				driver.WithNodeName("node-a"),
+				driver.WithRegistrarDir(filepath.Join(dir, "registry")),
+				driver.WithPluginDataDir(filepath.Join(dir, "plugin")),
+				driver.WithCDIDir(filepath.Join(dir, "cdi")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = d.Run(ctx)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("pool %q has a NodeSelector or AllNodes", pool.Name)) || !strings.Contains(err.Error(), "resourceslice.StartController") {
+				t.Errorf("Run = %v, want the network-attached pool named and the way to publish it", err)
 			}
 		})
 	}
