@@ -68,6 +68,9 @@
 //	fabric.topograph.run/tier-0               rack                 NVIDIA Topograph v1: switch tier closest to the node
 //	fabric.topograph.run/tier-1               block                NVIDIA Topograph v1
 //	fabric.topograph.run/tier-2               superblock           NVIDIA Topograph v1
+//	topology.nebius.com/tier-0                interconnect-domain  Nebius AI Cloud: multi-node NVLink, where present
+//	topology.nebius.com/tier-1                rack                 Nebius AI Cloud: rack-level (leaf) InfiniBand switches
+//	topology.nebius.com/tier-2                block                Nebius AI Cloud: spine-level switches
 //	network.topology.nvidia.com/accelerator   interconnect-domain  NVIDIA Topograph before v1
 //	network.topology.nvidia.com/leaf          rack                 NVIDIA Topograph before v1
 //	network.topology.nvidia.com/spine         block                NVIDIA Topograph before v1
@@ -76,9 +79,12 @@
 // Not mapped, on purpose: topology.k8s.aws/network-node-layer-4 (present
 // only on 4-layer EC2 instance types, finer than layer 3; on those types
 // rack is coarser than it could be) and cloud.google.com/gce-topology-host
-// (the physical machine under a VM, not the node). No Azure (AKS) node
-// label for network topology was found that could be cited with
-// confidence; use WithMapping or WithFact there. Values are copied
+// (the physical machine under a VM, not the node), and
+// topology.nebius.com/gpu-cluster-id (an InfiniBand fabric, which has no
+// level of its own here). Azure (AKS) sets no network-topology node label:
+// VMs share an InfiniBand fabric only within a placement group, which the
+// VM's Instance Metadata Service reports; a driver or admin that reads it
+// passes it with WithFact (LevelSuperblock: one fabric). Values are copied
 // verbatim, so a source must give IDs that are unique across the cluster
 // at its level (the hashed IDs of AWS and Google Cloud are).
 //

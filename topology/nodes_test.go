@@ -65,6 +65,23 @@ func TestPlan(t *testing.T) {
 		},
 		wantOwned: "topology.drakit.dev/block,topology.drakit.dev/rack,topology.kubernetes.io/zone",
 	}, {
+		name: "Nebius tiers; the fabric ID is not mapped",
+		node: node(map[string]string{
+			"topology.nebius.com/tier-0": "nvl-1", "topology.nebius.com/tier-1": "leaf-1",
+			"topology.nebius.com/tier-2": "spine-1", "topology.nebius.com/gpu-cluster-id": "fabric-1",
+		}, nil),
+		want: []topology.Change{
+			{Op: topology.OpAdd, Key: topology.BlockLabel, New: "spine-1", From: "topology.nebius.com/tier-2"},
+			{Op: topology.OpAdd, Key: topology.RackLabel, New: "leaf-1", From: "topology.nebius.com/tier-1"},
+			{Op: topology.OpAdd, Key: topology.InterconnectDomainLabel, New: "nvl-1", From: "topology.nebius.com/tier-0"},
+		},
+		wantLabels: map[string]string{
+			"topology.nebius.com/tier-0": "nvl-1", "topology.nebius.com/tier-1": "leaf-1",
+			"topology.nebius.com/tier-2": "spine-1", "topology.nebius.com/gpu-cluster-id": "fabric-1",
+			topology.BlockLabel: "spine-1", topology.RackLabel: "leaf-1", topology.InterconnectDomainLabel: "nvl-1",
+		},
+		wantOwned: "topology.drakit.dev/block,topology.drakit.dev/interconnect-domain,topology.drakit.dev/rack",
+	}, {
 		name: "NVIDIA clique beats Topograph; a fact beats both",
 		opts: []topology.LabelOption{topology.WithFact(topology.LevelRack, "r7")},
 		node: node(map[string]string{
