@@ -203,6 +203,21 @@ func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A record written after the quarantine supersedes it; release the
+	// quarantined one so that it cannot come back once this record goes.
+	held := make(map[types.UID]bool, len(records))
+	for _, r := range records {
+		held[r.ClaimUID] = true
+	}
+	lost = slices.DeleteFunc(lost, func(uid types.UID) bool {
+		if !held[uid] {
+			return false
+		}
+		if err := e.store.Release(uid); err != nil {
+			klog.FromContext(ctx).Error(err, "Could not release a superseded quarantined checkpoint record", "claimUID", uid)
+		}
+		return true
+	})
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lost = make(map[types.UID]bool, len(lost))
@@ -225,9 +240,6 @@ func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
 		if r.State != checkpoint.StatePrepared {
 			halfway = append(halfway, r)
 		}
-		// A record written after the quarantine (the claim was prepared
-		// again) supersedes it.
-		delete(e.lost, r.ClaimUID)
 	}
 	e.setPreparedGauge()
 	return halfway, nil

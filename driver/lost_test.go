@@ -147,6 +147,36 @@ func TestLostRecord(t *testing.T) {
 		}
 	})
 
+	t.Run("a newer record supersedes the quarantined one", func(t *testing.T) {
+		e := newEnv(t)
+		c := testClaim("back-1", alloc{request: "a", device: "dev-1"})
+		if r := e.eng.Prepare(ctx, c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		// A quarantined copy of the claim's record next to a good one
+		// (left by an earlier process).
+		q := filepath.Join(e.dir, "checkpoint", "quarantine")
+		if err := os.MkdirAll(q, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(q, "back-1.json.1"), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.restart(t)
+		if got := lost(t, e); len(got) != 0 {
+			t.Errorf("lost after restart: %v, want none (the good record wins)", got)
+		}
+		if err := e.eng.Unprepare(ctx, refOf(c)); err != nil {
+			t.Fatal(err)
+		}
+		// Gone for good: the claim does not come back as lost.
+		e.restart(t)
+		if got := lost(t, e); len(got) != 0 {
+			t.Errorf("lost after unprepare and restart: %v", got)
+		}
+		noViolations(t, e)
+	})
+
 	t.Run("claim gone from the API server", func(t *testing.T) {
 		l := testClaim("lost-3", alloc{request: "a", device: "dev-1"})
 		e := setup(t, l)
