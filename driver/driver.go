@@ -257,7 +257,6 @@ func (d *Driver) withCrossInstanceLock(f func() error) error {
 	return f()
 }
 
-// publish hands inv, with health taints, to the slice publisher.
 // nodeLocal rejects pools that are not the node's own: the kubelet plugin
 // helper publishes every slice with the node's name, which the API server
 // refuses next to a NodeSelector or AllNodes.
@@ -270,11 +269,9 @@ func nodeLocal(inv *device.Inventory) error {
 	return nil
 }
 
+// publish hands inv, with health taints, to the slice publisher. inv has
+// passed nodeLocal.
 func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
-	if err := nodeLocal(inv); err != nil {
-		d.metrics.error("publish", ReasonPublish)
-		return err
-	}
 	tainted, err := d.health.taintedInventory(inv)
 	if err != nil {
 		d.metrics.error("publish", ReasonPublish)
@@ -327,6 +324,11 @@ func (d *Driver) watch(ctx context.Context) {
 				inv, err := d.o.discoverer.Inventory(ctx)
 				if err != nil {
 					logger.Error(err, "Re-discovering devices failed; keeping the published slices")
+					continue
+				}
+				if err := nodeLocal(inv); err != nil {
+					d.metrics.error("publish", ReasonPublish)
+					logger.Error(err, "Changed inventory refused; keeping the published slices")
 					continue
 				}
 				d.health.setInventory(inv)

@@ -407,10 +407,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	if len(devs) == 0 {
 		return kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}, nil
 	}
-	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
-	for _, d := range devs {
-		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess, Shared: d.AdminAccess || d.ShareID != nil})
-	}
+	rec := intentOf(obj, devs)
 
 	// Guard and reserve, then record the intent.
 	e.mu.Lock()
@@ -465,7 +462,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 			rd.Metadata = raw
 		}
 		if out.Edits != nil && !out.Edits.IsEmpty() {
-			rd.CDIName = strconv.Itoa(i) + "-" + d.Device
+			rd.CDIName = cdiName(i, d)
 			spec.Devices = append(spec.Devices, cdi.Device{Name: rd.CDIName, Edits: out.Edits})
 			specIndex = append(specIndex, i)
 		}
@@ -483,7 +480,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 			// the spec: every device needs one.
 			for i, d := range devs {
 				if rd := &rec.Devices[i]; rd.CDIName == "" {
-					rd.CDIName = strconv.Itoa(i) + "-" + d.Device
+					rd.CDIName = cdiName(i, d)
 					spec.Devices = append(spec.Devices, cdi.Device{Name: rd.CDIName})
 					specIndex = append(specIndex, i)
 				}
@@ -516,6 +513,18 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	logger.V(3).Info("Prepared claim", "claim", klog.KObj(obj), "devices", len(done.Devices))
 	return resultOf(&done), nil
 }
+
+// intentOf is the intent record of preparing devs for obj.
+func intentOf(obj *resourceapi.ResourceClaim, devs []AllocatedDevice) *checkpoint.Record {
+	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
+	for _, d := range devs {
+		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess, Shared: d.AdminAccess || d.ShareID != nil})
+	}
+	return rec
+}
+
+// cdiName is the name of a claim's i-th device in the claim's CDI spec.
+func cdiName(i int, d AllocatedDevice) string { return strconv.Itoa(i) + "-" + d.Device }
 
 func reasonFor(err error) string {
 	if errors.Is(err, ErrInvalidConfig) {
@@ -589,21 +598,19 @@ func (e *engine) unprepare(ctx context.Context, ref ClaimRef) error {
 	unlock := e.locks.lock(ref.UID)
 	defer unlock()
 	e.mu.Lock()
-	rec := e.records[ref.UID]
+	rec, lost := e.records[ref.UID], e.lost[ref.UID]
 	e.mu.Unlock()
-	if rec == nil && e.isLost(ref.UID) {
-		if err := e.unprepareLost(ctx, ref); err != nil {
-			e.metrics.error("unprepare", reasonOf(err))
-			klog.FromContext(ctx).Error(err, "Unprepare failed", "claim", ref, "reason", reasonOf(err))
-			return err
-		}
-		return nil
-	}
-	if rec == nil {
+	var err error
+	switch {
+	case rec != nil:
+		err = e.undo(ctx, rec)
+	case lost:
+		err = e.unprepareLost(ctx, ref)
+	default:
 		klog.FromContext(ctx).V(5).Info("Claim not prepared, nothing to do", "claim", ref)
 		return nil
 	}
-	if err := e.undo(ctx, rec); err != nil {
+	if err != nil {
 		e.metrics.error("unprepare", reasonOf(err))
 		klog.FromContext(ctx).Error(err, "Unprepare failed", "claim", ref, "reason", reasonOf(err))
 		return err
@@ -629,10 +636,7 @@ func (e *engine) releaseLost(ctx context.Context, obj *resourceapi.ResourceClaim
 	if err != nil {
 		return failed(ReasonAllocation, "claim %s (checkpoint record lost to corruption): %w", klog.KObj(obj), err)
 	}
-	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
-	for _, d := range devs {
-		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess})
-	}
+	rec := intentOf(obj, devs)
 	klog.FromContext(ctx).Info("Undoing claim whose checkpoint record was corrupt, from its allocation", "claim", klog.KObj(obj), "devices", len(devs))
 	if err := e.undo(ctx, rec); err != nil {
 		return err

@@ -391,6 +391,59 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 	var samples, stranded, free float64
 	ops, ok := 0, 0
 	warm := arrivals / 10
+	// placeRepacked places one instance of prof, running until end, by
+	// packing all running instances again (FreeMigration).
+	placeRepacked := func(prof string, end float64) (bool, error) {
+		plan, fits, err := repack(fleet, live, prof)
+		if err != nil || !fits {
+			return false, err
+		}
+		fleet = plan.After
+		for _, a := range plan.Assignments {
+			name := mig.DeviceRef{GPU: a.GPU, Profile: a.Profile, Start: a.Start}.String()
+			if a.Request < len(live) {
+				live[a.Request].name = name
+			} else {
+				live = append(live, running{end: end, name: name})
+			}
+		}
+		return true, nil
+	}
+	// placeAllocated has the real allocator place one instance of prof,
+	// running until end, over the slices in the policy's order (arrival
+	// i is the slices' generation).
+	placeAllocated := func(ctx context.Context, i int, prof string, end float64) (bool, error) {
+		var order []string
+		var err error
+		switch pol {
+		case FirstFit:
+			order = names
+		case Random:
+			order = append([]string(nil), names...)
+			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		case Planner:
+			order, err = mig.Preference(fleet)
+		case PlannerReserve:
+			order, err = mig.Preference(fleet, mig.WithReserve(1))
+		}
+		if err != nil {
+			return false, err
+		}
+		m, err := model.Only(order)
+		if err != nil {
+			return false, err
+		}
+		sel := fmt.Sprintf(`%s == "mig" && %s == %q`, al.Attr(mig.AttrType), al.Attr(mig.AttrProfile), prof)
+		got, err := al.One(ctx, node, m.Slices(driver, nodeName, nodeName, int64(i+1)), allocated, sel)
+		if err != nil || got == "" {
+			return false, err
+		}
+		ref, _ := mig.ParseDeviceName(got)
+		allocated.Insert(structured.MakeDeviceID(driver, nodeName, got))
+		fleet[ref.GPU].Layout = append(fleet[ref.GPU].Layout, mig.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
+		live = append(live, running{end: end, name: got})
+		return true, nil
+	}
 	for i, ev := range evs {
 		// Departures up to now (instance destroyed).
 		sort.Slice(live, func(a, b int) bool { return live[a].end < live[b].end })
@@ -434,67 +487,21 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 			arrivedC += c
 			arrived[cls]++
 		}
+		var placed bool
 		if pol == FreeMigration {
-			placed, fits, err := repack(fleet, live, prof)
-			if err != nil {
-				return res, err
-			}
-			if !fits {
-				if counted {
-					rejected[cls]++
-				}
-				continue
-			}
-			fleet = placed.After
-			for _, a := range placed.Assignments {
-				name := mig.DeviceRef{GPU: a.GPU, Profile: a.Profile, Start: a.Start}.String()
-				if a.Request < len(live) {
-					live[a.Request].name = name
-				} else {
-					live = append(live, running{end: ev.t + ev.life, name: name})
-				}
-			}
-			if counted {
-				acceptedC += c
-				ok++
-				ops++
-			}
-			continue
-		}
-		var order []string
-		switch pol {
-		case FirstFit:
-			order = names
-		case Random:
-			order = append([]string(nil), names...)
-			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		case Planner:
-			order, err = mig.Preference(fleet)
-		case PlannerReserve:
-			order, err = mig.Preference(fleet, mig.WithReserve(1))
+			placed, err = placeRepacked(prof, ev.t+ev.life)
+		} else {
+			placed, err = placeAllocated(ctx, i, prof, ev.t+ev.life)
 		}
 		if err != nil {
 			return res, err
 		}
-		m, err := model.Only(order)
-		if err != nil {
-			return res, err
-		}
-		sel := fmt.Sprintf(`%s == "mig" && %s == %q`, al.Attr(mig.AttrType), al.Attr(mig.AttrProfile), prof)
-		got, err := al.One(ctx, node, m.Slices(driver, nodeName, nodeName, int64(i+1)), allocated, sel)
-		if err != nil {
-			return res, err
-		}
-		if got == "" {
+		if !placed {
 			if counted {
 				rejected[cls]++
 			}
 			continue
 		}
-		ref, _ := mig.ParseDeviceName(got)
-		allocated.Insert(structured.MakeDeviceID(driver, nodeName, got))
-		fleet[ref.GPU].Layout = append(fleet[ref.GPU].Layout, mig.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
-		live = append(live, running{end: ev.t + ev.life, name: got})
 		if counted {
 			acceptedC += c
 			ok++

@@ -112,9 +112,6 @@ type Corrupt struct {
 	File string
 	// QuarantinedTo is where it was moved ("" if the move failed).
 	QuarantinedTo string
-	// ClaimUID is the claim the file is named after, "" when its name is
-	// not a claim UID.
-	ClaimUID types.UID
 	// Err says what was wrong; it wraps ErrCorrupt.
 	Err error
 }
@@ -311,9 +308,6 @@ func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
 		}
 		if rerr != nil {
 			c := Corrupt{File: full, Err: rerr}
-			if validUID(uid) == nil {
-				c.ClaimUID = uid
-			}
 			if errors.Is(rerr, ErrCorrupt) || validUID(uid) != nil {
 				if to, qerr := s.quarantine(full); qerr == nil {
 					c.QuarantinedTo = to
