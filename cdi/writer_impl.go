@@ -188,16 +188,35 @@ func (w *Writer) writeFile(path string, data []byte) error {
 
 func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
+// removeFile removes path; a file that does not exist is removed
+// already, whatever error the removal reports (on a read-only file system
+// unlink says EROFS before it looks the name up).
+// It says whether it removed a file.
+func removeFile(path string) (bool, error) {
+	err := os.Remove(path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
 func (w *Writer) remove(ctx context.Context, claimUID types.UID) error {
 	path, err := w.specPath(claimUID)
 	if err != nil {
 		return fmt.Errorf("remove CDI spec: %w", err)
 	}
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+	removed, err := removeFile(path)
+	if err != nil {
 		return fmt.Errorf("remove CDI spec of claim %q: %w", claimUID, err)
+	}
+	if !removed {
+		return nil
 	}
 	if w.opts.fsync {
 		if err := syncDir(w.dir); err != nil {
@@ -259,16 +278,18 @@ func (w *Writer) claims(ctx context.Context) ([]types.UID, error) {
 
 func (w *Writer) gc(ctx context.Context, live map[types.UID]bool) ([]types.UID, error) {
 	logger := klog.FromContext(ctx)
+	var errs []error
+	if err := w.RemoveStaleTemp(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	entries, err := os.ReadDir(w.dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
+			return nil, errors.Join(errs...)
 		}
 		return nil, fmt.Errorf("collect CDI specs: %w", err)
 	}
 	var removed []types.UID
-	var errs []error
-	tmpPrefix := "." + w.prefix()
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return removed, fmt.Errorf("collect CDI specs: %w", ctx.Err())
@@ -277,24 +298,11 @@ func (w *Writer) gc(ctx context.Context, live map[types.UID]bool) ([]types.UID, 
 			continue
 		}
 		name := e.Name()
-		if strings.HasPrefix(name, tmpPrefix) && strings.HasSuffix(name, tmpExt) {
-			// Only leftovers: a young one may belong to a write in
-			// progress (in this process or in another one during a
-			// rolling update).
-			info, err := e.Info()
-			if err != nil || time.Since(info.ModTime()) < staleTempAge {
-				continue
-			}
-			if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("remove temporary file %q: %w", name, err))
-			}
-			continue
-		}
 		uid, ok := w.ownedFile(name)
 		if !ok || live[uid] {
 			continue
 		}
-		if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if _, err := removeFile(filepath.Join(w.dir, name)); err != nil {
 			errs = append(errs, fmt.Errorf("remove spec of claim %q: %w", uid, err))
 			continue
 		}
@@ -311,6 +319,45 @@ func (w *Writer) gc(ctx context.Context, live map[types.UID]bool) ([]types.UID, 
 		return removed, fmt.Errorf("collect CDI specs: %w", errors.Join(errs...))
 	}
 	return removed, nil
+}
+
+// RemoveStaleTemp removes the temporary files of this Writer's writes
+// that a crash interrupted: those older than a minute (a younger one may
+// belong to a write in progress, in this process or in another instance
+// of the driver during a rolling update). Files of other vendors or
+// classes are left alone. It returns every removal that failed.
+func (w *Writer) RemoveStaleTemp(ctx context.Context) error {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("collect temporary CDI files: %w", err)
+	}
+	var errs []error
+	tmpPrefix := "." + w.prefix()
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return fmt.Errorf("collect temporary CDI files: %w", ctx.Err())
+		}
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, tmpPrefix) || !strings.HasSuffix(name, tmpExt) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < staleTempAge {
+			continue
+		}
+		if _, err := removeFile(filepath.Join(w.dir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("remove temporary file %q: %w", name, err))
+			continue
+		}
+		klog.FromContext(ctx).V(4).Info("Removed temporary CDI file of an interrupted write", "file", name)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("collect temporary CDI files: %w", errors.Join(errs...))
+	}
+	return nil
 }
 
 // validateEdits checks edits with the CDI library's rules plus the ones a

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,8 +41,12 @@ type Driver struct {
 	o       options
 	metrics *metrics
 
-	ready    chan struct{}
-	httpAddr string
+	ready       chan struct{}
+	httpAddr    string
+	publishKick chan struct{}
+	// slicesSynced is set once the first publish went through: the
+	// API server answered and the slice controller runs.
+	slicesSynced atomic.Bool
 
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
@@ -64,6 +69,8 @@ func New(name string, opts ...Option) (*Driver, error) {
 		pluginDataDir: filepath.Join(kubeletplugin.KubeletPluginsDir, name),
 		cdiDir:        kubeletplugin.DefaultCDIDir,
 		healthTimeout: 30 * time.Second,
+
+		housekeepingInterval: DefaultHousekeepingInterval,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -91,18 +98,19 @@ func New(name string, opts ...Option) (*Driver, error) {
 	if errs := utilvalidation.IsQualifiedName(o.healthTaintKey); len(errs) > 0 {
 		return nil, fmt.Errorf("new driver %s: health taint key %q: %v", name, o.healthTaintKey, errs)
 	}
-	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{})}, nil
+	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
 func (d *Driver) Name() string { return d.name }
 
 // Ready is closed once the driver serves the kubelet: the checkpoint is
-// recovered, the sockets listen and the first inventory was handed to the
-// slice publisher.
+// recovered and the sockets listen. The slices are published in the
+// background, as soon as the API server answers (see /readyz with
+// [WithHTTPAddress]).
 func (d *Driver) Ready() <-chan struct{} { return d.ready }
 
-// HTTPAddr is the address the metrics and liveness server listens on,
+// HTTPAddr is the address the metrics and health server listens on,
 // valid after Ready ("" without [WithHTTPAddress]).
 func (d *Driver) HTTPAddr() string { return d.httpAddr }
 
@@ -121,9 +129,16 @@ func (d *Driver) DRASocket() string {
 
 // Run starts the driver and blocks until ctx is canceled or a fatal error
 // occurs; then it stops the gRPC servers and the slice publisher and
-// returns (nil after a cancel). Before it serves the kubelet it recovers
-// the checkpoint: claims left half-way by a previous process are undone,
-// orphaned CDI specs removed. Run may be called once.
+// returns (nil after a cancel). Run may be called once.
+//
+// First it takes ownership of the plugin data and checkpoint folders (a
+// lock file in each): a second driver process on the same folders fails
+// at once with an error wrapping [ErrFoldersInUse] that names the first,
+// before it touches anything. Then it recovers the checkpoint: claims
+// left half-way by a previous process are undone. Then it serves the
+// kubelet, and publishes its ResourceSlices in the background: an API
+// server that is down at start delays the slices and readiness
+// (/readyz), never the kubelet's calls or liveness (/healthz).
 func (d *Driver) Run(ctx context.Context) (err error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "driver", d.name)
 	ctx = klog.NewContext(ctx, logger)
@@ -144,11 +159,26 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 	}
 	d.client = client
-	for _, dir := range []string{d.o.pluginDataDir, d.o.registrarDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+	for _, f := range []struct {
+		dir             string
+		create, maxMode os.FileMode
+	}{
+		{d.o.pluginDataDir, folderMode, folderMode},
+		// The kubelet's folder, shared with other plugins: only writes
+		// by others are taken away.
+		{d.o.registrarDir, folderMode, 0o755},
+		{d.o.checkpointDir, checkpointMode, checkpointMode},
+	} {
+		if err := ensureFolder(ctx, f.dir, f.create, f.maxMode); err != nil {
 			return fmt.Errorf("run driver: %w", err)
 		}
 	}
+	// Own the folders before anything in them is read or changed.
+	release, err := ownFolders([]string{d.o.pluginDataDir, d.o.checkpointDir}, d.o.rollingUpdateUID != "")
+	if err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+	defer release()
 	store, err := checkpoint.Open(d.o.checkpointDir)
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
@@ -183,6 +213,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	}
 	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
 	d.health.setInventory(inv)
+	eng.published = d.health.published
 
 	helperOpts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),
@@ -191,6 +222,8 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir),
 		kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir),
 		kubeletplugin.Serialize(d.o.serialize || d.o.rollingUpdateUID != ""),
+		kubeletplugin.PluginListener(listenUnix),
+		kubeletplugin.RegistrarListener(listenUnix),
 	}
 	if d.o.rollingUpdateUID != "" {
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
@@ -210,12 +243,6 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	d.mu.Unlock()
 	defer helper.Stop()
 
-	if err := d.publish(ctx, inv); err != nil {
-		return fmt.Errorf("run driver: %w", err)
-	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	if d.o.httpAddress != "" {
 		srv, err := d.startHTTP(ctx)
 		if err != nil {
@@ -227,11 +254,13 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.watch(ctx)
-	}()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	d.kickPublish()
+	wg.Go(func() { d.publishLoop(ctx) })
+	wg.Go(func() { d.watch(ctx) })
+	wg.Go(func() { d.housekeep(ctx) })
 
 	logger.Info("Driver ready", "node", d.o.nodeName, "socket", d.DRASocket(), "preparedClaims", len(eng.records))
 	close(d.ready)
@@ -257,6 +286,32 @@ func (d *Driver) withCrossInstanceLock(f func() error) error {
 	return f()
 }
 
+// housekeep collects orphaned CDI specs and leftover temporary files
+// every housekeeping interval until ctx is done. Failures are logged and
+// counted, and tried again on the next round.
+func (d *Driver) housekeep(ctx context.Context) {
+	t := time.NewTicker(d.o.housekeepingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := d.withCrossInstanceLock(func() error {
+			if err := d.engine.syncFromDisk(ctx); err != nil {
+				return fmt.Errorf("read checkpoint: %w", err)
+			}
+			d.engine.collect(ctx)
+			return nil
+		})
+		if err != nil {
+			d.metrics.error("housekeeping", ReasonCheckpoint)
+			klog.FromContext(ctx).Error(err, "Housekeeping failed; will retry", "in", d.o.housekeepingInterval)
+		}
+	}
+}
+
 // nodeLocal rejects pools that are not the node's own: the kubelet plugin
 // helper publishes every slice with the node's name, which the API server
 // refuses next to a NodeSelector or AllNodes.
@@ -267,6 +322,42 @@ func nodeLocal(inv *device.Inventory) error {
 		}
 	}
 	return nil
+}
+
+// kickPublish asks the publish loop to publish the current inventory.
+func (d *Driver) kickPublish() {
+	select {
+	case d.publishKick <- struct{}{}:
+	default: // a publish is pending; it will read the latest inventory
+	}
+}
+
+// publishLoop publishes the current inventory, with health taints, each
+// time it is kicked, until ctx is done. The first publish waits for the
+// API server (the helper's slice controller syncs its informer first);
+// the kubelet is served meanwhile, and readiness says so.
+func (d *Driver) publishLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.publishKick:
+		}
+		start := time.Now()
+		first := !d.slicesSynced.Load()
+		if err := d.publish(ctx, d.health.inventory()); err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Publishing devices failed")
+			}
+			continue
+		}
+		if first {
+			d.slicesSynced.Store(true)
+			d.metrics.apiReachable.Set(1)
+			logger.Info("Publishing ResourceSlices", "waitedForAPIServer", time.Since(start).Round(time.Millisecond))
+		}
+	}
 }
 
 // publish hands inv, with health taints, to the slice publisher. inv has
@@ -332,15 +423,11 @@ func (d *Driver) watch(ctx context.Context) {
 					continue
 				}
 				d.health.setInventory(inv)
-				if err := d.publish(ctx, inv); err != nil {
-					logger.Error(err, "Publishing changed inventory failed")
-				}
+				d.kickPublish()
 			case device.EventHealth:
 				if d.health.update(ev.Health) {
 					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))
-					if err := d.publish(ctx, d.health.inventory()); err != nil {
-						logger.Error(err, "Publishing health taints failed")
-					}
+					d.kickPublish()
 				}
 			}
 		}
@@ -384,13 +471,17 @@ func (d *Driver) nodeWarning(ctx context.Context, reason, message string) {
 func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := d.live(r.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+	probe := func(check func(context.Context) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if err := check(r.Context()); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
 		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	}
+	mux.HandleFunc("/healthz", probe(d.live))
+	mux.HandleFunc("/readyz", probe(d.readyCheck))
 	ln, err := net.Listen("tcp", d.o.httpAddress)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics: %w", err)
@@ -403,6 +494,27 @@ func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
 		}
 	}()
 	return srv, nil
+}
+
+// readyCheck reports why the driver is not ready: not alive, its slices
+// not yet published, or the API server not answering now (the outcome
+// is also the drakit_driver_api_server_reachable metric).
+func (d *Driver) readyCheck(ctx context.Context) error {
+	if err := d.live(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: "spec.nodeName=" + d.o.nodeName})
+	if err != nil {
+		d.metrics.apiReachable.Set(0)
+		return fmt.Errorf("API server unreachable: %w", err)
+	}
+	d.metrics.apiReachable.Set(1)
+	if !d.slicesSynced.Load() {
+		return errors.New("ResourceSlices not published yet")
+	}
+	return nil
 }
 
 // live reports why the driver is not alive: a registration the kubelet

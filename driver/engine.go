@@ -110,6 +110,9 @@ type engine struct {
 	// onUnreleased reports a lost claim whose devices could not be
 	// released because the claim is gone.
 	onUnreleased func(ctx context.Context, ref ClaimRef)
+	// published says whether the driver publishes a device (nil: no
+	// check). A claim allocated a device it does not publish is refused.
+	published func(pool, device string) bool
 
 	locks keyedMutex
 
@@ -194,7 +197,7 @@ func (e *engine) load(ctx context.Context) ([]*checkpoint.Record, error) {
 	}
 	for _, c := range corrupt {
 		e.metrics.error("recover", ReasonCorrupt)
-		klog.FromContext(ctx).Error(c.Err, "Quarantined corrupt checkpoint record; the claim it described is treated as not prepared", "file", c.File, "quarantinedTo", c.QuarantinedTo)
+		klog.FromContext(ctx).Error(c.Err, "Quarantined corrupt checkpoint record; its claim keeps its CDI spec and is undone from its allocation in the API server when the kubelet prepares or unprepares it", "file", c.File, "quarantinedTo", c.QuarantinedTo, "claimUIDs", c.Claims)
 		if e.onCorrupt != nil {
 			e.onCorrupt(ctx, c)
 		}
@@ -273,25 +276,52 @@ func (e *engine) recover(ctx context.Context) error {
 			logger.Error(err, "Undo of half-way claim failed; will retry", "claim", refOf(r))
 		}
 	}
-	e.mu.Lock()
-	live := make(map[types.UID]bool, len(e.records)+len(e.lost))
-	for uid := range e.records {
-		live[uid] = true
+	e.collect(ctx)
+	return nil
+}
+
+// collect removes the CDI specs of claims that are neither held nor lost
+// and temporary files left by crashed writes. A failure is logged and
+// counted, never returned: the next collection tries again, and a
+// leftover spec harms no one (its claim's IDs are never handed out again).
+func (e *engine) collect(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if err := e.specs.RemoveStaleTemp(ctx); err != nil {
+		e.metrics.error("housekeeping", ReasonCDI)
+		logger.Error(err, "Could not remove temporary CDI files; will retry")
 	}
-	// A lost claim's CDI spec stays: its containers may still be
-	// restarted with the IDs they were given.
-	for uid := range e.lost {
-		live[uid] = true
-	}
-	e.mu.Unlock()
-	removed, err := e.specs.GC(ctx, live)
+	owned, err := e.specs.Claims(ctx)
 	if err != nil {
-		return fmt.Errorf("recover: collect orphaned CDI specs: %w", err)
+		e.metrics.error("housekeeping", ReasonCDI)
+		logger.Error(err, "Could not list CDI specs; will retry")
+		return
 	}
+	var removed []types.UID
+	stuck := 0
+	for _, uid := range owned {
+		// Under the claim's lock: a prepare of the claim cannot write its
+		// spec between the check and the removal.
+		unlock := e.locks.lock(uid)
+		e.mu.Lock()
+		live := e.records[uid] != nil || e.lost[uid]
+		e.mu.Unlock()
+		// A lost claim's CDI spec stays: its containers may still be
+		// restarted with the IDs they were given.
+		if !live {
+			if err := e.specs.Remove(ctx, uid); err != nil {
+				stuck++
+				e.metrics.error("housekeeping", ReasonCDI)
+				logger.Error(err, "Could not remove orphaned CDI spec; will retry", "claimUID", uid)
+			} else {
+				removed = append(removed, uid)
+			}
+		}
+		unlock()
+	}
+	e.metrics.orphanedSpecs.Set(float64(stuck))
 	if len(removed) > 0 {
 		logger.Info("Removed orphaned CDI specs", "claimUIDs", removed)
 	}
-	return nil
 }
 
 func hasCDIDevices(r *checkpoint.Record) bool {
@@ -402,6 +432,13 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	devs, err := devicesFromClaim(e.driverName, obj)
 	if err != nil {
 		return kubeletplugin.PrepareResult{}, failed(ReasonAllocation, "claim %s: %w", klog.KObj(obj), err)
+	}
+	if e.published != nil {
+		for _, d := range devs {
+			if !e.published(d.Pool, d.Device) {
+				return kubeletplugin.PrepareResult{}, failed(ReasonAllocation, "claim %s: device %s (request %q) is not published by driver %s on this node, so the scheduler cannot have allocated it: the allocation is stale or forged; refusing to prepare it", klog.KObj(obj), d.ID(), d.Request, e.driverName)
+			}
+		}
 	}
 	claim := Claim{ClaimRef: ClaimRef{UID: obj.UID, Namespace: obj.Namespace, Name: obj.Name}, Object: obj}
 	if len(devs) == 0 {
@@ -553,7 +590,13 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 		intent := *rec
 		intent.State = checkpoint.StateUnprepareStarted
 		if err := e.store.WriteIntent(&intent); err != nil {
-			return &claimError{reason: ReasonCheckpoint, err: err}
+			// A full disk (or any failed write) must not stop the one
+			// operation that frees resources: rename the record instead,
+			// which needs no space and reads back as the same intent.
+			if merr := e.store.MarkUnprepare(rec.ClaimUID); merr != nil {
+				return &claimError{reason: ReasonCheckpoint, err: errors.Join(err, merr)}
+			}
+			klog.FromContext(ctx).Info("Could not write the unprepare intent; renamed the record instead", "claim", ref, "err", err)
 		}
 		e.mu.Lock()
 		e.records[rec.ClaimUID] = &intent

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -23,6 +21,7 @@ type healthState struct {
 
 	mu        sync.Mutex
 	inv       *device.Inventory
+	devices   map[device.DeviceID]bool // the devices of inv
 	reports   map[device.DeviceID]device.HealthReport
 	taintedAt map[device.DeviceID]time.Time
 	changed   chan struct{} // closed and replaced on every change
@@ -46,7 +45,16 @@ func (h *healthState) setInventory(inv *device.Inventory) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inv = inv
+	h.devices = devicesOf(inv)
 	h.notifyLocked()
+}
+
+// published says whether the current inventory has the device: whether
+// the scheduler can have allocated it.
+func (h *healthState) published(pool, dev string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.devices[device.DeviceID{Pool: pool, Device: dev}]
 }
 
 func (h *healthState) inventory() *device.Inventory {
@@ -178,13 +186,4 @@ func (h *healthState) stream(ctx context.Context, reports chan<- kubeletplugin.D
 		case <-ticker.C:
 		}
 	}
-}
-
-// lockFile takes the same cross-process lock as the kubelet plugin helper.
-func lockFile(path string) (func(), error) {
-	f, err := fileutil.LockFile(path, os.O_RDWR|os.O_CREATE, 0o666)
-	if err != nil {
-		return nil, err
-	}
-	return func() { _ = f.Close() }, nil
 }

@@ -30,6 +30,8 @@ type metrics struct {
 	preparedClaims   prometheus.Gauge
 	publishedDevices prometheus.Gauge
 	unhealthyDevices prometheus.Gauge
+	apiReachable     prometheus.Gauge
+	orphanedSpecs    prometheus.Gauge
 }
 
 func newMetrics(driverName string) *metrics {
@@ -61,8 +63,16 @@ func newMetrics(driverName string) *metrics {
 			Namespace: "drakit", Subsystem: "driver", Name: "unhealthy_devices",
 			Help: "Devices currently reported unhealthy (and tainted).", ConstLabels: labels,
 		}),
+		apiReachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "drakit", Subsystem: "driver", Name: "api_server_reachable",
+			Help: "1 when the API server answered the last readiness check (or the first slice publish), 0 when it did not.", ConstLabels: labels,
+		}),
+		orphanedSpecs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "drakit", Subsystem: "driver", Name: "orphaned_cdi_specs",
+			Help: "CDI specs of claims not prepared that the last collection could not remove.", ConstLabels: labels,
+		}),
 	}
-	m.registry.MustRegister(m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices,
+	m.registry.MustRegister(m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices, m.apiReachable, m.orphanedSpecs,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

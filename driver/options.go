@@ -27,24 +27,30 @@ const (
 type Option func(*options) error
 
 type options struct {
-	discoverer        device.Discoverer
-	preparer          Preparer
-	client            kubernetes.Interface
-	restConfig        *rest.Config
-	nodeName          string
-	registrarDir      string
-	pluginDataDir     string
-	cdiDir            string
-	checkpointDir     string
-	httpAddress       string
-	rollingUpdateUID  types.UID
-	serialize         bool
-	healthTimeout     time.Duration
-	healthTaintKey    string
-	extraHelperOpts   []kubeletplugin.Option
-	deviceMetadata    bool
-	republishInterval time.Duration
+	discoverer           device.Discoverer
+	preparer             Preparer
+	client               kubernetes.Interface
+	restConfig           *rest.Config
+	nodeName             string
+	registrarDir         string
+	pluginDataDir        string
+	cdiDir               string
+	checkpointDir        string
+	httpAddress          string
+	rollingUpdateUID     types.UID
+	serialize            bool
+	healthTimeout        time.Duration
+	healthTaintKey       string
+	extraHelperOpts      []kubeletplugin.Option
+	deviceMetadata       bool
+	republishInterval    time.Duration
+	housekeepingInterval time.Duration
 }
+
+// DefaultHousekeepingInterval is how often the runtime collects orphaned
+// CDI specs and temporary files left by crashed writes, unless
+// [WithHousekeepingInterval] says otherwise.
+const DefaultHousekeepingInterval = time.Minute
 
 // WithDiscoverer sets the vendor's device discovery (required). Its
 // inventory is published as ResourceSlices at start and again after each
@@ -234,6 +240,23 @@ func WithHealthTaintKey(key string) Option {
 func WithDeviceMetadata() Option {
 	return func(o *options) error {
 		o.deviceMetadata = true
+		return nil
+	}
+}
+
+// WithHousekeepingInterval sets how often the runtime removes CDI specs of
+// claims that are not prepared (left by a crash, or by a failed removal)
+// and temporary files of writes a crash interrupted (once they are a
+// minute old). Default [DefaultHousekeepingInterval]. A failed removal is
+// logged, counted (drakit_driver_errors_total{operation="housekeeping"},
+// drakit_driver_orphaned_cdi_specs) and tried again next time; it never
+// stops the driver.
+func WithHousekeepingInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("WithHousekeepingInterval: %v is not positive", d)
+		}
+		o.housekeepingInterval = d
 		return nil
 	}
 }

@@ -36,7 +36,9 @@ const Version = 1
 const Kind = "drakit.dev/ClaimCheckpoint"
 
 const (
-	recordSuffix  = ".json"
+	recordSuffix = ".json"
+	// unprepareSuffix names a record renamed by MarkUnprepare.
+	unprepareSuffix = ".unprepare"
 	tmpPrefix     = ".tmp-"
 	quarantineDir = "quarantine"
 	// releasedSuffix marks a quarantined record whose claim was dealt
@@ -112,6 +114,11 @@ type Corrupt struct {
 	File string
 	// QuarantinedTo is where it was moved ("" if the move failed).
 	QuarantinedTo string
+	// Claims are the claims that Lost returns because of this record:
+	// the claim the file is named after, and for a record stored under
+	// another claim's name (a misplaced file), also the claim the record
+	// itself names. Empty when the move failed.
+	Claims []types.UID
 	// Err says what was wrong; it wraps ErrCorrupt.
 	Err error
 }
@@ -140,6 +147,17 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) path(uid types.UID) string {
 	return filepath.Join(s.dir, string(uid)+recordSuffix)
 }
+
+func (s *Store) markPath(uid types.UID) string {
+	return filepath.Join(s.dir, string(uid)+unprepareSuffix)
+}
+
+// misplacedError is the error of a record file that holds another
+// claim's record.
+type misplacedError struct{ holds types.UID }
+
+func (e *misplacedError) Error() string { return fmt.Sprintf("%v: holds claim %s", ErrCorrupt, e.holds) }
+func (e *misplacedError) Unwrap() error { return ErrCorrupt }
 
 // validUID rejects UIDs that could escape the folder.
 func validUID(uid types.UID) error {
@@ -239,17 +257,41 @@ func (s *Store) syncDir() error {
 	return atomicfile.SyncDir(s.dir)
 }
 
+// MarkUnprepare records the intent to unprepare uid without writing
+// anything: the record file is renamed, which needs no free space, and
+// Load returns the record in StateUnprepareStarted. It is the intent
+// record for a full disk, where WriteIntent fails; like WriteIntent it
+// does not wait for the disk. Delete removes the renamed record too.
+// Readers before this version ignore a renamed record.
+func (s *Store) MarkUnprepare(uid types.UID) error {
+	if err := validUID(uid); err != nil {
+		return fmt.Errorf("mark checkpoint record: %w", err)
+	}
+	if err := os.Rename(s.path(uid), s.markPath(uid)); err != nil {
+		return fmt.Errorf("mark checkpoint record %s for unprepare: %w", uid, err)
+	}
+	return nil
+}
+
 // Delete removes the record of uid durably (the folder is fsynced). A
 // missing record is not an error.
 func (s *Store) Delete(uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("delete checkpoint record: %w", err)
 	}
-	if err := os.Remove(s.path(uid)); err != nil {
+	removed := false
+	for _, p := range []string{s.path(uid), s.markPath(uid)} {
+		err := os.Remove(p)
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			continue
 		}
-		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
+		if err != nil {
+			return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
+		}
+		removed = true
+	}
+	if !removed {
+		return nil
 	}
 	if err := s.syncDir(); err != nil {
 		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
@@ -257,13 +299,29 @@ func (s *Store) Delete(uid types.UID) error {
 	return nil
 }
 
-// Get reads the record of uid; (nil, nil) when there is none. A corrupt
-// record returns an error wrapping ErrCorrupt and is left in place.
+// Get reads the record of uid, from the file MarkUnprepare renamed it to
+// (in StateUnprepareStarted) when there is no other; (nil, nil) when
+// there is none. A corrupt record returns an error wrapping ErrCorrupt and
+// is left in place; so does a record stored under another claim's name.
 func (s *Store) Get(uid types.UID) (*Record, error) {
 	if err := validUID(uid); err != nil {
 		return nil, fmt.Errorf("read checkpoint record: %w", err)
 	}
-	data, err := os.ReadFile(s.path(uid))
+	r, err := s.read(s.path(uid), uid)
+	if r != nil || err != nil {
+		return r, err
+	}
+	r, err = s.read(s.markPath(uid), uid)
+	if r != nil {
+		r.State = StateUnprepareStarted
+	}
+	return r, err
+}
+
+// read reads the record of uid from file; (nil, nil) when there is no
+// file.
+func (s *Store) read(file string, uid types.UID) (*Record, error) {
+	data, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -275,7 +333,7 @@ func (s *Store) Get(uid types.UID) (*Record, error) {
 		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, err)
 	}
 	if r.ClaimUID != uid {
-		return nil, fmt.Errorf("read checkpoint record %s: %w: holds claim %s", uid, ErrCorrupt, r.ClaimUID)
+		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, &misplacedError{holds: r.ClaimUID})
 	}
 	return r, nil
 }
@@ -289,44 +347,93 @@ func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("load checkpoint: %w", err)
 	}
+	seen := map[types.UID]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		full := filepath.Join(s.dir, name)
+		var uid types.UID
+		marked := false
 		switch {
 		case e.IsDir():
 			continue
 		case strings.HasPrefix(name, tmpPrefix):
 			_ = os.Remove(full)
 			continue
-		case !strings.HasSuffix(name, recordSuffix):
+		case strings.HasSuffix(name, recordSuffix):
+			uid = types.UID(strings.TrimSuffix(name, recordSuffix))
+		case strings.HasSuffix(name, unprepareSuffix):
+			uid, marked = types.UID(strings.TrimSuffix(name, unprepareSuffix)), true
+		default:
 			continue
 		}
-		uid := types.UID(strings.TrimSuffix(name, recordSuffix))
-		r, rerr := s.Get(uid)
+		r, rerr := s.read(full, uid)
 		if rerr == nil && r == nil {
 			continue // removed meanwhile
 		}
 		if rerr != nil {
 			c := Corrupt{File: full, Err: rerr}
 			if errors.Is(rerr, ErrCorrupt) || validUID(uid) != nil {
-				if to, qerr := s.quarantine(full); qerr == nil {
+				if to, qerr := s.quarantine(full, uid); qerr == nil {
 					c.QuarantinedTo = to
+					c.Claims = s.lostClaims(to, uid, rerr)
 				}
 			}
 			corrupt = append(corrupt, c)
 			continue
 		}
+		if marked {
+			r.State = StateUnprepareStarted
+		}
+		// A record and its renamed twin (a crash between the two is
+		// impossible, a hand-made copy is not): the unprepare intent
+		// wins, undoing is always safe.
+		if seen[uid] {
+			for i, old := range records {
+				if old.ClaimUID == uid && marked {
+					records[i] = r
+				}
+			}
+			continue
+		}
+		seen[uid] = true
 		records = append(records, r)
 	}
 	return records, corrupt, nil
 }
 
-func (s *Store) quarantine(full string) (string, error) {
+// lostClaims returns the claims a quarantined file at to makes lost: the
+// one its name says and, for a misplaced record, the one it holds, whose
+// own record is then missing. The latter gets a hard link in the
+// quarantine folder (no space needed) so that Lost and Release see it
+// under its own name.
+func (s *Store) lostClaims(to string, uid types.UID, err error) []types.UID {
+	var out []types.UID
+	if _, ok := quarantinedUID(filepath.Base(to)); ok {
+		out = append(out, uid)
+	}
+	var mp *misplacedError
+	if !errors.As(err, &mp) || mp.holds == uid || validUID(mp.holds) != nil {
+		return out
+	}
+	alias := filepath.Join(s.dir, quarantineDir, fmt.Sprintf("%s%s.%d", mp.holds, recordSuffix, time.Now().UnixNano()))
+	if os.Link(to, alias) == nil {
+		out = append(out, mp.holds)
+	}
+	return out
+}
+
+// quarantine moves the record file full of claim uid into the quarantine
+// folder, as "<uid>.json.<n>" (whichever name it had) when uid is valid.
+func (s *Store) quarantine(full string, uid types.UID) (string, error) {
 	qdir := filepath.Join(s.dir, quarantineDir)
 	if err := os.MkdirAll(qdir, 0o700); err != nil {
 		return "", err
 	}
-	to := filepath.Join(qdir, fmt.Sprintf("%s.%d", filepath.Base(full), time.Now().UnixNano()))
+	base := filepath.Base(full)
+	if validUID(uid) == nil {
+		base = string(uid) + recordSuffix
+	}
+	to := filepath.Join(qdir, fmt.Sprintf("%s.%d", base, time.Now().UnixNano()))
 	if err := os.Rename(full, to); err != nil {
 		return "", err
 	}

@@ -78,6 +78,16 @@ func envelopeWith(t *testing.T, version int, record string, extraEnvelope string
 	return []byte(fmt.Sprintf(`{"kind":%q,"version":%d,"sha256":%q,"record":%s%s}`, Kind, version, hex.EncodeToString(sum[:]), record, extraEnvelope))
 }
 
+// lostInOrder is what Corrupt.Claims says for a file and the claim its
+// misplaced record holds.
+func lostInOrder(file string, holds types.UID) []types.UID {
+	out := []types.UID{types.UID(strings.TrimSuffix(file, ".json"))}
+	if holds != "" {
+		out = append(out, holds)
+	}
+	return out
+}
+
 func TestLoadTolerantAndQuarantine(t *testing.T) {
 	good := sample("good")
 	goodBytes, err := Encode(good)
@@ -90,6 +100,7 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 		content     []byte
 		wantRecord  *Record
 		wantCorrupt bool
+		alsoLost    types.UID
 	}{
 		{name: "current", file: "good.json", content: goodBytes, wantRecord: good},
 		{
@@ -107,7 +118,9 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 		{name: "empty", file: "empty.json", content: nil, wantCorrupt: true},
 		{name: "checksum mismatch", file: "flip.json", content: []byte(fmt.Sprintf(`{"kind":%q,"version":1,"sha256":"00","record":{"claimUID":"flip","state":"Prepared"}}`, Kind)), wantCorrupt: true},
 		{name: "unknown state", file: "state.json", content: envelopeWith(t, 1, `{"claimUID":"state","state":"Exploded"}`, ""), wantCorrupt: true},
-		{name: "uid does not match file", file: "other.json", content: goodBytes, wantCorrupt: true},
+		// Misplaced: the file's claim and the record's claim are both
+		// lost (the record's own file is missing).
+		{name: "uid does not match file", file: "other.json", content: goodBytes, wantCorrupt: true, alsoLost: "good"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,13 +153,22 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(dir, tc.file)); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("corrupt record still in place: %v", err)
 				}
-				q, _ := s.Quarantined()
-				if len(q) != 1 {
-					t.Errorf("quarantine holds %d files, want 1", len(q))
+				wantLost := []types.UID{types.UID(strings.TrimSuffix(tc.file, ".json"))}
+				if tc.alsoLost != "" {
+					wantLost = append(wantLost, tc.alsoLost)
 				}
-				uid := types.UID(strings.TrimSuffix(tc.file, ".json"))
-				if lost, err := s.Lost(); err != nil || len(lost) != 1 || lost[0] != uid {
-					t.Errorf("Lost = %v, %v; want [%s]", lost, err, uid)
+				q, _ := s.Quarantined()
+				if len(q) != len(wantLost) {
+					t.Errorf("quarantine holds %d files, want %d", len(q), len(wantLost))
+				}
+				lost, err := s.Lost()
+				slices.Sort(lost)
+				slices.Sort(wantLost)
+				if err != nil || !slices.Equal(lost, wantLost) {
+					t.Errorf("Lost = %v, %v; want %v", lost, err, wantLost)
+				}
+				if !slices.Equal(corrupt[0].Claims, lostInOrder(tc.file, tc.alsoLost)) {
+					t.Errorf("Corrupt.Claims = %v, want %v", corrupt[0].Claims, lostInOrder(tc.file, tc.alsoLost))
 				}
 				// A second load is clean: no crash loop.
 				records, corrupt, err = s.Load()
