@@ -39,8 +39,8 @@ const (
 	recordSuffix = ".json"
 	// unprepareSuffix names a record renamed by MarkUnprepare.
 	unprepareSuffix = ".unprepare"
-	tmpPrefix     = ".tmp-"
-	quarantineDir = "quarantine"
+	tmpPrefix       = ".tmp-"
+	quarantineDir   = "quarantine"
 	// releasedSuffix marks a quarantined record whose claim was dealt
 	// with (see Store.Release).
 	releasedSuffix = ".released"
@@ -156,7 +156,9 @@ func (s *Store) markPath(uid types.UID) string {
 // claim's record.
 type misplacedError struct{ holds types.UID }
 
-func (e *misplacedError) Error() string { return fmt.Sprintf("%v: holds claim %s", ErrCorrupt, e.holds) }
+func (e *misplacedError) Error() string {
+	return fmt.Sprintf("%v: holds claim %s", ErrCorrupt, e.holds)
+}
 func (e *misplacedError) Unwrap() error { return ErrCorrupt }
 
 // validUID rejects UIDs that could escape the folder.
