@@ -52,3 +52,9 @@ func (t *TestEngine) SetClaimGetter(f func(context.Context, ClaimRef) (*resource
 // OnUnreleased sets what the engine calls for a claim whose devices it
 // cannot release.
 func (t *TestEngine) OnUnreleased(f func(context.Context, ClaimRef)) { t.e.onUnreleased = f }
+
+// Collect runs one round of the engine's housekeeping.
+func (t *TestEngine) Collect(ctx context.Context) { t.e.collect(ctx) }
+
+// SetPublished sets what the engine takes for the published devices.
+func (t *TestEngine) SetPublished(f func(pool, device string) bool) { t.e.published = f }
