@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -417,5 +419,68 @@ func TestDeviceWithoutEdits(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"PATH=/bin", "NET=1", EmptyDeviceEnv + "=eth2"}, envOf(s)); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
+	}
+}
+
+// TestRemoveOnReadOnlyFolder: removing a spec that does not exist
+// succeeds whatever the folder's state (on a read-only file system unlink
+// reports EROFS before it looks the name up); removing one that exists
+// reports the real error.
+func TestRemoveOnReadOnlyFolder(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	w := newTestWriter(t, dir, "gpu.example.com", "gpu")
+	if _, err := w.Write(ctx, Claim{UID: uid1, Devices: []Device{{Name: "d"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v: %s", err, out)
+	}
+	if err := w.Remove(ctx, uid2); err != nil {
+		t.Errorf("Remove of a spec that does not exist on a read-only folder: %v", err)
+	}
+	if err := w.Remove(ctx, uid1); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("Remove of an existing spec on a read-only folder = %v, want EROFS", err)
+	}
+	if _, err := w.GC(ctx, nil); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("GC of an orphan on a read-only folder = %v, want EROFS", err)
+	}
+}
+
+// TestRemoveStaleTemp: only this writer's temporary files older than a
+// minute go.
+func TestRemoveStaleTemp(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := newTestWriter(t, dir, "gpu.example.com", "gpu")
+	other := newTestWriter(t, dir, "gpu.example.com", "nic")
+	old := func(name string) string {
+		p := filepath.Join(dir, name)
+		mustWrite(t, p, "{")
+		if err := os.Chtimes(p, time.Now().Add(-2*time.Minute), time.Now().Add(-2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	old("." + w.prefix() + string(uid1) + ".json.1" + tmpExt)
+	keepOther := old("." + other.prefix() + string(uid1) + ".json.1" + tmpExt)
+	young := "." + w.prefix() + string(uid2) + ".json.2" + tmpExt
+	mustWrite(t, filepath.Join(dir, young), "{")
+	if err := w.RemoveStaleTemp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{keepOther, young}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("files left (-want +got):\n%s", diff)
 	}
 }
