@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
 	"github.com/drakit/drakit/device"
@@ -49,10 +50,17 @@ func (r *running) stop(t *testing.T) {
 
 func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, disc device.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
 	t.Helper()
+	return startWith(ctx, t, c.RESTConfig, d, disc, hw, opts...)
+}
+
+// startWith runs a driver that talks to the API server rc names (which
+// need not answer: the driver serves the kubelet without it).
+func startWith(ctx context.Context, t *testing.T, rc *rest.Config, d dirs, disc device.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
+	t.Helper()
 	base := []driver.Option{
 		driver.WithDiscoverer(disc),
 		driver.WithPreparer(hw),
-		driver.WithRESTConfig(c.RESTConfig),
+		driver.WithRESTConfig(rc),
 		driver.WithNodeName(testNode),
 		driver.WithRegistrarDir(d.Registrar),
 		driver.WithPluginDataDir(d.PluginData),

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -36,8 +37,11 @@ const childEnv = "DRAKIT_DRIVER_TEST_CHILD"
 
 type childConfig struct {
 	Kubeconfig string
-	Dirs       dirs
-	Devices    int
+	// APIHost, when set, is the API server's URL instead of Kubeconfig's
+	// (one that need not answer).
+	APIHost string
+	Dirs    dirs
+	Devices int
 	// Fault is the fault point at which the child kills itself with
 	// SIGKILL ("" for none), on its FaultHit-th pass there.
 	Fault    string
@@ -66,10 +70,13 @@ func childMain() int {
 			}
 		})
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	rc := &rest.Config{Host: cfg.APIHost, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if cfg.APIHost == "" {
+		var err error
+		if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 	}
 	hw, err := fakehw.New(cfg.Dirs.HW)
 	if err != nil {
