@@ -42,7 +42,15 @@ type Config struct {
 type simulated struct{}
 
 func (simulated) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
-	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvVar, dev.Device)}, nil
+	cfg, err := deviceConfig(dev)
+	if err != nil {
+		return driver.PreparedDevice{}, err
+	}
+	edits := (&cdi.Edits{}).Env(EnvVar, dev.Device)
+	if cfg.Label != "" {
+		edits.Env(LabelEnvVar, cfg.Label)
+	}
+	return driver.PreparedDevice{Edits: edits}, nil
 }
 
 func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/driver"
+)
+
+// TestDeviceConfigStrict: a claim's opaque config with a field the driver
+// does not know fails the prepare with an error naming the field; a
+// known one reaches the container.
+func TestDeviceConfigStrict(t *testing.T) {
+	dev := func(params ...string) driver.AllocatedDevice {
+		d := driver.AllocatedDevice{Request: "gpu", Pool: "node", Device: "dev-0"}
+		for i, p := range params {
+			d.Config = append(d.Config, driver.OpaqueConfig{FromClass: i == 0 && len(params) > 1, Parameters: json.RawMessage(p)})
+		}
+		return d
+	}
+	_, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{}, dev(`{"lable":"blue"}`))
+	if !errors.Is(err, driver.ErrInvalidConfig) || !strings.Contains(err.Error(), `unknown field "lable"`) || !strings.Contains(err.Error(), `request "gpu"`) {
+		t.Errorf("prepare with an unknown config field = %v, want %v naming the field and the request", err, driver.ErrInvalidConfig)
+	}
+	// The claim's config overrides the class's.
+	out, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{}, dev(`{"label":"red"}`, `{"label":"blue"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a container gets: the spec written and injected as a runtime
+	// would.
+	dir := t.TempDir()
+	w, err := cdi.NewWriter(dir, "minimal.drakit.dev", "claim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := w.Write(context.Background(), cdi.Claim{UID: "c1", Devices: []cdi.Device{{Name: "dev-0", Edits: out.Edits}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}}
+	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Process.Env, LabelEnvVar+"=blue") {
+		t.Errorf("container env %v lacks %s=blue", spec.Process.Env, LabelEnvVar)
+	}
+}
