@@ -274,4 +274,3 @@ func TestRollbackOnReadOnlyCDIFolder(t *testing.T) {
 		t.Errorf("errors_total{prepare,%s} = %v, want 0", ReasonRollback, n)
 	}
 }
-

@@ -28,6 +28,8 @@ const (
 	faultPrepareIntent     = "prepare/intent-written"
 	faultPrepareClaimHook  = "prepare/claim-hook-done"
 	faultPrepareDevice     = "prepare/device-prepared"
+	faultPrepareMetadata   = "prepare/metadata-recorded"
+	faultPrepareClaimEdits = "prepare/claim-edits-done"
 	faultPrepareCDI        = "prepare/cdi-written"
 	faultPrepareComplete   = "prepare/completed"
 	faultUnprepareIntent   = "unprepare/intent-written"
@@ -35,12 +37,14 @@ const (
 	faultUnprepareClaim    = "unprepare/claim-hook-done"
 	faultUnprepareCDI      = "unprepare/cdi-removed"
 	faultUnprepareComplete = "unprepare/record-deleted"
+	faultLostReleased      = "lost/released"
 )
 
 // faultPoints lists the fault points in the order they are reached.
 var faultPoints = []string{
-	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareCDI, faultPrepareComplete,
+	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareComplete,
 	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareComplete,
+	faultLostReleased,
 }
 
 // faultHook is nil in every program except the driver's own test binary,
@@ -497,6 +501,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: encode Metadata: %w", d.ID(), claim.ClaimRef, err))
 			}
 			rd.Metadata = raw
+			fault(faultPrepareMetadata)
 		}
 		if out.Edits != nil && !out.Edits.IsEmpty() {
 			rd.CDIName = cdiName(i, d)
@@ -511,6 +516,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 		if err != nil {
 			return rollback(failed(reasonFor(err), "container edits of claim %s: %w", claim.ClaimRef, err))
 		}
+		fault(faultPrepareClaimEdits)
 		if common != nil && !common.IsEmpty() {
 			spec.Common = common
 			// Spec-wide edits reach a container only through a device of
@@ -684,7 +690,11 @@ func (e *engine) releaseLost(ctx context.Context, obj *resourceapi.ResourceClaim
 	if err := e.undo(ctx, rec); err != nil {
 		return err
 	}
-	return e.markReleased(obj.UID)
+	if err := e.markReleased(obj.UID); err != nil {
+		return err
+	}
+	fault(faultLostReleased)
+	return nil
 }
 
 // unprepareLost unprepares a lost claim. Its devices are known only while

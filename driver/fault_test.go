@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,6 +47,8 @@ type childConfig struct {
 	// SIGKILL ("" for none), on its FaultHit-th pass there.
 	Fault    string
 	FaultHit int
+	// FailDevice is a device whose PrepareDevice fails ("" for none).
+	FailDevice string
 }
 
 func (d dirs) readyFile() string { return filepath.Join(d.Root, "ready") }
@@ -83,6 +86,17 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	// Every step a claim can take: claim hooks, device metadata,
+	// claim-wide edits.
+	hw.Metadata, hw.ClaimEnv = true, "FAKE_CLAIM"
+	if cfg.FailDevice != "" {
+		hw.FailPrepare = func(dev driver.AllocatedDevice) error {
+			if dev.Device == cfg.FailDevice {
+				return fmt.Errorf("simulated failure of %s", dev.Device)
+			}
+			return nil
+		}
+	}
 	d, err := driver.New(testDriver,
 		driver.WithDiscoverer(device.StaticDiscoverer{Inv: testInventory(cfg.Devices)}),
 		driver.WithPreparer(hw),
@@ -90,7 +104,8 @@ func childMain() int {
 		driver.WithNodeName(testNode),
 		driver.WithRegistrarDir(cfg.Dirs.Registrar),
 		driver.WithPluginDataDir(cfg.Dirs.PluginData),
-		driver.WithCDIDir(cfg.Dirs.CDI))
+		driver.WithCDIDir(cfg.Dirs.CDI),
+		driver.WithDeviceMetadata())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -117,8 +132,15 @@ type child struct {
 // startChild runs a driver process and waits until it serves.
 func startChild(t *testing.T, c *cluster.Cluster, d dirs, devices int, fault string, hit int) *child {
 	t.Helper()
+	return startChildWith(t, childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: devices, Fault: fault, FaultHit: hit})
+}
+
+// spawnChild runs a driver process.
+func spawnChild(t *testing.T, cc childConfig) *child {
+	t.Helper()
+	d := cc.Dirs
 	_ = os.Remove(d.readyFile())
-	cfg, _ := json.Marshal(childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: devices, Fault: fault, FaultHit: hit})
+	cfg, _ := json.Marshal(cc)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	log, err := os.OpenFile(filepath.Join(d.Root, "child.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -133,6 +155,14 @@ func startChild(t *testing.T, c *cluster.Cluster, d dirs, devices int, fault str
 	ch := &child{cmd: cmd, done: make(chan error, 1)}
 	go func() { ch.done <- cmd.Wait() }()
 	t.Cleanup(func() { ch.kill() })
+	return ch
+}
+
+// startChildWith runs a driver process and waits until it serves.
+func startChildWith(t *testing.T, cc childConfig) *child {
+	t.Helper()
+	d := cc.Dirs
+	ch := spawnChild(t, cc)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := os.Stat(d.readyFile()); err == nil {
@@ -237,108 +267,228 @@ func checkNode(ctx context.Context, t *testing.T, d dirs, hw *fakehw.HW, want ma
 
 var cmpEmpty = cmp.Comparer(func(a, b []types.UID) bool { return slices.Equal(a, b) })
 
+// killCase is one way the driver is killed with SIGKILL: the claim a's
+// step (fault point, a's pass there) and what a is doing then.
+type killCase struct {
+	point string
+	hit   int // a's pass at point, from 1
+	// what a is doing: "prepare", "unprepare", "rollback" (its prepare
+	// failed on dev-1 and is being undone), "lost" (its record was
+	// corrupt and it is being released from its allocation), "recover"
+	// (a second crash, in the recovery of a crashed prepare).
+	during string
+}
+
+func (k killCase) name() string {
+	return fmt.Sprintf("%s/%s#%d", k.during, strings.ReplaceAll(k.point, "/", "-"), k.hit)
+}
+
+// killCases are the fault points in every phase, a pass per device where
+// a step runs per device (a has two devices).
+func killCases() []killCase {
+	var out []killCase
+	add := func(during, point string, hits int) {
+		for h := 1; h <= hits; h++ {
+			out = append(out, killCase{point: point, hit: h, during: during})
+		}
+	}
+	for _, p := range []struct {
+		point string
+		hits  int
+	}{
+		{"prepare/intent-written", 1}, {"prepare/claim-hook-done", 1}, {"prepare/device-prepared", 2},
+		{"prepare/metadata-recorded", 2}, {"prepare/claim-edits-done", 1}, {"prepare/cdi-written", 1}, {"prepare/completed", 1},
+	} {
+		add("prepare", p.point, p.hits)
+	}
+	undo := []struct {
+		point string
+		hits  int
+	}{{"unprepare/device-unprepared", 2}, {"unprepare/claim-hook-done", 1}, {"unprepare/cdi-removed", 1}, {"unprepare/record-deleted", 1}}
+	add("unprepare", "unprepare/intent-written", 1)
+	for _, during := range []string{"unprepare", "rollback", "lost", "recover"} {
+		for _, p := range undo {
+			add(during, p.point, p.hits)
+		}
+	}
+	add("lost", "lost/released", 1)
+	return out
+}
+
 // TestKillAtEveryStep kills the driver with SIGKILL at each step of
-// prepare and unprepare, restarts it, lets the kubelet retry (or give up
-// and unprepare), and checks that every claim ends prepared exactly once
-// or cleanly unprepared.
+// prepare, unprepare, rollback, the release of a claim whose record was
+// lost, and recovery; restarts it, lets the kubelet retry (or give up and
+// unprepare), and checks that every claim ends prepared exactly once or
+// cleanly unprepared (the fake hardware reports any device or claim set
+// up twice).
 func TestKillAtEveryStep(t *testing.T) {
 	c := sharedCluster(t)
-	for _, point := range driver.FaultPoints {
+	covered := map[string]bool{}
+	survived, tried := 0, 0
+	for _, kc := range killCases() {
+		covered[kc.point] = true
 		thens := []string{"retry", "give-up"}
-		if strings.HasPrefix(point, "unprepare/") {
+		if kc.during == "unprepare" {
 			thens = []string{"retry"} // the kubelet always retries an unprepare
 		}
 		for _, then := range thens {
-			t.Run(strings.ReplaceAll(point, "/", "-")+"/"+then, func(t *testing.T) {
-				_, ctx := ktesting.NewTestContext(t)
-				ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				defer cancel()
-				ns := newNamespace(ctx, t, c)
-				d := newDirs(t)
-				hw := newHW(t, d)
-				a := createClaim(ctx, t, c, ns, "a", drivertest.Device{Request: "gpu/big", Device: "dev-0"}, drivertest.Device{Request: "nic", Device: "dev-1"})
-				// b is prepared before the crash and must survive it.
-				b := createClaim(ctx, t, c, ns, "b", drivertest.Device{Device: "dev-2"})
-				// other wants a's first device: it must succeed exactly
-				// when a is clean.
-				other := createClaim(ctx, t, c, ns, "other", drivertest.Device{Device: "dev-0"})
-
-				prepareCrash := strings.HasPrefix(point, "prepare/")
-				// b's prepare passes the prepare fault points once: die
-				// on the second pass, in a's prepare.
-				hit := 1
-				if prepareCrash {
-					hit = 2
-				}
-				ch := startChild(t, c, d, 4, point, hit)
-				k, err := drivertest.Dial(d.draSocket())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer k.Close()
-				if _, err := k.Prepare(ctx, b); err != nil {
-					t.Fatal(err)
-				}
-				if !prepareCrash {
-					if _, err := k.Prepare(ctx, a); err != nil {
-						t.Fatal(err)
-					}
-				}
-				// The fatal call: a's prepare or unprepare.
-				var callErr error
-				if prepareCrash {
-					_, callErr = k.Prepare(ctx, a)
-				} else {
-					callErr = k.Unprepare(ctx, a)
-				}
-				if callErr == nil {
-					t.Fatalf("call survived fault point %s", point)
-				}
-				ch.waitDead(t)
-
-				startChild(t, c, d, 4, "", 0)
-				// Recovery alone (before any call) has finished or undone a:
-				// only a completed prepare stays prepared.
-				recovered := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
-				if point == "prepare/completed" {
-					recovered[a] = []string{"dev-0", "dev-1"}
-				}
-				checkNode(ctx, t, d, hw, recovered)
-
-				// The kubelet's next step.
-				aPrepared := false
-				switch {
-				case prepareCrash && then == "retry":
-					if _, err := k.Prepare(ctx, a); err != nil {
-						t.Fatalf("retried prepare: %v", err)
-					}
-					aPrepared = true
-				default:
-					// Unprepare: retried after a crashed unprepare, or the
-					// pod went away after a crashed prepare.
-					if err := k.Unprepare(ctx, a); err != nil {
-						t.Fatalf("unprepare after restart: %v", err)
-					}
-				}
-				want := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
-				if aPrepared {
-					want[a] = []string{"dev-0", "dev-1"}
-				}
-				checkNode(ctx, t, d, hw, want)
-
-				_, err = k.Prepare(ctx, other)
-				if aPrepared {
-					if err == nil || !strings.Contains(err.Error(), driver.ErrDeviceInUse.Error()) {
-						t.Errorf("prepare of other claim on a's device: %v, want %v", err, driver.ErrDeviceInUse)
-					}
-				} else if err != nil {
-					t.Errorf("prepare of other claim on a's released device: %v", err)
-				}
-				if err := k.Unprepare(ctx, a, b, other); err != nil {
-					t.Fatal(err)
-				}
-				checkNode(ctx, t, d, hw, nil)
+			tried++
+			ok := t.Run(kc.name()+"/"+then, func(t *testing.T) {
+				killAndRecover(t, c, kc, then)
 			})
+			if ok {
+				survived++
+			}
 		}
 	}
+	for _, p := range driver.FaultPoints {
+		if !covered[p] {
+			t.Errorf("fault point %s is not tried", p)
+		}
+	}
+	t.Logf("kill -9 at %d injection points (%d fault points): %d of %d scenarios survived", len(killCases()), len(driver.FaultPoints), survived, tried)
+}
+
+func killAndRecover(t *testing.T, c *cluster.Cluster, kc killCase, then string) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ns := newNamespace(ctx, t, c)
+	d := newDirs(t)
+	hw := newHW(t, d)
+	a := createClaim(ctx, t, c, ns, "a", drivertest.Device{Request: "gpu/big", Device: "dev-0"}, drivertest.Device{Request: "nic", Device: "dev-1"})
+	// b is prepared before the crash and must survive it.
+	b := createClaim(ctx, t, c, ns, "b", drivertest.Device{Device: "dev-2"})
+	// other wants a's first device: it must succeed exactly when a is
+	// clean.
+	other := createClaim(ctx, t, c, ns, "other", drivertest.Device{Device: "dev-0"})
+	base := childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: 4}
+	dial := func(t *testing.T) *drivertest.Kubelet {
+		t.Helper()
+		k, err := drivertest.Dial(d.draSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		return k
+	}
+	withFault := func(point string, hit int) childConfig {
+		cc := base
+		cc.Fault, cc.FaultHit = point, hit
+		return cc
+	}
+
+	var callErr error
+	switch kc.during {
+	case "prepare":
+		// b's prepare passes each prepare fault point once (it has one
+		// device): die on a's pass.
+		ch := startChildWith(t, withFault(kc.point, kc.hit+1))
+		k := dial(t)
+		if _, err := k.Prepare(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		_, callErr = k.Prepare(ctx, a)
+		ch.waitDead(t)
+	case "unprepare":
+		ch := startChildWith(t, withFault(kc.point, kc.hit))
+		k := dial(t)
+		if _, err := k.Prepare(ctx, b, a); err != nil {
+			t.Fatal(err)
+		}
+		callErr = k.Unprepare(ctx, a)
+		ch.waitDead(t)
+	case "rollback":
+		cc := withFault(kc.point, kc.hit)
+		cc.FailDevice = "dev-1"
+		ch := startChildWith(t, cc)
+		k := dial(t)
+		if _, err := k.Prepare(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		_, callErr = k.Prepare(ctx, a)
+		ch.waitDead(t)
+	case "lost":
+		ch := startChildWith(t, base)
+		k := dial(t)
+		if _, err := k.Prepare(ctx, b, a); err != nil {
+			t.Fatal(err)
+		}
+		ch.kill()
+		if err := os.WriteFile(filepath.Join(d.PluginData, "checkpoint", string(a.UID)+".json"), []byte(`{"kind":`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ch = startChildWith(t, withFault(kc.point, kc.hit))
+		k = dial(t)
+		if then == "retry" {
+			_, callErr = k.Prepare(ctx, a) // a pod restart: released, then prepared afresh
+		} else {
+			callErr = k.Unprepare(ctx, a) // released through the API server's allocation
+		}
+		ch.waitDead(t)
+	case "recover":
+		// A prepare killed once all of a's devices are prepared...
+		ch := startChildWith(t, withFault("prepare/cdi-written", 2))
+		k := dial(t)
+		if _, err := k.Prepare(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Prepare(ctx, a); err == nil {
+			t.Fatal("prepare survived its fault point")
+		}
+		ch.waitDead(t)
+		// ... and the next process killed while recovery undoes it.
+		spawnChild(t, withFault(kc.point, kc.hit)).waitDead(t)
+		callErr = errors.New("killed in recovery")
+	}
+	if callErr == nil {
+		t.Fatalf("call survived fault point %s", kc.point)
+	}
+
+	startChildWith(t, base)
+	k := dial(t)
+	// Recovery alone (before any call) has finished or undone a: only a
+	// completed prepare stays prepared. A lost claim waits for the
+	// kubelet's next call.
+	if kc.during != "lost" {
+		recovered := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
+		if kc.point == "prepare/completed" {
+			recovered[a] = []string{"dev-0", "dev-1"}
+		}
+		checkNode(ctx, t, d, hw, recovered)
+	}
+
+	// The kubelet's next step.
+	aPrepared := false
+	switch {
+	case kc.during != "unprepare" && then == "retry":
+		if _, err := k.Prepare(ctx, a); err != nil {
+			t.Fatalf("retried prepare: %v", err)
+		}
+		aPrepared = true
+	default:
+		// Unprepare: retried after a crashed unprepare, or the pod went
+		// away after a crashed prepare.
+		if err := k.Unprepare(ctx, a); err != nil {
+			t.Fatalf("unprepare after restart: %v", err)
+		}
+	}
+	want := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
+	if aPrepared {
+		want[a] = []string{"dev-0", "dev-1"}
+	}
+	checkNode(ctx, t, d, hw, want)
+
+	_, err := k.Prepare(ctx, other)
+	if aPrepared {
+		if err == nil || !strings.Contains(err.Error(), driver.ErrDeviceInUse.Error()) {
+			t.Errorf("prepare of other claim on a's device: %v, want %v", err, driver.ErrDeviceInUse)
+		}
+	} else if err != nil {
+		t.Errorf("prepare of other claim on a's released device: %v", err)
+	}
+	if err := k.Unprepare(ctx, a, b, other); err != nil {
+		t.Fatal(err)
+	}
+	checkNode(ctx, t, d, hw, nil)
 }

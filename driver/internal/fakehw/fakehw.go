@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drakit/drakit/cdi"
@@ -35,6 +36,12 @@ type HW struct {
 	// EnvName is the env var set by the device's edits (default
 	// "FAKE_DEVICE").
 	EnvName string
+	// Metadata makes PrepareDevice return device metadata (the device's
+	// name and the claim's UID as attributes).
+	Metadata bool
+	// ClaimEnv, when set, makes ClaimEdits give the claim's containers
+	// the env var ClaimEnv=<claim UID> as claim-wide edits.
+	ClaimEnv string
 }
 
 // New returns simulated devices with their state in dir.
@@ -171,7 +178,22 @@ func (h *HW) PrepareDevice(_ context.Context, claim driver.Claim, dev driver.All
 	}
 	edits := (&cdi.Edits{}).Env(h.EnvName, dev.Device)
 	data, _ := json.Marshal(map[string]string{"configuredFor": string(claim.UID)})
-	return driver.PreparedDevice{Edits: edits, Data: data}, nil
+	out := driver.PreparedDevice{Edits: edits, Data: data}
+	if h.Metadata {
+		name, uid := dev.Device, string(claim.UID)
+		out.Metadata = &driver.DeviceMetadata{Attributes: map[string]resourceapi.DeviceAttribute{
+			"name": {StringValue: &name}, "claim": {StringValue: &uid},
+		}}
+	}
+	return out, nil
+}
+
+// ClaimEdits implements driver.ClaimEditor: nil unless ClaimEnv is set.
+func (h *HW) ClaimEdits(_ context.Context, claim driver.Claim, _ []driver.AllocatedDevice) (*cdi.Edits, error) {
+	if h.ClaimEnv == "" {
+		return nil, nil
+	}
+	return (&cdi.Edits{}).Env(h.ClaimEnv, string(claim.UID)), nil
 }
 
 // UnprepareDevice releases the device from the claim; idempotent.
