@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -234,6 +235,17 @@ func TestDriverThroughKubeletSockets(t *testing.T) {
 		unknown.UID = types.UID("00000000-0000-0000-0000-000000000000")
 		if err := k.Unprepare(ctx, unknown); err != nil {
 			t.Errorf("unprepare of unknown claim: %v", err)
+		}
+	})
+
+	t.Run("unpublished device refused", func(t *testing.T) {
+		ghost := createClaim(ctx, t, c, ns, "ghost", drivertest.Device{Device: "dev-3"}, drivertest.Device{Request: "x", Device: "ghost"})
+		_, err := k.Prepare(ctx, ghost)
+		if err == nil || !strings.Contains(err.Error(), testNode+`/ghost (request "x") is not published`) {
+			t.Errorf("prepare of a claim allocated an unpublished device: %v", err)
+		}
+		if h, _ := hw.Holders(); len(h) != 0 {
+			t.Errorf("devices configured: %v", h)
 		}
 	})
 
@@ -469,5 +481,80 @@ func TestRollingUpdate(t *testing.T) {
 	}
 	if v := hw.Violations(); len(v) > 0 {
 		t.Errorf("hardware violations: %v", v)
+	}
+}
+
+// TestAPIServerDownAtStart: a driver started while the API server cannot
+// be reached serves the kubelet and is live at once, not ready; once the
+// API server answers, its slices are published and it is ready.
+func TestAPIServerDownAtStart(t *testing.T) {
+	c, ctx, ns, d, hw := setupE2E(t)
+	// The driver reaches the API server through a proxy that is not
+	// there yet: the address refuses connections.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rc := rest.CopyConfig(c.RESTConfig)
+	rc.Host = "https://" + addr
+	r := startWith(ctx, t, rc, d, device.StaticDiscoverer{Inv: testInventory(2)}, hw, driver.WithHTTPAddress("127.0.0.1:0"))
+	base := "http://" + r.d.HTTPAddr()
+	if got := httpGet(t, base+"/healthz"); got != "ok\n" {
+		t.Errorf("/healthz during the outage = %q", got)
+	}
+	if code, body := httpStatus(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during the outage = %d %q, want 503", code, body)
+	}
+	k, err := drivertest.Dial(d.draSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+
+	// The API server comes back.
+	proxy, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the proxy's address: %v", err)
+	}
+	defer proxy.Close()
+	upstream := strings.TrimPrefix(c.RESTConfig.Host, "https://")
+	go func() {
+		for {
+			conn, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				up, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, conn) }()
+				_, _ = io.Copy(conn, up)
+			}()
+		}
+	}()
+	waitFor(ctx, t, "2 published devices", func(ctx context.Context) (bool, error) {
+		s, err := slicesOfNode(ctx, c)
+		n := 0
+		for _, x := range s {
+			n += len(x.Spec.Devices)
+		}
+		return n == 2, err
+	})
+	waitFor(ctx, t, "/readyz ok", func(context.Context) (bool, error) {
+		code, _ := httpStatus(t, base+"/readyz")
+		return code == http.StatusOK, nil
+	})
+	claim := createClaim(ctx, t, c, ns, "after-outage", drivertest.Device{Device: "dev-0"})
+	if _, err := k.Prepare(ctx, claim); err != nil {
+		t.Fatalf("prepare after the outage: %v", err)
+	}
+	if err := k.Unprepare(ctx, claim); err != nil {
+		t.Fatal(err)
 	}
 }
