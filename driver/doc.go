@@ -22,18 +22,35 @@
 //     (temporary file, fsync, rename, fsync of the folder), so a write
 //     costs the same with 10 or 10,000 claims held. Records are versioned
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
-//     record is quarantined with a log line and a Kubernetes event on the
-//     node instead of failing the driver. Its claim is not forgotten: its
+//     record (also one stored under another claim's file name, which
+//     counts for both claims) is quarantined with a log line and a
+//     Kubernetes event on the node instead of failing the driver. Its
+//     claim is not forgotten: its
 //     CDI spec is kept, and when the kubelet unprepares it (or prepares it
 //     again) the claim's devices are read from its allocation in the API
 //     server and undone (UnprepareDevice with nil data) before anything
 //     else. Only when the claim is gone from the API server by then are
 //     its devices unknown; a warning event on the node says so.
+//   - One process per folder: Run takes a lock file in the plugin data
+//     and checkpoint folders before it reads them. A second driver on the
+//     same folders (a duplicated pod, a manual start) fails at once with
+//     [ErrFoldersInUse], naming the first's PID, and touches nothing;
+//     the two pods of a rolling update ([WithRollingUpdate]) share it.
 //   - Two-phase prepare: the intent is recorded, the vendor work done, the
 //     CDI spec written, then completion recorded durably. A failure undoes
 //     the claim's devices (rollback); at start, before the sockets serve,
 //     claims left half-way by a crashed process are undone or their
-//     unprepare finished, and orphaned CDI specs are removed.
+//     unprepare finished. Unprepare records its intent too; on a full
+//     disk, where no record can be written, by renaming the record
+//     (which needs no space), so the operation that frees resources
+//     always makes progress.
+//   - Housekeeping: CDI specs of claims that are not prepared and
+//     temporary files of interrupted writes are removed at start and
+//     every [WithHousekeepingInterval]; a removal that fails (a read-only
+//     folder) is logged, counted and retried, never fatal.
+//   - Allocations are checked against the published devices: a claim
+//     allocated a device this driver does not publish (a stale or forged
+//     allocation) is refused before any vendor code runs.
 //   - Idempotency: a repeated prepare returns the recorded result without
 //     calling the vendor; unprepare of an unknown claim succeeds; unprepare
 //     works from the checkpoint after the claim was deleted.
@@ -53,12 +70,21 @@
 //     claim's containers as a JSON file.
 //   - Health: WatchHealthStatus streams the devices' health to the
 //     kubelet.
-//   - Metrics and liveness on one HTTP port ([WithHTTPAddress]):
+//   - Metrics, liveness and readiness on one HTTP port
+//     ([WithHTTPAddress]):
 //     drakit_driver_prepare_claim_duration_seconds,
 //     drakit_driver_unprepare_claim_duration_seconds,
 //     drakit_driver_errors_total{operation,reason},
 //     drakit_driver_prepared_claims, drakit_driver_published_devices,
-//     drakit_driver_unhealthy_devices; /healthz.
+//     drakit_driver_unhealthy_devices, drakit_driver_api_server_reachable,
+//     drakit_driver_orphaned_cdi_specs; /healthz (the driver's own
+//     health: its sockets serve) and /readyz (also: the API server
+//     answers and the slices are published). The kubelet is served from
+//     the start, also while the API server is down; the slices are
+//     published as soon as it answers.
+//   - Permissions: sockets and lock files are 0600 and the plugin data
+//     folder 0750 whatever the process umask; existing folders that
+//     others may write are tightened.
 //   - Concurrency: calls for different claims run in parallel (the helper's
 //     global serialization is off unless [WithSerializedCalls] or
 //     [WithRollingUpdate]); [WithRESTConfig] sets a client rate limit that

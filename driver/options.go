@@ -168,10 +168,14 @@ func WithCheckpointDir(dir string) Option {
 	}
 }
 
-// WithHTTPAddress serves /metrics (Prometheus) and /healthz (liveness) on
-// addr, e.g. ":8080" or "127.0.0.1:0". Default: no HTTP server.
-// /healthz fails when the kubelet reported a failed registration or the
-// driver's gRPC socket does not accept connections.
+// WithHTTPAddress serves /metrics (Prometheus), /healthz (liveness) and
+// /readyz (readiness) on addr, e.g. ":8080" or "127.0.0.1:0". Default: no
+// HTTP server. /healthz fails when the kubelet reported a failed
+// registration or the driver's gRPC socket does not accept connections:
+// the driver's own health, never the API server's, so that an API
+// outage does not make a liveness probe restart it. /readyz fails also
+// while the API server does not answer or the slices are not published
+// yet.
 func WithHTTPAddress(addr string) Option {
 	return func(o *options) error {
 		o.httpAddress = addr
@@ -184,7 +188,9 @@ func WithHTTPAddress(addr string) Option {
 // Both instances must share the plugin data and checkpoint folders; calls
 // are then serialized across the two through a file lock and each call
 // reads the checkpoint from disk, so that either instance can unprepare
-// what the other prepared.
+// what the other prepared. Both must run with WithRollingUpdate: they
+// share the folders' instance lock, which a driver without it holds
+// alone (see [ErrFoldersInUse]).
 func WithRollingUpdate(podUID types.UID) Option {
 	return func(o *options) error {
 		if podUID == "" {
