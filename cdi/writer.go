@@ -1,8 +1,10 @@
 package cdi
 
 import (
-	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -78,6 +80,16 @@ func WithoutFsync() Option {
 	return func(o *options) error { o.fsync = false; return nil }
 }
 
+const (
+	specExt = ".json"
+	tmpExt  = ".tmp"
+	// claimAnnotation records namespace/name of the claim in a spec.
+	claimAnnotation = "drakit.io/claim"
+	// staleTempAge is how old a temporary file must be for GC to take it
+	// for the leftover of a crashed write.
+	staleTempAge = time.Minute
+)
+
 // NewWriter returns a Writer for specs of kind "<vendor>/<class>" in dir
 // (the folder the container runtime reads, typically /var/run/cdi). vendor
 // is usually the driver name ("gpu.example.com"), class the kind of device
@@ -85,7 +97,23 @@ func WithoutFsync() Option {
 // digits, '_', '-' or '.', ending with a letter or digit. dir must be an
 // absolute path; it is created on the first write if missing.
 func NewWriter(dir, vendor, class string, opts ...Option) (*Writer, error) {
-	return newWriter(dir, vendor, class, opts...)
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("new CDI writer: dir %q: must be an absolute path", dir)
+	}
+	if err := validateKindPart("vendor", vendor); err != nil {
+		return nil, fmt.Errorf("new CDI writer: %w", err)
+	}
+	if err := validateKindPart("class", class); err != nil {
+		return nil, fmt.Errorf("new CDI writer: %w", err)
+	}
+	w := &Writer{dir: filepath.Clean(dir), vendor: vendor, class: class,
+		opts: options{fileMode: 0o644, fsync: true}}
+	for _, o := range opts {
+		if err := o(&w.opts); err != nil {
+			return nil, fmt.Errorf("new CDI writer: %w", err)
+		}
+	}
+	return w, nil
 }
 
 // Dir returns the folder the Writer writes into.
@@ -115,38 +143,16 @@ func (w *Writer) QualifiedName(claimUID types.UID, device string) (string, error
 
 // SpecPath returns the path of the spec file of a claim.
 func (w *Writer) SpecPath(claimUID types.UID) (string, error) {
-	return w.specPath(claimUID)
+	if err := ValidateUID(claimUID); err != nil {
+		return "", fmt.Errorf("build spec path: %w", err)
+	}
+	return filepath.Join(w.dir, w.prefix()+string(claimUID)+specExt), nil
 }
 
-// Write validates the claim's spec (every problem, with the field named),
-// writes it atomically (a temporary file in the same folder, fsync,
-// rename, fsync of the folder) replacing an earlier spec of the same
-// claim, and returns the qualified CDI device IDs in the order of
-// claim.Devices. Common edits go into the spec's top-level edits, which a
-// runtime applies once per container that gets any device of the claim.
-// A claim with no devices is an error: it would yield no IDs.
-func (w *Writer) Write(ctx context.Context, claim Claim) ([]string, error) {
-	return w.write(ctx, claim)
-}
-
-// Remove deletes the spec file of a claim. A missing file is not an error
-// (Remove is idempotent).
-func (w *Writer) Remove(ctx context.Context, claimUID types.UID) error {
-	return w.remove(ctx, claimUID)
-}
-
-// Claims returns the UIDs of the claims that have a spec file of this
-// Writer's vendor and class in the folder, sorted.
-func (w *Writer) Claims(ctx context.Context) ([]types.UID, error) {
-	return w.claims(ctx)
-}
-
-// GC removes the spec files of this Writer's vendor and class whose claim
-// is not in live, and temporary files of crashed writes (older than a
-// minute, so that writes in progress are not disturbed). live must hold
-// every claim that is prepared or being prepared.
-// Files of other vendors or classes and files it cannot parse as its own
-// are left alone. It returns the UIDs whose specs it removed, sorted.
-func (w *Writer) GC(ctx context.Context, live map[types.UID]bool) ([]types.UID, error) {
-	return w.gc(ctx, live)
+// prefix is the start of every spec file name of this writer. '+' occurs
+// in no vendor, class or UID, so "<vendor>+<class>+<uid>" is unambiguous:
+// the CDI convention "<vendor>-<class>_<id>" is not ("a-b"+"c" and
+// "a"+"b-c" collide).
+func (w *Writer) prefix() string {
+	return w.vendor + "+" + w.class + "+"
 }

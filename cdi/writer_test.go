@@ -246,6 +246,13 @@ func TestGC(t *testing.T) {
 	if diff := cmp.Diff([]types.UID{uid1, uid2, "c3"}, got); diff != "" {
 		t.Errorf("Claims (-want +got):\n%s", diff)
 	}
+	orphans, err := w.Orphans(ctx, func(u types.UID) bool { return u == uid2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]types.UID{uid1, "c3"}, orphans); diff != "" {
+		t.Errorf("Orphans (-want +got):\n%s", diff)
+	}
 	removed, err := w.GC(ctx, map[types.UID]bool{uid2: true})
 	if err != nil {
 		t.Fatalf("GC: %v", err)

@@ -294,7 +294,11 @@ func (e *engine) collect(ctx context.Context) {
 		e.metrics.error("housekeeping", ReasonCDI)
 		logger.Error(err, "Could not remove temporary CDI files; will retry")
 	}
-	owned, err := e.specs.Claims(ctx)
+	orphans, err := e.specs.Orphans(ctx, func(uid types.UID) bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.records[uid] != nil || e.lost[uid]
+	})
 	if err != nil {
 		e.metrics.error("housekeeping", ReasonCDI)
 		logger.Error(err, "Could not list CDI specs; will retry")
@@ -302,9 +306,9 @@ func (e *engine) collect(ctx context.Context) {
 	}
 	var removed []types.UID
 	stuck := 0
-	for _, uid := range owned {
-		// Under the claim's lock: a prepare of the claim cannot write its
-		// spec between the check and the removal.
+	for _, uid := range orphans {
+		// Again under the claim's lock: a prepare of the claim cannot
+		// write its spec between the check and the removal.
 		unlock := e.locks.lock(uid)
 		e.mu.Lock()
 		live := e.records[uid] != nil || e.lost[uid]

@@ -1,0 +1,101 @@
+package cdi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/internal/atomicfile"
+)
+
+// Write validates the claim's spec (every problem, with the field named),
+// writes it atomically (a temporary file in the same folder, fsync,
+// rename, fsync of the folder) replacing an earlier spec of the same
+// claim, and returns the qualified CDI device IDs in the order of
+// claim.Devices. Common edits go into the spec's top-level edits, which a
+// runtime applies once per container that gets any device of the claim.
+// A claim with no devices is an error: it would yield no IDs.
+func (w *Writer) Write(ctx context.Context, claim Claim) ([]string, error) {
+	spec, ids, err := w.Spec(claim)
+	if err != nil {
+		return nil, err
+	}
+	path, err := w.SpecPath(claim.UID)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode CDI spec of claim %q: %w", claim.UID, err)
+	}
+	if err := w.writeFile(path, data); err != nil {
+		return nil, fmt.Errorf("write CDI spec of claim %q: %w", claim.UID, err)
+	}
+	klog.FromContext(ctx).V(5).Info("Wrote CDI spec", "path", path, "claimUID", claim.UID, "devices", len(ids))
+	return ids, nil
+}
+
+// writeFile writes data to path atomically: temp file in the same folder,
+// fsync, rename over path, fsync of the folder.
+func (w *Writer) writeFile(path string, data []byte) error {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return fmt.Errorf("create folder: %w", err)
+	}
+	return atomicfile.Write(path, data, atomicfile.Options{
+		TempPattern: "." + filepath.Base(path) + ".*" + tmpExt,
+		Mode:        fs.FileMode(w.opts.fileMode),
+		SyncFile:    w.opts.fsync,
+		SyncDir:     w.opts.fsync,
+	})
+}
+
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
+
+// removeFile removes path; a file that does not exist is removed
+// already, whatever error the removal reports (on a read-only file system
+// unlink says EROFS before it looks the name up).
+// It says whether it removed a file.
+func removeFile(path string) (bool, error) {
+	err := os.Remove(path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
+// Remove deletes the spec file of a claim. A missing file is not an error
+// (Remove is idempotent).
+func (w *Writer) Remove(ctx context.Context, claimUID types.UID) error {
+
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return fmt.Errorf("remove CDI spec: %w", err)
+	}
+	removed, err := removeFile(path)
+	if err != nil {
+		return fmt.Errorf("remove CDI spec of claim %q: %w", claimUID, err)
+	}
+	if !removed {
+		return nil
+	}
+	if w.opts.fsync {
+		if err := syncDir(w.dir); err != nil {
+			return fmt.Errorf("remove CDI spec of claim %q: %w", claimUID, err)
+		}
+	}
+	klog.FromContext(ctx).V(5).Info("Removed CDI spec", "path", path, "claimUID", claimUID)
+	return nil
+}
