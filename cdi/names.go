@@ -105,6 +105,23 @@ func ValidateUID(uid types.UID) error {
 	return nil
 }
 
+// ParseKind splits a CDI kind "<vendor>/<class>" ("acme.example.com/fpga")
+// into its parts and checks both by the CDI rules (see [NewWriter]). The
+// error wraps [ErrInvalidName].
+func ParseKind(kind string) (vendor, class string, err error) {
+	vendor, class, ok := strings.Cut(kind, "/")
+	if !ok {
+		return "", "", fmt.Errorf("CDI kind %q: must be <vendor>/<class>: %w", kind, ErrInvalidName)
+	}
+	if err := validateKindPart("vendor", vendor); err != nil {
+		return "", "", fmt.Errorf("CDI kind %q: %w", kind, err)
+	}
+	if err := validateKindPart("class", class); err != nil {
+		return "", "", fmt.Errorf("CDI kind %q: %w", kind, err)
+	}
+	return vendor, class, nil
+}
+
 // validateKindPart checks a vendor or class name by the CDI rules; what
 // names the field.
 func validateKindPart(what, s string) error {

@@ -491,3 +491,20 @@ func TestRemoveStaleTemp(t *testing.T) {
 		t.Errorf("files left (-want +got):\n%s", diff)
 	}
 }
+
+func TestParseKind(t *testing.T) {
+	for kind, want := range map[string]string{
+		"acme.example.com/fpga": "",
+		"acme.example.com":      "must be <vendor>/<class>",
+		"/fpga":                 "vendor: must not be empty",
+		"acme.example.com/-x":   `class "-x": must start with a letter`,
+	} {
+		vendor, class, err := ParseKind(kind)
+		switch {
+		case want == "" && (err != nil || vendor+"/"+class != kind):
+			t.Errorf("ParseKind(%q) = %q, %q, %v", kind, vendor, class, err)
+		case want != "" && (!errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), want)):
+			t.Errorf("ParseKind(%q) error = %v, want %q wrapping ErrInvalidName", kind, err, want)
+		}
+	}
+}

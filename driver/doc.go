@@ -60,7 +60,8 @@
 //     ([ErrDeviceInUse]) unless one of the two allocations has admin access
 //     or both are distinct shares of a device that allows multiple
 //     allocations.
-//   - One CDI spec per claim ("<driver>/claim=<claim UID>_<n>-<device>").
+//   - One CDI spec per claim ("<driver>/claim=<claim UID>_<n>-<device>",
+//     or another kind with [WithCDIKind]).
 //     Edits common to all devices of a claim (driver libraries, hooks)
 //     come from an optional [ClaimEditor] and go into the spec's
 //     spec-wide edits, applied once to a container that gets any of them.

@@ -30,8 +30,9 @@ import (
 	"github.com/drakit/drakit/driver/internal/checkpoint"
 )
 
-// cdiClass is the CDI class of the runtime's per-claim devices: their IDs
-// are "<driver name>/claim=<claim UID>_<device>".
+// cdiClass is the default CDI class of the runtime's per-claim devices:
+// their IDs are "<driver name>/claim=<claim UID>_<n>-<device>" unless
+// [WithCDIKind] says otherwise.
 const cdiClass = "claim"
 
 // Driver is a DRA driver assembled from a vendor's [device.Discoverer] and
@@ -71,6 +72,8 @@ func New(name string, opts ...Option) (*Driver, error) {
 		healthTimeout: 30 * time.Second,
 
 		housekeepingInterval: DefaultHousekeepingInterval,
+		cdiVendor:            name,
+		cdiClass:             cdiClass,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -185,7 +188,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	}
 	// CDI specs are not fsynced: recovery checks every prepared claim's
 	// spec and undoes the claim when it is missing or torn.
-	specs, err := cdi.NewWriter(d.o.cdiDir, d.name, cdiClass, cdi.WithoutFsync())
+	specs, err := cdi.NewWriter(d.o.cdiDir, d.o.cdiVendor, d.o.cdiClass, cdi.WithoutFsync())
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}

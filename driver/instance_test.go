@@ -280,3 +280,34 @@ func httpStatus(t *testing.T, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestCDIKind: with WithCDIKind the runtime's specs are of that kind: the
+// runtime collects an orphan of its kind and leaves one of the default
+// kind alone.
+func TestCDIKind(t *testing.T) {
+	ctx := testCtx(t)
+	d := newDirs(t)
+	write := func(vendor, class string) {
+		w, err := cdi.NewWriter(d.CDI, vendor, class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(ctx, cdi.Claim{UID: "orphan", Devices: []cdi.Device{{Name: "d"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("acme.example.com", "fpga")
+	write(testDriver, driver.CDIClass)
+	startWith(ctx, t, deadAPI(t), d, device.StaticDiscoverer{Inv: testInventory(1)}, newHW(t, d), driver.WithCDIKind("acme.example.com/fpga"))
+	entries, err := os.ReadDir(d.CDI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if d := cmp.Diff([]string{testDriver + "+" + driver.CDIClass + "+orphan.json"}, names); d != "" {
+		t.Errorf("CDI folder after start (-want +got):\n%s", d)
+	}
+}

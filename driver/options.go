@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
 )
 
@@ -45,6 +46,7 @@ type options struct {
 	deviceMetadata       bool
 	republishInterval    time.Duration
 	housekeepingInterval time.Duration
+	cdiVendor, cdiClass  string
 }
 
 // DefaultHousekeepingInterval is how often the runtime collects orphaned
@@ -263,6 +265,23 @@ func WithHousekeepingInterval(d time.Duration) Option {
 			return fmt.Errorf("WithHousekeepingInterval: %v is not positive", d)
 		}
 		o.housekeepingInterval = d
+		return nil
+	}
+}
+
+// WithCDIKind sets the CDI kind of the runtime's per-claim CDI devices,
+// "<vendor>/<class>" (e.g. "acme.example.com/fpga"): their IDs are
+// "<kind>=<claim UID>_<n>-<device>" and their spec files
+// "<vendor>+<class>+<claim UID>.json". Default "<driver name>/claim".
+// Changing the kind of a running deployment leaves the specs of claims
+// prepared before with the old kind: unprepare them first.
+func WithCDIKind(kind string) Option {
+	return func(o *options) error {
+		vendor, class, err := cdi.ParseKind(kind)
+		if err != nil {
+			return fmt.Errorf("WithCDIKind: %w", err)
+		}
+		o.cdiVendor, o.cdiClass = vendor, class
 		return nil
 	}
 }

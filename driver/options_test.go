@@ -37,6 +37,9 @@ func TestNewValidation(t *testing.T) {
 		{name: "short health timeout", driver: "a.b", opts: with(driver.WithHealthTimeout(1)), wantErr: "WithHealthTimeout"},
 		{name: "bad taint key", driver: "a.b", opts: with(driver.WithHealthTaintKey("not a key")), wantErr: `health taint key "not a key"`},
 		{name: "empty rolling update uid", driver: "a.b", opts: with(driver.WithRollingUpdate("")), wantErr: "WithRollingUpdate: empty pod UID"},
+		{name: "CDI kind without class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com")), wantErr: "WithCDIKind: CDI kind \"acme.example.com\": must be <vendor>/<class>"},
+		{name: "bad CDI class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com/-fpga")), wantErr: "WithCDIKind"},
+		{name: "zero housekeeping interval", driver: "a.b", opts: with(driver.WithHousekeepingInterval(0)), wantErr: "WithHousekeepingInterval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
