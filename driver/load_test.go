@@ -30,7 +30,12 @@ func TestConcurrentPrepare(t *testing.T) {
 	ns := newNamespace(ctx, t, c)
 	d := newDirs(t)
 	hw := newHW(t, d)
-	startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: testInventory(8)}, hw)
+	// The claims' devices are published: the driver refuses others.
+	inv := &device.Inventory{Driver: testDriver, Pools: []device.Pool{{Name: testNode}}}
+	for i := range n {
+		inv.Pools[0].Devices = append(inv.Pools[0].Devices, device.New(fmt.Sprintf("load-%d", i)))
+	}
+	startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: inv}, hw)
 
 	claims := make([]*resourceapi.ResourceClaim, n)
 	var wg sync.WaitGroup
