@@ -214,6 +214,11 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err := nodeLocal(inv); err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}
+	// Publishing happens in the background, once the API server answers:
+	// an inventory that cannot become slices fails now, not then.
+	if _, err := inv.DriverResources(); err != nil {
+		return fmt.Errorf("run driver: publish devices: %w", err)
+	}
 	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
 	d.health.setInventory(inv)
 	eng.published = d.health.published

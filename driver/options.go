@@ -192,7 +192,9 @@ func WithHTTPAddress(addr string) Option {
 // reads the checkpoint from disk, so that either instance can unprepare
 // what the other prepared. Both must run with WithRollingUpdate: they
 // share the folders' instance lock, which a driver without it holds
-// alone (see [ErrFoldersInUse]).
+// alone (see [ErrFoldersInUse]). So the rollout that turns rolling
+// updates on must replace the old pods before it starts new ones
+// (maxUnavailable, not maxSurge).
 func WithRollingUpdate(podUID types.UID) Option {
 	return func(o *options) error {
 		if podUID == "" {
