@@ -19,27 +19,7 @@ import (
 // Claims returns the UIDs of the claims that have a spec file of this
 // Writer's vendor and class in the folder, sorted.
 func (w *Writer) Claims(ctx context.Context) ([]types.UID, error) {
-	entries, err := os.ReadDir(w.dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list CDI specs: %w", err)
-	}
-	var out []types.UID
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if uid, ok := w.ownedFile(e.Name()); ok {
-			out = append(out, uid)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("list CDI specs: %w", ctx.Err())
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return w.Orphans(ctx, func(types.UID) bool { return false })
 }
 
 // ownedFile reports whether a folder entry is a spec file of this writer

@@ -54,19 +54,6 @@ func TestLostRecord(t *testing.T) {
 	refOf := func(c *resourceapi.ResourceClaim) ClaimRef {
 		return ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
 	}
-	holders := func(t *testing.T, e *env) map[string][]types.UID {
-		t.Helper()
-		h, err := e.hw.Holders()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range h {
-			if len(v) == 0 {
-				delete(h, k)
-			}
-		}
-		return h
-	}
 	lost := func(t *testing.T, e *env) []types.UID {
 		t.Helper()
 		l, err := e.eng.Store().Lost()
@@ -103,7 +90,7 @@ func TestLostRecord(t *testing.T) {
 		if err := e.eng.Unprepare(ctx, refOf(l)); err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(map[string][]types.UID{"node-a_dev-0": {"keep-1"}}, holders(t, e)); diff != "" {
+		if diff := cmp.Diff(map[string][]types.UID{"node-a_dev-0": {"keep-1"}}, e.holders(t)); diff != "" {
 			t.Errorf("configured devices after unprepare (-want +got):\n%s", diff)
 		}
 		if specs, _ = e.eng.Specs().Claims(ctx); !cmp.Equal(specs, []types.UID{"keep-1"}) {
@@ -133,7 +120,7 @@ func TestLostRecord(t *testing.T) {
 			t.Errorf("prepare result = %+v, want one device with a CDI ID", r)
 		}
 		noViolations(t, e)
-		if diff := cmp.Diff(map[string][]types.UID{"node-a_dev-1": {"lost-2"}}, holders(t, e)); diff != "" {
+		if diff := cmp.Diff(map[string][]types.UID{"node-a_dev-1": {"lost-2"}}, e.holders(t)); diff != "" {
 			t.Errorf("configured devices (-want +got):\n%s", diff)
 		}
 		if got := lost(t, e); len(got) != 0 {
@@ -142,7 +129,7 @@ func TestLostRecord(t *testing.T) {
 		if err := e.eng.Unprepare(ctx, refOf(l)); err != nil {
 			t.Fatal(err)
 		}
-		if h := holders(t, e); len(h) != 0 {
+		if h := e.holders(t); len(h) != 0 {
 			t.Errorf("configured devices after unprepare: %v", h)
 		}
 	})
