@@ -221,7 +221,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	}
 	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
 	d.health.setInventory(inv)
-	eng.published = d.health.published
+	eng.published = func(pool, dev string) bool {
+		return d.o.uncheckedPools[pool] || d.health.published(pool, dev)
+	}
 
 	helperOpts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),

@@ -558,3 +558,27 @@ func TestAPIServerDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUncheckedPools: devices of a pool named in WithUncheckedPools (one
+// a controller publishes) are prepared unpublished; other unpublished
+// devices are still refused.
+func TestUncheckedPools(t *testing.T) {
+	c, ctx, ns, d, hw := setupE2E(t)
+	startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: testInventory(1)}, hw, driver.WithUncheckedPools("fabric"))
+	k, err := drivertest.Dial(d.draSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	fabric := createClaim(ctx, t, c, ns, "fabric", drivertest.Device{Pool: "fabric", Device: "nic-7"})
+	if _, err := k.Prepare(ctx, fabric); err != nil {
+		t.Errorf("prepare of a device in an unchecked pool: %v", err)
+	}
+	ghost := createClaim(ctx, t, c, ns, "ghost", drivertest.Device{Device: "ghost"})
+	if _, err := k.Prepare(ctx, ghost); err == nil || !strings.Contains(err.Error(), "is not published") {
+		t.Errorf("prepare of an unpublished device in the node's pool: %v", err)
+	}
+	if err := k.Unprepare(ctx, fabric, ghost); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -47,6 +47,7 @@ type options struct {
 	republishInterval    time.Duration
 	housekeepingInterval time.Duration
 	cdiVendor, cdiClass  string
+	uncheckedPools       map[string]bool
 }
 
 // DefaultHousekeepingInterval is how often the runtime collects orphaned
@@ -284,6 +285,29 @@ func WithCDIKind(kind string) Option {
 			return fmt.Errorf("WithCDIKind: %w", err)
 		}
 		o.cdiVendor, o.cdiClass = vendor, class
+		return nil
+	}
+}
+
+// WithUncheckedPools names pools whose allocated devices the driver
+// prepares without checking that it publishes them. By default a claim
+// allocated a device that is not in the driver's current inventory (an
+// unknown device, another pool) is refused before any vendor code runs:
+// the scheduler cannot have allocated it. Name here the pools that a
+// controller publishes for this driver (network-attached devices, see
+// resourceslice.StartController) and that this node prepares, or a
+// pool a benchmark allocates from without a scheduler.
+func WithUncheckedPools(pools ...string) Option {
+	return func(o *options) error {
+		if o.uncheckedPools == nil {
+			o.uncheckedPools = map[string]bool{}
+		}
+		for _, p := range pools {
+			if p == "" {
+				return errors.New("WithUncheckedPools: empty pool name")
+			}
+			o.uncheckedPools[p] = true
+		}
 		return nil
 	}
 }

@@ -139,6 +139,7 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: targetName, Pools: []device.Pool{{Name: c.pool, Devices: []*device.Device{device.New("dev-0")}}}}}),
 			driver.WithPreparer(envPreparer{}), driver.WithRESTConfig(rc), driver.WithNodeName(c.node),
 			driver.WithRegistrarDir(dir), driver.WithPluginDataDir(dir), driver.WithCDIDir(filepath.Join(tmp, "cdi")),
+			driver.WithUncheckedPools(c.pool), // claims are allocated without a scheduler
 			driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(-1)))
 		if err != nil {
 			return err
