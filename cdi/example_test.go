@@ -60,3 +60,13 @@ func ExampleEncodeName() {
 	fmt.Println(cdi.EncodeName("pool-a/gpu_0"))
 	// Output: pool-a_2fgpu_5f0
 }
+
+func ExampleParseKind() {
+	vendor, class, err := cdi.ParseKind("acme.example.com/fpga")
+	fmt.Println(vendor, class, err)
+	_, _, err = cdi.ParseKind("acme.example.com/")
+	fmt.Println(err)
+	// Output:
+	// acme.example.com fpga <nil>
+	// CDI kind "acme.example.com/": class: must not be empty: invalid name
+}

@@ -3,7 +3,10 @@ package driver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
@@ -87,4 +90,59 @@ func ExampleClaimEditor() {
 	_, ok := p.(driver.ClaimEditor)
 	fmt.Println("claim-wide edits:", ok)
 	// Output: claim-wide edits: true
+}
+
+// A second driver on the folders of a running one stops at once, before
+// it reads or changes anything, and says who holds them.
+func ExampleErrFoldersInUse() {
+	dir, err := os.MkdirTemp("", "ex")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	newDriver := func() *driver.Driver {
+		d, err := driver.New("gpu.example.com",
+			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{{Name: "node-1", Devices: []*device.Device{device.New("gpu-0")}}}}}),
+			driver.WithPreparer(envPreparer{}),
+			// No API server is needed to serve the kubelet.
+			driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:1"}),
+			driver.WithNodeName("node-1"),
+			driver.WithPluginDataDir(filepath.Join(dir, "plugin")),
+			driver.WithRegistrarDir(filepath.Join(dir, "registry")),
+			driver.WithCDIDir(filepath.Join(dir, "cdi")))
+		if err != nil {
+			panic(err)
+		}
+		return d
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := newDriver()
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	<-first.Ready()
+
+	err = newDriver().Run(context.Background())
+	fmt.Println("second driver refused:", errors.Is(err, driver.ErrFoldersInUse))
+	cancel()
+	fmt.Println("first driver stopped:", <-done)
+	// Output:
+	// second driver refused: true
+	// first driver stopped: <nil>
+}
+
+// The per-claim CDI devices can have a kind of the vendor's own.
+func ExampleWithCDIKind() {
+	for _, kind := range []string{"acme.example.com/fpga", "acme.example.com"} {
+		_, err := driver.New("fpga.acme.example.com",
+			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "fpga.acme.example.com"}}),
+			driver.WithPreparer(envPreparer{}),
+			driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:6443"}),
+			driver.WithNodeName("node-1"),
+			driver.WithCDIKind(kind))
+		fmt.Printf("%s: %v\n", kind, err)
+	}
+	// Output:
+	// acme.example.com/fpga: <nil>
+	// acme.example.com: new driver fpga.acme.example.com: WithCDIKind: CDI kind "acme.example.com": must be <vendor>/<class>: invalid name
 }
