@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/drakit/drakit/cdi"
 	. "github.com/drakit/drakit/driver"
@@ -272,5 +275,31 @@ func TestRollbackOnReadOnlyCDIFolder(t *testing.T) {
 	}
 	if n := e.eng.ErrorCount("prepare", ReasonRollback); n != 0 {
 		t.Errorf("errors_total{prepare,%s} = %v, want 0", ReasonRollback, n)
+	}
+}
+
+// TestCorruptRecordLogLine: the log line about a quarantined record says
+// what happens to its claim (undone from its allocation), not that it is
+// treated as not prepared.
+func TestCorruptRecordLogLine(t *testing.T) {
+	e := newEnv(t)
+	if r := e.eng.Prepare(ctxFor(t), testClaim("c1", alloc{request: "r", device: "dev-0"})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "checkpoint", "c1.json"), []byte(`{"kind":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	store, err := checkpoint.Open(filepath.Join(e.dir, "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewTestEngine(testDriver, store, e.eng.Specs(), e.hw).Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if !strings.Contains(logged, "undone from its allocation") || strings.Contains(logged, "treated as not prepared") {
+		t.Errorf("log about the corrupt record does not say the claim is undone from its allocation:\n%s", logged)
 	}
 }
