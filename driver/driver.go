@@ -356,7 +356,18 @@ func (d *Driver) publishLoop(ctx context.Context) {
 		}
 		start := time.Now()
 		first := !d.slicesSynced.Load()
-		if err := d.publish(ctx, d.health.inventory()); err != nil {
+		var waiting *time.Timer
+		if first {
+			waiting = time.AfterFunc(5*time.Second, func() {
+				d.metrics.apiReachable.Set(0)
+				logger.Info("Waiting for the API server to publish ResourceSlices; the kubelet is served meanwhile")
+			})
+		}
+		err := d.publish(ctx, d.health.inventory())
+		if waiting != nil {
+			waiting.Stop()
+		}
+		if err != nil {
 			if ctx.Err() == nil {
 				logger.Error(err, "Publishing devices failed")
 			}
