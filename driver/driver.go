@@ -359,7 +359,6 @@ func (d *Driver) publishLoop(ctx context.Context) {
 		var waiting *time.Timer
 		if first {
 			waiting = time.AfterFunc(5*time.Second, func() {
-				d.metrics.apiReachable.Set(0)
 				logger.Info("Waiting for the API server to publish ResourceSlices; the kubelet is served meanwhile")
 			})
 		}
