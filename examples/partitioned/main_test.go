@@ -175,7 +175,7 @@ func TestPacking(t *testing.T) {
 		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "card", ResourceClaimName: &claim.Name}},
-			Containers: []corev1.Container{{Name: "c", Image: "unused", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "card"}}}}}}}
+			Containers:     []corev1.Container{{Name: "c", Image: "unused", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "card"}}}}}}}
 		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
