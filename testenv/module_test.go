@@ -37,6 +37,17 @@ func TestVendorModule(t *testing.T) {
 		t.Fatalf("go test in %s: %v\n%s", dir, err, out.String())
 	}
 	t.Logf("go test in %s:\n%s", dir, out.String())
+
+	// The cluster's binaries are installed from the vendor's module too.
+	tools := t.TempDir()
+	setup := exec.Command("go", "run", "github.com/drakit/drakit/cmd/drakit", "setup", "--write-tools-module", tools)
+	setup.Dir, setup.Env = dir, cmd.Env
+	if out, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("drakit setup from the vendor's module: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(tools, "go.mod")); err != nil {
+		t.Errorf("drakit setup from the vendor's module wrote no tools module: %v", err)
+	}
 	t.Logf("the driver's non-test Go code: %d lines", goLines(t, dir))
 }
 

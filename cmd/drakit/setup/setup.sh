@@ -2,21 +2,21 @@
 # setup.sh installs everything drakit's local cluster needs, idempotently:
 #   1. Debian packages the node needs (runc, CNI plugins, busybox-static, ...)
 #   2. etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
-#      kubelet and kubectl v1.37.2, built from the Go module proxy with the
-#      tools module in hack/tools (never a dependency of the library)
-#   3. containerd v2.4.2, ctr and the runc shim, from the Go module proxy
+#      kubelet and kubectl, built from the Go module proxy with the tools
+#      module (tools.mod; never a dependency of the library)
+#   3. containerd, ctr and the runc shim, from the Go module proxy
 #   4. the pause and busybox images as docker-archive tarballs
-# Everything lands in $DRAKIT_CACHE (default ~/.cache/drakit); a second run
-# only checks that it is all there. Progress goes to stderr.
+# "drakit setup" runs it (embedded in the drakit command) with the tools
+# module written to $TOOLS and the folders set from package cluster, so the
+# versions and the cache layout have one source. A second run only checks
+# that it is all there. Progress goes to stderr.
 set -euo pipefail
 
-K8S_VERSION=v1.37.2
-ETCD_VERSION=v3.7.0
+K8S_VERSION=${K8S_VERSION:?set by drakit setup}
+BIN=${BIN:?set by drakit setup}
+IMAGES=${IMAGES:?set by drakit setup}
+TOOLS=${TOOLS:?set by drakit setup}
 CONTAINERD_VERSION=v2.4.2
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${DRAKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/drakit}
-BIN=$CACHE/k8s-$K8S_VERSION/bin
-IMAGES=$CACHE/k8s-$K8S_VERSION/images
 APT_PACKAGES=(runc containernetworking-plugins busybox-static iptables conntrack socat openssl)
 
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -46,7 +46,8 @@ install_apt() {
 }
 
 build_k8s() {
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
+  local minor; minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   local cmds=(etcd kubectl kubelet kube-scheduler kube-controller-manager kube-apiserver)
   local i=0 n=${#cmds[@]}
   mkdir -p "$BIN"
@@ -57,7 +58,7 @@ build_k8s() {
     [ "$c" = etcd ] && pkg=go.etcd.io/etcd/server/v3
     say "[$i/$n] building $c (cold builds take minutes; kube-apiserver ~5 min on 2 cores)"
     local t0=$SECONDS
-    (cd "$ROOT/hack/tools" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/$c.tmp" "$pkg") \
+    (cd "$TOOLS" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$BIN/$c.tmp" "$pkg") \
       || die "building $c failed"
     mv "$BIN/$c.tmp" "$BIN/$c"
     say "[$i/$n] $c built in $((SECONDS-t0)) s"
@@ -91,7 +92,7 @@ docker_archive() {
   local diffid; diffid=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
   mkdir -p "$work/$diffid"; mv "$work/layer.tar" "$work/$diffid/layer.tar"
   local cmdjson; cmdjson=$(printf '"%s",' "$@"); cmdjson="[${cmdjson%,}]"
-  printf '{"architecture":"amd64","os":"linux","config":{"Cmd":%s,"Env":["PATH=/bin:/usr/bin:/sbin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"drakit hack/setup.sh"}]}' \
+  printf '{"architecture":"amd64","os":"linux","config":{"Cmd":%s,"Env":["PATH=/bin:/usr/bin:/sbin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"drakit setup"}]}' \
     "$cmdjson" "$diffid" >"$work/config.json"
   local cfgid; cfgid=$(sha256sum "$work/config.json" | cut -d' ' -f1)
   mv "$work/config.json" "$work/$cfgid.json"
@@ -105,8 +106,8 @@ build_images() {
   if [ ! -f "$IMAGES/pause.tar" ]; then
     need_cmd gcc "install it with: apt-get install -y gcc libc6-dev"
     local src
-    src=$(cd "$ROOT/hack/tools" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
-    [ -f "$src/build/pause/linux/pause.c" ] || (cd "$ROOT/hack/tools" && go mod download k8s.io/kubernetes)
+    src=$(cd "$TOOLS" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+    [ -f "$src/build/pause/linux/pause.c" ] || (cd "$TOOLS" && go mod download k8s.io/kubernetes)
     local r; r=$(mktemp -d)
     gcc -Os -static -DVERSION=3.10-drakit -o "$r/pause" "$src/build/pause/linux/pause.c" \
       || die "compiling pause failed (needs gcc and the static libc: apt-get install -y libc6-dev)"
