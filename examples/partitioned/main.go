@@ -34,12 +34,9 @@ import (
 	"github.com/drakit/drakit/topology"
 )
 
-// DriverName is the driver's name; EnvVar is the variable a container
-// gets, set to the device it was given ("card-0", "card-0-a").
-const (
-	DriverName = "partitioned.drakit.dev"
-	EnvVar     = "PARTITIONED_DEVICE"
-)
+// DriverName is the driver's name; a container gets its device's name in
+// EnvVar ("card-0", "card-0-a").
+const DriverName, EnvVar = "partitioned.drakit.dev", "PARTITIONED_DEVICE"
 
 // Config describes the node's cards and where their state is read.
 type Config struct {
@@ -80,8 +77,8 @@ func halves(n int64) map[string]resource.Quantity {
 }
 
 // monitor reports each card's health: Unhealthy when its file exists in
-// dir (the file's first word is the reason), else Healthy. A report on a
-// card (its counter set) applies to the card and both halves.
+// dir (the file holds the reason), else Healthy. A report on a card (its
+// counter set) applies to the card and both halves.
 func monitor(node string, cards int, dir string) func(context.Context) ([]device.HealthReport, error) {
 	return func(context.Context) ([]device.HealthReport, error) {
 		var out []device.HealthReport
@@ -90,10 +87,7 @@ func monitor(node string, cards int, dir string) func(context.Context) ([]device
 			data, err := os.ReadFile(filepath.Join(dir, r.Device.Device))
 			switch {
 			case err == nil:
-				r.Health, r.Reason = device.Unhealthy, "Fault"
-				if f := strings.Fields(string(data)); len(f) > 0 {
-					r.Reason = f[0]
-				}
+				r.Health, r.Reason = device.Unhealthy, strings.TrimSpace(string(data))
 			case !errors.Is(err, os.ErrNotExist):
 				return nil, fmt.Errorf("read card health: %w", err)
 			}
