@@ -35,13 +35,13 @@ type Env struct {
 	// RealNode says whether NodeName has a kubelet ([WithRealNode]).
 	RealNode bool
 	// RegistrarDir is where the driver puts its registration socket: the
-	// kubelet's plugin registry on a real node, an empty folder of the
-	// test's otherwise (where conformance.Test looks for it).
+	// kubelet's plugin registry on a real node, an empty folder otherwise
+	// (where conformance.Test looks for it).
 	RegistrarDir string
 	// PluginsDir holds the drivers' own folders ([Env.PluginDataDir]).
 	PluginsDir string
 	// CDIDir is the folder the container runtime reads CDI specs from
-	// (on a fake node, a folder of the test's).
+	// (on a fake node, an empty folder).
 	CDIDir string
 	// BusyboxImage and PauseImage are images loaded on a real node, for
 	// pods with imagePullPolicy Never (busybox has sh, env, cat, sleep).
@@ -152,7 +152,9 @@ func Start(t testing.TB, opts ...Option) *Env {
 	fakes := o.fakeNodes
 	if !o.realNode {
 		fakes = append([]string{o.nodeName}, fakes...)
-		dir := t.TempDir()
+		// Under the cluster's folder (short paths: unix sockets go here),
+		// removed with it.
+		dir := filepath.Join(c.Dir, "fake-node")
 		e.RegistrarDir, e.PluginsDir, e.CDIDir = filepath.Join(dir, "registry"), filepath.Join(dir, "plugins"), filepath.Join(dir, "cdi")
 		for _, d := range []string{e.RegistrarDir, e.PluginsDir, e.CDIDir} {
 			if err := os.MkdirAll(d, 0o750); err != nil {
