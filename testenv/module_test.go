@@ -26,11 +26,16 @@ func TestVendorModule(t *testing.T) {
 	if testing.Verbose() {
 		args = append(args, "-v")
 	}
-	cmd := exec.Command("go", append(args, "./...")...)
-	cmd.Dir = dir
 	// Missing go.sum lines for drakit's own dependencies are filled in
 	// from the module cache or proxy instead of failing the build.
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	vet := exec.Command("go", "vet", "./...")
+	vet.Dir, vet.Env = dir, goEnv
+	if out, err := vet.CombinedOutput(); err != nil {
+		t.Fatalf("go vet in %s: %v\n%s", dir, err, out)
+	}
+	cmd := exec.Command("go", append(args, "./...")...)
+	cmd.Dir, cmd.Env = dir, goEnv
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -41,7 +46,7 @@ func TestVendorModule(t *testing.T) {
 	// The cluster's binaries are installed from the vendor's module too.
 	tools := t.TempDir()
 	setup := exec.Command("go", "run", "github.com/drakit/drakit/cmd/drakit", "setup", "--write-tools-module", tools)
-	setup.Dir, setup.Env = dir, cmd.Env
+	setup.Dir, setup.Env = dir, goEnv
 	if out, err := setup.CombinedOutput(); err != nil {
 		t.Fatalf("drakit setup from the vendor's module: %v\n%s", err, out)
 	}
