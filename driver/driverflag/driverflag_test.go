@@ -125,37 +125,31 @@ func TestOptions(t *testing.T) {
 			t.Errorf("node name %q, want from-env", f.NodeName)
 		}
 	})
-	t.Run("folders reach the driver", func(t *testing.T) {
-		dir := t.TempDir()
-		opts, err := parse(t, "--node-name", "n", "--kubeconfig", kc, "--plugin-data-dir", dir, "-v", "3").Options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := driver.New("x.example.com", append(opts,
-			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "x.example.com"}}),
-			driver.WithPreparer(nopPreparer{}))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := filepath.Join(dir, "dra.sock"); d.DRASocket() != want {
-			t.Errorf("socket %s, want %s", d.DRASocket(), want)
-		}
-	})
-	t.Run("default plugin folder", func(t *testing.T) {
-		opts, err := parse(t, "--node-name", "n", "--kubeconfig", kc).Options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := driver.New("x.example.com", append(opts,
-			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "x.example.com"}}),
-			driver.WithPreparer(nopPreparer{}))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := filepath.Join(driverflag.DefaultPluginDataDir("x.example.com"), "dra.sock"); d.DRASocket() != want {
-			t.Errorf("socket %s, want %s", d.DRASocket(), want)
-		}
-	})
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantSocket string
+	}{
+		{"folders reach the driver", []string{"--plugin-data-dir", dir, "-v", "3"}, filepath.Join(dir, "dra.sock")},
+		{"default plugin folder", nil, filepath.Join(driverflag.DefaultPluginDataDir("x.example.com"), "dra.sock")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, err := parse(t, append([]string{"--node-name", "n", "--kubeconfig", kc}, tc.args...)...).Options()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := driver.New("x.example.com", append(opts,
+				driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "x.example.com"}}),
+				driver.WithPreparer(nopPreparer{}))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.DRASocket() != tc.wantSocket {
+				t.Errorf("socket %s, want %s", d.DRASocket(), tc.wantSocket)
+			}
+		})
+	}
 }
 
 func TestRegisterKeepsExistingKlogFlags(t *testing.T) {
