@@ -23,7 +23,7 @@ const (
 
 // HealthSource is where a [HealthDiscoverer] gets health reports: a
 // function it polls ([PollHealth]) or a channel the vendor's monitor
-// sends on ([HealthChannel]).
+// sends on ([HealthChannel]). The zero value is no source.
 type HealthSource struct {
 	every time.Duration
 	poll  func(context.Context) ([]HealthReport, error)
