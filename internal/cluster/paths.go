@@ -10,7 +10,7 @@ import (
 // Version is the Kubernetes version the cluster runs.
 const Version = "v1.37.2"
 
-// CacheDir is where hack/setup.sh puts what it builds: $DRAKIT_CACHE, else
+// CacheDir is where drakit setup puts what it builds: $DRAKIT_CACHE, else
 // $XDG_CACHE_HOME/drakit, else ~/.cache/drakit.
 func CacheDir() string {
 	if d := os.Getenv("DRAKIT_CACHE"); d != "" {
