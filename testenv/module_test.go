@@ -28,7 +28,7 @@ func TestVendorModule(t *testing.T) {
 	}
 	// Missing go.sum lines for drakit's own dependencies are filled in
 	// from the module cache or proxy instead of failing the build.
-	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
 	vet := exec.Command("go", "vet", "./...")
 	vet.Dir, vet.Env = dir, goEnv
 	if out, err := vet.CombinedOutput(); err != nil {
