@@ -20,16 +20,19 @@
 //
 // # Use
 //
-// From a vendor's own tests:
+// From a vendor's own tests, on a cluster that package testenv starts
+// (a control plane and a fake node; the suite plays the node's kubelet):
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Test(t, conformance.Config{
-//			DriverName: "gpu.example.com", NodeName: "node-1", Client: client,
-//			RegistrationPath: "/var/lib/kubelet/plugins_registry",
-//			CDIDirs: []string{"/var/run/cdi"},
-//			StartCommand: []string{"./my-driver", "--node-name=node-1"},
-//		})
+//		env := testenv.Start(t)
+//		cfg := env.ConformanceConfig("gpu.example.com") // client, node, folders
+//		cfg.StartCommand = append([]string{"./my-driver"}, env.DriverArgs("gpu.example.com")...)
+//		conformance.Test(t, cfg)
 //	}
+//
+// On an existing cluster, Config.Client is any cluster-admin clientset
+// and the folders are the node's (/var/lib/kubelet/plugins_registry,
+// /var/run/cdi).
 //
 // or "drakit conformance" from the command line, which runs [Run] and
 // writes the summary, JUnit XML and JSON.

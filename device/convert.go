@@ -14,48 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// withTaints implements Inventory.WithTaints.
-func (inv *Inventory) withTaints(taints map[DeviceID][]Taint) (*Inventory, error) {
-	if inv == nil {
-		if len(taints) == 0 {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("taint devices: nil inventory: %w", ErrUnknownDevice)
-	}
-	out := inv.Clone()
-	if len(taints) == 0 {
-		return out, nil
-	}
-	index := make(map[DeviceID]*Device)
-	for _, p := range out.Pools {
-		for _, d := range p.Devices {
-			if d != nil {
-				index[DeviceID{Pool: p.Name, Device: d.name}] = d
-			}
-		}
-	}
-	ids := make([]DeviceID, 0, len(taints))
-	for id := range taints {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(a, b DeviceID) int {
-		if c := strings.Compare(a.Pool, b.Pool); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Device, b.Device)
-	})
-	for _, id := range ids {
-		d, ok := index[id]
-		if !ok {
-			return nil, fmt.Errorf("taint device %s: %w", id, ErrUnknownDevice)
-		}
-		for _, t := range taints[id] {
-			d.taints = append(d.taints, t.clone())
-		}
-	}
-	return out, nil
-}
-
 // poolLayout is how one pool is cut into slices.
 type poolLayout struct {
 	counterSlices [][]resourceapi.CounterSet
@@ -122,61 +80,6 @@ func layout(cp convertedPool) poolLayout {
 		l.deviceSlices = append(l.deviceSlices, cp.devices[start:len(cp.devices):len(cp.devices)])
 	}
 	return l
-}
-
-func (inv *Inventory) driverResources(converted []convertedPool) *resourceslice.DriverResources {
-	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(inv.Pools))}
-	for i := range inv.Pools {
-		p := &inv.Pools[i]
-		rp := resourceslice.Pool{
-			AllNodes: p.AllNodes,
-			Slices:   layout(converted[i]).slices(),
-		}
-		if p.NodeSelector != nil {
-			rp.NodeSelector = p.NodeSelector.DeepCopy()
-		}
-		out.Pools[p.Name] = rp
-	}
-	return out
-}
-
-func (inv *Inventory) resourceSlices(nodeName string) []*resourceapi.ResourceSlice {
-	if inv == nil {
-		return nil
-	}
-	var out []*resourceapi.ResourceSlice
-	for i := range inv.Pools {
-		p := &inv.Pools[i]
-		ss := layout(convertPool(inv.Driver, p)).slices()
-		for j, s := range ss {
-			rs := &resourceapi.ResourceSlice{
-				ObjectMeta: metav1.ObjectMeta{Name: sliceName(inv.Driver, p.Name, j)},
-				Spec: resourceapi.ResourceSliceSpec{
-					Driver: inv.Driver,
-					Pool: resourceapi.ResourcePool{
-						Name:               p.Name,
-						Generation:         1,
-						ResourceSliceCount: int64(len(ss)),
-					},
-					Devices:        s.Devices,
-					SharedCounters: s.SharedCounters,
-				},
-			}
-			switch {
-			case p.NodeSelector != nil:
-				rs.Spec.NodeSelector = p.NodeSelector.DeepCopy()
-				if p.AllNodes {
-					rs.Spec.AllNodes = ptr.To(true)
-				}
-			case p.AllNodes:
-				rs.Spec.AllNodes = ptr.To(true)
-			default:
-				rs.Spec.NodeName = ptr.To(nodeName)
-			}
-			out = append(out, rs)
-		}
-	}
-	return out
 }
 
 // sliceName is a deterministic, valid object name for slice index of a pool.

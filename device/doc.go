@@ -14,6 +14,11 @@
 // the inventory into the resourceslice.DriverResources that
 // kubeletplugin.Helper.PublishResources takes.
 //
+// Two Discoverers are ready-made: [StaticDiscoverer] for an inventory that
+// never changes and has no health, and [NewHealthDiscoverer] for a fixed
+// inventory whose health a vendor's monitor reports, polled or pushed; a
+// report on a counter set (a card) applies to every partition of it.
+//
 // The conversion respects every limit of resource.k8s.io/v1 in Kubernetes
 // 1.37 (128 devices per slice, 64 when a slice holds a device with taints
 // or counter consumption; counter sets in slices of their own, 8 per

@@ -1,8 +1,10 @@
 package device_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -73,4 +75,45 @@ func ExampleSanitizeName() {
 	// Output:
 	// gpu-0
 	// 0000-3b-00-0-ff0d521a
+}
+
+// A card usable whole or as two halves, with its health polled from the
+// vendor's monitor: a report on the card's counter set applies to the
+// whole card and to both halves.
+func ExampleNewHealthDiscoverer() {
+	mem := map[string]resource.Quantity{"mem": resource.MustParse("16Gi")}
+	half := map[string]resource.Quantity{"mem": resource.MustParse("8Gi")}
+	inv := &device.Inventory{Driver: "fpga.example.com", Pools: []device.Pool{{
+		Name:        "node-1",
+		CounterSets: []device.CounterSet{{Name: "card-0", Counters: mem}},
+		Devices: []*device.Device{
+			device.New("card-0-a").ConsumesCounters("card-0", half),
+			device.New("card-0-b").ConsumesCounters("card-0", half),
+			device.New("card-0").ConsumesCounters("card-0", mem),
+		},
+	}}}
+	overheated := func(context.Context) ([]device.HealthReport, error) {
+		return []device.HealthReport{{Device: device.DeviceID{Pool: "node-1", Device: "card-0"}, Health: device.Unhealthy, Reason: "Overheat"}}, nil
+	}
+	d, err := device.NewHealthDiscoverer(inv, device.PollHealth(10*time.Second, overheated))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan device.Event)
+	go func() { _ = d.Watch(ctx, events) }()
+	for range 2 { // the "not reported yet" event, then the first poll
+		for _, r := range (<-events).Health {
+			fmt.Println(r.Device.Device, r.Health, r.Reason)
+		}
+	}
+	// Output:
+	// card-0-a Unknown NotReported
+	// card-0-b Unknown NotReported
+	// card-0 Unknown NotReported
+	// card-0 Unhealthy Overheat
+	// card-0-a Unhealthy Overheat
+	// card-0-b Unhealthy Overheat
 }

@@ -2,6 +2,8 @@ package device
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -127,5 +129,42 @@ func (inv *Inventory) Lookup(id DeviceID) *Device {
 // [ErrUnknownDevice] (the copy is not returned then). The result is the
 // same for the same input: the map is applied in sorted order.
 func (inv *Inventory) WithTaints(taints map[DeviceID][]Taint) (*Inventory, error) {
-	return inv.withTaints(taints)
+	if inv == nil {
+		if len(taints) == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("taint devices: nil inventory: %w", ErrUnknownDevice)
+	}
+	out := inv.Clone()
+	if len(taints) == 0 {
+		return out, nil
+	}
+	index := make(map[DeviceID]*Device)
+	for _, p := range out.Pools {
+		for _, d := range p.Devices {
+			if d != nil {
+				index[DeviceID{Pool: p.Name, Device: d.name}] = d
+			}
+		}
+	}
+	ids := make([]DeviceID, 0, len(taints))
+	for id := range taints {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b DeviceID) int {
+		if c := strings.Compare(a.Pool, b.Pool); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Device, b.Device)
+	})
+	for _, id := range ids {
+		d, ok := index[id]
+		if !ok {
+			return nil, fmt.Errorf("taint device %s: %w", id, ErrUnknownDevice)
+		}
+		for _, t := range taints[id] {
+			d.taints = append(d.taints, t.clone())
+		}
+	}
+	return out, nil
 }

@@ -2,7 +2,9 @@ package device
 
 import (
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
 )
 
 // API limits that the conversion respects (resource.k8s.io/v1, 1.37).
@@ -36,11 +38,23 @@ const (
 // inventory always gives the same result, deeply equal, with attribute
 // names in the driver's own domain written without the domain.
 func (inv *Inventory) DriverResources() (*resourceslice.DriverResources, error) {
-	converted, err := inv.validate()
+	converted, err := inv.convertChecked()
 	if err != nil {
 		return nil, err
 	}
-	return inv.driverResources(converted), nil
+	out := &resourceslice.DriverResources{Pools: make(map[string]resourceslice.Pool, len(inv.Pools))}
+	for i := range inv.Pools {
+		p := &inv.Pools[i]
+		rp := resourceslice.Pool{
+			AllNodes: p.AllNodes,
+			Slices:   layout(converted[i]).slices(),
+		}
+		if p.NodeSelector != nil {
+			rp.NodeSelector = p.NodeSelector.DeepCopy()
+		}
+		out.Pools[p.Name] = rp
+	}
+	return out, nil
 }
 
 // ResourceSlices converts the inventory into complete ResourceSlice
@@ -51,5 +65,40 @@ func (inv *Inventory) DriverResources() (*resourceslice.DriverResources, error) 
 // "<driver>-<pool>-<index>", made DNS-safe with [SanitizeName]; the pool
 // generation is 1.
 func (inv *Inventory) ResourceSlices(nodeName string) []*resourceapi.ResourceSlice {
-	return inv.resourceSlices(nodeName)
+	if inv == nil {
+		return nil
+	}
+	var out []*resourceapi.ResourceSlice
+	for i := range inv.Pools {
+		p := &inv.Pools[i]
+		ss := layout(convertPool(inv.Driver, p)).slices()
+		for j, s := range ss {
+			rs := &resourceapi.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: sliceName(inv.Driver, p.Name, j)},
+				Spec: resourceapi.ResourceSliceSpec{
+					Driver: inv.Driver,
+					Pool: resourceapi.ResourcePool{
+						Name:               p.Name,
+						Generation:         1,
+						ResourceSliceCount: int64(len(ss)),
+					},
+					Devices:        s.Devices,
+					SharedCounters: s.SharedCounters,
+				},
+			}
+			switch {
+			case p.NodeSelector != nil:
+				rs.Spec.NodeSelector = p.NodeSelector.DeepCopy()
+				if p.AllNodes {
+					rs.Spec.AllNodes = ptr.To(true)
+				}
+			case p.AllNodes:
+				rs.Spec.AllNodes = ptr.To(true)
+			default:
+				rs.Spec.NodeName = ptr.To(nodeName)
+			}
+			out = append(out, rs)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -104,7 +105,34 @@ func (e *ValidationError) ObjectProblems() []Problem {
 // It returns nil or a *[ValidationError] with every problem, in a stable
 // order. Metadata is checked for the name (or generateName) only.
 func Validate(slices ...*resourceapi.ResourceSlice) error {
-	return validateSlices(slices)
+	c := &checker{}
+	for i, s := range slices {
+		c.slice = i
+		if s == nil {
+			c.obj(field.Required(field.NewPath(""), "nil ResourceSlice"))
+			continue
+		}
+		mp := field.NewPath("metadata")
+		switch {
+		case s.Name != "":
+			c.dnsSubdomain(s.Name, mp.Child("name"))
+		case s.GenerateName != "":
+			// The server appends 5 characters, truncating the prefix
+			// to 58; what remains must be a DNS subdomain.
+			prefix := s.GenerateName
+			if len(prefix) > validation.DNS1123SubdomainMaxLength-5 {
+				prefix = prefix[:validation.DNS1123SubdomainMaxLength-5]
+			}
+			for _, msg := range validation.IsDNS1123Subdomain(prefix + "x") {
+				c.obj(field.Invalid(mp.Child("generateName"), s.GenerateName, msg))
+			}
+		default:
+			c.obj(field.Required(mp.Child("name"), "name or generateName is required"))
+		}
+		c.sliceSpec(&s.Spec, field.NewPath("spec"))
+	}
+	c.poolConsistency(slices)
+	return c.err()
 }
 
 // Validate checks the inventory: every rule the API server applies to the
@@ -112,6 +140,6 @@ func Validate(slices ...*resourceapi.ResourceSlice) error {
 // set names, consumed counters exist). It returns nil or a
 // *[ValidationError] with paths into the inventory.
 func (inv *Inventory) Validate() error {
-	_, err := inv.validate()
+	_, err := inv.convertChecked()
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -125,37 +124,6 @@ func (c *checker) sliceSpec(s *resourceapi.ResourceSliceSpec, p *field.Path) {
 	}
 }
 
-func validateSlices(in []*resourceapi.ResourceSlice) error {
-	c := &checker{}
-	for i, s := range in {
-		c.slice = i
-		if s == nil {
-			c.obj(field.Required(field.NewPath(""), "nil ResourceSlice"))
-			continue
-		}
-		mp := field.NewPath("metadata")
-		switch {
-		case s.Name != "":
-			c.dnsSubdomain(s.Name, mp.Child("name"))
-		case s.GenerateName != "":
-			// The server appends 5 characters, truncating the prefix
-			// to 58; what remains must be a DNS subdomain.
-			prefix := s.GenerateName
-			if len(prefix) > validation.DNS1123SubdomainMaxLength-5 {
-				prefix = prefix[:validation.DNS1123SubdomainMaxLength-5]
-			}
-			for _, msg := range validation.IsDNS1123Subdomain(prefix + "x") {
-				c.obj(field.Invalid(mp.Child("generateName"), s.GenerateName, msg))
-			}
-		default:
-			c.obj(field.Required(mp.Child("name"), "name or generateName is required"))
-		}
-		c.sliceSpec(&s.Spec, field.NewPath("spec"))
-	}
-	c.poolConsistency(in)
-	return c.err()
-}
-
 // poolConsistency checks what the API server cannot: slices of one
 // driver's pool against each other.
 func (c *checker) poolConsistency(in []*resourceapi.ResourceSlice) {
@@ -256,11 +224,13 @@ func (pc *poolChecker) addDevice(d *resourceapi.Device, slice int, p *field.Path
 	}
 }
 
-// validate implements Inventory.Validate: the same rules, with paths into
-// the inventory. Slice-level limits are met by construction (the
-// conversion splits), so only per-device, per-set and per-pool rules
-// apply.
-func (inv *Inventory) validate() ([]convertedPool, error) {
+// convertChecked converts the inventory's pools into API objects and checks
+// them by the rules of [Validate], with paths into the inventory: what is
+// checked is exactly what is published. Slice-level limits are met by
+// construction (the conversion splits), so only per-device, per-set and
+// per-pool rules apply. [Inventory.Validate] and
+// [Inventory.DriverResources] share it.
+func (inv *Inventory) convertChecked() ([]convertedPool, error) {
 	c := &checker{slice: -1}
 	if inv == nil {
 		c.obj(field.Required(field.NewPath("inventory"), "nil inventory"))

@@ -23,7 +23,10 @@ type Request struct {
 	// Name is the request's name, a DNS label unique in the claim. A
 	// constraint names the requests it aligns by this name.
 	Name string
-	// DeviceClassName is the DeviceClass to allocate from.
+	// DeviceClassName is the DeviceClass to allocate from. It may be
+	// empty in a spec that is completed later (conformance.Config's
+	// ExtraClaims give such requests the suite's class); the API server
+	// rejects a claim whose request names no class.
 	DeviceClassName string
 	// Count is how many devices; 0 means 1.
 	Count int64
@@ -72,7 +75,8 @@ func SameNUMANode(requests ...string) resourceapi.DeviceConstraint {
 // ClaimSpec builds a ResourceClaimSpec with one exactly-counted request per
 // element of requests and the given constraints. It checks what the API
 // server would check for these fields (names, counts, references from
-// constraints to requests, attribute names) and returns an error wrapping
+// constraints to requests, attribute names), except that a request may
+// name no DeviceClass (see [Request]), and returns an error wrapping
 // ErrInvalidClaim that names the field at fault.
 func ClaimSpec(requests []Request, constraints ...resourceapi.DeviceConstraint) (resourceapi.ResourceClaimSpec, error) {
 	var spec resourceapi.ResourceClaimSpec
@@ -92,7 +96,7 @@ func ClaimSpec(requests []Request, constraints ...resourceapi.DeviceConstraint) 
 			return spec, fmt.Errorf("build claim spec: %w: %s.name %q: duplicate", ErrInvalidClaim, field, r.Name)
 		}
 		names[r.Name] = true
-		if errs := validation.IsDNS1123Subdomain(r.DeviceClassName); len(errs) > 0 {
+		if errs := validation.IsDNS1123Subdomain(r.DeviceClassName); r.DeviceClassName != "" && len(errs) > 0 {
 			return spec, fmt.Errorf("build claim spec: %w: %s.exactly.deviceClassName %q: %s", ErrInvalidClaim, field, r.DeviceClassName, strings.Join(errs, "; "))
 		}
 		count := r.Count

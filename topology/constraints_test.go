@@ -69,7 +69,7 @@ func TestClaimSpecErrors(t *testing.T) {
 		{"too many requests", many, nil, "spec.devices.requests: 33 entries"},
 		{"bad request name", []topology.Request{{Name: "GPU", DeviceClassName: "c"}}, nil, "spec.devices.requests[0].name"},
 		{"duplicate request", []topology.Request{{Name: "a", DeviceClassName: "c"}, {Name: "a", DeviceClassName: "c"}}, nil, "spec.devices.requests[1].name"},
-		{"no class", []topology.Request{{Name: "a"}}, nil, "spec.devices.requests[0].exactly.deviceClassName"},
+		{"bad class", []topology.Request{{Name: "a", DeviceClassName: "GPU"}}, nil, "spec.devices.requests[0].exactly.deviceClassName"},
 		{"negative count", []topology.Request{{Name: "a", DeviceClassName: "c", Count: -1}}, nil, "spec.devices.requests[0].exactly.count"},
 		{"count above limit", []topology.Request{{Name: "a", DeviceClassName: "c", Count: 33}}, nil, "spec.devices.requests[0].exactly.count"},
 		{"empty selector", []topology.Request{{Name: "a", DeviceClassName: "c", Selectors: []string{" "}}}, nil, "spec.devices.requests[0].exactly.selectors[0]"},
@@ -252,5 +252,17 @@ func TestSamePCIeRootWithRealAllocator(t *testing.T) {
 	}
 	if got := allocate(t, taken, topology.SamePCIeRoot("gpu", "nic")); got != nil {
 		t.Errorf("with both aligned pairs taken the allocator gave %+v, want nothing", got)
+	}
+}
+
+// TestClaimSpecWithoutClass builds a spec whose request names no class, as
+// conformance.Config.ExtraClaims accepts (the suite fills in its class).
+func TestClaimSpecWithoutClass(t *testing.T) {
+	spec, err := topology.ClaimSpec([]topology.Request{{Name: "fpga", Count: 2}}, topology.SamePCIeRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.Devices.Requests[0].Exactly; got.DeviceClassName != "" || got.Count != 2 {
+		t.Errorf("request %+v, want no class and count 2", got)
 	}
 }

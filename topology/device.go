@@ -12,24 +12,28 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/drakit/drakit/device"
 )
 
 // The standard device attributes. Their values are defined by Kubernetes
 // (k8s.io/dynamic-resource-allocation/deviceattribute); drakit re-exports the
-// names so a driver needs only this package.
+// names so a driver needs only this package. They are untyped constants: a
+// string for package device's setters, a resourceapi.QualifiedName for API
+// objects.
 const (
 	// PCIeRootAttribute names the PCIe root complex a device hangs off, as a
 	// string "pci<domain>:<bus>", e.g. "pci0000:00". Devices with equal values
 	// share a root complex: the usual meaning of "GPU and NIC are close".
-	PCIeRootAttribute resourceapi.QualifiedName = deviceattribute.StandardDeviceAttributePCIeRoot
+	PCIeRootAttribute = device.KubernetesDomain + "/pcieRoot"
 	// PCIBusIDAttribute names a PCI device's address as a string in extended
 	// BDF notation "<domain>:<bus>:<device>.<function>", e.g. "0000:3b:00.0".
-	PCIBusIDAttribute resourceapi.QualifiedName = deviceattribute.StandardDeviceAttributePCIBusID
+	PCIBusIDAttribute = device.KubernetesDomain + "/pciBusID"
 	// NUMANodeAttribute names the NUMA node of a device: an int (the
 	// physical node) or, with the DRAListTypeAttributes feature gate, a list
 	// of ints whose first element is the physical node. A device with no NUMA
 	// affinity has no such attribute.
-	NUMANodeAttribute resourceapi.QualifiedName = deviceattribute.StandardDeviceAttributeNUMANode
+	NUMANodeAttribute = device.KubernetesDomain + "/numaNode"
 )
 
 // Fully qualified forms of the standard attribute names, as used in
@@ -72,8 +76,22 @@ type PCIDevice struct {
 	NUMANode int
 	// Attributes holds the standard attributes ready to be merged into a
 	// resource.k8s.io/v1 Device's attributes: always pciBusID and pcieRoot,
-	// numaNode only when NUMANode >= 0.
+	// numaNode only when NUMANode >= 0 (a list with [WithNUMAList]). For a
+	// [device.Device], use [PCIDevice.SetAttributes].
 	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+}
+
+// SetAttributes puts the device's standard attributes on d and returns d:
+// pciBusID and pcieRoot (strings), and numaNode (an int) when the device
+// has NUMA affinity. A numaNode list ([WithNUMAList]) has no form in
+// package device: d gets the physical node as an int, which every
+// cluster accepts; publish the list through Attributes instead.
+func (p PCIDevice) SetAttributes(d *device.Device) *device.Device {
+	d.String(PCIBusIDAttribute, p.BusID).String(PCIeRootAttribute, p.PCIeRoot)
+	if p.NUMANode >= 0 {
+		d.Int(NUMANodeAttribute, int64(p.NUMANode))
+	}
+	return d
 }
 
 // ReadOption configures ReadPCIDevice.

@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/topology"
 	"github.com/drakit/drakit/topology/topologytest"
 )
@@ -259,5 +261,41 @@ func write(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSetAttributes checks that a device.Device given a PCI device's
+// attributes publishes exactly the standard attributes that
+// ReadPCIDevice computed, for devices with and without NUMA affinity.
+func TestSetAttributes(t *testing.T) {
+	s := newMachine(t)
+	for _, id := range []string{"0000:03:00.0", "0001:00:00.0"} {
+		pci, err := topology.ReadPCIDevice(id, topology.WithSysfsRoot(s.Root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := pci.SetAttributes(device.New("card").String("model", "x"))
+		inv := &device.Inventory{Driver: "fpga.example.com", Pools: []device.Pool{{Name: "node", Devices: []*device.Device{d}}}}
+		res, err := inv.DriverResources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Pools["node"].Slices[0].Devices[0].Attributes
+		delete(got, "model")
+		if diff := cmp.Diff(pci.Attributes, got); diff != "" {
+			t.Errorf("%s: published attributes differ from ReadPCIDevice's (-want +got):\n%s", id, diff)
+		}
+	}
+}
+
+func TestStandardAttributeNames(t *testing.T) {
+	for got, want := range map[resourceapi.QualifiedName]resourceapi.QualifiedName{
+		topology.PCIeRootAttribute: deviceattribute.StandardDeviceAttributePCIeRoot,
+		topology.PCIBusIDAttribute: deviceattribute.StandardDeviceAttributePCIBusID,
+		topology.NUMANodeAttribute: deviceattribute.StandardDeviceAttributeNUMANode,
+	} {
+		if got != want {
+			t.Errorf("%s, want %s", got, want)
+		}
 	}
 }

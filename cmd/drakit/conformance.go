@@ -62,7 +62,8 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]")
 		fmt.Fprintln(stderr, "\nPlays the kubelet and the scheduler against a DRA driver and a real API server.")
-		fmt.Fprintln(stderr, "Arguments after -- start the driver (enables the restart checks); without them the driver must be running.\n\nFlags:")
+		fmt.Fprintln(stderr, "Arguments after -- start the driver (enables the restart checks); without them the driver must be running.")
+		fmt.Fprintln(stderr, "The started driver finds the cluster and its node in $KUBECONFIG and $NODE_NAME (package driverflag reads both).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "admin kubeconfig of the cluster (default: start a local control plane and a fake node)")

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/drakit/drakit/conformance"
-	"github.com/drakit/drakit/internal/cluster/clustertest"
+	"github.com/drakit/drakit/testenv"
 )
 
 // asDriverEnv makes the test binary run as the example driver, so that the
@@ -25,34 +22,16 @@ func TestMain(m *testing.M) {
 
 // TestConformance runs drakit's conformance suite, which knows nothing of
 // the driver runtime and speaks only the kubelet's and the API server's
-// protocols, against the example driver built with that runtime.
+// protocols, against the example driver built with that runtime, on a
+// fake node.
 func TestConformance(t *testing.T) {
-	c := clustertest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	const node = "conformance-node"
-	if err := c.AddFakeNode(ctx, node, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	reg, plugin, cdiDir := filepath.Join(dir, "registry"), filepath.Join(dir, "plugin"), filepath.Join(dir, "cdi")
-	for _, d := range []string{reg, plugin, cdiDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			t.Fatal(err)
-		}
-	}
+	env := testenv.Start(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	conformance.Test(t, conformance.Config{
-		DriverName:       driverName,
-		NodeName:         node,
-		Client:           c.Client,
-		RegistrationPath: reg,
-		CDIDirs:          []string{cdiDir},
-		StartCommand: []string{self, "-kubeconfig", c.Kubeconfig, "-driver-name", driverName, "-node-name", node,
-			"-devices", "6", "-registrar-dir", reg, "-plugin-data-dir", plugin, "-cdi-dir", cdiDir, "-http-address", "127.0.0.1:0"},
-		StartEnv: []string{asDriverEnv + "=1"},
-	})
+	cfg := env.ConformanceConfig(driverName)
+	cfg.StartCommand = append([]string{self, "-driver-name", driverName, "-devices", "6"}, env.DriverArgs(driverName)...)
+	cfg.StartEnv = []string{asDriverEnv + "=1"}
+	conformance.Test(t, cfg)
 }

@@ -2,7 +2,8 @@
 // it publishes N simulated devices on its node, and a container that gets
 // one sees the environment variable MINIMAL_DEVICE set to the device's
 // name. Everything else (kubelet protocol, checkpoint, CDI specs, slices,
-// health, metrics) is the drakit runtime's job.
+// health, metrics) is the drakit runtime's job, and the command line
+// (node name, kubeconfig, folders, -v) is driverflag's.
 package main
 
 import (
@@ -15,28 +16,16 @@ import (
 	"os/signal"
 	"syscall"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/driver/driverflag"
 )
 
 // EnvVar is the variable a container gets for its device.
 const EnvVar = "MINIMAL_DEVICE"
-
-// Config is what the driver needs to run; flags fill it in main.
-type Config struct {
-	DriverName string
-	NodeName   string
-	Devices    int
-	REST       *rest.Config
-	// Folders; empty means the kubelet's defaults.
-	RegistrarDir, PluginDataDir, CDIDir string
-	HTTPAddress                         string
-}
 
 // simulated prepares a device by handing out an environment variable.
 type simulated struct{}
@@ -57,55 +46,41 @@ func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.Alloca
 	return nil // nothing was configured on the (simulated) hardware
 }
 
-// Run runs the driver until ctx is canceled.
-func Run(ctx context.Context, cfg Config) error {
-	if cfg.Devices < 1 || cfg.Devices > 128 {
-		return fmt.Errorf("devices: %d is not in 1..128", cfg.Devices)
+// New returns the driver named name with devices simulated devices on
+// node, not running yet; opts say how it reaches the API server and the
+// kubelet (driverflag's options, or a test's).
+func New(name, node string, devices int, opts ...driver.Option) (*driver.Driver, error) {
+	if devices < 1 || devices > 128 {
+		return nil, fmt.Errorf("devices: %d is not in 1..128", devices)
 	}
-	pool := device.Pool{Name: cfg.NodeName}
-	for i := range cfg.Devices {
+	pool := device.Pool{Name: node}
+	for i := range devices {
 		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("dev-%d", i)).String("model", "simulated"))
 	}
-	opts := []driver.Option{
-		driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: cfg.DriverName, Pools: []device.Pool{pool}}}),
+	inv := &device.Inventory{Driver: name, Pools: []device.Pool{pool}}
+	return driver.New(name, append([]driver.Option{
+		driver.WithDiscoverer(device.StaticDiscoverer{Inv: inv}),
 		driver.WithPreparer(simulated{}),
-		driver.WithRESTConfig(cfg.REST),
-		driver.WithNodeName(cfg.NodeName),
-	}
-	for _, o := range []struct {
-		val string
-		opt func(string) driver.Option
-	}{{cfg.RegistrarDir, driver.WithRegistrarDir}, {cfg.PluginDataDir, driver.WithPluginDataDir}, {cfg.CDIDir, driver.WithCDIDir}, {cfg.HTTPAddress, driver.WithHTTPAddress}} {
-		if o.val != "" {
-			opts = append(opts, o.opt(o.val))
-		}
-	}
-	d, err := driver.New(cfg.DriverName, opts...)
-	if err != nil {
-		return err
-	}
-	return d.Run(ctx)
+		driver.WithNodeName(node),
+	}, opts...)...)
 }
 
 func main() {
-	cfg := Config{}
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
-	flag.StringVar(&cfg.DriverName, "driver-name", "minimal.drakit.dev", "DRA driver name")
-	flag.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
-	flag.IntVar(&cfg.Devices, "devices", 4, "number of simulated devices")
-	flag.StringVar(&cfg.RegistrarDir, "registrar-dir", "", "kubelet plugin registry folder")
-	flag.StringVar(&cfg.PluginDataDir, "plugin-data-dir", "", "driver's own folder (sockets, checkpoint)")
-	flag.StringVar(&cfg.CDIDir, "cdi-dir", "", "CDI spec folder of the container runtime")
-	flag.StringVar(&cfg.HTTPAddress, "http-address", ":8080", "address of /metrics and /healthz")
-	klog.InitFlags(nil)
+	std := driverflag.Register(flag.CommandLine)
+	name := flag.String("driver-name", "minimal.drakit.dev", "DRA driver name")
+	devices := flag.Int("devices", 4, "number of simulated devices")
 	flag.Parse()
-	var err error
-	if cfg.REST, err = clientcmd.BuildConfigFromFlags("", *kubeconfig); err != nil {
-		klog.Fatalf("kube config: %v", err)
+	opts, err := std.Options()
+	if err != nil {
+		klog.Fatal(err)
+	}
+	d, err := New(*name, std.NodeName, *devices, opts...)
+	if err != nil {
+		klog.Fatal(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+	if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		klog.Fatalf("driver: %v", err)
 	}
 }

@@ -16,22 +16,30 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/drakit/drakit/internal/cluster"
-	"github.com/drakit/drakit/internal/cluster/clustertest"
+	"github.com/drakit/drakit/testenv"
 )
 
 const driverName = "minimal.drakit.dev"
 
-// startDriver runs the example driver in-process against the cluster's
-// real node; the returned function stops it and waits.
-func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster) func() {
+// startDriver runs the example driver in-process against the environment's
+// node and waits until it serves; the returned function stops it and waits.
+func startDriver(ctx context.Context, t *testing.T, env *testenv.Env) func() {
 	t.Helper()
+	d, err := New(driverName, env.NodeName, 4, env.DriverOptions(driverName)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{DriverName: driverName, NodeName: c.NodeName, Devices: 4, REST: c.RESTConfig,
-			RegistrarDir: c.PluginRegistryDir, PluginDataDir: filepath.Join(c.PluginsDir, driverName), CDIDir: c.CDIDir})
-	}()
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("driver stopped before it was ready: %v", err)
+	}
+	if _, err := os.Stat(d.DRASocket()); err != nil {
+		t.Fatalf("ready driver has no DRA socket: %v", err)
+	}
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -60,9 +68,9 @@ func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWit
 }
 
 // claimSpecs lists this driver's CDI spec files on the node.
-func claimSpecs(t *testing.T, c *cluster.Cluster) []string {
+func claimSpecs(t *testing.T, env *testenv.Env) []string {
 	t.Helper()
-	entries, err := os.ReadDir(c.CDIDir)
+	entries, err := os.ReadDir(env.CDIDir)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
@@ -79,12 +87,12 @@ func claimSpecs(t *testing.T, c *cluster.Cluster) []string {
 // it runs and sees its env var; the driver restarts while the claim is
 // prepared; deleting the pod unprepares the claim in the new instance.
 func TestPodGetsDevice(t *testing.T) {
-	c := clustertest.Start(t, cluster.WithNode())
+	env := testenv.Start(t, testenv.WithRealNode())
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	stop := startDriver(ctx, t, c)
-	cs := c.Client
+	stop := startDriver(ctx, t, env)
+	cs := env.Client
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "minimal"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driverName + `"`}}}}}
 	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
@@ -103,7 +111,7 @@ func TestPodGetsDevice(t *testing.T) {
 		Spec: corev1.PodSpec{
 			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "dev", ResourceClaimName: &claim.Name}},
-			Containers: []corev1.Container{{Name: "c", Image: c.Images.Busybox, ImagePullPolicy: corev1.PullNever,
+			Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh", "-c", script}, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}}}},
 		}}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -125,18 +133,22 @@ func TestPodGetsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	allocated := got.Status.Allocation.Devices.Results[0].Device
-	logs := podLog(ctx, t, c, pod.Name)
+	var logs string
+	poll(ctx, t, "container output", func(ctx context.Context) (bool, error) {
+		logs, _ = env.ContainerLog(ctx, "default", pod.Name, "c")
+		return logs != "", nil
+	})
 	if want := EnvVar + "=" + allocated; logs != want {
 		t.Errorf("container printed %q, want %q", logs, want)
 	}
-	if specs := claimSpecs(t, c); len(specs) != 1 {
+	if specs := claimSpecs(t, env); len(specs) != 1 {
 		t.Errorf("CDI specs while prepared: %v, want one", specs)
 	}
 
 	t.Log("pod running, container saw its device")
 	// Restart the driver between prepare and unprepare.
 	stop()
-	startDriver(ctx, t, c)
+	startDriver(ctx, t, env)
 
 	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -147,37 +159,7 @@ func TestPodGetsDevice(t *testing.T) {
 	})
 	t.Log("pod deleted")
 	poll(ctx, t, "claim unprepared (CDI spec and checkpoint record removed)", func(ctx context.Context) (bool, error) {
-		records, _ := filepath.Glob(filepath.Join(c.PluginsDir, driverName, "checkpoint", "*.json"))
-		return len(claimSpecs(t, c)) == 0 && len(records) == 0, nil
+		records, _ := filepath.Glob(filepath.Join(env.PluginDataDir(driverName), "checkpoint", "*.json"))
+		return len(claimSpecs(t, env)) == 0 && len(records) == 0, nil
 	})
-}
-
-// podLog reads the container's output through the API server, or from the
-// node's log file when the API server cannot reach the kubelet.
-func podLog(ctx context.Context, t *testing.T, c *cluster.Cluster, pod string) string {
-	t.Helper()
-	var out string
-	poll(ctx, t, "container output", func(ctx context.Context) (bool, error) {
-		logs, err := c.Client.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err == nil {
-			out = strings.TrimSpace(string(logs))
-			return out != "", nil
-		}
-		files, _ := filepath.Glob(filepath.Join(c.Dir, "pod-logs", "default_"+pod+"_*", "c", "*.log"))
-		for _, f := range files {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				continue
-			}
-			// CRI log lines: "<time> stdout F <text>".
-			for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-				if parts := strings.SplitN(line, " ", 4); len(parts) == 4 {
-					out = parts[3]
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	return out
 }

@@ -10,7 +10,7 @@ import (
 // Version is the Kubernetes version the cluster runs.
 const Version = "v1.37.2"
 
-// CacheDir is where hack/setup.sh puts what it builds: $DRAKIT_CACHE, else
+// CacheDir is where drakit setup puts what it builds: $DRAKIT_CACHE, else
 // $XDG_CACHE_HOME/drakit, else ~/.cache/drakit.
 func CacheDir() string {
 	if d := os.Getenv("DRAKIT_CACHE"); d != "" {
@@ -40,6 +40,10 @@ var nodeHostTools = map[string]string{
 	"runc":     "runc",
 	"iptables": "iptables",
 }
+
+// SetupCommand installs what a cluster needs (the component binaries,
+// images and Debian packages), from any module that requires drakit.
+const SetupCommand = "go run github.com/drakit/drakit/cmd/drakit setup"
 
 // ErrMissing reports a missing prerequisite; its message says how to get it.
 type ErrMissing struct {
@@ -78,7 +82,7 @@ func checkPrereqs(binDir, imageDir string, node bool) error {
 		}
 	}
 	if len(missing) > 0 {
-		return &ErrMissing{What: missing, Hint: "run hack/setup.sh (it installs the Debian packages and builds the binaries once)"}
+		return &ErrMissing{What: missing, Hint: "install them with: " + SetupCommand + " (as root: it also installs the Debian packages; in a drakit checkout hack/setup.sh runs it)"}
 	}
 	return nil
 }

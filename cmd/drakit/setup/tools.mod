@@ -1,8 +1,11 @@
 // Module clustertools builds the Kubernetes components that drakit's local
 // cluster runs (etcd, kube-apiserver, kube-scheduler,
-// kube-controller-manager, kubelet, kubectl). It is separate from the
-// library module so that importers of drakit never pull k8s.io/kubernetes.
-module github.com/drakit/drakit/hack/tools
+// kube-controller-manager, kubelet, kubectl). "drakit setup" writes it,
+// with tools.sum as its go.sum, into a temporary folder and builds there,
+// so that importers of drakit never pull k8s.io/kubernetes. To change a
+// version: go run ./cmd/drakit setup --write-tools-module DIR, go get in
+// DIR, and copy DIR/go.mod and DIR/go.sum back here.
+module drakit.local/clustertools
 
 go 1.26.0
 

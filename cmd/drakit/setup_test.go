@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drakit/drakit/internal/cluster"
+)
+
+// TestToolsModule checks that the embedded module pins the Kubernetes
+// version the cluster runs and that every component it builds resolves in
+// it (a stale go.sum or a missing requirement fails here, not on a fresh
+// machine 20 minutes into a setup).
+func TestToolsModule(t *testing.T) {
+	dir := t.TempDir()
+	if code := run(context.Background(), []string{"setup", "--write-tools-module", dir}, &bytes.Buffer{}, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("drakit setup --write-tools-module: exit %d", code)
+	}
+	mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "require k8s.io/kubernetes " + cluster.Version + "\n"; !strings.Contains(string(mod), want) {
+		t.Errorf("tools module does not %q (cluster.Version)", strings.TrimSpace(want))
+	}
+	if testing.Short() {
+		return
+	}
+	// The setup builds these; listing their dependencies needs every
+	// module in go.sum (from the module cache the setup filled, or the
+	// proxy).
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}",
+		"go.etcd.io/etcd/server/v3", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-scheduler",
+		"k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kubectl")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("the tools module does not resolve its commands: %v\n%s", err, out)
+	}
+}
+
+// TestSetupCached runs drakit setup where everything is installed: it
+// checks and changes nothing.
+func TestSetupCached(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the setup script; skipped with -short")
+	}
+	if _, err := os.Stat(filepath.Join(cluster.BinDir(), "kube-apiserver")); err != nil {
+		t.Skip("the cluster binaries are not installed; this test only checks an installed cache")
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"setup"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("drakit setup: exit %d\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"kube-apiserver: cached", "containerd: cached", "ready in"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("setup output lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+func TestSetupUsage(t *testing.T) {
+	if code := run(context.Background(), []string{"setup", "extra"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+		t.Errorf("drakit setup extra: exit %d, want 2", code)
+	}
+}

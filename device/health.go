@@ -1,0 +1,219 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Reasons of the Unknown reports a [HealthDiscoverer] makes itself.
+const (
+	// ReasonNotReported: the health source has not reported on the
+	// device yet.
+	ReasonNotReported = "NotReported"
+	// ReasonHealthCheckFailed: the last poll of the health source failed.
+	ReasonHealthCheckFailed = "HealthCheckFailed"
+	// ReasonHealthSourceClosed: the health source's channel was closed.
+	ReasonHealthSourceClosed = "HealthSourceClosed"
+)
+
+// HealthSource is where a [HealthDiscoverer] gets health reports: a
+// function it polls ([PollHealth]) or a channel the vendor's monitor
+// sends on ([HealthChannel]). The zero value is no source.
+type HealthSource struct {
+	every time.Duration
+	poll  func(context.Context) ([]HealthReport, error)
+	ch    <-chan []HealthReport
+}
+
+// PollHealth is a source that calls poll when watching starts and then
+// every interval. poll returns reports on some or all devices; devices it
+// leaves out keep their health. A poll that fails makes every device
+// Unknown (reason [ReasonHealthCheckFailed], the error as message) until
+// a later poll reports on it.
+func PollHealth(every time.Duration, poll func(context.Context) ([]HealthReport, error)) HealthSource {
+	return HealthSource{every: every, poll: poll}
+}
+
+// HealthChannel is a source that passes on the batches of reports the
+// vendor's monitor sends on ch. When ch is closed every device becomes
+// Unknown (reason [ReasonHealthSourceClosed]): nothing watches it any more.
+func HealthChannel(ch <-chan []HealthReport) HealthSource {
+	return HealthSource{ch: ch}
+}
+
+// HealthDiscoverer is a [Discoverer] of a fixed inventory whose health
+// comes from a [HealthSource]. Create it with [NewHealthDiscoverer].
+//
+// A report may name a device or a counter set of the pool. A counter set
+// stands for the physical device whose resources it counts (a card): its
+// health applies to every device that consumes from it (the whole card
+// and each of its partitions) and to a device of the same name, if any.
+//
+// Before the source first reports on a device, the device's health is
+// Unknown: the first event of Watch says so (reason [ReasonNotReported])
+// for every device not reported on yet. A report's Time is kept; a report
+// with no Time gets the time the discoverer received it from the source,
+// so the runtime sees how old an observation is, not when it was passed on.
+type HealthDiscoverer struct {
+	inv *Inventory
+	src HealthSource
+	// consumers lists, per pool and counter set, the devices consuming it.
+	consumers map[string]map[string][]string
+	devices   map[DeviceID]bool
+
+	mu       sync.Mutex
+	reported map[DeviceID]bool
+}
+
+// NewHealthDiscoverer returns a discoverer of inv (which it copies) with
+// health from src. It fails for a nil inventory or an invalid source (a
+// non-positive poll interval, a nil function or channel).
+func NewHealthDiscoverer(inv *Inventory, src HealthSource) (*HealthDiscoverer, error) {
+	switch {
+	case inv == nil:
+		return nil, errors.New("new health discoverer: nil inventory")
+	case src.poll == nil && src.ch == nil:
+		return nil, errors.New("new health discoverer: no health source (use PollHealth or HealthChannel)")
+	case src.poll != nil && src.every <= 0:
+		return nil, fmt.Errorf("new health discoverer: poll interval %v is not positive", src.every)
+	}
+	h := &HealthDiscoverer{
+		inv: inv.Clone(), src: src,
+		consumers: map[string]map[string][]string{},
+		devices:   map[DeviceID]bool{},
+		reported:  map[DeviceID]bool{},
+	}
+	for _, p := range h.inv.Pools {
+		sets := map[string][]string{}
+		for _, d := range p.Devices {
+			if d == nil {
+				continue
+			}
+			h.devices[DeviceID{Pool: p.Name, Device: d.name}] = true
+			for _, cs := range d.consumesOrder {
+				sets[cs] = append(sets[cs], d.name)
+			}
+		}
+		h.consumers[p.Name] = sets
+	}
+	return h, nil
+}
+
+// Inventory returns a copy of the fixed inventory.
+func (h *HealthDiscoverer) Inventory(context.Context) (*Inventory, error) {
+	return h.inv.Clone(), nil
+}
+
+// Watch sends the health events of the source until ctx is done, then
+// returns nil. See [HealthDiscoverer] for what a report applies to.
+func (h *HealthDiscoverer) Watch(ctx context.Context, events chan<- Event) error {
+	if first := h.unknown(ReasonNotReported, "no health report yet", true); len(first) > 0 {
+		if !send(ctx, events, first) {
+			return nil
+		}
+	}
+	if h.src.ch != nil {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case batch, ok := <-h.src.ch:
+				if !ok {
+					send(ctx, events, h.unknown(ReasonHealthSourceClosed, "the health monitor stopped", false))
+					<-ctx.Done()
+					return nil
+				}
+				if reports := h.expand(ctx, batch, time.Now()); len(reports) > 0 && !send(ctx, events, reports) {
+					return nil
+				}
+			}
+		}
+	}
+	ticker := time.NewTicker(h.src.every)
+	defer ticker.Stop()
+	for {
+		batch, err := h.src.poll(ctx)
+		var reports []HealthReport
+		if err != nil {
+			reports = h.unknown(ReasonHealthCheckFailed, err.Error(), false)
+		} else {
+			reports = h.expand(ctx, batch, time.Now())
+		}
+		if len(reports) > 0 && !send(ctx, events, reports) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// send sends one health event; false when ctx ended first.
+func send(ctx context.Context, events chan<- Event, reports []HealthReport) bool {
+	select {
+	case events <- Event{Type: EventHealth, Health: reports}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// unknown returns an Unknown report for every device (only those not
+// reported on yet when onlyNew).
+func (h *HealthDiscoverer) unknown(reason, message string, onlyNew bool) []HealthReport {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []HealthReport
+	now := time.Now()
+	for _, p := range h.inv.Pools {
+		for _, d := range p.Devices {
+			id := DeviceID{Pool: p.Name, Device: d.Name()}
+			if d == nil || onlyNew && h.reported[id] {
+				continue
+			}
+			out = append(out, HealthReport{Device: id, Health: Unknown, Reason: reason, Message: message, Time: now})
+		}
+	}
+	return out
+}
+
+// expand turns reports on devices and counter sets into reports on
+// devices, stamping those without a time with received. Reports naming
+// neither are logged and dropped.
+func (h *HealthDiscoverer) expand(ctx context.Context, batch []HealthReport, received time.Time) []HealthReport {
+	var out []HealthReport
+	for _, r := range batch {
+		if r.Time.IsZero() {
+			r.Time = received
+		}
+		consumers := h.consumers[r.Device.Pool][r.Device.Device]
+		if !h.devices[r.Device] && len(consumers) == 0 {
+			klog.FromContext(ctx).Error(nil, "Health report for a device or counter set the inventory does not have; dropped", "device", r.Device.String())
+			continue
+		}
+		if h.devices[r.Device] {
+			out = append(out, r)
+		}
+		for _, name := range consumers {
+			if name == r.Device.Device {
+				continue
+			}
+			c := r
+			c.Device = DeviceID{Pool: r.Device.Pool, Device: name}
+			out = append(out, c)
+		}
+	}
+	h.mu.Lock()
+	for _, r := range out {
+		h.reported[r.Device] = true
+	}
+	h.mu.Unlock()
+	return out
+}

@@ -1,0 +1,145 @@
+package driverflag
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/driver"
+)
+
+// The kubelet's folders, which the driver runtime uses when no flag or
+// option names another.
+const (
+	// DefaultRegistrarDir is the kubelet's plugin registry folder.
+	DefaultRegistrarDir = kubeletplugin.KubeletRegistryDir
+	// DefaultPluginsDir is the kubelet's plugins folder: a driver's own
+	// folder is DefaultPluginsDir/<driver name> (see [DefaultPluginDataDir]).
+	DefaultPluginsDir = kubeletplugin.KubeletPluginsDir
+	// DefaultCDIDir is the folder container runtimes read CDI specs from.
+	DefaultCDIDir = kubeletplugin.DefaultCDIDir
+)
+
+// DefaultPluginDataDir is the folder the runtime gives driverName for its
+// sockets and checkpoint unless told otherwise: DefaultPluginsDir/driverName.
+func DefaultPluginDataDir(driverName string) string {
+	return filepath.Join(DefaultPluginsDir, driverName)
+}
+
+// NodeNameEnv is the environment variable --node-name defaults to; set it
+// from the downward API (spec.nodeName) in the driver's DaemonSet.
+const NodeNameEnv = "NODE_NAME"
+
+// ErrNoConfig is returned (wrapped) by [LoadRESTConfig] when no
+// kubeconfig is given and the program does not run in a pod.
+var ErrNoConfig = errors.New("no Kubernetes client configuration")
+
+// LoadRESTConfig returns the client configuration the standard way: the
+// kubeconfig file at path when path is set, else the files listed in
+// $KUBECONFIG (merged as kubectl merges them), else the in-cluster
+// configuration of the pod's service account. Without any of them the
+// error wraps [ErrNoConfig] and says what to set.
+func LoadRESTConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		rules := &clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(env)}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig from $%s=%s: %w", clientcmd.RecommendedConfigPathEnvVar, env, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, fmt.Errorf("%w: give --kubeconfig, set $%s, or run in a pod", ErrNoConfig, clientcmd.RecommendedConfigPathEnvVar)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load in-cluster config: %w", err)
+	}
+	return cfg, nil
+}
+
+// Flags are the settings every DRA driver takes from its command line.
+// [Register] fills them in when the flag set is parsed; a program may
+// also set them directly. Empty fields mean the defaults described at
+// each field.
+type Flags struct {
+	// NodeName is the node the driver serves (--node-name, default
+	// $NODE_NAME). Required.
+	NodeName string
+	// Kubeconfig is the kubeconfig file (--kubeconfig); empty means
+	// $KUBECONFIG, then the in-cluster configuration (see [LoadRESTConfig]).
+	Kubeconfig string
+	// RegistrarDir is the kubelet's plugin registry folder
+	// (--registrar-dir, default [DefaultRegistrarDir]).
+	RegistrarDir string
+	// PluginDataDir is the driver's own folder for its sockets and
+	// checkpoint (--plugin-data-dir, default [DefaultPluginDataDir]).
+	PluginDataDir string
+	// CDIDir is the container runtime's CDI spec folder (--cdi-dir,
+	// default [DefaultCDIDir]).
+	CDIDir string
+	// HTTPAddress serves /metrics and /healthz (--http-address, e.g.
+	// ":8080"); empty means no HTTP server.
+	HTTPAddress string
+}
+
+// Register adds the standard driver flags to fs (flag.CommandLine for a
+// program's own) and returns the Flags they are parsed into. It also adds
+// klog's flags (-v and friends) unless fs already has a "v" flag, e.g.
+// from an earlier klog.InitFlags(fs).
+func Register(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.NodeName, "node-name", os.Getenv(NodeNameEnv), "name of the node this driver serves (default $"+NodeNameEnv+")")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG, then the in-cluster configuration")
+	fs.StringVar(&f.RegistrarDir, "registrar-dir", "", "kubelet plugin registry folder (default "+DefaultRegistrarDir+")")
+	fs.StringVar(&f.PluginDataDir, "plugin-data-dir", "", "the driver's folder for sockets and checkpoint (default "+DefaultPluginsDir+"/<driver name>)")
+	fs.StringVar(&f.CDIDir, "cdi-dir", "", "container runtime's CDI spec folder (default "+DefaultCDIDir+")")
+	fs.StringVar(&f.HTTPAddress, "http-address", "", "address for /metrics and /healthz, e.g. :8080 (default: none)")
+	if fs.Lookup("v") == nil {
+		klog.InitFlags(fs)
+	}
+	return f
+}
+
+// Options returns the driver options the flags stand for: the node name,
+// a client built from [LoadRESTConfig] (with the runtime's default rate
+// limits), and the folders and HTTP address that are set. Errors name the
+// flag to fix.
+func (f *Flags) Options() ([]driver.Option, error) {
+	if f.NodeName == "" {
+		return nil, fmt.Errorf("driver flags: --node-name is empty and $%s is not set", NodeNameEnv)
+	}
+	cfg, err := LoadRESTConfig(f.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("driver flags: %w", err)
+	}
+	opts := []driver.Option{driver.WithNodeName(f.NodeName), driver.WithRESTConfig(cfg)}
+	for _, o := range []struct {
+		value string
+		opt   func(string) driver.Option
+	}{
+		{f.RegistrarDir, driver.WithRegistrarDir},
+		{f.PluginDataDir, driver.WithPluginDataDir},
+		{f.CDIDir, driver.WithCDIDir},
+		{f.HTTPAddress, driver.WithHTTPAddress},
+	} {
+		if o.value != "" {
+			opts = append(opts, o.opt(o.value))
+		}
+	}
+	return opts, nil
+}

@@ -1,0 +1,147 @@
+// Command partitioned is a DRA driver for a made-up accelerator card that
+// a pod gets whole or as one of its two halves. It lives in a module of
+// its own and uses only drakit's public packages, as a vendor's driver
+// does: copy the folder to start a driver.
+//
+// Each card is a counter set with two "halves" counters; each half device
+// consumes one, the whole-card device both, so the scheduler never hands
+// out a half and its whole card at once. The PCI topology of each card
+// (pcieRoot, pciBusID, numaNode) comes from sysfs, its health from a
+// polled monitor (here: a file per card in --health-dir naming what is
+// wrong), applied to the whole card and both halves.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/driver/driverflag"
+	"github.com/drakit/drakit/topology"
+)
+
+// DriverName is the driver's name; a container gets its device's name in
+// EnvVar ("card-0", "card-0-a").
+const DriverName, EnvVar = "partitioned.drakit.dev", "PARTITIONED_DEVICE"
+
+// Config describes the node's cards and where their state is read.
+type Config struct {
+	BusIDs         []string      // the cards' PCI addresses
+	SysfsRoot      string        // "/sys" in production
+	HealthDir      string        // the simulated monitor: a file per unhealthy card
+	HealthInterval time.Duration // how often the monitor is polled
+}
+
+// Inventory is the node's pool. Halves come first, card by card, then
+// the whole cards: slice order is the scheduler's first-fit order, so
+// single-device claims pack into the halves of the first cards and the
+// remaining cards stay whole. Whole cards first would give every claim a
+// whole card and leave nothing for the next one.
+func Inventory(node string, cfg Config) (*device.Inventory, error) {
+	pool := device.Pool{Name: node}
+	var wholes []*device.Device
+	for i, id := range cfg.BusIDs {
+		pci, err := topology.ReadPCIDevice(id, topology.WithSysfsRoot(cfg.SysfsRoot))
+		if err != nil {
+			return nil, err
+		}
+		card := fmt.Sprintf("card-%d", i)
+		pool.CounterSets = append(pool.CounterSets, device.CounterSet{Name: card, Counters: halves(2)})
+		for _, h := range []string{"a", "b"} {
+			pool.Devices = append(pool.Devices, pci.SetAttributes(device.New(card+"-"+h)).
+				String("card", card).Bool("whole", false).ConsumesCounters(card, halves(1)))
+		}
+		wholes = append(wholes, pci.SetAttributes(device.New(card)).
+			String("card", card).Bool("whole", true).ConsumesCounters(card, halves(2)))
+	}
+	pool.Devices = append(pool.Devices, wholes...)
+	return &device.Inventory{Driver: DriverName, Pools: []device.Pool{pool}}, nil
+}
+
+func halves(n int64) map[string]resource.Quantity {
+	return map[string]resource.Quantity{"halves": *resource.NewQuantity(n, resource.DecimalSI)}
+}
+
+// monitor reports each card's health: Unhealthy when its file exists in
+// dir (the file holds the reason), else Healthy. A report on a card (its
+// counter set) applies to the card and both halves.
+func monitor(node string, cards int, dir string) func(context.Context) ([]device.HealthReport, error) {
+	return func(context.Context) ([]device.HealthReport, error) {
+		var out []device.HealthReport
+		for i := range cards {
+			r := device.HealthReport{Device: device.DeviceID{Pool: node, Device: fmt.Sprintf("card-%d", i)}, Health: device.Healthy}
+			data, err := os.ReadFile(filepath.Join(dir, r.Device.Device))
+			switch {
+			case err == nil:
+				r.Health, r.Reason = device.Unhealthy, strings.TrimSpace(string(data))
+			case !errors.Is(err, os.ErrNotExist):
+				return nil, fmt.Errorf("read card health: %w", err)
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+}
+
+// cards prepares a device by handing its name to the container.
+type cards struct{}
+
+func (cards) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvVar, dev.Device)}, nil
+}
+
+func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
+	return nil // the simulated card keeps no per-claim state
+}
+
+// New returns the driver for node's cards, not running yet.
+func New(node string, cfg Config, opts ...driver.Option) (*driver.Driver, error) {
+	inv, err := Inventory(node, cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := device.NewHealthDiscoverer(inv, device.PollHealth(cfg.HealthInterval, monitor(node, len(cfg.BusIDs), cfg.HealthDir)))
+	if err != nil {
+		return nil, err
+	}
+	return driver.New(DriverName, append([]driver.Option{driver.WithNodeName(node),
+		driver.WithDiscoverer(disc), driver.WithPreparer(cards{})}, opts...)...)
+}
+
+func main() {
+	std := driverflag.Register(flag.CommandLine)
+	var cfg Config
+	busIDs := flag.String("cards", "", "comma-separated PCI addresses of the cards")
+	flag.StringVar(&cfg.SysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted")
+	flag.StringVar(&cfg.HealthDir, "health-dir", "/run/partitioned/health", "the card monitor's folder")
+	flag.DurationVar(&cfg.HealthInterval, "health-interval", 10*time.Second, "how often card health is read")
+	flag.Parse()
+	cfg.BusIDs = strings.Split(*busIDs, ",")
+	opts, err := std.Options()
+	if err != nil {
+		klog.Fatal(err)
+	}
+	d, err := New(std.NodeName, cfg, opts...)
+	if err != nil {
+		klog.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		klog.Fatal(err)
+	}
+}
