@@ -3,10 +3,13 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -50,6 +53,7 @@ func (r *runner) cycle(ctx context.Context, node drapbv1.DRAPluginClient, claim 
 func (r *runner) allocationChecks(ctx context.Context) {
 	var plainFail, counterFail, prepFail failures
 	nPlain, nCounter, nPrepared := 0, 0, 0
+	var emptyEvery []string
 	ranEvery := false
 	r.check(ctx, "allocation.every-device", func(ctx context.Context) outcome {
 		if msg := r.ready(); msg != "" && len(r.devices) == 0 {
@@ -76,10 +80,17 @@ func (r *runner) allocationChecks(ctx context.Context) {
 			r.allocatable = append(r.allocatable, dev)
 			if r.node != nil && len(d.BindingConditions) == 0 {
 				nPrepared++
-				_, f := r.cycle(ctx, r.node, claim)
+				resp, f := r.cycle(ctx, r.node, claim)
 				prepFail = append(prepFail, f...)
+				if res := resp.GetClaims()[string(claim.UID)]; res != nil && res.Error == "" && len(res.Devices) == 0 {
+					emptyEvery = append(emptyEvery, claim.Name)
+				}
 			}
 			r.sched.release(ctx, claim)
+		}
+		if ranEvery && r.node != nil {
+			o := prepFail.outcome("%d devices prepared and unprepared one by one%s", nPrepared, noDevicesNote(emptyEvery))
+			r.everyDevicePrepare = &o
 		}
 		if nPlain == 0 {
 			return skip("every device consumes counters (see allocation.counters)")
@@ -95,10 +106,6 @@ func (r *runner) allocationChecks(ctx context.Context) {
 		}
 		return counterFail.outcome("%d counter-consuming devices allocated one by one", nCounter)
 	})
-	if ranEvery && r.node != nil {
-		o := prepFail.outcome("%d devices prepared and unprepared one by one", nPrepared)
-		r.everyDevicePrepare = &o
-	}
 
 	r.check(ctx, "allocation.first-available", func(ctx context.Context) outcome {
 		if msg := r.ready(); msg != "" {
@@ -165,8 +172,15 @@ func (r *runner) allocationChecks(ctx context.Context) {
 			return skip("the API server drops adminAccess (DRAAdminAccess off)")
 		}
 		alloc, err := r.sched.allocate(ctx, admin, &dev)
-		if err != nil || alloc == nil {
-			return fail("the allocator could not give device %s in use to an admin-access claim: %v", dev, err)
+		if err != nil {
+			return skip("the structured allocator cannot give device %s, in use, to an admin-access claim, so the scheduler would not either (nothing to prepare): %v", dev, err)
+		}
+		if alloc == nil {
+			why := ""
+			if d := r.deviceObj[dev]; d != nil && len(d.ConsumesCounters) > 0 {
+				why = " (the device consumes counters, which the claim using it holds)"
+			}
+			return skip("the structured allocator finds no allocation of device %s, in use, for an admin-access claim%s, so the scheduler would not either (nothing to prepare)", dev, why)
 		}
 		admin, err = r.sched.commit(ctx, admin, alloc)
 		if err != nil {
@@ -176,6 +190,8 @@ func (r *runner) allocationChecks(ctx context.Context) {
 		return f.outcome("admin-access claim prepared on device %s while it is prepared for another claim", dev)
 	})
 
+	var sharedClaims []*resourceapi.ResourceClaim
+	var sharedResp *drapbv1.NodePrepareResourcesResponse
 	r.check(ctx, "allocation.shared", func(ctx context.Context) outcome {
 		if msg := r.ready(); msg != "" {
 			return skip("%s", msg)
@@ -190,38 +206,82 @@ func (r *runner) allocationChecks(ctx context.Context) {
 		if shared == nil {
 			return skip("no device allows multiple allocations")
 		}
-		var claims []*resourceapi.ResourceClaim
-		defer func() {
-			for _, c := range claims {
-				r.sched.release(ctx, c)
-			}
-		}()
+		capacity, why := shareOfTwo(r.deviceObj[*shared])
+		if why != "" {
+			return skip("device %s allows multiple allocations, but %s", shared, why)
+		}
 		for i := 0; i < 2; i++ {
-			c, err := r.sched.allocated(ctx, "shared", claimSpec(exactRequest("dev", r.class, 1)), shared)
+			c, err := r.sched.allocated(ctx, "shared", claimSpec(withCapacity(exactRequest("dev", r.class, 1), capacity)), shared)
 			if err != nil {
-				return fail("allocation %d of shared device %s: %v", i+1, shared, err)
+				return skip("the structured allocator does not place allocation %d of shared device %s (capacity %s), so the scheduler would not either: %v", i+1, shared, quantities(capacity), err)
 			}
-			claims = append(claims, c)
+			sharedClaims = append(sharedClaims, c)
 		}
 		var f failures
-		resp, err := r.prepare(ctx, claims...)
+		resp, err := r.prepare(ctx, sharedClaims...)
 		if err != nil {
 			return fail("NodePrepareResources for two claims sharing %s: %v", shared, err)
 		}
-		checkResultKeys(&f, "NodePrepareResources", claims, resp.Claims, prepErr)
-		for _, c := range claims {
+		checkResultKeys(&f, "NodePrepareResources", sharedClaims, resp.Claims, prepErr)
+		var empty []string
+		for _, c := range sharedClaims {
 			if res := resp.Claims[string(c.UID)]; res != nil && res.Error == "" {
-				checkDevicesMatch(&f, r.cfg.DriverName, c, res)
+				if checkDevicesMatch(&f, r.cfg.DriverName, c, res) {
+					empty = append(empty, c.Name)
+				}
 			}
 		}
-		uresp, err := r.unprepare(ctx, claims...)
+		if len(f) == 0 {
+			sharedResp = resp
+		}
+		uresp, err := r.unprepare(ctx, sharedClaims...)
 		if err != nil {
 			f.add("NodeUnprepareResources: %v", err)
 		} else {
-			checkResultKeys(&f, "NodeUnprepareResources", claims, uresp.Claims, unprepErr)
+			checkResultKeys(&f, "NodeUnprepareResources", sharedClaims, uresp.Claims, unprepErr)
 		}
-		return f.outcome("device %s prepared for two claims with their share IDs", shared)
+		return f.outcome("device %s prepared for two claims (capacity %s each)%s", shared, quantities(capacity), noDevicesNote(empty))
 	})
+	r.check(ctx, "allocation.share-id", func(ctx context.Context) outcome {
+		if sharedResp == nil {
+			return skip("needs two claims prepared on a shared device (see allocation.shared)")
+		}
+		var f failures
+		n := 0
+		for _, c := range sharedClaims {
+			res := sharedResp.Claims[string(c.UID)]
+			n += len(res.GetDevices())
+			checkShareIDs(&f, r.cfg.DriverName, c, res)
+		}
+		if n == 0 {
+			return skip("the driver returned no devices for the shared allocations")
+		}
+		return f.outcome("both allocations of the shared device returned with their share IDs")
+	})
+	for _, c := range sharedClaims {
+		r.sched.release(ctx, c)
+	}
+}
+
+// noDevicesNote notes claims for which the driver returned no devices.
+func noDevicesNote(claims []string) string {
+	if len(claims) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; note: no devices returned for %d claim(s) (allowed by api.proto; their containers get no CDI devices, e.g. the driver configures them through NRI)", len(claims))
+}
+
+// quantities formats capacity requests.
+func quantities(m map[resourceapi.QualifiedName]resource.Quantity) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for n, q := range m {
+		parts = append(parts, fmt.Sprintf("%s=%s", n, q.String()))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
 }
 
 func (r *runner) prepareChecks(ctx context.Context) {
@@ -260,20 +320,33 @@ func (r *runner) prepareChecks(ctx context.Context) {
 			return skip("%s", notPrepared)
 		}
 		var f failures
+		var empty []string
 		for _, c := range r.mainClaims {
-			checkDevicesMatch(&f, r.cfg.DriverName, c, r.mainResp.Claims[string(c.UID)])
+			if checkDevicesMatch(&f, r.cfg.DriverName, c, r.mainResp.Claims[string(c.UID)]) {
+				empty = append(empty, c.Name)
+			}
 		}
-		return f.outcome("devices match the allocation")
+		return f.outcome("devices match the allocation%s", noDevicesNote(empty))
 	})
 	r.check(ctx, "prepare.request-names", func(ctx context.Context) outcome {
 		if r.mainResp == nil {
 			return skip("%s", notPrepared)
 		}
-		var f failures
-		for _, c := range r.mainClaims {
-			checkRequestNames(&f, r.cfg.DriverName, c, r.mainResp.Claims[string(c.UID)])
+		claim, resp, why := r.twoRequests(ctx)
+		if why != "" {
+			return skip("%s", why)
 		}
-		return f.outcome("request names match (%d requests in the first claim)", len(r.mainClaims[0].Spec.Devices.Requests))
+		var f failures
+		res := resp.Claims[string(claim.UID)]
+		if len(res.GetDevices()) == 0 {
+			return pass("the driver returns no devices, so there are no request names to match%s", noDevicesNote([]string{claim.Name}))
+		}
+		checkRequestNames(&f, r.cfg.DriverName, claim, res)
+		var on []string
+		for _, a := range ownResults(r.cfg.DriverName, claim) {
+			on = append(on, fmt.Sprintf("%s on %s", a.Request, devRef{a.Pool, a.Device}))
+		}
+		return f.outcome("request names match in claim %s (%s)", claim.Name, strings.Join(on, ", "))
 	})
 	ids := cdiIDs(r.mainResp)
 	r.check(ctx, "prepare.cdi-ids-format", func(ctx context.Context) outcome {
@@ -532,4 +605,49 @@ func (r *runner) prepareChecks(ctx context.Context) {
 type cdiResolver struct {
 	cache    *cdi.Cache
 	specErrs string
+}
+
+// twoRequests returns a prepared claim with two requests of the driver,
+// so that request names matter: the first main claim when it has two,
+// else a claim of its own (two devices, or two shares of one shared
+// device), prepared and unprepared here. The reason is set when no such
+// claim can be allocated.
+func (r *runner) twoRequests(ctx context.Context) (*resourceapi.ResourceClaim, *drapbv1.NodePrepareResourcesResponse, string) {
+	if main := r.mainClaims[0]; len(main.Spec.Devices.Requests) > 1 {
+		return main, r.mainResp, ""
+	}
+	claim, err := r.sched.allocated(ctx, "names", claimSpec(exactRequest("first", r.class, 1), exactRequest("second", r.class, 1)), nil)
+	var whyNot []string
+	if err != nil {
+		whyNot = append(whyNot, fmt.Sprintf("two devices: %v", err))
+		for _, dev := range r.devices {
+			d := r.deviceObj[dev]
+			if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+				continue
+			}
+			capacity, why := shareOfTwo(d)
+			if why != "" {
+				whyNot = append(whyNot, fmt.Sprintf("shared device %s: %s", dev, why))
+				continue
+			}
+			claim, err = r.sched.allocated(ctx, "names", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity), withCapacity(exactRequest("second", r.class, 1), capacity)), &dev)
+			if err == nil {
+				break
+			}
+			whyNot = append(whyNot, fmt.Sprintf("two shares of %s: %v", dev, err))
+		}
+	}
+	if claim == nil {
+		return nil, nil, fmt.Sprintf("needs a claim with two requests (the main claims have one each) and the allocator finds none: %s", strings.Join(whyNot, "; "))
+	}
+	defer r.sched.release(ctx, claim)
+	resp, err := r.prepare(ctx, claim)
+	if err != nil {
+		return nil, nil, fmt.Sprintf("NodePrepareResources for claim %s with two requests failed (see the other prepare checks): %v", claim.Name, err)
+	}
+	_, _ = r.unprepare(ctx, claim)
+	if res := resp.Claims[string(claim.UID)]; res == nil || res.Error != "" {
+		return nil, nil, fmt.Sprintf("NodePrepareResources for claim %s with two requests failed (see the other prepare checks): %s", claim.Name, prepErr(res))
+	}
+	return claim, resp, ""
 }

@@ -139,6 +139,9 @@ func (r *runner) healthChecks(ctx context.Context) {
 				deadline[devRef{d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName()}] = m.at.Add(t)
 			}
 		}
+		if len(deadline) == 0 {
+			return skip("the initial reports name no device: nothing to refresh (see health.coverage)")
+		}
 		wait := maxTimeout + 5*time.Second
 		if r.cfg.HealthWait > 0 {
 			wait = r.cfg.HealthWait
@@ -208,7 +211,7 @@ func (r *runner) judgeInitial(msgs []healthMsg) outcome {
 		}
 	}
 	if n == 0 {
-		f.add("the first reports name no device")
+		return f.outcome("%d reports naming no device (nothing the kubelet could misattribute; see health.coverage)", len(msgs))
 	}
 	return f.outcome("%d device entries in %d reports, all published devices", n, len(msgs))
 }
@@ -226,12 +229,9 @@ func (r *runner) robust(ctx context.Context, id string, probe func(ctx context.C
 		if r.node == nil {
 			return skip("%s", noNode)
 		}
-		f := probe(ctx)
-		if ok, why := r.alive(ctx); !ok {
-			f = append(failures{fmt.Sprintf("the driver stopped serving: %s", why)}, f...)
-			r.revive(ctx)
-		}
-		return f.outcome("no crash; the driver still serves")
+		// The runner checks after every check that the driver still
+		// serves; probes check it after each call to name the call.
+		return probe(ctx).outcome("no crash; the driver still serves")
 	})
 }
 
@@ -336,7 +336,7 @@ func (r *runner) robustnessChecks(ctx context.Context) {
 			{Namespace: "no-such-namespace", Name: strings.Repeat("x", 300), Uid: "uid-\u00fc\u0000-" + strings.Repeat("z", 200)},
 		}
 		for _, g := range garbage {
-			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+			cctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 			resp, err := r.node.NodePrepareResources(cctx, &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{g}})
 			cancel()
 			if err == nil {
@@ -347,7 +347,7 @@ func (r *runner) robustnessChecks(ctx context.Context) {
 			if ok, why := r.alive(ctx); !ok {
 				return append(f, fmt.Sprintf("after NodePrepareResources for claim %q/%q uid %q: %s", g.Namespace, g.Name, g.Uid, why))
 			}
-			cctx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+			cctx, cancel = r.callContext(ctx, r.cfg.CallTimeout)
 			_, _ = r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{g}})
 			cancel()
 			if ok, why := r.alive(ctx); !ok {

@@ -44,8 +44,12 @@ type Config struct {
 	StartCommand []string
 	// StartEnv is added to the environment of StartCommand.
 	StartEnv []string
-	// DriverOutput receives the driver process's stdout and stderr
-	// (default: discarded).
+	// DriverLog is the file that keeps the started driver's stdout and
+	// stderr (default: a new file drakit-conformance-driver-*.log in the
+	// temporary folder, kept after the run; Report.DriverLog names it).
+	// Its last lines are shown when the driver exits unexpectedly.
+	DriverLog string
+	// DriverOutput, when set, receives the driver's output as well.
 	DriverOutput io.Writer
 	// DeviceClassName, when set, names an existing DeviceClass which
 	// selects the driver's devices; the suite's claims use it. By default
@@ -73,14 +77,19 @@ type Config struct {
 	// socket and complete ResourceSlices (default 60 s).
 	PublishTimeout time.Duration
 	// CallTimeout bounds each NodePrepareResources and
-	// NodeUnprepareResources call (default 45 s, as the kubelet).
+	// NodeUnprepareResources call (default 45 s, as the kubelet). A call
+	// to a driver the suite started ends as soon as the process exits.
 	CallTimeout time.Duration
 	// HealthWait bounds how long health.refresh waits for a repeated
 	// report (default: the devices' health check timeout plus 5 s, at
 	// most 2 minutes).
 	HealthWait time.Duration
-	// Progress receives one line per check as it finishes (nil: none).
+	// Progress receives one line per check as it finishes (nil: none):
+	// the first line of its message (ProgressLine), or all of it with
+	// Verbose (ProgressText).
 	Progress io.Writer
+	// Verbose makes Progress carry whole messages.
+	Verbose bool
 }
 
 // validate checks required fields and fills in defaults.

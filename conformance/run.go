@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,9 +19,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -87,12 +88,17 @@ type runner struct {
 
 	ns          string
 	createdNS   bool
+	consumer    *corev1.Pod
 	class       string
 	createdCls  bool
 	sched       *scheduler
 	proc        *exec.Cmd
 	procDone    chan struct{}
+	procMu      sync.Mutex
 	procErr     error
+	logFile     *os.File
+	logTail     *tailBuffer
+	gone        error // set when the driver stopped serving for good
 	regSocket   string
 	info        *registerapi.PluginInfo
 	endpoint    string
@@ -155,20 +161,43 @@ func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Conte
 	}
 	start := time.Now()
 	var out outcome
-	if r.cfg.skipped(ch) {
+	switch {
+	case r.cfg.skipped(ch):
 		out = skip("skipped by configuration")
-	} else if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		out = skip("run canceled: %v", ctx.Err())
-	} else {
+	case r.gone != nil:
+		out = skip("not run: %s", firstLine(r.gone.Error()))
+	default:
 		out = r.safe(ctx, fn)
-	}
-	if out.status == Fail && ch.Level == Should {
-		out.status = Warn
+		if out.status == Fail && ch.Level == Should {
+			out.status = Warn
+		}
+		// A driver that stopped serving during the check fails it
+		// (whatever its level: the kubelet cannot use a dead driver),
+		// and is brought back for the next check, or the run ends.
+		if r.node != nil {
+			if ok, why := r.alive(ctx); !ok {
+				msg := fmt.Sprintf("the driver stopped serving during this check: %s%s", why, r.logLines())
+				if out.msg != "" {
+					msg += "\n" + out.msg
+				}
+				out = outcome{Fail, msg}
+				if err := r.recover(ctx, why); err != nil {
+					r.gone = err
+					r.report.Aborted = err.Error()
+				}
+			}
+		}
 	}
 	res := Result{Check: ch, Status: out.status, Message: out.msg, Duration: time.Since(start)}
 	r.report.Results = append(r.report.Results, res)
 	if r.cfg.Progress != nil {
-		fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
+		if r.cfg.Verbose {
+			fmt.Fprintln(r.cfg.Progress, ProgressText(res))
+		} else {
+			fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
+		}
 	}
 	return out
 }
@@ -241,18 +270,46 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
 	}
+	r.consumer, err = createConsumer(ctx, client, r.ns, cfg.NodeName, "drakit-conformance-consumer-"+suffix)
+	if err != nil {
+		return err
+	}
 	r.sched = &scheduler{
 		client: client, driver: cfg.DriverName, ns: r.ns, node: node,
 		classes:  classLister{classes: classes},
-		consumer: resourceapi.ResourceClaimConsumerReference{APIGroup: consumerGroup, Resource: consumerResource, Name: "run-" + suffix, UID: uuid.NewUUID()},
+		consumer: consumerRef(r.consumer),
 		celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
 		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
 		prefix:   "c" + suffix,
 	}
+	// The kubelet creates its plugin registry when it starts; a driver
+	// may expect it to exist.
+	if err := ensureRegistry(cfg.RegistrationPath); err != nil && len(cfg.StartCommand) > 0 {
+		return err
+	}
 	if len(cfg.StartCommand) > 0 {
+		if err := r.openDriverLog(); err != nil {
+			return err
+		}
 		if err := r.startDriver(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ensureRegistry creates the registration folder (or, for a socket path,
+// the folder it is in) if it is missing.
+func ensureRegistry(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	dir := path
+	if strings.HasSuffix(path, ".sock") {
+		dir = filepath.Dir(path)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create registration folder: %w", err)
 	}
 	return nil
 }
@@ -265,128 +322,19 @@ func (r *runner) cleanup() {
 		_ = r.conn.Close()
 	}
 	r.stopDriver(syscall.SIGTERM)
+	if r.logFile != nil {
+		_ = r.logFile.Close()
+	}
 	client := r.cfg.Client
+	deleteConsumer(ctx, client, r.consumer)
 	if r.createdCls {
 		_ = client.ResourceV1().DeviceClasses().Delete(ctx, r.class, metav1.DeleteOptions{})
 	}
 	if r.createdNS {
 		_ = client.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{})
 	} else if r.sched != nil {
-		_ = client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=drakit-conformance"})
+		_ = client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(managedBy).String()})
 	}
-}
-
-// startDriver starts StartCommand as a child process in its own process
-// group.
-func (r *runner) startDriver() error {
-	cmd := exec.Command(r.cfg.StartCommand[0], r.cfg.StartCommand[1:]...)
-	cmd.Env = append(os.Environ(), r.cfg.StartEnv...)
-	out := r.cfg.DriverOutput
-	if out == nil {
-		out = io.Discard
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start driver %q: %w", r.cfg.StartCommand[0], err)
-	}
-	done := make(chan struct{})
-	r.proc, r.procDone = cmd, done
-	go func() {
-		r.procErr = cmd.Wait()
-		close(done)
-	}()
-	return nil
-}
-
-// stopDriver sends sig to the driver's process group, waits for it (up
-// to 10 s, then SIGKILL) and forgets it.
-func (r *runner) stopDriver(sig syscall.Signal) {
-	if r.proc == nil {
-		return
-	}
-	pid := r.proc.Process.Pid
-	_ = syscall.Kill(-pid, sig)
-	select {
-	case <-r.procDone:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-r.procDone
-	}
-	r.proc, r.procDone = nil, nil
-}
-
-// driverExited reports whether the driver the suite started has exited
-// (false when the suite did not start it).
-func (r *runner) driverExited() (bool, string) {
-	if r.procDone == nil {
-		return false, ""
-	}
-	select {
-	case <-r.procDone:
-		return true, fmt.Sprintf("the driver process exited (%v)", r.procErr)
-	default:
-		return false, ""
-	}
-}
-
-// alive reports whether the driver still serves: its process is running
-// (when the suite started it) and the node service answers an unprepare
-// of an unknown claim. The reason says what is wrong.
-func (r *runner) alive(ctx context.Context) (bool, string) {
-	// Give a crashing process a moment to exit.
-	if r.procDone != nil {
-		select {
-		case <-r.procDone:
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if exited, why := r.driverExited(); exited {
-		return false, why
-	}
-	if r.node == nil {
-		return false, "no node service connection"
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
-	if isTransport(err) {
-		return false, fmt.Sprintf("the node service does not answer: %v", err)
-	}
-	return true, ""
-}
-
-// revive restarts the driver after it died, when the suite started it,
-// so that later checks can run.
-func (r *runner) revive(ctx context.Context) {
-	if r.proc == nil {
-		return
-	}
-	if exited, _ := r.driverExited(); !exited {
-		return
-	}
-	r.proc, r.procDone = nil, nil
-	if err := r.startDriver(); err != nil {
-		r.logger.Error(err, "Restart driver after crash")
-		return
-	}
-	_ = r.connect(ctx)
-}
-
-// whileRunning returns a context that is canceled when the driver the
-// suite started exits, so that waits for it end early.
-func (r *runner) whileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	if done := r.procDone; done != nil {
-		go func() {
-			select {
-			case <-done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return ctx, cancel
 }
 
 // find finds the registration socket, giving up early when the driver
@@ -441,7 +389,7 @@ func (r *runner) prepareWith(ctx context.Context, node drapbv1.DRAPluginClient, 
 	if node == nil {
 		return nil, errors.New("no connection to the node service (see registration.endpoint)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: pbClaims(claims)})
 }
@@ -455,7 +403,7 @@ func (r *runner) unprepareWith(ctx context.Context, node drapbv1.DRAPluginClient
 	if node == nil {
 		return nil, errors.New("no connection to the node service (see registration.endpoint)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: pbClaims(claims)})
 }

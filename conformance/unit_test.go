@@ -13,7 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
@@ -168,6 +170,89 @@ func TestCheckResponse(t *testing.T) {
 				if !strings.Contains(f[i], w) {
 					t.Errorf("failure %q does not contain %q", f[i], w)
 				}
+			}
+		})
+	}
+}
+
+func TestCheckResponseSharedDevice(t *testing.T) {
+	const drv = "d.example.com"
+	s1, s2 := types.UID("s1"), types.UID("s2")
+	claim := allocatedClaim(
+		resourceapi.DeviceRequestAllocationResult{Request: "a", Driver: drv, Pool: "p", Device: "shared", ShareID: &s1},
+		resourceapi.DeviceRequestAllocationResult{Request: "b", Driver: drv, Pool: "p", Device: "shared", ShareID: &s2},
+	)
+	dev := func(share *string, reqs ...string) *drapbv1.Device {
+		return &drapbv1.Device{PoolName: "p", DeviceName: "shared", ShareId: share, RequestNames: reqs}
+	}
+	tests := []struct {
+		name    string
+		devices []*drapbv1.Device
+		want    []string // substrings, one per failure of devices-match and request-names
+		shares  int      // failures of the share ID check
+	}{
+		{"with share IDs", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s2"), "b")}, nil, 0},
+		{"without share IDs", []*drapbv1.Device{dev(nil, "b"), dev(nil, "a")}, nil, 2},
+		{"without share IDs and request names", []*drapbv1.Device{dev(nil), dev(nil)}, []string{"names no request", "names no request"}, 2},
+		{"request names swapped", []*drapbv1.Device{dev(ptr.To("s1"), "b"), dev(ptr.To("s2"), "a")}, []string{`names request "b"`, `names request "a"`}, 0},
+		{"unknown share ID", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s3"), "b")}, []string{"returned device p/shared share s3", "p/shared share s2 is missing"}, 0},
+		{"one of two", []*drapbv1.Device{dev(nil, "a")}, []string{"p/shared share s2 is missing"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var f, shares failures
+			res := &drapbv1.NodePrepareResourceResponse{Devices: tc.devices}
+			checkDevicesMatch(&f, drv, claim, res)
+			checkRequestNames(&f, drv, claim, res)
+			checkShareIDs(&shares, drv, claim, res)
+			if len(f) != len(tc.want) {
+				t.Fatalf("got failures %q, want %d matching %q", f, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(f[i], w) {
+					t.Errorf("failure %q does not contain %q", f[i], w)
+				}
+			}
+			if len(shares) != tc.shares {
+				t.Errorf("share ID check: got %q, want %d failures", shares, tc.shares)
+			}
+		})
+	}
+}
+
+func TestCheckResponseNoDevices(t *testing.T) {
+	const drv = "d.example.com"
+	claim := allocatedClaim(resourceapi.DeviceRequestAllocationResult{Request: "a", Driver: drv, Pool: "p", Device: "d0"})
+	var f failures
+	if empty := checkDevicesMatch(&f, drv, claim, &drapbv1.NodePrepareResourceResponse{}); !empty || len(f) > 0 {
+		t.Errorf("no devices for an allocated claim: empty=%v failures %q, want empty=true and none (api.proto allows zero devices)", empty, f)
+	}
+}
+
+func TestShareOfTwo(t *testing.T) {
+	q := resource.MustParse
+	tests := []struct {
+		name string
+		cap  resourceapi.DeviceCapacity
+		want string // share, "" when none fits
+	}{
+		{"no policy: half", resourceapi.DeviceCapacity{Value: q("10Gi")}, "5Gi"},
+		{"default", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("1Gi"))}}, "1Gi"},
+		{"default too big, range min", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("10Gi")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("2Gi"))}}}, "2Gi"},
+		{"valid values", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("2"), q("8")}}}, "2"},
+		{"only whole device", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("8")}}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := shareOfTwo(&resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"c": tc.cap}})
+			if tc.want == "" {
+				if why == "" {
+					t.Errorf("got share %v, want a reason why none fits", got)
+				}
+				return
+			}
+			if share := got["c"]; share.Cmp(q(tc.want)) != 0 {
+				t.Errorf("got share %s (%s), want %s", share.String(), why, tc.want)
 			}
 		})
 	}

@@ -30,6 +30,33 @@ func init() {
 	})
 }
 
+const conformanceUsage = `Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]
+
+Plays the kubelet and the scheduler against a DRA driver and a real API
+server (without --kubeconfig: a local control plane with a fake node).
+
+The driver: arguments after -- (or --start) start it, which enables the
+restart checks and keeps its output in --driver-log; without them the
+driver must already be running. A started driver gets these environment
+variables:
+  KUBECONFIG, DRAKIT_KUBECONFIG  the admin kubeconfig of the cluster
+  NODE_NAME                      the node it serves (--node)
+The command runs without a shell; to put them into flags, run one:
+  -- sh -c 'exec ./driver --node-name="$NODE_NAME" --kubeconfig="$KUBECONFIG"'.
+
+The claims: the suite creates a namespace, a DeviceClass selecting the
+driver's devices (unless --device-class) and one Pod bound to --node that
+never starts (image conformance.drakit.invalid/never-started:0, no claims
+in its spec); it allocates claims with the scheduler's allocator and
+reserves them for that Pod, as the scheduler would, then calls the driver.
+Everything is removed at the end.
+
+Registration: --registration is the driver's registration socket or the
+kubelet's plugin registry folder (created if missing, as the kubelet does).
+
+Flags:
+`
+
 // csvFlag collects a repeatable, comma-separated flag.
 type csvFlag []string
 
@@ -51,8 +78,8 @@ type conformanceFlags struct {
 	deviceClass, objects                   string
 	junit, jsonOut, driverLog              string
 	repeat, concurrency                    int
-	publishTimeout                         time.Duration
-	list                                   bool
+	publishTimeout, callTimeout            time.Duration
+	list, verbose                          bool
 }
 
 func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, error) {
@@ -60,9 +87,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]")
-		fmt.Fprintln(stderr, "\nPlays the kubelet and the scheduler against a DRA driver and a real API server.")
-		fmt.Fprintln(stderr, "Arguments after -- start the driver (enables the restart checks); without them the driver must be running.\n\nFlags:")
+		fmt.Fprint(stderr, conformanceUsage)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "admin kubeconfig of the cluster (default: start a local control plane and a fake node)")
@@ -77,10 +102,12 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.StringVar(&f.objects, "objects", "", "YAML file with DeviceClasses (created for the run; the first is used unless --device-class) and ResourceClaimTemplates (their claims are checked)")
 	fs.StringVar(&f.junit, "junit", "", "write a JUnit XML report to FILE")
 	fs.StringVar(&f.jsonOut, "json", "", "write a JSON report to FILE")
-	fs.StringVar(&f.driverLog, "driver-log", "", "write the started driver's output to FILE")
+	fs.StringVar(&f.driverLog, "driver-log", "", "keep the started driver's output in FILE (default: a new drakit-conformance-driver-*.log in $TMPDIR, named at the end)")
 	fs.IntVar(&f.repeat, "repeat", 3, "repeats in idempotency checks")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
+	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
+	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -170,7 +197,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		DriverName: f.driver, NodeName: f.node, RegistrationPath: f.registration,
 		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
 		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
-		PublishTimeout: f.publishTimeout, Progress: stderr,
+		PublishTimeout: f.publishTimeout, CallTimeout: f.callTimeout, Progress: stderr, Verbose: f.verbose,
+		DriverLog: f.driverLog,
 	}
 	for _, m := range f.pathMaps {
 		from, to, _ := strings.Cut(m, "=")
@@ -183,15 +211,6 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 	}
-	if f.driverLog != "" {
-		lf, err := os.Create(f.driverLog)
-		if err != nil {
-			return fmt.Errorf("create driver log: %w", err)
-		}
-		defer func() { _ = lf.Close() }()
-		cfg.DriverOutput = lf
-	}
-
 	kubeconfig := f.kubeconfig
 	var client kubernetes.Interface
 	if kubeconfig == "" {
@@ -242,6 +261,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintln(stdout)
 	if err := rep.WriteSummary(stdout); err != nil {
+		return err
+	}
+	if err := rep.WriteDetails(stdout, f.verbose); err != nil {
 		return err
 	}
 	for _, out := range []struct {
