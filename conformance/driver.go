@@ -159,16 +159,48 @@ func (r *runner) alive(ctx context.Context) (bool, string) {
 	return true, ""
 }
 
-// recover brings a driver that stopped serving back, as the kubelet
-// would find it again: restart it when the suite started it, find its
-// registration socket, call GetInfo and NotifyRegistrationStatus, dial
-// its endpoint. It returns errDriverGone when that is not possible.
-func (r *runner) recover(ctx context.Context, why string) error {
-	if r.proc == nil {
-		return fmt.Errorf("%w (%s) and the suite cannot restart it (it did not start it; see Config.StartCommand)%s", errDriverGone, why, r.logLines())
+// canRestart reports whether the suite can restart the driver.
+func (r *runner) canRestart() bool {
+	return len(r.cfg.StartCommand) > 0 || r.cfg.RestartDriver != nil || len(r.cfg.RestartCommand) > 0
+}
+
+// restartDriver kills the driver without a chance to clean up and starts
+// it again: SIGKILL and StartCommand for a driver the suite started, else
+// Config.RestartDriver or RestartCommand. The caller registers it again.
+func (r *runner) restartDriver(ctx context.Context) error {
+	switch {
+	case r.cfg.RestartDriver != nil:
+		if err := r.cfg.RestartDriver(ctx); err != nil {
+			return fmt.Errorf("restart the driver: %w", err)
+		}
+	case len(r.cfg.RestartCommand) > 0:
+		var out bytes.Buffer
+		c := exec.CommandContext(ctx, r.cfg.RestartCommand[0], r.cfg.RestartCommand[1:]...)
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("restart the driver with %q: %w: %s", r.cfg.RestartCommand, err, strings.TrimSpace(out.String()))
+		}
+	default:
+		r.stopDriver(syscall.SIGKILL)
+		if err := r.startDriver(); err != nil {
+			return fmt.Errorf("restart the driver: %w", err)
+		}
 	}
-	r.stopDriver(syscall.SIGKILL)
-	if err := r.startDriver(); err != nil {
+	// The old connection points at a socket that is gone or about to be
+	// replaced.
+	r.node = nil
+	return nil
+}
+
+// recover brings a driver that stopped serving back, as the kubelet
+// would find it again: restart it, find its registration socket, call
+// GetInfo and NotifyRegistrationStatus, dial its endpoint. It returns
+// errDriverGone when that is not possible.
+func (r *runner) recover(ctx context.Context, why string) error {
+	if !r.canRestart() {
+		return fmt.Errorf("%w (%s) and the suite cannot restart it (see Config.StartCommand, RestartDriver)%s", errDriverGone, why, r.logLines())
+	}
+	if err := r.restartDriver(ctx); err != nil {
 		return fmt.Errorf("%w (%s); restarting it failed: %v%s", errDriverGone, why, err, r.logLines())
 	}
 	if err := r.register(ctx); err != nil {
@@ -221,14 +253,21 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLines returns the last n complete or partial lines.
+// lastLines returns the last n lines; when a Go panic or fatal error is
+// among the kept output, n lines from its first line instead (the
+// message, not the end of its goroutine dump).
 func (t *tailBuffer) lastLines(n int) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := bytes.Split(bytes.TrimRight(t.buf, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	from := max(0, len(lines)-n)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if bytes.HasPrefix(lines[i], []byte("panic: ")) || bytes.HasPrefix(lines[i], []byte("fatal error: ")) {
+			from = i
+			break
+		}
 	}
+	lines = lines[from:min(len(lines), from+n)]
 	var b strings.Builder
 	for _, l := range lines {
 		if len(l) > 0 {

@@ -2,11 +2,14 @@ package conformance_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +52,7 @@ var defects = []struct {
 	{"missing-request-names", "missing-request-names", nil, "prepare.request-names"},
 	// One shared device and nothing else: the suite must still build a
 	// claim with two requests, on two shares of that device.
-	{"missing-request-names-one-shared-device", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names"},
+	{"missing-request-names-shared", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names"},
 	{"cdi-unresolvable", "cdi-unresolvable", nil, "prepare.cdi-resolve"},
 	{"bad-cdi-id", "bad-cdi-id", nil, "prepare.cdi-ids-format"},
 	{"bad-attributes", "bad-attributes", nil, "slices.standard-attributes"},
@@ -221,6 +224,11 @@ func TestDrivers(t *testing.T) {
 		})
 	}
 
+	t.Run("runner", func(t *testing.T) {
+		t.Parallel()
+		testRunner(t, c)
+	})
+
 	for _, d := range defects {
 		t.Run("defect/"+d.name, func(t *testing.T) {
 			t.Parallel()
@@ -245,6 +253,16 @@ func TestDrivers(t *testing.T) {
 			if rep.Failed() != (want == conformance.Fail) {
 				t.Errorf("report Failed() = %v, want %v", rep.Failed(), want == conformance.Fail)
 			}
+			if d.defect == "crash-on-empty" {
+				// The crash is blamed on the check that caused it; the
+				// driver is restarted and the next check runs normally.
+				if !strings.Contains(res.Message, "stopped serving during this check") {
+					t.Errorf("crash not reported as such: %s", res.Message)
+				}
+				if next, _ := rep.Result("robust.duplicate-uids"); next.Status != conformance.Pass {
+					t.Errorf("check after the crash: %s %s, want pass (driver restarted)", next.Status, next.Message)
+				}
+			}
 			for _, res := range rep.Results {
 				if strings.Contains(res.Message, "<nil>") {
 					t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
@@ -252,6 +270,104 @@ func TestDrivers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testRunner runs the suite in the ways that are not one run per
+// variant: against a driver it does not start, as one deployed as a
+// DaemonSet pod (the test runs it, and gives the suite a restart hook
+// that kills it and starts it again, as a forced pod deletion and the
+// DaemonSet would, and a command that reads the CDI folder as a tar
+// archive, as kubectl exec ... tar would); against a driver that dies for
+// good; and one check alone.
+func testRunner(t *testing.T, c *cluster.Cluster) {
+	t.Run("deployed", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "deployed", "")
+		cmdline, env, output, cdiDir := cfg.StartCommand, cfg.StartEnv, cfg.DriverOutput, cfg.CDIDirs[0]
+		var proc *exec.Cmd
+		start := func() error {
+			proc = exec.Command(cmdline[0], cmdline[1:]...)
+			proc.Env = append(os.Environ(), env...)
+			proc.Stdout, proc.Stderr = output, output
+			proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			return proc.Start()
+		}
+		stop := func(sig syscall.Signal) {
+			_ = syscall.Kill(-proc.Process.Pid, sig)
+			_ = proc.Wait()
+		}
+		if err := start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stop(syscall.SIGTERM) })
+		cfg.StartCommand, cfg.StartEnv, cfg.CDIDirs = nil, nil, nil
+		restarts := 0
+		cfg.RestartDriver = func(context.Context) error {
+			restarts++
+			stop(syscall.SIGKILL)
+			return start()
+		}
+		cfg.ReadCDICommand = []string{"tar", "-C", cdiDir, "-cf", "-", "."}
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for _, res := range rep.Results {
+			if res.Status != conformance.Pass {
+				t.Errorf("%s %s: %s", res.ID, res.Status, res.Message)
+			}
+		}
+		if restarts != 1 {
+			t.Errorf("restart hook called %d times, want 1", restarts)
+		}
+		if rep.DriverLog != "" {
+			t.Errorf("the suite did not start the driver but names a log: %s", rep.DriverLog)
+		}
+	})
+
+	// A driver that crashes and cannot be started again ends the run at
+	// once, with the reason and the tail of its output. (It may start
+	// twice: once for the run, once for the restart checks.)
+	t.Run("gone", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "gone", "crash-on-empty")
+		marker := filepath.Join(t.TempDir(), "started")
+		cfg.StartCommand = append([]string{"sh", "-c", `if [ "$(cat "$0" 2>/dev/null | wc -l)" -ge 2 ]; then echo "refusing to start a third time" >&2; exit 3; fi; echo started >> "$0"; exec "$@"`, marker}, cfg.StartCommand...)
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if res, _ := rep.Result("robust.empty-request"); res.Status != conformance.Fail {
+			t.Errorf("robust.empty-request: %s %s, want fail", res.Status, res.Message)
+		}
+		if res, _ := rep.Result("robust.still-serving"); res.Status != conformance.Skip || !strings.Contains(res.Message, "the driver is gone") {
+			t.Errorf("robust.still-serving after the driver is gone: %s %s, want a skip saying so", res.Status, res.Message)
+		}
+		t.Logf("Report.Aborted: %s", rep.Aborted)
+		if !strings.Contains(rep.Aborted, "refusing to start a third time") {
+			t.Errorf("Report.Aborted = %q, want the tail of the driver's output", rep.Aborted)
+		}
+		data, err := os.ReadFile(rep.DriverLog)
+		if err != nil || !strings.Contains(string(data), "refusing to start a third time") {
+			t.Errorf("driver log %s: %v; want the driver's output in it", rep.DriverLog, err)
+		}
+		_ = os.Remove(rep.DriverLog)
+	})
+
+	// One check alone (Config.Only; "go test -run TestConformance/ID"
+	// with Test) sets up what it needs and runs.
+	t.Run("only", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "only", "")
+		cfg.Only = []string{"prepare.idempotent"}
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if len(rep.Results) != 1 || rep.Results[0].ID != "prepare.idempotent" || rep.Results[0].Status != conformance.Pass {
+			t.Errorf("got %+v, want prepare.idempotent alone, passed", rep.Results)
+		}
+	})
 }
 
 // syncWriter serializes writes of the driver's stdout and stderr.

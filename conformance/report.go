@@ -51,6 +51,10 @@ type Check struct {
 	Rule string `json:"rule"`
 	// Level is Must or Should.
 	Level Level `json:"level"`
+	// Needs names what the check needs (the driver registered, its
+	// slices published, the main claims prepared, ...); the runner sets
+	// that up first, and the check skips when it cannot.
+	Needs []string `json:"needs,omitempty"`
 }
 
 // Result is the outcome of one check in a run.

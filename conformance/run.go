@@ -32,17 +32,26 @@ import (
 // admin access.
 const adminAccessLabel = "resource.kubernetes.io/admin-access"
 
-// Test runs the suite from a vendor's own go test: one subtest per check
-// (named by its ID); a failed MUST check fails its subtest, a warning is
-// logged, a skip skips. Setup errors (bad Config, no API server) fail t.
+// Test runs the suite from a vendor's own go test, each check as a
+// subtest named by its ID, run when it is reached: a failed MUST check
+// fails its subtest, a warning is logged, a skip skips. A check runs on
+// its own ("go test -run TestConformance/prepare.idempotent" runs that
+// check, after setting up what it needs: registration, slices, the main
+// claims); checks not selected are absent from the report. Setup errors
+// (bad Config, no API server) fail t.
 func Test(t *testing.T, cfg Config) *Report {
 	t.Helper()
-	rep, err := Run(t.Context(), cfg)
+	r, err := begin(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("conformance: %v", err)
 	}
-	for _, res := range rep.Results {
-		t.Run(res.ID, func(t *testing.T) {
+	defer r.end()
+	for _, e := range catalogue {
+		if !cfg.selected(e.Check) {
+			continue
+		}
+		t.Run(e.ID, func(t *testing.T) {
+			res := r.exec(t.Context(), e)
 			switch res.Status {
 			case Fail:
 				t.Errorf("[%s] %s\n%s\nrule: %s", res.Level, res.Description, res.Message, res.Rule)
@@ -55,7 +64,10 @@ func Test(t *testing.T, cfg Config) *Report {
 			}
 		})
 	}
-	return rep
+	if r.report.Aborted != "" {
+		t.Errorf("conformance run ended early: %s", r.report.Aborted)
+	}
+	return r.report
 }
 
 // Run runs every check of the catalogue against the driver and returns
@@ -65,57 +77,80 @@ func Test(t *testing.T, cfg Config) *Report {
 // the run creates in the API server and every process it starts is
 // removed or stopped before it returns.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r, err := begin(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer r.end()
+	for _, e := range catalogue {
+		if cfg.selected(e.Check) {
+			r.exec(ctx, e)
+		}
+	}
+	return r.report, nil
+}
+
+// begin validates cfg and prepares a run: namespace, class, consumer pod,
+// the driver started.
+func begin(ctx context.Context, cfg Config) (*runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, logger: klog.FromContext(ctx)}
 	r.report = &Report{Driver: cfg.DriverName, Node: cfg.NodeName, Started: time.Now()}
-	defer func() { r.report.Duration = time.Since(r.report.Started) }()
-	if err := r.setup(ctx); err != nil {
+	if err := r.start(ctx); err != nil {
 		r.cleanup()
 		return nil, err
 	}
-	defer r.cleanup()
-	r.runAll(ctx)
-	return r.report, nil
+	return r, nil
 }
 
-// runner holds the state of one run.
+// end undoes what the run set up and completes the report.
+func (r *runner) end() {
+	r.cleanup()
+	r.report.Duration = time.Since(r.report.Started)
+}
+
+// runner holds the state of one run: connections, the driver process,
+// and the fixtures that checks need (set up once, on first need).
 type runner struct {
 	cfg    Config
 	logger klog.Logger
 	report *Report
 
-	ns          string
-	createdNS   bool
-	consumer    *corev1.Pod
-	class       string
-	createdCls  bool
-	sched       *scheduler
-	proc        *exec.Cmd
-	procDone    chan struct{}
-	procMu      sync.Mutex
-	procErr     error
-	logFile     *os.File
-	logTail     *tailBuffer
-	gone        error // set when the driver stopped serving for good
+	ns         string
+	createdNS  bool
+	consumer   *corev1.Pod
+	class      string
+	createdCls bool
+	sched      *scheduler
+	proc       *exec.Cmd
+	procDone   chan struct{}
+	procMu     sync.Mutex
+	procErr    error
+	logFile    *os.File
+	logTail    *tailBuffer
+	gone       error                   // set when the driver stopped serving for good
+	cleanups   []func(context.Context) // run at the end, last first
+
+	fixtures [numFixtures]fixtureState
+	// fxRegistration, fxEndpoint, fxNode
 	regSocket   string
 	info        *registerapi.PluginInfo
 	endpoint    string
 	conn        *grpc.ClientConn
 	node        drapbv1.DRAPluginClient
 	nodeService string
-	slices      []*resourceapi.ResourceSlice
-	devices     []devRef
-	deviceObj   map[devRef]*resourceapi.Device
-
-	// state handed from check to check
-	everyDevicePrepare *outcome
-	mainClaims         []*resourceapi.ResourceClaim
-	mainResp           *drapbv1.NodePrepareResourcesResponse
-	cdiBefore          map[string]bool
-	cdiAfterPrepare    map[string]bool
-	allocatable        []devRef
+	// fxSlices
+	slices    []*resourceapi.ResourceSlice
+	devices   []devRef
+	deviceObj map[devRef]*resourceapi.Device
+	// fxEveryDevice, fxMain, fxShared, fxHealth, fxRestart
+	every   everyDevice
+	main    mainClaims
+	shared  sharedClaims
+	health  healthReports
+	restart restarted
 }
 
 // outcome is what a check function returns.
@@ -153,24 +188,25 @@ func (f failures) outcome(passMsg string, args ...any) outcome {
 	return fail("%s%s", strings.Join(msgs, "\n"), more)
 }
 
-// check runs one check and records its result.
-func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Context) outcome) outcome {
-	ch, ok := lookupCheck(id)
-	if !ok {
-		panic("conformance: unknown check " + id) // programming error in the suite
-	}
+// exec runs one check (after what it needs) and records its result.
+func (r *runner) exec(ctx context.Context, e entry) Result {
 	start := time.Now()
 	var out outcome
 	switch {
-	case r.cfg.skipped(ch):
+	case r.cfg.skipped(e.Check):
 		out = skip("skipped by configuration")
 	case ctx.Err() != nil:
 		out = skip("run canceled: %v", ctx.Err())
 	case r.gone != nil:
 		out = skip("not run: %s", firstLine(r.gone.Error()))
 	default:
-		out = r.safe(ctx, fn)
-		if out.status == Fail && ch.Level == Should {
+		out = r.safe(ctx, func(ctx context.Context) outcome {
+			if o := r.needsSkip(ctx, e.needs); o != nil {
+				return *o
+			}
+			return e.run(r, ctx)
+		})
+		if out.status == Fail && e.Level == Should {
 			out.status = Warn
 		}
 		// A driver that stopped serving during the check fails it
@@ -190,7 +226,7 @@ func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Conte
 			}
 		}
 	}
-	res := Result{Check: ch, Status: out.status, Message: out.msg, Duration: time.Since(start)}
+	res := Result{Check: e.Check, Status: out.status, Message: out.msg, Duration: time.Since(start)}
 	r.report.Results = append(r.report.Results, res)
 	if r.cfg.Progress != nil {
 		if r.cfg.Verbose {
@@ -199,17 +235,7 @@ func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Conte
 			fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
 		}
 	}
-	return out
-}
-
-// record records a result computed elsewhere (by an earlier check).
-func (r *runner) record(ctx context.Context, id string, out *outcome, orSkip string) {
-	r.check(ctx, id, func(context.Context) outcome {
-		if out == nil {
-			return skip("%s", orSkip)
-		}
-		return *out
-	})
+	return res
 }
 
 func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome) (out outcome) {
@@ -221,8 +247,9 @@ func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome)
 	return fn(ctx)
 }
 
-// setup creates the namespace and class and starts the driver.
-func (r *runner) setup(ctx context.Context) error {
+// start creates the namespace, class and consumer pod and starts the
+// driver.
+func (r *runner) start(ctx context.Context) error {
 	cfg := r.cfg
 	client := cfg.Client
 	suffix := rand.String(5)
@@ -318,6 +345,9 @@ func ensureRegistry(path string) error {
 func (r *runner) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i](ctx)
+	}
 	if r.conn != nil {
 		_ = r.conn.Close()
 	}
@@ -414,20 +444,4 @@ func pbClaims(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
 		out = append(out, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
 	}
 	return out
-}
-
-// runAll runs the catalogue in order.
-func (r *runner) runAll(ctx context.Context) {
-	r.registrationChecks(ctx)
-	r.sliceChecks(ctx)
-	r.allocationChecks(ctx)
-	r.prepareChecks(ctx)
-	r.unprepareChecks(ctx)
-	r.restartChecks(ctx)
-	r.healthChecks(ctx)
-	r.robustnessChecks(ctx)
-	if len(r.report.Results) != len(catalogue) {
-		// Every check must report exactly once; a mismatch is a bug here.
-		r.logger.Error(nil, "Conformance suite reported an unexpected number of results", "got", len(r.report.Results), "want", len(catalogue))
-	}
 }

@@ -201,6 +201,14 @@ func (s *scheduler) allocated(ctx context.Context, base string, spec resourceapi
 	return updated, nil
 }
 
+// forget frees the claim's devices for later allocations, leaving the
+// claim object in place.
+func (s *scheduler) forget(claim *resourceapi.ResourceClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inUse, claim.UID)
+}
+
 // release deletes the claim and frees its devices. Errors are ignored:
 // the namespace is deleted at the end anyway.
 func (s *scheduler) release(ctx context.Context, claim *resourceapi.ResourceClaim) {
@@ -280,4 +288,19 @@ func withCapacity(req resourceapi.DeviceRequest, capacity map[resourceapi.Qualif
 		req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: capacity}
 	}
 	return req
+}
+
+// allocatable counts the devices that the allocator could give to a
+// claim for one device right now, without creating any claim.
+func (s *scheduler) allocatable(ctx context.Context, class string) int {
+	n := 0
+	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: s.ns, UID: "probe"}, Spec: claimSpec(exactRequest("dev", class, 1))}
+	for _, sl := range s.slices {
+		for _, d := range sl.Spec.Devices {
+			if alloc, err := s.allocate(ctx, probe, &devRef{sl.Spec.Pool.Name, d.Name}); err == nil && alloc != nil {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -2,9 +2,11 @@ package conformance
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,7 +97,9 @@ func TestConfigValidate(t *testing.T) {
 		{"empty", Config{}, []string{"DriverName: required", "NodeName: required", "Client: required", "RegistrationPath: required"}},
 		{"bad driver name", Config{DriverName: "Not_DNS", NodeName: "n", Client: client, RegistrationPath: "/x"}, []string{"DriverName:"}},
 		{"unknown skip", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"nope"}}, []string{`Skip: "nope"`}},
-		{"valid", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"restart", "prepare.idempotent"}}, nil},
+		{"unknown only", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Only: []string{"prepare.nope"}}, []string{`Only: "prepare.nope"`}},
+		{"two restart hooks", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", RestartCommand: []string{"true"}, RestartDriver: func(context.Context) error { return nil }}, []string{"RestartDriver and RestartCommand"}},
+		{"valid", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"restart", "prepare.idempotent"}, Only: []string{"prepare"}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -307,12 +311,44 @@ func TestCDIChecks(t *testing.T) {
 	if len(f) != 0 {
 		t.Errorf("inject: %q", f)
 	}
+
+	// A spec in a default CDI folder the suite was not given earns a hint
+	// that names it.
+	other := t.TempDir()
+	misplaced := filepath.Join(other, "example.com-gpu-claim.json")
+	spec = `{"cdiVersion":"0.6.0","kind":"example.com/gpu","devices":[{"name":"g7","containerEdits":{"env":["A=7"]}}]}`
+	if err := os.WriteFile(misplaced, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f = nil
+	checkCDIResolveHint(&f, cache, specErrs, []string{dir}, []string{"example.com/gpu=g7"}, []string{dir, other})
+	if len(f) != 1 || !strings.Contains(f[0], "Hint: "+misplaced+" defines it") {
+		t.Errorf("misplaced spec: got %q, want one failure with a hint naming %s", f, misplaced)
+	}
+}
+
+func TestEnsureRegistry(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{filepath.Join(dir, "a", "plugins_registry"), filepath.Join(dir, "b", "x-reg.sock")} {
+		if err := ensureRegistry(p); err != nil {
+			t.Fatalf("ensureRegistry(%s): %v", p, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "a", "plugins_registry")); err != nil || !fi.IsDir() {
+		t.Errorf("registry folder not created: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "b")); err != nil || !fi.IsDir() {
+		t.Errorf("folder of the socket not created: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b", "x-reg.sock")); err == nil {
+		t.Errorf("a socket path must not become a folder")
+	}
 }
 
 func sampleReport() *Report {
 	mkRes := func(id string, s Status, msg string) Result {
 		c, _ := lookupCheck(id)
-		return Result{Check: c, Status: s, Message: msg, Duration: 1500 * time.Millisecond}
+		return Result{Check: c.Check, Status: s, Message: msg, Duration: 1500 * time.Millisecond}
 	}
 	return &Report{Driver: "gpu.example.com", Node: "node-1", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Duration: 12 * time.Second,
 		Results: []Result{
@@ -365,5 +401,20 @@ func TestReportWriters(t *testing.T) {
 	rep.Results = rep.Results[2:]
 	if rep.Failed() {
 		t.Errorf("warnings and skips must not fail the report")
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{max: 64}
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(tb, "line %d\n", i)
+	}
+	if got := tb.lastLines(2); got != "  | line 18\n  | line 19" {
+		t.Errorf("last lines: %q", got)
+	}
+	tb = &tailBuffer{max: 1 << 10}
+	fmt.Fprint(tb, "starting\npanic: runtime error: index out of range [0] with length 0\n\ngoroutine 1 [running]:\nmain.f()\n\tf.go:1\nmain.main()\n")
+	if got := tb.lastLines(2); got != "  | panic: runtime error: index out of range [0] with length 0" {
+		t.Errorf("a panic must be shown from its message: %q", got)
 	}
 }

@@ -2,8 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -284,9 +282,15 @@ func checkCDIFormat(f *failures, ids []string) {
 // about (kubeletplugin's device metadata specs go to /var/run/cdi by
 // default).
 func checkCDIResolve(f *failures, cache *cdi.Cache, specErrs string, dirs, ids []string) {
+	checkCDIResolveHint(f, cache, specErrs, dirs, ids, cdi.DefaultSpecDirs)
+}
+
+// checkCDIResolveHint is checkCDIResolve looking for misplaced specs in
+// the given default folders.
+func checkCDIResolveHint(f *failures, cache *cdi.Cache, specErrs string, dirs, ids, defaults []string) {
 	var elsewhere *cdi.Cache
 	var others []string
-	for _, d := range cdi.DefaultSpecDirs {
+	for _, d := range defaults {
 		if !slices.Contains(dirs, d) {
 			others = append(others, d)
 		}
@@ -323,23 +327,6 @@ func checkCDIInject(f *failures, cache *cdi.Cache, ids []string) {
 	}
 }
 
-// snapshot lists the files in the CDI folders.
-func snapshot(dirs []string) map[string]bool {
-	out := map[string]bool{}
-	for _, d := range dirs {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if !e.IsDir() {
-				out[filepath.Join(d, e.Name())] = true
-			}
-		}
-	}
-	return out
-}
-
 // created returns files in after that are not in before.
 func created(before, after map[string]bool) []string {
 	var out []string
@@ -349,16 +336,5 @@ func created(before, after map[string]bool) []string {
 		}
 	}
 	sort.Strings(out)
-	return out
-}
-
-// leftover returns those of files that still exist.
-func leftover(files []string) []string {
-	var out []string
-	for _, f := range files {
-		if _, err := os.Stat(f); err == nil {
-			out = append(out, f)
-		}
-	}
 	return out
 }

@@ -54,6 +54,11 @@ Everything is removed at the end.
 Registration: --registration is the driver's registration socket or the
 kubelet's plugin registry folder (created if missing, as the kubelet does).
 
+A driver deployed as a DaemonSet pod: run the suite on the node (or give
+--path-map), without a driver command, with --restart-command (so that
+the restart checks run) and --read-cdi-command (so that the CDI checks see
+the node's CDI folder, not the suite's mount namespace).
+
 Flags:
 `
 
@@ -73,7 +78,8 @@ func (l *csvFlag) Set(v string) error {
 // conformanceFlags are the parsed flags of "drakit conformance".
 type conformanceFlags struct {
 	kubeconfig, driver, node, registration string
-	cdiDirs, pathMaps, skip                csvFlag
+	cdiDirs, pathMaps, skip, only          csvFlag
+	restartCmd, readCDICmd                 string
 	start                                  []string
 	deviceClass, objects                   string
 	junit, jsonOut, driverLog              string
@@ -97,6 +103,9 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Var(&f.cdiDirs, "cdi-dir", "CDI spec folder (repeatable or comma-separated)")
 	fs.Var(&f.pathMaps, "path-map", "FROM=TO: translate paths the driver reports (own mount namespace); repeatable")
 	fs.Var(&f.skip, "skip", "check IDs or categories to skip (repeatable or comma-separated)")
+	fs.Var(&f.only, "only", "check IDs or categories to run, the others left out (repeatable or comma-separated); what they need is set up all the same")
+	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start and has it started again (e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait); enables the restart checks")
+	fs.StringVar(&f.readCDICmd, "read-cdi-command", "", "shell command that writes a tar archive of the node's CDI folder to stdout (e.g. kubectl exec -n NS POD -- tar -C /var/run/cdi -cf - .); replaces --cdi-dir")
 	startCmd := fs.String("start", "", "command that starts the driver, split at spaces (alternative to arguments after --)")
 	fs.StringVar(&f.deviceClass, "device-class", "", "existing DeviceClass selecting the driver's devices (default: the suite creates one)")
 	fs.StringVar(&f.objects, "objects", "", "YAML file with DeviceClasses (created for the run; the first is used unless --device-class) and ResourceClaimTemplates (their claims are checked)")
@@ -198,7 +207,13 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
 		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
 		PublishTimeout: f.publishTimeout, CallTimeout: f.callTimeout, Progress: stderr, Verbose: f.verbose,
-		DriverLog: f.driverLog,
+		DriverLog: f.driverLog, Only: f.only,
+	}
+	if f.restartCmd != "" {
+		cfg.RestartCommand = []string{"sh", "-c", f.restartCmd}
+	}
+	if f.readCDICmd != "" {
+		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}
 	}
 	for _, m := range f.pathMaps {
 		from, to, _ := strings.Cut(m, "=")
