@@ -92,9 +92,7 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Each correct variant
 // below behaves differently in a way the protocol allows and the kubelet
 // accepts; the suite's tests assert that none fails a MUST check and
-// exactly which checks skip or warn (false positives: 0 of 9). The same
-// driver run by the test itself, with restart and CDI hooks in place of
-// StartCommand and CDIDirs (as for a DaemonSet pod), passes every check:
+// exactly which checks skip or warn (false positives: 0 of 9):
 //
 //	variant             what it does                                          not passing
 //	full                4 devices, 3 partitions, 1 shared device, health      -
@@ -112,6 +110,10 @@
 //	                                                                          cdi-resolve, cdi-inject
 //	health-empty        health reports that name no device                    health.coverage warns (SHOULD),
 //	                                                                          health.refresh skips
+//
+// The full variant run by the test itself, with restart and CDI hooks in
+// place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
+// check.
 //
 // # Proof that it has teeth
 //

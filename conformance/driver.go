@@ -253,9 +253,9 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLines returns the last n lines; when a Go panic or fatal error is
-// among the kept output, n lines from its first line instead (the
-// message, not the end of its goroutine dump).
+// lastLines returns the last n lines; when a Go panic or fatal error
+// lies before them, its first lines come first (the message, not the end
+// of its goroutine dump), then "...", then the last lines.
 func (t *tailBuffer) lastLines(n int) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -263,11 +263,18 @@ func (t *tailBuffer) lastLines(n int) string {
 	from := max(0, len(lines)-n)
 	for i := len(lines) - 1; i >= 0; i-- {
 		if bytes.HasPrefix(lines[i], []byte("panic: ")) || bytes.HasPrefix(lines[i], []byte("fatal error: ")) {
-			from = i
+			if i < from {
+				const head = 3
+				last := max(1, n-head-1)
+				kept := append([][]byte{}, lines[i:min(i+head, len(lines))]...)
+				kept = append(kept, []byte("..."))
+				lines = append(kept, lines[max(i+head, len(lines)-last):]...)
+				from = 0
+			}
 			break
 		}
 	}
-	lines = lines[from:min(len(lines), from+n)]
+	lines = lines[from:]
 	var b strings.Builder
 	for _, l := range lines {
 		if len(l) > 0 {

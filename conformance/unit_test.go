@@ -413,8 +413,9 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("last lines: %q", got)
 	}
 	tb = &tailBuffer{max: 1 << 10}
-	fmt.Fprint(tb, "starting\npanic: runtime error: index out of range [0] with length 0\n\ngoroutine 1 [running]:\nmain.f()\n\tf.go:1\nmain.main()\n")
-	if got := tb.lastLines(2); got != "  | panic: runtime error: index out of range [0] with length 0" {
-		t.Errorf("a panic must be shown from its message: %q", got)
+	fmt.Fprint(tb, "starting\npanic: runtime error: index out of range [0] with length 0\n\ngoroutine 1 [running]:\nmain.f()\n\tf.go:1\nmain.main()\nrestarted\n")
+	want := "  | panic: runtime error: index out of range [0] with length 0\n  | goroutine 1 [running]:\n  | ...\n  | main.main()\n  | restarted"
+	if got := tb.lastLines(6); got != want {
+		t.Errorf("a panic must be shown from its message, then the last lines:\ngot  %q\nwant %q", got, want)
 	}
 }
