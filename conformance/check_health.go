@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 const defaultHealthTimeout = 30 * time.Second
@@ -33,13 +35,13 @@ type healthReports struct {
 // by health source).
 func (r *runner) setupHealth(ctx context.Context) error {
 	h := &r.health
-	h.service = firstKnown(r.info.SupportedVersions, healthServices)
+	h.service = kubeletclient.FirstKnown(r.info.SupportedVersions, kubeletclient.HealthServices)
 	if h.service == "" {
 		return unable("the driver does not advertise a health service")
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	r.cleanups = append(r.cleanups, func(context.Context) { cancel() })
-	stream, err := healthClient(r.conn, h.service).NodeWatchResources(sctx, &drahealthv1.NodeWatchResourcesRequest{})
+	stream, err := kubeletclient.HealthClient(r.conn, h.service).NodeWatchResources(sctx, &drahealthv1.NodeWatchResourcesRequest{})
 	if err != nil {
 		return broken("NodeWatchResources over %s: %v", h.service, err)
 	}

@@ -10,6 +10,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // cycle prepares one claim, checks the result against the allocation and
@@ -300,8 +302,8 @@ func (r *runner) checkDeviceInUse(ctx context.Context) outcome {
 
 func (r *runner) checkOtherVersion(ctx context.Context) outcome {
 	var other string
-	for _, s := range nodeServices {
-		if s != r.nodeService && firstKnown(r.info.SupportedVersions, []string{s}) != "" {
+	for _, s := range kubeletclient.NodeServices {
+		if s != r.nodeService && kubeletclient.FirstKnown(r.info.SupportedVersions, []string{s}) != "" {
 			other = s
 		}
 	}
@@ -314,7 +316,7 @@ func (r *runner) checkOtherVersion(ctx context.Context) outcome {
 		// version (it must give the same answer); unprepare over it is
 		// not exercised, the unprepare checks need the claim.
 		main := r.main.claims[0]
-		resp, err := r.prepareWith(ctx, nodeClient(r.conn, other), main)
+		resp, err := r.prepareWith(ctx, kubeletclient.NodeClient(r.conn, other), main)
 		if err != nil {
 			return fail("NodePrepareResources over %s: %v", other, err)
 		}
@@ -332,7 +334,7 @@ func (r *runner) checkOtherVersion(ctx context.Context) outcome {
 	if err != nil {
 		return fail("NodePrepareResources over %s: %v", r.nodeService, err)
 	}
-	resp, f := r.cycle(ctx, nodeClient(r.conn, other), claim)
+	resp, f := r.cycle(ctx, kubeletclient.NodeClient(r.conn, other), claim)
 	if resp != nil {
 		if diff := cmp.Diff(normalize(withoutShareIDs(first)), normalize(withoutShareIDs(resp))); diff != "" {
 			f.add("%s answered differently from %s (-%s +%s):\n%s", other, r.nodeService, r.nodeService, other, diff)

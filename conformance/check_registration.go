@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // setupRegistration finds the registration socket and asks it GetInfo,
@@ -30,7 +32,7 @@ func (r *runner) setupEndpoint(ctx context.Context) error {
 // setupNode confirms the registration, as the kubelet does before it
 // calls the node service.
 func (r *runner) setupNode(ctx context.Context) error {
-	return notifyRegistration(ctx, r.regSocket, true, "")
+	return kubeletclient.NotifyRegistration(ctx, r.regSocket, true, "")
 }
 
 func (r *runner) checkRegistrationSocket(ctx context.Context) outcome {
@@ -62,13 +64,13 @@ func (r *runner) checkRegistrationVersions(context.Context) outcome {
 			f.add("supported_versions[%d] = %q is malformed", i, v)
 			continue
 		}
-		if firstKnown([]string{v}, append(append([]string{}, nodeServices...), healthServices...)) == "" {
+		if kubeletclient.FirstKnown([]string{v}, append(append([]string{}, kubeletclient.NodeServices...), kubeletclient.HealthServices...)) == "" {
 			unknown = append(unknown, v)
 		}
 	}
-	node := firstKnown(r.info.SupportedVersions, nodeServices)
+	node := kubeletclient.FirstKnown(r.info.SupportedVersions, kubeletclient.NodeServices)
 	if node == "" {
-		f.add("supported_versions %q name no DRA node service the kubelet knows; list %q (and/or %q)", r.info.SupportedVersions, nodeServices[0], nodeServices[1])
+		f.add("supported_versions %q name no DRA node service the kubelet knows; list %q (and/or %q)", r.info.SupportedVersions, kubeletclient.NodeServices[0], kubeletclient.NodeServices[1])
 	}
 	msg := fmt.Sprintf("%q; the kubelet uses %s", r.info.SupportedVersions, node)
 	if len(unknown) > 0 {

@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // errDriverGone ends a run: the driver stopped serving and could not be
@@ -130,7 +132,7 @@ func (r *runner) probe(ctx context.Context) error {
 	cctx, cancel := r.callContext(ctx, min(10*time.Second, r.cfg.CallTimeout))
 	defer cancel()
 	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
-	if isTransport(err) {
+	if kubeletclient.IsTransport(err) {
 		return fmt.Errorf("the node service does not answer: %w", err)
 	}
 	return nil
@@ -216,7 +218,7 @@ func (r *runner) register(ctx context.Context) error {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	return notifyRegistration(ctx, r.regSocket, true, "")
+	return kubeletclient.NotifyRegistration(ctx, r.regSocket, true, "")
 }
 
 // callContext bounds one call to the driver: timeout, and the end of the

@@ -26,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // adminAccessLabel must be on a namespace for claims in it to ask for
@@ -372,7 +374,7 @@ func (r *runner) cleanup() {
 func (r *runner) find(ctx context.Context) (string, *registerapi.PluginInfo, error) {
 	wctx, cancel := r.whileRunning(ctx)
 	defer cancel()
-	socket, info, err := findRegistration(wctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+	socket, info, err := kubeletclient.FindRegistration(wctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
 	if err != nil {
 		if exited, why := r.driverExited(); exited {
 			return "", nil, fmt.Errorf("%s; %w", why, err)
@@ -394,7 +396,7 @@ func (r *runner) connect(ctx context.Context) error {
 		endpoint = socket
 	}
 	r.endpoint = translate(endpoint, r.cfg.PathMappings)
-	conn, err := dial(ctx, r.endpoint, kubeletDialTimeout)
+	conn, err := kubeletclient.Dial(ctx, r.endpoint, kubeletclient.DialTimeout)
 	if err != nil {
 		return err
 	}
@@ -402,11 +404,11 @@ func (r *runner) connect(ctx context.Context) error {
 		_ = r.conn.Close()
 	}
 	r.conn = conn
-	r.nodeService = firstKnown(info.SupportedVersions, nodeServices)
+	r.nodeService = kubeletclient.FirstKnown(info.SupportedVersions, kubeletclient.NodeServices)
 	if r.nodeService == "" {
-		r.nodeService = nodeServices[0]
+		r.nodeService = kubeletclient.NodeServices[0]
 	}
-	r.node = nodeClient(conn, r.nodeService)
+	r.node = kubeletclient.NodeClient(conn, r.nodeService)
 	return nil
 }
 
@@ -421,7 +423,7 @@ func (r *runner) prepareWith(ctx context.Context, node drapbv1.DRAPluginClient, 
 	}
 	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: pbClaims(claims)})
+	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: kubeletclient.Claims(claims...)})
 }
 
 // unprepare calls NodeUnprepareResources for claims.
@@ -435,7 +437,7 @@ func (r *runner) unprepareWith(ctx context.Context, node drapbv1.DRAPluginClient
 	}
 	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: pbClaims(claims)})
+	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: kubeletclient.Claims(claims...)})
 }
 
 func pbClaims(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
