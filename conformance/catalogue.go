@@ -152,22 +152,22 @@ var catalogue = []entry{
 
 	// robustness (check_robust.go)
 	mk("robust.empty-request", Must, "NodePrepareResources and NodeUnprepareResources with no claims do not crash the driver",
-		"gRPC servers must survive any well-formed request; a crashed driver fails every pod on the node",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
 		(*runner).checkEmptyRequest, fxNode),
 	mk("robust.duplicate-uids", Must, "a request naming the same claim twice gets one answer and no crash",
-		"gRPC servers must survive any well-formed request; results are keyed by UID",
+		"kubelet: a crashed driver fails every pod start on the node (pkg/kubelet/cm/dra/manager.go); results are keyed by UID (api.proto NodePrepareResourcesResponse.claims)",
 		(*runner).checkDuplicateUIDs, fxNode, fxSlices),
 	mk("robust.unallocated-claim", Must, "preparing a claim with no allocation fails with an error, no crash",
-		"kubeletplugin: claims that are not allocated are rejected",
+		"kubeletplugin (draplugin.go) rejects claims that are not allocated; preparing one would hand out devices the scheduler never granted",
 		(*runner).checkUnallocated, fxNode),
 	mk("robust.other-driver", Must, "devices of another driver in a claim are not prepared",
-		"kubelet: sends a claim to each driver with results in it; a driver prepares only its own devices",
+		"kubelet (pkg/kubelet/cm/dra/manager.go) sends a claim to each driver with results in it; devices another driver prepares too are handed out twice",
 		(*runner).checkOtherDriver, fxNode, fxSlices),
 	mk("robust.garbage-names", Must, "claims that do not exist or have garbage names get an error, no crash",
-		"gRPC servers must survive any well-formed request",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
 		(*runner).checkGarbageNames, fxNode),
 	mk("robust.still-serving", Must, "after all of the above the driver still prepares and unprepares",
-		"a driver must keep serving after bad requests",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
 		(*runner).checkStillServing, fxNode, fxSlices),
 }
 

@@ -77,7 +77,9 @@ type Report struct {
 	// Started is when the run began; Duration how long it took.
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"durationNanoseconds"`
-	// Results holds one entry per check of the catalogue, in run order.
+	// Results holds one entry per check run, in catalogue order: every
+	// check, unless Config.Only (or a go test -run filter with Test)
+	// selects some.
 	Results []Result `json:"results"`
 	// DriverLog is the file that holds the output of the driver the
 	// suite started (empty when it started none).

@@ -439,11 +439,3 @@ func (r *runner) unprepareWith(ctx context.Context, node drapbv1.DRAPluginClient
 	defer cancel()
 	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: kubeletclient.Claims(claims...)})
 }
-
-func pbClaims(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
-	out := make([]*drapbv1.Claim, 0, len(claims))
-	for _, c := range claims {
-		out = append(out, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	return out
-}

@@ -198,7 +198,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if f.list {
 		for _, c := range conformance.Checks() {
-			fmt.Fprintf(stdout, "%-32s %-6s %s\n", c.ID, c.Level, c.Description)
+			needs := ""
+			if len(c.Needs) > 0 {
+				needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
+			}
+			fmt.Fprintf(stdout, "%-32s %-6s %s%s\n", c.ID, c.Level, c.Description, needs)
 		}
 		return nil
 	}
