@@ -113,7 +113,10 @@
 //
 // The full variant run by the test itself, with restart and CDI hooks in
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
-// check.
+// check; so does the test driver deployed as a DaemonSet pod on the local
+// real node, restarted by deleting its pod (TestDaemonSet, which runs with
+// DRAKIT_CONFORMANCE_DAEMONSET=1 as it needs the one real node a host
+// has).
 //
 // # Proof that it has teeth
 //

@@ -150,6 +150,7 @@ func config(t *testing.T, c *cluster.Cluster, name, defect string, extraArgs ...
 		StartCommand:     args,
 		StartEnv:         []string{driverEnv + "=1"},
 		DriverOutput:     &syncWriter{w: &out},
+		DriverLog:        filepath.Join(dir, "driver.log"),
 		Progress:         &progress,
 		PublishTimeout:   30 * time.Second,
 		ExtraClaims: []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{

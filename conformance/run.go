@@ -214,7 +214,7 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 		// A driver that stopped serving during the check fails it
 		// (whatever its level: the kubelet cannot use a dead driver),
 		// and is brought back for the next check, or the run ends.
-		if r.node != nil {
+		if r.node != nil && ctx.Err() == nil {
 			if ok, why := r.alive(ctx); !ok {
 				msg := fmt.Sprintf("the driver stopped serving during this check: %s%s", why, r.logLines())
 				if out.msg != "" {
