@@ -92,7 +92,7 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Each correct variant
 // below behaves differently in a way the protocol allows and the kubelet
 // accepts; the suite's tests assert that none fails a MUST check and
-// exactly which checks skip or warn (false positives: 0 of 9):
+// exactly which checks skip or warn (false positives: 0 of 10):
 //
 //	variant             what it does                                          not passing
 //	full                4 devices, 3 partitions, 1 shared device, health      -
@@ -110,6 +110,8 @@
 //	                                                                          cdi-resolve, cdi-inject
 //	health-empty        health reports that name no device                    health.coverage warns (SHOULD),
 //	                                                                          health.refresh skips
+//	names-if-needed     request names only for claims with two requests       -
+//	                    (api.proto: an empty list means all requests)
 //
 // The full variant run by the test itself, with restart and CDI hooks in
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
@@ -154,7 +156,7 @@
 // waiting for the first ResourceSlices, 1 s for kill -9, restart and
 // registration, 1 s collecting the initial health reports, then up to the
 // devices' health check timeout, 2 s here, for health.refresh); "go test
-// ./conformance" runs 33 of them side by side (9 correct variants, 21
+// ./conformance" runs 34 of them side by side (10 correct variants, 21
 // defects, 3 runner tests) in about 90 s including the control plane (the
 // 22 runs before these variants took 106 s on the same machine). A driver
 // with the kubelet's default health timeout (30 s) makes health.refresh

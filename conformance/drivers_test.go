@@ -107,6 +107,7 @@ var variants = []struct {
 		"allocation.share-id":    conformance.Skip,
 		"prepare.cdi-ids-format": conformance.Skip, "prepare.cdi-resolve": conformance.Skip, "prepare.cdi-inject": conformance.Skip,
 	}},
+	{"names-if-needed", []string{"-names-if-needed"}, true, nil},
 	{"health-empty", []string{"-health-empty"}, true, map[string]conformance.Status{
 		"health.coverage": conformance.Warn, "health.refresh": conformance.Skip,
 	}},

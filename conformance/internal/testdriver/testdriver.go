@@ -71,6 +71,7 @@ var Variants = map[string]string{
 	"pods-only":         "prepares only claims reserved for an existing pod bound to its node",
 	"no-cdi":            "returns no devices and writes no CDI spec (containers are configured otherwise, e.g. through NRI)",
 	"health-empty":      "streams health reports that name no device",
+	"names-if-needed":   "returns request names only for claims with more than one request (api.proto: empty means all requests)",
 }
 
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
@@ -94,13 +95,15 @@ type Options struct {
 	NoHealth      bool
 	HealthTimeout time.Duration
 	Defect        string
-	// OmitShareID, NoRequestPolicy, PodsOnly, NoCDI and HealthEmpty
-	// select the variants of the same names (see Variants).
+	// OmitShareID, NoRequestPolicy, PodsOnly, NoCDI, HealthEmpty and
+	// NamesIfNeeded select the variants of the same names (see
+	// Variants).
 	OmitShareID     bool
 	NoRequestPolicy bool
 	PodsOnly        bool
 	NoCDI           bool
 	HealthEmpty     bool
+	NamesIfNeeded   bool
 }
 
 // Main parses args as flags and runs the driver until SIGTERM or SIGINT.
@@ -125,6 +128,7 @@ func Main(args []string) error {
 	fs.BoolVar(&o.PodsOnly, "pods-only", false, Variants["pods-only"])
 	fs.BoolVar(&o.NoCDI, "no-cdi", false, Variants["no-cdi"])
 	fs.BoolVar(&o.HealthEmpty, "health-empty", false, Variants["health-empty"])
+	fs.BoolVar(&o.NamesIfNeeded, "names-if-needed", false, Variants["names-if-needed"])
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -359,6 +363,9 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			}
 			if d.o.OmitShareID {
 				dev.ShareID = nil
+			}
+			if d.o.NamesIfNeeded && len(claim.Spec.Devices.Requests) == 1 {
+				dev.Requests = nil
 			}
 			res.Devices = append(res.Devices, dev)
 		}
