@@ -140,8 +140,8 @@ var catalogue = []entry{
 		(*runner).checkRestartUnprepare, fxRestart),
 
 	// health (check_health.go)
-	mk("health.initial-report", Must, "the health stream sends reports naming only published devices",
-		"dra-health api.proto: NodeWatchResources streams DeviceHealth for the driver's pool/device pairs; the kubelet attributes each to the pods using it",
+	mk("health.initial-report", Should, "the health stream sends reports naming only published devices",
+		"dra-health api.proto: NodeWatchResources streams DeviceHealth for the driver's pool/device pairs; the kubelet (pkg/kubelet/cm/dra/manager.go HandleWatchResourcesStream) matches them to prepared devices by pool and name, so a report for an unpublished device reaches no pod and the device it was meant for stays Unknown. Health is optional (Unimplemented is allowed), so nothing here breaks a pod: advice",
 		(*runner).checkHealthInitial),
 	mk("health.coverage", Should, "the first reports cover every published device",
 		"kubeletplugin DRAPlugin.WatchHealthStatus: send an initial report covering all devices (until then the kubelet shows them as Unknown)",

@@ -144,7 +144,7 @@
 //	admin-guard              refuses admin-access claims on devices in use        allocation.admin-access
 //	other-driver             prepares other drivers' allocation results           robust.other-driver
 //	broken-counters          device consumes more than its counter set holds      slices.counters
-//	health-unknown-device    health report names an unpublished device            health.initial-report
+//	health-unknown-device    health report names an unpublished device            health.initial-report (SHOULD)
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
 //	health-silent            health stream open, no initial report                health.coverage (SHOULD)
 //	drop-share-id            leaves out the share ID of a shared device           allocation.share-id (SHOULD)

@@ -23,7 +23,7 @@ func ExampleChecks() {
 	// restart.reregister       MUST   after kill -9 and restart the driver registers again
 	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
 	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
-	// 41 MUST and 4 SHOULD checks
+	// 40 MUST and 5 SHOULD checks
 }
 
 // A report prints as a table; a warning (SHOULD) does not fail the run.
