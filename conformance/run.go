@@ -53,7 +53,16 @@ func Test(t *testing.T, cfg Config) *Report {
 			continue
 		}
 		t.Run(e.ID, func(t *testing.T) {
+			n := len(r.report.Results)
+			var before Status
+			if n > 0 {
+				before = r.report.Results[n-1].Status
+			}
 			res := r.exec(t.Context(), e)
+			if n > 0 && before != Fail && r.report.Results[n-1].Status == Fail {
+				prev := r.report.Results[n-1]
+				t.Errorf("the previous check %s is failed: %s", prev.ID, prev.Message)
+			}
 			switch res.Status {
 			case Fail:
 				t.Errorf("[%s] %s\n%s\nrule: %s", res.Level, res.Description, res.Message, res.Rule)
@@ -202,6 +211,13 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 	case r.gone != nil:
 		out = skip("not run: %s", firstLine(r.gone.Error()))
 	default:
+		// A driver that exited after the last check answered its calls
+		// is blamed on that check, not on this one.
+		r.blameExit(ctx)
+		if r.gone != nil {
+			out = skip("not run: %s", firstLine(r.gone.Error()))
+			break
+		}
 		out = r.safe(ctx, func(ctx context.Context) outcome {
 			if o := r.needsSkip(ctx, e.needs); o != nil {
 				return *o
@@ -238,6 +254,23 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 		}
 	}
 	return res
+}
+
+// blameExit fails the previous check when the driver the suite started
+// has exited since (it died after answering, or shortly after the check
+// ended) and brings the driver back.
+func (r *runner) blameExit(ctx context.Context) {
+	exited, why := r.driverExited()
+	if !exited || len(r.report.Results) == 0 {
+		return
+	}
+	last := &r.report.Results[len(r.report.Results)-1]
+	last.Status = Fail
+	last.Message = fmt.Sprintf("the driver exited right after this check: %s%s\n%s", why, r.logLines(), last.Message)
+	if err := r.recover(ctx, why); err != nil {
+		r.gone = err
+		r.report.Aborted = err.Error()
+	}
 }
 
 func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome) (out outcome) {

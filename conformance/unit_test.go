@@ -419,3 +419,26 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("a panic must be shown from its message, then the last lines:\ngot  %q\nwant %q", got, want)
 	}
 }
+
+func TestBlameExit(t *testing.T) {
+	// A driver process that exited after the last check answered.
+	done := make(chan struct{})
+	close(done)
+	r := &runner{
+		cfg:      Config{CallTimeout: time.Second},
+		report:   &Report{Results: []Result{{Check: Check{ID: "robust.empty-request"}, Status: Pass, Message: "no crash"}}},
+		procDone: done, procErr: errors.New("exit status 2"),
+		logTail: &tailBuffer{max: 1 << 10},
+	}
+	fmt.Fprintln(r.logTail, "panic: boom")
+	r.blameExit(t.Context())
+	last := r.report.Results[0]
+	if last.Status != Fail || !strings.Contains(last.Message, "exited right after this check: the driver process exit status 2") || !strings.Contains(last.Message, "panic: boom") {
+		t.Errorf("previous check: %s %q, want it failed with the exit and the driver's last lines", last.Status, last.Message)
+	}
+	// The suite did not start it (no StartCommand, no restart hook):
+	// the run ends.
+	if r.gone == nil || !errors.Is(r.gone, errDriverGone) || r.report.Aborted == "" {
+		t.Errorf("gone = %v, aborted = %q; want the run ended", r.gone, r.report.Aborted)
+	}
+}
