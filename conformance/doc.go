@@ -157,10 +157,10 @@
 // registration, 1 s collecting the initial health reports, then up to the
 // devices' health check timeout, 2 s here, for health.refresh); "go test
 // ./conformance" runs 34 of them side by side (10 correct variants, 21
-// defects, 3 runner tests) in about 90 s including the control plane (the
-// 22 runs before these variants took 106 s on the same machine). A driver
-// with the kubelet's default health timeout (30 s) makes health.refresh
-// wait up to 35 s (Config.HealthWait).
+// defects, 3 runner tests) in 80 s including the control plane; the 22
+// runs of the suite before these variants took 95 s, measured back to
+// back on the same machine. A driver with the kubelet's default health
+// timeout (30 s) makes health.refresh wait up to 35 s (Config.HealthWait).
 //
 // # Limits
 //
