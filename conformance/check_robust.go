@@ -37,13 +37,13 @@ func (r *runner) checkEmptyRequest(ctx context.Context) outcome {
 }
 
 func (r *runner) checkDuplicateUIDs(ctx context.Context) outcome {
+	claim, err := r.sched.allocated(ctx, "dupuid", claimSpec(exactRequest("dev", r.class, 1)), nil)
+	if err != nil {
+		return skip("no free device to probe with: %v", err)
+	}
+	defer r.sched.release(ctx, claim)
 	return r.probing(ctx, func(ctx context.Context) failures {
 		var f failures
-		claim, err := r.sched.allocated(ctx, "dupuid", claimSpec(exactRequest("dev", r.class, 1)), nil)
-		if err != nil {
-			return f // nothing to probe with; alive check still runs
-		}
-		defer r.sched.release(ctx, claim)
 		// The kubelet never names a claim twice: only a crash counts.
 		_, _ = r.prepare(ctx, claim, claim)
 		if ok, why := r.alive(ctx); !ok {
@@ -56,14 +56,13 @@ func (r *runner) checkDuplicateUIDs(ctx context.Context) outcome {
 }
 
 func (r *runner) checkUnallocated(ctx context.Context) outcome {
+	claim, err := r.sched.newClaim(ctx, "unalloc", claimSpec(exactRequest("dev", r.class, 1)))
+	if err != nil {
+		return skip("%v", err)
+	}
+	defer r.sched.release(ctx, claim)
 	return r.probing(ctx, func(ctx context.Context) failures {
 		var f failures
-		claim, err := r.sched.newClaim(ctx, "unalloc", claimSpec(exactRequest("dev", r.class, 1)))
-		if err != nil {
-			f.add("%v", err)
-			return f
-		}
-		defer r.sched.release(ctx, claim)
 		resp, err := r.prepare(ctx, claim)
 		if err == nil {
 			res := resp.Claims[string(claim.UID)]
@@ -77,27 +76,28 @@ func (r *runner) checkUnallocated(ctx context.Context) outcome {
 }
 
 func (r *runner) checkOtherDriver(ctx context.Context) outcome {
+	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: r.ns, UID: uuid.NewUUID()}, Spec: claimSpec(exactRequest("mine", r.class, 1))}
+	alloc, err := r.sched.allocate(ctx, probe, nil)
+	if err != nil {
+		return skip("no free device to probe with: %v", err)
+	}
+	if alloc == nil {
+		return skip("no free device to probe with: the structured allocator finds no allocation")
+	}
+	spec := claimSpec(exactRequest("mine", r.class, 1), exactRequest("theirs", r.class, 1))
+	claim, err := r.sched.newClaim(ctx, "other", spec)
+	if err != nil {
+		return skip("%v", err)
+	}
+	defer r.sched.release(ctx, claim)
+	theirs := resourceapi.DeviceRequestAllocationResult{Request: "theirs", Driver: "other.conformance.invalid", Pool: "other-pool", Device: "other-device"}
+	alloc.Devices.Results = append(alloc.Devices.Results, theirs)
+	claim, err = r.sched.commit(ctx, claim, alloc)
+	if err != nil {
+		return skip("%v", err)
+	}
 	return r.probing(ctx, func(ctx context.Context) failures {
 		var f failures
-		probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: r.ns, UID: uuid.NewUUID()}, Spec: claimSpec(exactRequest("mine", r.class, 1))}
-		alloc, err := r.sched.allocate(ctx, probe, nil)
-		if err != nil || alloc == nil {
-			return f
-		}
-		spec := claimSpec(exactRequest("mine", r.class, 1), exactRequest("theirs", r.class, 1))
-		claim, err := r.sched.newClaim(ctx, "other", spec)
-		if err != nil {
-			f.add("%v", err)
-			return f
-		}
-		defer r.sched.release(ctx, claim)
-		theirs := resourceapi.DeviceRequestAllocationResult{Request: "theirs", Driver: "other.conformance.invalid", Pool: "other-pool", Device: "other-device"}
-		alloc.Devices.Results = append(alloc.Devices.Results, theirs)
-		claim, err = r.sched.commit(ctx, claim, alloc)
-		if err != nil {
-			f.add("%v", err)
-			return f
-		}
 		resp, err := r.prepare(ctx, claim)
 		if err == nil {
 			res := resp.Claims[string(claim.UID)]
