@@ -1,131 +1,199 @@
 package conformance
 
-import "strings"
+import (
+	"context"
+	"strings"
+)
 
-// catalogue lists every check in run order.
-var catalogue = []Check{
-	// registration
-	mk("registration.socket", Must, "the registration socket exists and answers GetInfo",
-		"kubelet plugin watcher: a socket in the plugin registry answers pluginregistration.Registration/GetInfo within 1 s"),
-	mk("registration.type", Must, "GetInfo reports type DRAPlugin",
-		"kubelet: PluginInfo.type must be \"DRAPlugin\" or the plugin is routed to another handler"),
-	mk("registration.name", Must, "GetInfo reports the driver's name",
-		"kubelet: PluginInfo.name is the driver name that ResourceSlices and claims use"),
-	mk("registration.versions", Must, "supported versions name a DRA node service the kubelet knows",
-		"kubelet: supported_versions must list v1.DRAPlugin or v1beta1.DRAPlugin; other entries must be known services"),
-	mk("registration.endpoint", Must, "the endpoint from GetInfo is reachable over gRPC",
-		"kubelet: dials PluginInfo.endpoint (empty: the registration socket) within 10 s"),
-	mk("registration.notify", Must, "NotifyRegistrationStatus is accepted",
-		"kubelet: calls Registration/NotifyRegistrationStatus after validating the plugin"),
-
-	// slices
-	mk("slices.published", Must, "ResourceSlices for the node are published and complete",
-		"scheduler: allocates only from complete pools (all resourceSliceCount slices of the newest generation)"),
-	mk("slices.pools", Must, "pools are consistent: one generation, slice count, unique device names",
-		"resource.k8s.io/v1 ResourcePool: slices of a pool share generation and resourceSliceCount; device names are unique in a pool"),
-	mk("slices.standard-attributes", Must, "standard attributes pcieRoot, pciBusID and numaNode are well-typed",
-		"k8s.io/dynamic-resource-allocation/deviceattribute: pcieRoot string pci<domain>:<bus>, pciBusID string dddd:bb:dd.f, numaNode int >= 0 (or int list)"),
-	mk("slices.counters", Must, "consumed counters exist in the pool's counter sets and fit",
-		"KEP-4815: consumesCounters name a counter set and counters of the same pool; one device never consumes more than the set holds"),
-
-	// allocation
-	mk("allocation.every-device", Must, "every published device can be allocated by a claim that selects it",
-		"scheduler: a device the driver publishes must be allocatable by the structured allocator"),
-	mk("allocation.counters", Must, "every counter-consuming device can be allocated",
-		"KEP-4815: partitionable devices are allocatable when their counters are free"),
-	mk("allocation.first-available", Must, "a firstAvailable claim is allocated, prepared, and named by its base request",
-		"KEP-4816: the driver gets request \"req/sub\"; the kubelet matches containers by the base request name"),
-	mk("allocation.admin-access", Must, "an admin-access claim on a device in use is prepared",
-		"KEP-5018: admin access grants a device that is in use; the driver must not refuse it as double use"),
-	mk("allocation.shared", Must, "a device that allows multiple allocations is prepared for two claims, with share IDs",
-		"KEP-5075: each allocation of a shared device carries a shareID which the driver returns"),
-
-	// prepare
-	mk("prepare.result-per-claim", Must, "NodePrepareResources answers every claim and only those, without error",
-		"kubelet: rejects results for unknown UIDs and fails when a requested claim is missing"),
-	mk("prepare.devices-match", Must, "prepared devices are exactly the driver's allocated devices",
-		"kubelet: gives containers the CDI devices of the returned pool/device pairs"),
-	mk("prepare.request-names", Must, "each device names the base request it was allocated for",
-		"kubelet: matches container claim requests against request_names (subrequest suffix stripped); empty means every request"),
-	mk("prepare.cdi-ids-format", Must, "every CDI ID is a well-formed qualified name vendor/class=name",
-		"CDI spec: device references are fully qualified names"),
-	mk("prepare.cdi-resolve", Must, "every CDI ID resolves in the CDI spec folders",
-		"container runtime: fails container creation for an unresolvable CDI device"),
-	mk("prepare.cdi-inject", Must, "the CDI devices inject into an OCI spec",
-		"container runtime: applies CDI container edits to the OCI spec"),
-	mk("prepare.idempotent", Must, "repeating NodePrepareResources gives the same answer",
-		"kubeletplugin contract: prepare must be idempotent (the kubelet retries and restarts)"),
-	mk("prepare.concurrent", Must, "prepares of distinct claims at the same time all succeed",
-		"kubelet: prepares claims of different pods concurrently"),
-	mk("prepare.every-device", Must, "every allocatable device can be prepared and unprepared",
-		"kubelet: any allocated device of the driver may be prepared"),
-	mk("prepare.device-in-use", Should, "a device prepared for one claim is refused to a second ordinary claim",
-		"kubeletplugin DRAPlugin doc: a driver should verify devices are not in use by another claim (last line of defence)"),
-	mk("prepare.other-version", Must, "an advertised second node service version prepares and unprepares like the first",
-		"kubelet: may use any advertised DRAPlugin version; both must prepare and unprepare the same way"),
-	mk("prepare.extra-claims", Must, "the configured extra claims are allocated, prepared and unprepared",
-		"the vendor's own claim templates work end to end"),
-
-	// unprepare
-	mk("unprepare.result-per-claim", Must, "NodeUnprepareResources answers every claim without error",
-		"kubelet: fails when a requested claim is missing or has an error"),
-	mk("unprepare.cleanup", Must, "files prepare created in the CDI folders are gone after unprepare",
-		"kubeletplugin contract: UnprepareResourceClaims must undo whatever PrepareResourceClaims did"),
-	mk("unprepare.idempotent", Must, "repeating NodeUnprepareResources succeeds",
-		"kubeletplugin contract: unprepare must be idempotent"),
-	mk("unprepare.unknown-claim", Must, "unpreparing a claim that was never prepared succeeds",
-		"kubeletplugin contract: it is not an error to unprepare a claim that is not prepared"),
-	mk("unprepare.after-delete", Must, "unprepare works after the claim object was deleted",
-		"kubeletplugin contract: the ResourceClaim may be gone when unprepare is called"),
-
-	// restart
-	mk("restart.reregister", Must, "after kill -9 and restart the driver registers again",
-		"kubelet: re-registers plugins whose socket reappears"),
-	mk("restart.still-prepared", Must, "a claim prepared before the crash prepares to the same answer after it",
-		"kubeletplugin contract: prepare is idempotent across driver restarts"),
-	mk("restart.unprepare", Must, "a claim prepared before the crash is unprepared and cleaned up after it",
-		"kubeletplugin contract: unprepare may be handled by another process than prepare"),
-
-	// health
-	mk("health.initial-report", Must, "the health stream sends a report naming only published devices",
-		"dra-health: NodeWatchResources streams DeviceHealth for the driver's pool/device pairs"),
-	mk("health.coverage", Should, "the first reports cover every published device",
-		"kubeletplugin DRAPlugin.WatchHealthStatus: send an initial report covering all devices"),
-	mk("health.refresh", Should, "every device's health is refreshed within its timeout",
-		"kubelet: health not refreshed within health_check_timeout_seconds (default 30 s) becomes Unknown"),
-
-	// robustness
-	mk("robust.empty-request", Must, "NodePrepareResources and NodeUnprepareResources with no claims do not crash the driver",
-		"gRPC servers must survive any well-formed request"),
-	mk("robust.duplicate-uids", Must, "a request naming the same claim twice gets one answer and no crash",
-		"gRPC servers must survive any well-formed request; results are keyed by UID"),
-	mk("robust.unallocated-claim", Must, "preparing a claim with no allocation fails with an error, no crash",
-		"kubeletplugin: claims that are not allocated are rejected"),
-	mk("robust.other-driver", Must, "devices of another driver in a claim are not prepared",
-		"kubelet: sends a claim to each driver with results in it; a driver prepares only its own devices"),
-	mk("robust.garbage-names", Must, "claims that do not exist or have garbage names get an error, no crash",
-		"gRPC servers must survive any well-formed request"),
-	mk("robust.still-serving", Must, "after all of the above the driver still prepares and unprepares",
-		"a driver must keep serving after bad requests"),
+// entry is one check of the catalogue: its description, what it needs
+// and its function. The runner sets up what it needs first and skips it
+// when that is not possible.
+type entry struct {
+	Check
+	needs []fixture
+	run   func(r *runner, ctx context.Context) outcome
 }
 
-func mk(id string, level Level, desc, rule string) Check {
+// catalogue lists every check in run order. Each rule says where its level
+// comes from: MUST where the kubelet, the scheduler or a container breaks
+// otherwise (cited from k8s.io/kubelet/pkg/apis/dra/v1/api.proto, the
+// kubelet's pkg/kubelet/cm/dra, the allocator), SHOULD where it is advice.
+var catalogue = []entry{
+	// registration (check_registration.go)
+	mk("registration.socket", Must, "the registration socket exists and answers GetInfo",
+		"kubelet plugin watcher (pkg/kubelet/pluginmanager): a socket in the plugin registry answers pluginregistration.Registration/GetInfo within 1 s, or the driver is never registered",
+		(*runner).checkRegistrationSocket),
+	mk("registration.type", Must, "GetInfo reports type DRAPlugin",
+		"kubelet: PluginInfo.type must be \"DRAPlugin\" or the plugin is routed to another handler",
+		(*runner).checkRegistrationType, fxRegistration),
+	mk("registration.name", Must, "GetInfo reports the driver's name",
+		"kubelet: PluginInfo.name is the driver name that ResourceSlices and claims use; claims of another name never reach the driver",
+		(*runner).checkRegistrationName, fxRegistration),
+	mk("registration.versions", Must, "supported versions name a DRA node service the kubelet knows",
+		"kubelet (pkg/kubelet/cm/dra/plugin): supported_versions must list v1.DRAPlugin or v1beta1.DRAPlugin, or registration fails; entries it does not know it ignores (noted)",
+		(*runner).checkRegistrationVersions, fxRegistration),
+	mk("registration.endpoint", Must, "the endpoint from GetInfo is reachable over gRPC",
+		"kubelet: dials PluginInfo.endpoint (empty: the registration socket) within 10 s",
+		(*runner).checkRegistrationEndpoint),
+	mk("registration.notify", Must, "NotifyRegistrationStatus is accepted",
+		"kubelet: calls Registration/NotifyRegistrationStatus after validating the plugin; an error there fails the registration",
+		(*runner).checkRegistrationNotify),
+
+	// slices (check_slices.go)
+	mk("slices.published", Must, "ResourceSlices for the node are published and complete",
+		"scheduler (structured allocator): allocates only from complete pools (all resourceSliceCount slices of the newest generation)",
+		(*runner).checkSlicesPublished),
+	mk("slices.pools", Must, "pools are consistent: one generation, slice count, unique device names",
+		"resource.k8s.io/v1 ResourcePool: slices of a pool share generation and resourceSliceCount; the allocator refuses a pool with duplicate device names",
+		(*runner).checkSlicesPools, fxSlices),
+	mk("slices.standard-attributes", Must, "standard attributes pcieRoot, pciBusID and numaNode are well-typed",
+		"k8s.io/dynamic-resource-allocation/deviceattribute: pcieRoot string pci<domain>:<bus>, pciBusID string dddd:bb:dd.f, numaNode int >= 0 (or int list); claims' matchAttribute and CEL selectors compare them by type",
+		(*runner).checkSlicesStandardAttributes, fxSlices),
+	mk("slices.counters", Must, "consumed counters exist in the pool's counter sets and fit",
+		"KEP-4815: consumesCounters name a counter set and counters of the same pool; a device that consumes more than the set holds can never be allocated",
+		(*runner).checkSlicesCounters, fxSlices),
+
+	// allocation (check_allocation.go)
+	mk("allocation.every-device", Must, "every published device can be allocated by a claim that selects it",
+		"scheduler: a device the driver publishes must be allocatable by the structured allocator",
+		(*runner).checkEveryDevice),
+	mk("allocation.counters", Must, "every counter-consuming device can be allocated",
+		"KEP-4815: partitionable devices are allocatable when their counters are free",
+		(*runner).checkCounterDevices, fxEveryDevice),
+	mk("allocation.first-available", Must, "a firstAvailable claim is allocated, prepared, and named by its base request",
+		"KEP-4816: the driver gets request \"req/sub\"; the kubelet matches containers by the base request name (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList)",
+		(*runner).checkFirstAvailable, fxNode, fxSlices),
+	mk("allocation.admin-access", Must, "an admin-access claim on a device in use is prepared",
+		"KEP-5018: admin access grants a device that is in use; the driver must not refuse it as double use (skips where the allocator itself does not grant it)",
+		(*runner).checkAdminAccess, fxNode, fxSlices),
+	mk("allocation.shared", Must, "a device that allows multiple allocations is prepared for two claims at once",
+		"KEP-5075: the scheduler gives a device with allowMultipleAllocations to several claims (each asking for a share its capacity and request policy allow); the kubelet prepares each",
+		(*runner).checkShared),
+	mk("allocation.share-id", Should, "devices of shared allocations are returned with their share IDs",
+		"api.proto Device.share_id is optional; the kubelet keeps it only to tell allocations apart in the PodResources API (pkg/kubelet/cm/dra/manager.go), containers get the device either way",
+		(*runner).checkShareID, fxShared),
+
+	// prepare (check_prepare.go)
+	mk("prepare.result-per-claim", Must, "NodePrepareResources answers every claim and only those, without error",
+		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): rejects results for unknown UIDs, fails on a per-claim error and when a requested claim is missing",
+		(*runner).checkMainPrepared),
+	mk("prepare.devices-match", Must, "prepared devices are exactly the driver's allocated devices (or none)",
+		"kubelet gives containers the CDI devices of the returned entries (pkg/kubelet/cm/dra/manager.go prepareResources); a device not allocated, or one of several left out, reaches the wrong containers or none. api.proto allows zero devices per claim (NRI-configured drivers): noted, not failed",
+		(*runner).checkDevicesMatch, fxMain),
+	mk("prepare.request-names", Must, "in a claim with two requests each device names the base request it was allocated for",
+		"api.proto Device.request_names: \"if empty, the device is associated with all requests\"; the kubelet gives a device to the containers of each named request (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList, base request names), so with two requests an empty or wrong list gives devices to the wrong containers",
+		(*runner).checkRequestNames, fxMain),
+	mk("prepare.cdi-ids-format", Must, "every CDI ID is a well-formed qualified name vendor/class=name",
+		"CDI spec: device references are fully qualified names; the runtime rejects others when it creates the container",
+		(*runner).checkCDIFormat, fxMain),
+	mk("prepare.cdi-resolve", Must, "every CDI ID resolves in the CDI spec folders",
+		"container runtime: fails container creation for an unresolvable CDI device",
+		(*runner).checkCDIResolve, fxMain),
+	mk("prepare.cdi-inject", Must, "the CDI devices inject into an OCI spec",
+		"container runtime: applies CDI container edits to the OCI spec and fails the container when that fails",
+		(*runner).checkCDIInject, fxMain),
+	mk("prepare.idempotent", Must, "repeating NodePrepareResources gives the same answer",
+		"kubeletplugin DRAPlugin contract: prepare must be idempotent (the kubelet retries after errors and restarts)",
+		(*runner).checkPrepareIdempotent, fxMain),
+	mk("prepare.concurrent", Must, "prepares of distinct claims at the same time all succeed",
+		"kubelet: prepares claims of different pods concurrently",
+		(*runner).checkConcurrent, fxNode, fxSlices),
+	mk("prepare.every-device", Must, "every allocatable device can be prepared and unprepared",
+		"kubelet: any allocated device of the driver may be prepared",
+		(*runner).checkEveryDevicePrepared, fxNode, fxEveryDevice),
+	mk("prepare.device-in-use", Should, "a device prepared for one claim is refused to a second ordinary claim",
+		"kubeletplugin DRAPlugin doc: a driver should verify devices are not in use by another claim (last line of defence)",
+		(*runner).checkDeviceInUse, fxMain),
+	mk("prepare.other-version", Must, "an advertised second node service version prepares and unprepares like the first",
+		"kubelet (pkg/kubelet/cm/dra/plugin): uses the first version it knows of those advertised; older kubelets know only v1beta1, so an advertised version must prepare and unprepare like the other (share IDs aside: v1beta1 has none)",
+		(*runner).checkOtherVersion, fxNode, fxSlices),
+	mk("prepare.extra-claims", Must, "the configured extra claims are allocated, prepared and unprepared",
+		"the vendor's own claim templates work end to end",
+		(*runner).checkExtraClaims, fxNode, fxSlices),
+
+	// unprepare (check_unprepare.go)
+	mk("unprepare.result-per-claim", Must, "NodeUnprepareResources answers every claim without error",
+		"kubelet (pkg/kubelet/cm/dra/manager.go unprepareResources): fails when a requested claim is missing or has an error",
+		(*runner).checkMainUnprepared),
+	mk("unprepare.cleanup", Must, "files prepare created in the CDI folders are gone after unprepare",
+		"kubeletplugin DRAPlugin contract: UnprepareResourceClaims must undo whatever PrepareResourceClaims did; CDI specs left behind pile up and, once a device name comes back, conflict, and the runtime refuses conflicting specs",
+		(*runner).checkCleanup, fxMainUnprepared),
+	mk("unprepare.idempotent", Must, "repeating NodeUnprepareResources succeeds",
+		"kubeletplugin DRAPlugin contract: unprepare must be idempotent (the kubelet retries)",
+		(*runner).checkUnprepareIdempotent, fxMainUnprepared),
+	mk("unprepare.unknown-claim", Must, "unpreparing a claim that was never prepared succeeds",
+		"kubeletplugin DRAPlugin contract: it is not an error to unprepare a claim that is not prepared",
+		(*runner).checkUnprepareUnknown, fxNode),
+	mk("unprepare.after-delete", Must, "unprepare works after the claim object was deleted",
+		"kubeletplugin DRAPlugin contract: the ResourceClaim may be gone when unprepare is called",
+		(*runner).checkUnprepareAfterDelete, fxNode, fxSlices),
+
+	// restart (check_restart.go)
+	mk("restart.reregister", Must, "after kill -9 and restart the driver registers again",
+		"kubelet: re-registers plugins whose socket reappears (GetInfo, NotifyRegistrationStatus)",
+		(*runner).checkReregister),
+	mk("restart.still-prepared", Must, "a claim prepared before the crash prepares to the same answer after it",
+		"kubeletplugin DRAPlugin contract: prepare is idempotent across driver restarts",
+		(*runner).checkStillPrepared, fxRestart),
+	mk("restart.unprepare", Must, "a claim prepared before the crash is unprepared and cleaned up after it",
+		"kubeletplugin DRAPlugin contract: unprepare may be handled by another process than prepare",
+		(*runner).checkRestartUnprepare, fxRestart),
+
+	// health (check_health.go)
+	mk("health.initial-report", Should, "the health stream sends reports naming only published devices",
+		"dra-health api.proto: NodeWatchResources streams DeviceHealth for the driver's pool/device pairs; the kubelet (pkg/kubelet/cm/dra/manager.go HandleWatchResourcesStream) matches them to prepared devices by pool and name, so a report for an unpublished device reaches no pod and the device it was meant for stays Unknown. Health is optional (Unimplemented is allowed), so nothing here breaks a pod: advice",
+		(*runner).checkHealthInitial),
+	mk("health.coverage", Should, "the first reports cover every published device",
+		"kubeletplugin DRAPlugin.WatchHealthStatus: send an initial report covering all devices (until then the kubelet shows them as Unknown)",
+		(*runner).checkHealthCoverage, fxHealth),
+	mk("health.refresh", Should, "every device's health is refreshed within its timeout",
+		"kubelet: health not refreshed within health_check_timeout_seconds (default 30 s) becomes Unknown",
+		(*runner).checkHealthRefresh, fxHealth),
+
+	// robustness (check_robust.go)
+	mk("robust.empty-request", Must, "NodePrepareResources and NodeUnprepareResources with no claims do not crash the driver",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
+		(*runner).checkEmptyRequest, fxNode),
+	mk("robust.duplicate-uids", Must, "a request naming the same claim twice does not crash the driver",
+		"kubelet: a crashed driver fails every pod start on the node (pkg/kubelet/cm/dra/manager.go); what it answers does not matter (the kubelet never names a claim twice)",
+		(*runner).checkDuplicateUIDs, fxNode, fxSlices),
+	mk("robust.unallocated-claim", Must, "preparing a claim with no allocation fails with an error, no crash",
+		"kubeletplugin (draplugin.go) rejects claims that are not allocated; preparing one would hand out devices the scheduler never granted",
+		(*runner).checkUnallocated, fxNode),
+	mk("robust.other-driver", Must, "devices of another driver in a claim are not prepared",
+		"kubelet (pkg/kubelet/cm/dra/manager.go) sends a claim to each driver with results in it; devices another driver prepares too are handed out twice",
+		(*runner).checkOtherDriver, fxNode, fxSlices),
+	mk("robust.garbage-names", Must, "claims that do not exist or have garbage names get an error, no crash",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
+		(*runner).checkGarbageNames, fxNode),
+	mk("robust.still-serving", Must, "after all of the above the driver still prepares and unprepares",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
+		(*runner).checkStillServing, fxNode, fxSlices),
+}
+
+func mk(id string, level Level, desc, rule string, run func(*runner, context.Context) outcome, needs ...fixture) entry {
 	cat, _, _ := strings.Cut(id, ".")
-	return Check{ID: id, Category: cat, Description: desc, Rule: rule, Level: level}
+	e := entry{Check: Check{ID: id, Category: cat, Description: desc, Rule: rule, Level: level}, needs: needs, run: run}
+	for _, fx := range needs {
+		e.Needs = append(e.Needs, fixtureTable[fx].name)
+	}
+	return e
 }
 
 // Checks returns the catalogue of checks in run order.
 func Checks() []Check {
-	out := make([]Check, len(catalogue))
-	copy(out, catalogue)
+	out := make([]Check, 0, len(catalogue))
+	for _, e := range catalogue {
+		out = append(out, e.Check)
+	}
 	return out
 }
 
-func lookupCheck(id string) (Check, bool) {
-	for _, c := range catalogue {
-		if c.ID == id {
-			return c, true
+func lookupCheck(id string) (entry, bool) {
+	for _, e := range catalogue {
+		if e.ID == id {
+			return e, true
 		}
 	}
-	return Check{}, false
+	return entry{}, false
 }

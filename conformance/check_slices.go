@@ -12,81 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/dynamic-resource-allocation/structured"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
-
-func (r *runner) registrationChecks(ctx context.Context) {
-	noInfo := "needs an answer to GetInfo (see registration.socket)"
-	r.check(ctx, "registration.socket", func(ctx context.Context) outcome {
-		socket, info, err := r.find(ctx)
-		if err != nil {
-			return fail("%v\nServe pluginregistration.Registration on a unix socket in the kubelet's plugin registry (kubeletplugin names it <driver>-reg.sock).", err)
-		}
-		r.regSocket, r.info = socket, info
-		return pass("%s answers GetInfo", socket)
-	})
-	r.check(ctx, "registration.type", func(ctx context.Context) outcome {
-		if r.info == nil {
-			return skip("%s", noInfo)
-		}
-		if r.info.Type != registerapi.DRAPlugin {
-			return fail("GetInfo reports type %q; report %q", r.info.Type, registerapi.DRAPlugin)
-		}
-		return pass("type %s", r.info.Type)
-	})
-	r.check(ctx, "registration.name", func(ctx context.Context) outcome {
-		if r.info == nil {
-			return skip("%s", noInfo)
-		}
-		if r.info.Name != r.cfg.DriverName {
-			return fail("GetInfo reports name %q; report the driver name %q that the ResourceSlices use", r.info.Name, r.cfg.DriverName)
-		}
-		return pass("name %s", r.info.Name)
-	})
-	r.check(ctx, "registration.versions", func(ctx context.Context) outcome {
-		if r.info == nil {
-			return skip("%s", noInfo)
-		}
-		var f failures
-		var unknown []string
-		for i, v := range r.info.SupportedVersions {
-			if strings.TrimSpace(v) != v || v == "" {
-				f.add("supported_versions[%d] = %q is malformed", i, v)
-				continue
-			}
-			if firstKnown([]string{v}, append(append([]string{}, nodeServices...), healthServices...)) == "" {
-				unknown = append(unknown, v)
-			}
-		}
-		node := firstKnown(r.info.SupportedVersions, nodeServices)
-		if node == "" {
-			f.add("supported_versions %q name no DRA node service the kubelet knows; list %q (and/or %q)", r.info.SupportedVersions, nodeServices[0], nodeServices[1])
-		}
-		msg := fmt.Sprintf("%q; the kubelet uses %s", r.info.SupportedVersions, node)
-		if len(unknown) > 0 {
-			msg += fmt.Sprintf("; entries the kubelet ignores: %q", unknown)
-		}
-		return f.outcome("%s", msg)
-	})
-	r.check(ctx, "registration.endpoint", func(ctx context.Context) outcome {
-		if r.info == nil {
-			return skip("%s", noInfo)
-		}
-		if err := r.connect(ctx); err != nil {
-			return fail("%v\nGetInfo's endpoint %q (translated: %q) must be a unix socket serving the DRA node service; if the driver runs in another mount namespace, give a path mapping", err, r.info.Endpoint, translate(r.info.Endpoint, r.cfg.PathMappings))
-		}
-		return pass("%s is ready; using %s", r.endpoint, r.nodeService)
-	})
-	r.check(ctx, "registration.notify", func(ctx context.Context) outcome {
-		if r.regSocket == "" {
-			return skip("%s", noInfo)
-		}
-		if err := notifyRegistration(ctx, r.regSocket, true, ""); err != nil {
-			return fail("%v", err)
-		}
-		return pass("accepted")
-	})
-}
 
 // sliceFilter reports whether a slice is relevant for the node.
 func (r *runner) sliceRelevant(sl *resourceapi.ResourceSlice) bool {
@@ -214,129 +140,124 @@ func checkStandardAttribute(name resourceapi.QualifiedName, a resourceapi.Device
 	return ""
 }
 
-func (r *runner) sliceChecks(ctx context.Context) {
-	r.check(ctx, "slices.published", func(ctx context.Context) outcome {
-		if r.sched == nil {
-			return skip("no scheduler")
+// setupSlices waits until the driver's slices for the node are
+// complete (or the publish timeout passes) and indexes their devices.
+func (r *runner) setupSlices(ctx context.Context) error {
+	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	for {
+		slices, err := r.listSlices(ctx)
+		if err != nil {
+			return unable("%v", err)
 		}
-		deadline := time.Now().Add(r.cfg.PublishTimeout)
-		var last []string
-		for {
-			slices, err := r.listSlices(ctx)
-			if err != nil {
-				return fail("%v", err)
+		ps := pools(slices)
+		last := incomplete(ps)
+		if len(slices) > 0 && len(last) == 0 {
+			r.useSlices(ps)
+			return nil
+		}
+		if exited, why := r.driverExited(); exited {
+			return broken("%s before its ResourceSlices were complete%s", why, r.logLines())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if len(slices) == 0 {
+				return broken("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout)
 			}
-			ps := pools(slices)
-			last = incomplete(ps)
-			if len(slices) > 0 && len(last) == 0 {
-				r.useSlices(ps)
-				return pass("%d slices in %d pools with %d devices", len(r.slices), len(ps), len(r.devices))
+			return broken("pools incomplete after %s: %s", r.cfg.PublishTimeout, strings.Join(last, "; "))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (r *runner) checkSlicesPublished(ctx context.Context) outcome {
+	if o := r.judge(ctx, fxSlices); o != nil {
+		return *o
+	}
+	return pass("%d slices in %d pools with %d devices", len(r.slices), len(pools(r.slices)), len(r.devices))
+}
+
+func (r *runner) checkSlicesPools(context.Context) outcome {
+	var f failures
+	for _, msg := range incomplete(pools(r.slices)) {
+		f.add("%s", msg)
+	}
+	devs := map[devRef]string{}
+	sets := map[string]string{}
+	for _, sl := range r.slices {
+		for _, d := range sl.Spec.Devices {
+			k := devRef{sl.Spec.Pool.Name, d.Name}
+			if other, ok := devs[k]; ok {
+				f.add("device %s is published twice (slices %s and %s); device names must be unique within a pool", k, other, sl.Name)
 			}
-			if exited, why := r.driverExited(); exited {
-				return fail("%s before its ResourceSlices were complete", why)
+			devs[k] = sl.Name
+		}
+		for _, cs := range sl.Spec.SharedCounters {
+			k := sl.Spec.Pool.Name + "/" + cs.Name
+			if other, ok := sets[k]; ok {
+				f.add("counter set %s is published twice (slices %s and %s); names must be unique within a pool", k, other, sl.Name)
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				if len(slices) == 0 {
-					return fail("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout)
+			sets[k] = sl.Name
+		}
+	}
+	return f.outcome("%d pools consistent, %d unique devices", len(pools(r.slices)), len(devs))
+}
+
+func (r *runner) checkSlicesStandardAttributes(context.Context) outcome {
+	var f failures
+	n := 0
+	for _, sl := range r.slices {
+		for _, d := range sl.Spec.Devices {
+			for name, a := range d.Attributes {
+				if !strings.HasPrefix(string(name), stdPrefix) {
+					continue
 				}
-				r.useSlices(ps)
-				return fail("pools incomplete after %s: %s", r.cfg.PublishTimeout, strings.Join(last, "; "))
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	})
-	noSlices := "needs published slices (see slices.published)"
-	r.check(ctx, "slices.pools", func(ctx context.Context) outcome {
-		if len(r.slices) == 0 {
-			return skip("%s", noSlices)
-		}
-		var f failures
-		for _, msg := range incomplete(pools(r.slices)) {
-			f.add("%s", msg)
-		}
-		devs := map[devRef]string{}
-		sets := map[string]string{}
-		for _, sl := range r.slices {
-			for _, d := range sl.Spec.Devices {
-				k := devRef{sl.Spec.Pool.Name, d.Name}
-				if other, ok := devs[k]; ok {
-					f.add("device %s is published twice (slices %s and %s); device names must be unique within a pool", k, other, sl.Name)
-				}
-				devs[k] = sl.Name
-			}
-			for _, cs := range sl.Spec.SharedCounters {
-				k := sl.Spec.Pool.Name + "/" + cs.Name
-				if other, ok := sets[k]; ok {
-					f.add("counter set %s is published twice (slices %s and %s); names must be unique within a pool", k, other, sl.Name)
-				}
-				sets[k] = sl.Name
-			}
-		}
-		return f.outcome("%d pools consistent, %d unique devices", len(pools(r.slices)), len(devs))
-	})
-	r.check(ctx, "slices.standard-attributes", func(ctx context.Context) outcome {
-		if len(r.slices) == 0 {
-			return skip("%s", noSlices)
-		}
-		var f failures
-		n := 0
-		for _, sl := range r.slices {
-			for _, d := range sl.Spec.Devices {
-				for name, a := range d.Attributes {
-					if !strings.HasPrefix(string(name), stdPrefix) {
-						continue
-					}
-					n++
-					if msg := checkStandardAttribute(name, a); msg != "" {
-						f.add("device %s/%s: %s", sl.Spec.Pool.Name, d.Name, msg)
-					}
+				n++
+				if msg := checkStandardAttribute(name, a); msg != "" {
+					f.add("device %s/%s: %s", sl.Spec.Pool.Name, d.Name, msg)
 				}
 			}
 		}
-		return f.outcome("%d standard attributes well-typed", n)
-	})
-	r.check(ctx, "slices.counters", func(ctx context.Context) outcome {
-		if len(r.slices) == 0 {
-			return skip("%s", noSlices)
-		}
-		counters := map[string]map[string]resourceapi.CounterSet{} // pool -> set name -> set
-		for _, sl := range r.slices {
-			for _, cs := range sl.Spec.SharedCounters {
-				if counters[sl.Spec.Pool.Name] == nil {
-					counters[sl.Spec.Pool.Name] = map[string]resourceapi.CounterSet{}
-				}
-				counters[sl.Spec.Pool.Name][cs.Name] = cs
+	}
+	return f.outcome("%d standard attributes well-typed", n)
+}
+
+func (r *runner) checkSlicesCounters(context.Context) outcome {
+	counters := map[string]map[string]resourceapi.CounterSet{} // pool -> set name -> set
+	for _, sl := range r.slices {
+		for _, cs := range sl.Spec.SharedCounters {
+			if counters[sl.Spec.Pool.Name] == nil {
+				counters[sl.Spec.Pool.Name] = map[string]resourceapi.CounterSet{}
 			}
+			counters[sl.Spec.Pool.Name][cs.Name] = cs
 		}
-		var f failures
-		n := 0
-		for _, sl := range r.slices {
-			for _, d := range sl.Spec.Devices {
-				for _, cc := range d.ConsumesCounters {
-					n++
-					cs, ok := counters[sl.Spec.Pool.Name][cc.CounterSet]
+	}
+	var f failures
+	n := 0
+	for _, sl := range r.slices {
+		for _, d := range sl.Spec.Devices {
+			for _, cc := range d.ConsumesCounters {
+				n++
+				cs, ok := counters[sl.Spec.Pool.Name][cc.CounterSet]
+				if !ok {
+					f.add("device %s/%s consumes from counter set %q, which pool %q does not publish", sl.Spec.Pool.Name, d.Name, cc.CounterSet, sl.Spec.Pool.Name)
+					continue
+				}
+				for cname, c := range cc.Counters {
+					have, ok := cs.Counters[cname]
 					if !ok {
-						f.add("device %s/%s consumes from counter set %q, which pool %q does not publish", sl.Spec.Pool.Name, d.Name, cc.CounterSet, sl.Spec.Pool.Name)
+						f.add("device %s/%s consumes counter %q of set %q, which the set does not have", sl.Spec.Pool.Name, d.Name, cname, cc.CounterSet)
 						continue
 					}
-					for cname, c := range cc.Counters {
-						have, ok := cs.Counters[cname]
-						if !ok {
-							f.add("device %s/%s consumes counter %q of set %q, which the set does not have", sl.Spec.Pool.Name, d.Name, cname, cc.CounterSet)
-							continue
-						}
-						if c.Value.Cmp(have.Value) > 0 {
-							f.add("device %s/%s consumes %s of counter %s/%s, which holds only %s: the device can never be allocated", sl.Spec.Pool.Name, d.Name, c.Value.String(), cc.CounterSet, cname, have.Value.String())
-						}
+					if c.Value.Cmp(have.Value) > 0 {
+						f.add("device %s/%s consumes %s of counter %s/%s, which holds only %s: the device can never be allocated", sl.Spec.Pool.Name, d.Name, c.Value.String(), cc.CounterSet, cname, have.Value.String())
 					}
 				}
 			}
 		}
-		if n == 0 {
-			return skip("no device consumes counters")
-		}
-		return f.outcome("%d counter consumptions consistent", n)
-	})
+	}
+	if n == 0 {
+		return skip("no device consumes counters")
+	}
+	return f.outcome("%d counter consumptions consistent", n)
 }
 
 // useSlices keeps the newest generation of each pool and indexes devices.

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,8 +45,33 @@ type Config struct {
 	StartCommand []string
 	// StartEnv is added to the environment of StartCommand.
 	StartEnv []string
-	// DriverOutput receives the driver process's stdout and stderr
-	// (default: discarded).
+	// RestartDriver, for a driver the suite did not start (e.g. a
+	// DaemonSet pod), kills it without a chance to clean up and returns
+	// once it is gone (e.g. deletes the pod with grace period 0; the
+	// DaemonSet starts a new one). The suite then waits for it to
+	// register again. With it (or RestartCommand, or StartCommand) the
+	// restart checks run, and a driver that dies during a check is
+	// brought back for the next one.
+	RestartDriver func(ctx context.Context) error
+	// RestartCommand is RestartDriver as a command, run without a shell
+	// (e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0
+	// --force --wait).
+	RestartCommand []string
+	// ReadCDI, when set, returns the node's CDI spec files by name (e.g.
+	// their path), as the container runtime sees them: for a driver
+	// that writes them in another mount namespace. It replaces CDIDirs
+	// for the CDI resolve, inject and cleanup checks.
+	ReadCDI func(ctx context.Context) (map[string][]byte, error)
+	// ReadCDICommand is ReadCDI as a command, run without a shell, that
+	// writes a tar archive of the node's CDI folder to its standard
+	// output (e.g. kubectl exec -n NS POD -- tar -C /var/run/cdi -cf - .).
+	ReadCDICommand []string
+	// DriverLog is the file that keeps the started driver's stdout and
+	// stderr (default: a new file drakit-conformance-driver-*.log in the
+	// temporary folder, kept after the run; Report.DriverLog names it).
+	// Its last lines are shown when the driver exits unexpectedly.
+	DriverLog string
+	// DriverOutput, when set, receives the driver's output as well.
 	DriverOutput io.Writer
 	// DeviceClassName, when set, names an existing DeviceClass which
 	// selects the driver's devices; the suite's claims use it. By default
@@ -59,6 +85,10 @@ type Config struct {
 	ExtraClaims []resourceapi.ResourceClaimSpec
 	// Skip lists check IDs or categories ("restart") not to run.
 	Skip []string
+	// Only, when set, lists the check IDs or categories to run; the
+	// others are absent from the report. What they need is set up all
+	// the same (see the package doc).
+	Only []string
 	// Namespace for the suite's claims; created if missing, and deleted
 	// at the end when the suite created it. Default: a generated name.
 	Namespace string
@@ -73,14 +103,19 @@ type Config struct {
 	// socket and complete ResourceSlices (default 60 s).
 	PublishTimeout time.Duration
 	// CallTimeout bounds each NodePrepareResources and
-	// NodeUnprepareResources call (default 45 s, as the kubelet).
+	// NodeUnprepareResources call (default 45 s, as the kubelet). A call
+	// to a driver the suite started ends as soon as the process exits.
 	CallTimeout time.Duration
 	// HealthWait bounds how long health.refresh waits for a repeated
 	// report (default: the devices' health check timeout plus 5 s, at
 	// most 2 minutes).
 	HealthWait time.Duration
-	// Progress receives one line per check as it finishes (nil: none).
+	// Progress receives one line per check as it finishes (nil: none):
+	// the first line of its message (ProgressLine), or all of it with
+	// Verbose (ProgressText).
 	Progress io.Writer
+	// Verbose makes Progress carry whole messages.
+	Verbose bool
 }
 
 // validate checks required fields and fills in defaults.
@@ -111,6 +146,17 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Sprintf("Skip: %q is neither a check ID nor a category (see Checks)", s))
 		}
 	}
+	for _, s := range c.Only {
+		if !knownSkip(s) {
+			errs = append(errs, fmt.Sprintf("Only: %q is neither a check ID nor a category (see Checks)", s))
+		}
+	}
+	if c.RestartDriver != nil && len(c.RestartCommand) > 0 {
+		errs = append(errs, "RestartDriver and RestartCommand: give one")
+	}
+	if c.ReadCDI != nil && len(c.ReadCDICommand) > 0 {
+		errs = append(errs, "ReadCDI and ReadCDICommand: give one")
+	}
 	for i, m := range c.PathMappings {
 		if m.From == "" || m.To == "" {
 			errs = append(errs, fmt.Sprintf("PathMappings[%d]: From and To are required", i))
@@ -137,6 +183,20 @@ func (c *Config) validate() error {
 func knownSkip(s string) bool {
 	for _, c := range catalogue {
 		if c.ID == s || c.Category == s {
+			return true
+		}
+	}
+	return false
+}
+
+// selected reports whether Only selects ch (everything when Only is
+// empty).
+func (c *Config) selected(ch Check) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, s := range c.Only {
+		if s == ch.ID || s == ch.Category {
 			return true
 		}
 	}

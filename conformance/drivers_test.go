@@ -2,11 +2,14 @@ package conformance_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,35 +38,86 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// defectChecks maps each defect of the test driver to the check that must
-// catch it. Keep in sync with the table in doc.go.
-var defectChecks = map[string]string{
-	"forget-on-restart":       "restart.unprepare",
-	"non-idempotent":          "prepare.idempotent",
-	"wrong-request-names":     "prepare.request-names",
-	"missing-request-names":   "prepare.request-names",
-	"cdi-unresolvable":        "prepare.cdi-resolve",
-	"bad-cdi-id":              "prepare.cdi-ids-format",
-	"bad-attributes":          "slices.standard-attributes",
-	"unprepare-unknown-fails": "unprepare.unknown-claim",
-	"crash-on-empty":          "robust.empty-request",
-	"no-guard":                "prepare.device-in-use",
-	"leak-cdi":                "unprepare.cleanup",
-	"wrong-device":            "prepare.devices-match",
-	"skip-claim":              "prepare.result-per-claim",
-	"admin-guard":             "allocation.admin-access",
-	"other-driver":            "robust.other-driver",
-	"broken-counters":         "slices.counters",
-	"health-unknown-device":   "health.initial-report",
-	"health-stale":            "health.refresh",
-	"health-silent":           "health.coverage",
-	"drop-share-id":           "allocation.shared",
+// defects lists the broken variants of the test driver and the check that
+// must catch each (fail for MUST, warn for SHOULD). Keep in sync with the
+// table in doc.go.
+var defects = []struct {
+	name, defect string
+	args         []string // further flags of the test driver
+	check        string
+}{
+	{"forget-on-restart", "forget-on-restart", nil, "restart.unprepare"},
+	{"non-idempotent", "non-idempotent", nil, "prepare.idempotent"},
+	{"wrong-request-names", "wrong-request-names", nil, "prepare.request-names"},
+	{"missing-request-names", "missing-request-names", nil, "prepare.request-names"},
+	// One shared device and nothing else: the suite must still build a
+	// claim with two requests, on two shares of that device.
+	{"missing-request-names-shared", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names"},
+	{"cdi-unresolvable", "cdi-unresolvable", nil, "prepare.cdi-resolve"},
+	{"bad-cdi-id", "bad-cdi-id", nil, "prepare.cdi-ids-format"},
+	{"bad-attributes", "bad-attributes", nil, "slices.standard-attributes"},
+	{"unprepare-unknown-fails", "unprepare-unknown-fails", nil, "unprepare.unknown-claim"},
+	{"crash-on-empty", "crash-on-empty", nil, "robust.empty-request"},
+	{"no-guard", "no-guard", nil, "prepare.device-in-use"},
+	{"leak-cdi", "leak-cdi", nil, "unprepare.cleanup"},
+	{"wrong-device", "wrong-device", nil, "prepare.devices-match"},
+	{"skip-claim", "skip-claim", nil, "prepare.result-per-claim"},
+	{"admin-guard", "admin-guard", nil, "allocation.admin-access"},
+	{"other-driver", "other-driver", nil, "robust.other-driver"},
+	{"broken-counters", "broken-counters", nil, "slices.counters"},
+	{"health-unknown-device", "health-unknown-device", nil, "health.initial-report"},
+	{"health-stale", "health-stale", nil, "health.refresh"},
+	{"health-silent", "health-silent", nil, "health.coverage"},
+	{"drop-share-id", "drop-share-id", nil, "allocation.share-id"},
+}
+
+// variants lists correct drivers: each must pass every MUST check. want
+// holds exactly the checks that do not pass, with their status: skips
+// where the suite cannot set the situation up, warnings where the
+// variant departs from advice. Keep in sync with the table in doc.go.
+var variants = []struct {
+	name  string
+	args  []string
+	extra bool // run the extra claim (needs two free devices)
+	want  map[string]conformance.Status
+}{
+	{"full", nil, true, nil},
+	{"one-device", []string{"-devices", "1", "-partitionable=false", "-shared=false", "-health=false"}, false, map[string]conformance.Status{
+		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
+		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"prepare.request-names": conformance.Skip, "prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
+		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
+	}},
+	{"one-shared-device", []string{"-devices", "0", "-partitionable=false", "-health=false"}, false, map[string]conformance.Status{
+		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
+		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip,
+		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
+	}},
+	{"omit-share-id", []string{"-omit-share-id"}, true, map[string]conformance.Status{
+		"allocation.share-id": conformance.Warn,
+	}},
+	{"no-request-policy", []string{"-no-request-policy"}, true, nil},
+	{"counters-only", []string{"-devices", "0", "-shared=false"}, false, map[string]conformance.Status{
+		"allocation.every-device": conformance.Skip, "allocation.admin-access": conformance.Skip,
+		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
+	}},
+	{"pods-only", []string{"-pods-only"}, true, nil},
+	{"no-cdi", []string{"-no-cdi"}, true, map[string]conformance.Status{
+		"allocation.share-id":    conformance.Skip,
+		"prepare.cdi-ids-format": conformance.Skip, "prepare.cdi-resolve": conformance.Skip, "prepare.cdi-inject": conformance.Skip,
+	}},
+	{"names-if-needed", []string{"-names-if-needed"}, true, nil},
+	{"health-empty", []string{"-health-empty"}, true, map[string]conformance.Status{
+		"health.coverage": conformance.Warn, "health.refresh": conformance.Skip,
+	}},
 }
 
 const nodeName = "conformance-node"
 
-// config returns a Config that starts the test driver with defect.
-func config(t *testing.T, c *cluster.Cluster, defect string, extraArgs ...string) (conformance.Config, *bytes.Buffer) {
+// config returns a Config that starts the test driver named name (a DNS
+// label) with defect (or none) and further flags.
+func config(t *testing.T, c *cluster.Cluster, name, defect string, extraArgs ...string) (conformance.Config, *bytes.Buffer) {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes: keep the folder short.
 	dir, err := os.MkdirTemp("", "cf")
@@ -71,13 +125,7 @@ func config(t *testing.T, c *cluster.Cluster, defect string, extraArgs ...string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	name := "ok.conformance.drakit.dev"
-	if len(extraArgs) > 0 {
-		name = "minimal.conformance.drakit.dev"
-	}
-	if defect != "" {
-		name = defect + ".conformance.drakit.dev"
-	}
+	name += ".conformance.drakit.dev"
 	reg, plugins, cdi := filepath.Join(dir, "reg"), filepath.Join(dir, "p"), filepath.Join(dir, "cdi")
 	for _, d := range []string{reg, plugins, cdi} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -103,6 +151,7 @@ func config(t *testing.T, c *cluster.Cluster, defect string, extraArgs ...string
 		StartCommand:     args,
 		StartEnv:         []string{driverEnv + "=1"},
 		DriverOutput:     &syncWriter{w: &out},
+		DriverLog:        filepath.Join(dir, "driver.log"),
 		Progress:         &progress,
 		PublishTimeout:   30 * time.Second,
 		ExtraClaims: []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
@@ -125,96 +174,202 @@ func tail(s string, n int) string {
 	return s
 }
 
+// TestDrivers runs the suite against every correct variant of the test
+// driver (none may fail a MUST check) and every broken one (its check must
+// catch it), side by side on one control plane.
 func TestDrivers(t *testing.T) {
 	c := clustertest.Start(t)
 	if err := c.AddFakeNode(t.Context(), nodeName, nil, nil); err != nil {
 		t.Fatalf("add fake node: %v", err)
 	}
 
-	t.Run("correct", func(t *testing.T) {
-		t.Parallel()
-		cfg, _ := config(t, c, "")
-		start := time.Now()
-		// The vendor's entry point: one subtest per check.
-		rep := conformance.Test(t, cfg)
-		t.Logf("full run against the correct driver took %s", time.Since(start).Round(time.Millisecond))
-		var got []string
-		for _, res := range rep.Results {
-			if res.Status != conformance.Pass {
-				got = append(got, fmt.Sprintf("%s %s: %s", res.ID, res.Status, res.Message))
-			}
-		}
-		// Every check applies to the test driver.
-		var want []string
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("checks that did not pass (-want +got):\n%s", diff)
-		}
-		if rep.Failed() {
-			t.Errorf("report says failed")
-		}
-		if len(rep.Results) != len(conformance.Checks()) {
-			t.Errorf("got %d results, want one per check (%d)", len(rep.Results), len(conformance.Checks()))
-		}
-	})
-
-	// A driver with a single plain device and no health service: the
-	// checks that need more skip, none fails.
-	t.Run("one-device", func(t *testing.T) {
-		t.Parallel()
-		cfg, _ := config(t, c, "", "-devices", "1", "-partitionable=false", "-shared=false", "-health=false")
-		cfg.ExtraClaims = nil
-		rep, err := conformance.Run(t.Context(), cfg)
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		var got []string
-		for _, res := range rep.Results {
-			if res.Status != conformance.Pass {
-				got = append(got, fmt.Sprintf("%s %s", res.ID, res.Status))
-			}
-		}
-		want := []string{
-			"slices.counters skip", "allocation.counters skip", "allocation.shared skip",
-			"prepare.concurrent skip", "prepare.extra-claims skip",
-			"health.initial-report skip", "health.coverage skip", "health.refresh skip",
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("checks that did not pass (-want +got):\n%s", diff)
-		}
-	})
-
-	defects := make([]string, 0, len(defectChecks))
-	for d := range defectChecks {
-		defects = append(defects, d)
-	}
-	sort.Strings(defects)
-	for _, defect := range defects {
-		id := defectChecks[defect]
-		t.Run(defect, func(t *testing.T) {
+	for _, v := range variants {
+		t.Run("correct/"+v.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, _ := config(t, c, defect)
+			cfg, _ := config(t, c, "v-"+v.name, "", v.args...)
+			if !v.extra {
+				cfg.ExtraClaims = nil
+			}
+			var rep *conformance.Report
+			if v.name == "full" {
+				// The vendor's entry point: one subtest per check.
+				rep = conformance.Test(t, cfg)
+			} else {
+				var err error
+				if rep, err = conformance.Run(t.Context(), cfg); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			}
+			got := map[string]conformance.Status{}
+			for _, res := range rep.Results {
+				if res.Status != conformance.Pass {
+					got[res.ID] = res.Status
+					t.Logf("%s %s: %s", res.ID, res.Status, res.Message)
+				}
+				if strings.Contains(res.Message, "<nil>") {
+					t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
+				}
+			}
+			want := v.want
+			if want == nil {
+				want = map[string]conformance.Status{}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("checks that did not pass (-want +got):\n%s", diff)
+			}
+			if rep.Failed() {
+				t.Errorf("a correct driver failed the run")
+			}
+			if len(rep.Results) != len(conformance.Checks()) {
+				t.Errorf("got %d results, want one per check (%d)", len(rep.Results), len(conformance.Checks()))
+			}
+		})
+	}
+
+	t.Run("runner", func(t *testing.T) {
+		t.Parallel()
+		testRunner(t, c)
+	})
+
+	for _, d := range defects {
+		t.Run("defect/"+d.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, _ := config(t, c, "d-"+d.name, d.defect, d.args...)
 			rep, err := conformance.Run(t.Context(), cfg)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			res, ok := rep.Result(id)
+			res, ok := rep.Result(d.check)
 			if !ok {
-				t.Fatalf("no result for check %s", id)
+				t.Fatalf("no result for check %s", d.check)
 			}
 			want := conformance.Fail
 			if res.Level == conformance.Should {
 				want = conformance.Warn
 			}
 			if res.Status != want {
-				t.Errorf("defect %s (%s): check %s is %s (%s), want %s", defect, testdriver.Defects[defect], id, res.Status, res.Message, want)
+				t.Errorf("defect %s (%s): check %s is %s (%s), want %s", d.defect, testdriver.Defects[d.defect], d.check, res.Status, res.Message, want)
 			} else {
-				t.Logf("caught by %s: %s", id, res.Message)
+				t.Logf("caught by %s: %s", d.check, res.Message)
 			}
 			if rep.Failed() != (want == conformance.Fail) {
 				t.Errorf("report Failed() = %v, want %v", rep.Failed(), want == conformance.Fail)
 			}
+			if d.defect == "crash-on-empty" {
+				// The crash is blamed on the check that caused it; the
+				// driver is restarted and the next check runs normally.
+				if !strings.Contains(res.Message, "stopped serving during this check") {
+					t.Errorf("crash not reported as such: %s", res.Message)
+				}
+				if next, _ := rep.Result("robust.duplicate-uids"); next.Status != conformance.Pass {
+					t.Errorf("check after the crash: %s %s, want pass (driver restarted)", next.Status, next.Message)
+				}
+			}
+			for _, res := range rep.Results {
+				if strings.Contains(res.Message, "<nil>") {
+					t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
+				}
+			}
 		})
 	}
+}
+
+// testRunner runs the suite in the ways that are not one run per
+// variant: against a driver it does not start, as one deployed as a
+// DaemonSet pod (the test runs it, and gives the suite a restart hook
+// that kills it and starts it again, as a forced pod deletion and the
+// DaemonSet would, and a command that reads the CDI folder as a tar
+// archive, as kubectl exec ... tar would); against a driver that dies for
+// good; and one check alone.
+func testRunner(t *testing.T, c *cluster.Cluster) {
+	t.Run("deployed", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "deployed", "")
+		cmdline, env, output, cdiDir := cfg.StartCommand, cfg.StartEnv, cfg.DriverOutput, cfg.CDIDirs[0]
+		var proc *exec.Cmd
+		start := func() error {
+			proc = exec.Command(cmdline[0], cmdline[1:]...)
+			proc.Env = append(os.Environ(), env...)
+			proc.Stdout, proc.Stderr = output, output
+			proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			return proc.Start()
+		}
+		stop := func(sig syscall.Signal) {
+			_ = syscall.Kill(-proc.Process.Pid, sig)
+			_ = proc.Wait()
+		}
+		if err := start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stop(syscall.SIGTERM) })
+		cfg.StartCommand, cfg.StartEnv, cfg.CDIDirs = nil, nil, nil
+		restarts := 0
+		cfg.RestartDriver = func(context.Context) error {
+			restarts++
+			stop(syscall.SIGKILL)
+			return start()
+		}
+		cfg.ReadCDICommand = []string{"tar", "-C", cdiDir, "-cf", "-", "."}
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for _, res := range rep.Results {
+			if res.Status != conformance.Pass {
+				t.Errorf("%s %s: %s", res.ID, res.Status, res.Message)
+			}
+		}
+		if restarts != 1 {
+			t.Errorf("restart hook called %d times, want 1", restarts)
+		}
+		if rep.DriverLog != "" {
+			t.Errorf("the suite did not start the driver but names a log: %s", rep.DriverLog)
+		}
+	})
+
+	// A driver that crashes and cannot be started again ends the run at
+	// once, with the reason and the tail of its output. (It may start
+	// twice: once for the run, once for the restart checks.)
+	t.Run("gone", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "gone", "crash-on-empty")
+		marker := filepath.Join(t.TempDir(), "started")
+		cfg.StartCommand = append([]string{"sh", "-c", `if [ "$(cat "$0" 2>/dev/null | wc -l)" -ge 2 ]; then echo "refusing to start a third time" >&2; exit 3; fi; echo started >> "$0"; exec "$@"`, marker}, cfg.StartCommand...)
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if res, _ := rep.Result("robust.empty-request"); res.Status != conformance.Fail {
+			t.Errorf("robust.empty-request: %s %s, want fail", res.Status, res.Message)
+		}
+		if res, _ := rep.Result("robust.still-serving"); res.Status != conformance.Skip || !strings.Contains(res.Message, "the driver is gone") {
+			t.Errorf("robust.still-serving after the driver is gone: %s %s, want a skip saying so", res.Status, res.Message)
+		}
+		t.Logf("Report.Aborted: %s", rep.Aborted)
+		if !strings.Contains(rep.Aborted, "refusing to start a third time") {
+			t.Errorf("Report.Aborted = %q, want the tail of the driver's output", rep.Aborted)
+		}
+		data, err := os.ReadFile(rep.DriverLog)
+		if err != nil || !strings.Contains(string(data), "refusing to start a third time") {
+			t.Errorf("driver log %s: %v; want the driver's output in it", rep.DriverLog, err)
+		}
+		_ = os.Remove(rep.DriverLog)
+	})
+
+	// One check alone (Config.Only; "go test -run TestConformance/ID"
+	// with Test) sets up what it needs and runs.
+	t.Run("only", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "only", "")
+		cfg.Only = []string{"prepare.idempotent"}
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if len(rep.Results) != 1 || rep.Results[0].ID != "prepare.idempotent" || rep.Results[0].Status != conformance.Pass {
+			t.Errorf("got %+v, want prepare.idempotent alone, passed", rep.Results)
+		}
+	})
 }
 
 // syncWriter serializes writes of the driver's stdout and stderr.

@@ -23,7 +23,7 @@ func ExampleChecks() {
 	// restart.reregister       MUST   after kill -9 and restart the driver registers again
 	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
 	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
-	// 41 MUST and 3 SHOULD checks
+	// 40 MUST and 5 SHOULD checks
 }
 
 // A report prints as a table; a warning (SHOULD) does not fail the run.
@@ -39,9 +39,9 @@ func ExampleReport_WriteSummary() {
 	}
 	_ = rep.WriteSummary(os.Stdout)
 	// Output:
-	// CHECK                  LEVEL   STATUS  MESSAGE
-	// registration.name      MUST    pass    name gpu.example.com
-	// prepare.device-in-use  SHOULD  warn    device p/d0 prepared for two claims
+	// CHECK                  LEVEL   STATUS         MESSAGE
+	// registration.name      MUST    pass           name gpu.example.com
+	// prepare.device-in-use  SHOULD  warn (advice)  device p/d0 prepared for two claims
 	//
 	// PASSED: driver gpu.example.com on node node-1: 1 passed, 0 failed, 1 warnings, 0 skipped in 9.0s
 }

@@ -12,6 +12,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/drakit/drakit/conformance/internal/testdriver"
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // TestKubeletSide runs the test driver in-process with an API server that
@@ -52,33 +53,33 @@ current-context: c
 		<-done
 	})
 
-	socket, info, err := findRegistration(t.Context(), reg, "kubelet-side.example.com", 20*time.Second)
+	socket, info, err := kubeletclient.FindRegistration(t.Context(), reg, "kubelet-side.example.com", 20*time.Second)
 	if err != nil {
 		t.Fatalf("findRegistration: %v", err)
 	}
 	if info.Type != registerapi.DRAPlugin || info.Name != "kubelet-side.example.com" {
 		t.Errorf("GetInfo = %+v", info)
 	}
-	if got := firstKnown(info.SupportedVersions, nodeServices); got != drapbv1.DRAPluginService {
+	if got := kubeletclient.FirstKnown(info.SupportedVersions, kubeletclient.NodeServices); got != drapbv1.DRAPluginService {
 		t.Errorf("node service = %q from %q", got, info.SupportedVersions)
 	}
-	if got := firstKnown(info.SupportedVersions, healthServices); got == "" {
+	if got := kubeletclient.FirstKnown(info.SupportedVersions, kubeletclient.HealthServices); got == "" {
 		t.Errorf("no health service in %q", info.SupportedVersions)
 	}
-	if err := notifyRegistration(t.Context(), socket, true, ""); err != nil {
+	if err := kubeletclient.NotifyRegistration(t.Context(), socket, true, ""); err != nil {
 		t.Errorf("notify: %v", err)
 	}
-	if _, _, err := findRegistration(t.Context(), reg, "other.example.com", time.Second); err == nil || !strings.Contains(err.Error(), `name "kubelet-side.example.com"`) {
+	if _, _, err := kubeletclient.FindRegistration(t.Context(), reg, "other.example.com", time.Second); err == nil || !strings.Contains(err.Error(), `name "kubelet-side.example.com"`) {
 		t.Errorf("looking for another driver: got %v, want an error listing the socket seen", err)
 	}
 
-	conn, err := dial(t.Context(), info.Endpoint, kubeletDialTimeout)
+	conn, err := kubeletclient.Dial(t.Context(), info.Endpoint, kubeletclient.DialTimeout)
 	if err != nil {
 		t.Fatalf("dial endpoint: %v", err)
 	}
 	defer func() { _ = conn.Close() }()
-	for _, svc := range nodeServices {
-		resp, err := nodeClient(conn, svc).NodeUnprepareResources(t.Context(), &drapbv1.NodeUnprepareResourcesRequest{
+	for _, svc := range kubeletclient.NodeServices {
+		resp, err := kubeletclient.NodeClient(conn, svc).NodeUnprepareResources(t.Context(), &drapbv1.NodeUnprepareResourcesRequest{
 			Claims: []*drapbv1.Claim{{Namespace: "ns", Name: "c", Uid: "uid-1"}},
 		})
 		if err != nil {

@@ -51,6 +51,10 @@ type Check struct {
 	Rule string `json:"rule"`
 	// Level is Must or Should.
 	Level Level `json:"level"`
+	// Needs names what the check needs (the driver registered, its
+	// slices published, the main claims prepared, ...); the runner sets
+	// that up first, and the check skips when it cannot.
+	Needs []string `json:"needs,omitempty"`
 }
 
 // Result is the outcome of one check in a run.
@@ -73,8 +77,17 @@ type Report struct {
 	// Started is when the run began; Duration how long it took.
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"durationNanoseconds"`
-	// Results holds one entry per check of the catalogue, in run order.
+	// Results holds one entry per check run, in catalogue order: every
+	// check, unless Config.Only (or a go test -run filter with Test)
+	// selects some.
 	Results []Result `json:"results"`
+	// DriverLog is the file that holds the output of the driver the
+	// suite started (empty when it started none).
+	DriverLog string `json:"driverLog,omitempty"`
+	// Aborted says why the run ended before its last check (the driver
+	// stopped serving and could not be brought back), with the last
+	// lines of its output; empty when every check ran.
+	Aborted string `json:"aborted,omitempty"`
 }
 
 // Failed reports whether any MUST check failed.
@@ -106,29 +119,85 @@ func (r *Report) Counts() map[Status]int {
 	return c
 }
 
-// ProgressLine formats one result as the one-line progress output.
+// ProgressLine formats one result as the one-line progress output: the
+// first line of its message, marked with " [...]" when there is more
+// (see ProgressText).
 func ProgressLine(res Result) string {
 	msg := res.Message
 	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i] + " ..."
+		msg = msg[:i] + " [...]"
 	}
 	return fmt.Sprintf("%-4s %-6s %-36s %6.2fs  %s", strings.ToUpper(string(res.Status)), res.Level, res.ID, res.Duration.Seconds(), msg)
 }
 
+// ProgressText formats one result with its whole message, continuation
+// lines indented.
+func ProgressText(res Result) string {
+	head, rest, _ := strings.Cut(res.Message, "\n")
+	line := fmt.Sprintf("%-4s %-6s %-36s %6.2fs  %s", strings.ToUpper(string(res.Status)), res.Level, res.ID, res.Duration.Seconds(), head)
+	if rest == "" {
+		return line
+	}
+	return line + "\n" + indent(rest, "      ")
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// WriteDetails writes the whole message and the rule of each result that
+// did not pass (all results with all set), so that nothing the table
+// shortens is lost.
+func (r *Report) WriteDetails(w io.Writer, all bool) error {
+	for _, res := range r.Results {
+		if res.Status == Pass && !all {
+			continue
+		}
+		level := string(res.Level)
+		if res.Level == Should {
+			level += ", advice: never fails a run"
+		}
+		_, err := fmt.Fprintf(w, "\n%s %s (%s): %s\n%s\n  rule: %s\n", strings.ToUpper(string(res.Status)), res.ID, level, res.Description, indent(res.Message, "  "), res.Rule)
+		if err != nil {
+			return fmt.Errorf("write details: %w", err)
+		}
+	}
+	if r.Aborted != "" {
+		if _, err := fmt.Fprintf(w, "\nRUN ENDED EARLY: %s\n", r.Aborted); err != nil {
+			return fmt.Errorf("write details: %w", err)
+		}
+	}
+	if r.DriverLog != "" {
+		if _, err := fmt.Fprintf(w, "\nThe driver's output is in %s\n", r.DriverLog); err != nil {
+			return fmt.Errorf("write details: %w", err)
+		}
+	}
+	return nil
+}
+
 // WriteSummary writes a table of all results followed by the totals and
-// the verdict.
+// the verdict. Messages are cut to their first line (marked "[...]");
+// WriteDetails writes them whole.
 func (r *Report) WriteSummary(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "CHECK\tLEVEL\tSTATUS\tMESSAGE\n")
 	for _, res := range r.Results {
 		msg := res.Message
 		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i] + " ..."
+			msg = msg[:i] + " [...]"
 		}
 		if len(msg) > 110 {
-			msg = msg[:107] + "..."
+			msg = msg[:104] + " [...]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", res.ID, res.Level, res.Status, msg)
+		status := string(res.Status)
+		if res.Status == Warn {
+			status = "warn (advice)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", res.ID, res.Level, status, msg)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write summary: %w", err)
@@ -137,6 +206,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	verdict := "PASSED"
 	if r.Failed() {
 		verdict = "FAILED"
+	}
+	if r.Aborted != "" {
+		verdict += " (run ended early: " + firstLine(r.Aborted) + ")"
 	}
 	_, err := fmt.Fprintf(w, "\n%s: driver %s on node %s: %d passed, %d failed, %d warnings, %d skipped in %.1fs\n",
 		verdict, r.Driver, r.Node, c[Pass], c[Fail], c[Warn], c[Skip], r.Duration.Seconds())

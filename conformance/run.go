@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,30 +19,50 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
 )
 
 // adminAccessLabel must be on a namespace for claims in it to ask for
 // admin access.
 const adminAccessLabel = "resource.kubernetes.io/admin-access"
 
-// Test runs the suite from a vendor's own go test: one subtest per check
-// (named by its ID); a failed MUST check fails its subtest, a warning is
-// logged, a skip skips. Setup errors (bad Config, no API server) fail t.
+// Test runs the suite from a vendor's own go test, each check as a
+// subtest named by its ID, run when it is reached: a failed MUST check
+// fails its subtest, a warning is logged, a skip skips. A check runs on
+// its own ("go test -run TestConformance/prepare.idempotent" runs that
+// check, after setting up what it needs: registration, slices, the main
+// claims); checks not selected are absent from the report. Setup errors
+// (bad Config, no API server) fail t.
 func Test(t *testing.T, cfg Config) *Report {
 	t.Helper()
-	rep, err := Run(t.Context(), cfg)
+	r, err := begin(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("conformance: %v", err)
 	}
-	for _, res := range rep.Results {
-		t.Run(res.ID, func(t *testing.T) {
+	defer r.end()
+	for _, e := range catalogue {
+		if !cfg.selected(e.Check) {
+			continue
+		}
+		t.Run(e.ID, func(t *testing.T) {
+			n := len(r.report.Results)
+			var before Status
+			if n > 0 {
+				before = r.report.Results[n-1].Status
+			}
+			res := r.exec(t.Context(), e)
+			if n > 0 && before != Fail && r.report.Results[n-1].Status == Fail {
+				prev := r.report.Results[n-1]
+				t.Errorf("the previous check %s is failed: %s", prev.ID, prev.Message)
+			}
 			switch res.Status {
 			case Fail:
 				t.Errorf("[%s] %s\n%s\nrule: %s", res.Level, res.Description, res.Message, res.Rule)
@@ -54,7 +75,10 @@ func Test(t *testing.T, cfg Config) *Report {
 			}
 		})
 	}
-	return rep
+	if r.report.Aborted != "" {
+		t.Errorf("conformance run ended early: %s", r.report.Aborted)
+	}
+	return r.report
 }
 
 // Run runs every check of the catalogue against the driver and returns
@@ -64,52 +88,80 @@ func Test(t *testing.T, cfg Config) *Report {
 // the run creates in the API server and every process it starts is
 // removed or stopped before it returns.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r, err := begin(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer r.end()
+	for _, e := range catalogue {
+		if cfg.selected(e.Check) {
+			r.exec(ctx, e)
+		}
+	}
+	return r.report, nil
+}
+
+// begin validates cfg and prepares a run: namespace, class, consumer pod,
+// the driver started.
+func begin(ctx context.Context, cfg Config) (*runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, logger: klog.FromContext(ctx)}
 	r.report = &Report{Driver: cfg.DriverName, Node: cfg.NodeName, Started: time.Now()}
-	defer func() { r.report.Duration = time.Since(r.report.Started) }()
-	if err := r.setup(ctx); err != nil {
+	if err := r.start(ctx); err != nil {
 		r.cleanup()
 		return nil, err
 	}
-	defer r.cleanup()
-	r.runAll(ctx)
-	return r.report, nil
+	return r, nil
 }
 
-// runner holds the state of one run.
+// end undoes what the run set up and completes the report.
+func (r *runner) end() {
+	r.cleanup()
+	r.report.Duration = time.Since(r.report.Started)
+}
+
+// runner holds the state of one run: connections, the driver process,
+// and the fixtures that checks need (set up once, on first need).
 type runner struct {
 	cfg    Config
 	logger klog.Logger
 	report *Report
 
-	ns          string
-	createdNS   bool
-	class       string
-	createdCls  bool
-	sched       *scheduler
-	proc        *exec.Cmd
-	procDone    chan struct{}
-	procErr     error
+	ns         string
+	createdNS  bool
+	consumer   *corev1.Pod
+	class      string
+	createdCls bool
+	sched      *scheduler
+	proc       *exec.Cmd
+	procDone   chan struct{}
+	procMu     sync.Mutex
+	procErr    error
+	logFile    *os.File
+	logTail    *tailBuffer
+	gone       error                   // set when the driver stopped serving for good
+	cleanups   []func(context.Context) // run at the end, last first
+
+	fixtures [numFixtures]fixtureState
+	// fxRegistration, fxEndpoint, fxNode
 	regSocket   string
 	info        *registerapi.PluginInfo
 	endpoint    string
 	conn        *grpc.ClientConn
 	node        drapbv1.DRAPluginClient
 	nodeService string
-	slices      []*resourceapi.ResourceSlice
-	devices     []devRef
-	deviceObj   map[devRef]*resourceapi.Device
-
-	// state handed from check to check
-	everyDevicePrepare *outcome
-	mainClaims         []*resourceapi.ResourceClaim
-	mainResp           *drapbv1.NodePrepareResourcesResponse
-	cdiBefore          map[string]bool
-	cdiAfterPrepare    map[string]bool
-	allocatable        []devRef
+	// fxSlices
+	slices    []*resourceapi.ResourceSlice
+	devices   []devRef
+	deviceObj map[devRef]*resourceapi.Device
+	// fxEveryDevice, fxMain, fxShared, fxHealth, fxRestart
+	every   everyDevice
+	main    mainClaims
+	shared  sharedClaims
+	health  healthReports
+	restart restarted
 }
 
 // outcome is what a check function returns.
@@ -147,40 +199,78 @@ func (f failures) outcome(passMsg string, args ...any) outcome {
 	return fail("%s%s", strings.Join(msgs, "\n"), more)
 }
 
-// check runs one check and records its result.
-func (r *runner) check(ctx context.Context, id string, fn func(ctx context.Context) outcome) outcome {
-	ch, ok := lookupCheck(id)
-	if !ok {
-		panic("conformance: unknown check " + id) // programming error in the suite
-	}
+// exec runs one check (after what it needs) and records its result.
+func (r *runner) exec(ctx context.Context, e entry) Result {
 	start := time.Now()
 	var out outcome
-	if r.cfg.skipped(ch) {
+	switch {
+	case r.cfg.skipped(e.Check):
 		out = skip("skipped by configuration")
-	} else if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		out = skip("run canceled: %v", ctx.Err())
-	} else {
-		out = r.safe(ctx, fn)
+	case r.gone != nil:
+		out = skip("not run: %s", firstLine(r.gone.Error()))
+	default:
+		// A driver that exited after the last check answered its calls
+		// is blamed on that check, not on this one.
+		r.blameExit(ctx)
+		if r.gone != nil {
+			out = skip("not run: %s", firstLine(r.gone.Error()))
+			break
+		}
+		out = r.safe(ctx, func(ctx context.Context) outcome {
+			if o := r.needsSkip(ctx, e.needs); o != nil {
+				return *o
+			}
+			return e.run(r, ctx)
+		})
+		if out.status == Fail && e.Level == Should {
+			out.status = Warn
+		}
+		// A driver that stopped serving during the check fails it
+		// (whatever its level: the kubelet cannot use a dead driver),
+		// and is brought back for the next check, or the run ends.
+		if r.node != nil && ctx.Err() == nil {
+			if ok, why := r.alive(ctx); !ok {
+				msg := fmt.Sprintf("the driver stopped serving during this check: %s%s", why, r.logLines())
+				if out.msg != "" {
+					msg += "\n" + out.msg
+				}
+				out = outcome{Fail, msg}
+				if err := r.recover(ctx, why); err != nil {
+					r.gone = err
+					r.report.Aborted = err.Error()
+				}
+			}
+		}
 	}
-	if out.status == Fail && ch.Level == Should {
-		out.status = Warn
-	}
-	res := Result{Check: ch, Status: out.status, Message: out.msg, Duration: time.Since(start)}
+	res := Result{Check: e.Check, Status: out.status, Message: out.msg, Duration: time.Since(start)}
 	r.report.Results = append(r.report.Results, res)
 	if r.cfg.Progress != nil {
-		fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
+		if r.cfg.Verbose {
+			fmt.Fprintln(r.cfg.Progress, ProgressText(res))
+		} else {
+			fmt.Fprintln(r.cfg.Progress, ProgressLine(res))
+		}
 	}
-	return out
+	return res
 }
 
-// record records a result computed elsewhere (by an earlier check).
-func (r *runner) record(ctx context.Context, id string, out *outcome, orSkip string) {
-	r.check(ctx, id, func(context.Context) outcome {
-		if out == nil {
-			return skip("%s", orSkip)
-		}
-		return *out
-	})
+// blameExit fails the previous check when the driver the suite started
+// has exited since (it died after answering, or shortly after the check
+// ended) and brings the driver back.
+func (r *runner) blameExit(ctx context.Context) {
+	exited, why := r.driverExited()
+	if !exited || len(r.report.Results) == 0 {
+		return
+	}
+	last := &r.report.Results[len(r.report.Results)-1]
+	last.Status = Fail
+	last.Message = fmt.Sprintf("the driver exited right after this check: %s%s\n%s", why, r.logLines(), last.Message)
+	if err := r.recover(ctx, why); err != nil {
+		r.gone = err
+		r.report.Aborted = err.Error()
+	}
 }
 
 func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome) (out outcome) {
@@ -192,8 +282,9 @@ func (r *runner) safe(ctx context.Context, fn func(ctx context.Context) outcome)
 	return fn(ctx)
 }
 
-// setup creates the namespace and class and starts the driver.
-func (r *runner) setup(ctx context.Context) error {
+// start creates the namespace, class and consumer pod and starts the
+// driver.
+func (r *runner) start(ctx context.Context) error {
 	cfg := r.cfg
 	client := cfg.Client
 	suffix := rand.String(5)
@@ -241,18 +332,46 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName}}
 	}
+	r.consumer, err = createConsumer(ctx, client, r.ns, cfg.NodeName, "drakit-conformance-consumer-"+suffix)
+	if err != nil {
+		return err
+	}
 	r.sched = &scheduler{
 		client: client, driver: cfg.DriverName, ns: r.ns, node: node,
 		classes:  classLister{classes: classes},
-		consumer: resourceapi.ResourceClaimConsumerReference{APIGroup: consumerGroup, Resource: consumerResource, Name: "run-" + suffix, UID: uuid.NewUUID()},
+		consumer: consumerRef(r.consumer),
 		celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
 		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
 		prefix:   "c" + suffix,
 	}
+	// The kubelet creates its plugin registry when it starts; a driver
+	// may expect it to exist.
+	if err := ensureRegistry(cfg.RegistrationPath); err != nil && len(cfg.StartCommand) > 0 {
+		return err
+	}
 	if len(cfg.StartCommand) > 0 {
+		if err := r.openDriverLog(); err != nil {
+			return err
+		}
 		if err := r.startDriver(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ensureRegistry creates the registration folder (or, for a socket path,
+// the folder it is in) if it is missing.
+func ensureRegistry(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	dir := path
+	if strings.HasSuffix(path, ".sock") {
+		dir = filepath.Dir(path)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create registration folder: %w", err)
 	}
 	return nil
 }
@@ -261,132 +380,26 @@ func (r *runner) setup(ctx context.Context) error {
 func (r *runner) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i](ctx)
+	}
 	if r.conn != nil {
 		_ = r.conn.Close()
 	}
 	r.stopDriver(syscall.SIGTERM)
+	if r.logFile != nil {
+		_ = r.logFile.Close()
+	}
 	client := r.cfg.Client
+	deleteConsumer(ctx, client, r.consumer)
 	if r.createdCls {
 		_ = client.ResourceV1().DeviceClasses().Delete(ctx, r.class, metav1.DeleteOptions{})
 	}
 	if r.createdNS {
 		_ = client.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{})
 	} else if r.sched != nil {
-		_ = client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=drakit-conformance"})
+		_ = client.ResourceV1().ResourceClaims(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(managedBy).String()})
 	}
-}
-
-// startDriver starts StartCommand as a child process in its own process
-// group.
-func (r *runner) startDriver() error {
-	cmd := exec.Command(r.cfg.StartCommand[0], r.cfg.StartCommand[1:]...)
-	cmd.Env = append(os.Environ(), r.cfg.StartEnv...)
-	out := r.cfg.DriverOutput
-	if out == nil {
-		out = io.Discard
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start driver %q: %w", r.cfg.StartCommand[0], err)
-	}
-	done := make(chan struct{})
-	r.proc, r.procDone = cmd, done
-	go func() {
-		r.procErr = cmd.Wait()
-		close(done)
-	}()
-	return nil
-}
-
-// stopDriver sends sig to the driver's process group, waits for it (up
-// to 10 s, then SIGKILL) and forgets it.
-func (r *runner) stopDriver(sig syscall.Signal) {
-	if r.proc == nil {
-		return
-	}
-	pid := r.proc.Process.Pid
-	_ = syscall.Kill(-pid, sig)
-	select {
-	case <-r.procDone:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-r.procDone
-	}
-	r.proc, r.procDone = nil, nil
-}
-
-// driverExited reports whether the driver the suite started has exited
-// (false when the suite did not start it).
-func (r *runner) driverExited() (bool, string) {
-	if r.procDone == nil {
-		return false, ""
-	}
-	select {
-	case <-r.procDone:
-		return true, fmt.Sprintf("the driver process exited (%v)", r.procErr)
-	default:
-		return false, ""
-	}
-}
-
-// alive reports whether the driver still serves: its process is running
-// (when the suite started it) and the node service answers an unprepare
-// of an unknown claim. The reason says what is wrong.
-func (r *runner) alive(ctx context.Context) (bool, string) {
-	// Give a crashing process a moment to exit.
-	if r.procDone != nil {
-		select {
-		case <-r.procDone:
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if exited, why := r.driverExited(); exited {
-		return false, why
-	}
-	if r.node == nil {
-		return false, "no node service connection"
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
-	if isTransport(err) {
-		return false, fmt.Sprintf("the node service does not answer: %v", err)
-	}
-	return true, ""
-}
-
-// revive restarts the driver after it died, when the suite started it,
-// so that later checks can run.
-func (r *runner) revive(ctx context.Context) {
-	if r.proc == nil {
-		return
-	}
-	if exited, _ := r.driverExited(); !exited {
-		return
-	}
-	r.proc, r.procDone = nil, nil
-	if err := r.startDriver(); err != nil {
-		r.logger.Error(err, "Restart driver after crash")
-		return
-	}
-	_ = r.connect(ctx)
-}
-
-// whileRunning returns a context that is canceled when the driver the
-// suite started exits, so that waits for it end early.
-func (r *runner) whileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	if done := r.procDone; done != nil {
-		go func() {
-			select {
-			case <-done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
-	return ctx, cancel
 }
 
 // find finds the registration socket, giving up early when the driver
@@ -394,7 +407,7 @@ func (r *runner) whileRunning(ctx context.Context) (context.Context, context.Can
 func (r *runner) find(ctx context.Context) (string, *registerapi.PluginInfo, error) {
 	wctx, cancel := r.whileRunning(ctx)
 	defer cancel()
-	socket, info, err := findRegistration(wctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
+	socket, info, err := kubeletclient.FindRegistration(wctx, r.cfg.RegistrationPath, r.cfg.DriverName, r.cfg.PublishTimeout)
 	if err != nil {
 		if exited, why := r.driverExited(); exited {
 			return "", nil, fmt.Errorf("%s; %w", why, err)
@@ -416,7 +429,7 @@ func (r *runner) connect(ctx context.Context) error {
 		endpoint = socket
 	}
 	r.endpoint = translate(endpoint, r.cfg.PathMappings)
-	conn, err := dial(ctx, r.endpoint, kubeletDialTimeout)
+	conn, err := kubeletclient.Dial(ctx, r.endpoint, kubeletclient.DialTimeout)
 	if err != nil {
 		return err
 	}
@@ -424,11 +437,11 @@ func (r *runner) connect(ctx context.Context) error {
 		_ = r.conn.Close()
 	}
 	r.conn = conn
-	r.nodeService = firstKnown(info.SupportedVersions, nodeServices)
+	r.nodeService = kubeletclient.FirstKnown(info.SupportedVersions, kubeletclient.NodeServices)
 	if r.nodeService == "" {
-		r.nodeService = nodeServices[0]
+		r.nodeService = kubeletclient.NodeServices[0]
 	}
-	r.node = nodeClient(conn, r.nodeService)
+	r.node = kubeletclient.NodeClient(conn, r.nodeService)
 	return nil
 }
 
@@ -441,9 +454,9 @@ func (r *runner) prepareWith(ctx context.Context, node drapbv1.DRAPluginClient, 
 	if node == nil {
 		return nil, errors.New("no connection to the node service (see registration.endpoint)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: pbClaims(claims)})
+	return node.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: kubeletclient.Claims(claims...)})
 }
 
 // unprepare calls NodeUnprepareResources for claims.
@@ -455,31 +468,7 @@ func (r *runner) unprepareWith(ctx context.Context, node drapbv1.DRAPluginClient
 	if node == nil {
 		return nil, errors.New("no connection to the node service (see registration.endpoint)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	ctx, cancel := r.callContext(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: pbClaims(claims)})
-}
-
-func pbClaims(claims []*resourceapi.ResourceClaim) []*drapbv1.Claim {
-	out := make([]*drapbv1.Claim, 0, len(claims))
-	for _, c := range claims {
-		out = append(out, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	return out
-}
-
-// runAll runs the catalogue in order.
-func (r *runner) runAll(ctx context.Context) {
-	r.registrationChecks(ctx)
-	r.sliceChecks(ctx)
-	r.allocationChecks(ctx)
-	r.prepareChecks(ctx)
-	r.unprepareChecks(ctx)
-	r.restartChecks(ctx)
-	r.healthChecks(ctx)
-	r.robustnessChecks(ctx)
-	if len(r.report.Results) != len(catalogue) {
-		// Every check must report exactly once; a mismatch is a bug here.
-		r.logger.Error(nil, "Conformance suite reported an unexpected number of results", "got", len(r.report.Results), "want", len(catalogue))
-	}
+	return node.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: kubeletclient.Claims(claims...)})
 }

@@ -3,12 +3,14 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -28,14 +30,6 @@ var allocFeatures = structured.Features{
 	DeviceBindingAndStatus: true,
 	ConsumableCapacity:     true,
 }
-
-// consumerGroup and consumerResource name the suite as the consumer in
-// status.reservedFor. The resource claim controller keeps reservations
-// for consumers it does not know, so allocations stay in place.
-const (
-	consumerGroup    = "conformance.drakit.dev"
-	consumerResource = "conformanceruns"
-)
 
 // devRef names one published device.
 type devRef struct {
@@ -131,7 +125,7 @@ func (s *scheduler) newClaim(ctx context.Context, base string, spec resourceapi.
 	name := fmt.Sprintf("%s-%s-%d", s.prefix, base, s.seq)
 	s.mu.Unlock()
 	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "drakit-conformance"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns, Labels: managedBy},
 		Spec:       spec,
 	}
 	created, err := s.client.ResourceV1().ResourceClaims(s.ns).Create(ctx, claim, metav1.CreateOptions{})
@@ -207,6 +201,14 @@ func (s *scheduler) allocated(ctx context.Context, base string, spec resourceapi
 	return updated, nil
 }
 
+// forget frees the claim's devices for later allocations, leaving the
+// claim object in place.
+func (s *scheduler) forget(claim *resourceapi.ResourceClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inUse, claim.UID)
+}
+
 // release deletes the claim and frees its devices. Errors are ignored:
 // the namespace is deleted at the end anyway.
 func (s *scheduler) release(ctx context.Context, claim *resourceapi.ResourceClaim) {
@@ -231,4 +233,74 @@ func exactRequest(name, class string, count int64) resourceapi.DeviceRequest {
 
 func claimSpec(reqs ...resourceapi.DeviceRequest) resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}
+}
+
+// shareOfTwo returns capacity requests that let two allocations share
+// device d, as its capacities and their request policies allow
+// (KEP-5075: a request that asks for no capacity gets the policy's
+// default, or all of the capacity when there is no policy), or a reason
+// why no two shares fit.
+func shareOfTwo(d *resourceapi.Device) (map[resourceapi.QualifiedName]resource.Quantity, string) {
+	out := map[resourceapi.QualifiedName]resource.Quantity{}
+	names := make([]string, 0, len(d.Capacity))
+	for n := range d.Capacity {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := d.Capacity[resourceapi.QualifiedName(n)]
+		fits := func(q resource.Quantity) bool {
+			two := q.DeepCopy()
+			two.Add(q)
+			return q.Sign() > 0 && two.Cmp(c.Value) <= 0
+		}
+		p := c.RequestPolicy
+		var share *resource.Quantity
+		switch {
+		case p == nil:
+			half := resource.NewMilliQuantity(c.Value.MilliValue()/2, c.Value.Format)
+			if fits(*half) {
+				share = half
+			}
+		case p.Default != nil && fits(*p.Default):
+			share = p.Default
+		case len(p.ValidValues) > 0:
+			for _, v := range p.ValidValues {
+				if fits(v) {
+					share = &v
+					break
+				}
+			}
+		case p.ValidRange != nil && p.ValidRange.Min != nil && fits(*p.ValidRange.Min):
+			share = p.ValidRange.Min
+		}
+		if share == nil {
+			return nil, fmt.Sprintf("capacity %s (%s) and its request policy leave no room for two allocations", n, c.Value.String())
+		}
+		out[resourceapi.QualifiedName(n)] = share.DeepCopy()
+	}
+	return out, ""
+}
+
+// withCapacity returns req asking for the given capacity.
+func withCapacity(req resourceapi.DeviceRequest, capacity map[resourceapi.QualifiedName]resource.Quantity) resourceapi.DeviceRequest {
+	if len(capacity) > 0 {
+		req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: capacity}
+	}
+	return req
+}
+
+// allocatable counts the devices that the allocator could give to a
+// claim for one device right now, without creating any claim.
+func (s *scheduler) allocatable(ctx context.Context, class string) int {
+	n := 0
+	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: s.ns, UID: "probe"}, Spec: claimSpec(exactRequest("dev", class, 1))}
+	for _, sl := range s.slices {
+		for _, d := range sl.Spec.Devices {
+			if alloc, err := s.allocate(ctx, probe, &devRef{sl.Spec.Pool.Name, d.Name}); err == nil && alloc != nil {
+				n++
+			}
+		}
+	}
+	return n
 }

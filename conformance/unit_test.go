@@ -2,9 +2,11 @@ package conformance
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +15,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
@@ -93,7 +97,9 @@ func TestConfigValidate(t *testing.T) {
 		{"empty", Config{}, []string{"DriverName: required", "NodeName: required", "Client: required", "RegistrationPath: required"}},
 		{"bad driver name", Config{DriverName: "Not_DNS", NodeName: "n", Client: client, RegistrationPath: "/x"}, []string{"DriverName:"}},
 		{"unknown skip", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"nope"}}, []string{`Skip: "nope"`}},
-		{"valid", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"restart", "prepare.idempotent"}}, nil},
+		{"unknown only", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Only: []string{"prepare.nope"}}, []string{`Only: "prepare.nope"`}},
+		{"two restart hooks", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", RestartCommand: []string{"true"}, RestartDriver: func(context.Context) error { return nil }}, []string{"RestartDriver and RestartCommand"}},
+		{"valid", Config{DriverName: "a.b", NodeName: "n", Client: client, RegistrationPath: "/x", Skip: []string{"restart", "prepare.idempotent"}, Only: []string{"prepare"}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,6 +179,89 @@ func TestCheckResponse(t *testing.T) {
 	}
 }
 
+func TestCheckResponseSharedDevice(t *testing.T) {
+	const drv = "d.example.com"
+	s1, s2 := types.UID("s1"), types.UID("s2")
+	claim := allocatedClaim(
+		resourceapi.DeviceRequestAllocationResult{Request: "a", Driver: drv, Pool: "p", Device: "shared", ShareID: &s1},
+		resourceapi.DeviceRequestAllocationResult{Request: "b", Driver: drv, Pool: "p", Device: "shared", ShareID: &s2},
+	)
+	dev := func(share *string, reqs ...string) *drapbv1.Device {
+		return &drapbv1.Device{PoolName: "p", DeviceName: "shared", ShareId: share, RequestNames: reqs}
+	}
+	tests := []struct {
+		name    string
+		devices []*drapbv1.Device
+		want    []string // substrings, one per failure of devices-match and request-names
+		shares  int      // failures of the share ID check
+	}{
+		{"with share IDs", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s2"), "b")}, nil, 0},
+		{"without share IDs", []*drapbv1.Device{dev(nil, "b"), dev(nil, "a")}, nil, 2},
+		{"without share IDs and request names", []*drapbv1.Device{dev(nil), dev(nil)}, []string{"names no request", "names no request"}, 2},
+		{"request names swapped", []*drapbv1.Device{dev(ptr.To("s1"), "b"), dev(ptr.To("s2"), "a")}, []string{`names request "b"`, `names request "a"`}, 0},
+		{"unknown share ID", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s3"), "b")}, []string{"returned device p/shared share s3", "p/shared share s2 is missing"}, 0},
+		{"one of two", []*drapbv1.Device{dev(nil, "a")}, []string{"p/shared share s2 is missing"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var f, shares failures
+			res := &drapbv1.NodePrepareResourceResponse{Devices: tc.devices}
+			checkDevicesMatch(&f, drv, claim, res)
+			checkRequestNames(&f, drv, claim, res)
+			checkShareIDs(&shares, drv, claim, res)
+			if len(f) != len(tc.want) {
+				t.Fatalf("got failures %q, want %d matching %q", f, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(f[i], w) {
+					t.Errorf("failure %q does not contain %q", f[i], w)
+				}
+			}
+			if len(shares) != tc.shares {
+				t.Errorf("share ID check: got %q, want %d failures", shares, tc.shares)
+			}
+		})
+	}
+}
+
+func TestCheckResponseNoDevices(t *testing.T) {
+	const drv = "d.example.com"
+	claim := allocatedClaim(resourceapi.DeviceRequestAllocationResult{Request: "a", Driver: drv, Pool: "p", Device: "d0"})
+	var f failures
+	if empty := checkDevicesMatch(&f, drv, claim, &drapbv1.NodePrepareResourceResponse{}); !empty || len(f) > 0 {
+		t.Errorf("no devices for an allocated claim: empty=%v failures %q, want empty=true and none (api.proto allows zero devices)", empty, f)
+	}
+}
+
+func TestShareOfTwo(t *testing.T) {
+	q := resource.MustParse
+	tests := []struct {
+		name string
+		cap  resourceapi.DeviceCapacity
+		want string // share, "" when none fits
+	}{
+		{"no policy: half", resourceapi.DeviceCapacity{Value: q("10Gi")}, "5Gi"},
+		{"default", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("1Gi"))}}, "1Gi"},
+		{"default too big, range min", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("10Gi")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("2Gi"))}}}, "2Gi"},
+		{"valid values", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("2"), q("8")}}}, "2"},
+		{"only whole device", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("8")}}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := shareOfTwo(&resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"c": tc.cap}})
+			if tc.want == "" {
+				if why == "" {
+					t.Errorf("got share %v, want a reason why none fits", got)
+				}
+				return
+			}
+			if share := got["c"]; share.Cmp(q(tc.want)) != 0 {
+				t.Errorf("got share %s (%s), want %s", share.String(), why, tc.want)
+			}
+		})
+	}
+}
+
 func TestNormalizeIgnoresOrder(t *testing.T) {
 	a := &drapbv1.NodePrepareResourcesResponse{Claims: map[string]*drapbv1.NodePrepareResourceResponse{"u": {Devices: []*drapbv1.Device{
 		{PoolName: "p", DeviceName: "a", CdiDeviceIds: []string{"v/c=1", "v/c=2"}},
@@ -222,12 +311,44 @@ func TestCDIChecks(t *testing.T) {
 	if len(f) != 0 {
 		t.Errorf("inject: %q", f)
 	}
+
+	// A spec in a default CDI folder the suite was not given earns a hint
+	// that names it.
+	other := t.TempDir()
+	misplaced := filepath.Join(other, "example.com-gpu-claim.json")
+	spec = `{"cdiVersion":"0.6.0","kind":"example.com/gpu","devices":[{"name":"g7","containerEdits":{"env":["A=7"]}}]}`
+	if err := os.WriteFile(misplaced, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f = nil
+	checkCDIResolveHint(&f, cache, specErrs, []string{dir}, []string{"example.com/gpu=g7"}, []string{dir, other})
+	if len(f) != 1 || !strings.Contains(f[0], "Hint: "+misplaced+" defines it") {
+		t.Errorf("misplaced spec: got %q, want one failure with a hint naming %s", f, misplaced)
+	}
+}
+
+func TestEnsureRegistry(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{filepath.Join(dir, "a", "plugins_registry"), filepath.Join(dir, "b", "x-reg.sock")} {
+		if err := ensureRegistry(p); err != nil {
+			t.Fatalf("ensureRegistry(%s): %v", p, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "a", "plugins_registry")); err != nil || !fi.IsDir() {
+		t.Errorf("registry folder not created: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "b")); err != nil || !fi.IsDir() {
+		t.Errorf("folder of the socket not created: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b", "x-reg.sock")); err == nil {
+		t.Errorf("a socket path must not become a folder")
+	}
 }
 
 func sampleReport() *Report {
 	mkRes := func(id string, s Status, msg string) Result {
 		c, _ := lookupCheck(id)
-		return Result{Check: c, Status: s, Message: msg, Duration: 1500 * time.Millisecond}
+		return Result{Check: c.Check, Status: s, Message: msg, Duration: 1500 * time.Millisecond}
 	}
 	return &Report{Driver: "gpu.example.com", Node: "node-1", Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Duration: 12 * time.Second,
 		Results: []Result{
@@ -280,5 +401,44 @@ func TestReportWriters(t *testing.T) {
 	rep.Results = rep.Results[2:]
 	if rep.Failed() {
 		t.Errorf("warnings and skips must not fail the report")
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{max: 64}
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(tb, "line %d\n", i)
+	}
+	if got := tb.lastLines(2); got != "  | line 18\n  | line 19" {
+		t.Errorf("last lines: %q", got)
+	}
+	tb = &tailBuffer{max: 1 << 10}
+	fmt.Fprint(tb, "starting\npanic: runtime error: index out of range [0] with length 0\n\ngoroutine 1 [running]:\nmain.f()\n\tf.go:1\nmain.main()\nrestarted\n")
+	want := "  | panic: runtime error: index out of range [0] with length 0\n  | goroutine 1 [running]:\n  | ...\n  | main.main()\n  | restarted"
+	if got := tb.lastLines(6); got != want {
+		t.Errorf("a panic must be shown from its message, then the last lines:\ngot  %q\nwant %q", got, want)
+	}
+}
+
+func TestBlameExit(t *testing.T) {
+	// A driver process that exited after the last check answered.
+	done := make(chan struct{})
+	close(done)
+	r := &runner{
+		cfg:      Config{CallTimeout: time.Second},
+		report:   &Report{Results: []Result{{Check: Check{ID: "robust.empty-request"}, Status: Pass, Message: "no crash"}}},
+		procDone: done, procErr: errors.New("exit status 2"),
+		logTail: &tailBuffer{max: 1 << 10},
+	}
+	fmt.Fprintln(r.logTail, "panic: boom")
+	r.blameExit(t.Context())
+	last := r.report.Results[0]
+	if last.Status != Fail || !strings.Contains(last.Message, "exited right after this check: the driver process exit status 2") || !strings.Contains(last.Message, "panic: boom") {
+		t.Errorf("previous check: %s %q, want it failed with the exit and the driver's last lines", last.Status, last.Message)
+	}
+	// The suite did not start it (no StartCommand, no restart hook):
+	// the run ends.
+	if r.gone == nil || !errors.Is(r.gone, errDriverGone) || r.report.Aborted == "" {
+		t.Errorf("gone = %v, aborted = %q; want the run ended", r.gone, r.report.Aborted)
 	}
 }

@@ -2,8 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -70,7 +68,7 @@ func checkResultKeys[T any](f *failures, call string, claims []*resourceapi.Reso
 
 func prepErr(r *drapbv1.NodePrepareResourceResponse) string {
 	if r == nil {
-		return "nil result"
+		return "no result for the claim"
 	}
 	return r.Error
 }
@@ -82,48 +80,115 @@ func unprepErr(r *drapbv1.NodeUnprepareResourceResponse) string {
 	return r.Error
 }
 
-// checkDevicesMatch compares a claim's prepared devices to its allocation.
-func checkDevicesMatch(f *failures, driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) {
-	want := map[string]bool{}
-	for _, r := range ownResults(driver, claim) {
-		want[resultKey(r.Pool, r.Device, shareOf((*string)(r.ShareID)))] = true
-	}
-	got := map[string]bool{}
+// pairing matches the devices a driver returned for one claim with the
+// claim's allocation results of that driver.
+type pairing struct {
+	pairs   []pair
+	extra   []*drapbv1.Device                           // returned, not allocated
+	missing []resourceapi.DeviceRequestAllocationResult // allocated, not returned
+}
+
+type pair struct {
+	got  *drapbv1.Device
+	want resourceapi.DeviceRequestAllocationResult
+}
+
+// matchDevices pairs returned devices with allocation results by pool and
+// device name, and by share ID where the driver returns one. The share ID
+// is optional in api.proto (the kubelet keeps it only for the
+// PodResources API), so a returned device without one matches any
+// allocation of the same device, preferring one whose request it names.
+func matchDevices(driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) pairing {
+	results := ownResults(driver, claim)
+	used := make([]bool, len(results))
+	var p pairing
 	for _, d := range res.GetDevices() {
-		k := resultKey(d.PoolName, d.DeviceName, shareOf(d.ShareId))
-		got[k] = true
-		if !want[k] {
-			f.add("claim %s: returned device %s, which is not allocated to the claim for this driver (allocated: %s)", claim.Name, k, keys(want))
+		best := -1
+		for i, r := range results {
+			if used[i] || r.Pool != d.PoolName || r.Device != d.DeviceName {
+				continue
+			}
+			if d.ShareId != nil {
+				if shareOf((*string)(r.ShareID)) == *d.ShareId {
+					best = i
+					break
+				}
+				continue
+			}
+			if best < 0 || slices.Contains(d.RequestNames, resourceclaim.BaseRequestRef(r.Request)) {
+				best = i
+			}
+		}
+		if best < 0 {
+			p.extra = append(p.extra, d)
+			continue
+		}
+		used[best] = true
+		p.pairs = append(p.pairs, pair{d, results[best]})
+	}
+	for i, r := range results {
+		if !used[i] {
+			p.missing = append(p.missing, r)
 		}
 	}
-	for k := range want {
-		if !got[k] {
-			f.add("claim %s: allocated device %s is missing from the response; its containers would not get it", claim.Name, k)
+	return p
+}
+
+// checkDevicesMatch compares a claim's prepared devices to its
+// allocation. A result with no devices at all is allowed (api.proto: "a
+// claim may have zero or more requests and each request may have zero or
+// more devices"; drivers that configure containers through NRI return
+// none): it is no failure, and empty reports it.
+func checkDevicesMatch(f *failures, driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) (empty bool) {
+	if len(res.GetDevices()) == 0 {
+		return len(ownResults(driver, claim)) > 0
+	}
+	p := matchDevices(driver, claim, res)
+	allocated := map[string]bool{}
+	for _, r := range ownResults(driver, claim) {
+		allocated[resultKey(r.Pool, r.Device, shareOf((*string)(r.ShareID)))] = true
+	}
+	for _, d := range p.extra {
+		f.add("claim %s: returned device %s, which is not allocated to the claim for this driver (allocated: %s)", claim.Name, resultKey(d.PoolName, d.DeviceName, shareOf(d.ShareId)), keys(allocated))
+	}
+	for _, r := range p.missing {
+		f.add("claim %s: allocated device %s is missing from the response; its containers would not get it", claim.Name, resultKey(r.Pool, r.Device, shareOf((*string)(r.ShareID))))
+	}
+	return false
+}
+
+// checkShareIDs reports returned devices of shared allocations that carry
+// no share ID.
+func checkShareIDs(f *failures, driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) {
+	for _, p := range matchDevices(driver, claim, res).pairs {
+		if p.want.ShareID != nil && p.got.ShareId == nil {
+			f.add("claim %s: device %s/%s has no share ID; return %q so that the PodResources API tells the allocations apart", claim.Name, p.got.PoolName, p.got.DeviceName, *p.want.ShareID)
 		}
 	}
 }
 
 // checkRequestNames checks each device's request names against the
-// allocation, the way the kubelet matches them to containers.
+// allocation, the way the kubelet matches them to containers
+// (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList: a device with no
+// request names goes to the containers of every request).
 func checkRequestNames(f *failures, driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) {
-	allowed := map[string]map[string]bool{} // device key -> base request names
-	for _, r := range ownResults(driver, claim) {
-		k := resultKey(r.Pool, r.Device, shareOf((*string)(r.ShareID)))
-		if allowed[k] == nil {
-			allowed[k] = map[string]bool{}
-		}
-		allowed[k][resourceclaim.BaseRequestRef(r.Request)] = true
-	}
 	nreq := len(claim.Spec.Devices.Requests)
-	for _, d := range res.GetDevices() {
+	for _, p := range matchDevices(driver, claim, res).pairs {
+		d := p.got
 		k := resultKey(d.PoolName, d.DeviceName, shareOf(d.ShareId))
-		want := allowed[k]
-		if want == nil {
-			continue // reported by prepare.devices-match
+		// Without a share ID the entry stands for any allocation of the
+		// device: each of their requests is a fair name.
+		want := map[string]bool{resourceclaim.BaseRequestRef(p.want.Request): true}
+		if d.ShareId == nil {
+			for _, r := range ownResults(driver, claim) {
+				if r.Pool == d.PoolName && r.Device == d.DeviceName {
+					want[resourceclaim.BaseRequestRef(r.Request)] = true
+				}
+			}
 		}
 		if len(d.RequestNames) == 0 {
 			if nreq > 1 {
-				f.add("claim %s: device %s names no request; the kubelet then gives it to the containers of every request of the claim. Return request_names %s", claim.Name, k, keys(want))
+				f.add("claim %s: device %s names no request; the kubelet then gives it to the containers of every request of the claim (%d requests). Return request_names %s", claim.Name, k, nreq, keys(want))
 			}
 			continue
 		}
@@ -211,15 +276,42 @@ func checkCDIFormat(f *failures, ids []string) {
 }
 
 // checkCDIResolve checks every ID is defined by a spec in the folders.
+// For an ID that is not, it looks into the container runtimes' default
+// folders (/etc/cdi, /var/run/cdi) that were not given, and says so when
+// the spec is there: the driver writes to a folder the suite was not told
+// about (kubeletplugin's device metadata specs go to /var/run/cdi by
+// default).
 func checkCDIResolve(f *failures, cache *cdi.Cache, specErrs string, dirs, ids []string) {
-	for _, id := range ids {
-		if cache.GetDevice(id) == nil {
-			msg := fmt.Sprintf("CDI device %q is not defined by any spec in %q; write the spec before answering prepare", id, dirs)
-			if specErrs != "" {
-				msg += " (CDI spec errors: " + specErrs + ")"
-			}
-			f.add("%s", msg)
+	checkCDIResolveHint(f, cache, specErrs, dirs, ids, cdi.DefaultSpecDirs)
+}
+
+// checkCDIResolveHint is checkCDIResolve looking for misplaced specs in
+// the given default folders.
+func checkCDIResolveHint(f *failures, cache *cdi.Cache, specErrs string, dirs, ids, defaults []string) {
+	var elsewhere *cdi.Cache
+	var others []string
+	for _, d := range defaults {
+		if !slices.Contains(dirs, d) {
+			others = append(others, d)
 		}
+	}
+	for _, id := range ids {
+		if cache.GetDevice(id) != nil {
+			continue
+		}
+		msg := fmt.Sprintf("CDI device %q is not defined by any spec in %q; write the spec before answering prepare", id, dirs)
+		if specErrs != "" {
+			msg += " (CDI spec errors: " + specErrs + ")"
+		}
+		if elsewhere == nil && len(others) > 0 {
+			elsewhere, _, _ = cdiCache(others)
+		}
+		if elsewhere != nil {
+			if d := elsewhere.GetDevice(id); d != nil {
+				msg += fmt.Sprintf(". Hint: %s defines it, outside the CDI folders given: give the suite the folder the driver writes to (the container runtime must read it too), or have the driver write to %q", d.GetSpec().GetPath(), dirs)
+			}
+		}
+		f.add("%s", msg)
 	}
 }
 
@@ -235,23 +327,6 @@ func checkCDIInject(f *failures, cache *cdi.Cache, ids []string) {
 	}
 }
 
-// snapshot lists the files in the CDI folders.
-func snapshot(dirs []string) map[string]bool {
-	out := map[string]bool{}
-	for _, d := range dirs {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if !e.IsDir() {
-				out[filepath.Join(d, e.Name())] = true
-			}
-		}
-	}
-	return out
-}
-
 // created returns files in after that are not in before.
 func created(before, after map[string]bool) []string {
 	var out []string
@@ -261,16 +336,5 @@ func created(before, after map[string]bool) []string {
 		}
 	}
 	sort.Strings(out)
-	return out
-}
-
-// leftover returns those of files that still exist.
-func leftover(files []string) []string {
-	var out []string
-	for _, f := range files {
-		if _, err := os.Stat(f); err == nil {
-			out = append(out, f)
-		}
-	}
 	return out
 }

@@ -30,6 +30,40 @@ func init() {
 	})
 }
 
+const conformanceUsage = `Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]
+
+Plays the kubelet and the scheduler against a DRA driver and a real API
+server (without --kubeconfig: a local control plane with a fake node).
+
+The driver: arguments after -- (or --start) start it, which enables the
+restart checks and keeps its output in --driver-log; without them the
+driver must already be running. A started driver gets these environment
+variables:
+  KUBECONFIG, DRAKIT_KUBECONFIG  the admin kubeconfig of the cluster
+  NODE_NAME                      the node it serves (--node)
+Drivers that read their flags through package driverflag pick both up
+with no flags. The command runs without a shell; to put them into flags,
+run one:
+  -- sh -c 'exec ./driver --node-name="$NODE_NAME" --kubeconfig="$KUBECONFIG"'.
+
+The claims: the suite creates a namespace, a DeviceClass selecting the
+driver's devices (unless --device-class) and one Pod bound to --node that
+never starts (image conformance.drakit.invalid/never-started:0, no claims
+in its spec); it allocates claims with the scheduler's allocator and
+reserves them for that Pod, as the scheduler would, then calls the driver.
+Everything is removed at the end.
+
+Registration: --registration is the driver's registration socket or the
+kubelet's plugin registry folder (created if missing, as the kubelet does).
+
+A driver deployed as a DaemonSet pod: run the suite on the node (or give
+--path-map), without a driver command, with --restart-command (so that
+the restart checks run) and --read-cdi-command (so that the CDI checks see
+the node's CDI folder, not the suite's mount namespace).
+
+Flags:
+`
+
 // csvFlag collects a repeatable, comma-separated flag.
 type csvFlag []string
 
@@ -46,13 +80,14 @@ func (l *csvFlag) Set(v string) error {
 // conformanceFlags are the parsed flags of "drakit conformance".
 type conformanceFlags struct {
 	kubeconfig, driver, node, registration string
-	cdiDirs, pathMaps, skip                csvFlag
+	cdiDirs, pathMaps, skip, only          csvFlag
+	restartCmd, readCDICmd                 string
 	start                                  []string
 	deviceClass, objects                   string
 	junit, jsonOut, driverLog              string
 	repeat, concurrency                    int
-	publishTimeout                         time.Duration
-	list                                   bool
+	publishTimeout, callTimeout            time.Duration
+	list, verbose                          bool
 }
 
 func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, error) {
@@ -60,10 +95,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]")
-		fmt.Fprintln(stderr, "\nPlays the kubelet and the scheduler against a DRA driver and a real API server.")
-		fmt.Fprintln(stderr, "Arguments after -- start the driver (enables the restart checks); without them the driver must be running.")
-		fmt.Fprintln(stderr, "The started driver finds the cluster and its node in $KUBECONFIG and $NODE_NAME (package driverflag reads both).\n\nFlags:")
+		fmt.Fprint(stderr, conformanceUsage)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "admin kubeconfig of the cluster (default: start a local control plane and a fake node)")
@@ -73,15 +105,20 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Var(&f.cdiDirs, "cdi-dir", "CDI spec folder (repeatable or comma-separated)")
 	fs.Var(&f.pathMaps, "path-map", "FROM=TO: translate paths the driver reports (own mount namespace); repeatable")
 	fs.Var(&f.skip, "skip", "check IDs or categories to skip (repeatable or comma-separated)")
+	fs.Var(&f.only, "only", "check IDs or categories to run, the others left out (repeatable or comma-separated); what they need is set up all the same")
+	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start and has it started again (e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait); enables the restart checks")
+	fs.StringVar(&f.readCDICmd, "read-cdi-command", "", "shell command that writes a tar archive of the node's CDI folder to stdout (e.g. kubectl exec -n NS POD -- tar -C /var/run/cdi -cf - .); replaces --cdi-dir")
 	startCmd := fs.String("start", "", "command that starts the driver, split at spaces (alternative to arguments after --)")
 	fs.StringVar(&f.deviceClass, "device-class", "", "existing DeviceClass selecting the driver's devices (default: the suite creates one)")
 	fs.StringVar(&f.objects, "objects", "", "YAML file with DeviceClasses (created for the run; the first is used unless --device-class) and ResourceClaimTemplates (their claims are checked)")
 	fs.StringVar(&f.junit, "junit", "", "write a JUnit XML report to FILE")
 	fs.StringVar(&f.jsonOut, "json", "", "write a JSON report to FILE")
-	fs.StringVar(&f.driverLog, "driver-log", "", "write the started driver's output to FILE")
+	fs.StringVar(&f.driverLog, "driver-log", "", "keep the started driver's output in FILE (default: a new drakit-conformance-driver-*.log in $TMPDIR, named at the end)")
 	fs.IntVar(&f.repeat, "repeat", 3, "repeats in idempotency checks")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
+	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
+	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -163,7 +200,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if f.list {
 		for _, c := range conformance.Checks() {
-			fmt.Fprintf(stdout, "%-32s %-6s %s\n", c.ID, c.Level, c.Description)
+			needs := ""
+			if len(c.Needs) > 0 {
+				needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
+			}
+			fmt.Fprintf(stdout, "%-32s %-6s %s%s\n", c.ID, c.Level, c.Description, needs)
 		}
 		return nil
 	}
@@ -171,7 +212,14 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		DriverName: f.driver, NodeName: f.node, RegistrationPath: f.registration,
 		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
 		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
-		PublishTimeout: f.publishTimeout, Progress: stderr,
+		PublishTimeout: f.publishTimeout, CallTimeout: f.callTimeout, Progress: stderr, Verbose: f.verbose,
+		DriverLog: f.driverLog, Only: f.only,
+	}
+	if f.restartCmd != "" {
+		cfg.RestartCommand = []string{"sh", "-c", f.restartCmd}
+	}
+	if f.readCDICmd != "" {
+		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}
 	}
 	for _, m := range f.pathMaps {
 		from, to, _ := strings.Cut(m, "=")
@@ -184,15 +232,6 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 	}
-	if f.driverLog != "" {
-		lf, err := os.Create(f.driverLog)
-		if err != nil {
-			return fmt.Errorf("create driver log: %w", err)
-		}
-		defer func() { _ = lf.Close() }()
-		cfg.DriverOutput = lf
-	}
-
 	kubeconfig := f.kubeconfig
 	var client kubernetes.Interface
 	if kubeconfig == "" {
@@ -243,6 +282,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintln(stdout)
 	if err := rep.WriteSummary(stdout); err != nil {
+		return err
+	}
+	if err := rep.WriteDetails(stdout, f.verbose); err != nil {
 		return err
 	}
 	for _, out := range []struct {

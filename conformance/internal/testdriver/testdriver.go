@@ -1,7 +1,9 @@
 // Package testdriver is a small DRA driver written directly on
 // k8s.io/dynamic-resource-allocation/kubeletplugin, used to prove that the
 // conformance suite passes a correct driver and catches broken ones. Each
-// defect (see Defects) breaks exactly one rule of the protocol.
+// defect (see Defects) breaks exactly one rule of the protocol; each
+// variant (see Variants) is a legitimate way of doing things differently
+// that the kubelet accepts, so the suite must pass it.
 //
 // It is test-only: the devices are fake, preparing one writes a CDI spec
 // with an environment variable.
@@ -25,6 +27,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -60,6 +63,17 @@ var Defects = map[string]string{
 	"drop-share-id":           "leaves out the share ID of a shared device",
 }
 
+// Variants lists the correct behaviours the driver can be started with
+// (flags), each one that the protocol allows and the kubelet accepts.
+var Variants = map[string]string{
+	"omit-share-id":     "returns no share ID for shared devices (api.proto: share_id is optional)",
+	"no-request-policy": "its shared device has capacity without a request policy (a claim asking no capacity takes all of it)",
+	"pods-only":         "prepares only claims reserved for an existing pod bound to its node",
+	"no-cdi":            "returns no devices and writes no CDI spec (containers are configured otherwise, e.g. through NRI)",
+	"health-empty":      "streams health reports that name no device",
+	"names-if-needed":   "returns request names only for claims with more than one request (api.proto: empty means all requests)",
+}
+
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
 const (
 	CDIVendor = "conformance.drakit.dev"
@@ -81,6 +95,15 @@ type Options struct {
 	NoHealth      bool
 	HealthTimeout time.Duration
 	Defect        string
+	// OmitShareID, NoRequestPolicy, PodsOnly, NoCDI, HealthEmpty and
+	// NamesIfNeeded select the variants of the same names (see
+	// Variants).
+	OmitShareID     bool
+	NoRequestPolicy bool
+	PodsOnly        bool
+	NoCDI           bool
+	HealthEmpty     bool
+	NamesIfNeeded   bool
 }
 
 // Main parses args as flags and runs the driver until SIGTERM or SIGINT.
@@ -100,6 +123,12 @@ func Main(args []string) error {
 	health := fs.Bool("health", true, "serve the health service (false: HealthService(false))")
 	fs.DurationVar(&o.HealthTimeout, "health-timeout", 3*time.Second, "health check timeout reported per device")
 	fs.StringVar(&o.Defect, "defect", "", "one defect to have (see Defects)")
+	fs.BoolVar(&o.OmitShareID, "omit-share-id", false, Variants["omit-share-id"])
+	fs.BoolVar(&o.NoRequestPolicy, "no-request-policy", false, Variants["no-request-policy"])
+	fs.BoolVar(&o.PodsOnly, "pods-only", false, Variants["pods-only"])
+	fs.BoolVar(&o.NoCDI, "no-cdi", false, Variants["no-cdi"])
+	fs.BoolVar(&o.HealthEmpty, "health-empty", false, Variants["health-empty"])
+	fs.BoolVar(&o.NamesIfNeeded, "names-if-needed", false, Variants["names-if-needed"])
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	d := &driver{o: o, prepared: map[types.UID]*claimState{}}
+	d := &driver{o: o, client: client, prepared: map[types.UID]*claimState{}}
 	if o.Defect != "forget-on-restart" {
 		if err := d.load(); err != nil {
 			return err
@@ -184,6 +213,7 @@ type claimState struct {
 
 type driver struct {
 	o        Options
+	client   kubernetes.Interface
 	mu       sync.Mutex
 	prepared map[types.UID]*claimState
 	nonce    int
@@ -245,16 +275,20 @@ func (d *driver) resources() resourceslice.DriverResources {
 		devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs})
 	}
 	if d.o.Shared {
+		bandwidth := resourceapi.DeviceCapacity{
+			Value: resource.MustParse("10Gi"),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default:    ptr.To(resource.MustParse("1Gi")),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi"))},
+			},
+		}
+		if d.o.NoRequestPolicy {
+			bandwidth.RequestPolicy = nil
+		}
 		devices = append(devices, resourceapi.Device{
 			Name:                     "shared-0",
 			AllowMultipleAllocations: ptr.To(true),
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bandwidth": {
-				Value: resource.MustParse("10Gi"),
-				RequestPolicy: &resourceapi.CapacityRequestPolicy{
-					Default:    ptr.To(resource.MustParse("1Gi")),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi"))},
-				},
-			}},
+			Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bandwidth": bandwidth},
 		})
 	}
 	pool := resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: devices}}}
@@ -313,17 +347,27 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if d.defect("skip-claim") && len(claims) > 1 && i == len(claims)-1 {
 			continue
 		}
-		st, err := d.prepareClaim(claim)
+		st, err := d.prepareClaim(ctx, claim)
 		if err != nil {
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
 		var res kubeletplugin.PrepareResult
 		for _, pd := range st.Devices {
-			res.Devices = append(res.Devices, kubeletplugin.Device{
+			if d.o.NoCDI {
+				break // the devices reach containers by other means
+			}
+			dev := kubeletplugin.Device{
 				Requests: pd.Requests, PoolName: pd.Pool, DeviceName: pd.Device,
 				CDIDeviceIDs: pd.CDIIDs, ShareID: (*types.UID)(pd.ShareID),
-			})
+			}
+			if d.o.OmitShareID {
+				dev.ShareID = nil
+			}
+			if d.o.NamesIfNeeded && len(claim.Spec.Devices.Requests) == 1 {
+				dev.Requests = nil
+			}
+			res.Devices = append(res.Devices, dev)
 		}
 		out[claim.UID] = res
 	}
@@ -333,10 +377,37 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
+// podsOnly refuses a claim that is not reserved for pods that exist and
+// are bound to the driver's node, as drivers that look up their consumer
+// do.
+func (d *driver) podsOnly(ctx context.Context, claim *resourceapi.ResourceClaim) error {
+	if len(claim.Status.ReservedFor) == 0 {
+		return fmt.Errorf("claim %s/%s is reserved for nobody", claim.Namespace, claim.Name)
+	}
+	for _, c := range claim.Status.ReservedFor {
+		if c.APIGroup != "" || c.Resource != "pods" {
+			return fmt.Errorf("claim %s/%s is reserved for %s.%s %s, not for a pod", claim.Namespace, claim.Name, c.Resource, c.APIGroup, c.Name)
+		}
+		pod, err := d.client.CoreV1().Pods(claim.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get consumer pod of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		if pod.UID != c.UID || pod.Spec.NodeName != d.o.NodeName {
+			return fmt.Errorf("claim %s/%s is reserved for pod %s (UID %s), which is not on node %s", claim.Namespace, claim.Name, c.Name, c.UID, d.o.NodeName)
+		}
+	}
+	return nil
+}
+
 // prepareClaim prepares one claim; called with mu held.
-func (d *driver) prepareClaim(claim *resourceapi.ResourceClaim) (*claimState, error) {
+func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) (*claimState, error) {
 	if st, ok := d.prepared[claim.UID]; ok && !d.defect("non-idempotent") {
 		return st, nil
+	}
+	if d.o.PodsOnly {
+		if err := d.podsOnly(ctx, claim); err != nil {
+			return nil, err
+		}
 	}
 	nonce := 0
 	if d.defect("non-idempotent") {
@@ -391,6 +462,10 @@ func (d *driver) prepareClaim(claim *resourceapi.ResourceClaim) (*claimState, er
 			pd.ShareID = nil
 		}
 		st.Devices = append(st.Devices, pd)
+	}
+	if d.o.NoCDI {
+		d.prepared[claim.UID] = st
+		return st, nil
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
@@ -462,6 +537,9 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	for {
 		var rep kubeletplugin.DeviceHealthReport
 		for _, n := range devs {
+			if d.o.HealthEmpty {
+				break
+			}
 			rep.Devices = append(rep.Devices, kubeletplugin.DeviceHealth{
 				PoolName: d.o.NodeName, DeviceName: n, Health: kubeletplugin.HealthStatusHealthy,
 				LastUpdated: time.Now(), HealthCheckTimeout: d.o.HealthTimeout,

@@ -1,0 +1,149 @@
+package conformance
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+// canReadCDI reports whether the suite can see the node's CDI specs.
+func (r *runner) canReadCDI() bool {
+	return len(r.cfg.CDIDirs) > 0 || r.cfg.ReadCDI != nil || len(r.cfg.ReadCDICommand) > 0
+}
+
+// cdiDirsShown names where the CDI specs are read from, for messages.
+func (r *runner) cdiDirsShown() []string {
+	if r.cfg.ReadCDI != nil || len(r.cfg.ReadCDICommand) > 0 {
+		return []string{"the node's CDI folder (Config.ReadCDI)"}
+	}
+	return r.cfg.CDIDirs
+}
+
+// readCDI returns the node's CDI spec files by name: the files in
+// Config.CDIDirs by path, or what Config.ReadCDI (ReadCDICommand)
+// returns.
+func (r *runner) readCDI(ctx context.Context) (map[string][]byte, error) {
+	switch {
+	case r.cfg.ReadCDI != nil:
+		files, err := r.cfg.ReadCDI(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the node's CDI specs: %w", err)
+		}
+		return files, nil
+	case len(r.cfg.ReadCDICommand) > 0:
+		return readCDICommand(ctx, r.cfg.ReadCDICommand)
+	}
+	out := map[string][]byte{}
+	for _, d := range r.cfg.CDIDirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			path := filepath.Join(d, e.Name())
+			data, err := os.ReadFile(path)
+			if err != nil {
+				continue // gone in between
+			}
+			out[path] = data
+		}
+	}
+	return out, nil
+}
+
+// readCDICommand runs cmd, which writes a tar archive of the node's CDI
+// folder(s) to its standard output.
+func readCDICommand(ctx context.Context, cmd []string) (map[string][]byte, error) {
+	var stdout, stderr bytes.Buffer
+	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		return nil, fmt.Errorf("read the node's CDI specs with %q: %w: %s", cmd, err, strings.TrimSpace(stderr.String()))
+	}
+	out := map[string][]byte{}
+	tr := tar.NewReader(&stdout)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the node's CDI specs with %q: not a tar archive: %w", cmd, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("read the node's CDI specs with %q: %w", cmd, err)
+		}
+		out[filepath.Clean(h.Name)] = data
+	}
+}
+
+// snapshotCDI lists the node's CDI spec files (nil when they cannot be
+// read).
+func (r *runner) snapshotCDI(ctx context.Context) map[string]bool {
+	if !r.canReadCDI() {
+		return nil
+	}
+	files, err := r.readCDI(ctx)
+	if err != nil {
+		r.logger.Error(err, "List CDI specs")
+		return nil
+	}
+	out := make(map[string]bool, len(files))
+	for name := range files {
+		out[name] = true
+	}
+	return out
+}
+
+// leftover returns those of files that still exist.
+func (r *runner) leftover(ctx context.Context, files []string) []string {
+	now := r.snapshotCDI(ctx)
+	var out []string
+	for _, f := range files {
+		if now[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// cdiCache loads the node's CDI specs into a CDI cache: from the folders
+// directly, or, for specs read by Config.ReadCDI, from a copy in a
+// temporary folder.
+func (r *runner) cdiCache(ctx context.Context) (*cdi.Cache, string, error) {
+	if r.cfg.ReadCDI == nil && len(r.cfg.ReadCDICommand) == 0 {
+		return cdiCache(r.cfg.CDIDirs)
+	}
+	files, err := r.readCDI(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "drakit-conformance-cdi-")
+	if err != nil {
+		return nil, "", fmt.Errorf("copy CDI specs: %w", err)
+	}
+	r.cleanups = append(r.cleanups, func(context.Context) { _ = os.RemoveAll(dir) })
+	for name, data := range files {
+		flat := strings.ReplaceAll(strings.Trim(name, "/"), "/", "_")
+		if err := os.WriteFile(filepath.Join(dir, flat), data, 0o600); err != nil {
+			return nil, "", fmt.Errorf("copy CDI specs: %w", err)
+		}
+	}
+	return cdiCache([]string{dir})
+}

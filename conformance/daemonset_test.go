@@ -1,0 +1,143 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/drakit/drakit/conformance"
+	"github.com/drakit/drakit/internal/cluster"
+	"github.com/drakit/drakit/internal/cluster/clustertest"
+)
+
+// TestDaemonSet runs the suite against the test driver deployed as a
+// DaemonSet pod on the local real node, as drivers normally run: the
+// suite does not start it; it restarts it by deleting the pod (the
+// DaemonSet starts a new one) and reads the node's CDI folder through a
+// command. The kubelet on the node registers the driver too. It needs the
+// real node (one per host), so it runs only with DRAKIT_CONFORMANCE_DAEMONSET=1.
+func TestDaemonSet(t *testing.T) {
+	if os.Getenv("DRAKIT_CONFORMANCE_DAEMONSET") != "1" {
+		t.Skip("needs the real node; set DRAKIT_CONFORMANCE_DAEMONSET=1")
+	}
+	// The busybox image has no C library: build the driver static.
+	bin := filepath.Join(t.TempDir(), "conformance-testdriver")
+	build := exec.Command("go", "build", "-o", bin, "./internal/testdriver/conformance-testdriver")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the test driver: %v\n%s", err, out)
+	}
+	c := clustertest.Start(t, cluster.WithNode())
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	const driver, ns = "daemonset.conformance.drakit.dev", "kube-system"
+	labels := map[string]string{"app": "conformance-testdriver"}
+	hostPath := func(name, path string) (corev1.Volume, corev1.VolumeMount) {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
+			corev1.VolumeMount{Name: name, MountPath: path}
+	}
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for name, path := range map[string]string{"bin": filepath.Dir(bin), "kubeconfig": filepath.Dir(c.Kubeconfig),
+		"registry": c.PluginRegistryDir, "plugins": c.PluginsDir, "cdi": c.CDIDir} {
+		v, m := hostPath(name, path)
+		vols, mounts = append(vols, v), append(mounts, m)
+	}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "conformance-testdriver", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					HostNetwork: true, TerminationGracePeriodSeconds: new(int64),
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Volumes:     vols,
+					Containers: []corev1.Container{{
+						Name: "driver", Image: c.Images.Busybox, ImagePullPolicy: corev1.PullNever,
+						Command: []string{bin, "-driver-name", driver, "-kubeconfig", c.Kubeconfig,
+							"-registrar-dir", c.PluginRegistryDir, "-plugin-dir", filepath.Join(c.PluginsDir, driver),
+							"-cdi-dir", c.CDIDir, "-health-timeout", "2s"},
+						Env:          []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+						VolumeMounts: mounts,
+					}},
+				},
+			},
+		},
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// running returns the DaemonSet's running pod other than old.
+	running := func(ctx context.Context, old string) (string, error) {
+		var name string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=conformance-testdriver"})
+			if err != nil {
+				return false, err
+			}
+			for _, p := range pods.Items {
+				if p.Name != old && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+					name = p.Name
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("wait for a running driver pod: %w", err)
+		}
+		return name, nil
+	}
+	pod, err := running(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := conformance.Run(ctx, conformance.Config{
+		DriverName: driver, NodeName: c.NodeName, Client: c.Client,
+		RegistrationPath: c.PluginRegistryDir,
+		// What kubectl exec POD -- tar would return; the suite runs on
+		// the node, so a host tar reads the same folder.
+		ReadCDICommand: []string{"tar", "-C", c.CDIDir, "-cf", "-", "."},
+		RestartDriver: func(ctx context.Context) error {
+			err := c.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			pod, err = running(ctx, pod)
+			return err
+		},
+		PublishTimeout: time.Minute,
+		Progress:       testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, res := range rep.Results {
+		if res.Status == conformance.Fail || res.Status == conformance.Warn {
+			t.Errorf("%s %s: %s", res.ID, res.Status, res.Message)
+		}
+	}
+	if res, _ := rep.Result("restart.reregister"); res.Status != conformance.Pass {
+		t.Errorf("restart.reregister %s (%s), want pass: the DaemonSet pod was restarted", res.Status, res.Message)
+	}
+}
+
+// testWriter writes progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,305 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/drakit/drakit/internal/kubeletclient"
+)
+
+// errDriverGone ends a run: the driver stopped serving and could not be
+// brought back.
+var errDriverGone = errors.New("the driver is gone")
+
+// startDriver starts StartCommand as a child process in its own process
+// group, its output going to the driver log (and Config.DriverOutput).
+func (r *runner) startDriver() error {
+	cmd := exec.Command(r.cfg.StartCommand[0], r.cfg.StartCommand[1:]...)
+	cmd.Env = append(os.Environ(), r.cfg.StartEnv...)
+	out := io.Writer(r.logTail)
+	if r.logFile != nil {
+		out = io.MultiWriter(r.logFile, r.logTail)
+	}
+	if r.cfg.DriverOutput != nil {
+		out = io.MultiWriter(out, r.cfg.DriverOutput)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start driver %q: %w", r.cfg.StartCommand[0], err)
+	}
+	done := make(chan struct{})
+	r.proc, r.procDone = cmd, done
+	go func() {
+		err := cmd.Wait()
+		r.procMu.Lock()
+		r.procErr = err
+		r.procMu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// openDriverLog creates the file that keeps the started driver's output
+// (Config.DriverLog, or a new file in the temporary folder).
+func (r *runner) openDriverLog() error {
+	r.logTail = &tailBuffer{max: 16 << 10}
+	path := r.cfg.DriverLog
+	var f *os.File
+	var err error
+	if path == "" {
+		f, err = os.CreateTemp("", "drakit-conformance-driver-*.log")
+	} else {
+		f, err = os.Create(path)
+	}
+	if err != nil {
+		return fmt.Errorf("create driver log: %w", err)
+	}
+	r.logFile = f
+	r.report.DriverLog = f.Name()
+	return nil
+}
+
+// stopDriver sends sig to the driver's process group, waits for it (up
+// to 10 s, then SIGKILL) and forgets it.
+func (r *runner) stopDriver(sig syscall.Signal) {
+	if r.proc == nil {
+		return
+	}
+	pid := r.proc.Process.Pid
+	_ = syscall.Kill(-pid, sig)
+	select {
+	case <-r.procDone:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-r.procDone
+	}
+	r.proc, r.procDone = nil, nil
+}
+
+// driverExited reports whether the driver the suite started has exited
+// (false when the suite did not start it), and how.
+func (r *runner) driverExited() (bool, string) {
+	if r.procDone == nil {
+		return false, ""
+	}
+	select {
+	case <-r.procDone:
+		r.procMu.Lock()
+		err := r.procErr
+		r.procMu.Unlock()
+		how := "exited with status 0"
+		if err != nil {
+			how = err.Error()
+		}
+		return true, fmt.Sprintf("the driver process %s", how)
+	default:
+		return false, ""
+	}
+}
+
+// logLines returns the last lines of the started driver's output, for
+// messages, with the path of the full log.
+func (r *runner) logLines() string {
+	if r.logTail == nil {
+		return ""
+	}
+	lines := r.logTail.lastLines(15)
+	if lines == "" {
+		return fmt.Sprintf("\n(the driver wrote nothing; log: %s)", r.report.DriverLog)
+	}
+	return fmt.Sprintf("\nlast lines of the driver's output (all of it in %s):\n%s", r.report.DriverLog, lines)
+}
+
+// probe reports whether the node service answers an unprepare of an
+// unknown claim (what it answers does not matter).
+func (r *runner) probe(ctx context.Context) error {
+	if r.node == nil {
+		return errors.New("no node service connection")
+	}
+	cctx, cancel := r.callContext(ctx, min(10*time.Second, r.cfg.CallTimeout))
+	defer cancel()
+	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
+	if kubeletclient.IsTransport(err) {
+		return fmt.Errorf("the node service does not answer: %w", err)
+	}
+	return nil
+}
+
+// alive reports whether the driver still serves: its process is running
+// (when the suite started it) and the node service answers. The reason
+// says what is wrong.
+func (r *runner) alive(ctx context.Context) (bool, string) {
+	if exited, why := r.driverExited(); exited {
+		return false, why
+	}
+	if err := r.probe(ctx); err != nil {
+		// A crashing process may take a moment to exit.
+		if r.procDone != nil {
+			select {
+			case <-r.procDone:
+			case <-time.After(time.Second):
+			}
+			if exited, why := r.driverExited(); exited {
+				return false, why
+			}
+		}
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+// canRestart reports whether the suite can restart the driver.
+func (r *runner) canRestart() bool {
+	return len(r.cfg.StartCommand) > 0 || r.cfg.RestartDriver != nil || len(r.cfg.RestartCommand) > 0
+}
+
+// restartDriver kills the driver without a chance to clean up and starts
+// it again: SIGKILL and StartCommand for a driver the suite started, else
+// Config.RestartDriver or RestartCommand. The caller registers it again.
+func (r *runner) restartDriver(ctx context.Context) error {
+	switch {
+	case r.cfg.RestartDriver != nil:
+		if err := r.cfg.RestartDriver(ctx); err != nil {
+			return fmt.Errorf("restart the driver: %w", err)
+		}
+	case len(r.cfg.RestartCommand) > 0:
+		var out bytes.Buffer
+		c := exec.CommandContext(ctx, r.cfg.RestartCommand[0], r.cfg.RestartCommand[1:]...)
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("restart the driver with %q: %w: %s", r.cfg.RestartCommand, err, strings.TrimSpace(out.String()))
+		}
+	default:
+		r.stopDriver(syscall.SIGKILL)
+		if err := r.startDriver(); err != nil {
+			return fmt.Errorf("restart the driver: %w", err)
+		}
+	}
+	// The old connection points at a socket that is gone or about to be
+	// replaced.
+	r.node = nil
+	return nil
+}
+
+// recover brings a driver that stopped serving back, as the kubelet
+// would find it again: restart it, find its registration socket, call
+// GetInfo and NotifyRegistrationStatus, dial its endpoint. It returns
+// errDriverGone when that is not possible.
+func (r *runner) recover(ctx context.Context, why string) error {
+	if !r.canRestart() {
+		return fmt.Errorf("%w (%s) and the suite cannot restart it (see Config.StartCommand, RestartDriver)%s", errDriverGone, why, r.logLines())
+	}
+	if err := r.restartDriver(ctx); err != nil {
+		return fmt.Errorf("%w (%s); restarting it failed: %v%s", errDriverGone, why, err, r.logLines())
+	}
+	if err := r.register(ctx); err != nil {
+		return fmt.Errorf("%w (%s); after a restart it does not register again: %v%s", errDriverGone, why, err, r.logLines())
+	}
+	return nil
+}
+
+// register finds the registration socket, connects to the endpoint and
+// confirms the registration, as the kubelet's plugin watcher does when a
+// socket (re)appears.
+func (r *runner) register(ctx context.Context) error {
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	return kubeletclient.NotifyRegistration(ctx, r.regSocket, true, "")
+}
+
+// callContext bounds one call to the driver: timeout, and the end of the
+// driver process the suite started (a call to a driver that died fails
+// at once instead of waiting for the timeout).
+func (r *runner) callContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	if done := r.procDone; done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// lastLines returns the last n lines; when a Go panic or fatal error
+// lies before them, its first lines come first (the message, not the end
+// of its goroutine dump), then "...", then the last lines.
+func (t *tailBuffer) lastLines(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := bytes.Split(bytes.TrimRight(t.buf, "\n"), []byte("\n"))
+	from := max(0, len(lines)-n)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if bytes.HasPrefix(lines[i], []byte("panic: ")) || bytes.HasPrefix(lines[i], []byte("fatal error: ")) {
+			if i < from {
+				const head = 3
+				last := max(1, n-head-1)
+				kept := append([][]byte{}, lines[i:min(i+head, len(lines))]...)
+				kept = append(kept, []byte("..."))
+				lines = append(kept, lines[max(i+head, len(lines)-last):]...)
+				from = 0
+			}
+			break
+		}
+	}
+	lines = lines[from:]
+	var b strings.Builder
+	for _, l := range lines {
+		if len(l) > 0 {
+			b.WriteString("  | ")
+			b.Write(l)
+			b.WriteByte('\n')
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// whileRunning returns a context that is canceled when the driver the
+// suite started exits, so that waits for it end early.
+func (r *runner) whileRunning(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if done := r.procDone; done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
