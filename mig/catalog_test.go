@@ -63,7 +63,7 @@ func TestCatalogProfiles(t *testing.T) {
 		{"H200-141GB", []string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}},
 		{"GH200-144GB", []string{"1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"}},
 		{"B200-180GB", []string{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"}},
-		{"GB200-186GB", []string{"1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"}},
+		{"GB200-186GB", []string{"1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"}},
 		{"A30-24GB", []string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"}},
 	}
 	for _, tt := range tests {
@@ -161,4 +161,13 @@ func TestBuiltinTablesConsistent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testProduct is Lookup for tests' literals; it panics on an unknown name.
+func testProduct(name string) *Product {
+	p, err := Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

@@ -17,9 +17,15 @@ func ExampleLookup() {
 }
 
 func ExamplePlanFleet() {
+	// A real driver takes the product from what NVML reports (FromNVML);
+	// the built-in table serves here.
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		panic(err)
+	}
 	fleet := []mig.FleetGPU{
-		{Node: "node-a", Index: 0, Product: "H100-80GB", Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}},
-		{Node: "node-a", Index: 1, Product: "H100-80GB"},
+		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}},
+		{Node: "node-a", Index: 1, Product: p},
 	}
 	plan, err := mig.PlanFleet(fleet, []mig.Request{{Profile: "1g.10gb"}, {Profile: "2g.20gb"}})
 	if err != nil {
@@ -28,7 +34,6 @@ func ExamplePlanFleet() {
 	for _, op := range plan.Operations {
 		fmt.Println(op)
 	}
-	p, _ := mig.Lookup("H100-80GB")
 	for _, g := range plan.After {
 		fmt.Println(p.Picture(fmt.Sprintf("gpu-%d", g.Index), g.Layout))
 	}

@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // ModelGPUs turns one node's fleet entries into counter-model GPUs (index,
@@ -10,11 +11,10 @@ import (
 func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 	out := make([]GPU, len(node))
 	for i, f := range node {
-		p, err := Lookup(f.Product)
-		if err != nil {
+		if err := f.Product.check(); err != nil {
 			return nil, fmt.Errorf("model GPUs: %w: gpus[%d].product: %w", ErrFleet, i, err)
 		}
-		out[i] = GPU{Index: f.Index, Product: p}
+		out[i] = GPU{Index: f.Index, Product: f.Product}
 	}
 	return out, nil
 }
@@ -121,11 +121,26 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	return names, nil
 }
 
-// Option configures Preference.
+// Option configures PlanFleet and Preference; each option says which it
+// applies to, and the other ignores it.
 type Option func(*options) error
 
 type options struct {
 	reserve int
+	budget  time.Duration
+}
+
+// WithSearchBudget bounds the time of PlanFleet's exact search (see
+// PlanFleet and Search); 0 turns the search off, so PlanFleet returns the
+// heuristic's plan. d must not be negative. PlanFleet only.
+func WithSearchBudget(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("search budget %s: must not be negative", d)
+		}
+		o.budget = d
+		return nil
+	}
 }
 
 // WithReserve makes Preference withhold partial-profile placements on free

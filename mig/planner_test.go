@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -16,6 +17,12 @@ import (
 
 	"github.com/drakit/drakit/mig/internal/alloc"
 )
+
+// planCmp compares plans: products by identity, search time ignored.
+var planCmp = cmp.Options{
+	cmp.Comparer(func(a, b *Product) bool { return a == b }),
+	cmpopts.IgnoreFields(Search{}, "Elapsed"),
+}
 
 func mustLayout(t testing.TB, s string) Layout {
 	t.Helper()
@@ -38,28 +45,28 @@ func TestPlanFleet(t *testing.T) {
 	}{
 		{
 			name:      "4g and 3g share one GPU, second GPU stays free",
-			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: "H100-80GB"}, {Node: "a", Index: 1, Product: "H100-80GB"}},
+			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: testProduct("H100-80GB")}, {Node: "a", Index: 1, Product: testProduct("H100-80GB")}},
 			requests:  []Request{{Profile: "3g.40gb"}, {Profile: "4g.40gb"}},
 			wantOps:   []string{"create  a/gpu-0 4g.40gb@0 (request 1)", "create  a/gpu-0 3g.40gb@4 (request 0)"},
 			wantAfter: []string{"4g.40gb@0*,3g.40gb@4*", "-"},
 		},
 		{
 			name:      "1g goes where it blocks no 4g; in-use instance untouched",
-			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: "H100-80GB", Layout: Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}}},
+			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: testProduct("H100-80GB"), Layout: Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}}},
 			requests:  []Request{{Profile: "1g.10gb"}},
 			wantOps:   []string{"create  a/gpu-0 1g.10gb@6 (request 0)"},
 			wantAfter: []string{"4g.40gb@0*,1g.10gb@6*"},
 		},
 		{
 			name:      "idle instance reused, other idle destroyed",
-			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: "A100-40GB", Layout: Layout{{Profile: "3g.20gb", Start: 4}, {Profile: "1g.5gb", Start: 0}}}},
+			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: testProduct("A100-40GB"), Layout: Layout{{Profile: "3g.20gb", Start: 4}, {Profile: "1g.5gb", Start: 0}}}},
 			requests:  []Request{{Profile: "3g.20gb"}},
 			wantOps:   []string{"destroy a/gpu-0 1g.5gb@0"},
 			wantAfter: []string{"3g.20gb@4*"},
 		},
 		{
 			name:       "in-use 1g blocks 7g; 7g unplaced",
-			fleet:      []FleetGPU{{Node: "a", Index: 0, Product: "H100-80GB", Layout: Layout{{Profile: "1g.10gb", Start: 6, InUse: true}}}},
+			fleet:      []FleetGPU{{Node: "a", Index: 0, Product: testProduct("H100-80GB"), Layout: Layout{{Profile: "1g.10gb", Start: 6, InUse: true}}}},
 			requests:   []Request{{Profile: "7g.80gb"}, {Profile: "2g.20gb"}},
 			wantOps:    []string{"create  a/gpu-0 2g.20gb@4 (request 1)"},
 			wantAfter:  []string{"2g.20gb@4*,1g.10gb@6*"},
@@ -67,14 +74,14 @@ func TestPlanFleet(t *testing.T) {
 		},
 		{
 			name:      "pinned to a GPU",
-			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: "H100-80GB"}, {Node: "a", Index: 1, Product: "H100-80GB"}},
+			fleet:     []FleetGPU{{Node: "a", Index: 0, Product: testProduct("H100-80GB")}, {Node: "a", Index: 1, Product: testProduct("H100-80GB")}},
 			requests:  []Request{{Profile: "1g.10gb", GPU: &one}},
 			wantOps:   []string{"create  a/gpu-1 1g.10gb@6 (request 0)"},
 			wantAfter: []string{"-", "1g.10gb@6*"},
 		},
 		{
 			name:       "per GPU exact: 4g+3g beats 7g by count",
-			fleet:      []FleetGPU{{Node: "a", Index: 0, Product: "H100-80GB"}},
+			fleet:      []FleetGPU{{Node: "a", Index: 0, Product: testProduct("H100-80GB")}},
 			requests:   []Request{{Profile: "7g.80gb"}, {Profile: "4g.40gb"}, {Profile: "3g.40gb"}},
 			wantOps:    []string{"create  a/gpu-0 4g.40gb@0 (request 1)", "create  a/gpu-0 3g.40gb@4 (request 2)"},
 			wantAfter:  []string{"4g.40gb@0*,3g.40gb@4*"},
@@ -113,15 +120,16 @@ func TestPlanFleet(t *testing.T) {
 }
 
 func TestPlanFleetErrors(t *testing.T) {
-	h := FleetGPU{Node: "a", Index: 0, Product: "H100-80GB"}
+	h := FleetGPU{Node: "a", Index: 0, Product: testProduct("H100-80GB")}
 	tests := []struct {
 		name  string
 		fleet []FleetGPU
 		reqs  []Request
 		want  string
 	}{
-		{"unknown product", []FleetGPU{{Node: "a", Product: "Tesla T4"}}, nil, "fleet[0].product"},
-		{"invalid layout", []FleetGPU{{Node: "a", Product: "H100-80GB", Layout: Layout{{Profile: "3g.40gb", Start: 2}}}}, nil, "fleet[0].layout"},
+		{"nil product", []FleetGPU{{Node: "a"}}, nil, "fleet[0].product"},
+		{"product not built", []FleetGPU{{Node: "a", Product: &Product{Name: "T4"}}}, nil, "fleet[0].product"},
+		{"invalid layout", []FleetGPU{{Node: "a", Product: testProduct("H100-80GB"), Layout: Layout{{Profile: "3g.40gb", Start: 2}}}}, nil, "fleet[0].layout"},
 		{"duplicate GPU", []FleetGPU{h, h}, nil, "fleet[1]"},
 		{"bad profile", []FleetGPU{h}, []Request{{Profile: "3g"}}, "requests[0].profile"},
 		{"unknown node", []FleetGPU{h}, []Request{{Profile: "3g.40gb", Node: "b"}}, "requests[0].node"},
@@ -188,7 +196,7 @@ func checkPlan(t *testing.T, fleet []FleetGPU, reqs []Request, plan *Plan) {
 	}
 	for i, g := range plan.After {
 		f := fleet[i]
-		p, _ := Lookup(f.Product)
+		p := f.Product
 		if err := p.Validate(g.Layout); err != nil {
 			t.Errorf("after[%d] invalid: %v", i, err)
 		}
@@ -246,7 +254,7 @@ func randomInstance(rng *rand.Rand, product string, n, m int) ([]FleetGPU, []Req
 	layouts, _ := p.Layouts()
 	var fleet []FleetGPU
 	for i := 0; i < n; i++ {
-		f := FleetGPU{Node: "node-" + fmt.Sprint(i/4), Index: i % 4, Product: product}
+		f := FleetGPU{Node: "node-" + fmt.Sprint(i/4), Index: i % 4, Product: p}
 		if rng.Intn(2) == 0 {
 			l := layouts[rng.Intn(len(layouts))]
 			for _, in := range l {
@@ -279,7 +287,7 @@ func TestPlanFleetAgainstOptimum(t *testing.T) {
 		}
 		checkPlan(t, fleet, reqs, plan)
 		again, _ := PlanFleet(fleet, reqs)
-		if diff := cmp.Diff(plan, again); diff != "" {
+		if diff := cmp.Diff(plan, again, planCmp); diff != "" {
 			t.Fatalf("plan not deterministic:\n%s", diff)
 		}
 		opt, err := Optimum(fleet, reqs)
@@ -314,8 +322,8 @@ func TestPreferenceDrivesAllocator(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
 	a := alloc.New(testDriver, alloc.Features)
 	fleet := []FleetGPU{
-		{Node: "a", Index: 0, Product: "H100-80GB", Layout: mustLayout(t, "4g.40gb@0*")},
-		{Node: "a", Index: 1, Product: "H100-80GB"},
+		{Node: "a", Index: 0, Product: testProduct("H100-80GB"), Layout: mustLayout(t, "4g.40gb@0*")},
+		{Node: "a", Index: 1, Product: testProduct("H100-80GB")},
 	}
 	gpus, err := ModelGPUs(fleet)
 	if err != nil {
@@ -419,7 +427,7 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 		var fleet []FleetGPU
 		allocated := sets.New[structured.DeviceID]()
 		for i := 0; i < 4; i++ {
-			f := FleetGPU{Node: "a", Index: i, Product: p.Name}
+			f := FleetGPU{Node: "a", Index: i, Product: p}
 			if rng.Intn(4) > 0 {
 				f.Layout = append(Layout(nil), layouts[rng.Intn(len(layouts))]...)
 			}
@@ -490,7 +498,7 @@ func TestConcurrentPlanning(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		go func() {
 			got, err := PlanFleet(fleet, reqs)
-			if err == nil && !cmp.Equal(want, got) {
+			if err == nil && !cmp.Equal(want, got, planCmp) {
 				err = fmt.Errorf("concurrent plan differs")
 			}
 			if err == nil {
