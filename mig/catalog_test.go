@@ -114,6 +114,18 @@ func TestParseProfileName(t *testing.T) {
 	}
 }
 
+// TestGB200MediaExtensions: production GB200 boards report 1g.23gb+me
+// (GI profile 20, one instance per GPU).
+func TestGB200MediaExtensions(t *testing.T) {
+	pr, err := mustLookup(t, "NVIDIA GB200").Profile("1g.23gb+me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.ID != 20 || pr.MaxCount != 1 || !pr.MediaExtensions || pr.ComputeSlices != 1 || pr.MemorySlices != 1 {
+		t.Errorf("GB200 1g.23gb+me = %+v, want ID 20, max 1, +me, 1 compute and 1 memory slice", pr)
+	}
+}
+
 func TestFromNVML(t *testing.T) {
 	// What a real A100-40GB reports for two profiles (exact MiB sizes).
 	info := NVMLInfo{ProductName: "NVIDIA A100-SXM4-40GB", Profiles: []NVMLProfileInfo{

@@ -60,6 +60,7 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		group              int
 		fits               bool
 		loss, free, gpu, i int
+		running            int
 	}
 	var entries []entry
 	groupOf := map[string]int{}
@@ -81,7 +82,7 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 			if reserve && st.used == 0 && p.Profiles[sl.prof].MemorySlices < p.MemorySlices {
 				continue
 			}
-			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si}
+			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si, running: len(node[gi].Layout)}
 			if p.fits(&st, si) {
 				after := st
 				p.add(&after, si)
@@ -106,8 +107,24 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		if x.loss != y.loss {
 			return x.loss < y.loss
 		}
+		switch TieBreakExperiment {
+		case 1:
+			if x.running != y.running {
+				return x.running > y.running
+			}
+		case 3:
+			if x.running != y.running {
+				return x.running > y.running
+			}
+			if x.i != y.i && x.gpu == y.gpu {
+				return x.i > y.i
+			}
+		}
 		if x.free != y.free {
 			return x.free < y.free
+		}
+		if TieBreakExperiment == 2 && x.running != y.running {
+			return x.running > y.running
 		}
 		if x.gpu != y.gpu {
 			return x.gpu < y.gpu
@@ -155,3 +172,6 @@ func WithReserve(n int) Option {
 		return nil
 	}
 }
+
+// TieBreakExperiment is temporary.
+var TieBreakExperiment int
