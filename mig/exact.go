@@ -103,11 +103,12 @@ type xentry struct {
 type xsearch struct {
 	kinds    []xkind
 	classes  []*xclass
-	w        int64  // value = compute*w + count
-	suffix   []int  // compute capacity of classes c.. (all their GPUs)
-	memSuf   []int  // memory capacity of classes c..
-	mostSuf  []xvec // per kind, the most requests classes c.. can take
-	valMem   int64  // a lower bound on value per memory slice of any kind
+	w        int64   // value = compute*w + count
+	kval     []int64 // per kind, the value of one request
+	suffix   []int   // compute capacity of classes c.. (all their GPUs)
+	memSuf   []int   // memory capacity of classes c..
+	mostSuf  []xvec  // per kind, the most requests classes c.. can take
+	valMem   int64   // a lower bound on value per memory slice of any kind
 	memo     map[xkey]xentry
 	seen     [][]xvec // per depth, cut-down patterns tried
 	nodes    int
@@ -148,6 +149,9 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, budget time.D
 			xs.kinds = append(xs.kinds, xkind{name: k.name, node: k.node, gpu: k.gpu, compute: pn.Compute})
 		}
 		xs.kinds[i].reqs = append(xs.kinds[i].reqs, ri)
+	}
+	for _, k := range xs.kinds {
+		xs.kval = append(xs.kval, int64(k.compute)*xs.w+1)
 	}
 	if len(xs.kinds) > maxProfiles {
 		return exactResult{note: fmt.Sprintf("not run: %d kinds of request (profile and pin), the search handles %d", len(xs.kinds), maxProfiles)}
@@ -320,7 +324,7 @@ func (xs *xsearch) patterns(c *xclass, demand xvec) bool {
 		}
 		dominated := false
 		for _, u := range c.pats {
-			if covers(u, v) {
+			if covers(u, v, len(xs.kinds)) {
 				dominated = true
 				break
 			}
@@ -363,8 +367,9 @@ func (xs *xsearch) tick() bool {
 	return xs.aborted
 }
 
-func covers(u, v xvec) bool {
-	for i := range u {
+// covers reports whether u holds v, comparing the first n kinds.
+func covers(u, v xvec, n int) bool {
+	for i := range n {
 		if v[i] > u[i] {
 			return false
 		}
@@ -382,7 +387,7 @@ func lessVec(a, b xvec) bool {
 }
 
 func cut(v, rem xvec) xvec {
-	for i := range v {
+	for i := range v { // all kinds: the unused ones are zero in both
 		v[i] = min(v[i], rem[i])
 	}
 	return v
@@ -398,8 +403,8 @@ func (xs *xsearch) compute(v xvec) int {
 
 func (xs *xsearch) value(v xvec) int64 {
 	var n int64
-	for ki, k := range xs.kinds {
-		n += int64(v[ki]) * (int64(k.compute)*xs.w + 1)
+	for ki, kv := range xs.kval {
+		n += int64(v[ki]) * kv
 	}
 	return n
 }
@@ -464,7 +469,7 @@ func (xs *xsearch) solve(c int, k, m int16, rem xvec, depth int) int64 {
 		w := cut(cl.pats[i], rem)
 		dominated := false
 		for _, u := range xs.seen[depth] {
-			if covers(u, w) {
+			if covers(u, w, len(xs.kinds)) {
 				dominated = true
 				break
 			}
