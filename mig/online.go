@@ -24,8 +24,13 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // the names of every device of the node's counter model (NewCounterModel
 // with all profiles) in the order the planner prefers them: full GPUs
 // first, then, per profile, the placements that fit, the least
-// fragmentation loss first (ties: the fuller GPU, then GPU order, then
-// start), then the placements that do not fit. A driver that publishes
+// fragmentation loss first (ties: the GPU with the most instances, then
+// the one with the fewest memory slices left free, then GPU order, then
+// start), then the placements that do not fit. With memoryless lifetimes
+// the GPU running the most instances is the last to drain, so packing
+// onto it keeps the others emptying (measured: +0.3 to +0.7 points of
+// compute-weighted acceptance over the fuller-GPU tie-break alone at
+// loads 0.8 and 1.0 on 8 x H100, 20 seeds). A driver that publishes
 // its slices with CounterModel.Reorder(names) makes the scheduler's
 // first-fit choice for a one-instance request the planner's choice, since
 // the allocator takes the first device in slice order whose counters are
@@ -34,8 +39,12 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // With WithReserve(n), while at most n of the node's GPUs are free, the
 // placements of partial profiles (all but the whole-GPU 7g) on free GPUs
 // are left out of the list: a driver that publishes only the listed
-// devices (CounterModel.Only) keeps those GPUs for whole-GPU requests. This is admission control, a policy
-// choice; it is off by default.
+// devices (CounterModel.Only) keeps those GPUs for whole-GPU requests.
+// This is admission control, a policy choice, off by default: it rejects
+// small requests while few GPUs are free so that whole-GPU requests find
+// one; it lowers whole-GPU rejection and raises everyone else's, and
+// compute-weighted acceptance can go either way ("drakit mig bench"
+// prints the trade-off per load).
 func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	var o options
 	for _, opt := range opts {
@@ -107,24 +116,11 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		if x.loss != y.loss {
 			return x.loss < y.loss
 		}
-		switch TieBreakExperiment {
-		case 1:
-			if x.running != y.running {
-				return x.running > y.running
-			}
-		case 3:
-			if x.running != y.running {
-				return x.running > y.running
-			}
-			if x.i != y.i && x.gpu == y.gpu {
-				return x.i > y.i
-			}
+		if x.running != y.running {
+			return x.running > y.running
 		}
 		if x.free != y.free {
 			return x.free < y.free
-		}
-		if TieBreakExperiment == 2 && x.running != y.running {
-			return x.running > y.running
 		}
 		if x.gpu != y.gpu {
 			return x.gpu < y.gpu
@@ -161,8 +157,9 @@ func WithSearchBudget(d time.Duration) Option {
 }
 
 // WithReserve makes Preference withhold partial-profile placements on free
-// GPUs while at most n GPUs of the node are free (see Preference). n must
-// not be negative; 0 turns reservation off.
+// GPUs while at most n GPUs of the node are free (see Preference):
+// admission control that trades small requests for whole-GPU ones. n must
+// not be negative; 0 turns reservation off. Preference only.
 func WithReserve(n int) Option {
 	return func(o *options) error {
 		if n < 0 {
@@ -172,6 +169,3 @@ func WithReserve(n int) Option {
 		return nil
 	}
 }
-
-// TieBreakExperiment is temporary.
-var TieBreakExperiment int

@@ -454,7 +454,7 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 		slices := ordered.Slices(testDriver, "a", "a", int64(iter+1))
 		for _, prof := range p.ProfileNames() {
 			// The planner's choice: the least loss over all fitting slots.
-			want, bestLoss, bestFree := "", 0, 0
+			want, bestLoss, bestRunning, bestFree := "", 0, 0, 0
 			pl := newPlanner()
 			gs, _ := pl.load(fleet)
 			for gi, g := range gs {
@@ -471,8 +471,10 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 					p.add(&after, si)
 					loss := g.sc.score(st) - g.sc.score(after)
 					free := p.MemorySlices - popcount(after.used)
-					if want == "" || loss < bestLoss || (loss == bestLoss && free < bestFree) {
-						want, bestLoss, bestFree = DeviceRef{GPU: gi, Profile: prof, Start: sl.start}.String(), loss, free
+					running := len(fleet[gi].Layout)
+					if want == "" || loss < bestLoss || (loss == bestLoss && running > bestRunning) ||
+						(loss == bestLoss && running == bestRunning && free < bestFree) {
+						want, bestLoss, bestRunning, bestFree = DeviceRef{GPU: gi, Profile: prof, Start: sl.start}.String(), loss, running, free
 					}
 				}
 			}
@@ -512,6 +514,29 @@ func TestConcurrentPlanning(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestPreferenceTieBreakMostInstances: among placements of equal loss and
+// equal free space, the GPU running the most instances comes first (it is
+// the last to drain).
+func TestPreferenceTieBreakMostInstances(t *testing.T) {
+	h := mustLookup(t, "H100-80GB")
+	fleet := []FleetGPU{
+		{Node: "a", Index: 0, Product: h, Layout: mustLayout(t, "3g.40gb@0*")},
+		{Node: "a", Index: 1, Product: h, Layout: mustLayout(t, "1g.10gb@0*,1g.10gb@1*,2g.20gb@2*")},
+	}
+	names, err := Preference(fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if r, _ := ParseDeviceName(n); r.Profile == "1g.10gb" {
+			if r.GPU != 1 {
+				t.Errorf("first 1g.10gb placement is %s, want one on gpu-1 (three instances, gpu-0 has one)", n)
+			}
+			break
 		}
 	}
 }
