@@ -203,6 +203,7 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
 	part := fs.String("part", "all", "which part: all, batch, online, latency")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -216,6 +217,15 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *arrivals > 0 {
 		cfg.Arrivals = *arrivals
+	}
+	if *products != "" {
+		cfg.Products = nil
+		for _, p := range strings.Split(*products, ",") {
+			if _, err := mig.Lookup(strings.TrimSpace(p)); err != nil {
+				return fmt.Errorf("%w: -products: %w", errUsage, err)
+			}
+			cfg.Products = append(cfg.Products, strings.TrimSpace(p))
+		}
 	}
 	switch *part {
 	case "all":
