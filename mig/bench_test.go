@@ -14,7 +14,7 @@ func benchFleet(n, m int, seed int64) ([]FleetGPU, []Request) {
 	layouts, _ := p.Layouts()
 	fleet := make([]FleetGPU, n)
 	for i := range fleet {
-		fleet[i] = FleetGPU{Node: fmt.Sprintf("node-%d", i/8), Index: i % 8, Product: p.Name}
+		fleet[i] = FleetGPU{Node: fmt.Sprintf("node-%d", i/8), Index: i % 8, Product: p}
 		if i%2 == 0 {
 			for _, in := range layouts[rng.Intn(len(layouts))] {
 				in.InUse = true

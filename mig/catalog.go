@@ -72,6 +72,7 @@ type Product struct {
 	index      map[string]int
 	slots      []slot   // every profile x placement, in profile then start order
 	slotSuffix []string // device name suffix of each slot, "-3g-40gb-4"
+	sc         *scorer  // the product's fragmentation scores, memoized
 }
 
 // slot is one profile x placement with its memory-slice bit mask.
@@ -237,7 +238,24 @@ func NewProduct(name string, memorySlices, computeSlices int, profiles []Profile
 			p.slotSuffix = append(p.slotSuffix, "-"+dnsProfile(pr.Name)+"-"+strconv.Itoa(s))
 		}
 	}
+	p.sc = newScorer(p)
 	return p, nil
+}
+
+// ErrProductNotBuilt is returned (wrapped) for a nil Product or one not
+// built by NewProduct, Lookup, Products or FromNVML (a struct literal
+// lacks the placement tables the planner needs).
+var ErrProductNotBuilt = errors.New("product not built by NewProduct, Lookup or FromNVML")
+
+// check reports whether p is a built product.
+func (p *Product) check() error {
+	if p == nil {
+		return fmt.Errorf("%w: product is nil", ErrProductNotBuilt)
+	}
+	if p.index == nil || p.sc == nil {
+		return fmt.Errorf("%w: %q", ErrProductNotBuilt, p.Name)
+	}
+	return nil
 }
 
 func rangeMask(start, size int) uint32 { return ((1 << size) - 1) << start }
@@ -259,14 +277,11 @@ var stdGeometry = []struct {
 }
 
 // std builds a product with the standard geometry; mem holds the memory
-// GB of the classes 1g, 1g large, 2g, 3g, 4g, 7g; noME drops 1g+me.
-func std(name string, mem [6]int, noME bool) *Product {
+// GB of the classes 1g, 1g large, 2g, 3g, 4g, 7g.
+func std(name string, mem [6]int) *Product {
 	gbs := [7]int{mem[0], mem[0], mem[1], mem[2], mem[3], mem[4], mem[5]}
 	var profs []Profile
 	for i, g := range stdGeometry {
-		if g.me && noME {
-			continue
-		}
 		n := fmt.Sprintf("%dg.%dgb", g.compute, gbs[i])
 		if g.me {
 			n += "+me"
@@ -295,17 +310,17 @@ func a30() *Product {
 }
 
 var builtin = []*Product{
-	std("A100-40GB", [6]int{5, 10, 10, 20, 20, 40}, false),
-	std("A100-80GB", [6]int{10, 20, 20, 40, 40, 80}, false),
+	std("A100-40GB", [6]int{5, 10, 10, 20, 20, 40}),
+	std("A100-80GB", [6]int{10, 20, 20, 40, 40, 80}),
 	a30(),
-	std("H100-80GB", [6]int{10, 20, 20, 40, 40, 80}, false),
-	std("H100-94GB", [6]int{12, 24, 24, 47, 47, 94}, false),
-	std("H100-96GB", [6]int{12, 24, 24, 48, 48, 96}, false),
-	std("H200-141GB", [6]int{18, 35, 35, 71, 71, 141}, false),
-	std("GH200-96GB", [6]int{12, 24, 24, 48, 48, 96}, false),
-	std("GH200-144GB", [6]int{18, 36, 36, 72, 72, 144}, false),
-	std("B200-180GB", [6]int{23, 45, 45, 90, 90, 180}, false),
-	std("GB200-186GB", [6]int{23, 47, 47, 93, 93, 186}, true),
+	std("H100-80GB", [6]int{10, 20, 20, 40, 40, 80}),
+	std("H100-94GB", [6]int{12, 24, 24, 47, 47, 94}),
+	std("H100-96GB", [6]int{12, 24, 24, 48, 48, 96}),
+	std("H200-141GB", [6]int{18, 35, 35, 71, 71, 141}),
+	std("GH200-96GB", [6]int{12, 24, 24, 48, 48, 96}),
+	std("GH200-144GB", [6]int{18, 36, 36, 72, 72, 144}),
+	std("B200-180GB", [6]int{23, 45, 45, 90, 90, 180}),
+	std("GB200-186GB", [6]int{23, 47, 47, 93, 93, 186}),
 }
 
 // Products returns the built-in catalog in a fixed order. The returned

@@ -63,7 +63,7 @@ func TestCatalogProfiles(t *testing.T) {
 		{"H200-141GB", []string{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}},
 		{"GH200-144GB", []string{"1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"}},
 		{"B200-180GB", []string{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"}},
-		{"GB200-186GB", []string{"1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"}},
+		{"GB200-186GB", []string{"1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"}},
 		{"A30-24GB", []string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"}},
 	}
 	for _, tt := range tests {
@@ -114,6 +114,18 @@ func TestParseProfileName(t *testing.T) {
 	}
 }
 
+// TestGB200MediaExtensions: production GB200 boards report 1g.23gb+me
+// (GI profile 20, one instance per GPU).
+func TestGB200MediaExtensions(t *testing.T) {
+	pr, err := mustLookup(t, "NVIDIA GB200").Profile("1g.23gb+me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.ID != 20 || pr.MaxCount != 1 || !pr.MediaExtensions || pr.ComputeSlices != 1 || pr.MemorySlices != 1 {
+		t.Errorf("GB200 1g.23gb+me = %+v, want ID 20, max 1, +me, 1 compute and 1 memory slice", pr)
+	}
+}
+
 func TestFromNVML(t *testing.T) {
 	// What a real A100-40GB reports for two profiles (exact MiB sizes).
 	info := NVMLInfo{ProductName: "NVIDIA A100-SXM4-40GB", Profiles: []NVMLProfileInfo{
@@ -161,4 +173,13 @@ func TestBuiltinTablesConsistent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testProduct is Lookup for tests' literals; it panics on an unknown name.
+func testProduct(name string) *Product {
+	p, err := Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

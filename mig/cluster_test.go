@@ -28,7 +28,7 @@ func TestCounterModelOnCluster(t *testing.T) {
 	}
 	var fleet []FleetGPU
 	for i := 0; i < 8; i++ {
-		fleet = append(fleet, FleetGPU{Node: node, Index: i, Product: "NVIDIA H100 80GB HBM3"})
+		fleet = append(fleet, FleetGPU{Node: node, Index: i, Product: testProduct("NVIDIA H100 80GB HBM3")})
 	}
 	fleet[0].Layout = Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}
 	gpus, err := ModelGPUs(fleet)

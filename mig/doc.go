@@ -35,8 +35,17 @@
 //
 // PlanFleet turns a fleet and requests into create/destroy operations
 // that never touch in-use instances, place as much compute as possible and
-// keep whole GPUs free and free space in large aligned blocks; Optimum is
-// the exhaustive yardstick for small fleets. Preference is the online
-// mode: an order of a node's devices that makes the scheduler's first fit
-// the planner's choice when slices are published in that order.
+// keep whole GPUs free and free space in large aligned blocks. A fleet's
+// GPUs carry their *Product itself (from Lookup, or from FromNVML for
+// what a real GPU reports), so a real GPU's tables reach the planner.
+// When its fragmentation-aware heuristic leaves requests unplaced, an
+// exact search (branch and bound over per-GPU maximal patterns,
+// interchangeable GPUs as one class, memoized) finds the best plan within
+// a time budget (WithSearchBudget), and Plan.Search reports it: PlanFleet
+// places every request whenever some plan can. Optimum is the independent
+// exhaustive yardstick for small fleets. Preference is the online mode: an
+// order of a node's devices that makes the scheduler's first fit the
+// planner's choice when slices are published in that order; WithReserve
+// adds admission control. Fragmentation scores are memoized by each
+// Product, so no cache outlives the products it scores.
 package mig

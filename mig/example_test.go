@@ -2,6 +2,7 @@ package mig_test
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/drakit/drakit/mig"
 )
@@ -17,9 +18,15 @@ func ExampleLookup() {
 }
 
 func ExamplePlanFleet() {
+	// A real driver takes the product from what NVML reports (FromNVML);
+	// the built-in table serves here.
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		panic(err)
+	}
 	fleet := []mig.FleetGPU{
-		{Node: "node-a", Index: 0, Product: "H100-80GB", Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}},
-		{Node: "node-a", Index: 1, Product: "H100-80GB"},
+		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}}},
+		{Node: "node-a", Index: 1, Product: p},
 	}
 	plan, err := mig.PlanFleet(fleet, []mig.Request{{Profile: "1g.10gb"}, {Profile: "2g.20gb"}})
 	if err != nil {
@@ -28,7 +35,6 @@ func ExamplePlanFleet() {
 	for _, op := range plan.Operations {
 		fmt.Println(op)
 	}
-	p, _ := mig.Lookup("H100-80GB")
 	for _, g := range plan.After {
 		fmt.Println(p.Picture(fmt.Sprintf("gpu-%d", g.Index), g.Layout))
 	}
@@ -55,4 +61,37 @@ func ExampleNewCounterModel() {
 	// gpu-0-1g-6gb-1
 	// gpu-0-1g-6gb-2
 	// 14 devices, 6 counters
+}
+
+// The heuristic alone places 55 of these 56 compute slices on 8 H100s;
+// the exact search finds the complete packing and says so.
+func ExamplePlanFleet_exactSearch() {
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		panic(err)
+	}
+	var fleet []mig.FleetGPU
+	for i := 0; i < 8; i++ {
+		fleet = append(fleet, mig.FleetGPU{Node: "node-a", Index: i, Product: p})
+	}
+	var reqs []mig.Request
+	for _, c := range []struct {
+		profile string
+		n       int
+	}{{"1g.10gb", 10}, {"2g.20gb", 6}, {"3g.40gb", 5}, {"4g.40gb", 3}, {"7g.80gb", 1}} {
+		for j := 0; j < c.n; j++ {
+			reqs = append(reqs, mig.Request{Profile: c.profile})
+		}
+	}
+	for _, budget := range []time.Duration{0, mig.DefaultSearchBudget} {
+		plan, err := mig.PlanFleet(fleet, reqs, mig.WithSearchBudget(budget))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("budget %s: %d compute slices, %d unplaced, search ran %v, optimal %v\n",
+			budget, plan.PlacedCompute, len(plan.Unplaced), plan.Search.Ran, plan.Search.Optimal)
+	}
+	// Output:
+	// budget 0s: 55 compute slices, 1 unplaced, search ran false, optimal false
+	// budget 500ms: 56 compute slices, 0 unplaced, search ran true, optimal true
 }

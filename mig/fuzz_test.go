@@ -27,7 +27,7 @@ func FuzzLayout(f *testing.F) {
 		if again.String() != l.String() {
 			t.Fatalf("round trip %q -> %q", l.String(), again.String())
 		}
-		if _, err := PlanFleet([]FleetGPU{{Node: "n", Product: "H100-80GB", Layout: l}}, []Request{{Profile: "1g.10gb"}}); err != nil {
+		if _, err := PlanFleet([]FleetGPU{{Node: "n", Product: testProduct("H100-80GB"), Layout: l}}, []Request{{Profile: "1g.10gb"}}); err != nil {
 			t.Fatalf("plan on valid layout %s: %v", l, err)
 		}
 	})

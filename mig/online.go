@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // ModelGPUs turns one node's fleet entries into counter-model GPUs (index,
@@ -10,11 +11,10 @@ import (
 func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 	out := make([]GPU, len(node))
 	for i, f := range node {
-		p, err := Lookup(f.Product)
-		if err != nil {
+		if err := f.Product.check(); err != nil {
 			return nil, fmt.Errorf("model GPUs: %w: gpus[%d].product: %w", ErrFleet, i, err)
 		}
-		out[i] = GPU{Index: f.Index, Product: p}
+		out[i] = GPU{Index: f.Index, Product: f.Product}
 	}
 	return out, nil
 }
@@ -24,8 +24,13 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // the names of every device of the node's counter model (NewCounterModel
 // with all profiles) in the order the planner prefers them: full GPUs
 // first, then, per profile, the placements that fit, the least
-// fragmentation loss first (ties: the fuller GPU, then GPU order, then
-// start), then the placements that do not fit. A driver that publishes
+// fragmentation loss first (ties: the GPU with the most instances, then
+// the one with the fewest memory slices left free, then GPU order, then
+// start), then the placements that do not fit. With memoryless lifetimes
+// the GPU running the most instances is the last to drain, so packing
+// onto it keeps the others emptying (measured: +0.3 to +0.7 points of
+// compute-weighted acceptance over the fuller-GPU tie-break alone at
+// loads 0.8 and 1.0 on 8 x H100, 20 seeds). A driver that publishes
 // its slices with CounterModel.Reorder(names) makes the scheduler's
 // first-fit choice for a one-instance request the planner's choice, since
 // the allocator takes the first device in slice order whose counters are
@@ -34,8 +39,12 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // With WithReserve(n), while at most n of the node's GPUs are free, the
 // placements of partial profiles (all but the whole-GPU 7g) on free GPUs
 // are left out of the list: a driver that publishes only the listed
-// devices (CounterModel.Only) keeps those GPUs for whole-GPU requests. This is admission control, a policy
-// choice; it is off by default.
+// devices (CounterModel.Only) keeps those GPUs for whole-GPU requests.
+// This is admission control, a policy choice, off by default: it rejects
+// small requests while few GPUs are free so that whole-GPU requests find
+// one; it lowers whole-GPU rejection and raises everyone else's, and
+// compute-weighted acceptance can go either way ("drakit mig bench"
+// prints the trade-off per load).
 func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	var o options
 	for _, opt := range opts {
@@ -60,6 +69,7 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		group              int
 		fits               bool
 		loss, free, gpu, i int
+		running            int
 	}
 	var entries []entry
 	groupOf := map[string]int{}
@@ -81,7 +91,7 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 			if reserve && st.used == 0 && p.Profiles[sl.prof].MemorySlices < p.MemorySlices {
 				continue
 			}
-			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si}
+			e := entry{name: p.slotDeviceName(node[gi].Index, si), group: grp, gpu: gi, i: si, running: len(node[gi].Layout)}
 			if p.fits(&st, si) {
 				after := st
 				p.add(&after, si)
@@ -106,6 +116,9 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		if x.loss != y.loss {
 			return x.loss < y.loss
 		}
+		if x.running != y.running {
+			return x.running > y.running
+		}
 		if x.free != y.free {
 			return x.free < y.free
 		}
@@ -121,16 +134,32 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	return names, nil
 }
 
-// Option configures Preference.
+// Option configures PlanFleet and Preference; each option says which it
+// applies to, and the other ignores it.
 type Option func(*options) error
 
 type options struct {
 	reserve int
+	budget  time.Duration
+}
+
+// WithSearchBudget bounds the time of PlanFleet's exact search (see
+// PlanFleet and Search); 0 turns the search off, so PlanFleet returns the
+// heuristic's plan. d must not be negative. PlanFleet only.
+func WithSearchBudget(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("search budget %s: must not be negative", d)
+		}
+		o.budget = d
+		return nil
+	}
 }
 
 // WithReserve makes Preference withhold partial-profile placements on free
-// GPUs while at most n GPUs of the node are free (see Preference). n must
-// not be negative; 0 turns reservation off.
+// GPUs while at most n GPUs of the node are free (see Preference):
+// admission control that trades small requests for whole-GPU ones. n must
+// not be negative; 0 turns reservation off. Preference only.
 func WithReserve(n int) Option {
 	return func(o *options) error {
 		if n < 0 {

@@ -5,19 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 )
-
-// FleetGPU is one GPU of a fleet as the planner sees it.
-type FleetGPU struct {
-	// Node is the node the GPU is on.
-	Node string `json:"node"`
-	// Index is the GPU's index on its node.
-	Index int `json:"index"`
-	// Product is the product name (anything Lookup understands).
-	Product string `json:"product"`
-	// Layout is the GPU's current instances; InUse ones are never touched.
-	Layout Layout `json:"layout,omitempty"`
-}
 
 // Request asks for one GPU instance of a profile.
 type Request struct {
@@ -92,6 +81,9 @@ type Plan struct {
 	PlacedCompute int `json:"placedCompute"`
 	// FreeGPUs is the number of GPUs with no instance in After.
 	FreeGPUs int `json:"freeGPUs"`
+	// Search reports the exact search PlanFleet runs when its heuristic
+	// leaves requests unplaced, and whether the plan is proven optimal.
+	Search Search `json:"search"`
 }
 
 // ErrFleet is wrapped by errors about the fleet or request input.
@@ -125,31 +117,16 @@ type evalResult struct {
 	slots []int  // chosen slots, one per assigned instance, by profile
 }
 
-// planner holds the caches of one planning run.
+// planner holds the caches of one planning run. Scores are memoized by
+// each product (Product.sc), so nothing outlives the run but what the
+// products themselves hold.
 type planner struct {
-	products map[string]*Product
-	scorers  map[*Product]*scorer
-	evals    map[evalKey]evalResult
-	repairs  map[repairKey][maxProfiles]uint8
+	evals   map[evalKey]evalResult
+	repairs map[repairKey][maxProfiles]uint8
 }
 
 func newPlanner() *planner {
-	return &planner{products: map[string]*Product{}, scorers: map[*Product]*scorer{}, evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
-}
-
-func (pl *planner) product(name string) (*Product, error) {
-	if p, ok := pl.products[name]; ok {
-		return p, nil
-	}
-	p, err := Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	pl.products[name] = p
-	if pl.scorers[p] == nil {
-		pl.scorers[p] = newScorer(p)
-	}
-	return p, nil
+	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
 }
 
 // load turns the fleet into working GPUs, checking it.
@@ -162,14 +139,14 @@ func (pl *planner) load(fleet []FleetGPU) ([]*pgpu, error) {
 			return nil, fmt.Errorf("%w: fleet[%d]: node %q GPU %d repeats fleet[%d]", ErrFleet, i, f.Node, f.Index, j)
 		}
 		seen[id] = i
-		p, err := pl.product(f.Product)
-		if err != nil {
+		p := f.Product
+		if err := p.check(); err != nil {
 			return nil, fmt.Errorf("%w: fleet[%d].product: %w", ErrFleet, i, err)
 		}
 		if _, err := p.stateOf(f.Layout); err != nil {
 			return nil, fmt.Errorf("%w: fleet[%d].layout: %w", ErrFleet, i, err)
 		}
-		g := &pgpu{fi: i, prod: p, sc: pl.scorers[p]}
+		g := &pgpu{fi: i, prod: p, sc: p.sc}
 		for _, in := range f.Layout {
 			pi, _ := p.profileIndex(in.Profile)
 			si := p.slotIndex(pi, in.Start)
@@ -200,7 +177,7 @@ func (pl *planner) eval(k evalKey) evalResult {
 		return r
 	}
 	p := k.prod
-	sc := pl.scorers[p]
+	sc := p.sc
 	// Profiles to place, largest first (fewest placements, most pruning).
 	var order []int
 	for pi := range p.Profiles {
@@ -276,9 +253,24 @@ type reqInfo struct {
 // go to fewer operations, then fleet order. The placements of one GPU are
 // chosen exactly, by enumeration, and a repair pass trades each GPU's
 // requests and the unplaced ones for the best set the GPU can hold, so a
-// one-GPU fleet always gets an optimal plan. PlanFleet is safe for
+// one-GPU fleet always gets an optimal plan.
+//
+// When the heuristic leaves requests unplaced, an exact search (branch
+// and bound over per-GPU maximal patterns, with interchangeable GPUs
+// taken as one class, memoized) looks for a plan that places more, within
+// the time budget of WithSearchBudget (DefaultSearchBudget when not
+// given); Plan.Search reports it. So PlanFleet places every request
+// whenever some plan can, unless the budget runs out first, which
+// Plan.Search says (Optimal false). Options other than WithSearchBudget
+// do not apply to PlanFleet and are ignored. PlanFleet is safe for
 // concurrent use.
-func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
+func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
+	o := options{budget: DefaultSearchBudget}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+	}
 	pl := newPlanner()
 	gpus, err := pl.load(fleet)
 	if err != nil {
@@ -413,6 +405,10 @@ func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
 			break
 		}
 	}
+	search := Search{Budget: o.budget, Optimal: len(unplaced) == 0}
+	if len(unplaced) > 0 && o.budget > 0 {
+		unplaced, search = pl.exact(gpus, fleet, requests, reqs, unplaced, o.budget)
+	}
 	sort.Ints(unplaced)
 	var up []Unplaced
 	for _, ri := range unplaced {
@@ -430,7 +426,49 @@ func PlanFleet(fleet []FleetGPU, requests []Request) (*Plan, error) {
 		}
 		up = append(up, Unplaced{Request: ri, Reason: reason})
 	}
-	return pl.build(fleet, requests, gpus, up), nil
+	plan := pl.build(fleet, requests, gpus, up)
+	plan.Search = search
+	return plan, nil
+}
+
+// exact runs the exact search after the heuristic and, when it places
+// more, replaces the heuristic's assignment. It returns the unplaced
+// requests and the search report.
+func (pl *planner) exact(gpus []*pgpu, fleet []FleetGPU, requests []Request, reqs []reqInfo, unplaced []int, budget time.Duration) ([]int, Search) {
+	start := time.Now()
+	res := exactPlan(gpus, fleet, requests, budget)
+	s := Search{Ran: true, Budget: budget, Nodes: res.nodes, Elapsed: time.Since(start), Note: res.note, Optimal: res.finished}
+	if !res.finished {
+		return unplaced, s
+	}
+	w := int64(len(requests)) + 1
+	var heur int64
+	for _, g := range gpus {
+		for _, ri := range g.reqs {
+			heur += int64(reqs[ri].compute)*w + 1
+		}
+	}
+	if res.value <= heur {
+		return unplaced, s
+	}
+	s.Improved = true
+	placed := make([]bool, len(requests))
+	for gi, g := range gpus {
+		g.assigned = [maxProfiles]uint8{}
+		g.reqs = append([]int(nil), res.take[gi]...)
+		for _, ri := range g.reqs {
+			pi, _ := g.prod.profileIndex(requests[ri].Profile)
+			g.assigned[pi]++
+			placed[ri] = true
+		}
+	}
+	unplaced = unplaced[:0]
+	for ri, ok := range placed {
+		if !ok {
+			unplaced = append(unplaced, ri)
+		}
+	}
+	return unplaced, s
 }
 
 func pinOK(r Request, f FleetGPU) bool {

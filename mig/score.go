@@ -17,24 +17,20 @@ import "sync"
 // GPU only when no partly used GPU can take the instance.
 const FreeGPUBonus = 100
 
-// scorer memoizes state scores for one product. The memo is bounded by
-// the product's valid layouts (2,318 for the largest table) and shared by
-// all planning runs, so it is guarded by a mutex.
+// scorer memoizes state scores for one product. Each Product owns its
+// scorer (NewProduct builds it), so the memo lives exactly as long as the
+// product: no process-global cache keyed by product, which would grow
+// without bound when products come from NVML (FromNVML builds a new one
+// per discovery). The memo is bounded by the product's valid layouts
+// (2,318 for the largest table) and shared by every planning run on the
+// product, so it is guarded by a mutex.
 type scorer struct {
 	p    *Product
 	mu   sync.Mutex
 	memo map[state]int
 }
 
-var scorers sync.Map // *Product -> *scorer
-
-func newScorer(p *Product) *scorer {
-	if s, ok := scorers.Load(p); ok {
-		return s.(*scorer)
-	}
-	s, _ := scorers.LoadOrStore(p, &scorer{p: p, memo: map[state]int{}})
-	return s.(*scorer)
-}
+func newScorer(p *Product) *scorer { return &scorer{p: p, memo: map[state]int{}} }
 
 // score returns the fragmentation score of st (higher is better).
 func (s *scorer) score(st state) int {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -113,6 +114,7 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use); repeatable")
 	requests := fs.String("requests", "", "comma-separated profiles to place, e.g. 3g.40gb,1g.10gb,1g.10gb (added to the file's)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	budget := fs.Duration("search-budget", mig.DefaultSearchBudget, "time the exact search may take when the heuristic leaves requests unplaced (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -132,12 +134,16 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 		if *gpus < 1 {
 			return fmt.Errorf("%w: -gpus %d must be at least 1", errUsage, *gpus)
 		}
+		prod, err := mig.Lookup(*product)
+		if err != nil {
+			return fmt.Errorf("%w: -product: %w", errUsage, err)
+		}
 		for i := 0; i < *gpus; i++ {
 			l, err := mig.ParseLayout(layouts[i])
 			if err != nil {
 				return fmt.Errorf("%w: -layout %d: %w", errUsage, i, err)
 			}
-			in.Fleet = append(in.Fleet, mig.FleetGPU{Node: *node, Index: i, Product: *product, Layout: l})
+			in.Fleet = append(in.Fleet, mig.FleetGPU{Node: *node, Index: i, Product: prod, Layout: l})
 		}
 		for i := range layouts {
 			if i >= *gpus {
@@ -150,7 +156,7 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 			in.Requests = append(in.Requests, mig.Request{Profile: r})
 		}
 	}
-	plan, err := mig.PlanFleet(in.Fleet, in.Requests)
+	plan, err := mig.PlanFleet(in.Fleet, in.Requests, mig.WithSearchBudget(*budget))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -160,9 +166,7 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(plan)
 	}
 	fmt.Fprintln(stdout, "Before:")
-	if err := pictures(stdout, in.Fleet); err != nil {
-		return err
-	}
+	pictures(stdout, in.Fleet)
 	fmt.Fprintf(stdout, "\nOperations (%d):\n", len(plan.Operations))
 	for _, o := range plan.Operations {
 		fmt.Fprintln(stdout, "  "+o.String())
@@ -174,27 +178,32 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "\nAfter: %d of %d requests placed, %d compute slices, %d GPUs free\n", len(plan.Assignments), len(in.Requests), plan.PlacedCompute, plan.FreeGPUs)
-	return pictures(stdout, plan.After)
-}
-
-func pictures(w io.Writer, fleet []mig.FleetGPU) error {
-	for _, g := range fleet {
-		p, err := mig.Lookup(g.Product)
-		if err != nil {
-			return err
+	pictures(stdout, plan.After)
+	if s := plan.Search; s.Ran {
+		verdict := "the plan is optimal"
+		if !s.Optimal {
+			verdict = "not proven optimal: " + s.Note
 		}
-		fmt.Fprintln(w, "  "+p.Picture(fmt.Sprintf("%s/gpu-%d", g.Node, g.Index), g.Layout))
+		fmt.Fprintf(stdout, "\nExact search: %d nodes in %s (budget %s), improved: %v; %s\n", s.Nodes, s.Elapsed.Round(time.Microsecond), s.Budget, s.Improved, verdict)
 	}
 	return nil
+}
+
+func pictures(w io.Writer, fleet []mig.FleetGPU) {
+	for _, g := range fleet {
+		fmt.Fprintln(w, "  "+g.Product.Picture(fmt.Sprintf("%s/gpu-%d", g.Node, g.Index), g.Layout))
+	}
 }
 
 func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mig bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
-	seed := fs.Int64("seed", 1, "random seed")
+	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
+	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
 	part := fs.String("part", "all", "which part: all, batch, online, latency")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -203,8 +212,20 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg = bench.Long()
 	}
 	cfg.Seed = *seed
+	if *seeds > 0 {
+		cfg.Seeds = *seeds
+	}
 	if *arrivals > 0 {
 		cfg.Arrivals = *arrivals
+	}
+	if *products != "" {
+		cfg.Products = nil
+		for _, p := range strings.Split(*products, ",") {
+			if _, err := mig.Lookup(strings.TrimSpace(p)); err != nil {
+				return fmt.Errorf("%w: -products: %w", errUsage, err)
+			}
+			cfg.Products = append(cfg.Products, strings.TrimSpace(p))
+		}
 	}
 	switch *part {
 	case "all":

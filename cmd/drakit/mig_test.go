@@ -101,3 +101,31 @@ func TestMIGUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMIGPlanTight is the tight instance of issue 15 (56 of 56 compute
+// slices on 8 H100s): the plan places everything and says the exact
+// search did it.
+func TestMIGPlanTight(t *testing.T) {
+	var reqs []string
+	for _, c := range []struct {
+		profile string
+		n       int
+	}{{"1g.10gb", 10}, {"2g.20gb", 6}, {"3g.40gb", 5}, {"4g.40gb", 3}, {"7g.80gb", 1}} {
+		for i := 0; i < c.n; i++ {
+			reqs = append(reqs, c.profile)
+		}
+	}
+	code, out, errs := migRun(t, "plan", "-gpus", "8", "-requests", strings.Join(reqs, ","))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"After: 25 of 25 requests placed, 56 compute slices, 0 GPUs free", "improved: true; the plan is optimal"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = migRun(t, "plan", "-gpus", "8", "-search-budget", "0", "-requests", strings.Join(reqs, ","))
+	if code != 0 || !strings.Contains(out, "Unplaced (1)") {
+		t.Errorf("without the search: exit %d, want one request unplaced:\n%s", code, out)
+	}
+}

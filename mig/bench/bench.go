@@ -24,8 +24,12 @@ import (
 
 // Config sizes a benchmark run.
 type Config struct {
-	// Seed makes every random choice; runs with one seed agree.
+	// Seed makes every random choice; runs with one seed agree. Online
+	// run s of a row uses seed Seed+s.
 	Seed int64
+	// Seeds is the number of online runs per row, each on its own arrival
+	// sequence; the table prints means and standard errors over them.
+	Seeds int
 	// BatchInstances is the number of random small planning instances.
 	BatchInstances int
 	// Arrivals is the number of requests per online simulation run; the
@@ -33,27 +37,37 @@ type Config struct {
 	Arrivals int
 	// Loads are the offered loads (offered compute / fleet compute).
 	Loads []float64
-	// Products are simulated as one node of 8 GPUs each.
+	// Products are simulated as one node of 8 GPUs each. One product per
+	// slice geometry: A100 and H100 share one, so both would repeat one
+	// experiment.
 	Products []string
+	// Policies are the online policies compared, first fit first.
+	Policies []Policy
 	// LatencyRuns is the number of timed plans per latency row.
 	LatencyRuns int
 }
 
-// Short is the default configuration (well under two minutes).
+// Short is the default configuration (about three and a half minutes on
+// two cores).
 func Short() Config {
-	return Config{Seed: 1, BatchInstances: 200, Arrivals: 800, Loads: []float64{0.6, 0.8, 1.0, 1.2},
-		Products: []string{"H100-80GB", "A100-40GB"}, LatencyRuns: 200}
+	return Config{Seed: 1, Seeds: 10, BatchInstances: 400, Arrivals: 1000, Loads: []float64{0.6, 0.8, 1.0, 1.2},
+		Products: []string{"H100-80GB", "A30-24GB"}, Policies: []Policy{FirstFit, Planner, PlannerReserve1, PlannerReserve2, FreeMigration},
+		LatencyRuns: 200}
 }
 
-// Long is a configuration with tighter figures (several minutes).
+// Long is a configuration with tighter figures (many minutes): more
+// seeds, longer runs, the random order as a second baseline.
 func Long() Config {
 	c := Short()
-	c.BatchInstances, c.Arrivals, c.LatencyRuns = 1000, 6000, 1000
+	c.Seeds, c.BatchInstances, c.Arrivals, c.LatencyRuns = 20, 1000, 3000, 1000
+	c.Policies = append([]Policy{FirstFit, Random}, c.Policies[1:]...)
 	return c
 }
 
 // Mix is the request mix of the notes: class (compute slices, memory
-// slices) and probability.
+// slices) and probability. On a product that lacks a class (A30 has no
+// 1g large, 3g or 7g), the class is left out and the others keep their
+// proportions.
 var Mix = []struct {
 	Class           string
 	Compute, Memory int
@@ -63,28 +77,49 @@ var Mix = []struct {
 	{"3g", 3, 4, 0.15}, {"4g", 4, 4, 0.10}, {"7g", 7, 8, 0.10},
 }
 
-// profileFor returns the product's plain profile of a mix class.
-func profileFor(p *mig.Product, class int) string {
-	for _, pr := range p.Profiles {
-		if !pr.MediaExtensions && pr.ComputeSlices == Mix[class].Compute && pr.MemorySlices == Mix[class].Memory {
-			return pr.Name
-		}
-	}
-	return ""
+// mix is Mix on one product: per class its profile ("" when the product
+// lacks it) and probability.
+type mix struct {
+	profile []string
+	p       []float64
 }
 
-func drawClass(rng *rand.Rand) int {
+func mixFor(p *mig.Product) mix {
+	m := mix{profile: make([]string, len(Mix)), p: make([]float64, len(Mix))}
+	total := 0.0
+	for i, c := range Mix {
+		for _, pr := range p.Profiles {
+			if !pr.MediaExtensions && pr.ComputeSlices == c.Compute && pr.MemorySlices == c.Memory {
+				m.profile[i] = pr.Name
+				m.p[i] = c.P
+				total += c.P
+				break
+			}
+		}
+	}
+	for i := range m.p {
+		m.p[i] /= total
+	}
+	return m
+}
+
+func (m mix) draw(rng *rand.Rand) int {
 	u := rng.Float64()
-	for i, m := range Mix {
-		if u < m.P {
+	last := 0
+	for i, p := range m.p {
+		if p == 0 {
+			continue
+		}
+		if u < p {
 			return i
 		}
-		u -= m.P
+		u -= p
+		last = i
 	}
-	return len(Mix) - 1
+	return last
 }
 
-// Run runs all parts and writes the table to w.
+// Run runs all parts and writes the tables to w.
 func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	if err := Batch(cfg, w); err != nil {
 		return err
@@ -96,19 +131,27 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 }
 
 // Batch compares PlanFleet with Optimum on random small instances (1-8
-// GPUs, 1-30 requests, random in-use instances; requests from the Mix or
-// uniform over all profiles, "+me" included) and prints the distribution
-// of the gap in compute slices.
+// GPUs, 1-30 requests, random in-use instances) of four kinds: requests
+// from the Mix; every profile equally likely, "+me" included; full, the
+// instances of a random completion of every GPU that leaves no instance
+// room (a complete packing exists, the fleet is full); tight, full plus
+// one to three more requests (the optimum must choose what to leave
+// out). It prints how often PlanFleet places everything when some plan
+// can, and the distribution of the gap in compute slices.
 func Batch(cfg Config, w io.Writer) error {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	type row struct {
-		n, gap0, gap1, gap2, gapMore, singleN, singleOpt int
-		lost, total                                      float64
+		n, feasible, complete, gap0, gap1, gap2, gapMore, singleN, singleOpt, searched int
+		lost, total                                                                    float64
+		worst                                                                          time.Duration
 	}
+	kinds := []string{"mix", "uniform+me", "full", "tight"}
 	rows := map[string]*row{}
 	var keys []string
 	for _, pr := range cfg.Products {
-		keys = append(keys, pr+" / mix", pr+" / uniform+me")
+		for _, k := range kinds {
+			keys = append(keys, pr+" / "+k)
+		}
 	}
 	for i := 0; i < cfg.BatchInstances; i++ {
 		key := keys[i%len(keys)]
@@ -121,14 +164,27 @@ func Batch(cfg Config, w io.Writer) error {
 		if (i/len(keys))%4 == 0 {
 			n = 1 // a quarter of each row: one GPU, where the plan must be optimal
 		}
-		fleet, reqs := randomInstance(rng, p, n, mig.OptimumMaxRequests)
-		if kind != "mix" {
-			// Every profile equally likely, "+me" included.
+		var fleet []mig.FleetGPU
+		var reqs []mig.Request
+		switch kind {
+		case "mix":
+			fleet, reqs = randomInstance(rng, p, n, mig.OptimumMaxRequests)
+		case "uniform+me":
+			fleet, reqs = randomInstance(rng, p, n, mig.OptimumMaxRequests)
 			for j := range reqs {
 				reqs[j].Profile = p.Profiles[rng.Intn(len(p.Profiles))].Name
 			}
+		default:
+			fleet, reqs = fullInstance(rng, p, n, mig.OptimumMaxRequests)
+			if kind == "tight" {
+				m := mixFor(p)
+				for extra := 1 + rng.Intn(3); extra > 0 && len(reqs) < mig.OptimumMaxRequests; extra-- {
+					reqs = append(reqs, mig.Request{Profile: m.profile[m.draw(rng)]})
+				}
+			}
+			rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
 		}
-		plan, err := mig.PlanFleet(fleet, reqs)
+		plan, err := mig.PlanFleet(fleet, reqs, mig.WithSearchBudget(10*time.Second))
 		if err != nil {
 			return err
 		}
@@ -142,6 +198,16 @@ func Batch(cfg Config, w io.Writer) error {
 			rows[key] = r
 		}
 		r.n++
+		if opt.Count == len(reqs) {
+			r.feasible++
+			if len(plan.Unplaced) == 0 {
+				r.complete++
+			}
+		}
+		if plan.Search.Ran {
+			r.searched++
+			r.worst = max(r.worst, plan.Search.Elapsed)
+		}
 		gap := opt.Compute - plan.PlacedCompute
 		switch {
 		case gap == 0:
@@ -164,14 +230,14 @@ func Batch(cfg Config, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Batch quality: PlanFleet vs exhaustive optimum (%d random instances, 1-8 GPUs, 1-30 requests, seed %d)\n", cfg.BatchInstances, cfg.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "product / requests\tinstances\tgap 0\tgap 1\tgap 2-3\tgap >3\tcompute lost\tone-GPU optimal\t")
-	for _, product := range keys {
-		r := rows[product]
+	fmt.Fprintln(tw, "product / requests\tinstances\tcomplete when feasible\tgap 0\tgap 1\tgap 2-3\tgap >3\tcompute lost\tone-GPU optimal\texact search ran\tslowest search\t")
+	for _, key := range keys {
+		r := rows[key]
 		if r == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f%%\t%d/%d\t\n", product, r.n,
-			pct(r.gap0, r.n), pct(r.gap1, r.n), pct(r.gap2, r.n), pct(r.gapMore, r.n), 100*r.lost/math.Max(r.total, 1), r.singleOpt, r.singleN)
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f%%\t%d/%d\t%d\t%s\t\n", key, r.n, r.complete, r.feasible,
+			pct(r.gap0, r.n), pct(r.gap1, r.n), pct(r.gap2, r.n), pct(r.gapMore, r.n), 100*r.lost/math.Max(r.total, 1), r.singleOpt, r.singleN, r.searched, round(r.worst))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -184,7 +250,7 @@ func randomInstance(rng *rand.Rand, p *mig.Product, n, maxReqs int) ([]mig.Fleet
 	layouts, _ := p.Layouts()
 	var fleet []mig.FleetGPU
 	for i := 0; i < n; i++ {
-		f := mig.FleetGPU{Node: fmt.Sprintf("node-%d", i/4), Index: i % 4, Product: p.Name}
+		f := mig.FleetGPU{Node: fmt.Sprintf("node-%d", i/4), Index: i % 4, Product: p}
 		if rng.Intn(2) == 0 {
 			for _, in := range layouts[rng.Intn(len(layouts))] {
 				if rng.Intn(2) == 0 {
@@ -195,9 +261,54 @@ func randomInstance(rng *rand.Rand, p *mig.Product, n, maxReqs int) ([]mig.Fleet
 		}
 		fleet = append(fleet, f)
 	}
+	m := mixFor(p)
 	var reqs []mig.Request
 	for j := 0; j < 1+rng.Intn(maxReqs); j++ {
-		reqs = append(reqs, mig.Request{Profile: profileFor(p, drawClass(rng))})
+		reqs = append(reqs, mig.Request{Profile: m.profile[m.draw(rng)]})
+	}
+	return fleet, reqs
+}
+
+// fullInstance makes a fleet of up to n GPUs, some with in-use instances,
+// and requests that are the idle instances of a random maximal layout of
+// every GPU (plain profiles only), at most maxReqs of them: placing all
+// of them fills the fleet.
+func fullInstance(rng *rand.Rand, p *mig.Product, n, maxReqs int) ([]mig.FleetGPU, []mig.Request) {
+	var plain []string
+	for _, pr := range p.Profiles {
+		if !pr.MediaExtensions {
+			plain = append(plain, pr.Name)
+		}
+	}
+	layouts, _ := p.Layouts(plain...)
+	var maximal []mig.Layout
+	for _, l := range layouts {
+		if ok, _ := p.IsMaximal(l, plain...); ok {
+			maximal = append(maximal, l)
+		}
+	}
+	var fleet []mig.FleetGPU
+	var reqs []mig.Request
+	for i := 0; i < n; i++ {
+		l := maximal[rng.Intn(len(maximal))]
+		f := mig.FleetGPU{Node: fmt.Sprintf("node-%d", i/4), Index: i % 4, Product: p}
+		var want []mig.Request
+		for _, in := range l {
+			if rng.Intn(4) == 0 {
+				in.InUse = true
+				f.Layout = append(f.Layout, in)
+			} else {
+				want = append(want, mig.Request{Profile: in.Profile})
+			}
+		}
+		if len(reqs)+len(want) > maxReqs {
+			break
+		}
+		fleet = append(fleet, f)
+		reqs = append(reqs, want...)
+	}
+	if len(fleet) == 0 { // one GPU's layout alone exceeds maxReqs: never with NVIDIA's tables
+		fleet = append(fleet, mig.FleetGPU{Node: "node-0", Product: p})
 	}
 	return fleet, reqs
 }
@@ -210,29 +321,34 @@ const (
 	FirstFit Policy = "first-fit" // NVIDIA's static order: GPU, profile, start
 	Random   Policy = "random"    // a fresh random order per allocation
 	Planner  Policy = "planner"   // mig.Preference
-	// PlannerReserve is mig.Preference with WithReserve(1), publishing only
-	// the listed devices: admission control, not just an order.
-	PlannerReserve Policy = "planner+reserve1"
+	// PlannerReserve1 and PlannerReserve2 are mig.Preference with
+	// WithReserve(1) and (2), publishing only the listed devices:
+	// admission control, which keeps free GPUs for whole-GPU requests at
+	// the cost of smaller ones.
+	PlannerReserve1 Policy = "planner+reserve1"
+	PlannerReserve2 Policy = "planner+reserve2"
 	// FreeMigration is a reference, not a policy a scheduler can follow:
 	// at every arrival all running instances and the new one are packed
-	// again from empty GPUs (mig.PlanFleet), as if running instances could
-	// move for free, and the request is accepted when everything fits. It
-	// has no fragmentation, so the gap between it and first fit is the
-	// most any order of devices could win; what it still rejects is
-	// capacity (the node was full), which no placement avoids.
+	// again from empty GPUs, exactly (mig.PlanFleet, whose exact search
+	// must finish), as if running instances could move for free, and the
+	// request is accepted when everything fits. It has no fragmentation,
+	// so the gap between it and first fit is the most any order of
+	// devices could win; what it still rejects is capacity (the node was
+	// full), which no placement avoids.
 	FreeMigration Policy = "free-migration"
 )
 
-// Policies are the policies Online compares, in table order.
-var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve, FreeMigration}
+// Policies are all the policies Online can compare, in table order.
+var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve1, PlannerReserve2, FreeMigration}
 
 // OnlineResult is one simulation run.
 type OnlineResult struct {
 	Product  string
 	Load     float64
 	Policy   Policy
+	Seed     int64
 	Accepted float64            // compute-weighted acceptance
-	Reject   map[string]float64 // rejection rate per mix class
+	Reject   map[string]float64 // rejection rate per mix class the product has
 	Stranded float64            // mean free compute slices on partly used GPUs, at arrivals
 	FreeGPUs float64            // mean fully free GPUs, at arrivals
 	OpsPerOK float64            // create+destroy operations per accepted request
@@ -244,25 +360,60 @@ type event struct {
 	life  float64
 }
 
+// stat is a mean with its standard error over seeds.
+type stat struct{ mean, se float64 }
+
+func statOf(xs []float64) stat {
+	n := float64(len(xs))
+	if n == 0 {
+		return stat{}
+	}
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= n
+	if n < 2 {
+		return stat{mean: m}
+	}
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	return stat{mean: m, se: math.Sqrt(v / (n - 1) / n)}
+}
+
 // Online simulates one node of 8 GPUs per product under Poisson arrivals
-// with exponential lifetimes (mean 1) and the Mix, each load and policy
-// on the same arrival sequence; each allocation is decided by the real
-// structured allocator over the node's counter-model slices in the
-// policy's order.
+// with exponential lifetimes (mean 1) and the Mix, each policy on the
+// same Seeds arrival sequences per load; each allocation is decided by
+// the real structured allocator over the node's counter-model slices in
+// the policy's order. It prints per row the means over the seeds, and
+// the gain over first fit as the mean of the per-seed differences with
+// its standard error; then the admission-control trade-off and a
+// summary against the free-migration ceiling.
 func Online(ctx context.Context, cfg Config, w io.Writer) error {
 	type job struct {
-		product string
+		product *mig.Product
 		load    float64
 		pol     Policy
 		seed    int64
 	}
+	var products []*mig.Product
+	for _, name := range cfg.Products {
+		p, err := mig.Lookup(name)
+		if err != nil {
+			return err
+		}
+		products = append(products, p)
+	}
+	seeds := max(cfg.Seeds, 1)
 	var jobs []job
-	for pi, product := range cfg.Products {
+	for _, p := range products {
 		for _, load := range cfg.Loads {
-			for _, pol := range Policies {
-				// One arrival sequence per product (A100 and H100 share a
-				// geometry: equal seeds would repeat one sample).
-				jobs = append(jobs, job{product, load, pol, cfg.Seed + int64(100*pi)})
+			for _, pol := range cfg.Policies {
+				for s := 0; s < seeds; s++ {
+					jobs = append(jobs, job{p, load, pol, cfg.Seed + int64(s)})
+				}
 			}
 		}
 	}
@@ -285,27 +436,131 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "Online quality: 1 node x 8 GPUs, real structured allocator, Poisson arrivals, exp. lifetimes, mix 1g .35/1g-large .10/2g .20/3g .15/4g .10/7g .10, %d arrivals per run (first 10%% warm-up), seed %d (+100 per product)\n", cfg.Arrivals, cfg.Seed)
+	// Group by (product, load, policy), seeds in order.
+	type rk struct {
+		product string
+		load    float64
+		pol     Policy
+	}
+	runs := map[rk][]OnlineResult{}
+	for _, r := range results {
+		k := rk{r.Product, r.Load, r.Policy}
+		runs[k] = append(runs[k], r)
+	}
+	gain := func(k rk, base Policy) stat {
+		b := runs[rk{k.product, k.load, base}]
+		var d []float64
+		for i, r := range runs[k] {
+			d = append(d, 100*(r.Accepted-b[i].Accepted))
+		}
+		return statOf(d)
+	}
+	field := func(k rk, f func(OnlineResult) float64) stat {
+		var xs []float64
+		for _, r := range runs[k] {
+			xs = append(xs, f(r))
+		}
+		return statOf(xs)
+	}
+	fmt.Fprintf(w, "Online quality: 1 node x 8 GPUs, real structured allocator, Poisson arrivals, exp. lifetimes, mix 1g .35/1g-large .10/2g .20/3g .15/4g .10/7g .10 (classes a product lacks left out), %d arrivals per run (first 10%% warm-up), %d seeds per row (%d..%d), mean (gain: mean of per-seed differences +- standard error)\n", cfg.Arrivals, seeds, cfg.Seed, cfg.Seed+int64(seeds)-1)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "product\tload\tpolicy\tcw-accept\tvs first-fit\t")
+	fmt.Fprint(tw, "product\tload\tpolicy\tcw-accept\tvs first-fit (pts)\tseeds better\t")
 	for _, m := range Mix {
 		fmt.Fprintf(tw, "rej %s\t", m.Class)
 	}
 	fmt.Fprintln(tw, "stranded\tfree GPUs\tops/accepted\t")
-	base := map[string]float64{}
-	for _, r := range results {
-		k := fmt.Sprintf("%s/%v", r.Product, r.Load)
-		if r.Policy == FirstFit {
-			base[k] = r.Accepted
+	for _, p := range products {
+		m := mixFor(p)
+		for _, load := range cfg.Loads {
+			for _, pol := range cfg.Policies {
+				k := rk{p.Name, load, pol}
+				g := gain(k, cfg.Policies[0])
+				better := 0
+				for i, r := range runs[k] {
+					if r.Accepted > runs[rk{p.Name, load, cfg.Policies[0]}][i].Accepted {
+						better++
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.3f\t%+.2f ± %.2f\t%d/%d\t", p.Name, load, pol, field(k, func(r OnlineResult) float64 { return r.Accepted }).mean, g.mean, g.se, better, len(runs[k]))
+				for ci, c := range Mix {
+					if m.profile[ci] == "" {
+						fmt.Fprint(tw, "-\t")
+						continue
+					}
+					fmt.Fprintf(tw, "%.2f\t", field(k, func(r OnlineResult) float64 { return r.Reject[c.Class] }).mean)
+				}
+				fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t\n", field(k, func(r OnlineResult) float64 { return r.Stranded }).mean,
+					field(k, func(r OnlineResult) float64 { return r.FreeGPUs }).mean, field(k, func(r OnlineResult) float64 { return r.OpsPerOK }).mean)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.3f\t%+.1f pts\t", r.Product, r.Load, r.Policy, r.Accepted, 100*(r.Accepted-base[k]))
-		for _, m := range Mix {
-			fmt.Fprintf(tw, "%.2f\t", r.Reject[m.Class])
-		}
-		fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t\n", r.Stranded, r.FreeGPUs, r.OpsPerOK)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+
+	has := map[Policy]bool{}
+	for _, pol := range cfg.Policies {
+		has[pol] = true
+	}
+	if has[Planner] && (has[PlannerReserve1] || has[PlannerReserve2]) {
+		fmt.Fprintln(w, "Admission control (WithReserve(n): while at most n GPUs are free, they take whole-GPU requests only), against the planner without it, means over the seeds")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "product\tload\tpolicy\trej 7g\t(planner)\trej smaller (count-weighted)\t(planner)\tcw-accept change (pts)\t")
+		for _, p := range products {
+			m := mixFor(p)
+			big := len(Mix) - 1
+			for m.profile[big] == "" {
+				big--
+			}
+			for _, load := range cfg.Loads {
+				for _, pol := range []Policy{PlannerReserve1, PlannerReserve2} {
+					if !has[pol] {
+						continue
+					}
+					k, base := rk{p.Name, load, pol}, rk{p.Name, load, Planner}
+					small := func(r OnlineResult) float64 {
+						x, tot := 0.0, 0.0
+						for ci, c := range Mix[:big] {
+							if m.profile[ci] != "" {
+								x += m.p[ci] * r.Reject[c.Class]
+								tot += m.p[ci]
+							}
+						}
+						return x / tot
+					}
+					bigRej := func(r OnlineResult) float64 { return r.Reject[Mix[big].Class] }
+					g := gain(k, Planner)
+					fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s %.2f\t%.2f\t%.3f\t%.3f\t%+.2f ± %.2f\t\n", p.Name, load, pol, Mix[big].Class, field(k, bigRej).mean, field(base, bigRej).mean,
+						field(k, small).mean, field(base, small).mean, g.mean, g.se)
+				}
+			}
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	if has[Planner] && has[FreeMigration] {
+		fmt.Fprintln(w, "Summary: planner against first fit and the free-migration ceiling (mean ± standard error over the seeds)")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "product\tload\tplanner gain (pts)\tceiling gain (pts)\tshare of ceiling\t4g rejection planner / first fit\t")
+		for _, p := range products {
+			for _, load := range cfg.Loads {
+				g, c := gain(rk{p.Name, load, Planner}, FirstFit), gain(rk{p.Name, load, FreeMigration}, FirstFit)
+				rej4 := func(pol Policy) float64 {
+					return field(rk{p.Name, load, pol}, func(r OnlineResult) float64 { return r.Reject["4g"] }).mean
+				}
+				ratio := "-"
+				if rej4(FirstFit) > 0 {
+					ratio = fmt.Sprintf("%.2f / %.2f = %.0f%%", rej4(Planner), rej4(FirstFit), 100*rej4(Planner)/rej4(FirstFit))
+				}
+				share := "-"
+				if c.mean > 0 {
+					share = fmt.Sprintf("%.0f%%", 100*g.mean/c.mean)
+				}
+				fmt.Fprintf(tw, "%s\t%.1f\t%+.2f ± %.2f\t%+.2f ± %.2f\t%s\t%s\t\n", p.Name, load, g.mean, g.se, c.mean, c.se, share, ratio)
+			}
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
 	return nil
 }
 
@@ -315,9 +570,13 @@ type running struct {
 	name string // counter-model device name
 }
 
+// repackBudget bounds the exact search of one free-migration repack; a
+// search that does not finish is an error, not a guess.
+const repackBudget = 30 * time.Second
+
 // repack packs the running instances and one more of profile prof onto
-// the node's GPUs emptied (FreeMigration). fits is false when they do not
-// all fit or the product has no such profile (prof is "").
+// the node's GPUs emptied (FreeMigration), exactly. fits is false when
+// they do not all fit or the product has no such profile (prof is "").
 func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, fits bool, err error) {
 	if prof == "" {
 		return nil, false, nil
@@ -335,24 +594,29 @@ func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, 
 		reqs = append(reqs, mig.Request{Profile: ref.Profile})
 	}
 	reqs = append(reqs, mig.Request{Profile: prof})
-	plan, err = mig.PlanFleet(empty, reqs)
+	plan, err = mig.PlanFleet(empty, reqs, mig.WithSearchBudget(repackBudget))
 	if err != nil {
 		return nil, false, fmt.Errorf("repack: %w", err)
+	}
+	if !plan.Search.Optimal {
+		return nil, false, fmt.Errorf("repack %d instances: exact search did not finish: %s", len(reqs), plan.Search.Note)
 	}
 	return plan, len(plan.Unplaced) == 0, nil
 }
 
-// Simulate runs one online simulation (see Online).
-func Simulate(ctx context.Context, product string, load float64, pol Policy, arrivals int, seed int64) (OnlineResult, error) {
-	res := OnlineResult{Product: product, Load: load, Policy: pol, Reject: map[string]float64{}}
-	p, err := mig.Lookup(product)
-	if err != nil {
-		return res, err
+// Simulate runs one online simulation (see Online) of one node of 8 GPUs
+// of product p.
+func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arrivals int, seed int64) (OnlineResult, error) {
+	res := OnlineResult{Load: load, Policy: pol, Seed: seed, Reject: map[string]float64{}}
+	if p == nil {
+		return res, fmt.Errorf("simulate: product is nil")
 	}
+	res.Product = p.Name
 	const nGPU = 8
+	m := mixFor(p)
 	meanCompute := 0.0
-	for _, m := range Mix {
-		meanCompute += m.P * float64(m.Compute)
+	for i, c := range Mix {
+		meanCompute += m.p[i] * float64(c.Compute)
 	}
 	rate := load * float64(nGPU*p.ComputeSlices) / meanCompute
 	rng := rand.New(rand.NewSource(seed))
@@ -360,7 +624,7 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 	t := 0.0
 	for i := range evs {
 		t += rng.ExpFloat64() / rate
-		evs[i] = event{t: t, class: drawClass(rng), life: rng.ExpFloat64()}
+		evs[i] = event{t: t, class: m.draw(rng), life: rng.ExpFloat64()}
 	}
 	polRNG := rand.New(rand.NewSource(seed + 1))
 
@@ -368,7 +632,7 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	fleet := make([]mig.FleetGPU, nGPU)
 	for i := range fleet {
-		fleet[i] = mig.FleetGPU{Node: nodeName, Index: i, Product: p.Name}
+		fleet[i] = mig.FleetGPU{Node: nodeName, Index: i, Product: p}
 	}
 	gpus, err := mig.ModelGPUs(fleet)
 	if err != nil {
@@ -413,6 +677,9 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 	// running until end, over the slices in the policy's order (arrival
 	// i is the slices' generation).
 	placeAllocated := func(ctx context.Context, i int, prof string, end float64) (bool, error) {
+		if prof == "" {
+			return false, nil
+		}
 		var order []string
 		var err error
 		switch pol {
@@ -423,8 +690,12 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		case Planner:
 			order, err = mig.Preference(fleet)
-		case PlannerReserve:
+		case PlannerReserve1:
 			order, err = mig.Preference(fleet, mig.WithReserve(1))
+		case PlannerReserve2:
+			order, err = mig.Preference(fleet, mig.WithReserve(2))
+		default:
+			err = fmt.Errorf("simulate: unknown policy %q", pol)
 		}
 		if err != nil {
 			return false, err
@@ -480,7 +751,7 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 				}
 			}
 		}
-		prof := profileFor(p, ev.class)
+		prof := m.profile[ev.class]
 		c := float64(Mix[ev.class].Compute)
 		cls := Mix[ev.class].Class
 		if counted {
@@ -509,8 +780,10 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 		}
 	}
 	res.Accepted = acceptedC / math.Max(arrivedC, 1)
-	for _, m := range Mix {
-		res.Reject[m.Class] = float64(rejected[m.Class]) / math.Max(float64(arrived[m.Class]), 1)
+	for ci, c := range Mix {
+		if m.profile[ci] != "" {
+			res.Reject[c.Class] = float64(rejected[c.Class]) / math.Max(float64(arrived[c.Class]), 1)
+		}
 	}
 	res.Stranded = stranded / math.Max(samples, 1)
 	res.FreeGPUs = free / math.Max(samples, 1)
@@ -519,48 +792,66 @@ func Simulate(ctx context.Context, product string, load float64, pol Policy, arr
 }
 
 // Latency times PlanFleet and Preference on an 8-GPU node and PlanFleet
-// on a 1,000-GPU fleet, each half used, and prints p50 and p99.
+// on a 1,000-GPU fleet, each half used, and PlanFleet on full 8-GPU
+// instances where the exact search runs; it prints p50, p99 and the
+// slowest run.
 func Latency(cfg Config, w io.Writer) error {
 	rng := rand.New(rand.NewSource(cfg.Seed + 2))
 	p, err := mig.Lookup("H100-80GB")
 	if err != nil {
 		return err
 	}
+	m := mixFor(p)
 	type row struct {
 		name     string
 		gpus     int
 		reqs     int
 		runs     int
 		prefOnly bool
+		full     bool
 	}
 	rows := []row{
-		{"PlanFleet, 8-GPU node", 8, 8, 5 * cfg.LatencyRuns, false},
-		{"Preference, 8-GPU node", 8, 0, 5 * cfg.LatencyRuns, true},
-		{"PlanFleet, 1,000-GPU fleet", 1000, 200, max(cfg.LatencyRuns/10, 10), false},
+		{"PlanFleet, 8-GPU node", 8, 8, 5 * cfg.LatencyRuns, false, false},
+		{"Preference, 8-GPU node", 8, 0, 5 * cfg.LatencyRuns, true, false},
+		{"PlanFleet, 1,000-GPU fleet", 1000, 200, max(cfg.LatencyRuns/10, 10), false, false},
+		{"PlanFleet, 8 GPUs, full (exact search)", 8, 30, cfg.LatencyRuns, false, true},
 	}
-	fmt.Fprintf(w, "Plan latency (H100-80GB, half the GPUs with random in-use instances)\n")
+	fmt.Fprintf(w, "Plan latency (H100-80GB; half the GPUs with random in-use instances, or full instances of up to 30 requests; exact search budget %s)\n", mig.DefaultSearchBudget)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "case\trequests\truns\tp50\tp99\t")
+	fmt.Fprintln(tw, "case\trequests\truns\tsearch ran\tp50\tp99\tslowest\t")
 	for _, r := range rows {
 		var ds []time.Duration
+		searched := 0
 		for i := 0; i < r.runs; i++ {
-			fleet, _ := randomInstance(rng, p, r.gpus, 1)
+			var fleet []mig.FleetGPU
+			var reqs []mig.Request
+			if r.full {
+				fleet, reqs = fullInstance(rng, p, r.gpus, r.reqs)
+				rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
+			} else {
+				fleet, _ = randomInstance(rng, p, r.gpus, 1)
+				for j := range fleet {
+					for k := range fleet[j].Layout {
+						fleet[j].Layout[k].InUse = true
+					}
+				}
+				for j := 0; j < r.reqs; j++ {
+					reqs = append(reqs, mig.Request{Profile: m.profile[m.draw(rng)]})
+				}
+			}
 			for j := range fleet {
 				fleet[j].Node = fmt.Sprintf("node-%d", j/8)
 				fleet[j].Index = j % 8
-				for k := range fleet[j].Layout {
-					fleet[j].Layout[k].InUse = true
-				}
-			}
-			var reqs []mig.Request
-			for j := 0; j < r.reqs; j++ {
-				reqs = append(reqs, mig.Request{Profile: profileFor(p, drawClass(rng))})
 			}
 			start := time.Now()
 			if r.prefOnly {
 				_, err = mig.Preference(fleet)
 			} else {
-				_, err = mig.PlanFleet(fleet, reqs)
+				var plan *mig.Plan
+				plan, err = mig.PlanFleet(fleet, reqs)
+				if err == nil && plan.Search.Ran {
+					searched++
+				}
 			}
 			ds = append(ds, time.Since(start))
 			if err != nil {
@@ -568,7 +859,7 @@ func Latency(cfg Config, w io.Writer) error {
 			}
 		}
 		sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t\n", r.name, r.reqs, r.runs, round(ds[len(ds)/2]), round(ds[(len(ds)*99)/100]))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.name, r.reqs, r.runs, searched, round(ds[len(ds)/2]), round(ds[(len(ds)*99)/100]), round(ds[len(ds)-1]))
 	}
 	tw.Flush()
 	return nil

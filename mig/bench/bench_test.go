@@ -13,7 +13,11 @@ import (
 )
 
 func ExampleSimulate() {
-	r, err := Simulate(context.Background(), "H100-80GB", 0.3, Planner, 100, 1)
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		panic(err)
+	}
+	r, err := Simulate(context.Background(), p, 0.3, Planner, 100, 1)
 	if err != nil {
 		panic(err)
 	}
@@ -23,12 +27,13 @@ func ExampleSimulate() {
 
 func TestSimulateDeterministicAndSane(t *testing.T) {
 	ctx := context.Background()
+	a30, h100 := mustLookup(t, "A30-24GB"), mustLookup(t, "H100-80GB")
 	for _, pol := range Policies {
-		a, err := Simulate(ctx, "A30-24GB", 0.9, pol, 150, 3)
+		a, err := Simulate(ctx, a30, 0.9, pol, 150, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Simulate(ctx, "A30-24GB", 0.9, pol, 150, 3)
+		b, err := Simulate(ctx, a30, 0.9, pol, 150, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +46,7 @@ func TestSimulateDeterministicAndSane(t *testing.T) {
 	}
 	// At a tiny load every policy accepts everything.
 	for _, pol := range Policies {
-		r, err := Simulate(ctx, "H100-80GB", 0.05, pol, 100, 1)
+		r, err := Simulate(ctx, h100, 0.05, pol, 100, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,12 +57,13 @@ func TestSimulateDeterministicAndSane(t *testing.T) {
 }
 
 func TestRunPrintsTable(t *testing.T) {
-	cfg := Config{Seed: 1, BatchInstances: 12, Arrivals: 60, Loads: []float64{1.0}, Products: []string{"H100-80GB"}, LatencyRuns: 10}
+	cfg := Config{Seed: 1, Seeds: 2, BatchInstances: 16, Arrivals: 60, Loads: []float64{1.0}, Products: []string{"H100-80GB"},
+		Policies: []Policy{FirstFit, Planner, PlannerReserve1, FreeMigration}, LatencyRuns: 10}
 	var out bytes.Buffer
 	if err := Run(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Batch quality", "one-GPU optimal", "Online quality", "first-fit", "planner+reserve1", "free-migration", "Plan latency", "1,000-GPU fleet"} {
+	for _, want := range []string{"Batch quality", "one-GPU optimal", "complete when feasible", "/ full", "/ tight", "Online quality", "first-fit", "planner+reserve1", "free-migration", " ± ", "Admission control", "Summary", "Plan latency", "1,000-GPU fleet", "exact search"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -65,11 +71,8 @@ func TestRunPrintsTable(t *testing.T) {
 }
 
 func TestRepack(t *testing.T) {
-	p, err := mig.Lookup("H100-80GB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fleet := []mig.FleetGPU{{Node: "n", Index: 0, Product: p.Name}, {Node: "n", Index: 1, Product: p.Name}}
+	p := mustLookup(t, "H100-80GB")
+	fleet := []mig.FleetGPU{{Node: "n", Index: 0, Product: p}, {Node: "n", Index: 1, Product: p}}
 	for _, tc := range []struct {
 		name string
 		live []string
@@ -117,4 +120,13 @@ func TestRepack(t *testing.T) {
 	if _, fits, err := repack(fleet, nil, ""); err != nil || fits {
 		t.Errorf("a profile the product lacks: fits %v, err %v; want false, nil", fits, err)
 	}
+}
+
+func mustLookup(t *testing.T, name string) *mig.Product {
+	t.Helper()
+	p, err := mig.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

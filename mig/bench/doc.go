@@ -2,9 +2,14 @@
 // against the exhaustive optimum, online quality with the real scheduler
 // allocator (k8s.io/dynamic-resource-allocation/structured) against
 // NVIDIA's static first-fit order and a random order, and plan latency.
-// "drakit mig bench" prints its table. Every run uses fixed seeds, so one
-// configuration always prints the same quality figures; latencies depend
-// on the machine.
+// "drakit mig bench" prints its table. Every online row is run over
+// several seeds (10 by default), each its own arrival sequence shared by
+// all policies, and prints means, the gain over first fit as the mean of
+// the per-seed differences with its standard error, and how many seeds
+// the policy beat first fit on. The default run has one product per slice
+// geometry (H100-80GB; A100 has the same geometry) and A30 (4 slices).
+// Every run uses fixed seeds, so one configuration always prints the same
+// quality figures; latencies depend on the machine.
 //
 // The online table ends with a reference row, free-migration, that no
 // scheduler can follow: every running instance is packed again at each
