@@ -45,8 +45,9 @@ func (f jsonFile) load(v any) (bool, error) {
 }
 
 // update runs fn on the document under an exclusive lock and writes it
-// back when fn returns nil and reports a change. v must be a pointer whose
-// zero value is the empty document.
+// back when fn reports a change, also when fn fails (a call can fail and
+// still change state, e.g. consume an injected fault); fn's error is
+// returned. v must be a pointer whose zero value is the empty document.
 func (f jsonFile) update(v any, fn func(exists bool) (changed bool, err error)) error {
 	unlock, err := lockFile(f.path+".lock", true)
 	if err != nil {
@@ -57,11 +58,14 @@ func (f jsonFile) update(v any, fn func(exists bool) (changed bool, err error)) 
 	if err != nil {
 		return err
 	}
-	changed, err := fn(exists)
-	if err != nil || !changed {
-		return err
+	changed, ferr := fn(exists)
+	if !changed {
+		return ferr
 	}
-	return f.write(v)
+	if err := f.write(v); err != nil {
+		return errors.Join(ferr, err)
+	}
+	return ferr
 }
 
 func (f jsonFile) write(v any) error {
