@@ -46,7 +46,7 @@ func ExampleLifecycle() {
 	lc, _ := nvml.NewLifecycle(sim, journal)
 
 	k := nvml.Key{GPU: 0, ProfileID: 14, Start: 2} // 2g.10gb at memory slices 2-3
-	if err := journal.Record(k); err != nil {     // before the create
+	if err := journal.Record(k); err != nil {      // before the create
 		panic(err)
 	}
 	dev, err := lc.Create(k)
