@@ -110,12 +110,26 @@ type Stall struct {
 
 // simState is the simulated hardware: what outlives any process.
 type simState struct {
-	Server    string     `json:"server"`
-	GPUs      []simGPU   `json:"gpus"`
-	Faults    []Fault    `json:"faults,omitempty"`
-	Stalls    []Stall    `json:"stalls,omitempty"`
-	NextEvent uint64     `json:"nextEvent"`
-	Events    []simEvent `json:"events,omitempty"`
+	Server string `json:"server"`
+	// Product replaces the server's catalog product (WithProduct).
+	Product   *productSpec `json:"product,omitempty"`
+	GPUs      []simGPU     `json:"gpus"`
+	Faults    []Fault      `json:"faults,omitempty"`
+	Stalls    []Stall      `json:"stalls,omitempty"`
+	NextEvent uint64       `json:"nextEvent"`
+	Events    []simEvent   `json:"events,omitempty"`
+}
+
+// productSpec is a mig.Product as the state file keeps it.
+type productSpec struct {
+	Name          string        `json:"name"`
+	MemorySlices  int           `json:"memorySlices"`
+	ComputeSlices int           `json:"computeSlices"`
+	Profiles      []mig.Profile `json:"profiles"`
+}
+
+func (ps *productSpec) product() (*mig.Product, error) {
+	return mig.NewProduct(ps.Name, ps.MemorySlices, ps.ComputeSlices, ps.Profiles)
 }
 
 type simGPU struct {
@@ -156,6 +170,7 @@ type SimOption func(*simOptions) error
 
 type simOptions struct {
 	server     string
+	product    *mig.Product
 	migEnabled bool
 	poll       time.Duration
 }
@@ -169,6 +184,20 @@ func WithServer(name string) SimOption {
 			return err
 		}
 		o.server = name
+		return nil
+	}
+}
+
+// WithProduct makes the GPUs of a new state the given product instead of
+// the server's catalog product: another GPU's profiles (e.g. mig.FromNVML
+// of what a real GPU reported) or a made-up geometry for tests. The state
+// file keeps it.
+func WithProduct(p *mig.Product) SimOption {
+	return func(o *simOptions) error {
+		if p == nil {
+			return errors.New("product is nil")
+		}
+		o.product = p
 		return nil
 	}
 }
@@ -213,6 +242,9 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 			return nil, err
 		}
 		st := &simState{Server: srv.Name}
+		if p := o.product; p != nil {
+			st.Product = &productSpec{Name: p.Name, MemorySlices: p.MemorySlices, ComputeSlices: p.ComputeSlices, Profiles: p.Profiles}
+		}
 		for range 8 {
 			u, err := newUUID()
 			if err != nil {
@@ -223,12 +255,13 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 		return st, nil
 	}
 	var server string
+	var spec *productSpec
 	if path == "" {
 		st, err := fresh(o.server)
 		if err != nil {
 			return nil, fmt.Errorf("open simulated NVML: %w", err)
 		}
-		s.mem, server = st, st.Server
+		s.mem, server, spec = st, st.Server, st.Product
 	} else {
 		var st simState
 		err := s.file.update(&st, func(exists bool) (bool, error) {
@@ -239,14 +272,14 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 				if o.server != "" && o.server != st.Server {
 					return false, fmt.Errorf("state is a %s, not a %s", st.Server, o.server)
 				}
-				server = st.Server
+				server, spec = st.Server, st.Product
 				return false, nil
 			}
 			f, err := fresh(o.server)
 			if err != nil {
 				return false, err
 			}
-			st, server = *f, f.Server
+			st, server, spec = *f, f.Server, f.Product
 			return true, nil
 		})
 		if err != nil {
@@ -254,9 +287,18 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 		}
 	}
 	s.server, _ = simServer(server)
-	p, err := mig.Lookup(s.server.Product)
+	var p *mig.Product
+	var err error
+	if spec != nil {
+		p, err = spec.product()
+	} else {
+		p, err = mig.Lookup(s.server.Product)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open simulated NVML: %w", err)
+	}
+	if spec != nil {
+		s.server.Product, s.server.ProductName = p.Name, p.Name
 	}
 	s.product = p
 	return s, nil
@@ -283,10 +325,12 @@ func newUUID() (string, error) {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
-// Server returns the simulated server model.
+// Server returns the simulated server model (with Product and
+// ProductName of the WithProduct product, if one was given).
 func (s *Sim) Server() SimServer { return s.server }
 
-// Product returns the mig catalog product the simulated GPUs are.
+// Product returns the product the simulated GPUs are: the server's
+// catalog product or the WithProduct one.
 func (s *Sim) Product() *mig.Product { return s.product }
 
 // errStall tells change that a fault stalled the call after its state was

@@ -11,13 +11,46 @@ import (
 )
 
 // memSim opens an in-memory simulator of the named server.
-func memSim(t testing.TB, server string) *Sim {
+func memSim(t testing.TB, server string, opts ...SimOption) *Sim {
 	t.Helper()
-	s, err := OpenSim("", WithServer(server))
+	s, err := OpenSim("", append([]SimOption{WithServer(server)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// syntheticProduct is a made-up GPU on which every placement rule binds
+// on its own, which NVIDIA's geometries do not allow: there each profile's
+// count is no more than its placements, a single "+me" profile has count
+// 1, and memory runs out before compute. Here 1g has 8 placements but a
+// count of 2, two "+me" profiles exist (the second +me is refused with
+// either's count to spare), and 4g+2g fit the memory but not the 5 compute
+// slices.
+func syntheticProduct(t testing.TB) *mig.Product {
+	t.Helper()
+	p, err := mig.NewProduct("TEST-8M5C", 8, 5, []mig.Profile{
+		{Name: "1g.5gb", ID: 19, MemorySlices: 1, MaxCount: 2, Starts: []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{Name: "1g.5gb+me", ID: 20, MemorySlices: 1, MaxCount: 2, Starts: []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{Name: "2g.10gb", ID: 14, MemorySlices: 2, MaxCount: 4, Starts: []int{0, 2, 4, 6}},
+		{Name: "2g.10gb+me", ID: 21, MemorySlices: 2, MaxCount: 1, Starts: []int{0, 2, 4, 6}},
+		{Name: "4g.20gb", ID: 5, MemorySlices: 4, MaxCount: 2, Starts: []int{0, 4}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ruleCases are the simulators the rule tests run on: every server model,
+// and the synthetic product.
+func ruleCases(t *testing.T) map[string]func() *Sim {
+	cases := map[string]func() *Sim{}
+	for _, srv := range SimServers() {
+		cases[srv.Name] = func() *Sim { return memSim(t, srv.Name) }
+	}
+	cases["synthetic"] = func() *Sim { return memSim(t, "dgx-h100", WithProduct(syntheticProduct(t))) }
+	return cases
 }
 
 // layoutOf reads the simulator's GPU instances on gpu as a mig.Layout.
@@ -87,9 +120,9 @@ func destroyAll(t testing.TB, nv Interface, gpu int) {
 // enumeration (all profiles, "+me" included) on every simulated server, in
 // a shuffled order, and reads it back.
 func TestSimCreatesEveryValidLayout(t *testing.T) {
-	for _, srv := range SimServers() {
-		t.Run(srv.Name, func(t *testing.T) {
-			s := memSim(t, srv.Name)
+	for name, open := range ruleCases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open()
 			p := s.Product()
 			layouts, err := p.Layouts()
 			if err != nil {
@@ -112,8 +145,8 @@ func TestSimCreatesEveryValidLayout(t *testing.T) {
 				}
 				destroyAll(t, s, gpu)
 			}
-			t.Logf("%s: %d valid layouts created (%d GPU instances)", srv.Name, len(layouts), instances)
-			if len(layouts) != 2318 {
+			t.Logf("%s: %d valid layouts created (%d GPU instances)", name, len(layouts), instances)
+			if name != "synthetic" && len(layouts) != 2318 {
 				t.Errorf("%d layouts, the mig enumeration has 2318 for 8-slice GPUs with +me", len(layouts))
 			}
 		})
@@ -127,16 +160,16 @@ func TestSimCreatesEveryValidLayout(t *testing.T) {
 // simulator must refuse exactly the instances the validator rejects, with
 // the error class real NVML returns, and change nothing.
 func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
-	for _, srv := range SimServers() {
-		t.Run(srv.Name, func(t *testing.T) {
-			s := memSim(t, srv.Name)
+	for name, open := range ruleCases(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open()
 			p := s.Product()
 			layouts, err := p.Layouts()
 			if err != nil {
 				t.Fatal(err)
 			}
 			layouts = append([]mig.Layout{{}}, layouts...)
-			refused := map[error]int{}
+			refused, byRule := map[error]int{}, map[error]int{}
 			accepted := 0
 			for _, l := range layouts {
 				for _, in := range l {
@@ -165,6 +198,11 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 							t.Fatalf("%s + %s: validator says %v; simulator returned %v, want %v", l, in, verr, err, want)
 						}
 						refused[want]++
+						for _, rule := range []error{mig.ErrPlacement, mig.ErrOverlap, mig.ErrMaxCount, mig.ErrMediaExtensions, mig.ErrCompute} {
+							if errors.Is(verr, rule) {
+								byRule[rule]++
+							}
+						}
 						if after := layoutOf(t, s, p, 0).String(); after != before {
 							t.Fatalf("%s + %s: refused create changed the GPU from %s to %s", l, in, before, after)
 						}
@@ -173,7 +211,16 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 				destroyAll(t, s, 0)
 			}
 			t.Logf("%s: over %d valid prefixes, %d extensions accepted, refused %d as insufficient resources and %d as invalid argument",
-				srv.Name, len(layouts), accepted, refused[ErrInsufficientResources], refused[ErrInvalidArgument])
+				name, len(layouts), accepted, refused[ErrInsufficientResources], refused[ErrInvalidArgument])
+			t.Logf("%s: refused by rule: placement %d, overlap %d, max count %d, +me %d, compute %d", name,
+				byRule[mig.ErrPlacement], byRule[mig.ErrOverlap], byRule[mig.ErrMaxCount], byRule[mig.ErrMediaExtensions], byRule[mig.ErrCompute])
+			if name == "synthetic" {
+				for _, rule := range []error{mig.ErrMaxCount, mig.ErrMediaExtensions, mig.ErrCompute} {
+					if byRule[rule] == 0 {
+						t.Errorf("no create refused for %v alone; the synthetic product must make every rule bind", rule)
+					}
+				}
+			}
 		})
 	}
 }
