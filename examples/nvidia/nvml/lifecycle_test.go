@@ -222,35 +222,38 @@ func TestLifecycleCompletesAHalfMadeOwnDevice(t *testing.T) {
 // UUIDs' form and uniqueness, and reads them back from the state file
 // through a second simulator.
 func TestSimUUIDsAreUniqueAndStable(t *testing.T) {
+	mem := memSim(t, "dgx-a100-40gb")
+	seen := map[string]bool{}
+	makeAll := func(s *Sim, gpus, rounds int) {
+		for round := range rounds {
+			for g := range gpus {
+				destroyAll(t, s, g)
+				for start := range 7 {
+					gi, err := s.CreateGPUInstance(g, 19, mig.Placement{Start: start, Size: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ci, err := s.CreateComputeInstance(g, gi.ID, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !migUUID.MatchString(ci.UUID) || seen[ci.UUID] {
+						t.Fatalf("round %d: MIG UUID %q malformed or repeated", round, ci.UUID)
+					}
+					seen[ci.UUID] = true
+				}
+			}
+		}
+	}
+	makeAll(mem, 8, 20)
+	t.Logf("%d MIG UUIDs, all distinct", len(seen))
+
 	path := filepath.Join(t.TempDir(), "state.json")
 	s, err := OpenSim(path, WithServer("dgx-a100-40gb"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
-	for round := range 3 {
-		for g := range 8 {
-			for start := range 7 {
-				gi, err := s.CreateGPUInstance(g, 19, mig.Placement{Start: start, Size: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ci, err := s.CreateComputeInstance(g, gi.ID, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !migUUID.MatchString(ci.UUID) || seen[ci.UUID] {
-					t.Fatalf("round %d: MIG UUID %q malformed or repeated", round, ci.UUID)
-				}
-				seen[ci.UUID] = true
-			}
-		}
-		if round < 2 {
-			for g := range 8 {
-				destroyAll(t, s, g)
-			}
-		}
-	}
+	makeAll(s, 2, 1)
 	gpus1, _ := s.GPUs()
 	s2, err := OpenSim(path, WithServer("dgx-a100-40gb"))
 	if err != nil {
@@ -260,6 +263,9 @@ func TestSimUUIDsAreUniqueAndStable(t *testing.T) {
 	for g := range 8 {
 		a, _ := s.GPUInstances(g)
 		b, _ := s2.GPUInstances(g)
+		if want := map[bool]int{true: 7, false: 0}[g < 2]; len(a) != want || len(b) != want {
+			t.Fatalf("GPU %d: %d instances, reopened %d, want %d", g, len(a), len(b), want)
+		}
 		for i := range a {
 			if a[i].ComputeInstances[0].UUID != b[i].ComputeInstances[0].UUID {
 				t.Fatalf("GPU %d: UUID changed on reopen", g)
