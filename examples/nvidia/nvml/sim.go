@@ -409,6 +409,22 @@ func (st *simState) fault(op string, fop FaultOp, gpu int) error {
 	return nil
 }
 
+// enter starts a MIG call: the GPU must exist, an armed fault for fop
+// fires (commit is then true: the consumed fault must be kept), and with
+// needMIG the GPU's MIG mode must be current (ErrNotSupported).
+func (st *simState) enter(op string, fop FaultOp, gpu int, needMIG bool) (g *simGPU, commit bool, err error) {
+	if g, err = st.gpu(op, gpu); err != nil {
+		return nil, false, err
+	}
+	if err := st.fault(op, fop, gpu); err != nil {
+		return nil, true, err
+	}
+	if needMIG && !g.Mig.Current {
+		return nil, false, newError(ErrorNotSupported, op, "MIG mode is disabled")
+	}
+	return g, false, nil
+}
+
 // System reports the simulated driver and CUDA versions.
 func (s *Sim) System() (System, error) {
 	return System{DriverVersion: SimDriverVersion, CUDAVersion: SimCUDAVersion}, nil
@@ -596,15 +612,9 @@ func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstan
 	op := fmt.Sprintf("create GPU instance of profile %d at %d:%d on GPU %d", profileID, at.Start, at.Size, gpu)
 	var out GPUInstance
 	err := s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+		g, commit, err := st.enter(op, FaultCreateGPUInstance, gpu, true)
 		if err != nil {
-			return false, err
-		}
-		if err := st.fault(op, FaultCreateGPUInstance, gpu); err != nil {
-			return true, err
-		}
-		if !g.Mig.Current {
-			return false, newError(ErrorNotSupported, op, "MIG mode is disabled")
+			return commit, err
 		}
 		pr, ok := s.giProfile(profileID)
 		if !ok {
@@ -692,15 +702,9 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIns
 	}
 	var out ComputeInstance
 	err = s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+		g, commit, err := st.enter(op, FaultCreateComputeInstance, gpu, true)
 		if err != nil {
-			return false, err
-		}
-		if err := st.fault(op, FaultCreateComputeInstance, gpu); err != nil {
-			return true, err
-		}
-		if !g.Mig.Current {
-			return false, newError(ErrorNotSupported, op, "MIG mode is disabled")
+			return commit, err
 		}
 		gi := findGI(g, gpuInstance)
 		if gi == nil {
@@ -757,12 +761,9 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIns
 func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) error {
 	op := fmt.Sprintf("destroy compute instance %d of GPU instance %d on GPU %d", computeInstance, gpuInstance, gpu)
 	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+		g, commit, err := st.enter(op, FaultDestroyComputeInstance, gpu, false)
 		if err != nil {
-			return false, err
-		}
-		if err := st.fault(op, FaultDestroyComputeInstance, gpu); err != nil {
-			return true, err
+			return commit, err
 		}
 		gi := findGI(g, gpuInstance)
 		if gi == nil {
@@ -783,12 +784,9 @@ func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) erro
 func (s *Sim) DestroyGPUInstance(gpu, gpuInstance int) error {
 	op := fmt.Sprintf("destroy GPU instance %d on GPU %d", gpuInstance, gpu)
 	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+		g, commit, err := st.enter(op, FaultDestroyGPUInstance, gpu, false)
 		if err != nil {
-			return false, err
-		}
-		if err := st.fault(op, FaultDestroyGPUInstance, gpu); err != nil {
-			return true, err
+			return commit, err
 		}
 		for i, gi := range g.Instances {
 			if gi.ID != gpuInstance {

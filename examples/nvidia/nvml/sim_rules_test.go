@@ -173,8 +173,9 @@ func TestSimCreatesEveryValidLayout(t *testing.T) {
 // the error class real NVML returns, and change nothing.
 func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 	done := map[string]string{} // geometry -> case that covered it
-	for _, name := range sortedKeys(ruleCases(t)) {
-		open := ruleCases(t)[name]
+	cases := ruleCases(t)
+	for _, name := range sortedKeys(cases) {
+		open := cases[name]
 		t.Run(name, func(t *testing.T) {
 			s := open()
 			p := s.Product()
