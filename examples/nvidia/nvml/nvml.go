@@ -21,7 +21,8 @@ type Interface interface {
 	System() (System, error)
 	// GPUs lists the GPUs in index order.
 	GPUs() ([]GPU, error)
-	// MigMode reports the GPU's current and pending MIG mode.
+	// MigMode reports the GPU's current and pending MIG mode;
+	// ErrNotSupported for a GPU without MIG.
 	MigMode(gpu int) (MigMode, error)
 	// GPUInstanceProfiles lists the GPU instance profiles the GPU supports
 	// with their possible placements, by ascending profile ID.
@@ -166,7 +167,8 @@ type ComputeInstance struct {
 
 // HealthEvent is an error NVML reported on a GPU.
 type HealthEvent struct {
-	// GPU is the GPU's index; UUID its UUID.
+	// GPU is the GPU's index (-1 when the backend could not tell); UUID
+	// its UUID.
 	GPU  int    `json:"gpu"`
 	UUID string `json:"uuid"`
 	// XID is the XID error code, e.g. 79 (GPU fallen off the bus), 48

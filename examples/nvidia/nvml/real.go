@@ -536,10 +536,12 @@ func (r *Real) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 				continue
 			}
 			ev := HealthEvent{GPU: -1, XID: data.EventData, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
-			if u, ret := data.Device.GetUUID(); ret == gonvml.SUCCESS {
-				ev.UUID = u
-				if i, ok := byUUID[u]; ok {
-					ev.GPU = i
+			if data.Device != nil {
+				if u, ret := data.Device.GetUUID(); ret == gonvml.SUCCESS {
+					ev.UUID = u
+					if i, ok := byUUID[u]; ok {
+						ev.GPU = i
+					}
 				}
 			}
 			if data.GpuInstanceId != noInstance {

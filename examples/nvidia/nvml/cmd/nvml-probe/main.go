@@ -2,7 +2,7 @@
 // driver sees: driver and CUDA versions, GPUs, MIG mode, GPU instance
 // profiles with their placements, and the GPU and compute instances that
 // exist; and it compares each MIG-capable GPU's profiles with the mig
-// catalog (mig.Lookup against mig.FromNVML). It only reads: it never
+// catalog (nvml.CatalogDiff). It only reads: it never
 // changes MIG mode, creates or destroys instances, or resets a GPU, so it
 // is safe on a production node.
 //
@@ -18,11 +18,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/drakit/drakit/examples/nvidia/nvml"
-	"github.com/drakit/drakit/mig"
 )
 
 // reader is the read-only part of nvml.Interface the probe uses: holding
@@ -84,6 +82,9 @@ func probe(w io.Writer, nv reader) int {
 			fail("GPU instance profiles: %v", err)
 			continue
 		}
+		if len(profs) == 0 {
+			fmt.Fprintln(w, "  NVML reports no GPU instance profiles")
+		}
 		fmt.Fprintf(w, "  %-4s %-14s %6s %5s %10s  %s\n", "ID", "profile", "slices", "max", "memory MiB", "placements (start:size)")
 		for _, p := range profs {
 			var pls []string
@@ -92,7 +93,7 @@ func probe(w io.Writer, nv reader) int {
 			}
 			fmt.Fprintf(w, "  %-4d %-14s %6d %5d %10d  %s\n", p.ID, p.Name, p.SliceCount, p.InstanceCount, p.MemoryMiB, strings.Join(pls, " "))
 		}
-		diffs, err := compare(g.ProductName, profs)
+		diffs, err := nvml.CatalogDiff(g.ProductName, profs)
 		switch {
 		case err != nil:
 			fail("compare with the mig catalog: %v", err)
@@ -135,44 +136,4 @@ func onOff(b bool) string {
 		return "enabled"
 	}
 	return "disabled"
-}
-
-// compare builds the product from what NVML reports (mig.FromNVML) and
-// checks it against the built-in catalog entry (mig.Lookup): the same
-// profile names with the same IDs, slices, counts and placement starts.
-// Memory sizes are not compared: the catalog holds nominal sizes.
-func compare(productName string, profs []nvml.GPUInstanceProfile) ([]string, error) {
-	cat, err := mig.Lookup(productName)
-	if err != nil {
-		return nil, err
-	}
-	info := mig.NVMLInfo{ProductName: productName}
-	for _, p := range profs {
-		info.Profiles = append(info.Profiles, mig.NVMLProfileInfo{ID: p.ID, Name: p.Name, SliceCount: p.SliceCount, InstanceCount: p.InstanceCount, MemorySizeMB: p.MemoryMiB, Placements: p.Placements})
-	}
-	got, err := mig.FromNVML(info)
-	if err != nil {
-		return nil, err
-	}
-	var diffs []string
-	if got.MemorySlices != cat.MemorySlices || got.ComputeSlices != cat.ComputeSlices {
-		diffs = append(diffs, fmt.Sprintf("geometry: NVML %d memory / %d compute slices, catalog %s %d / %d", got.MemorySlices, got.ComputeSlices, cat.Name, cat.MemorySlices, cat.ComputeSlices))
-	}
-	for _, c := range cat.Profiles {
-		n, err := got.Profile(c.Name)
-		if err != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: in catalog %s, not reported by NVML", c.Name, cat.Name))
-			continue
-		}
-		if n.ID != c.ID || n.ComputeSlices != c.ComputeSlices || n.MemorySlices != c.MemorySlices || n.MaxCount != c.MaxCount || !slices.Equal(n.Starts, c.Starts) {
-			diffs = append(diffs, fmt.Sprintf("%s: NVML id %d, %dg, %d memory slices, max %d, starts %v; catalog id %d, %dg, %d, max %d, starts %v",
-				c.Name, n.ID, n.ComputeSlices, n.MemorySlices, n.MaxCount, n.Starts, c.ID, c.ComputeSlices, c.MemorySlices, c.MaxCount, c.Starts))
-		}
-	}
-	for _, n := range got.Profiles {
-		if _, err := cat.Profile(n.Name); err != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: reported by NVML (id %d), not in catalog %s", n.Name, n.ID, cat.Name))
-		}
-	}
-	return diffs, nil
 }

@@ -36,26 +36,3 @@ func TestProbeMatchesTheCatalogOnEverySimulatedServer(t *testing.T) {
 		}
 	}
 }
-
-// TestCompareReportsDifferences feeds the comparison what go-nvml's mock
-// H100 reports (3g at size 3, 7g at size 7) and a profile the catalog
-// lacks.
-func TestCompareReportsDifferences(t *testing.T) {
-	s, _ := nvml.OpenSim("", nvml.WithServer("dgx-h100"))
-	profs, _ := s.GPUInstanceProfiles(0)
-	for i := range profs {
-		switch profs[i].ID {
-		case 9: // 3g
-			profs[i].Placements = []mig.Placement{{Start: 0, Size: 3}, {Start: 4, Size: 3}}
-		}
-	}
-	profs = append(profs, nvml.GPUInstanceProfile{ID: 47, Name: "1g.20gb+gfx", SliceCount: 1, InstanceCount: 4, MemoryMiB: 20480, Placements: []mig.Placement{{Start: 0, Size: 2}}})
-	diffs, err := compare("NVIDIA H100 80GB HBM3", profs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := strings.Join(diffs, "\n")
-	if len(diffs) != 2 || !strings.Contains(joined, "3g.40gb: NVML id 9, 3g, 3 memory slices") || !strings.Contains(joined, "1g.20gb+gfx: reported by NVML") {
-		t.Fatalf("differences:\n%s", joined)
-	}
-}
