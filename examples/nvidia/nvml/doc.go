@@ -92,5 +92,10 @@
 //
 // cmd/nvml-probe prints discovery, MIG mode, profiles, placements and
 // instances through the real backend and compares every GPU's profiles
-// with the mig catalog (mig.FromNVML against mig.Lookup). It only reads.
+// with the mig catalog (CatalogDiff: mig.FromNVML against mig.Lookup);
+// TestRealBackendReadOnly does the same checks as a test and is skipped
+// where libnvidia-ml is missing. gpu-check.sh builds both here ("build")
+// and runs them on a GPU machine without Go ("run"). All of them only
+// read: none changes MIG mode, creates or destroys an instance, or resets
+// a GPU.
 package nvml

@@ -204,6 +204,9 @@ func (r *Real) giProfiles(d gonvml.Device, gpu int) ([]giProfile, error) {
 		if err := nvErr(ret, "get GPU instance profile %d of GPU %d", i, gpu); err != nil {
 			return nil, err
 		}
+		if info.InstanceCount == 0 {
+			continue // defined, but not creatable in the GPU's current mode
+		}
 		p := giProfile{info: info}
 		if v3, ret := d.GetGpuInstanceProfileInfoV(i).V3(); ret == gonvml.SUCCESS {
 			p.name = cString(v3.Name[:])
