@@ -17,9 +17,12 @@ var ErrNotOwned = errors.New("MIG device not owned by this driver")
 // start. NVML's GPU instance IDs are reused and the MIG UUID is only known
 // after the create, so neither can identify a device in an intent record.
 type Key struct {
-	GPU       int `json:"gpu"`
+	// GPU is the GPU's NVML index.
+	GPU int `json:"gpu"`
+	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
 	ProfileID int `json:"profileID"`
-	Start     int `json:"start"`
+	// Start is the placement's first memory slice.
+	Start int `json:"start"`
 }
 
 // String prints e.g. "GPU 0 profile 9 at 4".
@@ -51,6 +54,7 @@ func (f OwnerFunc) Owns(k Key) (bool, error) { return f(k) }
 
 // MigDevice is a GPU instance as the lifecycle sees it.
 type MigDevice struct {
+	// Key is where the device sits.
 	Key Key `json:"key"`
 	// Profile is the GPU instance profile name, e.g. "3g.40gb".
 	Profile string `json:"profile"`

@@ -93,17 +93,22 @@ const (
 // FaultCreateComputeInstance: after the GPU instance exists, before its
 // compute instance does). Each fault fires once.
 type Fault struct {
-	Op  FaultOp `json:"op"`
-	GPU int     `json:"gpu"`
+	// Op is the call the fault hits.
+	Op FaultOp `json:"op"`
+	// GPU is the GPU index the call must be for; -1 matches any GPU.
+	GPU int `json:"gpu"`
 	// Code is the return code; zero means ErrorUnknown.
-	Code  Return `json:"code,omitempty"`
-	Stall bool   `json:"stall,omitempty"`
+	Code Return `json:"code,omitempty"`
+	// Stall makes the call block instead of failing (see Fault).
+	Stall bool `json:"stall,omitempty"`
 }
 
 // Stall records a call that a stalling Fault stopped.
 type Stall struct {
-	Op  FaultOp `json:"op"`
-	GPU int     `json:"gpu"`
+	// Op is the call that stalled.
+	Op FaultOp `json:"op"`
+	// GPU is the GPU index it was for.
+	GPU int `json:"gpu"`
 	// PID is the process that made the call.
 	PID int `json:"pid"`
 }
