@@ -19,8 +19,8 @@ import (
 const crashEnv = "DRAKIT_NVML_CRASH_JOB"
 
 type crashJob struct {
-	State, Journal string
-	Key            Key
+	State, Journal, Lock string
+	Key                  Key
 }
 
 // TestCrashHelperProcess is the child: it records its intent and creates
@@ -46,7 +46,7 @@ func TestCrashHelperProcess(t *testing.T) {
 	if err := j.Record(job.Key); err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewLifecycle(s, j)
+	l, err := NewLifecycle(s, j, WithLockFile(job.Lock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestCrashHelperProcess(t *testing.T) {
 // device can be created again.
 func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	dir := t.TempDir()
-	state, jpath := filepath.Join(dir, "nvml-state.json"), filepath.Join(dir, "journal.json")
+	state, jpath, lock := filepath.Join(dir, "nvml-state.json"), filepath.Join(dir, "journal.json"), filepath.Join(dir, "mig.lock")
 	s, err := OpenSim(state, WithServer("dgx-h100"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	if err := s.InjectFault(Fault{Op: FaultCreateComputeInstance, GPU: 0, Stall: true}); err != nil {
 		t.Fatal(err)
 	}
-	job, _ := json.Marshal(crashJob{State: state, Journal: jpath, Key: k})
+	job, _ := json.Marshal(crashJob{State: state, Journal: jpath, Lock: lock, Key: k})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(job))
 	out := &lockedBuffer{}
@@ -120,17 +120,9 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		t.Fatalf("at the stall GPU 0 has %+v, want the admin's two and a half-made 2g@4", gis)
 	}
 
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	killed = true
-	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed by SIGKILL; output:\n%s", err, out.String())
-	}
-
-	// Restart: a new process's view of the same GPU and journal.
+	// A new driver process starts while the old one is still inside
+	// Create: its Recover waits for the lock instead of taking the live
+	// create for a crash's leftovers.
 	s2, err := OpenSim(state)
 	if err != nil {
 		t.Fatal(err)
@@ -142,8 +134,44 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	if owned, _ := j.Owns(k); !owned {
 		t.Fatal("the child's intent record is not in the journal")
 	}
-	l := lifecycle(t, s2, j)
-	r, err := l.Recover()
+	l := lifecycle(t, s2, j, WithLockFile(lock))
+	type result struct {
+		r   Recovery
+		err error
+	}
+	recovered := make(chan result, 1)
+	go func() {
+		r, err := l.Recover()
+		recovered <- result{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // time enough for an unlocked Recover to destroy it
+	select {
+	case res := <-recovered:
+		t.Fatalf("Recover ran while the child was inside Create: %+v, %v", res.r, res.err)
+	default:
+	}
+	if gis, _ := s.GPUInstances(0); len(gis) != 3 {
+		t.Fatalf("the child's GPU instance was destroyed under it: %+v", gis)
+	}
+
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	killed = true
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want killed by SIGKILL; output:\n%s", err, out.String())
+	}
+
+	// The kernel released the dead child's lock: Recover runs now.
+	var res result
+	select {
+	case res = <-recovered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Recover still blocked after the child died")
+	}
+	r, err := res.r, res.err
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,10 @@
 // checkpoint (intent records written before the ClaimPreparer hook runs);
 // Journal is a file-backed Owner for other programs and tests. At start,
 // Lifecycle.Recover destroys the driver's half-made devices and leaves the
-// rest.
+// rest. WithLockFile makes Create, Destroy and Recover of all processes on
+// a node take turns, so that a new driver process's Recover (a rolling
+// update) never destroys an old process's create in progress; a killed
+// process's lock is released by the kernel.
 //
 // # On a real GPU
 //

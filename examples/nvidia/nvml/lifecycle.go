@@ -82,16 +82,54 @@ func (d MigDevice) Static() bool { return !d.Owned }
 // idempotent; devices are found by Key; and only devices the Owner claims
 // are ever created or destroyed.
 type Lifecycle struct {
-	nv    Interface
-	owner Owner
+	nv       Interface
+	owner    Owner
+	lockPath string
+}
+
+// LifecycleOption configures NewLifecycle.
+type LifecycleOption func(*Lifecycle) error
+
+// WithLockFile makes every Create, Destroy and Recover, of all processes
+// that name the same file, hold an exclusive flock on it for the whole
+// operation. Without it, a Recover in a new driver process (a rolling
+// update) could take another live process's create in progress, between
+// its two calls, for a crash's leftovers and destroy it. The kernel
+// releases the lock of a killed process, so its leftovers are recovered.
+func WithLockFile(path string) LifecycleOption {
+	return func(l *Lifecycle) error {
+		if path == "" {
+			return errors.New("lock file path is empty")
+		}
+		l.lockPath = path
+		return nil
+	}
 }
 
 // NewLifecycle returns a lifecycle on nv that consults owner.
-func NewLifecycle(nv Interface, owner Owner) (*Lifecycle, error) {
+func NewLifecycle(nv Interface, owner Owner, opts ...LifecycleOption) (*Lifecycle, error) {
 	if nv == nil || owner == nil {
 		return nil, errors.New("new MIG lifecycle: NVML interface and owner are required")
 	}
-	return &Lifecycle{nv: nv, owner: owner}, nil
+	l := &Lifecycle{nv: nv, owner: owner}
+	for _, opt := range opts {
+		if err := opt(l); err != nil {
+			return nil, fmt.Errorf("new MIG lifecycle: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// lock takes the WithLockFile lock; a no-op without one.
+func (l *Lifecycle) lock(op string) (func(), error) {
+	if l.lockPath == "" {
+		return func() {}, nil
+	}
+	unlock, err := lockFile(l.lockPath, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return unlock, nil
 }
 
 func (l *Lifecycle) owned(op string, k Key) error {
@@ -144,6 +182,11 @@ func (l *Lifecycle) profile(op string, k Key) (GPUInstanceProfile, error) {
 // errors.Is(err, ErrInsufficientResources) tells a full GPU.
 func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 	const op = "create MIG device"
+	unlock, err := l.lock(op)
+	if err != nil {
+		return MigDevice{}, err
+	}
+	defer unlock()
 	if err := l.owned(op, k); err != nil {
 		return MigDevice{}, err
 	}
@@ -209,6 +252,11 @@ func (l *Lifecycle) createCI(gi GPUInstance, prof GPUInstanceProfile) (ComputeIn
 // Destroy returned nil.
 func (l *Lifecycle) Destroy(k Key) error {
 	const op = "destroy MIG device"
+	unlock, err := l.lock(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := l.owned(op, k); err != nil {
 		return err
 	}
@@ -294,9 +342,15 @@ type Recovery struct {
 // Recover runs at driver start, before any Create: it destroys the
 // driver's own GPU instances that lack a compute instance (a crash between
 // the two create calls; the claim's prepare will run again) and leaves
-// everything else. It never touches a static device.
+// everything else. It never touches a static device. Where two driver
+// processes can overlap, give both WithLockFile.
 func (l *Lifecycle) Recover() (Recovery, error) {
 	var r Recovery
+	unlock, err := l.lock("recover MIG devices")
+	if err != nil {
+		return r, err
+	}
+	defer unlock()
 	devs, err := l.List()
 	if err != nil {
 		return r, fmt.Errorf("recover MIG devices: %w", err)

@@ -20,9 +20,9 @@ func journal(t testing.TB) *Journal {
 	return j
 }
 
-func lifecycle(t testing.TB, nv Interface, o Owner) *Lifecycle {
+func lifecycle(t testing.TB, nv Interface, o Owner, opts ...LifecycleOption) *Lifecycle {
 	t.Helper()
-	l, err := NewLifecycle(nv, o)
+	l, err := NewLifecycle(nv, o, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
