@@ -1,11 +1,9 @@
 package nvml
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -13,105 +11,6 @@ import (
 
 	"github.com/drakit/drakit/mig"
 )
-
-// SimServer is a server model the simulator can play: eight GPUs of one
-// product from the mig catalog.
-type SimServer struct {
-	// Name is what OpenSim takes, e.g. "dgx-h100".
-	Name string
-	// Product is the mig catalog product, e.g. "H100-80GB".
-	Product string
-	// ProductName is what NVML reports as the GPU name.
-	ProductName string
-	// Architecture and ComputeCapability are as NVML reports them.
-	Architecture, ComputeCapability string
-	// MemoryMiB is the GPU memory NVML reports.
-	MemoryMiB int64
-	// PCIBusIDs are the eight GPUs' PCI addresses.
-	PCIBusIDs [8]string
-	// ModeChangeNeedsReset is true where a MIG mode change only becomes
-	// current after a GPU reset (A100); Hopper and later apply it at once.
-	ModeChangeNeedsReset bool
-}
-
-var (
-	dgxA100Bus = [8]string{"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0", "0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"}
-	dgxH100Bus = [8]string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"}
-)
-
-var simServers = []SimServer{
-	{"dgx-a100-40gb", "A100-40GB", "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960, dgxA100Bus, true},
-	{"dgx-a100-80gb", "A100-80GB", "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", 81920, dgxA100Bus, true},
-	{"dgx-h100", "H100-80GB", "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559, dgxH100Bus, false},
-	{"dgx-h200", "H200-141GB", "NVIDIA H200", "Hopper", "9.0", 143771, dgxH100Bus, false},
-	{"dgx-b200", "B200-180GB", "NVIDIA B200", "Blackwell", "10.0", 183359, dgxH100Bus, false},
-}
-
-// SimServers returns the server models the simulator knows, in a fixed
-// order.
-func SimServers() []SimServer { return append([]SimServer(nil), simServers...) }
-
-// SimServerNames returns the names OpenSim accepts.
-func SimServerNames() []string {
-	var out []string
-	for _, s := range simServers {
-		out = append(out, s.Name)
-	}
-	return out
-}
-
-func simServer(name string) (SimServer, error) {
-	for _, s := range simServers {
-		if s.Name == name {
-			return s, nil
-		}
-	}
-	return SimServer{}, fmt.Errorf("unknown simulated server %q (known: %s)", name, strings.Join(SimServerNames(), ", "))
-}
-
-// Simulated driver and CUDA versions.
-const (
-	SimDriverVersion = "580.95.05"
-	SimCUDAVersion   = "13.0"
-)
-
-// FaultOp names the call a Fault hits.
-type FaultOp string
-
-// The calls a fault can hit.
-const (
-	FaultCreateGPUInstance      FaultOp = "create-gpu-instance"
-	FaultCreateComputeInstance  FaultOp = "create-compute-instance"
-	FaultDestroyComputeInstance FaultOp = "destroy-compute-instance"
-	FaultDestroyGPUInstance     FaultOp = "destroy-gpu-instance"
-)
-
-// Fault is an injected failure: the next call of Op on GPU (any GPU when
-// GPU is -1), from any process sharing the state file, fails with Code
-// and changes nothing. With Stall, the call instead records a Stall and
-// never returns, so that a test can kill the process at that point (for
-// FaultCreateComputeInstance: after the GPU instance exists, before its
-// compute instance does). Each fault fires once.
-type Fault struct {
-	// Op is the call the fault hits.
-	Op FaultOp `json:"op"`
-	// GPU is the GPU index the call must be for; -1 matches any GPU.
-	GPU int `json:"gpu"`
-	// Code is the return code; zero means ErrorUnknown.
-	Code Return `json:"code,omitempty"`
-	// Stall makes the call block instead of failing (see Fault).
-	Stall bool `json:"stall,omitempty"`
-}
-
-// Stall records a call that a stalling Fault stopped.
-type Stall struct {
-	// Op is the call that stalled.
-	Op FaultOp `json:"op"`
-	// GPU is the GPU index it was for.
-	GPU int `json:"gpu"`
-	// PID is the process that made the call.
-	PID int `json:"pid"`
-}
 
 // simState is the simulated hardware: what outlives any process.
 type simState struct {
@@ -142,15 +41,6 @@ type simGPU struct {
 	Mig       MigMode       `json:"mig"`
 	Instances []GPUInstance `json:"instances,omitempty"`
 }
-
-type simEvent struct {
-	Seq   uint64      `json:"seq"`
-	Event HealthEvent `json:"event"`
-}
-
-// maxSimEvents bounds the events kept in the state file; a watcher that
-// polls less often than that many events arrive loses the oldest.
-const maxSimEvents = 1024
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
 // state file (or in memory), with the placement rules of real NVML
@@ -338,10 +228,6 @@ func (s *Sim) Server() SimServer { return s.server }
 // catalog product or the WithProduct one.
 func (s *Sim) Product() *mig.Product { return s.product }
 
-// errStall tells change that a fault stalled the call after its state was
-// written.
-var errStall = errors.New("stalled by an injected fault")
-
 // view runs fn on the current state.
 func (s *Sim) view(fn func(st *simState) error) error {
 	if s.file.path == "" {
@@ -391,27 +277,6 @@ func (st *simState) gpu(op string, i int) (*simGPU, error) {
 		return nil, newError(ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
 	}
 	return &st.GPUs[i], nil
-}
-
-// fault consumes the first fault for op on gpu. It returns the error the
-// call must fail with, nil when no fault applies.
-func (st *simState) fault(op string, fop FaultOp, gpu int) error {
-	for i, f := range st.Faults {
-		if f.Op != fop || (f.GPU != -1 && f.GPU != gpu) {
-			continue
-		}
-		st.Faults = append(st.Faults[:i:i], st.Faults[i+1:]...)
-		if f.Stall {
-			st.Stalls = append(st.Stalls, Stall{Op: fop, GPU: gpu, PID: os.Getpid()})
-			return errStall
-		}
-		code := f.Code
-		if code == Success {
-			code = ErrorUnknown
-		}
-		return newError(code, op, "injected fault")
-	}
-	return nil
 }
 
 // enter starts a MIG call: the GPU must exist, an armed fault for fop
@@ -805,94 +670,6 @@ func (s *Sim) DestroyGPUInstance(gpu, gpuInstance int) error {
 		}
 		return false, newError(ErrorNotFound, op, "no such GPU instance")
 	})
-}
-
-// InjectFault arms a fault for the next matching call of any process that
-// shares the state.
-func (s *Sim) InjectFault(f Fault) error {
-	switch f.Op {
-	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance:
-	default:
-		return fmt.Errorf("inject fault: unknown op %q", f.Op)
-	}
-	return s.change(func(st *simState) (bool, error) {
-		if f.GPU < -1 || f.GPU >= len(st.GPUs) {
-			return false, fmt.Errorf("inject fault: no GPU %d", f.GPU)
-		}
-		st.Faults = append(st.Faults, f)
-		return true, nil
-	})
-}
-
-// Stalls lists the calls that stalling faults stopped, oldest first.
-func (s *Sim) Stalls() ([]Stall, error) {
-	var out []Stall
-	err := s.view(func(st *simState) error {
-		out = append(out, st.Stalls...)
-		return nil
-	})
-	return out, err
-}
-
-// RaiseXID reports an XID error on a GPU (gpuInstance and computeInstance
-// -1 for the whole GPU) to every WatchHealth of every process sharing the
-// state.
-func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) error {
-	op := fmt.Sprintf("raise XID %d on GPU %d", xid, gpu)
-	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
-		if err != nil {
-			return false, err
-		}
-		st.NextEvent++
-		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
-			GPU: gpu, UUID: g.UUID, XID: xid, GPUInstance: gpuInstance, ComputeInstance: computeInstance, Time: time.Now().UTC(),
-		}})
-		if n := len(st.Events); n > maxSimEvents {
-			st.Events = append([]simEvent(nil), st.Events[n-maxSimEvents:]...)
-		}
-		return true, nil
-	})
-}
-
-// WatchHealth streams the XID events raised (by RaiseXID in any process
-// sharing the state) after it returns, polling the state.
-func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
-	var cursor uint64
-	if err := s.view(func(st *simState) error { cursor = st.NextEvent; return nil }); err != nil {
-		return nil, fmt.Errorf("watch health: %w", err)
-	}
-	ch := make(chan HealthEvent)
-	go func() {
-		defer close(ch)
-		t := time.NewTicker(s.poll)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var evs []HealthEvent
-			_ = s.view(func(st *simState) error { // a failed read is retried at the next tick
-				for _, e := range st.Events {
-					if e.Seq > cursor {
-						evs = append(evs, e.Event)
-						cursor = e.Seq
-					}
-				}
-				return nil
-			})
-			for _, e := range evs {
-				select {
-				case ch <- e:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return ch, nil
 }
 
 // Close releases nothing: the state stays, as a GPU outlives its driver.
