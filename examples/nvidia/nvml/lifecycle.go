@@ -1,0 +1,372 @@
+package nvml
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/drakit/drakit/mig"
+)
+
+// ErrNotOwned is returned (wrapped) when the lifecycle is asked to create
+// or destroy a MIG device the driver has no intent record for: a device an
+// administrator made (static MIG) is never touched.
+var ErrNotOwned = errors.New("MIG device not owned by this driver")
+
+// Key names a MIG device by what is known before it exists and what
+// survives a crash: the GPU, the GPU instance profile and the placement
+// start. NVML's GPU instance IDs are reused and the MIG UUID is only known
+// after the create, so neither can identify a device in an intent record.
+type Key struct {
+	// GPU is the GPU's NVML index.
+	GPU int `json:"gpu"`
+	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
+	ProfileID int `json:"profileID"`
+	// Start is the placement's first memory slice.
+	Start int `json:"start"`
+}
+
+// String prints e.g. "GPU 0 profile 9 at 4".
+func (k Key) String() string {
+	return fmt.Sprintf("GPU %d profile %d at %d", k.GPU, k.ProfileID, k.Start)
+}
+
+// Owner tells the lifecycle which MIG devices are the driver's own. The
+// driver must make Owns true for a key before it creates the device (an
+// intent record, written durably) and keep it true until the device is
+// destroyed; everything else on the GPUs is an administrator's.
+//
+// In the reference driver the intent records are drakit's checkpoint: the
+// driver runtime records a claim's allocated devices before it calls the
+// ClaimPreparer's PrepareClaim, and a dynamic MIG device's name
+// ("gpu-<index>-<profile>-<start>", mig.ParseDeviceName) maps to a Key, so
+// Owns is "some checkpoint record holds a device with this key". Journal
+// is a standalone file-backed Owner for programs without that checkpoint
+// and for tests.
+type Owner interface {
+	Owns(k Key) (bool, error)
+}
+
+// OwnerFunc adapts a function to Owner.
+type OwnerFunc func(k Key) (bool, error)
+
+// Owns calls f.
+func (f OwnerFunc) Owns(k Key) (bool, error) { return f(k) }
+
+// MigDevice is a GPU instance as the lifecycle sees it.
+type MigDevice struct {
+	// Key is where the device sits.
+	Key Key `json:"key"`
+	// Profile is the GPU instance profile name, e.g. "3g.40gb".
+	Profile string `json:"profile"`
+	// GPUInstance is the instance with its compute instances.
+	GPUInstance GPUInstance `json:"gpuInstance"`
+	// UUID is the MIG device UUID of its first compute instance; empty for
+	// a GPU instance without one.
+	UUID string `json:"uuid,omitempty"`
+	// Owned is true when the Owner claims it; false for a static device.
+	Owned bool `json:"owned"`
+}
+
+// Complete reports whether the GPU instance has a compute instance, i.e.
+// is a usable MIG device; false is the state a crash between the two
+// create calls leaves.
+func (d MigDevice) Complete() bool { return len(d.GPUInstance.ComputeInstances) > 0 }
+
+// Static reports whether the device is not the driver's: an
+// administrator's, to be published as is and never destroyed.
+func (d MigDevice) Static() bool { return !d.Owned }
+
+// Lifecycle creates and destroys MIG devices on an Interface, crash-safely:
+// a device is a GPU instance plus one compute instance covering all of its
+// compute slices; a failed create leaves nothing behind; destroy is
+// idempotent; devices are found by Key; and only devices the Owner claims
+// are ever created or destroyed.
+type Lifecycle struct {
+	nv       Interface
+	owner    Owner
+	lockPath string
+}
+
+// LifecycleOption configures NewLifecycle.
+type LifecycleOption func(*Lifecycle) error
+
+// WithLockFile makes every Create, Destroy and Recover, of all processes
+// that name the same file, hold an exclusive flock on it for the whole
+// operation. Without it, a Recover in a new driver process (a rolling
+// update) could take another live process's create in progress, between
+// its two calls, for a crash's leftovers and destroy it. The kernel
+// releases the lock of a killed process, so its leftovers are recovered.
+func WithLockFile(path string) LifecycleOption {
+	return func(l *Lifecycle) error {
+		if path == "" {
+			return errors.New("lock file path is empty")
+		}
+		l.lockPath = path
+		return nil
+	}
+}
+
+// NewLifecycle returns a lifecycle on nv that consults owner.
+func NewLifecycle(nv Interface, owner Owner, opts ...LifecycleOption) (*Lifecycle, error) {
+	if nv == nil || owner == nil {
+		return nil, errors.New("new MIG lifecycle: NVML interface and owner are required")
+	}
+	l := &Lifecycle{nv: nv, owner: owner}
+	for _, opt := range opts {
+		if err := opt(l); err != nil {
+			return nil, fmt.Errorf("new MIG lifecycle: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// lock takes the WithLockFile lock; a no-op without one.
+func (l *Lifecycle) lock(op string) (func(), error) {
+	if l.lockPath == "" {
+		return func() {}, nil
+	}
+	unlock, err := lockFile(l.lockPath, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return unlock, nil
+}
+
+func (l *Lifecycle) owned(op string, k Key) error {
+	ok, err := l.owner.Owns(k)
+	if err != nil {
+		return fmt.Errorf("%s %s: check ownership: %w", op, k, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s %s: %w (record the intent before creating it)", op, k, ErrNotOwned)
+	}
+	return nil
+}
+
+// Find returns the GPU instance at k, if one exists (with or without a
+// compute instance).
+func (l *Lifecycle) Find(k Key) (GPUInstance, bool, error) {
+	gis, err := l.nv.GPUInstances(k.GPU)
+	if err != nil {
+		return GPUInstance{}, false, fmt.Errorf("find MIG device %s: %w", k, err)
+	}
+	for _, gi := range gis {
+		if gi.ProfileID == k.ProfileID && gi.Placement.Start == k.Start {
+			return gi, true, nil
+		}
+	}
+	return GPUInstance{}, false, nil
+}
+
+// profile returns the GPU instance profile k names.
+func (l *Lifecycle) profile(op string, k Key) (GPUInstanceProfile, error) {
+	ps, err := l.nv.GPUInstanceProfiles(k.GPU)
+	if err != nil {
+		return GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
+	}
+	for _, p := range ps {
+		if p.ID == k.ProfileID {
+			return p, nil
+		}
+	}
+	return GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, newError(ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", k.GPU, k.ProfileID))
+}
+
+// Create makes the MIG device at k: the GPU instance at the placement,
+// then a compute instance over all its compute slices. The Owner must
+// already claim k (ErrNotOwned otherwise). When the compute instance
+// fails, the GPU instance is destroyed again, so a failed Create leaves
+// nothing. Create is idempotent: a complete device at k is returned as
+// is, and a GPU instance left without its compute instance (a crash in an
+// earlier Create) is completed. NVML's errors come through wrapped, so
+// errors.Is(err, ErrInsufficientResources) tells a full GPU.
+func (l *Lifecycle) Create(k Key) (MigDevice, error) {
+	const op = "create MIG device"
+	unlock, err := l.lock(op)
+	if err != nil {
+		return MigDevice{}, err
+	}
+	defer unlock()
+	if err := l.owned(op, k); err != nil {
+		return MigDevice{}, err
+	}
+	prof, err := l.profile(op, k)
+	if err != nil {
+		return MigDevice{}, err
+	}
+	dev := MigDevice{Key: k, Profile: prof.Name, Owned: true}
+	gi, found, err := l.Find(k)
+	if err != nil {
+		return MigDevice{}, err
+	}
+	if found && len(gi.ComputeInstances) > 0 {
+		dev.GPUInstance, dev.UUID = gi, gi.ComputeInstances[0].UUID
+		return dev, nil
+	}
+	if !found {
+		size := 0
+		if len(prof.Placements) > 0 {
+			size = prof.Placements[0].Size
+		}
+		at := mig.Placement{Start: k.Start, Size: size}
+		if gi, err = l.nv.CreateGPUInstance(k.GPU, k.ProfileID, at); err != nil {
+			return MigDevice{}, fmt.Errorf("%s %s: %w", op, k, err)
+		}
+	}
+	ci, err := l.createCI(gi, prof)
+	if err != nil {
+		if rerr := l.nv.DestroyGPUInstance(k.GPU, gi.ID); rerr != nil && !errors.Is(rerr, ErrNotFound) {
+			return MigDevice{}, fmt.Errorf("%s %s: %w; roll back GPU instance %d: %w (Recover undoes it)", op, k, err, gi.ID, rerr)
+		}
+		return MigDevice{}, fmt.Errorf("%s %s (GPU instance rolled back): %w", op, k, err)
+	}
+	gi.ComputeInstances = append(gi.ComputeInstances, ci)
+	dev.GPUInstance, dev.UUID = gi, ci.UUID
+	return dev, nil
+}
+
+// createCI creates the compute instance that covers all of gi's compute
+// slices: of the compute instance profiles with the GPU instance's slice
+// count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
+func (l *Lifecycle) createCI(gi GPUInstance, prof GPUInstanceProfile) (ComputeInstance, error) {
+	cps, err := l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
+	if err != nil {
+		return ComputeInstance{}, err
+	}
+	best := -1
+	for _, c := range cps {
+		if c.SliceCount == prof.SliceCount && (best < 0 || c.ID < best) {
+			best = c.ID
+		}
+	}
+	if best < 0 {
+		return ComputeInstance{}, newError(ErrorNotSupported, fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU), "no compute instance profile with %d slices", prof.SliceCount)
+	}
+	return l.nv.CreateComputeInstance(gi.GPU, gi.ID, best)
+}
+
+// Destroy removes the MIG device at k: its compute instances, then its
+// GPU instance. A device that is already gone, wholly or in part, is
+// success. The Owner must claim k (ErrNotOwned otherwise), so an
+// administrator's device is never destroyed; forget the intent only after
+// Destroy returned nil.
+func (l *Lifecycle) Destroy(k Key) error {
+	const op = "destroy MIG device"
+	unlock, err := l.lock(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := l.owned(op, k); err != nil {
+		return err
+	}
+	gi, found, err := l.Find(k)
+	if err != nil || !found {
+		return err
+	}
+	return l.destroy(op, gi)
+}
+
+func (l *Lifecycle) destroy(op string, gi GPUInstance) error {
+	k := Key{GPU: gi.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+	for _, ci := range gi.ComputeInstances {
+		if err := l.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%s %s: %w", op, k, err)
+		}
+	}
+	if err := l.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%s %s: %w", op, k, err)
+	}
+	return nil
+}
+
+// List returns every GPU instance on every GPU in MIG mode, each marked
+// owned or static by the Owner, by GPU and placement.
+func (l *Lifecycle) List() ([]MigDevice, error) {
+	gpus, err := l.nv.GPUs()
+	if err != nil {
+		return nil, fmt.Errorf("list MIG devices: %w", err)
+	}
+	var out []MigDevice
+	for _, g := range gpus {
+		mode, err := l.nv.MigMode(g.Index)
+		if errors.Is(err, ErrNotSupported) || (err == nil && !mode.Current) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list MIG devices: %w", err)
+		}
+		gis, err := l.nv.GPUInstances(g.Index)
+		if err != nil {
+			return nil, fmt.Errorf("list MIG devices: %w", err)
+		}
+		if len(gis) == 0 {
+			continue
+		}
+		profs, err := l.nv.GPUInstanceProfiles(g.Index)
+		if err != nil {
+			return nil, fmt.Errorf("list MIG devices: %w", err)
+		}
+		names := map[int]string{}
+		for _, p := range profs {
+			names[p.ID] = p.Name
+		}
+		for _, gi := range gis {
+			k := Key{GPU: g.Index, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+			owned, err := l.owner.Owns(k)
+			if err != nil {
+				return nil, fmt.Errorf("list MIG devices: check ownership of %s: %w", k, err)
+			}
+			d := MigDevice{Key: k, Profile: names[gi.ProfileID], GPUInstance: gi, Owned: owned}
+			if len(gi.ComputeInstances) > 0 {
+				d.UUID = gi.ComputeInstances[0].UUID
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Recovery is what Recover found and did.
+type Recovery struct {
+	// Undone are the driver's half-made devices (GPU instance without a
+	// compute instance) that Recover destroyed.
+	Undone []Key `json:"undone,omitempty"`
+	// Owned are the driver's complete devices, left for the driver's
+	// checkpoint to keep or undo.
+	Owned []MigDevice `json:"owned,omitempty"`
+	// Static are the administrator's devices, complete or not, untouched.
+	Static []MigDevice `json:"static,omitempty"`
+}
+
+// Recover runs at driver start, before any Create: it destroys the
+// driver's own GPU instances that lack a compute instance (a crash between
+// the two create calls; the claim's prepare will run again) and leaves
+// everything else. It never touches a static device. Where two driver
+// processes can overlap, give both WithLockFile.
+func (l *Lifecycle) Recover() (Recovery, error) {
+	var r Recovery
+	unlock, err := l.lock("recover MIG devices")
+	if err != nil {
+		return r, err
+	}
+	defer unlock()
+	devs, err := l.List()
+	if err != nil {
+		return r, fmt.Errorf("recover MIG devices: %w", err)
+	}
+	for _, d := range devs {
+		switch {
+		case d.Static():
+			r.Static = append(r.Static, d)
+		case d.Complete():
+			r.Owned = append(r.Owned, d)
+		default:
+			if err := l.destroy("recover MIG devices: undo half-made", d.GPUInstance); err != nil {
+				return r, err
+			}
+			r.Undone = append(r.Undone, d.Key)
+		}
+	}
+	return r, nil
+}

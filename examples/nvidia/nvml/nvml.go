@@ -1,0 +1,201 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/drakit/drakit/mig"
+)
+
+// Interface is the hardware layer of the reference NVIDIA DRA driver: what
+// the driver needs from NVML and nothing more. GPUs are named by their
+// NVML index; GPU instances by (GPU, GPU instance ID); compute instances
+// by (GPU, GPU instance ID, compute instance ID). Implementations are
+// OpenReal (libnvidia-ml through go-nvml) and OpenSim (a simulated 8-GPU
+// server that enforces the real rules). All methods are safe for
+// concurrent use. Failed calls return an *Error carrying the NVML code.
+type Interface interface {
+	// System reports the driver and CUDA versions.
+	System() (System, error)
+	// GPUs lists the GPUs in index order.
+	GPUs() ([]GPU, error)
+	// MigMode reports the GPU's current and pending MIG mode;
+	// ErrNotSupported for a GPU without MIG.
+	MigMode(gpu int) (MigMode, error)
+	// GPUInstanceProfiles lists the GPU instance profiles the GPU supports
+	// with their possible placements, by ascending profile ID.
+	GPUInstanceProfiles(gpu int) ([]GPUInstanceProfile, error)
+	// ComputeInstanceProfiles lists the compute instance profiles a GPU
+	// instance supports, by ascending ID.
+	ComputeInstanceProfiles(gpu, gpuInstance int) ([]ComputeInstanceProfile, error)
+	// GPUInstances lists the GPU instances that exist on the GPU with their
+	// compute instances, by ascending placement start; none (and no error)
+	// when MIG mode is off.
+	GPUInstances(gpu int) ([]GPUInstance, error)
+	// CreateGPUInstance creates a GPU instance of the profile at the
+	// placement. It fails with ErrInsufficientResources when the placement
+	// overlaps another instance or a limit is reached, ErrNotSupported
+	// when MIG mode is off, ErrInvalidArgument for an unknown profile or
+	// a placement the profile does not allow; a failed call changes
+	// nothing.
+	CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstance, error)
+	// CreateComputeInstance creates a compute instance of the profile in
+	// the GPU instance. The returned instance carries its MIG UUID.
+	CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeInstance, error)
+	// DestroyComputeInstance destroys a compute instance; ErrNotFound when
+	// it does not exist.
+	DestroyComputeInstance(gpu, gpuInstance, computeInstance int) error
+	// DestroyGPUInstance destroys a GPU instance; ErrInUse while it still
+	// has a compute instance, ErrNotFound when it does not exist.
+	DestroyGPUInstance(gpu, gpuInstance int) error
+	// WatchHealth streams health events (XID errors) of all GPUs until ctx
+	// is done; the channel is closed then.
+	WatchHealth(ctx context.Context) (<-chan HealthEvent, error)
+	// Close releases the backend. Instances stay, as on hardware.
+	Close() error
+}
+
+// System is the host's NVIDIA software.
+type System struct {
+	// DriverVersion is the kernel driver version, e.g. "580.95.05".
+	DriverVersion string `json:"driverVersion"`
+	// CUDAVersion is the highest CUDA version the driver supports, e.g.
+	// "13.0".
+	CUDAVersion string `json:"cudaVersion"`
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	// Index is NVML's device index.
+	Index int `json:"index"`
+	// UUID is the GPU's UUID, "GPU-" followed by a UUID.
+	UUID string `json:"uuid"`
+	// ProductName is the name NVML reports, e.g. "NVIDIA H100 80GB HBM3";
+	// mig.Lookup maps it to a catalog product.
+	ProductName string `json:"productName"`
+	// Brand is the brand NVML reports, e.g. "Tesla" or "NVIDIA".
+	Brand string `json:"brand"`
+	// Architecture is the architecture, e.g. "Ampere", "Hopper",
+	// "Blackwell".
+	Architecture string `json:"architecture"`
+	// CUDAComputeCapability is "major.minor", e.g. "9.0".
+	CUDAComputeCapability string `json:"cudaComputeCapability"`
+	// MemoryMiB is the total memory.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// PCIBusID is the PCI address in domain:bus:device.function form,
+	// lower case, e.g. "0000:1b:00.0".
+	PCIBusID string `json:"pciBusID"`
+	// Minor is the device minor number (/dev/nvidia<Minor>).
+	Minor int `json:"minor"`
+}
+
+// MigMode is a GPU's MIG mode. Pending differs from Current after a mode
+// change that waits for a GPU reset.
+type MigMode struct {
+	// Current is true when MIG is enabled now.
+	Current bool `json:"current"`
+	// Pending is the mode after the next GPU reset.
+	Pending bool `json:"pending"`
+}
+
+// GPUInstanceProfile is one GPU instance profile of a GPU
+// (nvmlGpuInstanceProfileInfo_t plus its possible placements).
+type GPUInstanceProfile struct {
+	// ID is the profile ID (19 for 1g, 0 for 7g on the 8-slice GPUs).
+	ID int `json:"id"`
+	// Name is the profile name without NVML's "MIG " prefix, e.g.
+	// "1g.10gb+me".
+	Name string `json:"name"`
+	// SliceCount is the number of compute slices.
+	SliceCount int `json:"sliceCount"`
+	// InstanceCount is the most instances of the profile the GPU holds.
+	InstanceCount int `json:"instanceCount"`
+	// MemoryMiB is the instance memory.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Placements are the possible placements (start:size in memory
+	// slices), ascending by start.
+	Placements []mig.Placement `json:"placements"`
+}
+
+// ComputeInstanceProfile is one compute instance profile of a GPU instance
+// (nvmlComputeInstanceProfileInfo_t).
+type ComputeInstanceProfile struct {
+	// ID is the compute instance profile ID (0 for one slice, 4 for seven).
+	ID int `json:"id"`
+	// Name is the name without the "MIG " prefix, e.g. "1c.3g.40gb"; may be
+	// empty where the driver does not report names.
+	Name string `json:"name,omitempty"`
+	// SliceCount is the number of compute slices.
+	SliceCount int `json:"sliceCount"`
+	// InstanceCount is the most instances of the profile in the GPU
+	// instance.
+	InstanceCount int `json:"instanceCount"`
+}
+
+// GPUInstance is a GPU instance that exists.
+type GPUInstance struct {
+	// GPU is the parent GPU's index.
+	GPU int `json:"gpu"`
+	// ID is the GPU instance ID, unique on its GPU while it exists (IDs
+	// are reused after a destroy).
+	ID int `json:"id"`
+	// ProfileID is the GPU instance profile ID.
+	ProfileID int `json:"profileID"`
+	// Placement is where the instance sits.
+	Placement mig.Placement `json:"placement"`
+	// ComputeInstances are the instance's compute instances, by ID. None is
+	// the state a crash between the two create calls leaves.
+	ComputeInstances []ComputeInstance `json:"computeInstances,omitempty"`
+}
+
+// ComputeInstance is a compute instance that exists; with its GPU instance
+// it forms a MIG device.
+type ComputeInstance struct {
+	// ID is the compute instance ID within its GPU instance.
+	ID int `json:"id"`
+	// ProfileID is the compute instance profile ID.
+	ProfileID int `json:"profileID"`
+	// Placement is the compute slices the instance covers in its GPU
+	// instance.
+	Placement mig.Placement `json:"placement"`
+	// UUID is the MIG device's UUID, "MIG-" followed by a UUID; containers
+	// select the device with it (NVIDIA_VISIBLE_DEVICES).
+	UUID string `json:"uuid"`
+}
+
+// HealthEvent is an error NVML reported on a GPU.
+type HealthEvent struct {
+	// GPU is the GPU's index (-1 when the backend could not tell); UUID
+	// its UUID.
+	GPU  int    `json:"gpu"`
+	UUID string `json:"uuid"`
+	// XID is the XID error code, e.g. 79 (GPU fallen off the bus), 48
+	// (double-bit ECC error), 94/95 (contained/uncontained ECC error).
+	XID uint64 `json:"xid"`
+	// GPUInstance and ComputeInstance name the MIG device the error is
+	// confined to; -1 when it concerns the whole GPU.
+	GPUInstance     int `json:"gpuInstance"`
+	ComputeInstance int `json:"computeInstance"`
+	// Time is when the backend saw the event.
+	Time time.Time `json:"time"`
+}
+
+// String prints e.g. "GPU 3: XID 79" or "GPU 3 GI 5 CI 0: XID 94".
+func (e HealthEvent) String() string {
+	if e.GPUInstance < 0 {
+		return fmt.Sprintf("GPU %d: XID %d", e.GPU, e.XID)
+	}
+	return fmt.Sprintf("GPU %d GI %d CI %d: XID %d", e.GPU, e.GPUInstance, e.ComputeInstance, e.XID)
+}
+
+// PCIBusID turns NVML's bus ID ("00000000:1B:00.0") into the form sysfs
+// and Kubernetes use ("0000:1b:00.0").
+func PCIBusID(nvmlBusID string) string {
+	s := strings.ToLower(nvmlBusID)
+	if dom, rest, ok := strings.Cut(s, ":"); ok && len(dom) == 8 {
+		s = dom[4:] + ":" + rest
+	}
+	return s
+}

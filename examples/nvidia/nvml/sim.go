@@ -1,0 +1,676 @@
+package nvml
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drakit/drakit/mig"
+)
+
+// simState is the simulated hardware: what outlives any process.
+type simState struct {
+	Server string `json:"server"`
+	// Product replaces the server's catalog product (WithProduct).
+	Product   *productSpec `json:"product,omitempty"`
+	GPUs      []simGPU     `json:"gpus"`
+	Faults    []Fault      `json:"faults,omitempty"`
+	Stalls    []Stall      `json:"stalls,omitempty"`
+	NextEvent uint64       `json:"nextEvent"`
+	Events    []simEvent   `json:"events,omitempty"`
+}
+
+// productSpec is a mig.Product as the state file keeps it.
+type productSpec struct {
+	Name          string        `json:"name"`
+	MemorySlices  int           `json:"memorySlices"`
+	ComputeSlices int           `json:"computeSlices"`
+	Profiles      []mig.Profile `json:"profiles"`
+}
+
+func (ps *productSpec) product() (*mig.Product, error) {
+	return mig.NewProduct(ps.Name, ps.MemorySlices, ps.ComputeSlices, ps.Profiles)
+}
+
+type simGPU struct {
+	UUID      string        `json:"uuid"`
+	Mig       MigMode       `json:"mig"`
+	Instances []GPUInstance `json:"instances,omitempty"`
+}
+
+// Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
+// state file (or in memory), with the placement rules of real NVML
+// enforced on every create. Several Sims, in one process or many, may
+// share a state file: every call is a read-modify-write under an flock,
+// written atomically, as one GPU serves many processes. A Sim is safe for
+// concurrent use.
+type Sim struct {
+	server  SimServer
+	product *mig.Product
+	file    jsonFile // path "" keeps the state in memory
+	poll    time.Duration
+
+	mu  sync.Mutex // guards mem
+	mem *simState
+}
+
+var _ Interface = (*Sim)(nil)
+
+// SimOption configures OpenSim.
+type SimOption func(*simOptions) error
+
+type simOptions struct {
+	server     string
+	product    *mig.Product
+	migEnabled bool
+	poll       time.Duration
+}
+
+// WithServer selects the server model for a new state (default
+// "dgx-h100"). An existing state file keeps its model; naming a different
+// one is an error.
+func WithServer(name string) SimOption {
+	return func(o *simOptions) error {
+		if _, err := simServer(name); err != nil {
+			return err
+		}
+		o.server = name
+		return nil
+	}
+}
+
+// WithProduct makes the GPUs of a new state the given product instead of
+// the server's catalog product: another GPU's profiles (e.g. mig.FromNVML
+// of what a real GPU reported) or a made-up geometry for tests. The state
+// file keeps it.
+func WithProduct(p *mig.Product) SimOption {
+	return func(o *simOptions) error {
+		if p == nil {
+			return errors.New("product is nil")
+		}
+		o.product = p
+		return nil
+	}
+}
+
+// WithMIGEnabled sets the MIG mode of every GPU of a new state (default
+// enabled, the state a MIG driver works on; DGX systems ship with MIG
+// disabled).
+func WithMIGEnabled(enabled bool) SimOption {
+	return func(o *simOptions) error { o.migEnabled = enabled; return nil }
+}
+
+// WithPollInterval sets how often WatchHealth reads the state for new
+// events (default 100ms).
+func WithPollInterval(d time.Duration) SimOption {
+	return func(o *simOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("poll interval %v must be positive", d)
+		}
+		o.poll = d
+		return nil
+	}
+}
+
+// OpenSim opens the simulated server whose state is in the file at path,
+// creating a fresh one (all GPUs empty) when the file does not exist. An
+// empty path keeps the state in memory, for one process only. The state
+// file's folder must exist.
+func OpenSim(path string, opts ...SimOption) (*Sim, error) {
+	o := simOptions{migEnabled: true, poll: 100 * time.Millisecond}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("open simulated NVML: %w", err)
+		}
+	}
+	s := &Sim{file: jsonFile{path: path}, poll: o.poll}
+	fresh := func(server string) (*simState, error) {
+		if server == "" {
+			server = "dgx-h100"
+		}
+		srv, err := simServer(server)
+		if err != nil {
+			return nil, err
+		}
+		st := &simState{Server: srv.Name}
+		if p := o.product; p != nil {
+			st.Product = &productSpec{Name: p.Name, MemorySlices: p.MemorySlices, ComputeSlices: p.ComputeSlices, Profiles: p.Profiles}
+		}
+		for range 8 {
+			u, err := newUUID()
+			if err != nil {
+				return nil, err
+			}
+			st.GPUs = append(st.GPUs, simGPU{UUID: "GPU-" + u, Mig: MigMode{Current: o.migEnabled, Pending: o.migEnabled}})
+		}
+		return st, nil
+	}
+	var server string
+	var spec *productSpec
+	if path == "" {
+		st, err := fresh(o.server)
+		if err != nil {
+			return nil, fmt.Errorf("open simulated NVML: %w", err)
+		}
+		s.mem, server, spec = st, st.Server, st.Product
+	} else {
+		var st simState
+		err := s.file.update(&st, func(exists bool) (bool, error) {
+			if exists {
+				if err := st.check(); err != nil {
+					return false, err
+				}
+				if o.server != "" && o.server != st.Server {
+					return false, fmt.Errorf("state is a %s, not a %s", st.Server, o.server)
+				}
+				server, spec = st.Server, st.Product
+				return false, nil
+			}
+			f, err := fresh(o.server)
+			if err != nil {
+				return false, err
+			}
+			st, server, spec = *f, f.Server, f.Product
+			return true, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open simulated NVML %s: %w", path, err)
+		}
+	}
+	s.server, _ = simServer(server)
+	var p *mig.Product
+	var err error
+	if spec != nil {
+		p, err = spec.product()
+	} else {
+		p, err = mig.Lookup(s.server.Product)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open simulated NVML: %w", err)
+	}
+	if spec != nil {
+		s.server.Product, s.server.ProductName = p.Name, p.Name
+	}
+	s.product = p
+	return s, nil
+}
+
+// check rejects a state file that does not describe a known server.
+func (st *simState) check() error {
+	if _, err := simServer(st.Server); err != nil {
+		return fmt.Errorf("corrupt state: %w", err)
+	}
+	if len(st.GPUs) != 8 {
+		return fmt.Errorf("corrupt state: %d GPUs, want 8", len(st.GPUs))
+	}
+	return nil
+}
+
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make UUID: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// Server returns the simulated server model (with Product and
+// ProductName of the WithProduct product, if one was given).
+func (s *Sim) Server() SimServer { return s.server }
+
+// Product returns the product the simulated GPUs are: the server's
+// catalog product or the WithProduct one.
+func (s *Sim) Product() *mig.Product { return s.product }
+
+// view runs fn on the current state.
+func (s *Sim) view(fn func(st *simState) error) error {
+	if s.file.path == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return fn(s.mem)
+	}
+	var st simState
+	exists, err := s.file.read(&st)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("simulated NVML state %s is gone", s.file.path)
+	}
+	return fn(&st)
+}
+
+// change runs fn on the current state and keeps its changes when fn says
+// so; fn must leave the state untouched when it returns false. A call a
+// stalling fault hit blocks here forever, its lock released.
+func (s *Sim) change(fn func(st *simState) (bool, error)) error {
+	var err error
+	if s.file.path == "" {
+		s.mu.Lock()
+		_, err = fn(s.mem)
+		s.mu.Unlock()
+	} else {
+		var st simState
+		err = s.file.update(&st, func(exists bool) (bool, error) {
+			if !exists {
+				return false, fmt.Errorf("simulated NVML state %s is gone", s.file.path)
+			}
+			return fn(&st)
+		})
+	}
+	if errors.Is(err, errStall) {
+		for {
+			time.Sleep(time.Hour) // until the test kills this process
+		}
+	}
+	return err
+}
+
+func (st *simState) gpu(op string, i int) (*simGPU, error) {
+	if i < 0 || i >= len(st.GPUs) {
+		return nil, newError(ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
+	}
+	return &st.GPUs[i], nil
+}
+
+// enter starts a MIG call: the GPU must exist, an armed fault for fop
+// fires (commit is then true: the consumed fault must be kept), and with
+// needMIG the GPU's MIG mode must be current (ErrNotSupported).
+func (st *simState) enter(op string, fop FaultOp, gpu int, needMIG bool) (g *simGPU, commit bool, err error) {
+	if g, err = st.gpu(op, gpu); err != nil {
+		return nil, false, err
+	}
+	if err := st.fault(op, fop, gpu); err != nil {
+		return nil, true, err
+	}
+	if needMIG && !g.Mig.Current {
+		return nil, false, newError(ErrorNotSupported, op, "MIG mode is disabled")
+	}
+	return g, false, nil
+}
+
+// System reports the simulated driver and CUDA versions.
+func (s *Sim) System() (System, error) {
+	return System{DriverVersion: SimDriverVersion, CUDAVersion: SimCUDAVersion}, nil
+}
+
+// GPUs lists the eight simulated GPUs.
+func (s *Sim) GPUs() ([]GPU, error) {
+	var out []GPU
+	err := s.view(func(st *simState) error {
+		for i, g := range st.GPUs {
+			out = append(out, GPU{
+				Index: i, UUID: g.UUID, ProductName: s.server.ProductName, Brand: "NVIDIA",
+				Architecture: s.server.Architecture, CUDAComputeCapability: s.server.ComputeCapability,
+				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[i], Minor: i,
+			})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// MigMode reports the GPU's MIG mode.
+func (s *Sim) MigMode(gpu int) (MigMode, error) {
+	var m MigMode
+	err := s.view(func(st *simState) error {
+		g, err := st.gpu("get MIG mode", gpu)
+		if err == nil {
+			m = g.Mig
+		}
+		return err
+	})
+	return m, err
+}
+
+// SetMigMode requests a MIG mode, as an administrator does with
+// nvidia-smi: it becomes pending, and current at once unless the model
+// needs a GPU reset (ResetGPU). It fails with ErrInUse while GPU
+// instances exist. The driver never calls it.
+func (s *Sim) SetMigMode(gpu int, enabled bool) error {
+	op := fmt.Sprintf("set MIG mode on GPU %d", gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, err := st.gpu(op, gpu)
+		if err != nil {
+			return false, err
+		}
+		if len(g.Instances) > 0 {
+			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		g.Mig.Pending = enabled
+		if !s.server.ModeChangeNeedsReset {
+			g.Mig.Current = enabled
+		}
+		return true, nil
+	})
+}
+
+// ResetGPU resets the GPU, which makes a pending MIG mode current. It
+// fails with ErrInUse while GPU instances exist.
+func (s *Sim) ResetGPU(gpu int) error {
+	op := fmt.Sprintf("reset GPU %d", gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, err := st.gpu(op, gpu)
+		if err != nil {
+			return false, err
+		}
+		if len(g.Instances) > 0 {
+			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		g.Mig.Current = g.Mig.Pending
+		return true, nil
+	})
+}
+
+func (s *Sim) giProfiles() []GPUInstanceProfile {
+	var out []GPUInstanceProfile
+	for _, pr := range s.product.Profiles {
+		out = append(out, GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (s *Sim) giProfile(id int) (mig.Profile, bool) {
+	for _, pr := range s.product.Profiles {
+		if pr.ID == id {
+			return pr, true
+		}
+	}
+	return mig.Profile{}, false
+}
+
+// GPUInstanceProfiles lists the catalog's profiles of the simulated
+// product, as NVML reports them whatever the MIG mode.
+func (s *Sim) GPUInstanceProfiles(gpu int) ([]GPUInstanceProfile, error) {
+	err := s.view(func(st *simState) error {
+		_, err := st.gpu("get GPU instance profiles", gpu)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.giProfiles(), nil
+}
+
+// ciSizes are the compute instance sizes NVML offers, by profile ID
+// (COMPUTE_INSTANCE_PROFILE_1_SLICE = 0 ... _7_SLICE = 4).
+var ciSizes = []int{1, 2, 3, 4, 7}
+
+// ciProfiles returns the compute instance profiles of a GPU instance of pr:
+// every size up to its compute slices.
+func ciProfiles(pr mig.Profile) []ComputeInstanceProfile {
+	var out []ComputeInstanceProfile
+	for id, n := range ciSizes {
+		if n > pr.ComputeSlices {
+			break
+		}
+		name := pr.Name
+		if n < pr.ComputeSlices {
+			name = fmt.Sprintf("%dc.%s", n, pr.Name)
+		}
+		out = append(out, ComputeInstanceProfile{ID: id, Name: name, SliceCount: n, InstanceCount: pr.ComputeSlices / n})
+	}
+	return out
+}
+
+// ComputeInstanceProfiles lists the compute instance profiles of a GPU
+// instance: one per size up to the instance's compute slices.
+func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]ComputeInstanceProfile, error) {
+	op := fmt.Sprintf("get compute instance profiles of GPU instance %d on GPU %d", gpuInstance, gpu)
+	var out []ComputeInstanceProfile
+	err := s.view(func(st *simState) error {
+		g, err := st.gpu(op, gpu)
+		if err != nil {
+			return err
+		}
+		gi := findGI(g, gpuInstance)
+		if gi == nil {
+			return newError(ErrorNotFound, op, "no such GPU instance")
+		}
+		pr, _ := s.giProfile(gi.ProfileID)
+		out = ciProfiles(pr)
+		return nil
+	})
+	return out, err
+}
+
+func findGI(g *simGPU, id int) *GPUInstance {
+	for i := range g.Instances {
+		if g.Instances[i].ID == id {
+			return &g.Instances[i]
+		}
+	}
+	return nil
+}
+
+func cloneGI(gi GPUInstance) GPUInstance {
+	gi.ComputeInstances = append([]ComputeInstance(nil), gi.ComputeInstances...)
+	return gi
+}
+
+// GPUInstances lists the GPU instances on the GPU, by placement start.
+func (s *Sim) GPUInstances(gpu int) ([]GPUInstance, error) {
+	var out []GPUInstance
+	err := s.view(func(st *simState) error {
+		g, err := st.gpu("get GPU instances", gpu)
+		if err != nil {
+			return err
+		}
+		for _, gi := range g.Instances {
+			out = append(out, cloneGI(gi))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CreateGPUInstance creates a GPU instance after checking, in this order:
+// the GPU exists, no injected fault, MIG mode is on (else
+// ErrNotSupported), the profile exists and allows the placement (else
+// ErrInvalidArgument), and (else ErrInsufficientResources) the placement
+// shares no memory slice with another instance, the profile's instance
+// count stays within its maximum, at most one "+me" instance exists, and
+// the compute slices suffice. The new instance gets the lowest free ID.
+func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstance, error) {
+	op := fmt.Sprintf("create GPU instance of profile %d at %d:%d on GPU %d", profileID, at.Start, at.Size, gpu)
+	var out GPUInstance
+	err := s.change(func(st *simState) (bool, error) {
+		g, commit, err := st.enter(op, FaultCreateGPUInstance, gpu, true)
+		if err != nil {
+			return commit, err
+		}
+		pr, ok := s.giProfile(profileID)
+		if !ok {
+			return false, newError(ErrorInvalidArgument, op, "no GPU instance profile %d on %s", profileID, s.product.Name)
+		}
+		if at.Size != pr.MemorySlices || !containsInt(pr.Starts, at.Start) {
+			return false, newError(ErrorInvalidArgument, op, "%s may be placed at %s", pr.Name, placementsString(pr.Placements()))
+		}
+		if err := s.fits(g, pr, at); err != nil {
+			return false, newError(ErrorInsufficientResources, op, "%s", err)
+		}
+		out = GPUInstance{GPU: gpu, ID: lowestFree(g.Instances, func(gi GPUInstance) int { return gi.ID }, 1), ProfileID: profileID, Placement: at}
+		g.Instances = append(g.Instances, out)
+		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].Placement.Start < g.Instances[j].Placement.Start })
+		return true, nil
+	})
+	return out, err
+}
+
+// fits applies the placement rules to a new instance of pr at at on g. It
+// is written independently of mig.Product.Validate, so that tests that
+// compare the two compare two implementations.
+func (s *Sim) fits(g *simGPU, pr mig.Profile, at mig.Placement) error {
+	count, compute := 0, 0
+	for _, gi := range g.Instances {
+		other, _ := s.giProfile(gi.ProfileID)
+		if gi.Placement.Start < at.Start+at.Size && at.Start < gi.Placement.Start+gi.Placement.Size {
+			return fmt.Errorf("memory slices %d-%d overlap GPU instance %d (%s at %d:%d)", at.Start, at.Start+at.Size-1, gi.ID, other.Name, gi.Placement.Start, gi.Placement.Size)
+		}
+		if gi.ProfileID == pr.ID {
+			count++
+		}
+		if pr.MediaExtensions && other.MediaExtensions {
+			return fmt.Errorf("GPU instance %d (%s) already holds the media extensions", gi.ID, other.Name)
+		}
+		compute += other.ComputeSlices
+	}
+	if count >= pr.MaxCount {
+		return fmt.Errorf("%d instances of %s exist, the most the GPU holds", count, pr.Name)
+	}
+	if compute+pr.ComputeSlices > s.product.ComputeSlices {
+		return fmt.Errorf("%d compute slices in use, %s needs %d of %d", compute, pr.Name, pr.ComputeSlices, s.product.ComputeSlices)
+	}
+	return nil
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func placementsString(ps []mig.Placement) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%d:%d", p.Start, p.Size)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// lowestFree returns the lowest ID >= from that no element has.
+func lowestFree[T any](xs []T, id func(T) int, from int) int {
+	used := map[int]bool{}
+	for _, x := range xs {
+		used[id(x)] = true
+	}
+	for used[from] {
+		from++
+	}
+	return from
+}
+
+// CreateComputeInstance creates a compute instance with a new MIG UUID.
+// It fails with ErrNotFound for a missing GPU instance, ErrNotSupported
+// for a profile the GPU instance lacks, and ErrInsufficientResources when
+// the profile's count or the GPU instance's compute slices are used up.
+func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeInstance, error) {
+	op := fmt.Sprintf("create compute instance of profile %d in GPU instance %d on GPU %d", profileID, gpuInstance, gpu)
+	uuid, err := newUUID()
+	if err != nil {
+		return ComputeInstance{}, err
+	}
+	var out ComputeInstance
+	err = s.change(func(st *simState) (bool, error) {
+		g, commit, err := st.enter(op, FaultCreateComputeInstance, gpu, true)
+		if err != nil {
+			return commit, err
+		}
+		gi := findGI(g, gpuInstance)
+		if gi == nil {
+			return false, newError(ErrorNotFound, op, "no such GPU instance")
+		}
+		if profileID < 0 || profileID >= 9 {
+			return false, newError(ErrorInvalidArgument, op, "no compute instance profile %d", profileID)
+		}
+		pr, _ := s.giProfile(gi.ProfileID)
+		var cp *ComputeInstanceProfile
+		for _, c := range ciProfiles(pr) {
+			if c.ID == profileID {
+				cp = &c
+			}
+		}
+		if cp == nil {
+			return false, newError(ErrorNotSupported, op, "%s has no compute instance profile %d", pr.Name, profileID)
+		}
+		var used uint32
+		count := 0
+		for _, ci := range gi.ComputeInstances {
+			used |= ((1 << ci.Placement.Size) - 1) << ci.Placement.Start
+			if ci.ProfileID == profileID {
+				count++
+			}
+		}
+		if count >= cp.InstanceCount {
+			return false, newError(ErrorInsufficientResources, op, "%d compute instances of profile %d exist, the most %s holds", count, profileID, pr.Name)
+		}
+		start := -1
+		mask := uint32(1)<<cp.SliceCount - 1
+		for off := 0; off+cp.SliceCount <= pr.ComputeSlices; off += cp.SliceCount {
+			if used&(mask<<off) == 0 {
+				start = off
+				break
+			}
+		}
+		if start < 0 {
+			return false, newError(ErrorInsufficientResources, op, "no %d free compute slices in %s", cp.SliceCount, pr.Name)
+		}
+		out = ComputeInstance{
+			ID:        lowestFree(gi.ComputeInstances, func(c ComputeInstance) int { return c.ID }, 0),
+			ProfileID: profileID, Placement: mig.Placement{Start: start, Size: cp.SliceCount}, UUID: "MIG-" + uuid,
+		}
+		gi.ComputeInstances = append(gi.ComputeInstances, out)
+		sort.Slice(gi.ComputeInstances, func(i, j int) bool { return gi.ComputeInstances[i].ID < gi.ComputeInstances[j].ID })
+		return true, nil
+	})
+	return out, err
+}
+
+// DestroyComputeInstance destroys a compute instance; ErrNotFound when it
+// or its GPU instance does not exist.
+func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) error {
+	op := fmt.Sprintf("destroy compute instance %d of GPU instance %d on GPU %d", computeInstance, gpuInstance, gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, commit, err := st.enter(op, FaultDestroyComputeInstance, gpu, false)
+		if err != nil {
+			return commit, err
+		}
+		gi := findGI(g, gpuInstance)
+		if gi == nil {
+			return false, newError(ErrorNotFound, op, "no such GPU instance")
+		}
+		for i, ci := range gi.ComputeInstances {
+			if ci.ID == computeInstance {
+				gi.ComputeInstances = append(gi.ComputeInstances[:i:i], gi.ComputeInstances[i+1:]...)
+				return true, nil
+			}
+		}
+		return false, newError(ErrorNotFound, op, "no such compute instance")
+	})
+}
+
+// DestroyGPUInstance destroys a GPU instance; ErrInUse while it has a
+// compute instance, ErrNotFound when it does not exist.
+func (s *Sim) DestroyGPUInstance(gpu, gpuInstance int) error {
+	op := fmt.Sprintf("destroy GPU instance %d on GPU %d", gpuInstance, gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, commit, err := st.enter(op, FaultDestroyGPUInstance, gpu, false)
+		if err != nil {
+			return commit, err
+		}
+		for i, gi := range g.Instances {
+			if gi.ID != gpuInstance {
+				continue
+			}
+			if n := len(gi.ComputeInstances); n > 0 {
+				return false, newError(ErrorInUse, op, "%d compute instances exist in it", n)
+			}
+			g.Instances = append(g.Instances[:i:i], g.Instances[i+1:]...)
+			return true, nil
+		}
+		return false, newError(ErrorNotFound, op, "no such GPU instance")
+	})
+}
+
+// Close releases nothing: the state stays, as a GPU outlives its driver.
+func (s *Sim) Close() error { return nil }

@@ -1,0 +1,79 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// simEvent is an XID event in the state, numbered so that each watcher
+// delivers each event once.
+type simEvent struct {
+	Seq   uint64      `json:"seq"`
+	Event HealthEvent `json:"event"`
+}
+
+// maxSimEvents bounds the events kept in the state file; a watcher that
+// polls less often than that many events arrive loses the oldest.
+const maxSimEvents = 1024
+
+// RaiseXID reports an XID error on a GPU (gpuInstance and computeInstance
+// -1 for the whole GPU) to every WatchHealth of every process sharing the
+// state.
+func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) error {
+	op := fmt.Sprintf("raise XID %d on GPU %d", xid, gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, err := st.gpu(op, gpu)
+		if err != nil {
+			return false, err
+		}
+		st.NextEvent++
+		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
+			GPU: gpu, UUID: g.UUID, XID: xid, GPUInstance: gpuInstance, ComputeInstance: computeInstance, Time: time.Now().UTC(),
+		}})
+		if n := len(st.Events); n > maxSimEvents {
+			st.Events = append([]simEvent(nil), st.Events[n-maxSimEvents:]...)
+		}
+		return true, nil
+	})
+}
+
+// WatchHealth streams the XID events raised (by RaiseXID in any process
+// sharing the state) after it returns, polling the state.
+func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
+	var cursor uint64
+	if err := s.view(func(st *simState) error { cursor = st.NextEvent; return nil }); err != nil {
+		return nil, fmt.Errorf("watch health: %w", err)
+	}
+	ch := make(chan HealthEvent)
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(s.poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var evs []HealthEvent
+			_ = s.view(func(st *simState) error { // a failed read is retried at the next tick
+				for _, e := range st.Events {
+					if e.Seq > cursor {
+						evs = append(evs, e.Event)
+						cursor = e.Seq
+					}
+				}
+				return nil
+			})
+			for _, e := range evs {
+				select {
+				case ch <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return ch, nil
+}
