@@ -1,0 +1,151 @@
+package explain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// explainClaim explains a claim whose requests each fit on their own. It
+// returns the claim's reasons and whether the claim as a whole fits.
+func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) ([]Reason, bool) {
+	if ok, _, err := n.run(n.full, []*resourceapi.ResourceClaim{claim}); err != nil {
+		return []Reason{{Kind: AllocatorError, Message: fmt.Sprintf("claim %s: the allocator fails: %v", label, err)}}, false
+	} else if ok {
+		return nil, true
+	}
+	free := *claim
+	free.Spec.Devices.Constraints = nil
+	if ok, _, _ := n.run(n.full, []*resourceapi.ResourceClaim{&free}); !ok {
+		var names []string
+		for _, r := range claim.Spec.Devices.Requests {
+			names = append(names, r.Name)
+		}
+		return []Reason{{Kind: Together,
+			Message: fmt.Sprintf("claim %s: requests %s each fit on their own, but not all together: they compete for the same devices or counters", label, strings.Join(names, ", "))}}, false
+	}
+	var out []Reason
+	for i, c := range claim.Spec.Devices.Constraints {
+		one := *claim
+		one.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{c}
+		if ok, _, _ := n.run(n.full, []*resourceapi.ResourceClaim{&one}); ok {
+			continue
+		}
+		out = append(out, n.constraintReason(claim, label, i))
+	}
+	if len(out) == 0 {
+		out = append(out, Reason{Kind: Constraint,
+			Message: fmt.Sprintf("claim %s: each constraint can be met on its own, but not all of them at once", label)})
+	}
+	return out, false
+}
+
+// constraintReason describes constraint i of claim: the attribute's
+// values among the free devices that match each request it covers.
+func (n *nodeCtx) constraintReason(claim *resourceapi.ResourceClaim, label string, i int) Reason {
+	c := claim.Spec.Devices.Constraints[i]
+	var attr resourceapi.FullyQualifiedName
+	kind := ""
+	switch {
+	case c.MatchAttribute != nil:
+		attr, kind = *c.MatchAttribute, "matchAttribute"
+	case c.DistinctAttribute != nil:
+		attr, kind = *c.DistinctAttribute, "distinctAttribute"
+	default:
+		return Reason{Kind: Constraint, Message: fmt.Sprintf("claim %s: constraint #%d has no known type", label, i)}
+	}
+	covered := map[string]bool{}
+	for _, r := range c.Requests {
+		covered[r] = true
+	}
+	groups := map[string]map[string]int{}
+	var needs []string
+	for _, r := range claim.Spec.Devices.Requests {
+		var specs []reqSpec
+		if r.Exactly != nil {
+			specs = append(specs, exactSpec(r.Name, r.Exactly))
+		}
+		for si := range r.FirstAvailable {
+			specs = append(specs, subSpec(r.Name, &r.FirstAvailable[si]))
+		}
+		for _, rs := range specs {
+			if len(covered) > 0 && !covered[r.Name] && !covered[rs.name] {
+				continue
+			}
+			if rs.all {
+				needs = append(needs, rs.name+" (all)")
+			} else {
+				needs = append(needs, fmt.Sprintf("%s (%d)", rs.name, rs.count))
+			}
+			for _, d := range n.freeMatching(rs) {
+				v := missingVal
+				if a, ok := lookupQualified(d, attr); ok {
+					v = formatAttribute(a)
+				}
+				if groups[v] == nil {
+					groups[v] = map[string]int{}
+				}
+				groups[v][rs.name]++
+			}
+		}
+	}
+	var out []AttributeGroup
+	for v, g := range groups {
+		out = append(out, AttributeGroup{Value: v, Devices: g})
+	}
+	sort.Slice(out, func(a, b int) bool { return naturalLess(out[a].Value, out[b].Value) })
+	var parts []string
+	for _, g := range out {
+		var per []string
+		for _, k := range sortedKeys(g.Devices) {
+			per = append(per, fmt.Sprintf("%s %d", k, g.Devices[k]))
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s", g.Value, strings.Join(per, ", ")))
+	}
+	verb := "the same value of"
+	if kind == "distinctAttribute" {
+		verb = "different values of"
+	}
+	return Reason{Kind: Constraint, Constraint: kind + " " + string(attr), Groups: out,
+		Message: fmt.Sprintf("claim %s: requests %s need devices with %s %s; free matching devices by value: %s",
+			label, strings.Join(needs, ", "), verb, attr, orNone(strings.Join(parts, "; ")))}
+}
+
+// freeMatching returns the devices that match rs and are neither
+// allocated nor tainted against it.
+func (n *nodeCtx) freeMatching(rs reqSpec) []devInfo {
+	class, err := n.classes.Get(rs.class)
+	if err != nil {
+		return nil
+	}
+	all := make([]int, len(n.devices))
+	for i := range all {
+		all[i] = i
+	}
+	var out []devInfo
+	for _, i := range n.filter(n.filter(all, class.Spec.Selectors), rs.selectors) {
+		d := n.devices[i]
+		if !n.state.AllocatedDevices.Has(d.id) && len(untolerated(d.dev, rs.tolerations)) == 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
