@@ -11,14 +11,14 @@ import (
 // explainClaim explains a claim whose requests each fit on their own. It
 // returns the claim's reasons and whether the claim as a whole fits.
 func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) ([]Reason, bool) {
-	if ok, _, err := n.run(n.full, []*resourceapi.ResourceClaim{claim}); err != nil {
+	if ok, _, err := n.run(n.base, []*resourceapi.ResourceClaim{claim}); err != nil {
 		return []Reason{{Kind: AllocatorError, Message: fmt.Sprintf("claim %s: the allocator fails: %v", label, err)}}, false
 	} else if ok {
 		return nil, true
 	}
 	free := *claim
 	free.Spec.Devices.Constraints = nil
-	if ok, _, _ := n.run(n.full, []*resourceapi.ResourceClaim{&free}); !ok {
+	if ok, _, _ := n.run(n.base, []*resourceapi.ResourceClaim{&free}); !ok {
 		var names []string
 		for _, r := range claim.Spec.Devices.Requests {
 			names = append(names, r.Name)
@@ -30,7 +30,7 @@ func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) (
 	for i, c := range claim.Spec.Devices.Constraints {
 		one := *claim
 		one.Spec.Devices.Constraints = []resourceapi.DeviceConstraint{c}
-		if ok, _, _ := n.run(n.full, []*resourceapi.ResourceClaim{&one}); ok {
+		if ok, _, _ := n.run(n.base, []*resourceapi.ResourceClaim{&one}); ok {
 			continue
 		}
 		out = append(out, n.constraintReason(claim, label, i))

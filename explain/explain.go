@@ -192,7 +192,7 @@ type engine struct {
 	cel      *cel.Cache
 	state    structured.AllocatedState
 	holders  map[structured.DeviceID]*resourceapi.ResourceClaim
-	full     structured.Allocator
+	celMemo  sync.Map                                // celKey -> celResult
 	slicesOf map[string][]*resourceapi.ResourceSlice // by node name, with shared slices and the rest of their pools
 	shared   []*resourceapi.ResourceSlice            // slices without a nodeName
 	poolGen  map[poolKey]int64                       // newest generation per pool
@@ -229,12 +229,6 @@ func explain(ctx context.Context, snap *Snapshot, sub *subject, opts []Option) (
 	}
 	e.state = e.allocatedState()
 	e.indexSlices()
-	full, err := structured.NewAllocator(ctx, o.features, e.state, e.classes, snap.Slices, e.cel)
-	if err != nil {
-		return nil, fmt.Errorf("explain %s: create allocator: %w", sub.name, err)
-	}
-	e.full = full
-
 	nodes, err := e.nodes()
 	if err != nil {
 		return nil, fmt.Errorf("explain %s: %w", sub.name, err)

@@ -80,13 +80,16 @@ func (n *nodeCtx) explainRequest(claim *resourceapi.ResourceClaim, ri int) Reque
 func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs reqSpec) RequestReport {
 	rr := RequestReport{Claim: cname, Request: rs.name, Class: rs.class, Count: rs.count}
 	fail := func(r Reason) RequestReport { rr.Reasons = append(rr.Reasons, r); return rr }
-	ok, _, err := n.run(n.full, []*resourceapi.ResourceClaim{claim})
-	if err != nil {
-		return fail(Reason{Kind: AllocatorError, Message: "the allocator fails: " + err.Error()})
-	}
-	if ok {
-		rr.Fits = true
-		return rr
+	if !n.alone() {
+		// Else the claim alone is the problem that just failed.
+		ok, _, err := n.run(n.base, []*resourceapi.ResourceClaim{claim})
+		if err != nil {
+			return fail(Reason{Kind: AllocatorError, Message: "the allocator fails: " + err.Error()})
+		}
+		if ok {
+			rr.Fits = true
+			return rr
+		}
 	}
 	if len(n.devices) == 0 {
 		return fail(Reason{Kind: NoDevices, Message: "the node has no devices: no ResourceSlice is published for it"})
@@ -198,6 +201,17 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 		Message: fmt.Sprintf("%d devices match, but the allocator finds no allocation, even without other allocations, taints or counters", len(matching))})
 }
 
+// alone is true when the pending claims are one claim with one request
+// (with at most one alternative) and no constraints: the request alone is
+// then the whole problem.
+func (n *nodeCtx) alone() bool {
+	if len(n.sub.pending) != 1 {
+		return false
+	}
+	d := n.sub.pending[0].Spec.Devices
+	return len(d.Requests) == 1 && len(d.Constraints) == 0 && len(d.Requests[0].FirstAvailable) <= 1
+}
+
 func (n *nodeCtx) drivers() string {
 	ds := sets.New[string]()
 	for _, d := range n.devices {
@@ -271,8 +285,8 @@ func (n *nodeCtx) counterState() (capacity, left map[counterKey]resource.Quantit
 				}
 			}
 		}
-		for _, d := range s.Spec.Devices {
-			id := structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)
+		for i, d := range s.Spec.Devices {
+			id := n.ids[s][i]
 			if !n.state.AllocatedDevices.Has(id) {
 				continue
 			}

@@ -3,7 +3,9 @@ package explain
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	celast "github.com/google/cel-go/common/ast"
@@ -16,6 +18,11 @@ import (
 // eval returns, per device of the node, whether the CEL expression is
 // true for it, evaluated by the DRA CEL library as the allocator does. A
 // device for which evaluation fails does not match; the error is kept.
+//
+// The result depends only on what CEL sees of a device (driver,
+// attributes, capacities, allowMultipleAllocations), so devices that look
+// the same, such as the same GPU model's devices on many nodes, share one
+// evaluation.
 func (n *nodeCtx) eval(expr string) []bool {
 	if r, ok := n.match[expr]; ok {
 		return r
@@ -28,18 +35,106 @@ func (n *nodeCtx) eval(expr string) []bool {
 			errs[i] = compiled.Error.Error()
 			continue
 		}
+		k := celKey{expr: expr, device: d.key}
+		if v, ok := n.celMemo.Load(k); ok {
+			r := v.(celResult)
+			res[i], errs[i] = r.ok, r.err
+			continue
+		}
 		ok, _, err := compiled.DeviceMatches(n.ctx, cel.Device{
 			Driver: d.id.Driver.String(), AllowMultipleAllocations: d.dev.AllowMultipleAllocations,
 			Attributes: d.dev.Attributes, Capacity: d.dev.Capacity,
 		})
 		if err != nil {
 			errs[i] = cel.EnhanceRuntimeError(err).Error()
-			continue
+		} else {
+			res[i] = ok
 		}
-		res[i] = ok
+		if n.ctx.Err() == nil {
+			n.celMemo.Store(k, celResult{ok: res[i], err: errs[i]})
+		}
 	}
 	n.match[expr], n.errs[expr] = res, errs
 	return res
+}
+
+type celKey struct{ expr, device string }
+
+type celResult struct {
+	ok  bool
+	err string
+}
+
+// celKeyOf is a canonical text of what CEL sees of a device: equal keys
+// mean equal selector results.
+func celKeyOf(driver string, d *resourceapi.Device) string {
+	b := make([]byte, 0, 256)
+	b = append(b, driver...)
+	if d.AllowMultipleAllocations != nil {
+		b = append(b, "\x00multi="...)
+		b = strconv.AppendBool(b, *d.AllowMultipleAllocations)
+	}
+	var buf [resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice]string
+	names := buf[:0]
+	for name := range d.Attributes {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		b = append(b, "\x00a:"...)
+		b = append(b, name...)
+		b = append(b, '=')
+		b = appendAttributeKey(b, d.Attributes[resourceapi.QualifiedName(name)])
+	}
+	names = buf[:0]
+	for name := range d.Capacity {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c := d.Capacity[resourceapi.QualifiedName(name)]
+		b = append(b, "\x00c:"...)
+		b = append(b, name...)
+		b = append(b, '=')
+		b = append(b, c.Value.String()...)
+	}
+	return string(b)
+}
+
+// appendAttributeKey appends an attribute's type and value unambiguously.
+func appendAttributeKey(b []byte, a resourceapi.DeviceAttribute) []byte {
+	switch {
+	case a.IntValue != nil:
+		return strconv.AppendInt(append(b, 'i'), *a.IntValue, 10)
+	case a.BoolValue != nil:
+		return strconv.AppendBool(append(b, 'b'), *a.BoolValue)
+	case a.StringValue != nil:
+		return strconv.AppendQuote(append(b, 's'), *a.StringValue)
+	case a.VersionValue != nil:
+		return strconv.AppendQuote(append(b, 'v'), *a.VersionValue)
+	default:
+		return fmt.Appendf(append(b, 'l'), "%q%v%v%q", a.StringValues, a.IntValues, a.BoolValues, a.VersionValues)
+	}
+}
+
+// filterOrFail is filter that also keeps devices for which a selector
+// fails to evaluate.
+func (n *nodeCtx) filterOrFail(idx []int, selectors []resourceapi.DeviceSelector) []int {
+	out := idx
+	for _, s := range selectors {
+		if s.CEL == nil {
+			continue
+		}
+		r, errs := n.eval(s.CEL.Expression), n.errs[s.CEL.Expression]
+		next := make([]int, 0, len(out))
+		for _, i := range out {
+			if r[i] || errs[i] != "" {
+				next = append(next, i)
+			}
+		}
+		out = next
+	}
+	return out
 }
 
 // filter returns the devices among idx for which every selector is true.
