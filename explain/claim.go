@@ -12,7 +12,7 @@ import (
 // returns the claim's reasons and whether the claim as a whole fits.
 func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) ([]Reason, bool) {
 	if ok, _, err := n.run(n.base, []*resourceapi.ResourceClaim{claim}); err != nil {
-		return []Reason{{Kind: AllocatorError, Message: fmt.Sprintf("claim %s: the allocator fails: %v", label, err)}}, false
+		return []Reason{{Kind: AllocatorError, Claim: label, Message: fmt.Sprintf("the allocator fails: %v", err)}}, false
 	} else if ok {
 		return nil, true
 	}
@@ -23,8 +23,8 @@ func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) (
 		for _, r := range claim.Spec.Devices.Requests {
 			names = append(names, r.Name)
 		}
-		return []Reason{{Kind: Together,
-			Message: fmt.Sprintf("claim %s: requests %s each fit on their own, but not all together: they compete for the same devices or counters", label, strings.Join(names, ", "))}}, false
+		return []Reason{{Kind: Together, Claim: label,
+			Message: fmt.Sprintf("requests %s each fit on their own, but not all together: they compete for the same devices or counters", strings.Join(names, ", "))}}, false
 	}
 	var out []Reason
 	for i, c := range claim.Spec.Devices.Constraints {
@@ -36,8 +36,8 @@ func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) (
 		out = append(out, n.constraintReason(claim, label, i))
 	}
 	if len(out) == 0 {
-		out = append(out, Reason{Kind: Constraint,
-			Message: fmt.Sprintf("claim %s: each constraint can be met on its own, but not all of them at once", label)})
+		out = append(out, Reason{Kind: Constraint, Claim: label,
+			Message: "each constraint can be met on its own, but not all of them at once"})
 	}
 	return out, false
 }
@@ -54,7 +54,7 @@ func (n *nodeCtx) constraintReason(claim *resourceapi.ResourceClaim, label strin
 	case c.DistinctAttribute != nil:
 		attr, kind = *c.DistinctAttribute, "distinctAttribute"
 	default:
-		return Reason{Kind: Constraint, Message: fmt.Sprintf("claim %s: constraint #%d has no known type", label, i)}
+		return Reason{Kind: Constraint, Claim: label, Message: fmt.Sprintf("constraint #%d has no known type", i)}
 	}
 	covered := map[string]bool{}
 	for _, r := range c.Requests {
@@ -108,9 +108,9 @@ func (n *nodeCtx) constraintReason(claim *resourceapi.ResourceClaim, label strin
 	if kind == "distinctAttribute" {
 		verb = "different values of"
 	}
-	return Reason{Kind: Constraint, Constraint: kind + " " + string(attr), Groups: out,
-		Message: fmt.Sprintf("claim %s: requests %s need devices with %s %s; free matching devices by value: %s",
-			label, strings.Join(needs, ", "), verb, attr, orNone(strings.Join(parts, "; ")))}
+	return Reason{Kind: Constraint, Claim: label, Constraint: kind + " " + string(attr), Groups: out,
+		Message: fmt.Sprintf("requests %s need devices with %s %s; free matching devices by value: %s",
+			strings.Join(needs, ", "), verb, attr, orNone(strings.Join(parts, "; ")))}
 }
 
 // freeMatching returns the devices that match rs and are neither

@@ -142,6 +142,9 @@ type Reason struct {
 	Kind Kind `json:"kind"`
 	// Message is one sentence for an operator.
 	Message string `json:"message"`
+	// Claim names the claim a claim-level reason (Constraint, Together
+	// within one claim) is about, as in Report.Claims.
+	Claim string `json:"claim,omitempty"`
 	// Selectors explain SelectorFalse and NoClassDevice.
 	Selectors *SelectorReport `json:"selectors,omitempty"`
 	// Holders are the claims holding the devices (Allocated) or the

@@ -163,7 +163,11 @@ func (n *NodeReport) rows() [][2]string {
 	}
 	var out [][2]string
 	for _, r := range n.Reasons {
-		out = append(out, [2]string{"-", string(r.Kind) + ": " + r.Message})
+		who := "-"
+		if r.Claim != "" {
+			who = shortClaim(strings.Fields(r.Claim)[0])
+		}
+		out = append(out, [2]string{who, string(r.Kind) + ": " + r.Message})
 	}
 	for _, rr := range n.Requests {
 		name := shortClaim(rr.Claim) + "/" + rr.Request
