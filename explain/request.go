@@ -106,13 +106,13 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 	if len(inClass) == 0 {
 		sel := n.selectorReport("class "+class.Name, class.Spec.Selectors, all)
 		return fail(Reason{Kind: NoClassDevice, Selectors: sel,
-			Message: fmt.Sprintf("no device of class %s on the node (drivers here: %s): the class's selector is false for all %s%s", class.Name, n.drivers(), plural(len(all), "device"), sel.why())})
+			Message: fmt.Sprintf("no device of class %s on the node (drivers here: %s): the class's selector is false for %s%s", class.Name, n.drivers(), every(len(all), "device"), sel.why())})
 	}
 	matching := n.filter(inClass, rs.selectors)
 	if len(matching) == 0 {
 		sel := n.selectorReport("request "+rs.name, rs.selectors, inClass)
 		return fail(Reason{Kind: SelectorFalse, Selectors: sel,
-			Message: fmt.Sprintf("the request's selector is false for all %s of class %s on the node%s", plural(len(inClass), "device"), class.Name, sel.why())})
+			Message: fmt.Sprintf("the request's selector is false for %s of class %s on the node%s", every(len(inClass), "device"), class.Name, sel.why())})
 	}
 	need := int(rs.count)
 	if rs.all {
@@ -433,6 +433,14 @@ func holderPhrase(hs []Holder) string {
 		return fmt.Sprintf("%s and %d more claims", strings.Join(parts[:3], ", "), len(parts)-3)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// every returns "the only device" or "all n devices".
+func every(n int, noun string) string {
+	if n == 1 {
+		return "the only " + noun
+	}
+	return fmt.Sprintf("all %d %ss", n, noun)
 }
 
 // plural returns "1 device" or "n devices".
