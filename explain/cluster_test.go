@@ -277,6 +277,11 @@ func TestExplainOnCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var text strings.Builder
+			if err := rep.WriteText(&text, explain.WithMaxNodes(3), explain.WithDetails(1)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("explanation:\n%s", text.String())
 			if rep.Fits {
 				t.Fatalf("explanation says the pod fits on %d nodes", rep.NodesFit)
 			}
@@ -319,6 +324,11 @@ func TestExplainOnCluster(t *testing.T) {
 		if !rep.Fits || rep.NodesFit != 1 || rep.Nodes[0].Node != "node-free" {
 			t.Fatalf("want node-free to fit, first: %+v", rep.Nodes[0])
 		}
+		var text strings.Builder
+		if err := rep.WriteText(&text, explain.WithMaxNodes(3)); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("explanation:\n%s", text.String())
 		var predicted []string
 		for _, d := range rep.Nodes[0].Allocation {
 			predicted = append(predicted, d.Pool+"/"+d.Device)

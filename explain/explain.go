@@ -89,6 +89,7 @@ type subject struct {
 	pending   []*resourceapi.ResourceClaim
 	labels    []string // display names of pending, same order
 	allocated []*resourceapi.ResourceClaim
+	self      string // "NS/NAME" of a claim whose own allocation is ignored
 }
 
 // Pod explains why the pod's claims cannot be allocated, node by node.
@@ -137,15 +138,14 @@ func Pod(ctx context.Context, snap *Snapshot, pod *corev1.Pod, opts ...Option) (
 
 // Claim explains why the claim cannot be allocated, node by node. The
 // claim need not be in the snapshot (a what-if). An allocated claim is
-// explained as if it were not allocated, with its own devices still in
-// use by it.
+// explained as if it were not allocated: its own devices count as free.
 func Claim(ctx context.Context, snap *Snapshot, claim *resourceapi.ResourceClaim, opts ...Option) (*Report, error) {
 	if claim == nil {
 		return nil, errors.New("explain claim: claim is nil")
 	}
 	c := claim.DeepCopy()
 	c.Status = resourceapi.ResourceClaimStatus{}
-	sub := &subject{name: "claim " + c.Namespace + "/" + c.Name}
+	sub := &subject{name: "claim " + c.Namespace + "/" + c.Name, self: c.Namespace + "/" + c.Name}
 	sub.add(c, c.Namespace+"/"+c.Name)
 	return explain(ctx, snap, sub, opts)
 }
@@ -334,7 +334,7 @@ func (e *engine) allocatedState() structured.AllocatedState {
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 	for _, c := range e.snap.Claims {
-		if c.Status.Allocation == nil {
+		if c.Status.Allocation == nil || c.Namespace+"/"+c.Name == e.sub.self {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {

@@ -198,7 +198,7 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 		return fail(Reason{Kind: PoolIncomplete, Message: "resource pools are being updated (not all of their slices are published): " + strings.Join(pools, ", ")})
 	}
 	return fail(Reason{Kind: Unexplained,
-		Message: fmt.Sprintf("%d devices match, but the allocator finds no allocation, even without other allocations, taints or counters", len(matching))})
+		Message: fmt.Sprintf("%s, but the allocator finds no allocation, even without other allocations, taints or counters", plural(len(matching), "matching device"))})
 }
 
 // alone is true when the pending claims are one claim with one request

@@ -300,3 +300,16 @@ func TestOutput(t *testing.T) {
 		t.Errorf("details of the third node written with WithDetails(2):\n%s", out)
 	}
 }
+
+// TestAllocatedClaim: explaining an allocated claim ignores its own
+// allocation, so its devices count as free.
+func TestAllocatedClaim(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	rep, err := Claim(context.Background(), snap, snap.claim("default", "busy"), WithNodes("node-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Fits {
+		t.Errorf("claim default/busy does not fit on its own devices: %+v", rep.Nodes)
+	}
+}
