@@ -35,8 +35,8 @@ func Example() {
 	//
 	// NODE    FITS  REQUEST     WHY
 	// node-h  yes   train/gpus  would get node-h/gpu-0, node-h/gpu-1
-	// node-b  no    train/gpus  allocated: 2 of the 2 matching devices are allocated, to default/busy (pod default/busy-pod); 0 free, 2 needed
-	// node-g  no    train/gpus  counter-exhausted: 2 matching devices free, but the shared counters they consume are used up (counter sets gpu-0-counters, gpu-1-counters; held by default/mig-user (pod default/inference))
+	// node-b  no    train/gpus  allocated: both matching devices are allocated, to default/busy (pod default/busy-pod); 0 free, 2 needed
+	// node-g  no    train/gpus  counter-exhausted: 2 matching devices are free, but the shared counters they consume are used up (counter sets gpu-0-counters, gpu-1-counters; held by default/mig-user (pod default/inference))
 	// node-f  no    train       constraint: requests gpus (2) need devices with the same value of gpu.example.com/numa; free matching devices by value: 0: gpus 1; 1: gpus 1
 	//               train/gpus  fits on its own
 	// ... and 4 more nodes (device-taint: 1, no-class-device: 1, selector: 1, too-many: 1)

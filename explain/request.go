@@ -161,7 +161,7 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 		if freeCount < need || (rs.all && len(allocated) > 0) {
 			holders := n.holderList(allocated)
 			rr.Reasons = append(rr.Reasons, Reason{Kind: Allocated, Holders: holders,
-				Message: fmt.Sprintf("%d of the %d matching devices are allocated, to %s; %d free, %d needed", len(allocated), len(matching), holderPhrase(holders), freeCount, need)})
+				Message: fmt.Sprintf("%s allocated, to %s; %d free, %d needed", someOf(len(allocated), len(matching), "is", "are"), holderPhrase(holders), freeCount, need)})
 		}
 		var cands []devInfo
 		for _, i := range matching {
@@ -171,7 +171,7 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 		}
 		if counters := n.countersShort(cands); len(counters) > 0 {
 			rr.Reasons = append(rr.Reasons, Reason{Kind: CounterExhausted, Counters: counters,
-				Message: fmt.Sprintf("%s free, but the shared counters they consume are used up (%s)", plural(len(cands), "matching device"), counterSummary(counters))})
+				Message: fmt.Sprintf("%s, but the shared counters %s are used up (%s)", freePhrase(len(cands)), map[bool]string{true: "it consumes", false: "they consume"}[len(cands) == 1], counterSummary(counters))})
 		}
 		if len(rr.Reasons) == before {
 			var ids []structured.DeviceID
@@ -251,7 +251,7 @@ func (n *nodeCtx) taintReason(tainted []int, rs reqSpec, matching int) Reason {
 		names = append(names, s+":"+k.e)
 	}
 	return Reason{Kind: DeviceTaint, Taints: taints,
-		Message: fmt.Sprintf("%d of the %d matching devices have taints the request does not tolerate: %s", len(tainted), matching, strings.Join(names, ", "))}
+		Message: fmt.Sprintf("%s taints the request does not tolerate: %s", someOf(len(tainted), matching, "has", "have"), strings.Join(names, ", "))}
 }
 
 // counterKey names one counter of one pool.
@@ -433,6 +433,33 @@ func holderPhrase(hs []Holder) string {
 		return fmt.Sprintf("%s and %d more claims", strings.Join(parts[:3], ", "), len(parts)-3)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// someOf returns "the only matching device is", "both matching devices
+// are", "all n matching devices are" or "k of the n matching devices
+// are" (with the verb given for one and for many).
+func someOf(k, n int, one, many string) string {
+	switch {
+	case n == 1 && k == 1:
+		return "the only matching device " + one
+	case k == n && n == 2:
+		return "both matching devices " + many
+	case k == n:
+		return fmt.Sprintf("all %d matching devices %s", n, many)
+	}
+	if k == 1 {
+		return fmt.Sprintf("1 of the %d matching devices %s", n, one)
+	}
+	return fmt.Sprintf("%d of the %d matching devices %s", k, n, many)
+}
+
+// freePhrase returns "1 matching device is free" or "n matching devices
+// are free".
+func freePhrase(n int) string {
+	if n == 1 {
+		return "1 matching device is free"
+	}
+	return fmt.Sprintf("%d matching devices are free", n)
 }
 
 // every returns "the only device" or "all n devices".
