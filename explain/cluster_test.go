@@ -152,6 +152,7 @@ func TestExplainOnCluster(t *testing.T) {
 		}
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: e2eClass}, Spec: resourceapi.DeviceClassSpec{
+		ExtendedResourceName: ptr.To(e2eDriver + "/gpu"),
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", e2eDriver)}}}}}
 	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -262,9 +263,25 @@ func TestExplainOnCluster(t *testing.T) {
 			return cmp.Diff([]explain.Kind{explain.SelectorFalse, explain.TooMany}, got)
 		}},
 		{"wants-nowhere", "nowhere", one(request("gpu", 1, "")), nil},
+		// No claim: "resources.limits: {gpu.e2e.drakit.dev/gpu: 2}",
+		// served by the class's extendedResourceName (KEP-5004).
+		{"wants-two-the-old-way", "small", resourceapi.ResourceClaimSpec{}, func(n explain.NodeReport) string {
+			if r := only(n, explain.TooMany); r == nil || len(n.Requests) != 1 || n.Requests[0].Request != "container-0-request-0" {
+				return "want too-many for container-0-request-0"
+			}
+			return ""
+		}},
 	}
 	for _, tc := range cases {
-		createPod(ctx, t, client, tc.pod, tc.pin, tc.spec)
+		if len(tc.spec.Devices.Requests) > 0 || tc.want == nil {
+			createPod(ctx, t, client, tc.pod, tc.pin, tc.spec)
+			continue
+		}
+		pod := podFor(tc.pod, tc.pin)
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{e2eDriver + "/gpu": resource.MustParse("2")}}
+		if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range cases {
 		t.Run(tc.pod, func(t *testing.T) {

@@ -37,5 +37,16 @@
 // counter is left, which attribute groups exist) are read from the
 // snapshot to make the reason actionable.
 //
+// A pod's claims are those it names, those its templates make (built from
+// the template for a what-if), and the claim through which DRA serves its
+// extended-resource requests (KEP-5004). Claims that are already
+// allocated stay as they are and keep the pod on their nodes.
+//
+// Not modelled: DeviceTaintRules (taints an admin applies to published
+// devices), consumable capacity shared between claims beyond what the
+// allocator decides (such failures are reported as unexplained), and
+// nodes that serve an extended resource through a device plugin rather
+// than DRA.
+//
 // The drakit command exposes this as "drakit explain".
 package explain

@@ -133,7 +133,69 @@ func Pod(ctx context.Context, snap *Snapshot, pod *corev1.Pod, opts ...Option) (
 		c := claimFromTemplate(t, pod.Name+"-"+pc.Name)
 		sub.add(c, fmt.Sprintf("%s/%s (from template %s)", c.Namespace, c.Name, t.Name))
 	}
+	if err := sub.addExtended(snap, pod); err != nil {
+		return nil, fmt.Errorf("explain pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	return explain(ctx, snap, sub, opts)
+}
+
+// addExtended adds the claim through which DRA serves the pod's
+// extended-resource requests (KEP-5004: a DeviceClass with
+// extendedResourceName, or the implicit name
+// deviceclass.resource.kubernetes.io/CLASS): the one the scheduler
+// created when the pod status names it, else the one it would create,
+// with one request per container and resource (container-I-request-J).
+func (s *subject) addExtended(snap *Snapshot, pod *corev1.Pod) error {
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
+		c := snap.claim(pod.Namespace, st.ResourceClaimName)
+		if c == nil {
+			return fmt.Errorf("extended-resource claim %s/%s: %w", pod.Namespace, st.ResourceClaimName, ErrNotFound)
+		}
+		s.add(c, pod.Namespace+"/"+st.ResourceClaimName+" (extended resources)")
+		return nil
+	}
+	classOf := map[corev1.ResourceName]string{}
+	for _, c := range snap.Classes {
+		classOf[corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+c.Name)] = c.Name
+	}
+	for _, c := range snap.Classes {
+		// An explicit name wins over an implicit one.
+		if c.Spec.ExtendedResourceName != nil {
+			classOf[corev1.ResourceName(*c.Spec.ExtendedResourceName)] = c.Name
+		}
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{
+		Name: pod.Name + "-extended-resources", Namespace: pod.Namespace, UID: types.UID("explain-extended-" + pod.Namespace + "-" + pod.Name),
+	}}
+	for i, ctr := range pod.Spec.Containers {
+		names := make([]string, 0, len(ctr.Resources.Limits)+len(ctr.Resources.Requests))
+		amount := map[string]int64{}
+		for _, list := range []corev1.ResourceList{ctr.Resources.Requests, ctr.Resources.Limits} {
+			for name, q := range list {
+				if _, ok := classOf[name]; ok && q.Value() > 0 {
+					if _, seen := amount[string(name)]; !seen {
+						names = append(names, string(name))
+					}
+					amount[string(name)] = q.Value()
+				}
+			}
+		}
+		sort.Strings(names)
+		for j, name := range names {
+			claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, resourceapi.DeviceRequest{
+				Name: fmt.Sprintf("container-%d-request-%d", i, j),
+				Exactly: &resourceapi.ExactDeviceRequest{
+					DeviceClassName: classOf[corev1.ResourceName(name)],
+					AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+					Count:           amount[name],
+				},
+			})
+		}
+	}
+	if len(claim.Spec.Devices.Requests) > 0 {
+		s.add(claim, claim.Namespace+"/"+claim.Name+" (extended resources)")
+	}
+	return nil
 }
 
 // Claim explains why the claim cannot be allocated, node by node. The

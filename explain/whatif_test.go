@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -311,5 +312,32 @@ func TestAllocatedClaim(t *testing.T) {
 	}
 	if !rep.Fits {
 		t.Errorf("claim default/busy does not fit on its own devices: %+v", rep.Nodes)
+	}
+}
+
+// TestExtendedResources: a plain pod asking for gpu.example.com/gpu: 2,
+// which a DeviceClass serves through extendedResourceName, is explained
+// through the claim the scheduler would create for it.
+func TestExtendedResources(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	snap.Classes[0].Spec.ExtendedResourceName = ptr.To("gpu.example.com/gpu")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"gpu.example.com/gpu": resource.MustParse("2")},
+		}}}},
+	}
+	rep, err := Pod(context.Background(), snap, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"default/legacy-extended-resources (extended resources)"}, rep.Claims); diff != "" {
+		t.Errorf("claims (-want +got):\n%s", diff)
+	}
+	if k := kinds(node(t, rep, "node-d")); len(k) != 1 || k[0] != TooMany {
+		t.Errorf("node-d: kinds %v, want [too-many] (one GPU, two asked for)", k)
+	}
+	if k := kinds(node(t, rep, "node-b")); len(k) != 1 || k[0] != Allocated {
+		t.Errorf("node-b: kinds %v, want [allocated]", k)
 	}
 }
