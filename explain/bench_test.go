@@ -82,6 +82,22 @@ func migFleet(tb testing.TB, nodes int) (*explain.Snapshot, *resourceapi.Resourc
 // allocateEverywhere is the baseline: what the scheduler's allocator does
 // for the claim on every node (one Allocate per node), nothing else.
 func allocateEverywhere(ctx context.Context, tb testing.TB, snap *explain.Snapshot, claim *resourceapi.ResourceClaim) int {
+	a := fullAllocator(ctx, tb, snap)
+	fit := 0
+	for _, n := range snap.Nodes {
+		res, err := a.Allocate(ctx, n, []*resourceapi.ResourceClaim{claim})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fit += len(res)
+	}
+	return fit
+}
+
+// fullAllocator is the scheduler's allocator on the whole snapshot, with
+// the devices of the snapshot's claims allocated.
+func fullAllocator(ctx context.Context, tb testing.TB, snap *explain.Snapshot) structured.Allocator {
+	tb.Helper()
 	st := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
@@ -96,15 +112,7 @@ func allocateEverywhere(ctx context.Context, tb testing.TB, snap *explain.Snapsh
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fit := 0
-	for _, n := range snap.Nodes {
-		res, err := a.Allocate(ctx, n, []*resourceapi.ResourceClaim{claim})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		fit += len(res)
-	}
-	return fit
+	return a
 }
 
 type classes []*resourceapi.DeviceClass

@@ -63,14 +63,7 @@ func (n *nodeCtx) constraintReason(claim *resourceapi.ResourceClaim, label strin
 	groups := map[string]map[string]int{}
 	var needs []string
 	for _, r := range claim.Spec.Devices.Requests {
-		var specs []reqSpec
-		if r.Exactly != nil {
-			specs = append(specs, exactSpec(r.Name, r.Exactly))
-		}
-		for si := range r.FirstAvailable {
-			specs = append(specs, subSpec(r.Name, &r.FirstAvailable[si]))
-		}
-		for _, rs := range specs {
+		for _, rs := range specsOf(&r) {
 			if len(covered) > 0 && !covered[r.Name] && !covered[rs.name] {
 				continue
 			}
@@ -120,10 +113,7 @@ func (n *nodeCtx) freeMatching(rs reqSpec) []devInfo {
 	if err != nil {
 		return nil
 	}
-	all := make([]int, len(n.devices))
-	for i := range all {
-		all[i] = i
-	}
+	all := n.everyDevice()
 	var out []devInfo
 	for _, i := range n.filter(n.filter(all, class.Spec.Selectors), rs.selectors) {
 		d := n.devices[i]

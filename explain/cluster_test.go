@@ -153,7 +153,7 @@ func TestExplainOnCluster(t *testing.T) {
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: e2eClass}, Spec: resourceapi.DeviceClassSpec{
 		ExtendedResourceName: ptr.To(e2eDriver + "/gpu"),
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", e2eDriver)}}}}}
+		Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", e2eDriver)}}}}}
 	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -286,19 +286,7 @@ func TestExplainOnCluster(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.pod, func(t *testing.T) {
 			pod := waitPod(ctx, t, client, tc.pod, "reported unschedulable by the scheduler", unschedulable)
-			snap, err := explain.FromCluster(ctx, client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rep, err := explain.Pod(ctx, snap, pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var text strings.Builder
-			if err := rep.WriteText(&text, explain.WithMaxNodes(3), explain.WithDetails(1)); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("explanation:\n%s", text.String())
+			rep := explainPod(ctx, t, client, pod)
 			if rep.Fits {
 				t.Fatalf("explanation says the pod fits on %d nodes", rep.NodesFit)
 			}
@@ -330,22 +318,10 @@ func TestExplainOnCluster(t *testing.T) {
 		}
 		pod := podFor("fits", "free")
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: ptr.To(tmpl.Name)}}
-		snap, err := explain.FromCluster(ctx, client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := explain.Pod(ctx, snap, pod)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := explainPod(ctx, t, client, pod)
 		if !rep.Fits || rep.NodesFit != 1 || rep.Nodes[0].Node != "node-free" {
 			t.Fatalf("want node-free to fit, first: %+v", rep.Nodes[0])
 		}
-		var text strings.Builder
-		if err := rep.WriteText(&text, explain.WithMaxNodes(3)); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("explanation:\n%s", text.String())
 		var predicted []string
 		for _, d := range rep.Nodes[0].Allocation {
 			predicted = append(predicted, d.Pool+"/"+d.Device)
@@ -369,6 +345,26 @@ func TestExplainOnCluster(t *testing.T) {
 			t.Errorf("explanation's pick vs the scheduler's allocation (-explain +scheduler):\n%s", diff)
 		}
 	})
+}
+
+// explainPod explains pod against a snapshot of the cluster and logs the
+// text of the report's first three nodes (with -v).
+func explainPod(ctx context.Context, t *testing.T, client kubernetes.Interface, pod *corev1.Pod) *explain.Report {
+	t.Helper()
+	snap, err := explain.FromCluster(ctx, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := explain.Pod(ctx, snap, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text, explain.WithMaxNodes(3), explain.WithDetails(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("explanation:\n%s", text.String())
+	return rep
 }
 
 // only returns the node's single reason (node or request level) when it

@@ -7,9 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/explain"
 	"github.com/drakit/drakit/mig"
@@ -22,20 +19,7 @@ import (
 func TestPicksMatchFullAllocator(t *testing.T) {
 	ctx := context.Background()
 	snap, _ := migFleet(t, 3)
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	for _, c := range snap.Claims {
-		for _, r := range c.Status.Allocation.Devices.Results {
-			st.AllocatedDevices.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
-		}
-	}
-	full, err := structured.NewAllocator(ctx, explain.DefaultFeatures, st, classes(snap.Classes), snap.Slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	full := fullAllocator(ctx, t, snap)
 	fitting := 0
 	for _, tc := range []struct {
 		profile string

@@ -262,20 +262,10 @@ func (n *nodeCtx) gather() {
 // fleets, since identical devices share CEL evaluations (see eval).
 func (n *nodeCtx) candidates() sets.Set[structured.DeviceID] {
 	keep := sets.New[structured.DeviceID]()
-	all := make([]int, len(n.devices))
-	for i := range all {
-		all[i] = i
-	}
+	all := n.everyDevice()
 	for _, c := range n.sub.pending {
 		for _, r := range c.Spec.Devices.Requests {
-			var specs []reqSpec
-			if r.Exactly != nil {
-				specs = append(specs, exactSpec(r.Name, r.Exactly))
-			}
-			for si := range r.FirstAvailable {
-				specs = append(specs, subSpec(r.Name, &r.FirstAvailable[si]))
-			}
-			for _, rs := range specs {
+			for _, rs := range specsOf(&r) {
 				class, err := n.classes.Get(rs.class)
 				if err != nil {
 					continue // the allocator reports it

@@ -32,6 +32,18 @@ func subSpec(parent string, r *resourceapi.DeviceSubRequest) reqSpec {
 		all: r.AllocationMode == resourceapi.DeviceAllocationModeAll, count: countOf(r.AllocationMode, r.Count)}
 }
 
+// specsOf returns the request, or each of its alternatives.
+func specsOf(r *resourceapi.DeviceRequest) []reqSpec {
+	var specs []reqSpec
+	if r.Exactly != nil {
+		specs = append(specs, exactSpec(r.Name, r.Exactly))
+	}
+	for si := range r.FirstAvailable {
+		specs = append(specs, subSpec(r.Name, &r.FirstAvailable[si]))
+	}
+	return specs
+}
+
 // countOf applies the API default: ExactCount of 1.
 func countOf(mode resourceapi.DeviceAllocationMode, count int64) int64 {
 	if mode == resourceapi.DeviceAllocationModeAll {
@@ -98,10 +110,7 @@ func (n *nodeCtx) explainSpec(cname string, claim *resourceapi.ResourceClaim, rs
 	if err != nil {
 		return fail(Reason{Kind: AllocatorError, Message: err.Error()})
 	}
-	all := make([]int, len(n.devices))
-	for i := range all {
-		all[i] = i
-	}
+	all := n.everyDevice()
 	inClass := n.filter(all, class.Spec.Selectors)
 	if len(inClass) == 0 {
 		sel := n.selectorReport("class "+class.Name, class.Spec.Selectors, all)

@@ -137,6 +137,15 @@ func (n *nodeCtx) filterOrFail(idx []int, selectors []resourceapi.DeviceSelector
 	return out
 }
 
+// everyDevice returns the indices of all of the node's devices.
+func (n *nodeCtx) everyDevice() []int {
+	all := make([]int, len(n.devices))
+	for i := range all {
+		all[i] = i
+	}
+	return all
+}
+
 // filter returns the devices among idx for which every selector is true.
 func (n *nodeCtx) filter(idx []int, selectors []resourceapi.DeviceSelector) []int {
 	out := idx
