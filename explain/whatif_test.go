@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -339,5 +340,96 @@ func TestExtendedResources(t *testing.T) {
 	}
 	if k := kinds(node(t, rep, "node-b")); len(k) != 1 || k[0] != Allocated {
 		t.Errorf("node-b: kinds %v, want [allocated]", k)
+	}
+}
+
+func decode(t *testing.T, s *Snapshot, doc string) {
+	t.Helper()
+	if err := s.Decode([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodClaimsTogether: a pod with two claims of one H100 each, on a node
+// with one H100: each claim fits on its own, not both.
+func TestPodClaimsTogether(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	for _, name := range []string{"one", "other"} {
+		decode(t, snap, `
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: `+name+`}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: gpu.example.com
+        selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "H100"'}}]
+`)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{
+		{Name: "a", ResourceClaimName: ptr.To("one")}, {Name: "b", ResourceClaimName: ptr.To("other")},
+	}}}
+	rep, err := Pod(context.Background(), snap, pod, WithNodes("node-d", "node-h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := node(t, rep, "node-d")
+	if k := kinds(d); len(k) != 1 || k[0] != Together || !strings.Contains(d.Reasons[0].Message, "default/one, default/other") {
+		t.Errorf("node-d: %+v, want together naming both claims", d.Reasons)
+	}
+	if h := node(t, rep, "node-h"); !h.Fits || len(h.Allocation) != 2 {
+		t.Errorf("node-h: fits=%v allocation %+v, want both claims allocated", h.Fits, h.Allocation)
+	}
+}
+
+// TestPoolIncomplete: a pool whose slices are not all published is not
+// used by the allocator; the explanation says so.
+func TestPoolIncomplete(t *testing.T) {
+	var snap Snapshot
+	decode(t, &snap, `
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec: {selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: half-a-pool}
+spec:
+  driver: gpu.example.com
+  nodeName: node-1
+  pool: {name: node-1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: gpu-0}]
+`)
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}}
+	rep, err := Claim(context.Background(), &snap, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := node(t, rep, "node-1")
+	if r := reasons(n); len(r) != 1 || r[0].Kind != PoolIncomplete || !strings.Contains(r[0].Message, "gpu.example.com/node-1 (1 of 2 slices)") {
+		t.Errorf("node-1: %+v, want pool-incomplete naming the pool", r)
+	}
+}
+
+// TestSelectorError: a selector that fails at runtime (an attribute the
+// devices lack) stops the allocator, as in the scheduler; the explanation
+// shows the allocator's error.
+func TestSelectorError(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu.example.com",
+		Selectors:       []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.example.com"].memory > 10`}}},
+	}}}
+	rep, err := Claim(context.Background(), snap, claim, WithNodes("node-h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reasons(rep.Nodes[0]); len(r) != 1 || r[0].Kind != AllocatorError || !strings.Contains(r[0].Message, "memory") {
+		t.Errorf("node-h: %+v, want the allocator's CEL error", r)
 	}
 }
