@@ -54,7 +54,7 @@ func (e *engine) explainNode(ctx context.Context, node *corev1.Node) NodeReport 
 	}
 	n := &nodeCtx{engine: e, ctx: ctx, node: node, match: map[string][]bool{}, errs: map[string][]string{}}
 	n.gather()
-	base, err := structured.NewAllocator(ctx, e.o.features, e.state, e.classes, n.reduced(n.candidates(), false, false), e.cel)
+	base, err := structured.NewAllocator(ctx, e.o.features, e.state, e.classes, n.reduced(n.candidates(), true, false, false), e.cel)
 	if err != nil {
 		rep.Reasons = []Reason{{Kind: AllocatorError, Message: "the allocator fails: " + err.Error()}}
 		return rep
@@ -285,10 +285,10 @@ func (n *nodeCtx) candidates() sets.Set[structured.DeviceID] {
 }
 
 // reduced returns the node's slices with only the devices keep selects
-// (plus every allocated device, whose counter consumption the allocator
-// reads from the slices), without taints and counter consumption when
-// asked.
-func (n *nodeCtx) reduced(keep sets.Set[structured.DeviceID], noTaints, noCounters bool) []*resourceapi.ResourceSlice {
+// (plus, withAllocated, every allocated device, whose counter consumption
+// the allocator reads from the slices), without taints and counter
+// consumption when asked.
+func (n *nodeCtx) reduced(keep sets.Set[structured.DeviceID], withAllocated, noTaints, noCounters bool) []*resourceapi.ResourceSlice {
 	out := make([]*resourceapi.ResourceSlice, 0, len(n.slices))
 	seen := sets.New[*resourceapi.ResourceSlice]()
 	for _, s := range n.slices {
@@ -300,7 +300,7 @@ func (n *nodeCtx) reduced(keep sets.Set[structured.DeviceID], noTaints, noCounte
 		c.Spec.Devices = nil
 		for i, d := range s.Spec.Devices {
 			id := n.ids[s][i]
-			if !keep.Has(id) && !n.state.AllocatedDevices.Has(id) {
+			if !keep.Has(id) && !(withAllocated && n.state.AllocatedDevices.Has(id)) {
 				continue
 			}
 			if noTaints {
@@ -328,7 +328,7 @@ func (n *nodeCtx) try(claims []*resourceapi.ResourceClaim, keep sets.Set[structu
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		}
 	}
-	a, err := structured.NewAllocator(n.ctx, n.o.features, state, n.classes, n.reduced(keep, noTaints, noCounters), n.cel)
+	a, err := structured.NewAllocator(n.ctx, n.o.features, state, n.classes, n.reduced(keep, !noState, noTaints, noCounters), n.cel)
 	if err != nil {
 		return false
 	}
