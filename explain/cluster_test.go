@@ -146,7 +146,7 @@ func TestExplainOnCluster(t *testing.T) {
 	defer cancel()
 	client := c.Client
 
-	for _, n := range []string{"selector", "nic", "busy", "counters", "constraint", "tainted", "small", "free"} {
+	for _, n := range []string{"selector", "nic", "busy", "counters", "constraint", "tainted", "ruled", "small", "free"} {
 		if err := c.AddFakeNode(ctx, "node-"+n, map[string]string{caseLabel: n}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -173,6 +173,14 @@ func TestExplainOnCluster(t *testing.T) {
 	tainted := gpu("gpu-0", "H100", 0)
 	tainted.Taints = []resourceapi.DeviceTaint{{Key: "example.com/maintenance", Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 	publish(ctx, t, client, e2eDriver, "node-tainted", nil, tainted)
+	publish(ctx, t, client, e2eDriver, "node-ruled", nil, gpu("gpu-0", "H100", 0))
+	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: "drain-node-ruled"}, Spec: resourceapi.DeviceTaintRuleSpec{
+		DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(e2eDriver), Pool: ptr.To("node-ruled")},
+		Taint:          resourceapi.DeviceTaint{Key: "example.com/drain", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+	}}
+	if _, err := client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	publish(ctx, t, client, e2eDriver, "node-small", nil, gpu("gpu-0", "H100", 0))
 	publish(ctx, t, client, e2eDriver, "node-free", nil, gpu("gpu-0", "A100", 0), gpu("gpu-1", "H100", 0), gpu("gpu-2", "H100", 0))
 
@@ -243,6 +251,13 @@ func TestExplainOnCluster(t *testing.T) {
 			r := only(n, explain.DeviceTaint)
 			if r == nil || len(r.Taints) != 1 || r.Taints[0].Key != "example.com/maintenance" || !slices.Equal(r.Taints[0].Devices, []string{"node-tainted/gpu-0"}) {
 				return "want the maintenance taint on node-tainted/gpu-0"
+			}
+			return ""
+		}},
+		{"wants-ruled", "ruled", one(request("gpu", 1, "")), func(n explain.NodeReport) string {
+			r := only(n, explain.DeviceTaint)
+			if r == nil || len(r.Taints) != 1 || r.Taints[0].Rule != "drain-node-ruled" || r.Taints[0].Key != "example.com/drain" {
+				return "want the drain taint of DeviceTaintRule drain-node-ruled"
 			}
 			return ""
 		}},

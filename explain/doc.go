@@ -42,11 +42,11 @@
 // extended-resource requests (KEP-5004). Claims that are already
 // allocated stay as they are and keep the pod on their nodes.
 //
-// Not modelled: DeviceTaintRules (taints an admin applies to published
-// devices), consumable capacity shared between claims beyond what the
-// allocator decides (such failures are reported as unexplained), and
-// nodes that serve an extended resource through a device plugin rather
-// than DRA.
+// DeviceTaintRules are applied to the published devices as the
+// scheduler's slice tracker does. Not modelled: failures that only
+// consumable capacity shared between claims explains (reported as
+// unexplained), and nodes that serve an extended resource through a device
+// plugin rather than DRA.
 //
 // The drakit command exposes this as "drakit explain".
 package explain

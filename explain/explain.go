@@ -255,6 +255,8 @@ type engine struct {
 	state    structured.AllocatedState
 	holders  map[structured.DeviceID]*resourceapi.ResourceClaim
 	celMemo  sync.Map                                // celKey -> celResult
+	slices   []*resourceapi.ResourceSlice            // the snapshot's, with DeviceTaintRules applied
+	ruleOf   map[ruleTaint]string                    // the DeviceTaintRule of a taint
 	slicesOf map[string][]*resourceapi.ResourceSlice // by node name, with shared slices and the rest of their pools
 	shared   []*resourceapi.ResourceSlice            // slices without a nodeName
 	poolGen  map[poolKey]int64                       // newest generation per pool
@@ -290,6 +292,7 @@ func explain(ctx context.Context, snap *Snapshot, sub *subject, opts []Option) (
 		poolGen: map[poolKey]int64{},
 	}
 	e.state = e.allocatedState()
+	e.slices, e.ruleOf = taintedSlices(snap.Slices, snap.TaintRules)
 	e.indexSlices()
 	nodes, err := e.nodes()
 	if err != nil {
@@ -423,7 +426,7 @@ func (e *engine) allocatedState() structured.AllocatedState {
 // allocator built from them sees complete pools.
 func (e *engine) indexSlices() {
 	byPool := map[poolKey][]*resourceapi.ResourceSlice{}
-	for _, s := range e.snap.Slices {
+	for _, s := range e.slices {
 		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
 		byPool[k] = append(byPool[k], s)
 		if g, ok := e.poolGen[k]; !ok || s.Spec.Pool.Generation > g {
@@ -458,7 +461,7 @@ func (e *engine) nodes() ([]*corev1.Node, error) {
 	for _, n := range e.snap.Nodes {
 		byName[n.Name] = n
 	}
-	for _, s := range e.snap.Slices {
+	for _, s := range e.slices {
 		if n := ptr.Deref(s.Spec.NodeName, ""); n != "" && byName[n] == nil {
 			byName[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
 		}

@@ -242,4 +242,7 @@ type TaintReport struct {
 	Effect string `json:"effect"`
 	// Devices are "pool/device" (empty for a node taint).
 	Devices []string `json:"devices,omitempty"`
+	// Rule names the DeviceTaintRule that put the taint on the devices,
+	// when one did (else the driver published it).
+	Rule string `json:"rule,omitempty"`
 }

@@ -235,15 +235,16 @@ func sortIDs(ids []structured.DeviceID) {
 
 // taintReason lists the untolerated taints of the matching devices.
 func (n *nodeCtx) taintReason(tainted []int, rs reqSpec, matching int) Reason {
-	type key struct{ k, v, e string }
+	type key struct{ k, v, e, rule string }
 	byTaint := map[key]*TaintReport{}
 	var order []key
 	for _, i := range tainted {
 		d := n.devices[i]
 		for _, t := range untolerated(d.dev, rs.tolerations) {
-			k := key{t.Key, t.Value, string(t.Effect)}
+			rule := n.ruleOf[ruleTaint{d.id.Driver.String(), d.slice.Spec.Pool.Name, d.dev.Name, t.Key, t.Value, string(t.Effect)}]
+			k := key{t.Key, t.Value, string(t.Effect), rule}
 			if byTaint[k] == nil {
-				byTaint[k] = &TaintReport{Key: t.Key, Value: t.Value, Effect: string(t.Effect)}
+				byTaint[k] = &TaintReport{Key: t.Key, Value: t.Value, Effect: string(t.Effect), Rule: rule}
 				order = append(order, k)
 			}
 			byTaint[k].Devices = append(byTaint[k].Devices, d.String())
@@ -257,7 +258,11 @@ func (n *nodeCtx) taintReason(tainted []int, rs reqSpec, matching int) Reason {
 		if k.v != "" {
 			s += "=" + k.v
 		}
-		names = append(names, s+":"+k.e)
+		s += ":" + k.e
+		if k.rule != "" {
+			s += " (DeviceTaintRule " + k.rule + ")"
+		}
+		names = append(names, s)
 	}
 	return Reason{Kind: DeviceTaint, Taints: taints,
 		Message: fmt.Sprintf("%s taints the request does not tolerate: %s", someOf(len(tainted), matching, "has", "have"), strings.Join(names, ", "))}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -33,12 +34,17 @@ type Snapshot struct {
 	Claims []*resourceapi.ResourceClaim `json:"claims,omitempty"`
 	// Templates are the ResourceClaimTemplates pods may refer to.
 	Templates []*resourceapi.ResourceClaimTemplate `json:"templates,omitempty"`
+	// TaintRules are DeviceTaintRules: taints an admin puts on published
+	// devices. They are applied to the slices' devices as the scheduler
+	// does.
+	TaintRules []*resourceapi.DeviceTaintRule `json:"taintRules,omitempty"`
 	// Pods are pods read from files (Load); FromCluster leaves it empty.
 	Pods []*corev1.Pod `json:"pods,omitempty"`
 }
 
 // FromCluster lists nodes, ResourceSlices, DeviceClasses, ResourceClaims
-// (all namespaces) and ResourceClaimTemplates from a live API server.
+// (all namespaces), ResourceClaimTemplates and DeviceTaintRules from a
+// live API server.
 func FromCluster(ctx context.Context, client kubernetes.Interface) (*Snapshot, error) {
 	s := &Snapshot{}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -76,6 +82,17 @@ func FromCluster(ctx context.Context, client kubernetes.Interface) (*Snapshot, e
 	for i := range templates.Items {
 		s.Templates = append(s.Templates, &templates.Items[i])
 	}
+	rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// A cluster that does not serve DeviceTaintRules has none.
+	case err != nil:
+		return nil, fmt.Errorf("list device taint rules: %w", err)
+	default:
+		for i := range rules.Items {
+			s.TaintRules = append(s.TaintRules, &rules.Items[i])
+		}
+	}
 	return s, nil
 }
 
@@ -100,7 +117,8 @@ func Load(files ...string) (*Snapshot, error) {
 
 // Decode adds the objects in data to s. data holds YAML or JSON
 // documents separated by "---" lines, each a Node, ResourceSlice,
-// DeviceClass, ResourceClaim, ResourceClaimTemplate or Pod, or a List of
+// DeviceClass, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule or
+// Pod, or a List of
 // them (what "kubectl get -o yaml" prints). Unknown fields are errors, so
 // that a typo does not silently change the answer.
 func (s *Snapshot) Decode(data []byte) error {
@@ -154,6 +172,12 @@ func (s *Snapshot) decodeObject(doc []byte) error {
 		}
 		defaultNamespace(&o.ObjectMeta)
 		s.Templates = append(s.Templates, o)
+	case "DeviceTaintRule":
+		o := &resourceapi.DeviceTaintRule{}
+		if err := strict(o); err != nil {
+			return err
+		}
+		s.TaintRules = append(s.TaintRules, o)
 	case "Pod":
 		o := &corev1.Pod{}
 		if err := strict(o); err != nil {
@@ -211,3 +235,41 @@ func (s *Snapshot) template(ns, name string) *resourceapi.ResourceClaimTemplate 
 	}
 	return nil
 }
+
+// taintedSlices returns the slices with the taints of the rules added to
+// the devices they select, as the scheduler's slice tracker does (a rule
+// without a selector selects nothing; unset selector fields match
+// anything). Slices no rule touches are returned as they are. ruleOf
+// names the rule of each added taint.
+func taintedSlices(slices []*resourceapi.ResourceSlice, rules []*resourceapi.DeviceTaintRule) (out []*resourceapi.ResourceSlice, ruleOf map[ruleTaint]string) {
+	if len(rules) == 0 {
+		return slices, nil
+	}
+	ruleOf = map[ruleTaint]string{}
+	out = make([]*resourceapi.ResourceSlice, len(slices))
+	for i, s := range slices {
+		out[i] = s
+		for _, r := range rules {
+			sel := r.Spec.DeviceSelector
+			if sel == nil || (sel.Driver != nil && *sel.Driver != s.Spec.Driver) || (sel.Pool != nil && *sel.Pool != s.Spec.Pool.Name) {
+				continue
+			}
+			for d := range s.Spec.Devices {
+				name := s.Spec.Devices[d].Name
+				if sel.Device != nil && *sel.Device != name {
+					continue
+				}
+				if out[i] == s {
+					out[i] = s.DeepCopy()
+				}
+				t := r.Spec.Taint
+				out[i].Spec.Devices[d].Taints = append(out[i].Spec.Devices[d].Taints, t)
+				ruleOf[ruleTaint{s.Spec.Driver, s.Spec.Pool.Name, name, t.Key, t.Value, string(t.Effect)}] = r.Name
+			}
+		}
+	}
+	return out, ruleOf
+}
+
+// ruleTaint is one taint on one device.
+type ruleTaint struct{ driver, pool, device, key, value, effect string }

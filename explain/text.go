@@ -277,8 +277,12 @@ func writeReasonDetails(b *strings.Builder, in string, r Reason) {
 		if t.Value != "" {
 			taint += "=" + t.Value
 		}
+		taint += ":" + t.Effect
+		if t.Rule != "" {
+			taint += " (DeviceTaintRule " + t.Rule + ")"
+		}
 		if len(t.Devices) > 0 {
-			fmt.Fprintf(b, "%staint %s:%s on %s\n", in, taint, t.Effect, list(t.Devices))
+			fmt.Fprintf(b, "%staint %s on %s\n", in, taint, list(t.Devices))
 		}
 	}
 }

@@ -433,3 +433,46 @@ func TestSelectorError(t *testing.T) {
 		t.Errorf("node-h: %+v, want the allocator's CEL error", r)
 	}
 }
+
+// TestDeviceTaintRules: a rule's taint lands on the devices its selector
+// picks (and is named in the explanation); a rule without a selector
+// taints nothing.
+func TestDeviceTaintRules(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	decode(t, snap, `
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: drain-gpu-1}
+spec:
+  deviceSelector: {driver: gpu.example.com, pool: node-h, device: gpu-1}
+  taint: {key: example.com/drain, effect: NoSchedule}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: selects-nothing}
+spec:
+  taint: {key: example.com/everything, effect: NoSchedule}
+`)
+	claim := load(t, "testdata/train-claim.yaml").Claims[0]
+	rep, err := Claim(context.Background(), snap, claim, WithNodes("node-h", "node-f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := node(t, rep, "node-h")
+	r := reasons(h)
+	if len(r) != 1 || r[0].Kind != DeviceTaint {
+		t.Fatalf("node-h: kinds %v, want [device-taint]", kinds(h))
+	}
+	want := []TaintReport{{Key: "example.com/drain", Effect: "NoSchedule", Devices: []string{"node-h/gpu-1"}, Rule: "drain-gpu-1"}}
+	if diff := cmp.Diff(want, r[0].Taints); diff != "" {
+		t.Errorf("taints (-want +got):\n%s", diff)
+	}
+	if k := kinds(node(t, rep, "node-f")); len(k) != 1 || k[0] != Constraint {
+		t.Errorf("node-f: kinds %v, want [constraint] (the selector-less rule taints nothing)", k)
+	}
+	for _, s := range snap.Slices {
+		if s.Name == "node-h-gpu" && len(s.Spec.Devices[1].Taints) != 0 {
+			t.Error("applying rules changed the snapshot's slices")
+		}
+	}
+}

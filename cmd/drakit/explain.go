@@ -42,8 +42,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, `Usage:
   drakit explain [flags] pod|claim|template NAME   a pending object in the cluster
   drakit explain [flags] -f FILE...                 what-if: the pods, claims and templates in FILE
-  drakit explain [flags] snapshot                   write the cluster's nodes, slices, classes,
-                                                    claims and templates as YAML (for --snapshot)
+  drakit explain [flags] snapshot                   write the cluster's nodes, slices, classes, claims,
+                                                    templates and taint rules as YAML (for --snapshot)
 
 For every candidate node, most promising first, says which devices the
 scheduler's allocator would pick or why the claims cannot be allocated:
@@ -232,6 +232,9 @@ func writeSnapshot(w io.Writer, s *explain.Snapshot) error {
 	}
 	for _, o := range s.Templates {
 		add(o, &o.ObjectMeta, "ResourceClaimTemplate", resourceapi.SchemeGroupVersion.String())
+	}
+	for _, o := range s.TaintRules {
+		add(o, &o.ObjectMeta, "DeviceTaintRule", resourceapi.SchemeGroupVersion.String())
 	}
 	data, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
 	if err != nil {
