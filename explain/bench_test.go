@@ -27,21 +27,30 @@ const migDriver = "gpu.drakit.io"
 // package's counter model), one 1g.10gb instance allocated on every GPU
 // (one claim per node), and a claim for a 7g.80gb instance, which then
 // fits nowhere: every node's explanation runs the allocator on the full
-// problem and on its reductions and reads the counters.
-func migFleet(tb testing.TB, nodes int) (*explain.Snapshot, *resourceapi.ResourceClaim) {
+// problem and on its reductions and reads the counters. With uuids, every
+// GPU's devices carry the GPU's UUID, so no two nodes' devices look the
+// same to CEL.
+func migFleet(tb testing.TB, nodes int, uuids bool) (*explain.Snapshot, *resourceapi.ResourceClaim) {
 	tb.Helper()
 	p, err := mig.Lookup("H100-80GB")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gpus := make([]mig.GPU, 8)
-	for i := range gpus {
-		gpus[i] = mig.GPU{Index: i, Product: p}
+	modelOf := func(n int) mig.CounterModel {
+		gpus := make([]mig.GPU, 8)
+		for i := range gpus {
+			gpus[i] = mig.GPU{Index: i, Product: p}
+			if uuids {
+				gpus[i].UUID = fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", n, i)
+			}
+		}
+		model, err := mig.NewCounterModel(gpus)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return model
 	}
-	model, err := mig.NewCounterModel(gpus)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	model := modelOf(0)
 	snap := &explain.Snapshot{Classes: []*resourceapi.DeviceClass{{
 		ObjectMeta: metav1.ObjectMeta{Name: "mig.drakit.io"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -50,6 +59,9 @@ func migFleet(tb testing.TB, nodes int) (*explain.Snapshot, *resourceapi.Resourc
 	for n := range nodes {
 		name := fmt.Sprintf("gpu-node-%04d", n)
 		snap.Nodes = append(snap.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		if uuids {
+			model = modelOf(n)
+		}
 		snap.Slices = append(snap.Slices, model.Slices(migDriver, name, name, 1)...)
 		held := &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: "small-" + name, Namespace: "default", UID: types.UID("uid-" + name)},
@@ -130,10 +142,19 @@ func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
 // BenchmarkExplainMIGFleet explains a 7g.80gb claim against 1,000 nodes
 // of 8 H100s with dynamic MIG devices, next to the baseline of running
 // the allocator once per node. With -v it prints the figure: median and
-// spread of both over the repetitions, and their ratio.
+// spread of both over the repetitions, and their ratio. "identical": the
+// nodes' devices look the same to CEL (no UUIDs), so they share CEL
+// results; "uuids": every GPU has its UUID attribute, so none do.
 func BenchmarkExplainMIGFleet(b *testing.B) {
+	for _, uuids := range []bool{false, true} {
+		name := map[bool]string{false: "identical", true: "uuids"}[uuids]
+		b.Run(name, func(b *testing.B) { benchmarkFleet(b, uuids) })
+	}
+}
+
+func benchmarkFleet(b *testing.B, uuids bool) {
 	ctx := context.Background()
-	snap, claim := migFleet(b, 1000)
+	snap, claim := migFleet(b, 1000, uuids)
 	devices := 0
 	for _, s := range snap.Slices {
 		devices += len(s.Spec.Devices)

@@ -18,7 +18,7 @@ import (
 // several sizes and counts on nodes where one 1g.10gb per GPU is taken.
 func TestPicksMatchFullAllocator(t *testing.T) {
 	ctx := context.Background()
-	snap, _ := migFleet(t, 3)
+	snap, _ := migFleet(t, 3, true)
 	full := fullAllocator(ctx, t, snap)
 	fitting := 0
 	for _, tc := range []struct {

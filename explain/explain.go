@@ -261,6 +261,7 @@ type engine struct {
 	shared   []*resourceapi.ResourceSlice            // slices without a nodeName
 	poolGen  map[poolKey]int64                       // newest generation per pool
 	terms    sync.Map                                // expression -> []string
+	reads    sync.Map                                // expression -> reads
 }
 
 type poolKey struct{ driver, pool string }

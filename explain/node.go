@@ -37,7 +37,7 @@ type devInfo struct {
 	id    structured.DeviceID
 	slice *resourceapi.ResourceSlice
 	dev   *resourceapi.Device
-	key   string // what CEL sees of the device (see celInput)
+	key   string // what CEL sees of the device (celKeyOf), computed when needed
 }
 
 func (d devInfo) String() string { return d.slice.Spec.Pool.Name + "/" + d.dev.Name }
@@ -245,7 +245,7 @@ func (n *nodeCtx) gather() {
 			}
 			if ok {
 				id := n.ids[s][i]
-				n.devices = append(n.devices, devInfo{id: id, slice: s, dev: d, key: celKeyOf(s.Spec.Driver, d)})
+				n.devices = append(n.devices, devInfo{id: id, slice: s, dev: d})
 				n.onNode.Insert(id)
 			}
 		}

@@ -19,10 +19,10 @@ import (
 // true for it, evaluated by the DRA CEL library as the allocator does. A
 // device for which evaluation fails does not match; the error is kept.
 //
-// The result depends only on what CEL sees of a device (driver,
-// attributes, capacities, allowMultipleAllocations), so devices that look
-// the same, such as the same GPU model's devices on many nodes, share one
-// evaluation.
+// The result depends only on what the expression reads of a device (see
+// readsOf), so devices that look the same to it, such as the MIG devices
+// of one profile and placement on many nodes, share one evaluation even
+// when other attributes (a UUID) differ.
 func (n *nodeCtx) eval(expr string) []bool {
 	if r, ok := n.match[expr]; ok {
 		return r
@@ -30,12 +30,14 @@ func (n *nodeCtx) eval(expr string) []bool {
 	res := make([]bool, len(n.devices))
 	errs := make([]string, len(n.devices))
 	compiled := n.cel.GetOrCompile(expr)
-	for i, d := range n.devices {
+	r := n.readsOf(expr)
+	for i := range n.devices {
+		d := &n.devices[i]
 		if compiled.Error != nil {
 			errs[i] = compiled.Error.Error()
 			continue
 		}
-		k := celKey{expr: expr, device: d.key}
+		k := celKey{expr: expr, device: projectedKey(r, d)}
 		if v, ok := n.celMemo.Load(k); ok {
 			r := v.(celResult)
 			res[i], errs[i] = r.ok, r.err
