@@ -19,12 +19,19 @@ func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) (
 	free := *claim
 	free.Spec.Devices.Constraints = nil
 	if ok, _, _ := n.run(n.base, []*resourceapi.ResourceClaim{&free}); !ok {
+		reqs := free.Spec.Devices.Requests
 		var names []string
-		for _, r := range claim.Spec.Devices.Requests {
+		for _, r := range reqs {
 			names = append(names, r.Name)
 		}
+		pairs := conflicts(len(reqs), func(i, j int) bool {
+			two := free
+			two.Spec.Devices.Requests = []resourceapi.DeviceRequest{reqs[i], reqs[j]}
+			ok, _, _ := n.run(n.base, []*resourceapi.ResourceClaim{&two})
+			return ok
+		}, func(i int) string { return reqs[i].Name })
 		return []Reason{{Kind: Together, Claim: label,
-			Message: fmt.Sprintf("requests %s each fit on their own, but not all together: they compete for the same devices or counters", strings.Join(names, ", "))}}, false
+			Message: fmt.Sprintf("requests %s each fit on their own, but not all together: they compete for the same devices or counters%s", strings.Join(names, ", "), pairs)}}, false
 	}
 	var out []Reason
 	for i, c := range claim.Spec.Devices.Constraints {
@@ -40,6 +47,32 @@ func (n *nodeCtx) explainClaim(claim *resourceapi.ResourceClaim, label string) (
 			Message: "each constraint can be met on its own, but not all of them at once"})
 	}
 	return out, false
+}
+
+// maxConflictItems bounds the pairs conflicts tries (n*(n-1)/2 allocator
+// runs).
+const maxConflictItems = 8
+
+// conflicts returns "; X and Y do not fit together, ..." for the pairs
+// of n items (requests or claims) for which fit is false, or "" when
+// every pair fits (only more of them at once do not) or n is too large to
+// try every pair.
+func conflicts(n int, fit func(i, j int) bool, name func(int) string) string {
+	if n <= 2 || n > maxConflictItems {
+		return ""
+	}
+	var pairs []string
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			if !fit(i, j) {
+				pairs = append(pairs, name(i)+" and "+name(j))
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return "; every two of them fit together"
+	}
+	return "; not together: " + strings.Join(pairs, ", ")
 }
 
 // constraintReason describes constraint i of claim: the attribute's

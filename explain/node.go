@@ -93,8 +93,13 @@ func (e *engine) explainNode(ctx context.Context, node *corev1.Node) NodeReport 
 				names = append(names, l)
 			}
 		}
+		pending := e.sub.pending
+		pairs := conflicts(len(pending), func(i, j int) bool {
+			ok, _, _ := n.run(n.base, []*resourceapi.ResourceClaim{pending[i], pending[j]})
+			return ok
+		}, func(i int) string { return e.sub.labels[i] })
 		rep.Reasons = append(rep.Reasons, Reason{Kind: Together,
-			Message: fmt.Sprintf("claims %s each fit on their own, but not all together: they compete for the same devices or counters", strings.Join(names, ", "))})
+			Message: fmt.Sprintf("claims %s each fit on their own, but not all together: they compete for the same devices or counters%s", strings.Join(names, ", "), pairs)})
 	}
 	return rep
 }

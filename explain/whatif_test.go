@@ -476,3 +476,33 @@ spec:
 		}
 	}
 }
+
+// TestTogetherPairs: three requests on a node with two H100s: every two
+// fit, all three do not; with a request for two H100s, the pairs that
+// include it do not fit.
+func TestTogetherPairs(t *testing.T) {
+	snap := load(t, "testdata/fleet.yaml")
+	h100 := `device.attributes["gpu.example.com"].model == "H100"`
+	req := func(name string, count int64) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.example.com", Count: count,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: h100}}}}}
+	}
+	for _, tc := range []struct {
+		reqs []resourceapi.DeviceRequest
+		want string
+	}{
+		{[]resourceapi.DeviceRequest{req("a", 1), req("b", 1), req("c", 1)}, "; every two of them fit together"},
+		{[]resourceapi.DeviceRequest{req("a", 1), req("b", 1), req("both", 2)}, "; not together: a and both, b and both"},
+	} {
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}
+		claim.Spec.Devices.Requests = tc.reqs
+		rep, err := Claim(context.Background(), snap, claim, WithNodes("node-h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := reasons(rep.Nodes[0])
+		if len(r) != 1 || r[0].Kind != Together || !strings.HasSuffix(r[0].Message, tc.want) {
+			t.Errorf("%d requests: %+v, want together ending in %q", len(tc.reqs), r, tc.want)
+		}
+	}
+}
