@@ -63,7 +63,8 @@ Flags:`)
 	output := fs.String("o", "table", "output format: table or json")
 	maxNodes := fs.Int("nodes", 20, "table: show the N most promising nodes (0: all)")
 	details := fs.Int("details", 3, "table: write the details of the N most promising nodes")
-	var files, snapshots repeated
+	var files, snapshots, nodes repeated
+	fs.Var(&nodes, "node", "explain only this node (repeatable; default: every node)")
 	fs.Var(&files, "f", "YAML file with pods, claims or templates to explain (repeatable)")
 	fs.Var(&snapshots, "snapshot", "YAML file with the cluster state (nodes, ResourceSlices, DeviceClasses, claims); repeatable; replaces the live cluster")
 	if err := fs.Parse(args); err != nil {
@@ -107,9 +108,13 @@ Flags:`)
 		return writeSnapshot(stdout, snap)
 	}
 
+	var opts []explain.Option
+	if len(nodes) > 0 {
+		opts = append(opts, explain.WithNodes(nodes...))
+	}
 	var reports []*explain.Report
 	if len(rest) == 2 {
-		rep, err := explainLive(ctx, client, snap, rest[0], rest[1], *namespace)
+		rep, err := explainLive(ctx, client, snap, rest[0], rest[1], *namespace, opts)
 		if err != nil {
 			return err
 		}
@@ -125,7 +130,7 @@ Flags:`)
 		snap.Templates = append(snap.Templates, subjects.Templates...)
 		snap.Claims = append(snap.Claims, subjects.Claims...)
 		for _, p := range subjects.Pods {
-			rep, err := explain.Pod(ctx, snap, p)
+			rep, err := explain.Pod(ctx, snap, p, opts...)
 			if err != nil {
 				return err
 			}
@@ -133,14 +138,14 @@ Flags:`)
 		}
 		if len(subjects.Pods) == 0 {
 			for _, c := range subjects.Claims {
-				rep, err := explain.Claim(ctx, snap, c)
+				rep, err := explain.Claim(ctx, snap, c, opts...)
 				if err != nil {
 					return err
 				}
 				reports = append(reports, rep)
 			}
 			for _, t := range subjects.Templates {
-				rep, err := explain.Template(ctx, snap, t)
+				rep, err := explain.Template(ctx, snap, t, opts...)
 				if err != nil {
 					return err
 				}
@@ -186,26 +191,26 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return client, nil
 }
 
-func explainLive(ctx context.Context, client kubernetes.Interface, snap *explain.Snapshot, kind, name, ns string) (*explain.Report, error) {
+func explainLive(ctx context.Context, client kubernetes.Interface, snap *explain.Snapshot, kind, name, ns string, opts []explain.Option) (*explain.Report, error) {
 	switch kind {
 	case "pod":
 		pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("get pod: %w", err)
 		}
-		return explain.Pod(ctx, snap, pod)
+		return explain.Pod(ctx, snap, pod, opts...)
 	case "claim":
 		claim, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("get claim: %w", err)
 		}
-		return explain.Claim(ctx, snap, claim)
+		return explain.Claim(ctx, snap, claim, opts...)
 	default:
 		tmpl, err := client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("get claim template: %w", err)
 		}
-		return explain.Template(ctx, snap, tmpl)
+		return explain.Template(ctx, snap, tmpl, opts...)
 	}
 }
 

@@ -44,6 +44,11 @@ func TestExplainWhatIf(t *testing.T) {
 		}
 	}
 
+	out, err = run("--snapshot", fleet, "--node", "node-b", "--node", "node-c", "-f", td("train-claim.yaml"))
+	if !errors.Is(err, errNothingFits) || !strings.Contains(out, "no node can allocate its claims (2 nodes)") || strings.Contains(out, "node-h") {
+		t.Errorf("--node node-b --node node-c: err %v, want errNothingFits and only those nodes:\n%s", err, out)
+	}
+
 	out, err = run("--snapshot", fleet, "-o", "json", "-f", td("train-claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
