@@ -165,3 +165,26 @@ func TestExplainOnCluster(t *testing.T) {
 		t.Errorf("what-if on the saved snapshot: err %v, want errNothingFits and %q in:\n%s", err, reason, out)
 	}
 }
+
+// TestExplainREADME: the explanation the README shows is what the command
+// prints.
+func TestExplainREADME(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cmdLine = "$ go run ./cmd/drakit explain --snapshot explain/testdata/fleet.yaml -f explain/testdata/train-claim.yaml\n"
+	_, block, ok := strings.Cut(string(data), cmdLine)
+	if !ok {
+		t.Fatalf("README has no line %q", cmdLine)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var out, errOut bytes.Buffer
+	root := filepath.Join("..", "..")
+	if err := runExplain(context.Background(), []string{"--snapshot", filepath.Join(root, "explain/testdata/fleet.yaml"), "-f", filepath.Join(root, "explain/testdata/train-claim.yaml")}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != block {
+		t.Errorf("README's explanation differs from the command's output; the command prints:\n%s", out.String())
+	}
+}
