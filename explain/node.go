@@ -42,6 +42,9 @@ type devInfo struct {
 
 func (d devInfo) String() string { return d.slice.Spec.Pool.Name + "/" + d.dev.Name }
 
+// explainNode explains the subject on one node: node-level exclusions
+// first, then the allocator on the whole (candidate-reduced) problem, then,
+// when that fails, each request and each claim on its own.
 func (e *engine) explainNode(ctx context.Context, node *corev1.Node) NodeReport {
 	rep := NodeReport{Node: node.Name}
 	if reasons := e.nodeReasons(node); len(reasons) > 0 {
