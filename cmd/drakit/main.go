@@ -1,5 +1,6 @@
 // Command drakit is the command line of the drakit SDK: a demo of a
-// drakit driver on a real node, the conformance suite, MIG planning, slice validation
+// drakit driver on a real node, the conformance suite, MIG planning, slice validation,
+// explanations of pods whose device claims cannot be allocated
 // and a local Kubernetes cluster. Run "drakit help" for the commands.
 package main
 
