@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drakit/drakit/internal/allocstate"
 )
 
 // allocFeatures are the allocator features the suite uses. They only take
@@ -73,26 +75,9 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 func (s *scheduler) allocatedState() structured.AllocatedState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	st := allocstate.New()
 	for _, results := range s.inUse {
-		for _, r := range results {
-			if r.AdminAccess != nil && *r.AdminAccess {
-				continue
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID != nil {
-				st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-				if r.ConsumedCapacity != nil {
-					st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-				}
-				continue
-			}
-			st.AllocatedDevices.Insert(id)
-		}
+		allocstate.Add(st, results, nil)
 	}
 	return st
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/internal/allocstate"
 )
 
 // DefaultFeatures are the allocator features kube-scheduler 1.37 runs
@@ -394,30 +396,12 @@ func failing(n *NodeReport) int {
 // device allocated to a claim, shared devices and their consumed capacity.
 // It also records which claim holds each device.
 func (e *engine) allocatedState() structured.AllocatedState {
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	st := allocstate.New()
 	for _, c := range e.snap.Claims {
 		if c.Status.Allocation == nil || c.Namespace+"/"+c.Name == e.sub.self {
 			continue
 		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if ptr.Deref(r.AdminAccess, false) {
-				continue
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			e.holders[id] = c
-			if r.ShareID != nil {
-				st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-				if r.ConsumedCapacity != nil {
-					st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-				}
-				continue
-			}
-			st.AllocatedDevices.Insert(id)
-		}
+		allocstate.Add(st, c.Status.Allocation.Devices.Results, func(id structured.DeviceID) { e.holders[id] = c })
 	}
 	return st
 }
