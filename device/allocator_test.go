@@ -87,11 +87,11 @@ func TestAllocatorUsesSlices(t *testing.T) {
 	// 100 plain devices first, so that the partitions land in later
 	// slices than their counter sets and than each other.
 	for i := 0; i < 100; i++ {
-		pool.Devices = append(pool.Devices, New(fmt.Sprintf("nic-%d", i)).String("type", "nic"))
+		pool.Devices = append(pool.Devices, New(fmt.Sprintf("nic-%d", i)).StringAttribute("type", "nic"))
 	}
 	for g := 0; g < 2; g++ {
 		for p := 0; p < 10; p++ {
-			pool.Devices = append(pool.Devices, New(fmt.Sprintf("gpu-%d-part-%d", g, p)).String("type", "part").
+			pool.Devices = append(pool.Devices, New(fmt.Sprintf("gpu-%d-part-%d", g, p)).StringAttribute("type", "part").
 				ConsumesCounters(fmt.Sprintf("gpu-%d", g), map[string]resource.Quantity{"memory": q("10Gi")}))
 		}
 	}

@@ -18,14 +18,14 @@ func benchInventory(n int) *Inventory {
 	}
 	for i := 0; i < n; i++ {
 		d := New(fmt.Sprintf("dev-%d", i)).
-			String("model", "h100-sxm5-80gb").
-			String("uuid", fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i)).
-			Int("index", int64(i)).
-			Int("minor", int64(i%256)).
-			Bool("mig", i%10 == 0).
-			Version("driverVersion", "580.65.6").
-			Version("cudaVersion", "12.8.0").
-			String(KubernetesDomain+"/pcieRoot", fmt.Sprintf("pci0000:%02x", i%64)).
+			StringAttribute("model", "h100-sxm5-80gb").
+			StringAttribute("uuid", fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i)).
+			IntAttribute("index", int64(i)).
+			IntAttribute("minor", int64(i%256)).
+			BoolAttribute("mig", i%10 == 0).
+			VersionAttribute("driverVersion", "580.65.6").
+			VersionAttribute("cudaVersion", "12.8.0").
+			StringAttribute(KubernetesDomain+"/pcieRoot", fmt.Sprintf("pci0000:%02x", i%64)).
 			Capacity("memory", resource.MustParse("80Gi"), nil).
 			Capacity("sm", resource.MustParse("132"), nil)
 		if i%10 == 0 {

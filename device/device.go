@@ -1,8 +1,10 @@
 package device
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -72,31 +74,31 @@ func (d *Device) Name() string {
 	return d.name
 }
 
-// String sets a string attribute. name is a qualified name: either a bare
+// StringAttribute sets a string attribute. name is a qualified name: either a bare
 // C identifier ("model"), which belongs to the driver's own domain, or
 // "domain/identifier" ("resource.kubernetes.io/pcieRoot"). The value must be
 // at most 64 bytes.
-func (d *Device) String(name, value string) *Device {
+func (d *Device) StringAttribute(name, value string) *Device {
 	d.setAttribute(name, attribute{kind: kindString, str: value})
 	return d
 }
 
-// Int sets an integer attribute. See [Device.String] for name.
-func (d *Device) Int(name string, value int64) *Device {
+// IntAttribute sets an integer attribute. See [Device.StringAttribute] for name.
+func (d *Device) IntAttribute(name string, value int64) *Device {
 	d.setAttribute(name, attribute{kind: kindInt, integer: value})
 	return d
 }
 
-// Bool sets a boolean attribute. See [Device.String] for name.
-func (d *Device) Bool(name string, value bool) *Device {
+// BoolAttribute sets a boolean attribute. See [Device.StringAttribute] for name.
+func (d *Device) BoolAttribute(name string, value bool) *Device {
 	d.setAttribute(name, attribute{kind: kindBool, boolean: value})
 	return d
 }
 
-// Version sets a version attribute. The value must be a semantic version
+// VersionAttribute sets a version attribute. The value must be a semantic version
 // 2.0.0 ("1.2.3", "12.4.0-rc.1+build.5") of at most 64 bytes. See
-// [Device.String] for name.
-func (d *Device) Version(name, value string) *Device {
+// [Device.StringAttribute] for name.
+func (d *Device) VersionAttribute(name, value string) *Device {
 	d.setAttribute(name, attribute{kind: kindVersion, str: value})
 	return d
 }
@@ -109,7 +111,7 @@ func (d *Device) setAttribute(name string, a attribute) {
 }
 
 // Capacity sets a capacity of the device (memory, cores, bandwidth). See
-// [Device.String] for name. A request policy is only allowed on devices
+// [Device.StringAttribute] for name. A request policy is only allowed on devices
 // that [Device.AllowMultipleAllocations]: it says how much of the capacity
 // one allocation takes. policy may be nil.
 func (d *Device) Capacity(name string, value resource.Quantity, policy *RequestPolicy) *Device {
@@ -284,4 +286,41 @@ func (t Taint) clone() Taint {
 		t.TimeAdded = &v
 	}
 	return t
+}
+
+// String implements [fmt.Stringer]: the device's name followed by its
+// attributes and capacities in name order, e.g.
+// `gpu-0{driverVersion=v580.65.6 index=0 model="h100" memory=80Gi}`.
+// It is meant for logs and test failures, not for parsing.
+func (d *Device) String() string {
+	if d == nil {
+		return "<nil>"
+	}
+	var b strings.Builder
+	b.WriteString(d.name)
+	b.WriteByte('{')
+	sep := ""
+	for _, name := range slices.Sorted(maps.Keys(d.attributes)) {
+		a := d.attributes[name]
+		b.WriteString(sep)
+		sep = " "
+		switch a.kind {
+		case kindString:
+			fmt.Fprintf(&b, "%s=%q", name, a.str)
+		case kindInt:
+			fmt.Fprintf(&b, "%s=%d", name, a.integer)
+		case kindBool:
+			fmt.Fprintf(&b, "%s=%t", name, a.boolean)
+		case kindVersion:
+			fmt.Fprintf(&b, "%s=v%s", name, a.str)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.capacities)) {
+		b.WriteString(sep)
+		sep = " "
+		q := d.capacities[name].value
+		fmt.Fprintf(&b, "%s=%s", name, q.String())
+	}
+	b.WriteByte('}')
+	return b.String()
 }

@@ -17,9 +17,9 @@ func ExampleInventory_DriverResources() {
 	pool := device.Pool{Name: "node-1"}
 	for i := 0; i < 200; i++ {
 		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("gpu-%d", i)).
-			String("model", "h100").
-			Int("index", int64(i)).
-			Version("driverVersion", "580.65.6").
+			StringAttribute("model", "h100").
+			IntAttribute("index", int64(i)).
+			VersionAttribute("driverVersion", "580.65.6").
 			Capacity("memory", resource.MustParse("80Gi"), nil))
 	}
 	inv := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{pool}}
@@ -50,7 +50,7 @@ func ExampleInventory_Validate() {
 	inv := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{{
 		Name: "node-1",
 		Devices: []*device.Device{
-			device.New("GPU_0").Version("driverVersion", "580.65"),
+			device.New("GPU_0").VersionAttribute("driverVersion", "580.65"),
 			device.New("gpu-1").Capacity("memory", resource.MustParse("80Gi"),
 				&device.RequestPolicy{Default: resource.NewQuantity(1, resource.BinarySI)}),
 		},
@@ -116,4 +116,14 @@ func ExampleNewHealthDiscoverer() {
 	// card-0 Unhealthy Overheat
 	// card-0-a Unhealthy Overheat
 	// card-0-b Unhealthy Overheat
+}
+
+func ExampleDevice_String() {
+	d := device.New("gpu-0").
+		StringAttribute("model", "h100").
+		IntAttribute("index", 0).
+		VersionAttribute("driverVersion", "580.65.6").
+		Capacity("memory", resource.MustParse("80Gi"), nil)
+	fmt.Println(d)
+	// Output: gpu-0{driverVersion=v580.65.6 index=0 model="h100" memory=80Gi}
 }

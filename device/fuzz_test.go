@@ -43,9 +43,9 @@ func FuzzDeviceBuilder(f *testing.F) {
 			qty = resource.MustParse("1")
 		}
 		d := New(devName).
-			String(attrName, attrValue).
-			Version(verName, verValue).
-			Int("n", n).
+			StringAttribute(attrName, attrValue).
+			VersionAttribute(verName, verValue).
+			IntAttribute("n", n).
 			Capacity(capName, qty, &RequestPolicy{Default: &qty, Min: &qty}).
 			ConsumesCounters(setName, map[string]resource.Quantity{"c": qty}).
 			Taint(Taint{Key: taintKey, Effect: NoSchedule})

@@ -98,13 +98,13 @@ func randomInventory(r *rand.Rand, bad float64) *Inventory {
 					if r.Float64() < bad/4 {
 						s = strings.Repeat("s", 65)
 					}
-					d.String(name, s)
+					d.StringAttribute(name, s)
 				case 1:
-					d.Int(name, r.Int64())
+					d.IntAttribute(name, r.Int64())
 				case 2:
-					d.Bool(name, r.IntN(2) == 0)
+					d.BoolAttribute(name, r.IntN(2) == 0)
 				case 3:
-					d.Version(name, pick(r, bad/2, goodVersions, badVersions))
+					d.VersionAttribute(name, pick(r, bad/2, goodVersions, badVersions))
 				}
 			}
 			if r.IntN(3) == 0 {

@@ -15,7 +15,7 @@ import (
 func devices(n int, mod func(i int, d *Device)) []*Device {
 	out := make([]*Device, n)
 	for i := range out {
-		out[i] = New(fmt.Sprintf("dev-%d", i)).Int("index", int64(i))
+		out[i] = New(fmt.Sprintf("dev-%d", i)).IntAttribute("index", int64(i))
 		if mod != nil {
 			mod(i, out[i])
 		}
@@ -115,10 +115,10 @@ func TestConversion(t *testing.T) {
 		Name:     "net",
 		AllNodes: true,
 		Devices: []*Device{New("nic-0").
-			String(testDriver+"/model", "cx7").
-			Version("fw", "28.39.1002").
-			Bool("rdma", true).
-			Int(KubernetesDomain+"/numaNode", 1).
+			StringAttribute(testDriver+"/model", "cx7").
+			VersionAttribute("fw", "28.39.1002").
+			BoolAttribute("rdma", true).
+			IntAttribute(KubernetesDomain+"/numaNode", 1).
 			Capacity("bandwidth", q("400G"), &RequestPolicy{Default: qp("100G"), ValidValues: []resource.Quantity{q("100G"), q("200G"), q("400G")}}).
 			AllowMultipleAllocations().
 			Taint(Taint{Key: "example.com/maint", Value: "planned", Effect: NoEffect, TimeAdded: &added}).

@@ -76,7 +76,7 @@ func TestValidatePoolConsistency(t *testing.T) {
 			New("mig-0").ConsumesCounters("gpu-0", map[string]resource.Quantity{"memory": q("10Gi")}),
 			New("mig-1").ConsumesCounters("gpu-1", map[string]resource.Quantity{"memory": q("10Gi")}),
 			New("mig-2").ConsumesCounters("gpu-0", map[string]resource.Quantity{"cores": q("1")}),
-			New("full").String("model", "a").String(testDriver+"/model", "b"),
+			New("full").StringAttribute("model", "a").StringAttribute(testDriver+"/model", "b"),
 		},
 	}}}
 	err := Validate(inv.ResourceSlices("node-1")...)
@@ -147,7 +147,7 @@ func TestValidateDuplicateAcrossSlices(t *testing.T) {
 
 func TestProblemMessages(t *testing.T) {
 	inv := &Inventory{Driver: testDriver, Pools: []Pool{{Name: "p", Devices: []*Device{
-		New("gpu-0").String("model", strings.Repeat("x", 65)).Version("driverVersion", "1.2"),
+		New("gpu-0").StringAttribute("model", strings.Repeat("x", 65)).VersionAttribute("driverVersion", "1.2"),
 	}}}}
 	err := inv.Validate()
 	want := "invalid devices: 2 problems:\n" +

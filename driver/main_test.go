@@ -79,7 +79,7 @@ func setupE2E(t *testing.T) (*cluster.Cluster, context.Context, string, dirs, *f
 func testInventory(n int) *device.Inventory {
 	inv := &device.Inventory{Driver: testDriver, Pools: []device.Pool{{Name: testNode}}}
 	for i := range n {
-		inv.Pools[0].Devices = append(inv.Pools[0].Devices, device.New(fmt.Sprintf("dev-%d", i)).String("model", "fake"))
+		inv.Pools[0].Devices = append(inv.Pools[0].Devices, device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "fake"))
 	}
 	return inv
 }

@@ -87,9 +87,9 @@ type PCIDevice struct {
 // package device: d gets the physical node as an int, which every
 // cluster accepts; publish the list through Attributes instead.
 func (p PCIDevice) SetAttributes(d *device.Device) *device.Device {
-	d.String(PCIBusIDAttribute, p.BusID).String(PCIeRootAttribute, p.PCIeRoot)
+	d.StringAttribute(PCIBusIDAttribute, p.BusID).StringAttribute(PCIeRootAttribute, p.PCIeRoot)
 	if p.NUMANode >= 0 {
-		d.Int(NUMANodeAttribute, int64(p.NUMANode))
+		d.IntAttribute(NUMANodeAttribute, int64(p.NUMANode))
 	}
 	return d
 }

@@ -274,7 +274,7 @@ func TestSetAttributes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := pci.SetAttributes(device.New("card").String("model", "x"))
+		d := pci.SetAttributes(device.New("card").StringAttribute("model", "x"))
 		inv := &device.Inventory{Driver: "fpga.example.com", Pools: []device.Pool{{Name: "node", Devices: []*device.Device{d}}}}
 		res, err := inv.DriverResources()
 		if err != nil {

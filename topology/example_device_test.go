@@ -22,7 +22,7 @@ func ExamplePCIDevice_SetAttributes() {
 		fmt.Println(err)
 		return
 	}
-	card := pci.SetAttributes(device.New("card-0").String("model", "fpga-x"))
+	card := pci.SetAttributes(device.New("card-0").StringAttribute("model", "fpga-x"))
 	inv := &device.Inventory{Driver: "fpga.example.com", Pools: []device.Pool{{Name: "node-1", Devices: []*device.Device{card}}}}
 	res, _ := inv.DriverResources()
 	attrs := res.Pools["node-1"].Slices[0].Devices[0].Attributes

@@ -55,7 +55,7 @@ func New(name, node string, devices int, opts ...driver.Option) (*driver.Driver,
 	}
 	pool := device.Pool{Name: node}
 	for i := range devices {
-		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("dev-%d", i)).String("model", "simulated"))
+		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "simulated"))
 	}
 	inv := &device.Inventory{Driver: name, Pools: []device.Pool{pool}}
 	return driver.New(name, append([]driver.Option{

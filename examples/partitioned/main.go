@@ -63,10 +63,10 @@ func Inventory(node string, cfg Config) (*device.Inventory, error) {
 		pool.CounterSets = append(pool.CounterSets, device.CounterSet{Name: card, Counters: halves(2)})
 		for _, h := range []string{"a", "b"} {
 			pool.Devices = append(pool.Devices, pci.SetAttributes(device.New(card+"-"+h)).
-				String("card", card).Bool("whole", false).ConsumesCounters(card, halves(1)))
+				StringAttribute("card", card).BoolAttribute("whole", false).ConsumesCounters(card, halves(1)))
 		}
 		wholes = append(wholes, pci.SetAttributes(device.New(card)).
-			String("card", card).Bool("whole", true).ConsumesCounters(card, halves(2)))
+			StringAttribute("card", card).BoolAttribute("whole", true).ConsumesCounters(card, halves(2)))
 	}
 	pool.Devices = append(pool.Devices, wholes...)
 	return &device.Inventory{Driver: DriverName, Pools: []device.Pool{pool}}, nil
