@@ -95,6 +95,15 @@ type Flags struct {
 	// HTTPAddress serves /metrics and /healthz (--http-address, e.g.
 	// ":8080"); empty means no HTTP server.
 	HTTPAddress string
+	// KubeAPIQPS and KubeAPIBurst are the client's sustained rate and
+	// burst of API requests (--kube-api-qps, --kube-api-burst; defaults
+	// [driver.DefaultQPS] and [driver.DefaultBurst]). A negative QPS
+	// turns the client's rate limiter off. The driver makes one request
+	// per prepared claim (the helper's GET), so the burst is how many
+	// claims a node can prepare at once without waiting, and the QPS how
+	// many per second after that.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 }
 
 // Register adds the standard driver flags to fs (flag.CommandLine for a
@@ -109,23 +118,50 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.PluginDataDir, "plugin-data-dir", "", "the driver's folder for sockets and checkpoint (default "+DefaultPluginsDir+"/<driver name>)")
 	fs.StringVar(&f.CDIDir, "cdi-dir", "", "container runtime's CDI spec folder (default "+DefaultCDIDir+")")
 	fs.StringVar(&f.HTTPAddress, "http-address", "", "address for /metrics and /healthz, e.g. :8080 (default: none)")
+	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
+	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
 	if fs.Lookup("v") == nil {
 		klog.InitFlags(fs)
 	}
 	return f
 }
 
-// Options returns the driver options the flags stand for: the node name,
-// a client built from [LoadRESTConfig] (with the runtime's default rate
-// limits), and the folders and HTTP address that are set. Errors name the
-// flag to fix.
-func (f *Flags) Options() ([]driver.Option, error) {
-	if f.NodeName == "" {
-		return nil, fmt.Errorf("driver flags: --node-name is empty and $%s is not set", NodeNameEnv)
+// RESTConfig returns the client configuration of [LoadRESTConfig] with
+// the client limits of --kube-api-qps and --kube-api-burst (both zero:
+// [driver.DefaultQPS] and [driver.DefaultBurst]; a negative QPS: no
+// limit). A QPS of 0 with a burst set is refused, because client-go
+// would read it as its own default of 5 requests/s.
+func (f *Flags) RESTConfig() (*rest.Config, error) {
+	qps, burst := f.KubeAPIQPS, f.KubeAPIBurst
+	if qps == 0 && burst == 0 {
+		qps, burst = driver.DefaultQPS, driver.DefaultBurst
+	}
+	switch {
+	case qps == 0:
+		return nil, errors.New("driver flags: --kube-api-qps is 0, which client-go reads as its own default of 5/s; give a rate, or a negative value for no limit")
+	case qps > 0 && burst < 1:
+		return nil, fmt.Errorf("driver flags: --kube-api-burst is %d; it must be >= 1 when --kube-api-qps is set", burst)
 	}
 	cfg, err := LoadRESTConfig(f.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("driver flags: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	return cfg, nil
+}
+
+// Options returns the driver options the flags stand for: the node name,
+// a client built from [LoadRESTConfig] with the client limits of
+// --kube-api-qps and --kube-api-burst (zero fields: the runtime's
+// defaults), and the folders and HTTP address that are set. Errors name
+// the flag to fix.
+func (f *Flags) Options() ([]driver.Option, error) {
+	if f.NodeName == "" {
+		return nil, fmt.Errorf("driver flags: --node-name is empty and $%s is not set", NodeNameEnv)
+	}
+	cfg, err := f.RESTConfig()
+	if err != nil {
+		return nil, err
 	}
 	opts := []driver.Option{driver.WithNodeName(f.NodeName), driver.WithRESTConfig(cfg)}
 	for _, o := range []struct {

@@ -170,3 +170,37 @@ func (nopPreparer) PrepareDevice(context.Context, driver.Claim, driver.Allocated
 func (nopPreparer) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
 	return nil
 }
+
+func TestClientLimits(t *testing.T) {
+	notInCluster(t)
+	kc := writeKubeconfig(t, "https://flag.example:6443")
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantQPS   float32
+		wantBurst int
+		wantErr   string
+	}{
+		{"defaults", nil, driver.DefaultQPS, driver.DefaultBurst, ""},
+		{"raised", []string{"--kube-api-qps", "1000", "--kube-api-burst", "2000"}, 1000, 2000, ""},
+		{"no limit", []string{"--kube-api-qps", "-1"}, -1, driver.DefaultBurst, ""},
+		{"zero qps is refused", []string{"--kube-api-qps", "0"}, 0, 0, "--kube-api-qps"},
+		{"zero burst is refused", []string{"--kube-api-burst", "0"}, 0, 0, "--kube-api-burst"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse(t, append([]string{"--kubeconfig", kc}, tc.args...)...).RESTConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.QPS != tc.wantQPS || cfg.Burst != tc.wantBurst {
+				t.Errorf("QPS %v burst %d, want %v and %d", cfg.QPS, cfg.Burst, tc.wantQPS, tc.wantBurst)
+			}
+		})
+	}
+}
