@@ -50,8 +50,8 @@ func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.Alloca
 // node, not running yet; opts say how it reaches the API server and the
 // kubelet (driverflag's options, or a test's).
 func New(name, node string, devices int, opts ...driver.Option) (*driver.Driver, error) {
-	if devices < 1 || devices > 128 {
-		return nil, fmt.Errorf("devices: %d is not in 1..128", devices)
+	if devices < 1 || devices > 1024 {
+		return nil, fmt.Errorf("devices: %d is not in 1..1024", devices)
 	}
 	pool := device.Pool{Name: node}
 	for i := range devices {
