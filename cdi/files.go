@@ -2,7 +2,6 @@ package cdi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,25 +14,22 @@ import (
 	"github.com/drakit/drakit/internal/atomicfile"
 )
 
-// Write validates the claim's spec (every problem, with the field named),
-// writes it atomically (a temporary file in the same folder, fsync,
-// rename, fsync of the folder) replacing an earlier spec of the same
-// claim, and returns the qualified CDI device IDs in the order of
+// Write validates the claim's spec (every problem, with the field named,
+// by the rules of [Writer.Spec]), writes it atomically (a temporary file
+// in the same folder, renamed over the spec; with fsync of the file
+// before and of the folder after the rename unless [WithoutFsync])
+// replacing an earlier spec of the same claim, and returns the qualified CDI device IDs in the order of
 // claim.Devices. Common edits go into the spec's top-level edits, which a
 // runtime applies once per container that gets any device of the claim.
 // A claim with no devices is an error: it would yield no IDs.
 func (w *Writer) Write(ctx context.Context, claim Claim) ([]string, error) {
-	spec, ids, err := w.Spec(claim)
+	_, ids, data, err := w.build(claim)
 	if err != nil {
 		return nil, err
 	}
 	path, err := w.SpecPath(claim.UID)
 	if err != nil {
 		return nil, err
-	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("encode CDI spec of claim %q: %w", claim.UID, err)
 	}
 	if err := w.writeFile(path, data); err != nil {
 		return nil, fmt.Errorf("write CDI spec of claim %q: %w", claim.UID, err)
@@ -43,7 +39,8 @@ func (w *Writer) Write(ctx context.Context, claim Claim) ([]string, error) {
 }
 
 // writeFile writes data to path atomically: temp file in the same folder,
-// fsync, rename over path, fsync of the folder.
+// renamed over path; with fsync of the file and then of the folder unless
+// WithoutFsync.
 func (w *Writer) writeFile(path string, data []byte) error {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create folder: %w", err)

@@ -14,7 +14,24 @@ import (
 
 // Spec builds the CDI spec of a claim without writing it, and the
 // qualified device IDs. It reports every problem, each naming its field.
+// It also reads the spec back with the CDI library, as a runtime would;
+// [Writer.Write] applies the same rules without that second reading.
 func (w *Writer) Spec(claim Claim) (*cdispec.Spec, []string, error) {
+	spec, ids, data, err := w.build(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := cdiapi.ParseSpec(data); err != nil {
+		return nil, nil, fmt.Errorf("build CDI spec of claim %q: the CDI library cannot read it: %w", claim.UID, err)
+	}
+	return spec, ids, nil
+}
+
+// build builds and encodes the CDI spec of a claim, checking it with
+// drakit's rules and the CDI library's edit validation (the rules a
+// runtime applies when it reads the spec; FuzzSpec checks that a spec
+// build accepts is one the library reads).
+func (w *Writer) build(claim Claim) (*cdispec.Spec, []string, []byte, error) {
 	var errs []error
 	if err := ValidateUID(claim.UID); err != nil {
 		errs = append(errs, fmt.Errorf("uid: %w", err))
@@ -61,23 +78,18 @@ func (w *Writer) Spec(claim Claim) (*cdispec.Spec, []string, error) {
 		ids = append(ids, w.Kind()+"="+name)
 	}
 	if len(errs) > 0 {
-		return nil, nil, fmt.Errorf("build CDI spec of claim %q: %w", claim.UID, errors.Join(errs...))
+		return nil, nil, nil, fmt.Errorf("build CDI spec of claim %q: %w", claim.UID, errors.Join(errs...))
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("build CDI spec of claim %q: version: %w", claim.UID, err)
+		return nil, nil, nil, fmt.Errorf("build CDI spec of claim %q: version: %w", claim.UID, err)
 	}
 	spec.Version = v
-	// The CDI library reads specs as YAML, which rejects some characters
-	// that JSON lets through; check the bytes we would write.
 	data, err := json.Marshal(spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("build CDI spec of claim %q: encode: %w", claim.UID, err)
+		return nil, nil, nil, fmt.Errorf("build CDI spec of claim %q: encode: %w", claim.UID, err)
 	}
-	if _, err := cdiapi.ParseSpec(data); err != nil {
-		return nil, nil, fmt.Errorf("build CDI spec of claim %q: the CDI library cannot read it: %w", claim.UID, err)
-	}
-	return spec, ids, nil
+	return spec, ids, data, nil
 }
 
 // badText reports a problem with a string that goes into a spec: NUL,

@@ -74,8 +74,14 @@ func WithFileMode(mode uint32) Option {
 	}
 }
 
-// WithoutFsync skips fsync of files and the folder when writing (for tests
-// on slow disks only: a crash can then leave an empty spec file).
+// WithoutFsync skips fsync of files and the folder when writing and
+// removing. A process crash still leaves the old or the new spec (the
+// rename is atomic either way); a power loss or kernel crash can leave a
+// spec missing, empty or torn, or a removed spec back. Use it when the
+// program recovers from that itself: drakit's driver runtime does, and
+// uses it (at start it undoes every prepared claim whose spec does not
+// parse, and removes the specs of claims it does not hold), and in tests.
+// Without that recovery, keep the default.
 func WithoutFsync() Option {
 	return func(o *options) error { o.fsync = false; return nil }
 }

@@ -272,7 +272,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	wg.Go(func() { d.watch(ctx) })
 	wg.Go(func() { d.housekeep(ctx) })
 
-	logger.Info("Driver ready", "node", d.o.nodeName, "socket", d.DRASocket(), "preparedClaims", len(eng.records))
+	logger.Info("Driver ready", "node", d.o.nodeName, "socket", d.DRASocket(), "preparedClaims", eng.preparedCount())
 	close(d.ready)
 	<-ctx.Done()
 	logger.Info("Driver stopping", "cause", context.Cause(ctx))

@@ -120,6 +120,12 @@ type engine struct {
 
 	locks keyedMutex
 
+	// mu guards the maps below. A record in records is immutable once
+	// stored: a change stores a new record under mu, so a reader may keep
+	// and read what it got under mu after unlocking. The work on one
+	// claim (prepare, undo) is done on a private record by the holder of
+	// the claim's lock (locks), the only one that replaces the claim's
+	// record.
 	mu      sync.Mutex
 	records map[types.UID]*checkpoint.Record
 	holders map[deviceKey]map[types.UID]holder
@@ -178,6 +184,13 @@ func (e *engine) releaseLocked(rec *checkpoint.Record) {
 			delete(e.holders, k)
 		}
 	}
+}
+
+// preparedCount is the number of claims held (prepared or half-way).
+func (e *engine) preparedCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.records)
 }
 
 // setPreparedGauge counts the prepared records (O(n): only after a load;
@@ -452,15 +465,18 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	if len(devs) == 0 {
 		return kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}, nil
 	}
+	// rec is this call's private record, filled in as the devices are
+	// prepared; what others see is the published intent, a copy.
 	rec := intentOf(obj, devs)
+	intent := cloneRecord(rec)
 
 	// Guard and reserve, then record the intent.
 	e.mu.Lock()
-	if err := e.reserveLocked(rec); err != nil {
+	if err := e.reserveLocked(intent); err != nil {
 		e.mu.Unlock()
 		return kubeletplugin.PrepareResult{}, err
 	}
-	e.records[rec.ClaimUID] = rec
+	e.records[rec.ClaimUID] = intent
 	e.mu.Unlock()
 	if err := e.store.WriteIntent(rec); err != nil {
 		e.forget(rec)
@@ -492,7 +508,6 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 		}
 		fault(faultPrepareDevice)
 		rd := &rec.Devices[i]
-		rd.Prepared = true
 		if len(out.Data) > 0 {
 			if !json.Valid(out.Data) {
 				return rollback(failed(ReasonVendor, "prepare device %s of claim %s: Data is not valid JSON", d.ID(), claim.ClaimRef))
@@ -547,25 +562,36 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 		fault(faultPrepareCDI)
 	}
 
-	done := *rec
+	done := cloneRecord(rec)
 	done.State = checkpoint.StatePrepared
-	if err := e.store.Write(&done); err != nil {
+	if err := e.store.Write(done); err != nil {
 		return rollback(&claimError{reason: ReasonCheckpoint, err: err})
 	}
 	e.mu.Lock()
-	e.records[rec.ClaimUID] = &done
+	e.records[rec.ClaimUID] = done
 	e.metrics.preparedClaims.Inc()
 	e.mu.Unlock()
 	fault(faultPrepareComplete)
 	logger.V(3).Info("Prepared claim", "claim", klog.KObj(obj), "devices", len(done.Devices))
-	return resultOf(&done), nil
+	return resultOf(done), nil
+}
+
+// cloneRecord copies r deeply enough that changing the copy's devices
+// (the only part prepare fills in) leaves r alone.
+func cloneRecord(r *checkpoint.Record) *checkpoint.Record {
+	c := *r
+	c.Devices = slices.Clone(r.Devices)
+	for i := range c.Devices {
+		c.Devices[i].CDIDeviceIDs = slices.Clone(c.Devices[i].CDIDeviceIDs)
+	}
+	return &c
 }
 
 // intentOf is the intent record of preparing devs for obj.
 func intentOf(obj *resourceapi.ResourceClaim, devs []AllocatedDevice) *checkpoint.Record {
 	rec := &checkpoint.Record{ClaimUID: obj.UID, Namespace: obj.Namespace, Name: obj.Name, State: checkpoint.StatePrepareStarted}
 	for _, d := range devs {
-		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess, Shared: d.AdminAccess || d.ShareID != nil})
+		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess})
 	}
 	return rec
 }
@@ -599,14 +625,15 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 	if rec.State == checkpoint.StatePrepared {
 		intent := *rec
 		intent.State = checkpoint.StateUnprepareStarted
-		if err := e.store.WriteIntent(&intent); err != nil {
-			// A full disk (or any failed write) must not stop the one
-			// operation that frees resources: rename the record instead,
-			// which needs no space and reads back as the same intent.
-			if merr := e.store.MarkUnprepare(rec.ClaimUID); merr != nil {
-				return &claimError{reason: ReasonCheckpoint, err: errors.Join(err, merr)}
+		// The intent is the prepared record renamed: no new file, no
+		// write, and no space needed on a full disk. Only when the rename
+		// fails (the record file was removed behind the driver's back) is
+		// the intent written out.
+		if merr := e.store.MarkUnprepare(rec.ClaimUID); merr != nil {
+			if err := e.store.WriteIntent(&intent); err != nil {
+				return &claimError{reason: ReasonCheckpoint, err: errors.Join(merr, err)}
 			}
-			klog.FromContext(ctx).Info("Could not write the unprepare intent; renamed the record instead", "claim", ref, "err", err)
+			klog.FromContext(ctx).Info("Could not rename the checkpoint record to the unprepare intent; wrote the intent instead", "claim", ref, "err", merr)
 		}
 		e.mu.Lock()
 		e.records[rec.ClaimUID] = &intent

@@ -76,7 +76,7 @@ func TestOneInstancePerFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := store.WriteIntent(&checkpoint.Record{ClaimUID: claim.UID, Namespace: "ns", Name: "c", State: checkpoint.StatePrepareStarted,
-		Devices: []checkpoint.Device{{Request: "r", Pool: testNode, Device: "dev-0", Prepared: true}}}); err != nil {
+		Devices: []checkpoint.Device{{Request: "r", Pool: testNode, Device: "dev-0"}}}); err != nil {
 		t.Fatal(err)
 	}
 	sockets := socketInodes(t, d)

@@ -1,13 +1,32 @@
 // Package checkpoint stores one crash-safe record per prepared claim.
 //
 // Each record lives in its own file named after the claim UID, so writing
-// one costs the same whether 10 or 10,000 claims are held. A write goes to a
-// temporary file in the same folder, is fsynced, renamed over the record and
-// the folder is fsynced, so after a crash a record is either the old or the
-// new one, never a mix. Records are JSON inside a versioned envelope with a
-// SHA-256 of the record bytes: unknown fields (written by a newer or older
-// drakit) are ignored, a record that fails to parse or whose checksum does
-// not match is moved to the quarantine folder and reported, never fatal.
+// one costs the same whether 10 or 10,000 claims are held. Records are
+// JSON inside a versioned envelope with a SHA-256 of the record bytes:
+// unknown fields (written by a newer or older drakit) are ignored, a
+// record that fails to parse or whose checksum does not match is moved to
+// the quarantine folder and reported, never fatal.
+//
+// Durability contract (what each call guarantees when it returns):
+//
+//   - Process crash (kill -9, OOM kill): every write is a temporary file
+//     renamed over the record, so a record is the old or the new one,
+//     never a mix, whichever call was running. A rename or removal that
+//     returned is visible to the next process.
+//   - Power loss or kernel crash: [Store.Write] fsyncs the record's content
+//     before the rename, so the record is never empty or torn; the rename
+//     itself is not waited for (the folder is not fsynced): it reaches the
+//     disk with the file system's next journal commit (ext4: within 5 s),
+//     so the previous record (an intent, which recovery undoes) may come
+//     back instead. [Store.WriteIntent] and [Store.MarkUnprepare] wait for
+//     nothing: their loss goes with the loss of the device state they
+//     guard. [Store.Delete] waits until the removal is on disk (one folder
+//     fsync, shared by the removals that run at the same time), so an
+//     unprepared claim never comes back.
+//
+// Recovery (the driver's, at start) undoes every record that is not
+// Prepared; the vendor's unprepare must therefore be idempotent and accept
+// a device it never prepared.
 package checkpoint
 
 import (
@@ -20,6 +39,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -82,11 +103,11 @@ type Device struct {
 	Device      string     `json:"device"`
 	ShareID     *types.UID `json:"shareID,omitempty"`
 	AdminAccess bool       `json:"adminAccess,omitempty"`
-	// Shared is true when the allocation allows other claims to use the
-	// device at the same time (admin access or multiple allocations).
-	Shared bool `json:"shared,omitempty"`
-	// Prepared is true once the vendor's prepare of this device returned.
-	Prepared     bool     `json:"prepared,omitempty"`
+	// Fields "shared" and "prepared" of records written before issue 18
+	// were never read and are ignored: whether a device may be shared is
+	// AdminAccess or ShareID, and whether a device was prepared is the
+	// record's State (an intent's devices are undone whether or not their
+	// prepare ran, so the vendor's unprepare must accept both).
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 	// CDIName is the device's name in the claim's CDI spec, "" if the
 	// device has no edits.
@@ -124,10 +145,14 @@ type Corrupt struct {
 }
 
 // Store is a folder of records. Its methods are safe for concurrent use on
-// distinct claims; the caller serializes writes of one claim.
+// distinct claims; the caller serializes writes of one claim. No method
+// keeps or changes a record it is given.
 type Store struct {
 	dir     string
 	noFsync bool
+	// dirSync makes removals durable, one folder fsync for all the
+	// removals that are waiting when it starts (group commit).
+	dirSync groupSync
 }
 
 // Open creates dir if needed and returns the store in it.
@@ -138,7 +163,9 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
-	return &Store{dir: dir}, nil
+	s := &Store{dir: dir}
+	s.dirSync.sync = func() error { return atomicfile.SyncDir(dir) }
+	return s, nil
 }
 
 // Dir is the store's folder.
@@ -221,6 +248,8 @@ func Decode(data []byte) (*Record, error) {
 // file. The rename itself reaches the disk with the file system's next
 // journal commit (the folder is not fsynced): a caller whose previous
 // record is a safe state to recover from (an intent) needs no more.
+// The stored record's Updated is the time of the write; r itself is not
+// changed.
 func (s *Store) Write(r *Record) error { return s.write(r, true) }
 
 // WriteIntent stores r atomically but without waiting for the disk: after
@@ -233,8 +262,9 @@ func (s *Store) write(r *Record, durable bool) error {
 	if err := validUID(r.ClaimUID); err != nil {
 		return fmt.Errorf("write checkpoint record: %w", err)
 	}
-	r.Updated = time.Now().UTC().Truncate(time.Millisecond)
-	data, err := Encode(r)
+	stamped := *r
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
 	if err != nil {
 		return err
 	}
@@ -256,7 +286,7 @@ func (s *Store) syncDir() error {
 	if s.noFsync {
 		return nil
 	}
-	return atomicfile.SyncDir(s.dir)
+	return s.dirSync.wait()
 }
 
 // MarkUnprepare records the intent to unprepare uid without writing
@@ -275,16 +305,19 @@ func (s *Store) MarkUnprepare(uid types.UID) error {
 	return nil
 }
 
-// Delete removes the record of uid durably (the folder is fsynced). A
-// missing record is not an error.
+// Delete removes the record of uid durably: it returns once the removal
+// is on disk (the folder is fsynced; removals that run at the same time
+// share one fsync). A missing record is not an error.
 func (s *Store) Delete(uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("delete checkpoint record: %w", err)
 	}
 	removed := false
-	for _, p := range []string{s.path(uid), s.markPath(uid)} {
-		err := os.Remove(p)
-		if errors.Is(err, os.ErrNotExist) {
+	// The renamed record first: after MarkUnprepare it is the only one.
+	// Unlink, not os.Remove, which tries rmdir after a missing file.
+	for _, p := range []string{s.markPath(uid), s.path(uid)} {
+		err := syscall.Unlink(p)
+		if errors.Is(err, syscall.ENOENT) {
 			continue
 		}
 		if err != nil {
@@ -299,6 +332,54 @@ func (s *Store) Delete(uid types.UID) error {
 		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
 	}
 	return nil
+}
+
+// groupSync runs sync for many waiters at once (group commit): a waiter
+// returns after a run of sync that started after it called wait, so that
+// run covers everything the waiter did before; the waiters that arrive
+// while a run is in progress share the next one.
+type groupSync struct {
+	sync func() error
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	running bool
+	// next is the run that waiters arriving now join (nil: none yet).
+	next *syncRun
+}
+
+type syncRun struct {
+	finished bool
+	err      error
+}
+
+func (g *groupSync) wait() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond == nil {
+		g.cond = sync.NewCond(&g.mu)
+	}
+	if g.next == nil {
+		g.next = &syncRun{}
+	}
+	run := g.next
+	for g.running && !run.finished {
+		g.cond.Wait()
+	}
+	if run.finished {
+		return run.err
+	}
+	// Lead the run: every waiter that joined it did so before this
+	// point, so the sync below covers their changes.
+	g.next = nil
+	g.running = true
+	g.mu.Unlock()
+	err := g.sync()
+	g.mu.Lock()
+	run.finished, run.err = true, err
+	g.running = false
+	g.cond.Broadcast()
+	return err
 }
 
 // Get reads the record of uid, from the file MarkUnprepare renamed it to

@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -22,7 +24,7 @@ func sample(uid string) *Record {
 	share := types.UID("share-1")
 	return &Record{
 		ClaimUID: types.UID(uid), Namespace: "ns", Name: "claim-" + uid, State: StatePrepared,
-		Devices: []Device{{Request: "gpu/small", Pool: "node-a", Device: "gpu-0", ShareID: &share, Prepared: true,
+		Devices: []Device{{Request: "gpu/small", Pool: "node-a", Device: "gpu-0", ShareID: &share,
 			CDIDeviceIDs: []string{"example.com/gpu=" + uid + "-gpu-0"}, Data: json.RawMessage(`{"k":1}`)}},
 	}
 }
@@ -263,5 +265,86 @@ func TestLostAndRelease(t *testing.T) {
 	}
 	if len(q) != 4 || released != 2 {
 		t.Errorf("quarantine folder = %v; want the 3 records kept (2 released) and notes.txt", q)
+	}
+}
+
+func TestWriteLeavesItsArgumentAlone(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sample("u1")
+	before := *r
+	if err := s.Write(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteIntent(r); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(&before, r); d != "" {
+		t.Errorf("Write changed its argument (-before +after):\n%s", d)
+	}
+	got, err := s.Get("u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Updated.IsZero() {
+		t.Error("stored record has no write time")
+	}
+}
+
+// TestGroupSync checks the group commit of folder fsyncs: every waiter
+// returns only after a sync that started after it called wait, and
+// waiters that arrive together share syncs.
+func TestGroupSync(t *testing.T) {
+	var mu sync.Mutex
+	var starts []int // the change counter seen by each sync at its start
+	changes := 0
+	g := &groupSync{sync: func() error {
+		mu.Lock()
+		starts = append(starts, changes)
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond) // a disk's flush
+		return nil
+	}}
+	const waiters = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters)
+	for range waiters {
+		wg.Go(func() {
+			mu.Lock()
+			changes++
+			mine := changes
+			n := len(starts)
+			mu.Unlock()
+			if err := g.wait(); err != nil {
+				errs <- err
+				return
+			}
+			// Some sync that started after this waiter's change must
+			// have run: one of the syncs from index n on saw it.
+			mu.Lock()
+			defer mu.Unlock()
+			for _, seen := range starts[n:] {
+				if seen >= mine {
+					return
+				}
+			}
+			errs <- fmt.Errorf("waiter %d returned before a sync covered its change (syncs saw %v)", mine, starts)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(starts) >= waiters {
+		t.Errorf("%d syncs for %d concurrent waiters, want them shared", len(starts), waiters)
+	}
+	// An error reaches every waiter of its run.
+	boom := errors.New("disk gone")
+	g = &groupSync{sync: func() error { return boom }}
+	if err := g.wait(); !errors.Is(err, boom) {
+		t.Errorf("wait = %v, want %v", err, boom)
 	}
 }
