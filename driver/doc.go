@@ -19,8 +19,8 @@
 //     for the node, again after every change event, with a NoSchedule
 //     taint on each device reported unhealthy (cleared on recovery).
 //   - Checkpoint: one record per claim in its own file, written atomically
-//     (temporary file, fsync, rename, fsync of the folder), so a write
-//     costs the same with 10 or 10,000 claims held. Records are versioned
+//     (temporary file, renamed over the record; see Durability below for
+//     what is fsynced), so a write costs the same with 10 or 10,000 claims held. Records are versioned
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
 //     record (also one stored under another claim's file name, which
 //     counts for both claims) is quarantined with a log line and a
@@ -91,12 +91,29 @@
 //     [WithRollingUpdate]); [WithRESTConfig] sets a client rate limit that
 //     does not cap prepares at client-go's default of 5 per second.
 //
-// Durability: every record is written to a temporary file and renamed, so
-// a process crash (kill -9) never leaves a torn record. The completion
-// record's content is fsynced before its rename and the removal of a record
-// is fsynced with its folder. Intent records and CDI specs are not
-// fsynced: after a power loss a lost completion leaves the intent, which
-// recovery undoes (the kubelet prepares again when it restarts the pods),
-// and at start every prepared claim whose CDI spec is missing or torn (a
-// CDI folder on tmpfs after a reboot) is undone the same way.
+// Durability: who recovers what after a crash.
+//
+//   - Process crash (kill -9, OOM kill, panic): every record and CDI spec
+//     is written to a temporary file and renamed, so none is ever torn. At
+//     start, before the sockets serve, recovery undoes every claim whose
+//     record is an intent (prepare or unprepare started), then the kubelet
+//     prepares it again or finishes unpreparing it. Nothing is lost.
+//   - Power loss or kernel crash: a prepare that returned has its
+//     completion record's content on disk (fsynced before the rename); the
+//     rename is not waited for, so a claim prepared in the last few
+//     seconds (the file system's journal commit interval; ext4: 5 s) can
+//     come back as its intent, which recovery undoes. An unprepare that
+//     returned is on disk (its record's removal is fsynced with the
+//     folder; removals that run at the same time share one fsync).
+//     Intent records and CDI specs are not fsynced: an intent lost with
+//     the power guarded device state the power loss reset too, and at
+//     start every prepared claim whose CDI spec is missing or torn (also a
+//     CDI folder on tmpfs after a reboot) is undone, so the kubelet
+//     prepares it again; specs of claims not held are removed. A vendor
+//     whose device state survives a power loss (written to firmware or
+//     disk) must reconcile it at start itself: drakit cannot know about
+//     a prepare whose intent never reached the disk.
+//   - The vendor's UnprepareDevice must be idempotent and accept a device
+//     whose PrepareDevice never ran or did not finish: undoing an intent
+//     calls it for every device of the claim.
 package driver

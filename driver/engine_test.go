@@ -567,3 +567,42 @@ func TestRecoverLostSpec(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordsImmutableOncePublished reads the engine's records under its
+// lock while claims are prepared and unprepared: a record the engine
+// publishes must not change afterwards (run with -race: before records
+// were published as immutable values, prepare filled in the devices of
+// the published intent without the lock).
+func TestRecordsImmutableOncePublished(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, r := range e.eng.Records() {
+				for _, d := range r.Devices {
+					if d.Pool == "" || d.Device == "" {
+						t.Errorf("record of %s has a device without pool or name", r.ClaimUID)
+					}
+				}
+			}
+		}
+	})
+	for i := range 50 {
+		c := testClaim(fmt.Sprintf("imm-%d", i), alloc{request: "a", device: fmt.Sprintf("gpu-%d", i%4)})
+		if res := e.eng.Prepare(ctx, c); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if err := e.eng.Unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

@@ -58,3 +58,23 @@ func (t *TestEngine) Collect(ctx context.Context) { t.e.collect(ctx) }
 
 // SetPublished sets what the engine takes for the published devices.
 func (t *TestEngine) SetPublished(f func(pool, device string) bool) { t.e.published = f }
+
+// Records reads every record the engine holds, each device field
+// included, under the engine's lock only (as a metrics scrape or a debug
+// handler would).
+func (t *TestEngine) Records() []checkpoint.Record {
+	t.e.mu.Lock()
+	defer t.e.mu.Unlock()
+	var out []checkpoint.Record
+	for _, r := range t.e.records {
+		c := *r
+		c.Devices = nil
+		for _, d := range r.Devices {
+			d.CDIDeviceIDs = append([]string(nil), d.CDIDeviceIDs...)
+			d.Data = append([]byte(nil), d.Data...)
+			c.Devices = append(c.Devices, d)
+		}
+		out = append(out, c)
+	}
+	return out
+}

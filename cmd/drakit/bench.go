@@ -440,4 +440,3 @@ func num(v float64) string {
 		return fmt.Sprintf("%.3f", v)
 	}
 }
-
