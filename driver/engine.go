@@ -36,6 +36,7 @@ const (
 	faultUnprepareDevice   = "unprepare/device-unprepared"
 	faultUnprepareClaim    = "unprepare/claim-hook-done"
 	faultUnprepareCDI      = "unprepare/cdi-removed"
+	faultUnprepareUnlinked = "unprepare/record-unlinked"
 	faultUnprepareComplete = "unprepare/record-deleted"
 	faultLostReleased      = "lost/released"
 )
@@ -43,7 +44,7 @@ const (
 // faultPoints lists the fault points in the order they are reached.
 var faultPoints = []string{
 	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareComplete,
-	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareComplete,
+	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareUnlinked, faultUnprepareComplete,
 	faultLostReleased,
 }
 
@@ -145,6 +146,9 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 	if cp, ok := p.(ClaimPreparer); ok {
 		e.claimHooks = cp
 	}
+	// A crash point between a record's unlink and the group-committed
+	// folder fsync that makes it durable.
+	store.OnUnlinked = func(types.UID) { fault(faultUnprepareUnlinked) }
 	if ce, ok := p.(ClaimEditor); ok {
 		e.claimEditor = ce
 	}

@@ -304,10 +304,13 @@ func killCases() []killCase {
 	undo := []struct {
 		point string
 		hits  int
-	}{{"unprepare/device-unprepared", 2}, {"unprepare/claim-hook-done", 1}, {"unprepare/cdi-removed", 1}, {"unprepare/record-deleted", 1}}
+	}{{"unprepare/device-unprepared", 2}, {"unprepare/claim-hook-done", 1}, {"unprepare/cdi-removed", 1}, {"unprepare/record-unlinked", 1}, {"unprepare/record-deleted", 1}}
 	add("unprepare", "unprepare/intent-written", 1)
 	for _, during := range []string{"unprepare", "rollback", "lost", "recover"} {
 		for _, p := range undo {
+			if during == "lost" && p.point == "unprepare/record-unlinked" {
+				continue // a lost claim has no record to unlink
+			}
 			add(during, p.point, p.hits)
 		}
 	}

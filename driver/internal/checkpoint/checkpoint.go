@@ -153,6 +153,10 @@ type Store struct {
 	// dirSync makes removals durable, one folder fsync for all the
 	// removals that are waiting when it starts (group commit).
 	dirSync groupSync
+	// OnUnlinked, when set, is called by Delete after the record is
+	// unlinked and before Delete waits for the folder fsync that makes
+	// the removal durable (a crash point for tests).
+	OnUnlinked func(uid types.UID)
 }
 
 // Open creates dir if needed and returns the store in it.
@@ -327,6 +331,9 @@ func (s *Store) Delete(uid types.UID) error {
 	}
 	if !removed {
 		return nil
+	}
+	if s.OnUnlinked != nil {
+		s.OnUnlinked(uid)
 	}
 	if err := s.syncDir(); err != nil {
 		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
