@@ -53,9 +53,13 @@ func Write(path string, data []byte, o Options) (err error) {
 		_ = tmp.Close()
 		return fmt.Errorf("write temporary file: %w", err)
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("set mode: %w", err)
+	// os.CreateTemp creates the file 0600 (less the umask, which only
+	// takes bits away): only another mode needs a chmod.
+	if mode != 0o600 {
+		if err := tmp.Chmod(mode); err != nil {
+			_ = tmp.Close()
+			return fmt.Errorf("set mode: %w", err)
+		}
 	}
 	if o.SyncFile {
 		if err := tmp.Sync(); err != nil {
