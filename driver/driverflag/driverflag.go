@@ -106,9 +106,9 @@ type Flags struct {
 	// 400 covers a gang of 64 claims on an 8-GPU node six times over. The
 	// sustained 200/s is four times the kubelet's own client default (50
 	// QPS, burst 100), which already costs the kubelet several requests
-	// per pod it starts: a node cannot start pods fast enough to make the
-	// driver wait, while a driver that loops still cannot send the API
-	// server more than 200 requests a second per node. Raise both only
+	// per pod it starts: a node rarely starts pods fast enough to make
+	// the driver wait, while a driver that loops still cannot send the
+	// API server more than 200 requests a second per node. Raise both only
 	// for benchmarks or nodes that prepare hundreds of claims a second.
 	KubeAPIQPS   float64
 	KubeAPIBurst int
