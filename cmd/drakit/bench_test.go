@@ -1,11 +1,65 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/drakit/drakit/internal/cluster"
 )
+
+// TestMain lets this test binary serve as the drivers bench prepare
+// starts ("<binary> bench floor ...", "<binary> bench driver ...").
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "bench" && (os.Args[2] == benchFloorCmd || os.Args[2] == benchDriverCmd) {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchPrepare runs a short bench against the built-in driver on a
+// real control plane and checks that every row is measured, the
+// throughput row names the limiter's ceiling, and the driver's own
+// process was measured (not bench's).
+func TestBenchPrepare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	var out, errOut bytes.Buffer
+	err := runBench(context.Background(), []string{"prepare", "-n", "10", "-repeat", "2", "-duration", "300ms", "-held", "4", "-rss-cycles", "20"}, &out, &errOut)
+	var missing *cluster.ErrMissing
+	if errors.As(err, &missing) {
+		t.Skipf("no cluster binaries: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"prepare p50, 1 claim 1 device", "prepare+unprepare cycles/s, 8 callers", "driver process CPU per cycle",
+		"API requests per prepare", "0 vs 4 claims held", "RSS: before vs after 20 cycles",
+		"the driver's client limit (QPS 200, burst 400) allows at most",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "skipped") {
+		t.Errorf("a row was skipped:\n%s", got)
+	}
+	if strings.Contains(got, "pid "+itoa(os.Getpid())+"\n") {
+		t.Errorf("the driver measured is bench's own process:\n%s", got)
+	}
+	t.Log("\n" + got)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestSumMetric(t *testing.T) {
 	data := []byte(`# HELP apiserver_request_total x
