@@ -63,3 +63,44 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPrepareHeld runs one claim's prepare+unprepare with 0 and
+// with 256 other claims held prepared: the cost must not grow with the
+// claims held (compare the two in one run).
+func BenchmarkPrepareHeld(b *testing.B) {
+	for _, held := range []int{0, 256} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			dir := b.TempDir()
+			store, err := checkpoint.Open(filepath.Join(dir, "checkpoint"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			specs, err := cdi.NewWriter(filepath.Join(dir, "cdi"), testDriver, CDIClass, cdi.WithoutFsync())
+			if err != nil {
+				b.Fatal(err)
+			}
+			eng := NewTestEngine(testDriver, store, specs, envOnly{})
+			ctx := context.Background()
+			if err := eng.Recover(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for i := range held {
+				c := testClaim(fmt.Sprintf("held-%d", i), alloc{request: "req", device: fmt.Sprintf("held-%d", i)})
+				if res := eng.Prepare(ctx, c); res.Err != nil {
+					b.Fatal(res.Err)
+				}
+			}
+			claim := testClaim("measured", alloc{request: "req", device: "dev-0"})
+			ref := ClaimRef{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
+			b.ResetTimer()
+			for b.Loop() {
+				if res := eng.Prepare(ctx, claim); res.Err != nil {
+					b.Fatal(res.Err)
+				}
+				if err := eng.Unprepare(ctx, ref); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
