@@ -2,7 +2,7 @@
 // preparer into a correct DRA driver behind the kubelet plugin helper
 // (k8s.io/dynamic-resource-allocation/kubeletplugin).
 //
-// A vendor writes two things: a [device.Discoverer] that says which
+// A vendor writes two things: a [Discoverer] that says which
 // devices exist (and reports health), and a [Preparer] that prepares and
 // unprepares one allocated device, returning CDI container edits:
 //

@@ -35,7 +35,7 @@ import (
 // [WithCDIKind] says otherwise.
 const cdiClass = "claim"
 
-// Driver is a DRA driver assembled from a vendor's [device.Discoverer] and
+// Driver is a DRA driver assembled from a vendor's [Discoverer] and
 // [Preparer]. Create it with [New], start it with [Run].
 type Driver struct {
 	name    string
@@ -66,10 +66,11 @@ func New(name string, opts ...Option) (*Driver, error) {
 		return nil, fmt.Errorf("new driver: name %q: %v", name, errs)
 	}
 	o := options{
-		registrarDir:  kubeletplugin.KubeletRegistryDir,
-		pluginDataDir: filepath.Join(kubeletplugin.KubeletPluginsDir, name),
-		cdiDir:        kubeletplugin.DefaultCDIDir,
-		healthTimeout: 30 * time.Second,
+		registrarDir:   kubeletplugin.KubeletRegistryDir,
+		pluginDataDir:  filepath.Join(kubeletplugin.KubeletPluginsDir, name),
+		cdiDir:         kubeletplugin.DefaultCDIDir,
+		healthTimeout:  30 * time.Second,
+		resyncInterval: DefaultResyncInterval,
 
 		housekeepingInterval: DefaultHousekeepingInterval,
 		cdiVendor:            name,
@@ -94,12 +95,6 @@ func New(name string, opts ...Option) (*Driver, error) {
 	}
 	if o.checkpointDir == "" {
 		o.checkpointDir = filepath.Join(o.pluginDataDir, "checkpoint")
-	}
-	if o.healthTaintKey == "" {
-		o.healthTaintKey = name + "/unhealthy"
-	}
-	if errs := utilvalidation.IsQualifiedName(o.healthTaintKey); len(errs) > 0 {
-		return nil, fmt.Errorf("new driver %s: health taint key %q: %v", name, o.healthTaintKey, errs)
 	}
 	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
@@ -211,15 +206,15 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("run driver: discover devices: %w", err)
 	}
-	if err := nodeLocal(inv); err != nil {
-		return fmt.Errorf("run driver: %w", err)
+	if inv, err = d.accept(inv); err != nil {
+		return fmt.Errorf("run driver: discover devices: %w", err)
 	}
 	// Publishing happens in the background, once the API server answers:
 	// an inventory that cannot become slices fails now, not then.
 	if _, err := inv.DriverResources(); err != nil {
 		return fmt.Errorf("run driver: publish devices: %w", err)
 	}
-	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
+	d.health = newHealthState(d.name, d.o.healthTimeout)
 	d.health.setInventory(inv)
 	eng.published = func(pool, dev string) bool {
 		return d.o.uncheckedPools[pool] || d.health.published(pool, dev)
@@ -404,54 +399,6 @@ func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
 	d.metrics.publishedDevices.Set(float64(n))
 	klog.FromContext(ctx).V(3).Info("Published devices", "devices", n)
 	return nil
-}
-
-// watch follows the discoverer's events until ctx is done.
-func (d *Driver) watch(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	events := make(chan device.Event, 16)
-	watchDone := make(chan error, 1)
-	startWatch := func() {
-		go func() { watchDone <- d.o.discoverer.Watch(ctx, events) }()
-	}
-	startWatch()
-	var retry <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-watchDone:
-			if errors.Is(err, device.ErrNoChanges) || ctx.Err() != nil {
-				continue
-			}
-			logger.Error(err, "Device watch ended; restarting in 5s")
-			retry = time.After(5 * time.Second)
-		case <-retry:
-			retry = nil
-			startWatch()
-		case ev := <-events:
-			switch ev.Type {
-			case device.EventInventoryChanged:
-				inv, err := d.o.discoverer.Inventory(ctx)
-				if err != nil {
-					logger.Error(err, "Re-discovering devices failed; keeping the published slices")
-					continue
-				}
-				if err := nodeLocal(inv); err != nil {
-					d.metrics.error("publish", ReasonPublish)
-					logger.Error(err, "Changed inventory refused; keeping the published slices")
-					continue
-				}
-				d.health.setInventory(inv)
-				d.kickPublish()
-			case device.EventHealth:
-				if d.health.update(ev.Health) {
-					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))
-					d.kickPublish()
-				}
-			}
-		}
-	}
 }
 
 // reportCorrupt emits a Kubernetes event on the node for a quarantined

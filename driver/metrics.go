@@ -18,6 +18,7 @@ const (
 	ReasonCorrupt    = "CorruptCheckpoint"
 	ReasonPublish    = "PublishError"
 	ReasonAPI        = "APIError"
+	ReasonDiscovery  = "DiscoveryError"
 )
 
 // metrics are the runtime's Prometheus metrics, in a registry of their own

@@ -11,7 +11,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
-	"github.com/drakit/drakit/device"
 )
 
 // Default client rate limits set on a REST config given to
@@ -28,7 +27,7 @@ const (
 type Option func(*options) error
 
 type options struct {
-	discoverer           device.Discoverer
+	discoverer           Discoverer
 	preparer             Preparer
 	client               kubernetes.Interface
 	restConfig           *rest.Config
@@ -41,10 +40,9 @@ type options struct {
 	rollingUpdateUID     types.UID
 	serialize            bool
 	healthTimeout        time.Duration
-	healthTaintKey       string
 	extraHelperOpts      []kubeletplugin.Option
 	deviceMetadata       bool
-	republishInterval    time.Duration
+	resyncInterval       time.Duration
 	housekeepingInterval time.Duration
 	cdiVendor, cdiClass  string
 	uncheckedPools       map[string]bool
@@ -56,10 +54,12 @@ type options struct {
 const DefaultHousekeepingInterval = time.Minute
 
 // WithDiscoverer sets the vendor's device discovery (required). Its
-// inventory is published as ResourceSlices at start and again after each
-// change event; its health events become device taints and kubelet
-// health reports.
-func WithDiscoverer(d device.Discoverer) Option {
+// inventory is published as ResourceSlices at start, again after each
+// change event (retried with a growing delay while Inventory fails) and
+// every [WithResyncInterval]; its health events become device taints and
+// kubelet health reports. The inventory's Driver must be the driver's
+// name or empty (see [ErrDriverMismatch]).
+func WithDiscoverer(d Discoverer) Option {
 	return func(o *options) error {
 		if d == nil {
 			return errors.New("WithDiscoverer: nil discoverer")
@@ -217,9 +217,13 @@ func WithSerializedCalls() Option {
 	}
 }
 
-// WithHealthTimeout sets how long the kubelet keeps a device health report
-// before it shows the device as unknown; the runtime re-sends reports at
-// half this interval. Default 30s.
+// WithHealthTimeout sets how long a health report of the vendor stays
+// valid. A device whose last report is older is reported to the kubelet
+// as Unknown (its taint, if it was Unhealthy, stays until a report says
+// otherwise), and the kubelet itself shows it as unknown after this time
+// without a report (HealthCheckTimeout). The vendor's health monitor must
+// so report on each device more often than this: the runtime never
+// repeats a report on its behalf. Default 30s, the kubelet's default.
 func WithHealthTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 2*time.Second {
@@ -230,14 +234,16 @@ func WithHealthTimeout(d time.Duration) Option {
 	}
 }
 
-// WithHealthTaintKey sets the key of the taint put on unhealthy devices.
-// Default "<driver name>/unhealthy". Its effect is NoSchedule.
-func WithHealthTaintKey(key string) Option {
+// WithResyncInterval sets how often the runtime asks the discoverer for
+// its inventory again without a change event, so that a change whose
+// event was lost reaches the slices. Default [DefaultResyncInterval]. An
+// inventory equal to the published one changes no slice.
+func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) error {
-		if key == "" {
-			return errors.New("WithHealthTaintKey: empty key")
+		if d <= 0 {
+			return fmt.Errorf("WithResyncInterval: %v is not positive", d)
 		}
-		o.healthTaintKey = key
+		o.resyncInterval = d
 		return nil
 	}
 }

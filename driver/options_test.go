@@ -35,7 +35,6 @@ func TestNewValidation(t *testing.T) {
 		{name: "nil discoverer", driver: "a.b", opts: with(driver.WithDiscoverer(nil)), wantErr: "WithDiscoverer: nil discoverer"},
 		{name: "empty node", driver: "a.b", opts: with(driver.WithNodeName("")), wantErr: "WithNodeName: empty node name"},
 		{name: "short health timeout", driver: "a.b", opts: with(driver.WithHealthTimeout(1)), wantErr: "WithHealthTimeout"},
-		{name: "bad taint key", driver: "a.b", opts: with(driver.WithHealthTaintKey("not a key")), wantErr: `health taint key "not a key"`},
 		{name: "empty rolling update uid", driver: "a.b", opts: with(driver.WithRollingUpdate("")), wantErr: "WithRollingUpdate: empty pod UID"},
 		{name: "CDI kind without class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com")), wantErr: "WithCDIKind: CDI kind \"acme.example.com\": must be <vendor>/<class>"},
 		{name: "bad CDI class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com/-fpga")), wantErr: "WithCDIKind"},
