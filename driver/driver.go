@@ -17,11 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -48,6 +46,10 @@ type Driver struct {
 	// slicesSynced is set once the first publish went through: the
 	// API server answered and the slice controller runs.
 	slicesSynced atomic.Bool
+
+	// callMu serializes prepare and unprepare calls when they must be
+	// (see enterCall).
+	callMu sync.Mutex
 
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
@@ -96,6 +98,9 @@ func New(name string, opts ...Option) (*Driver, error) {
 	if o.checkpointDir == "" {
 		o.checkpointDir = filepath.Join(o.pluginDataDir, "checkpoint")
 	}
+	if o.lockDir == "" {
+		o.lockDir = o.pluginDataDir
+	}
 	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
@@ -116,13 +121,11 @@ func (d *Driver) HTTPAddr() string { return d.httpAddr }
 // a server of the vendor's own.
 func (d *Driver) Gatherer() prometheus.Gatherer { return d.metrics.registry }
 
-// DRASocket is the path of the driver's DRA gRPC socket.
+// DRASocket is the path of the driver's DRA gRPC socket:
+// <plugin data dir>/dra.sock, or dra-<pod UID>.sock with
+// [WithRollingUpdate]. The runtime names it and tells the helper.
 func (d *Driver) DRASocket() string {
-	name := "dra.sock"
-	if d.o.rollingUpdateUID != "" {
-		name = "dra-" + string(d.o.rollingUpdateUID) + ".sock"
-	}
-	return filepath.Join(d.o.pluginDataDir, name)
+	return filepath.Join(d.o.pluginDataDir, d.pluginSocket())
 }
 
 // Run starts the driver and blocks until ctx is canceled or a fatal error
@@ -220,26 +223,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		return d.o.uncheckedPools[pool] || d.health.published(pool, dev)
 	}
 
-	helperOpts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(d.name),
-		kubeletplugin.KubeClient(client),
-		kubeletplugin.NodeName(d.o.nodeName),
-		kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir),
-		kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir),
-		kubeletplugin.Serialize(d.o.serialize || d.o.rollingUpdateUID != ""),
-		kubeletplugin.PluginListener(listenUnix),
-		kubeletplugin.RegistrarListener(listenUnix),
-	}
-	if d.o.rollingUpdateUID != "" {
-		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
-	}
-	if d.o.deviceMetadata {
-		helperOpts = append(helperOpts,
-			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
-			kubeletplugin.CDIDirectory(d.o.cdiDir))
-	}
-	helperOpts = append(helperOpts, d.o.extraHelperOpts...)
-	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), helperOpts...)
+	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), d.helperOptions(client)...)
 	if err != nil {
 		return fmt.Errorf("run driver: start kubelet plugin: %w", err)
 	}
@@ -275,20 +259,6 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	fatal := d.fatal
 	d.mu.Unlock()
 	return fatal
-}
-
-// withCrossInstanceLock runs f while holding the helper's serialization
-// lock file when rolling updates are on.
-func (d *Driver) withCrossInstanceLock(f func() error) error {
-	if d.o.rollingUpdateUID == "" {
-		return f()
-	}
-	unlock, err := lockFile(filepath.Join(d.o.pluginDataDir, "serialize.lock"))
-	if err != nil {
-		return fmt.Errorf("lock plugin data folder: %w", err)
-	}
-	defer unlock()
-	return f()
 }
 
 // housekeep collects orphaned CDI specs and leftover temporary files
@@ -514,6 +484,11 @@ var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
 
 // PrepareResourceClaims prepares each claim (concurrently for a batch).
 func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	exit, err := (*Driver)(p).enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
 	e := p.engine
 	if err := e.syncFromDisk(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)
@@ -539,6 +514,11 @@ func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // UnprepareResourceClaims unprepares each claim from the checkpoint.
 func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	exit, err := (*Driver)(p).enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
 	e := p.engine
 	if err := e.syncFromDisk(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)

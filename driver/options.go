@@ -36,6 +36,7 @@ type options struct {
 	pluginDataDir        string
 	cdiDir               string
 	checkpointDir        string
+	lockDir              string
 	httpAddress          string
 	rollingUpdateUID     types.UID
 	serialize            bool
@@ -318,10 +319,41 @@ func WithUncheckedPools(pools ...string) Option {
 	}
 }
 
+// WithLockDir sets the folder of the lock file through which the two
+// instances of a rolling update ([WithRollingUpdate]) serialize their
+// calls, recovery and housekeeping. Both instances must use the same
+// folder, on a file system with flock. Default: the plugin data folder.
+func WithLockDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithLockDir: empty path")
+		}
+		o.lockDir = dir
+		return nil
+	}
+}
+
 // WithHelperOptions passes extra options to the kubelet plugin helper
-// (kubeletplugin.Start), after drakit's own. For tests and special setups.
+// (kubeletplugin.Start), after drakit's own: gRPC verbosity and
+// interceptors, API versions, the registration socket's file name, the
+// health service. An option for a setting the runtime makes itself, and
+// relies on, is refused with an error naming it and the drakit option to
+// use instead: DriverName, KubeClient, NodeName, RegistrarDirectoryPath,
+// PluginDataDirectoryPath, PluginSocket, PluginListener,
+// RegistrarListener, RollingUpdate, Serialize, FlockDirectoryPath,
+// EnableDeviceMetadata, CDIDirectory and DRAService. (The helper's options
+// are opaque functions: they are told apart by the name the compiler
+// gives them, which names the kubeletplugin function that made them.)
 func WithHelperOptions(opts ...kubeletplugin.Option) Option {
 	return func(o *options) error {
+		for _, opt := range opts {
+			if opt == nil {
+				return errors.New("WithHelperOptions: nil option")
+			}
+			if name, use, owned := runtimeOwnedHelperOption(opt); owned {
+				return fmt.Errorf("WithHelperOptions: kubeletplugin.%s conflicts with a setting the runtime makes and relies on; use %s", name, use)
+			}
+		}
 		o.extraHelperOpts = append(o.extraHelperOpts, opts...)
 		return nil
 	}
