@@ -101,7 +101,13 @@ func New(name string, opts ...Option) (*Driver, error) {
 	if o.lockDir == "" {
 		o.lockDir = o.pluginDataDir
 	}
-	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
+	m := newMetrics(name)
+	if o.registerer != nil {
+		if err := m.register(o.registerer); err != nil {
+			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
+		}
+	}
+	return &Driver{name: name, o: o, metrics: m, ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
@@ -117,8 +123,12 @@ func (d *Driver) Ready() <-chan struct{} { return d.ready }
 // valid after Ready ("" without [WithHTTPAddress]).
 func (d *Driver) HTTPAddr() string { return d.httpAddr }
 
-// Gatherer returns the driver's Prometheus metrics, e.g. to serve them on
-// a server of the vendor's own.
+// Gatherer returns the driver's Prometheus metrics (drakit_driver_*), e.g.
+// to serve them on a server of the vendor's own next to its registry:
+// prometheus.Gatherers{vendorRegistry, d.Gatherer()}. It has no Go or
+// process collectors, so that it merges with a registry that has them.
+// [WithRegisterer] puts the same metrics into the vendor's registry
+// instead.
 func (d *Driver) Gatherer() prometheus.Gatherer { return d.metrics.registry }
 
 // DRASocket is the path of the driver's DRA gRPC socket:
@@ -407,7 +417,7 @@ func (d *Driver) nodeWarning(ctx context.Context, reason, message string) {
 
 func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(withRuntime(d.metrics.registry), promhttp.HandlerOpts{}))
 	probe := func(check func(context.Context) error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if err := check(r.Context()); err != nil {

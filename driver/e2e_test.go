@@ -321,6 +321,7 @@ func TestDriverThroughKubeletSockets(t *testing.T) {
 			`drakit_driver_errors_total{driver="` + testDriver + `",operation="prepare",reason="DeviceInUse"} 1`,
 			`drakit_driver_prepared_claims{driver="` + testDriver + `"} 0`,
 			`drakit_driver_published_devices{driver="` + testDriver + `"} 4`,
+			"go_goroutines ",
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("metrics lack %q", want)

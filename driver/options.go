@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,6 +39,7 @@ type options struct {
 	cdiDir               string
 	checkpointDir        string
 	lockDir              string
+	registerer           prometheus.Registerer
 	httpAddress          string
 	rollingUpdateUID     types.UID
 	serialize            bool
@@ -315,6 +318,21 @@ func WithUncheckedPools(pools ...string) Option {
 			}
 			o.uncheckedPools[p] = true
 		}
+		return nil
+	}
+}
+
+// WithRegisterer registers the driver's metrics (drakit_driver_*, with
+// a constant label driver=<name>) in r as well, so that they are served
+// with the vendor's own; [New] fails when r refuses them (a driver of the
+// same name registered there already). The Go and process collectors
+// are left to the program: the runtime registers none in r.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) error {
+		if r == nil {
+			return errors.New("WithRegisterer: nil registerer")
+		}
+		o.registerer = r
 		return nil
 	}
 }
