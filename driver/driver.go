@@ -14,12 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -50,6 +50,9 @@ type Driver struct {
 	// callMu serializes prepare and unprepare calls when they must be
 	// (see enterCall).
 	callMu sync.Mutex
+
+	// events records node events; set by Run before anything reports.
+	events record.EventRecorder
 
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
@@ -170,6 +173,8 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 	}
 	d.client = client
+	stopEvents := d.startEvents(ctx, client)
+	defer stopEvents()
 	for _, f := range []struct {
 		dir             string
 		create, maxMode os.FileMode
@@ -379,40 +384,6 @@ func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
 	d.metrics.publishedDevices.Set(float64(n))
 	klog.FromContext(ctx).V(3).Info("Published devices", "devices", n)
 	return nil
-}
-
-// reportCorrupt emits a Kubernetes event on the node for a quarantined
-// checkpoint record (best effort).
-func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
-	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err))
-}
-
-// reportUnreleased emits a Kubernetes event on the node for a claim whose
-// devices the driver could not release (best effort).
-func (d *Driver) reportUnreleased(ctx context.Context, ref ClaimRef) {
-	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s could not release the devices of claim %s: its checkpoint record was corrupt and the claim is gone from the API server; check the node's devices", d.name, ref))
-}
-
-// nodeWarning emits a warning event on the node (best effort).
-func (d *Driver) nodeWarning(ctx context.Context, reason, message string) {
-	if d.client == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.o.nodeName + ".drakit-", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, APIVersion: "v1"},
-		Reason:         reason,
-		Message:        message,
-		Type:           corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: d.name, Host: d.o.nodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := d.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not record event", "reason", reason)
-	}
 }
 
 func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
