@@ -58,3 +58,7 @@ func (t *TestEngine) Collect(ctx context.Context) { t.e.collect(ctx) }
 
 // SetPublished sets what the engine takes for the published devices.
 func (t *TestEngine) SetPublished(f func(pool, device string) bool) { t.e.published = f }
+
+// NodeWarning records a warning event on the driver's node, as the
+// runtime does for a corrupt checkpoint record.
+func (d *Driver) NodeWarning(reason, message string) { d.nodeWarning(reason, message) }
