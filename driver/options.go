@@ -192,8 +192,9 @@ func WithHTTPAddress(addr string) Option {
 
 // WithRollingUpdate lets a new driver pod run beside the old one during a
 // DaemonSet rolling update. podUID must be the pod's UID (downward API).
-// Both instances must share the plugin data and checkpoint folders; calls
-// are then serialized across the two through a file lock and each call
+// Both instances must share the plugin data, checkpoint and lock
+// ([WithLockDir]) folders; calls are then serialized across the two
+// through a file lock in the lock folder and each call
 // reads the checkpoint from disk, so that either instance can unprepare
 // what the other prepared. Both must run with WithRollingUpdate: they
 // share the folders' instance lock, which a driver without it holds
@@ -211,9 +212,9 @@ func WithRollingUpdate(podUID types.UID) Option {
 }
 
 // WithSerializedCalls makes the runtime handle one prepare or unprepare
-// call at a time, as the kubelet plugin helper does by default. By default
-// drakit lets calls for different claims run concurrently (each claim is
-// still handled by one call at a time).
+// call at a time (the kubelet plugin helper's default, which drakit turns
+// off and does itself). By default drakit lets calls for different claims
+// run concurrently (each claim is still handled by one call at a time).
 func WithSerializedCalls() Option {
 	return func(o *options) error {
 		o.serialize = true
