@@ -184,6 +184,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		// by others are taken away.
 		{d.o.registrarDir, folderMode, 0o755},
 		{d.o.checkpointDir, checkpointMode, checkpointMode},
+		{d.o.lockDir, folderMode, folderMode},
 	} {
 		if err := ensureFolder(ctx, f.dir, f.create, f.maxMode); err != nil {
 			return fmt.Errorf("run driver: %w", err)

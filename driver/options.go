@@ -341,7 +341,9 @@ func WithRegisterer(r prometheus.Registerer) Option {
 // WithLockDir sets the folder of the lock file through which the two
 // instances of a rolling update ([WithRollingUpdate]) serialize their
 // calls, recovery and housekeeping. Both instances must use the same
-// folder, on a file system with flock. Default: the plugin data folder.
+// folder, on a file system with flock, reserved for the driver: it is
+// created if missing, and others' write permission is taken away, as for
+// the plugin data folder. Default: the plugin data folder.
 func WithLockDir(dir string) Option {
 	return func(o *options) error {
 		if dir == "" {

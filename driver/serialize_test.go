@@ -19,10 +19,7 @@ import (
 // (WithLockDir), and goes ahead once it is released.
 func TestRollingUpdateCallWaitsForTheLock(t *testing.T) {
 	c, ctx, ns, d, hw := setupE2E(t)
-	lockDir := filepath.Join(d.Root, "locks")
-	if err := os.MkdirAll(lockDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	lockDir := filepath.Join(d.Root, "locks") // created by the driver
 	r := startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: testInventory(1)}, hw, driver.WithRollingUpdate("pod-1"), driver.WithLockDir(lockDir))
 	claim := createClaim(ctx, t, c, ns, "waits", drivertest.Device{Device: "dev-0"})
 	k, err := drivertest.Dial(r.d.DRASocket())
