@@ -124,3 +124,9 @@ func TestInventoryOfAnotherDriverRefused(t *testing.T) {
 		t.Fatalf("Run with an inventory of gpu.vendor.com: %v, want ErrDriverMismatch naming it", err)
 	}
 }
+
+// The ready-made discoverers of package device are Discoverers.
+var (
+	_ driver.Discoverer = device.StaticDiscoverer{}
+	_ driver.Discoverer = (*device.HealthDiscoverer)(nil)
+)
