@@ -28,8 +28,9 @@
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
 //     record (also one stored under another claim's file name, which
 //     counts for both claims) is quarantined with a log line and a
-//     Kubernetes event on the node (through client-go's event recorder)
-//     instead of failing the driver. Its
+//     Kubernetes event on the node (through client-go's event recorder,
+//     which counts repeats: the driver's RBAC needs create and patch on
+//     events) instead of failing the driver. Its
 //     claim is not forgotten: its
 //     CDI spec is kept, and when the kubelet unprepares it (or prepares it
 //     again) the claim's devices are read from its allocation in the API
