@@ -155,6 +155,9 @@ func (h *HealthDiscoverer) Watch(ctx context.Context, events chan<- Event) error
 	defer ticker.Stop()
 	for {
 		batch, err := h.src.poll(ctx)
+		if ctx.Err() != nil {
+			return nil // watching ended, the source did not fail
+		}
 		var reports []HealthReport
 		if err != nil {
 			reports = h.unknown(ReasonHealthCheckFailed, err.Error(), false)
