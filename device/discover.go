@@ -6,22 +6,8 @@ import (
 	"time"
 )
 
-// Discoverer is what a vendor implements to tell the runtime which devices
-// exist. Both methods must be safe to call concurrently with each other.
-type Discoverer interface {
-	// Inventory returns the complete current inventory. The runtime calls
-	// it at start and after every EventInventoryChanged. The runtime does
-	// not modify the result; the Discoverer must not modify it afterwards
-	// either (return a fresh value or a [Inventory.Clone]).
-	Inventory(ctx context.Context) (*Inventory, error)
-	// Watch sends events until ctx is done, then returns nil. It must not
-	// block forever on a full channel after ctx is done. A Discoverer
-	// without changes returns [ErrNoChanges] at once. Any other error ends
-	// watching; the runtime logs it and calls Watch again after a delay.
-	Watch(ctx context.Context, events chan<- Event) error
-}
-
-// ErrNoChanges is returned by [Discoverer.Watch] when the inventory never
+// ErrNoChanges is returned by a discoverer's Watch (see
+// [github.com/drakit/drakit/driver.Discoverer]) when the inventory never
 // changes and there are no health events.
 var ErrNoChanges = errors.New("discoverer has no changes to report")
 
@@ -30,13 +16,13 @@ type EventType string
 
 const (
 	// EventInventoryChanged: devices appeared, disappeared or changed
-	// (hot-plug, repartitioning); call [Discoverer.Inventory] again.
+	// (hot-plug, repartitioning); the runtime calls Inventory again.
 	EventInventoryChanged EventType = "InventoryChanged"
 	// EventHealth: the health of the devices in [Event.Health] changed.
 	EventHealth EventType = "Health"
 )
 
-// Event is one change reported by [Discoverer.Watch].
+// Event is one change reported by a discoverer's Watch.
 type Event struct {
 	Type EventType
 	// Health is set for EventHealth: the new health of some devices.
@@ -65,11 +51,15 @@ type HealthReport struct {
 	Reason string
 	// Message is a human-readable explanation.
 	Message string
-	// Time is when the health was observed; zero means now.
+	// Time is when the health was observed; zero means when the runtime
+	// receives the report. The report is valid for the runtime's health
+	// timeout from then: the kubelet sees the device as Unknown when no
+	// newer report came by then.
 	Time time.Time
 }
 
-// StaticDiscoverer is a [Discoverer] of an inventory that never changes.
+// StaticDiscoverer is a discoverer of an inventory that never changes and
+// has no health to report.
 type StaticDiscoverer struct {
 	Inv *Inventory
 }

@@ -1,20 +1,21 @@
 // Package device is drakit's vendor-neutral device model: builders for
 // attributes, capacities, counters and taints, an Inventory of pools, its
-// conversion into API-valid ResourceSlices, validation, and the Discoverer
-// interface a vendor implements.
+// conversion into API-valid ResourceSlices, validation, and the events and
+// health reports a vendor's discoverer sends to the driver runtime (whose
+// Discoverer interface package driver declares).
 //
 // A vendor describes devices with [New] and the chainable setters
-// ([Device.String], [Device.Int], [Device.Bool], [Device.Version],
-// [Device.Capacity], [Device.ConsumesCounters], [Device.Taint],
+// ([Device.StringAttribute], [Device.IntAttribute], [Device.BoolAttribute],
+// [Device.VersionAttribute], [Device.Capacity], [Device.ConsumesCounters], [Device.Taint],
 // [Device.AllowMultipleAllocations], [Device.BindingConditions]), groups
 // them into the [Pool]s of an [Inventory], and hands the inventory to the
-// driver runtime through a [Discoverer]. The setters never fail; every
+// driver runtime through a discoverer. The setters never fail; every
 // problem is reported, with its field path and the rule broken, by
 // [Inventory.Validate] and by [Inventory.DriverResources], which converts
 // the inventory into the resourceslice.DriverResources that
 // kubeletplugin.Helper.PublishResources takes.
 //
-// Two Discoverers are ready-made: [StaticDiscoverer] for an inventory that
+// Two discoverers are ready-made: [StaticDiscoverer] for an inventory that
 // never changes and has no health, and [NewHealthDiscoverer] for a fixed
 // inventory whose health a vendor's monitor reports, polled or pushed; a
 // report on a counter set (a card) applies to every partition of it.

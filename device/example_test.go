@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/device"
 )
@@ -126,4 +129,34 @@ func ExampleDevice_String() {
 		Capacity("memory", resource.MustParse("80Gi"), nil)
 	fmt.Println(d)
 	// Output: gpu-0{driverVersion=v580.65.6 index=0 model="h100" memory=80Gi}
+}
+
+// A Validator checks slices as a particular API server would: here one
+// with the DRAFractionalCapacityRange feature on, which checks a request
+// policy range in milli units.
+func ExampleValidator() {
+	policy := &resourceapi.CapacityRequestPolicy{
+		Default:    ptr.To(resource.MustParse("1500m")),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1")), Step: ptr.To(resource.MustParse("1"))},
+	}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a-gpus"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   "gpu.example.com",
+			Pool:     resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
+			NodeName: ptr.To("node-a"),
+			Devices: []resourceapi.Device{{
+				Name:                     "gpu-0",
+				AllowMultipleAllocations: ptr.To(true),
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					"memory": {Value: resource.MustParse("80Gi"), RequestPolicy: policy},
+				},
+			}},
+		},
+	}
+	fmt.Println("default API server:", device.Validate(slice) == nil)
+	fmt.Println("with DRAFractionalCapacityRange:", device.Validator{FractionalCapacityRange: true}.Validate(slice) == nil)
+	// Output:
+	// default API server: true
+	// with DRAFractionalCapacityRange: false
 }

@@ -32,21 +32,27 @@ type HealthSource struct {
 
 // PollHealth is a source that calls poll when watching starts and then
 // every interval. poll returns reports on some or all devices; devices it
-// leaves out keep their health. A poll that fails makes every device
-// Unknown (reason [ReasonHealthCheckFailed], the error as message) until
-// a later poll reports on it.
+// leaves out keep their last health, as of this poll (see
+// [HealthDiscoverer]). A poll that fails makes every device Unknown
+// (reason [ReasonHealthCheckFailed], the error as message) until a later
+// poll reports on it. every must be shorter than the driver's health
+// timeout, or devices show as Unknown between polls.
 func PollHealth(every time.Duration, poll func(context.Context) ([]HealthReport, error)) HealthSource {
 	return HealthSource{every: every, poll: poll}
 }
 
 // HealthChannel is a source that passes on the batches of reports the
-// vendor's monitor sends on ch. When ch is closed every device becomes
+// vendor's monitor sends on ch. Devices a batch leaves out keep their last
+// health, as of this batch (see [HealthDiscoverer]): an empty batch is a
+// heartbeat that says the monitor is alive and has nothing new. The
+// monitor must send a batch within every health timeout of the driver,
+// or its devices show as Unknown. When ch is closed every device becomes
 // Unknown (reason [ReasonHealthSourceClosed]): nothing watches it any more.
 func HealthChannel(ch <-chan []HealthReport) HealthSource {
 	return HealthSource{ch: ch}
 }
 
-// HealthDiscoverer is a [Discoverer] of a fixed inventory whose health
+// HealthDiscoverer is a discoverer of a fixed inventory whose health
 // comes from a [HealthSource]. Create it with [NewHealthDiscoverer].
 //
 // A report may name a device or a counter set of the pool. A counter set
@@ -59,6 +65,15 @@ func HealthChannel(ch <-chan []HealthReport) HealthSource {
 // for every device not reported on yet. A report's Time is kept; a report
 // with no Time gets the time the discoverer received it from the source,
 // so the runtime sees how old an observation is, not when it was passed on.
+//
+// Each batch of the source (each successful poll, each batch on the
+// channel) is the word of a monitor that is alive: the devices it names
+// get their new health, and every other device the source reported on
+// before keeps its last health, re-sent with the batch's time. So the
+// runtime's health of a device is as fresh as the source's last batch,
+// and a source that stops sending (a wedged monitor, a hung poll) lets
+// every device go stale: the runtime reports it Unknown after its health
+// timeout.
 type HealthDiscoverer struct {
 	inv *Inventory
 	src HealthSource
@@ -66,8 +81,10 @@ type HealthDiscoverer struct {
 	consumers map[string]map[string][]string
 	devices   map[DeviceID]bool
 
-	mu       sync.Mutex
-	reported map[DeviceID]bool
+	mu sync.Mutex
+	// last is the source's last report on each device it reported on
+	// since it last failed.
+	last map[DeviceID]HealthReport
 }
 
 // NewHealthDiscoverer returns a discoverer of inv (which it copies) with
@@ -86,7 +103,7 @@ func NewHealthDiscoverer(inv *Inventory, src HealthSource) (*HealthDiscoverer, e
 		inv: inv.Clone(), src: src,
 		consumers: map[string]map[string][]string{},
 		devices:   map[DeviceID]bool{},
-		reported:  map[DeviceID]bool{},
+		last:      map[DeviceID]HealthReport{},
 	}
 	for _, p := range h.inv.Pools {
 		sets := map[string][]string{}
@@ -138,6 +155,9 @@ func (h *HealthDiscoverer) Watch(ctx context.Context, events chan<- Event) error
 	defer ticker.Stop()
 	for {
 		batch, err := h.src.poll(ctx)
+		if ctx.Err() != nil {
+			return nil // watching ended, the source did not fail
+		}
 		var reports []HealthReport
 		if err != nil {
 			reports = h.unknown(ReasonHealthCheckFailed, err.Error(), false)
@@ -165,8 +185,9 @@ func send(ctx context.Context, events chan<- Event, reports []HealthReport) bool
 	}
 }
 
-// unknown returns an Unknown report for every device (only those not
-// reported on yet when onlyNew).
+// unknown returns an Unknown report for every device: only those the
+// source has not reported on when onlyNew, else all, and then the source's
+// reports are forgotten (it failed: they are not vouched for any more).
 func (h *HealthDiscoverer) unknown(reason, message string, onlyNew bool) []HealthReport {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -174,19 +195,27 @@ func (h *HealthDiscoverer) unknown(reason, message string, onlyNew bool) []Healt
 	now := time.Now()
 	for _, p := range h.inv.Pools {
 		for _, d := range p.Devices {
-			id := DeviceID{Pool: p.Name, Device: d.Name()}
-			if d == nil || onlyNew && h.reported[id] {
+			if d == nil {
+				continue
+			}
+			id := DeviceID{Pool: p.Name, Device: d.name}
+			if _, known := h.last[id]; onlyNew && known {
 				continue
 			}
 			out = append(out, HealthReport{Device: id, Health: Unknown, Reason: reason, Message: message, Time: now})
 		}
 	}
+	if !onlyNew {
+		clear(h.last)
+	}
 	return out
 }
 
 // expand turns reports on devices and counter sets into reports on
-// devices, stamping those without a time with received. Reports naming
-// neither are logged and dropped.
+// devices, stamping those without a time with received, and adds the last
+// report on every other device the source reported on, as of received.
+// Reports naming neither a device nor a counter set are logged and
+// dropped.
 func (h *HealthDiscoverer) expand(ctx context.Context, batch []HealthReport, received time.Time) []HealthReport {
 	var out []HealthReport
 	for _, r := range batch {
@@ -211,9 +240,25 @@ func (h *HealthDiscoverer) expand(ctx context.Context, batch []HealthReport, rec
 		}
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	named := make(map[DeviceID]bool, len(out))
 	for _, r := range out {
-		h.reported[r.Device] = true
+		named[r.Device] = true
+		h.last[r.Device] = r
 	}
-	h.mu.Unlock()
+	// The others keep their last health, vouched for as of this batch.
+	for _, p := range h.inv.Pools {
+		for _, d := range p.Devices {
+			if d == nil {
+				continue
+			}
+			id := DeviceID{Pool: p.Name, Device: d.name}
+			if r, ok := h.last[id]; ok && !named[id] {
+				r.Time = received
+				h.last[id] = r
+				out = append(out, r)
+			}
+		}
+	}
 	return out
 }

@@ -192,3 +192,37 @@ func TestNewHealthDiscovererErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthDiscovererReaffirms: each batch of a live source re-sends the
+// devices it leaves out with their last health as of the batch (an empty
+// batch is a heartbeat), so their reports stay fresh only while the
+// source sends; devices never reported are not vouched for.
+func TestHealthDiscovererReaffirms(t *testing.T) {
+	ch := make(chan []device.HealthReport)
+	h, err := device.NewHealthDiscoverer(cards(), device.HealthChannel(ch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, stop := watch(t, h)
+	defer stop()
+	next(t, events) // NotReported
+	observed := time.Now().Add(-time.Hour)
+	ch <- []device.HealthReport{{Device: id("plain"), Health: device.Healthy, Time: observed}}
+	if diff := cmp.Diff([]brief{{"plain", "Healthy", ""}}, briefs(next(t, events).Health)); diff != "" {
+		t.Errorf("first batch (-want +got):\n%s", diff)
+	}
+	before := time.Now()
+	ch <- nil // heartbeat
+	e := next(t, events)
+	if diff := cmp.Diff([]brief{{"plain", "Healthy", ""}}, briefs(e.Health)); diff != "" {
+		t.Errorf("heartbeat (-want +got):\n%s", diff)
+	}
+	if e.Health[0].Time.Before(before) {
+		t.Errorf("heartbeat re-sent plain as of %v, want the heartbeat's time (after %v)", e.Health[0].Time, before)
+	}
+	ch <- []device.HealthReport{{Device: id("card-0"), Health: device.Unhealthy, Reason: "Xid"}}
+	want := []brief{{"card-0", "Unhealthy", "Xid"}, {"card-0-a", "Unhealthy", "Xid"}, {"card-0-b", "Unhealthy", "Xid"}, {"plain", "Healthy", ""}}
+	if diff := cmp.Diff(want, briefs(next(t, events).Health)); diff != "" {
+		t.Errorf("batch on card-0 (-want +got):\n%s", diff)
+	}
+}

@@ -103,9 +103,30 @@ func (e *ValidationError) ObjectProblems() []Problem {
 // (the rules the API server enforces, problems of [ScopeObject]), and the
 // slices that share a driver and pool against each other ([ScopePool]).
 // It returns nil or a *[ValidationError] with every problem, in a stable
-// order. Metadata is checked for the name (or generateName) only.
+// order. Metadata is checked for the name (or generateName) only. It is
+// the zero [Validator]'s Validate.
 func Validate(slices ...*resourceapi.ResourceSlice) error {
-	c := &checker{}
+	return Validator{}.Validate(slices...)
+}
+
+// Validator validates ResourceSlices as an API server configured in a
+// particular way does. The zero value is a kube-apiserver 1.37 with
+// default flags.
+type Validator struct {
+	// FractionalCapacityRange is the DRAFractionalCapacityRange feature
+	// of the API server: with it, a capacity's request policy range
+	// (default, min, max, step) is checked in milli units, so that a
+	// default of 1500m with min 1 and step 1 is refused; without it,
+	// quantities are rounded up to integers first, and that default
+	// passes. Its 1.37 default is on only at emulated version 1.37, and
+	// an API server 1.37.2 with default flags runs at 1.36: off.
+	FractionalCapacityRange bool
+}
+
+// Validate checks slices as [Validate] does, with v's API server
+// behaviour.
+func (v Validator) Validate(slices ...*resourceapi.ResourceSlice) error {
+	c := &checker{v: v}
 	for i, s := range slices {
 		c.slice = i
 		if s == nil {

@@ -30,16 +30,10 @@ const (
 	maxRequestValidValues = 10 // CapacityRequestPolicyDiscreteMaxOptions in the API server.
 )
 
-// fractionalCapacityRange mirrors the DRAFractionalCapacityRange feature of
-// the API server: with it, request policy ranges are checked in milli
-// units. Its 1.37 default is on only at compatibility version 1.37, and an
-// API server 1.37.2 with default flags runs at 1.36: the differential test
-// found it off (quantities are then rounded up to integers, so a default
-// of 1500m with min 1 and step 1 passes).
-var fractionalCapacityRange = false
-
 // checker collects problems.
 type checker struct {
+	// v is the API server behaviour validated against.
+	v        Validator
 	problems []Problem
 	slice    int
 	// okNames caches qualified names and versions found valid: a few
@@ -578,7 +572,7 @@ func (c *checker) validValues(def, capacity resource.Quantity, values []resource
 				found = true
 			}
 			key := strconv.FormatInt(v.Value(), 10)
-			if fractionalCapacityRange {
+			if c.v.FractionalCapacityRange {
 				key = v.AsDec().String()
 			}
 			if seen[key] {
@@ -635,7 +629,7 @@ func (c *checker) validRange(def, capacity resource.Quantity, r resourceapi.Capa
 	}
 	all := []named{{&def, "default"}, {r.Min, "min"}, {r.Max, "max"}, {r.Step, "step"}}
 	useMilli := false
-	if fractionalCapacityRange {
+	if c.v.FractionalCapacityRange {
 		useMilli = isFractional(def)
 		for _, q := range []*resource.Quantity{r.Min, r.Max, r.Step} {
 			if q != nil && isFractional(*q) {

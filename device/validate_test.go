@@ -173,3 +173,24 @@ func TestInventoryAgreesWithSlices(t *testing.T) {
 }
 
 var _ = resourceapi.ResourceSliceMaxDevices
+
+// TestValidatorFractionalCapacityRange: a range default that is not a
+// whole number of steps in milli units passes an API server without
+// DRAFractionalCapacityRange (rounded up to integers) and is refused by
+// one with it.
+func TestValidatorFractionalCapacityRange(t *testing.T) {
+	s := baseSlice()
+	multiCap(s, &resourceapi.CapacityRequestPolicy{Default: qp("1500m"),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: qp("1"), Step: qp("1")}})
+	if err := Validate(s); err != nil {
+		t.Errorf("default API server: %v", err)
+	}
+	if err := (Validator{}).Validate(s); err != nil {
+		t.Errorf("zero Validator: %v", err)
+	}
+	err := Validator{FractionalCapacityRange: true}.Validate(s)
+	problems := objectProblems(err, 0)
+	if len(problems) == 0 || !strings.Contains(problems[0].Field, "requestPolicy") {
+		t.Errorf("with DRAFractionalCapacityRange: %v, want a problem in the request policy", err)
+	}
+}

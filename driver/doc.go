@@ -2,7 +2,7 @@
 // preparer into a correct DRA driver behind the kubelet plugin helper
 // (k8s.io/dynamic-resource-allocation/kubeletplugin).
 //
-// A vendor writes two things: a [device.Discoverer] that says which
+// A vendor writes two things: a [Discoverer] that says which
 // devices exist (and reports health), and a [Preparer] that prepares and
 // unprepares one allocated device, returning CDI container edits:
 //
@@ -16,15 +16,21 @@
 // The runtime owns the rest:
 //
 //   - Slices: the inventory is validated and published as ResourceSlices
-//     for the node, again after every change event, with a NoSchedule
-//     taint on each device reported unhealthy (cleared on recovery).
+//     for the node, with a NoSchedule taint on each device reported
+//     unhealthy (cleared on recovery; built by [device.HealthTaint]). It
+//     is discovered again after every change event, with a growing delay
+//     while that fails, and every [WithResyncInterval]; a watch that
+//     fails is restarted with a growing delay. An inventory must be for
+//     the driver's own name ([ErrDriverMismatch]).
 //   - Checkpoint: one record per claim in its own file, written atomically
 //     (temporary file, renamed over the record; see Durability below for
 //     what is fsynced), so a write costs the same with 10 or 10,000 claims held. Records are versioned
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
 //     record (also one stored under another claim's file name, which
 //     counts for both claims) is quarantined with a log line and a
-//     Kubernetes event on the node instead of failing the driver. Its
+//     Kubernetes event on the node (through client-go's event recorder,
+//     which counts repeats: the driver's RBAC needs create and patch on
+//     events) instead of failing the driver. Its
 //     claim is not forgotten: its
 //     CDI spec is kept, and when the kubelet unprepares it (or prepares it
 //     again) the claim's devices are read from its allocation in the API
@@ -69,8 +75,13 @@
 //     preparer returns in [PreparedDevice.Metadata] are kept in the
 //     checkpoint and handed to the helper, which mounts them into the
 //     claim's containers as a JSON file.
-//   - Health: WatchHealthStatus streams the devices' health to the
-//     kubelet.
+//   - Health: the kubelet's health stream carries each device's health as
+//     the vendor last reported it, with the report's own time: Unknown
+//     for a device never reported on or whose last report is older than
+//     [WithHealthTimeout], so a health monitor that dies shows as
+//     Unknown, never as the health it last saw. Nothing is re-sent on a
+//     timer. A discoverer without changes gets the helper's "health not
+//     supported" answer.
 //   - Metrics, liveness and readiness on one HTTP port
 //     ([WithHTTPAddress]):
 //     drakit_driver_prepare_claim_duration_seconds,
@@ -78,7 +89,10 @@
 //     drakit_driver_errors_total{operation,reason},
 //     drakit_driver_prepared_claims, drakit_driver_published_devices,
 //     drakit_driver_unhealthy_devices, drakit_driver_api_server_reachable,
-//     drakit_driver_orphaned_cdi_specs; /healthz (the driver's own
+//     drakit_driver_orphaned_cdi_specs (also in the program's registry
+//     with [WithRegisterer], or merged from [Driver.Gatherer], which has
+//     no Go or process collectors); per-claim errors are [ClaimError]s
+//     with one of the Reason* reasons; /healthz (the driver's own
 //     health: its sockets serve) and /readyz (also: the API server
 //     answers and the slices are published). The kubelet is served from
 //     the start, also while the API server is down; the slices are
@@ -86,10 +100,15 @@
 //   - Permissions: sockets and lock files are 0600 and the plugin data
 //     folder 0750 whatever the process umask; existing folders that
 //     others may write are tightened.
-//   - Concurrency: calls for different claims run in parallel (the helper's
-//     global serialization is off unless [WithSerializedCalls] or
-//     [WithRollingUpdate]); [WithRESTConfig] sets a client rate limit that
-//     does not cap prepares at client-go's default of 5 per second.
+//   - Concurrency: calls for different claims run in parallel unless
+//     [WithSerializedCalls] or [WithRollingUpdate]; the runtime
+//     serializes itself (the helper's serialization is off), across the
+//     instances of a rolling update with a lock file in [WithLockDir].
+//     [WithRESTConfig] sets a client rate limit that does not cap
+//     prepares at client-go's default of 5 per second.
+//   - The kubelet plugin helper gets every setting the runtime relies on
+//     from drakit's options; [WithHelperOptions] refuses a helper option
+//     that would change one.
 //
 // Durability: who recovers what after a crash.
 //

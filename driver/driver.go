@@ -14,14 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -35,7 +33,7 @@ import (
 // [WithCDIKind] says otherwise.
 const cdiClass = "claim"
 
-// Driver is a DRA driver assembled from a vendor's [device.Discoverer] and
+// Driver is a DRA driver assembled from a vendor's [Discoverer] and
 // [Preparer]. Create it with [New], start it with [Run].
 type Driver struct {
 	name    string
@@ -48,6 +46,13 @@ type Driver struct {
 	// slicesSynced is set once the first publish went through: the
 	// API server answered and the slice controller runs.
 	slicesSynced atomic.Bool
+
+	// callMu serializes prepare and unprepare calls when they must be
+	// (see enterCall).
+	callMu sync.Mutex
+
+	// events records node events; set by Run before anything reports.
+	events record.EventRecorder
 
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
@@ -66,10 +71,11 @@ func New(name string, opts ...Option) (*Driver, error) {
 		return nil, fmt.Errorf("new driver: name %q: %v", name, errs)
 	}
 	o := options{
-		registrarDir:  kubeletplugin.KubeletRegistryDir,
-		pluginDataDir: filepath.Join(kubeletplugin.KubeletPluginsDir, name),
-		cdiDir:        kubeletplugin.DefaultCDIDir,
-		healthTimeout: 30 * time.Second,
+		registrarDir:   kubeletplugin.KubeletRegistryDir,
+		pluginDataDir:  filepath.Join(kubeletplugin.KubeletPluginsDir, name),
+		cdiDir:         kubeletplugin.DefaultCDIDir,
+		healthTimeout:  30 * time.Second,
+		resyncInterval: DefaultResyncInterval,
 
 		housekeepingInterval: DefaultHousekeepingInterval,
 		cdiVendor:            name,
@@ -95,13 +101,16 @@ func New(name string, opts ...Option) (*Driver, error) {
 	if o.checkpointDir == "" {
 		o.checkpointDir = filepath.Join(o.pluginDataDir, "checkpoint")
 	}
-	if o.healthTaintKey == "" {
-		o.healthTaintKey = name + "/unhealthy"
+	if o.lockDir == "" {
+		o.lockDir = o.pluginDataDir
 	}
-	if errs := utilvalidation.IsQualifiedName(o.healthTaintKey); len(errs) > 0 {
-		return nil, fmt.Errorf("new driver %s: health taint key %q: %v", name, o.healthTaintKey, errs)
+	m := newMetrics(name)
+	if o.registerer != nil {
+		if err := m.register(o.registerer); err != nil {
+			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
+		}
 	}
-	return &Driver{name: name, o: o, metrics: newMetrics(name), ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
+	return &Driver{name: name, o: o, metrics: m, ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
@@ -117,17 +126,19 @@ func (d *Driver) Ready() <-chan struct{} { return d.ready }
 // valid after Ready ("" without [WithHTTPAddress]).
 func (d *Driver) HTTPAddr() string { return d.httpAddr }
 
-// Gatherer returns the driver's Prometheus metrics, e.g. to serve them on
-// a server of the vendor's own.
+// Gatherer returns the driver's Prometheus metrics (drakit_driver_*), e.g.
+// to serve them on a server of the vendor's own next to its registry:
+// prometheus.Gatherers{vendorRegistry, d.Gatherer()}. It has no Go or
+// process collectors, so that it merges with a registry that has them.
+// [WithRegisterer] puts the same metrics into the vendor's registry
+// instead.
 func (d *Driver) Gatherer() prometheus.Gatherer { return d.metrics.registry }
 
-// DRASocket is the path of the driver's DRA gRPC socket.
+// DRASocket is the path of the driver's DRA gRPC socket:
+// <plugin data dir>/dra.sock, or dra-<pod UID>.sock with
+// [WithRollingUpdate]. The runtime names it and tells the helper.
 func (d *Driver) DRASocket() string {
-	name := "dra.sock"
-	if d.o.rollingUpdateUID != "" {
-		name = "dra-" + string(d.o.rollingUpdateUID) + ".sock"
-	}
-	return filepath.Join(d.o.pluginDataDir, name)
+	return filepath.Join(d.o.pluginDataDir, d.pluginSocket())
 }
 
 // Run starts the driver and blocks until ctx is canceled or a fatal error
@@ -162,6 +173,8 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		}
 	}
 	d.client = client
+	stopEvents := d.startEvents(ctx, client)
+	defer stopEvents()
 	for _, f := range []struct {
 		dir             string
 		create, maxMode os.FileMode
@@ -171,6 +184,7 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		// by others are taken away.
 		{d.o.registrarDir, folderMode, 0o755},
 		{d.o.checkpointDir, checkpointMode, checkpointMode},
+		{d.o.lockDir, folderMode, folderMode},
 	} {
 		if err := ensureFolder(ctx, f.dir, f.create, f.maxMode); err != nil {
 			return fmt.Errorf("run driver: %w", err)
@@ -211,40 +225,21 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("run driver: discover devices: %w", err)
 	}
-	if err := nodeLocal(inv); err != nil {
-		return fmt.Errorf("run driver: %w", err)
+	if inv, err = d.accept(inv); err != nil {
+		return fmt.Errorf("run driver: discover devices: %w", err)
 	}
 	// Publishing happens in the background, once the API server answers:
 	// an inventory that cannot become slices fails now, not then.
 	if _, err := inv.DriverResources(); err != nil {
 		return fmt.Errorf("run driver: publish devices: %w", err)
 	}
-	d.health = newHealthState(d.o.healthTaintKey, d.o.healthTimeout)
+	d.health = newHealthState(d.name, d.o.healthTimeout)
 	d.health.setInventory(inv)
 	eng.published = func(pool, dev string) bool {
 		return d.o.uncheckedPools[pool] || d.health.published(pool, dev)
 	}
 
-	helperOpts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(d.name),
-		kubeletplugin.KubeClient(client),
-		kubeletplugin.NodeName(d.o.nodeName),
-		kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir),
-		kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir),
-		kubeletplugin.Serialize(d.o.serialize || d.o.rollingUpdateUID != ""),
-		kubeletplugin.PluginListener(listenUnix),
-		kubeletplugin.RegistrarListener(listenUnix),
-	}
-	if d.o.rollingUpdateUID != "" {
-		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
-	}
-	if d.o.deviceMetadata {
-		helperOpts = append(helperOpts,
-			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
-			kubeletplugin.CDIDirectory(d.o.cdiDir))
-	}
-	helperOpts = append(helperOpts, d.o.extraHelperOpts...)
-	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), helperOpts...)
+	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), d.helperOptions(client)...)
 	if err != nil {
 		return fmt.Errorf("run driver: start kubelet plugin: %w", err)
 	}
@@ -280,20 +275,6 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	fatal := d.fatal
 	d.mu.Unlock()
 	return fatal
-}
-
-// withCrossInstanceLock runs f while holding the helper's serialization
-// lock file when rolling updates are on.
-func (d *Driver) withCrossInstanceLock(f func() error) error {
-	if d.o.rollingUpdateUID == "" {
-		return f()
-	}
-	unlock, err := lockFile(filepath.Join(d.o.pluginDataDir, "serialize.lock"))
-	if err != nil {
-		return fmt.Errorf("lock plugin data folder: %w", err)
-	}
-	defer unlock()
-	return f()
 }
 
 // housekeep collects orphaned CDI specs and leftover temporary files
@@ -406,91 +387,9 @@ func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
 	return nil
 }
 
-// watch follows the discoverer's events until ctx is done.
-func (d *Driver) watch(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	events := make(chan device.Event, 16)
-	watchDone := make(chan error, 1)
-	startWatch := func() {
-		go func() { watchDone <- d.o.discoverer.Watch(ctx, events) }()
-	}
-	startWatch()
-	var retry <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-watchDone:
-			if errors.Is(err, device.ErrNoChanges) || ctx.Err() != nil {
-				continue
-			}
-			logger.Error(err, "Device watch ended; restarting in 5s")
-			retry = time.After(5 * time.Second)
-		case <-retry:
-			retry = nil
-			startWatch()
-		case ev := <-events:
-			switch ev.Type {
-			case device.EventInventoryChanged:
-				inv, err := d.o.discoverer.Inventory(ctx)
-				if err != nil {
-					logger.Error(err, "Re-discovering devices failed; keeping the published slices")
-					continue
-				}
-				if err := nodeLocal(inv); err != nil {
-					d.metrics.error("publish", ReasonPublish)
-					logger.Error(err, "Changed inventory refused; keeping the published slices")
-					continue
-				}
-				d.health.setInventory(inv)
-				d.kickPublish()
-			case device.EventHealth:
-				if d.health.update(ev.Health) {
-					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))
-					d.kickPublish()
-				}
-			}
-		}
-	}
-}
-
-// reportCorrupt emits a Kubernetes event on the node for a quarantined
-// checkpoint record (best effort).
-func (d *Driver) reportCorrupt(ctx context.Context, c checkpoint.Corrupt) {
-	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err))
-}
-
-// reportUnreleased emits a Kubernetes event on the node for a claim whose
-// devices the driver could not release (best effort).
-func (d *Driver) reportUnreleased(ctx context.Context, ref ClaimRef) {
-	d.nodeWarning(ctx, ReasonCorrupt, fmt.Sprintf("DRA driver %s could not release the devices of claim %s: its checkpoint record was corrupt and the claim is gone from the API server; check the node's devices", d.name, ref))
-}
-
-// nodeWarning emits a warning event on the node (best effort).
-func (d *Driver) nodeWarning(ctx context.Context, reason, message string) {
-	if d.client == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	now := metav1.Now()
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.o.nodeName + ".drakit-", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: d.o.nodeName, APIVersion: "v1"},
-		Reason:         reason,
-		Message:        message,
-		Type:           corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: d.name, Host: d.o.nodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := d.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		klog.FromContext(ctx).Error(err, "Could not record event", "reason", reason)
-	}
-}
-
 func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(withRuntime(d.metrics.registry), promhttp.HandlerOpts{}))
 	probe := func(check func(context.Context) error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if err := check(r.Context()); err != nil {
@@ -567,6 +466,11 @@ var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
 
 // PrepareResourceClaims prepares each claim (concurrently for a batch).
 func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	exit, err := (*Driver)(p).enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
 	e := p.engine
 	if err := e.syncFromDisk(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)
@@ -592,6 +496,11 @@ func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // UnprepareResourceClaims unprepares each claim from the checkpoint.
 func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	exit, err := (*Driver)(p).enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer exit()
 	e := p.engine
 	if err := e.syncFromDisk(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)

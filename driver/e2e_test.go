@@ -49,14 +49,14 @@ func (r *running) stop(t *testing.T) {
 	}
 }
 
-func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, disc device.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
+func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, disc driver.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
 	t.Helper()
 	return startWith(ctx, t, c.RESTConfig, d, disc, hw, opts...)
 }
 
 // startWith runs a driver that talks to the API server rc names (which
 // need not answer: the driver serves the kubelet without it).
-func startWith(ctx context.Context, t *testing.T, rc *rest.Config, d dirs, disc device.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
+func startWith(ctx context.Context, t *testing.T, rc *rest.Config, d dirs, disc driver.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
 	t.Helper()
 	base := []driver.Option{
 		driver.WithDiscoverer(disc),
@@ -139,7 +139,7 @@ func taintsOf(slices []resourceapi.ResourceSlice) map[string][]string {
 func TestDriverThroughKubeletSockets(t *testing.T) {
 	c, ctx, ns, d, hw := setupE2E(t)
 	disc := &eventDiscoverer{inv: testInventory(4), events: make(chan device.Event)}
-	r := startDriver(ctx, t, c, d, disc, hw, driver.WithHTTPAddress("127.0.0.1:0"), driver.WithHealthTimeout(4*time.Second))
+	r := startDriver(ctx, t, c, d, disc, hw, driver.WithHTTPAddress("127.0.0.1:0"))
 
 	t.Run("registration", func(t *testing.T) {
 		info, err := drivertest.GetInfo(ctx, d.Registrar+"/"+testDriver+"-reg.sock")
@@ -288,8 +288,14 @@ func TestDriverThroughKubeletSockets(t *testing.T) {
 				}
 			}
 		}
+		// Nothing is reported before the vendor reports health; then
+		// every device is, those not reported on as Unknown.
+		disc.events <- device.Event{Type: device.EventHealth, Health: []device.HealthReport{{Device: device.DeviceID{Pool: testNode, Device: "dev-1"}, Health: device.Healthy}}}
 		if h := healthOf("dev-1"); h != drahealthv1.HealthStatus_HEALTHY {
 			t.Errorf("initial health of dev-1 = %v, want HEALTHY", h)
+		}
+		if h := healthOf("dev-2"); h != drahealthv1.HealthStatus_UNKNOWN {
+			t.Errorf("health of dev-2, never reported = %v, want UNKNOWN", h)
 		}
 		disc.events <- device.Event{Type: device.EventHealth, Health: []device.HealthReport{{Device: device.DeviceID{Pool: testNode, Device: "dev-1"}, Health: device.Unhealthy, Reason: "XidError79"}}}
 		waitFor(ctx, t, "taint on dev-1", func(ctx context.Context) (bool, error) {
@@ -315,6 +321,7 @@ func TestDriverThroughKubeletSockets(t *testing.T) {
 			`drakit_driver_errors_total{driver="` + testDriver + `",operation="prepare",reason="DeviceInUse"} 1`,
 			`drakit_driver_prepared_claims{driver="` + testDriver + `"} 0`,
 			`drakit_driver_published_devices{driver="` + testDriver + `"} 4`,
+			"go_goroutines ",
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("metrics lack %q", want)

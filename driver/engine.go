@@ -59,27 +59,6 @@ func fault(point string) {
 	}
 }
 
-// claimError is a per-claim failure with a metrics reason.
-type claimError struct {
-	reason string
-	err    error
-}
-
-func (e *claimError) Error() string { return e.err.Error() }
-func (e *claimError) Unwrap() error { return e.err }
-
-func failed(reason string, format string, args ...any) error {
-	return &claimError{reason: reason, err: fmt.Errorf(format, args...)}
-}
-
-func reasonOf(err error) string {
-	var ce *claimError
-	if errors.As(err, &ce) {
-		return ce.reason
-	}
-	return ReasonVendor
-}
-
 type deviceKey struct{ pool, device string }
 
 type holder struct {
@@ -602,13 +581,6 @@ func intentOf(obj *resourceapi.ResourceClaim, devs []AllocatedDevice) *checkpoin
 
 // cdiName is the name of a claim's i-th device in the claim's CDI spec.
 func cdiName(i int, d AllocatedDevice) string { return strconv.Itoa(i) + "-" + d.Device }
-
-func reasonFor(err error) string {
-	if errors.Is(err, ErrInvalidConfig) {
-		return ReasonConfig
-	}
-	return ReasonVendor
-}
 
 // forget drops rec from memory and releases its devices.
 func (e *engine) forget(rec *checkpoint.Record) {

@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
-	"k8s.io/client-go/rest"
 )
 
 // envPreparer gives each container an environment variable naming its
@@ -145,4 +150,45 @@ func ExampleWithCDIKind() {
 	// Output:
 	// acme.example.com/fpga: <nil>
 	// acme.example.com: new driver fpga.acme.example.com: WithCDIKind: CDI kind "acme.example.com": must be <vendor>/<class>: invalid name
+}
+
+// A program with a Prometheus registry of its own puts the driver's
+// metrics into it; its Go and process collectors stay its own.
+func ExampleWithRegisterer() {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	_, err := driver.New("gpu.example.com",
+		driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{}}),
+		driver.WithPreparer(envPreparer{}),
+		driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:6443"}),
+		driver.WithNodeName("node-1"),
+		driver.WithRegisterer(reg))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "drakit_driver_prepared") {
+			fmt.Println(mf.GetName())
+		}
+	}
+	// Output: drakit_driver_prepared_claims
+}
+
+// The runtime sets the helper's socket, lock and serialization settings
+// itself; a helper option that would change one is refused.
+func ExampleWithHelperOptions() {
+	_, err := driver.New("gpu.example.com",
+		driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{}}),
+		driver.WithPreparer(envPreparer{}),
+		driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:6443"}),
+		driver.WithNodeName("node-1"),
+		driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(4), kubeletplugin.Serialize(true)))
+	fmt.Println(err)
+	// Output: new driver gpu.example.com: WithHelperOptions: kubeletplugin.Serialize conflicts with a setting the runtime makes and relies on; use WithSerializedCalls (the runtime serializes calls itself)
 }

@@ -78,3 +78,7 @@ func (t *TestEngine) Records() []checkpoint.Record {
 	}
 	return out
 }
+
+// NodeWarning records a warning event on the driver's node, as the
+// runtime does for a corrupt checkpoint record.
+func (d *Driver) NodeWarning(reason, message string) { d.nodeWarning(reason, message) }

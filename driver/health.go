@@ -7,29 +7,41 @@ import (
 	"sync"
 	"time"
 
-	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/device"
 )
 
-// healthState keeps the devices' health, derives taints from it and feeds
-// the kubelet's health streams.
+// healthState keeps the vendor's health reports, derives taints from them
+// and feeds the kubelet's health streams.
+//
+// It never makes health up: a device's health is the vendor's last report
+// on it, with the report's own time. A device the vendor never reported on
+// is Unknown, and so is one whose last report is older than the health
+// timeout (the vendor's monitor stopped reporting). Nothing is re-sent on
+// a timer: the kubelet hears from the runtime when the vendor reports, when
+// the inventory changes and when a report goes stale.
 type healthState struct {
-	taintKey string
-	timeout  time.Duration
+	driver  string
+	timeout time.Duration
 
 	mu        sync.Mutex
 	inv       *device.Inventory
 	devices   map[device.DeviceID]bool // the devices of inv
 	reports   map[device.DeviceID]device.HealthReport
 	taintedAt map[device.DeviceID]time.Time
-	changed   chan struct{} // closed and replaced on every change
+	// reporting is set by the vendor's first health report: from then on
+	// the kubelet gets a report on every device.
+	reporting bool
+	// unsupported is set when the discoverer said it has no changes to
+	// report (device.ErrNoChanges) before any health report.
+	unsupported bool
+	changed     chan struct{} // closed and replaced on every change
 }
 
-func newHealthState(taintKey string, timeout time.Duration) *healthState {
+func newHealthState(driver string, timeout time.Duration) *healthState {
 	return &healthState{
-		taintKey: taintKey, timeout: timeout,
+		driver: driver, timeout: timeout,
 		reports:   map[device.DeviceID]device.HealthReport{},
 		taintedAt: map[device.DeviceID]time.Time{},
 		changed:   make(chan struct{}),
@@ -49,6 +61,17 @@ func (h *healthState) setInventory(inv *device.Inventory) {
 	h.notifyLocked()
 }
 
+// noHealth records that the discoverer reports no changes, so no health:
+// health streams end with kubeletplugin.ErrHealthNotSupported.
+func (h *healthState) noHealth() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.reporting && !h.unsupported {
+		h.unsupported = true
+		h.notifyLocked()
+	}
+}
+
 // published says whether the current inventory has the device: whether
 // the scheduler can have allocated it.
 func (h *healthState) published(pool, dev string) bool {
@@ -63,32 +86,38 @@ func (h *healthState) inventory() *device.Inventory {
 	return h.inv
 }
 
-// update applies reports and says whether any device's health changed.
-func (h *healthState) update(reports []device.HealthReport) bool {
+// update applies the vendor's reports, received at received (the time of
+// a report without one), and says whether the taints changed. The last
+// report on a device wins, also one that repeats the health (its time is
+// fresher) or carries an older time (the vendor's word is the latest).
+func (h *healthState) update(reports []device.HealthReport, received time.Time) (taintsChanged bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	changed := false
 	for _, r := range reports {
 		if r.Time.IsZero() {
-			r.Time = time.Now()
+			r.Time = received
 		}
-		old, had := h.reports[r.Device]
-		if !had || old.Health != r.Health || old.Reason != r.Reason {
-			changed = true
-		}
+		old := h.reports[r.Device]
 		h.reports[r.Device] = r
-		if r.Health == device.Unhealthy {
-			if _, ok := h.taintedAt[r.Device]; !ok {
-				h.taintedAt[r.Device] = r.Time.UTC().Truncate(time.Second)
-			}
-		} else {
+		_, tainted := h.taintedAt[r.Device]
+		switch {
+		case r.Health == device.Unhealthy && !tainted:
+			// The API server keeps whole seconds: a stable value keeps
+			// republishing from changing the slice.
+			h.taintedAt[r.Device] = r.Time.UTC().Truncate(time.Second)
+			taintsChanged = true
+		case r.Health == device.Unhealthy && old.Reason != r.Reason:
+			taintsChanged = true // the taint's value is the reason
+		case r.Health != device.Unhealthy && tainted:
 			delete(h.taintedAt, r.Device)
+			taintsChanged = true
 		}
 	}
-	if changed {
+	if len(reports) > 0 {
+		h.reporting = true
 		h.notifyLocked()
 	}
-	return changed
+	return taintsChanged
 }
 
 func (h *healthState) unhealthyCount() int {
@@ -97,8 +126,9 @@ func (h *healthState) unhealthyCount() int {
 	return len(h.taintedAt)
 }
 
-// taintedInventory returns inv with a NoSchedule taint on each unhealthy
-// device it has.
+// taintedInventory returns inv with the health taint on each device
+// reported unhealthy. A stale Unhealthy report keeps its taint: only a
+// report of recovery removes it.
 func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory, error) {
 	if inv == nil {
 		return nil, errors.New("no inventory")
@@ -114,12 +144,11 @@ func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory
 		if !have[id] {
 			continue
 		}
-		value := h.reports[id].Reason
-		if len(utilvalidation.IsValidLabelValue(value)) > 0 {
-			value = ""
+		r := h.reports[id]
+		r.Time = at
+		if t, ok := device.HealthTaint(h.driver, r, device.NoSchedule); ok {
+			taints[id] = []device.Taint{t}
 		}
-		t := at
-		taints[id] = []device.Taint{{Key: h.taintKey, Value: value, Effect: device.NoSchedule, TimeAdded: &t}}
 	}
 	out, err := inv.WithTaints(taints)
 	if err != nil {
@@ -141,49 +170,80 @@ func devicesOf(inv *device.Inventory) map[device.DeviceID]bool {
 	return out
 }
 
-// snapshot is a report on every device of the inventory; devices never
-// reported on are healthy (a published device is assumed to work).
-func (h *healthState) snapshot() (kubeletplugin.DeviceHealthReport, <-chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var rep kubeletplugin.DeviceHealthReport
-	now := time.Now()
-	if h.inv != nil {
-		for _, p := range h.inv.Pools {
-			for _, d := range p.Devices {
-				id := device.DeviceID{Pool: p.Name, Device: d.Name()}
-				dh := kubeletplugin.DeviceHealth{PoolName: p.Name, DeviceName: d.Name(), Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: h.timeout}
-				if r, ok := h.reports[id]; ok {
+// snapshot is the health of every device of the inventory at now, as the
+// vendor last reported it: Unknown for a device never reported on or
+// whose report is older than the timeout. stale is when the next fresh
+// report goes stale (zero if none will).
+func (h *healthState) snapshot(now time.Time) (rep kubeletplugin.DeviceHealthReport, stale time.Time) {
+	if h.inv == nil {
+		return rep, stale
+	}
+	for _, p := range h.inv.Pools {
+		for _, d := range p.Devices {
+			id := device.DeviceID{Pool: p.Name, Device: d.Name()}
+			dh := kubeletplugin.DeviceHealth{PoolName: p.Name, DeviceName: d.Name(), Health: kubeletplugin.HealthStatusUnknown, HealthCheckTimeout: h.timeout}
+			r, ok := h.reports[id]
+			switch expires := r.Time.Add(h.timeout); {
+			case !ok:
+				dh.Message = "no health report on this device yet"
+			case !now.Before(expires):
+				dh.LastUpdated = r.Time
+				dh.Message = fmt.Sprintf("the last health report (%s, %s) is older than the health timeout %v: the health monitor stopped reporting", r.Time.UTC().Format(time.RFC3339), r.Health, h.timeout)
+			default:
+				dh.LastUpdated = r.Time
+				dh.Message = r.Message
+				if r.Health != "" {
 					dh.Health = kubeletplugin.HealthStatus(r.Health)
-					dh.Message = r.Message
-					if dh.Health == "" {
-						dh.Health = kubeletplugin.HealthStatusUnknown
-					}
 				}
-				rep.Devices = append(rep.Devices, dh)
+				if stale.IsZero() || expires.Before(stale) {
+					stale = expires
+				}
 			}
+			rep.Devices = append(rep.Devices, dh)
 		}
 	}
-	return rep, h.changed
+	return rep, stale
 }
 
-// stream sends a full report at once, on every change and at half the
-// health timeout, until ctx is done.
+// stream sends the devices' health to the kubelet until ctx is done: once
+// the vendor has reported health, then on each of its reports, on each
+// inventory change and when a report goes stale. When the discoverer has
+// no health to report it returns kubeletplugin.ErrHealthNotSupported.
 func (h *healthState) stream(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	ticker := time.NewTicker(h.timeout / 2)
-	defer ticker.Stop()
+	timer := time.NewTimer(h.timeout)
+	timer.Stop()
+	defer timer.Stop()
 	for {
-		rep, changed := h.snapshot()
-		select {
-		case <-ctx.Done():
-			return nil
-		case reports <- rep:
+		h.mu.Lock()
+		changed := h.changed
+		reporting, unsupported := h.reporting, h.unsupported
+		var rep kubeletplugin.DeviceHealthReport
+		var stale time.Time
+		if reporting {
+			rep, stale = h.snapshot(time.Now())
+		}
+		h.mu.Unlock()
+		if !reporting && unsupported {
+			return kubeletplugin.ErrHealthNotSupported
+		}
+		if reporting {
+			select {
+			case <-ctx.Done():
+				return nil
+			case reports <- rep:
+			}
+		}
+		var expired <-chan time.Time
+		if !stale.IsZero() {
+			timer.Reset(time.Until(stale))
+			expired = timer.C
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-		case <-ticker.C:
+		case <-expired:
 		}
+		timer.Stop()
 	}
 }

@@ -64,7 +64,7 @@ func ensureFolder(ctx context.Context, dir string, create, maxMode fs.FileMode) 
 // driver on the same folders fails at once with an error naming the
 // first. With a rolling update it is shared, so that the two pods of an
 // update run side by side while a driver without rolling update is still
-// kept out; their calls are then serialized by the helper's own lock.
+// kept out; their calls are then serialized by the call lock (serialize.go).
 func ownFolders(folders []string, shared bool) (release func(), err error) {
 	var held []*os.File
 	release = func() {
@@ -151,20 +151,6 @@ func flock(f *os.File, how int) error {
 			return err
 		}
 	}
-}
-
-// lockFile takes the kubelet plugin helper's cross-process lock (the one
-// it holds around each call during a rolling update), waiting for it.
-func lockFile(path string) (func(), error) {
-	f, err := openLockFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := flock(f, syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return func() { _ = f.Close() }, nil
 }
 
 // listenUnix listens on a unix socket at path whose mode is socketMode

@@ -133,7 +133,7 @@ func TestOneInstancePerFolder(t *testing.T) {
 
 // runBriefly runs a driver on d and returns Run's error, or fails the
 // test when Run is still running after 20s (a driver that started).
-func runBriefly(ctx context.Context, t *testing.T, rc *rest.Config, d dirs, disc device.Discoverer, opts ...driver.Option) error {
+func runBriefly(ctx context.Context, t *testing.T, rc *rest.Config, d dirs, disc driver.Discoverer, opts ...driver.Option) error {
 	t.Helper()
 	drv, err := driver.New(testDriver, append([]driver.Option{
 		driver.WithDiscoverer(disc), driver.WithPreparer(newHW(t, d)), driver.WithRESTConfig(rc), driver.WithNodeName(testNode),

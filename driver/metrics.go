@@ -4,24 +4,44 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Error reasons used in the drakit_driver_errors_total metric and in logs.
+// Error reasons: the reason label of drakit_driver_errors_total, the
+// "reason" of error logs and [ClaimError.Reason].
 const (
-	ReasonGuard      = "DeviceInUse"
-	ReasonConfig     = "InvalidConfig"
-	ReasonVendor     = "VendorError"
+	// ReasonGuard: a device of the claim is prepared for another claim
+	// ([ErrDeviceInUse]).
+	ReasonGuard = "DeviceInUse"
+	// ReasonConfig: the claim's opaque configuration is invalid
+	// ([ErrInvalidConfig]).
+	ReasonConfig = "InvalidConfig"
+	// ReasonVendor: the vendor's Preparer failed.
+	ReasonVendor = "VendorError"
+	// ReasonCheckpoint: the checkpoint could not be read or written.
 	ReasonCheckpoint = "CheckpointError"
-	ReasonCDI        = "CDIError"
-	ReasonRollback   = "RollbackFailed"
+	// ReasonCDI: a CDI spec could not be written or removed.
+	ReasonCDI = "CDIError"
+	// ReasonRollback: undoing a failed prepare failed too; it is retried.
+	ReasonRollback = "RollbackFailed"
+	// ReasonAllocation: the claim's allocation is unusable (not for this
+	// node, or a device the driver does not publish).
 	ReasonAllocation = "BadAllocation"
-	ReasonCorrupt    = "CorruptCheckpoint"
-	ReasonPublish    = "PublishError"
-	ReasonAPI        = "APIError"
+	// ReasonCorrupt: a checkpoint record was corrupt and quarantined.
+	ReasonCorrupt = "CorruptCheckpoint"
+	// ReasonPublish: the ResourceSlices could not be published.
+	ReasonPublish = "PublishError"
+	// ReasonAPI: the API server could not be read.
+	ReasonAPI = "APIError"
+	// ReasonDiscovery: the discoverer's Inventory or Watch failed.
+	ReasonDiscovery = "DiscoveryError"
 )
 
 // metrics are the runtime's Prometheus metrics, in a registry of their own
-// so that two drivers in one process (tests) do not collide.
+// so that two drivers in one process (tests) do not collide, and also in
+// the vendor's registry with [WithRegisterer]. Neither has the Go and
+// process collectors: those belong to the program (the runtime's HTTP
+// server adds them to what it serves).
 type metrics struct {
 	registry         *prometheus.Registry
 	prepareSeconds   prometheus.Histogram
@@ -72,9 +92,35 @@ func newMetrics(driverName string) *metrics {
 			Help: "CDI specs of claims not prepared that the last collection could not remove.", ConstLabels: labels,
 		}),
 	}
-	m.registry.MustRegister(m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices, m.apiReachable, m.orphanedSpecs,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.collectors()...)
 	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices, m.apiReachable, m.orphanedSpecs}
+}
+
+// register registers the metrics in r too; on failure none stays there.
+func (m *metrics) register(r prometheus.Registerer) error {
+	var done []prometheus.Collector
+	for _, c := range m.collectors() {
+		if err := r.Register(c); err != nil {
+			for _, d := range done {
+				r.Unregister(d)
+			}
+			return err
+		}
+		done = append(done, c)
+	}
+	return nil
+}
+
+// withRuntime is g plus the Go and process collectors, for the runtime's
+// own HTTP server.
+func withRuntime(g prometheus.Gatherer) prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return prometheus.Gatherers{g, r}
 }
 
 func (m *metrics) observe(h prometheus.Histogram, start time.Time) {

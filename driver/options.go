@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
-	"github.com/drakit/drakit/device"
 )
 
 // Default client rate limits set on a REST config given to
@@ -28,7 +29,7 @@ const (
 type Option func(*options) error
 
 type options struct {
-	discoverer           device.Discoverer
+	discoverer           Discoverer
 	preparer             Preparer
 	client               kubernetes.Interface
 	restConfig           *rest.Config
@@ -37,14 +38,15 @@ type options struct {
 	pluginDataDir        string
 	cdiDir               string
 	checkpointDir        string
+	lockDir              string
+	registerer           prometheus.Registerer
 	httpAddress          string
 	rollingUpdateUID     types.UID
 	serialize            bool
 	healthTimeout        time.Duration
-	healthTaintKey       string
 	extraHelperOpts      []kubeletplugin.Option
 	deviceMetadata       bool
-	republishInterval    time.Duration
+	resyncInterval       time.Duration
 	housekeepingInterval time.Duration
 	cdiVendor, cdiClass  string
 	uncheckedPools       map[string]bool
@@ -56,10 +58,12 @@ type options struct {
 const DefaultHousekeepingInterval = time.Minute
 
 // WithDiscoverer sets the vendor's device discovery (required). Its
-// inventory is published as ResourceSlices at start and again after each
-// change event; its health events become device taints and kubelet
-// health reports.
-func WithDiscoverer(d device.Discoverer) Option {
+// inventory is published as ResourceSlices at start, again after each
+// change event (retried with a growing delay while Inventory fails) and
+// every [WithResyncInterval]; its health events become device taints and
+// kubelet health reports. The inventory's Driver must be the driver's
+// name or empty (see [ErrDriverMismatch]).
+func WithDiscoverer(d Discoverer) Option {
 	return func(o *options) error {
 		if d == nil {
 			return errors.New("WithDiscoverer: nil discoverer")
@@ -188,8 +192,9 @@ func WithHTTPAddress(addr string) Option {
 
 // WithRollingUpdate lets a new driver pod run beside the old one during a
 // DaemonSet rolling update. podUID must be the pod's UID (downward API).
-// Both instances must share the plugin data and checkpoint folders; calls
-// are then serialized across the two through a file lock and each call
+// Both instances must share the plugin data, checkpoint and lock
+// ([WithLockDir]) folders; calls are then serialized across the two
+// through a file lock in the lock folder and each call
 // reads the checkpoint from disk, so that either instance can unprepare
 // what the other prepared. Both must run with WithRollingUpdate: they
 // share the folders' instance lock, which a driver without it holds
@@ -207,9 +212,9 @@ func WithRollingUpdate(podUID types.UID) Option {
 }
 
 // WithSerializedCalls makes the runtime handle one prepare or unprepare
-// call at a time, as the kubelet plugin helper does by default. By default
-// drakit lets calls for different claims run concurrently (each claim is
-// still handled by one call at a time).
+// call at a time (the kubelet plugin helper's default, which drakit turns
+// off and does itself). By default drakit lets calls for different claims
+// run concurrently (each claim is still handled by one call at a time).
 func WithSerializedCalls() Option {
 	return func(o *options) error {
 		o.serialize = true
@@ -217,9 +222,13 @@ func WithSerializedCalls() Option {
 	}
 }
 
-// WithHealthTimeout sets how long the kubelet keeps a device health report
-// before it shows the device as unknown; the runtime re-sends reports at
-// half this interval. Default 30s.
+// WithHealthTimeout sets how long a health report of the vendor stays
+// valid. A device whose last report is older is reported to the kubelet
+// as Unknown (its taint, if it was Unhealthy, stays until a report says
+// otherwise), and the kubelet itself shows it as unknown after this time
+// without a report (HealthCheckTimeout). The vendor's health monitor must
+// so report on each device more often than this: the runtime never
+// repeats a report on its behalf. Default 30s, the kubelet's default.
 func WithHealthTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 2*time.Second {
@@ -230,14 +239,16 @@ func WithHealthTimeout(d time.Duration) Option {
 	}
 }
 
-// WithHealthTaintKey sets the key of the taint put on unhealthy devices.
-// Default "<driver name>/unhealthy". Its effect is NoSchedule.
-func WithHealthTaintKey(key string) Option {
+// WithResyncInterval sets how often the runtime asks the discoverer for
+// its inventory again without a change event, so that a change whose
+// event was lost reaches the slices. Default [DefaultResyncInterval]. An
+// inventory equal to the published one changes no slice.
+func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) error {
-		if key == "" {
-			return errors.New("WithHealthTaintKey: empty key")
+		if d <= 0 {
+			return fmt.Errorf("WithResyncInterval: %v is not positive", d)
 		}
-		o.healthTaintKey = key
+		o.resyncInterval = d
 		return nil
 	}
 }
@@ -312,10 +323,58 @@ func WithUncheckedPools(pools ...string) Option {
 	}
 }
 
+// WithRegisterer registers the driver's metrics (drakit_driver_*, with
+// a constant label driver=<name>) in r as well, so that they are served
+// with the vendor's own; [New] fails when r refuses them (a driver of the
+// same name registered there already). The Go and process collectors
+// are left to the program: the runtime registers none in r.
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *options) error {
+		if r == nil {
+			return errors.New("WithRegisterer: nil registerer")
+		}
+		o.registerer = r
+		return nil
+	}
+}
+
+// WithLockDir sets the folder of the lock file through which the two
+// instances of a rolling update ([WithRollingUpdate]) serialize their
+// calls, recovery and housekeeping. Both instances must use the same
+// folder, on a file system with flock, reserved for the driver: it is
+// created if missing, and others' write permission is taken away, as for
+// the plugin data folder. Default: the plugin data folder.
+func WithLockDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("WithLockDir: empty path")
+		}
+		o.lockDir = dir
+		return nil
+	}
+}
+
 // WithHelperOptions passes extra options to the kubelet plugin helper
-// (kubeletplugin.Start), after drakit's own. For tests and special setups.
+// (kubeletplugin.Start), after drakit's own: gRPC verbosity and
+// interceptors, API versions, the registration socket's file name, the
+// health service. An option for a setting the runtime makes itself, and
+// relies on, is refused with an error naming it and the drakit option to
+// use instead: DriverName, KubeClient, NodeName, RegistrarDirectoryPath,
+// PluginDataDirectoryPath, PluginSocket, PluginListener,
+// RegistrarListener, RollingUpdate, Serialize, FlockDirectoryPath,
+// EnableDeviceMetadata, CDIDirectory and DRAService. (The helper's options
+// are opaque functions: they are told apart by the name the compiler
+// gives them, which names the kubeletplugin function that made them.)
 func WithHelperOptions(opts ...kubeletplugin.Option) Option {
 	return func(o *options) error {
+		for _, opt := range opts {
+			if opt == nil {
+				return errors.New("WithHelperOptions: nil option")
+			}
+			if name, use, owned := runtimeOwnedHelperOption(opt); owned {
+				return fmt.Errorf("WithHelperOptions: kubeletplugin.%s conflicts with a setting the runtime makes and relies on; use %s", name, use)
+			}
+		}
 		o.extraHelperOpts = append(o.extraHelperOpts, opts...)
 		return nil
 	}

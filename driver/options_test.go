@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/drakit/drakit/device"
@@ -35,11 +36,21 @@ func TestNewValidation(t *testing.T) {
 		{name: "nil discoverer", driver: "a.b", opts: with(driver.WithDiscoverer(nil)), wantErr: "WithDiscoverer: nil discoverer"},
 		{name: "empty node", driver: "a.b", opts: with(driver.WithNodeName("")), wantErr: "WithNodeName: empty node name"},
 		{name: "short health timeout", driver: "a.b", opts: with(driver.WithHealthTimeout(1)), wantErr: "WithHealthTimeout"},
-		{name: "bad taint key", driver: "a.b", opts: with(driver.WithHealthTaintKey("not a key")), wantErr: `health taint key "not a key"`},
 		{name: "empty rolling update uid", driver: "a.b", opts: with(driver.WithRollingUpdate("")), wantErr: "WithRollingUpdate: empty pod UID"},
 		{name: "CDI kind without class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com")), wantErr: "WithCDIKind: CDI kind \"acme.example.com\": must be <vendor>/<class>"},
 		{name: "bad CDI class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com/-fpga")), wantErr: "WithCDIKind"},
 		{name: "zero housekeeping interval", driver: "a.b", opts: with(driver.WithHousekeepingInterval(0)), wantErr: "WithHousekeepingInterval"},
+		{name: "zero resync interval", driver: "a.b", opts: with(driver.WithResyncInterval(0)), wantErr: "WithResyncInterval"},
+		{name: "empty lock dir", driver: "a.b", opts: with(driver.WithLockDir("")), wantErr: "WithLockDir: empty path"},
+		// Helper options the runtime relies on are refused, named, with
+		// the drakit option to use.
+		{name: "helper PluginSocket", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(2), kubeletplugin.PluginSocket("x.sock"))), wantErr: "WithHelperOptions: kubeletplugin.PluginSocket conflicts"},
+		{name: "helper Serialize", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.Serialize(false))), wantErr: "kubeletplugin.Serialize conflicts with a setting the runtime makes and relies on; use WithSerializedCalls"},
+		{name: "helper FlockDirectoryPath", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.FlockDirectoryPath("/tmp"))), wantErr: "kubeletplugin.FlockDirectoryPath conflicts with a setting the runtime makes and relies on; use WithLockDir"},
+		{name: "helper RollingUpdate via a function", driver: "a.b", opts: with(driver.WithHelperOptions(rollingUpdate())), wantErr: "kubeletplugin.RollingUpdate conflicts"},
+		{name: "helper PluginDataDirectoryPath", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.PluginDataDirectoryPath("/tmp"))), wantErr: "use WithPluginDataDir"},
+		{name: "helper nil option", driver: "a.b", opts: with(driver.WithHelperOptions(nil)), wantErr: "WithHelperOptions: nil option"},
+		{name: "helper options the runtime leaves alone", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(2), kubeletplugin.NodeV1beta1(false), kubeletplugin.HealthService(false), kubeletplugin.RegistrarSocketFilename("r.sock")))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +64,12 @@ func TestNewValidation(t *testing.T) {
 		})
 	}
 }
+
+// rollingUpdate makes a helper option in a function of its own, which
+// the compiler may or may not inline.
+//
+//go:noinline
+func rollingUpdate() kubeletplugin.Option { return kubeletplugin.RollingUpdate("pod") }
 
 // TestRunRefusesNetworkPools: a pool for other nodes fails Run before it
 // serves, with an error that says where such pools belong, instead of an

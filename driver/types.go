@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/device"
 )
 
 // Preparer is the per-device work a vendor implements. The runtime calls
@@ -240,4 +241,34 @@ func containsRequest(list []string, full, base string) bool {
 		}
 	}
 	return false
+}
+
+// Discoverer is what a vendor implements to tell the runtime which devices
+// exist and how healthy they are. Both methods must be safe to call
+// concurrently with each other. [device.StaticDiscoverer] and
+// [device.HealthDiscoverer] are ready-made ones.
+type Discoverer interface {
+	// Inventory returns the complete current inventory. The runtime calls
+	// it at start, after every [device.EventInventoryChanged] (again,
+	// with a growing delay, while it fails) and every resync interval
+	// ([WithResyncInterval]). Its Driver must be the driver's name or
+	// empty. The runtime does not modify the result; the Discoverer must
+	// not modify it afterwards either (return a fresh value or a
+	// [device.Inventory.Clone]).
+	Inventory(ctx context.Context) (*device.Inventory, error)
+	// Watch sends events until ctx is done, then returns nil. It must not
+	// block forever on a full channel after ctx is done. A Discoverer
+	// without changes and without health returns [device.ErrNoChanges]
+	// at once. Any other return ends watching; the runtime logs it and
+	// calls Watch again after a growing delay (at most a minute).
+	//
+	// Health: the runtime keeps each device's last report
+	// ([device.EventHealth]) with its time. Once Watch has sent a health
+	// event, a device it never reported on is Unknown to the kubelet, and
+	// so is one whose last report is older than the health timeout
+	// ([WithHealthTimeout]): a monitor that keeps its devices known
+	// reports on each of them within every timeout, also when nothing
+	// changed, so that a monitor that died (or a Watch that is down)
+	// shows as Unknown instead of as the health it last saw.
+	Watch(ctx context.Context, events chan<- device.Event) error
 }

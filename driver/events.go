@@ -1,0 +1,48 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/drakit/drakit/driver/internal/checkpoint"
+)
+
+// startEvents starts recording events through client-go's event
+// broadcaster (which aggregates repeats and filters spam) and returns the
+// function that stops it.
+func (d *Driver) startEvents(ctx context.Context, client kubernetes.Interface) (stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	d.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: d.name, Host: d.o.nodeName})
+	return b.Shutdown
+}
+
+// nodeWarning records a warning event on the node (best effort).
+func (d *Driver) nodeWarning(reason, message string) {
+	if d.events == nil {
+		return
+	}
+	// The kubelet refers to its node with the node's name as UID too.
+	node := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: d.o.nodeName, UID: types.UID(d.o.nodeName)}
+	d.events.Event(node, corev1.EventTypeWarning, reason, message)
+}
+
+// reportCorrupt records an event on the node for a quarantined checkpoint
+// record.
+func (d *Driver) reportCorrupt(_ context.Context, c checkpoint.Corrupt) {
+	d.nodeWarning(ReasonCorrupt, fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err))
+}
+
+// reportUnreleased records an event on the node for a claim whose devices
+// the driver could not release.
+func (d *Driver) reportUnreleased(_ context.Context, ref ClaimRef) {
+	d.nodeWarning(ReasonCorrupt, fmt.Sprintf("DRA driver %s could not release the devices of claim %s: its checkpoint record was corrupt and the claim is gone from the API server; check the node's devices", d.name, ref))
+}
