@@ -98,17 +98,17 @@ func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state stri
 			t.Logf("driver log (pid %d):\n%s", cmd.Process.Pid, tail(string(b), 60))
 		}
 	})
-	// Ready when the registration socket is there and the slices are
-	// published.
-	poll(ctx, t, "driver registered and slices published", func(ctx context.Context) (bool, error) {
+	// Ready when this process says so (an earlier one's socket and
+	// slices may still be there) and slices are published.
+	poll(ctx, t, "driver ready and slices published", func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-p.done:
 			return false, fmt.Errorf("driver exited: %v", err)
 		default:
 		}
-		socks, _ := filepath.Glob(filepath.Join(env.RegistrarDir, nvdriver.DriverName+"*"))
+		b, _ := os.ReadFile(log.Name())
 		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
-		return err == nil && len(socks) > 0 && len(sl.Items) > 0, nil
+		return err == nil && strings.Contains(string(b), `"Driver ready"`) && len(sl.Items) > 0, nil
 	})
 	return p
 }
@@ -153,11 +153,17 @@ func podWith(env *testenv.Env, name, claim string) *corev1.Pod {
 		}}
 }
 
-func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class string) {
+// createClaim creates a claim for one device of class; a non-empty mode
+// selects devices whose migMode attribute is mode.
+func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class, mode string) {
 	t.Helper()
+	req := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
+	if mode != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes[%q].%s == %q`, nvdriver.DriverName, nvdriver.AttrMIGMode, mode)}}}
+	}
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}}}}}
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}}}
 	if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -243,8 +249,8 @@ func TestRealNode(t *testing.T) {
 	}
 
 	t.Run("pods", func(t *testing.T) {
-		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"))
-		createClaim(ctx, t, env, "full", nvdriver.ClassGPU)
+		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "")
 		for _, p := range []*corev1.Pod{podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full")} {
 			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
@@ -300,7 +306,7 @@ func TestRealNode(t *testing.T) {
 		if err := sim.InjectFault(nvml.Fault{Op: nvml.FaultCreateComputeInstance, GPU: -1, Stall: true}); err != nil {
 			t.Fatal(err)
 		}
-		createClaim(ctx, t, env, "mig2", nvdriver.ProfileClass("1g.18gb"))
+		createClaim(ctx, t, env, "mig2", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
 		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "mig2-user", "mig2"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
