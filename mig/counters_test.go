@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,15 +38,22 @@ func selectorFor(a *alloc.Allocator, name string) string {
 // with S already allocated. Because counter consumption only grows, this
 // is the whole family of accepted sets.
 func allocatorFamily(t *testing.T, m CounterModel, features structured.Features) []string {
+	names := make([]string, len(m.Devices))
+	for i, d := range m.Devices {
+		names[i] = d.Name
+	}
+	return allocatorFamilyOf(t, m.Slices(testDriver, "node-a", "node-a", 1), names, features)
+}
+
+// allocatorFamilyOf is allocatorFamily over given slices of node-a whose
+// devices, in order, are names.
+func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names []string, features structured.Features) []string {
 	ctx := context.Background()
 	a := alloc.New(testDriver, features)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-	slices := m.Slices(testDriver, "node-a", "node-a", 1)
-	names := make([]string, len(m.Devices))
-	sels := make([]string, len(m.Devices))
-	for i, d := range m.Devices {
-		names[i] = d.Name
-		sels[i] = selectorFor(a, d.Name)
+	sels := make([]string, len(names))
+	for i, n := range names {
+		sels[i] = selectorFor(a, n)
 	}
 	var family []string
 	var chosen []string

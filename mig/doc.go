@@ -26,8 +26,12 @@
 // full GPU and per profile x placement, each consuming the counters it
 // covers. Tests prove with the real k8s.io/dynamic-resource-allocation
 // structured allocator that it accepts exactly the valid layouts.
-// CounterModel.Slices publishes it within the API limits (counters in
-// their own slice, 64 devices per slice, 8 counter sets per slice).
+// CounterModel.Pools turns it into device pools, so a driver publishes it
+// like any device.Inventory (device splits it under the API limits:
+// counters in their own slices, 8 counter sets and 64 devices per slice);
+// CounterModel.Slices gives the same slices as objects for in-process use.
+// DefaultProfiles is the advertised profile set a driver starts from;
+// Preference's WithProfiles names the same reduced set.
 // Device names are DNS labels: "gpu-<index>" and
 // "gpu-<index>-<c>g-<m>gb[-me]-<start>" (see ParseDeviceName).
 //

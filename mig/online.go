@@ -22,7 +22,7 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // Preference is the planner's online mode. For one node's GPUs and their
 // current instances (all treated as allocated, in use or not), it returns
 // the names of every device of the node's counter model (NewCounterModel
-// with all profiles) in the order the planner prefers them: full GPUs
+// with all profiles, or with the profiles of WithProfiles) in the order the planner prefers them: full GPUs
 // first, then, per profile, the placements that fit, the least
 // fragmentation loss first (ties: the GPU with the most instances, then
 // the one with the fewest memory slices left free, then GPU order, then
@@ -75,6 +75,12 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	groupOf := map[string]int{}
 	for gi, g := range gpus {
 		p := g.prod
+		var allow []bool
+		if o.profiles != nil {
+			if allow, err = p.profileFilter(o.profiles(p)); err != nil {
+				return nil, fmt.Errorf("preference: gpu %d: %w", node[gi].Index, err)
+			}
+		}
 		st := g.fixed
 		for _, si := range g.idle {
 			p.add(&st, si)
@@ -87,6 +93,9 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 			if !ok {
 				grp = len(groupOf) + 1
 				groupOf[name] = grp
+			}
+			if allow != nil && !allow[sl.prof] {
+				continue
 			}
 			if reserve && st.used == 0 && p.Profiles[sl.prof].MemorySlices < p.MemorySlices {
 				continue
@@ -139,8 +148,26 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 type Option func(*options) error
 
 type options struct {
-	reserve int
-	budget  time.Duration
+	reserve  int
+	budget   time.Duration
+	profiles func(*Product) []string
+}
+
+// WithProfiles makes Preference list only the devices of the profiles a
+// driver advertises: for each GPU, the profiles of its product that
+// profiles returns (nil or empty: all), the same set the driver gives
+// NewCounterModel as GPU.Profiles, so that CounterModel.Reorder accepts
+// every name. WithProfiles(DefaultProfiles) matches a model built with
+// DefaultProfiles. A name the product lacks is an error of Preference.
+// profiles must not be nil. Preference only.
+func WithProfiles(profiles func(p *Product) []string) Option {
+	return func(o *options) error {
+		if profiles == nil {
+			return fmt.Errorf("profiles: function is nil")
+		}
+		o.profiles = profiles
+		return nil
+	}
 }
 
 // WithSearchBudget bounds the time of PlanFleet's exact search (see
