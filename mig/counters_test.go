@@ -3,6 +3,7 @@ package mig
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -42,15 +43,17 @@ func allocatorFamily(t *testing.T, m CounterModel, features structured.Features)
 	for i, d := range m.Devices {
 		names[i] = d.Name
 	}
-	return allocatorFamilyOf(t, m.Slices(testDriver, "node-a", "node-a", 1), names, features)
+	return allocatorFamilyOf(t, m.Slices(testDriver, "node-a", "node-a", 1), names, nil, features)
 }
 
 // allocatorFamilyOf is allocatorFamily over given slices of node-a whose
-// devices, in order, are names.
-func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names []string, features structured.Features) []string {
+// devices, in order, are names, with the devices held already allocated
+// (they are not part of the sets).
+func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names, held []string, features structured.Features) []string {
 	ctx := context.Background()
 	a := alloc.New(testDriver, features)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	names = without(names, held)
 	sels := make([]string, len(names))
 	for i, n := range names {
 		sels[i] = selectorFor(a, n)
@@ -58,6 +61,9 @@ func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names 
 	var family []string
 	var chosen []string
 	allocated := sets.New[structured.DeviceID]()
+	for _, h := range held {
+		allocated.Insert(structured.MakeDeviceID(testDriver, "node-a", h))
+	}
 	var rec func(from int)
 	rec = func(from int) {
 		for i := from; i < len(names); i++ {
@@ -248,4 +254,15 @@ func TestCounterModelProofDetectsBrokenModel(t *testing.T) {
 func containsKey(family []string, k string) bool {
 	i := sort.SearchStrings(family, k)
 	return i < len(family) && family[i] == k
+}
+
+// without returns names without the ones in drop, in order.
+func without(names, drop []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(drop, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

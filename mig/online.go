@@ -2,6 +2,7 @@ package mig
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -85,9 +86,15 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		for _, si := range g.idle {
 			p.add(&st, si)
 		}
-		entries = append(entries, entry{name: DeviceRef{GPU: node[gi].Index}.String(), fits: st.used == 0, gpu: gi})
+		full := entry{name: DeviceRef{GPU: node[gi].Index}.String(), fits: st.used == 0, gpu: gi}
+		if !o.fitOnly || g.fixed.used == 0 {
+			entries = append(entries, full)
+		}
 		before := g.sc.score(st)
 		for si, sl := range p.slots {
+			if o.fitOnly && !p.fits(&g.fixed, si) && !slices.Contains(g.inUse, si) {
+				continue
+			}
 			name := p.Profiles[sl.prof].Name
 			grp, ok := groupOf[name]
 			if !ok {
@@ -151,6 +158,25 @@ type options struct {
 	reserve  int
 	budget   time.Duration
 	profiles func(*Product) []string
+	fitOnly  bool
+}
+
+// WithFitOnly makes Preference list only the devices the scheduler can
+// still allocate: those that fit beside the node's in-use instances, and
+// the devices of the in-use instances themselves (which the scheduler
+// holds allocated, so their counters must stay visible). A device that
+// overlaps an in-use instance can be part of no allocation until that
+// instance goes, so leaving it out changes no allocation result (the
+// package's tests prove it with the real allocator), while the scheduler
+// evaluates and stores far fewer devices on busy nodes. Idle instances
+// do not shrink the list: they are not allocated and the planner may
+// replace them. Publish the result with CounterModel.Only, and republish
+// after every change, as for Preference. Preference only.
+func WithFitOnly() Option {
+	return func(o *options) error {
+		o.fitOnly = true
+		return nil
+	}
 }
 
 // WithProfiles makes Preference list only the devices of the profiles a

@@ -3,6 +3,7 @@ package mig
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -50,7 +51,7 @@ func TestPoolsMatchAllocator(t *testing.T) {
 					names = append(names, d.Name())
 				}
 			}
-			got := allocatorFamilyOf(t, inv.ResourceSlices("node-a"), names, alloc.Features)
+			got := allocatorFamilyOf(t, inv.ResourceSlices("node-a"), names, nil, alloc.Features)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("allocator-accepted sets differ from valid layouts (-exact +allocator):\n%s", diff)
 			}
@@ -188,4 +189,64 @@ func mustProfile(t *testing.T, p *Product, name string) Profile {
 		t.Fatal(err)
 	}
 	return pr
+}
+
+// TestFitOnlyKeepsAllocations: publishing only Preference(WithFitOnly())
+// lets the real allocator make exactly the allocations the whole model
+// allows, beside in-use instances and around an idle one, with fewer
+// devices.
+func TestFitOnlyKeepsAllocations(t *testing.T) {
+	for _, tc := range []struct {
+		product string
+		layout  Layout
+	}{
+		{"H100-80GB", Layout{{Profile: "3g.40gb", Start: 0, InUse: true}, {Profile: "1g.10gb", Start: 4}, {Profile: "1g.10gb+me", Start: 6, InUse: true}}},
+		{"A30-24GB", Layout{{Profile: "1g.6gb", Start: 1, InUse: true}}},
+	} {
+		t.Run(tc.product, func(t *testing.T) {
+			p := mustLookup(t, tc.product)
+			node := []FleetGPU{{Node: "node-a", Index: 0, Product: p, Layout: tc.layout}}
+			m, err := NewCounterModel([]GPU{{Index: 0, Product: p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var held []string
+			for _, in := range tc.layout {
+				if in.InUse {
+					held = append(held, DeviceRef{Profile: in.Profile, Start: in.Start}.String())
+				}
+			}
+			pref, err := Preference(node, WithFitOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range held {
+				if !slices.Contains(pref, h) {
+					t.Errorf("in-use device %s left out", h)
+				}
+			}
+			fit, err := m.Only(pref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fit.Devices) >= len(m.Devices) {
+				t.Errorf("fit-only lists %d of %d devices", len(fit.Devices), len(m.Devices))
+			}
+			names := func(m CounterModel) []string {
+				var out []string
+				for _, d := range m.Devices {
+					out = append(out, d.Name)
+				}
+				return out
+			}
+			want := allocatorFamilyOf(t, m.Slices(testDriver, "node-a", "node-a", 1), names(m), held, alloc.Features)
+			got := allocatorFamilyOf(t, fit.Slices(testDriver, "node-a", "node-a", 1), names(fit), held, alloc.Features)
+			if len(want) == 0 {
+				t.Fatal("no allocation possible; the test proves nothing")
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("allocations differ (-whole model +fit-only):\n%s", diff)
+			}
+		})
+	}
 }
