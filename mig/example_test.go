@@ -137,7 +137,15 @@ func ExampleCounterModel_Pools() {
 	// gpu-0-1g-18gb-4: GPU 0, 1g.18gb at 4
 	// slice: 8 counter sets, 0 devices
 	// slice: 0 counter sets, 64 devices
-	// slice: 0 counter sets, 64 devices
-	// slice: 0 counter sets, 64 devices
-	// slice: 0 counter sets, 16 devices
+	// slice: 0 counter sets, 56 devices
+}
+
+func ExampleDefaultProfiles() {
+	for _, name := range []string{"H200-141GB", "A30-24GB"} {
+		p, _ := mig.Lookup(name)
+		fmt.Println(name, mig.DefaultProfiles(p))
+	}
+	// Output:
+	// H200-141GB [1g.18gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb]
+	// A30-24GB [1g.6gb 2g.12gb 4g.24gb]
 }

@@ -72,16 +72,31 @@ func fromAPI(d *resourceapi.Device) *device.Device {
 }
 
 // DefaultProfiles is the profile set a dynamic-MIG driver advertises by
-// default for product p (GPU.Profiles, and WithProfiles for Preference).
-// This first version returns every profile of p; the set chosen by the
-// fleet benchmark replaces it (see the package doc).
+// default for product p (GPU.Profiles, and WithProfiles for Preference):
+// one profile per compute size, the first of the catalog's order (the
+// smallest memory) without media extensions. On an H100-80GB that is
+// 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb and 7g.80gb: 15 devices per GPU with
+// the full GPU, against 26 with every profile. The large-memory 1g
+// (1g.20gb) and the "+me" profiles are left to an explicit setting.
+//
+// Chosen by the fleet benchmark ("drakit mig bench -fleet", package doc):
+// every advertised device is a device the scheduler converts, evaluates
+// and stores on every node for every pod. With 8 x H100 per node the
+// slices take 385 KiB per node against 654 KiB with every profile (the
+// goal was 400), and each extra profile adds its placements to every
+// node's cost. A nil p has no profiles.
 func DefaultProfiles(p *Product) []string {
 	if p == nil {
 		return nil
 	}
-	out := make([]string, len(p.Profiles))
-	for i, pr := range p.Profiles {
-		out[i] = pr.Name
+	var out []string
+	seen := map[int]bool{}
+	for _, pr := range p.Profiles {
+		if pr.MediaExtensions || seen[pr.ComputeSlices] {
+			continue
+		}
+		seen[pr.ComputeSlices] = true
+		out = append(out, pr.Name)
 	}
 	return out
 }

@@ -130,3 +130,50 @@ func mustLookup(t *testing.T, name string) *mig.Product {
 	}
 	return p
 }
+
+// TestFleetSmall runs the fleet benchmark at its smallest and checks what
+// does not depend on the machine: every MIG model sees the same nodes
+// (the claim fits on as many), the chosen model keeps the planner's pick
+// and publishes fewer devices on busy nodes, and the claim-shape fills
+// leave every GPU one device short.
+func TestFleetSmall(t *testing.T) {
+	var out bytes.Buffer
+	res, err := Fleet(context.Background(), FleetSmall(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	rows := map[string]FleetRow{}
+	for _, r := range res.Rows {
+		rows[r.Model+"/"+string(r.Fill)] = r
+	}
+	for _, fill := range []Fill{Empty, NearlyFull} {
+		today, chosen := rows[Today.Name+"/"+string(fill)], rows[Chosen.Name+"/"+string(fill)]
+		if today.Fits != chosen.Fits {
+			t.Errorf("%s: the claim fits on %d nodes with today's model, %d with the chosen one", fill, today.Fits, chosen.Fits)
+		}
+		if chosen.Fits > 0 && chosen.PickKept != 1 {
+			t.Errorf("%s: chosen model keeps the planner's pick on %.0f%% of the nodes", fill, 100*chosen.PickKept)
+		}
+		if chosen.Devices >= today.Devices || chosen.SliceKiB >= today.SliceKiB {
+			t.Errorf("%s: chosen model publishes %.0f devices (%.0f KiB), today's %.0f (%.0f KiB)", fill, chosen.Devices, chosen.SliceKiB, today.Devices, today.SliceKiB)
+		}
+	}
+	if r := rows[Today.Name+"/"+string(Empty)]; r.Fits != 4 {
+		t.Errorf("empty nodes: the claim fits on %d of 4", r.Fits)
+	}
+	if r := rows[Today.Name+"/"+string(NearlyFull)]; r.Fits != 0 {
+		t.Errorf("nearly full nodes: the claim fits on %d of 4", r.Fits)
+	}
+	if len(res.Shapes) != 4 {
+		t.Fatalf("%d claim-shape rows, want 4", len(res.Shapes))
+	}
+	for _, s := range res.Shapes {
+		if s.Fits != 0 {
+			t.Errorf("%s, %s: fits on %d nodes, the fill should leave every GPU one short", s.Model, s.Shape, s.Fits)
+		}
+	}
+	if want := []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}; !cmp.Equal(res.StateProfiles, want) {
+		t.Errorf("state profiles %v, want %v", res.StateProfiles, want)
+	}
+}
