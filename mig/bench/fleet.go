@@ -213,8 +213,8 @@ type FleetResult struct {
 	// those of the request mix that every model advertises, so that
 	// every model sees the same nodes.
 	StateProfiles []string
-	Rows   []FleetRow
-	Shapes []ShapeRow
+	Rows          []FleetRow
+	Shapes        []ShapeRow
 }
 
 // Fleet runs the fleet benchmark of issue 20 and writes its tables to w:
