@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/mig/internal/alloc"
 )
 
 func ExampleSimulate() {
@@ -122,7 +128,7 @@ func TestRepack(t *testing.T) {
 	}
 }
 
-func mustLookup(t *testing.T, name string) *mig.Product {
+func mustLookup(t testing.TB, name string) *mig.Product {
 	t.Helper()
 	p, err := mig.Lookup(name)
 	if err != nil {
@@ -175,5 +181,39 @@ func TestFleetSmall(t *testing.T) {
 	}
 	if want := []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}; !cmp.Equal(res.StateProfiles, want) {
 		t.Errorf("state profiles %v, want %v", res.StateProfiles, want)
+	}
+}
+
+// BenchmarkFleetNode is one node's Allocate (the scheduler's Filter) for
+// a one-1g claim, per model and fill: the per-node figure of the fleet
+// benchmark as a Go benchmark. Compare models with benchstat; the fleet
+// figure is this times the number of nodes.
+func BenchmarkFleetNode(b *testing.B) {
+	p := mustLookup(b, "H100-80GB")
+	models := []FleetModel{{Name: "whole", Whole: true}, Today, Chosen}
+	short := []string{"whole", "today", "chosen"}
+	for _, fill := range []Fill{Empty, Half, NearlyFull} {
+		states := makeStates(rand.New(rand.NewSource(1)), p, 8, fill, 1, commonProfiles(p, models))
+		for mi, m := range models {
+			b.Run(short[mi]+"/"+strings.ReplaceAll(string(fill), " ", "-"), func(b *testing.B) {
+				n, err := m.publish(p, "node-0", states[0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				state := allocstate.New()
+				state.AllocatedDevices.Insert(n.held...)
+				a, err := structured.NewAllocator(context.Background(), alloc.Features, state, newClassLister(p), n.slices, cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				claim := m.claim(p, 1, true)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := a.Allocate(context.Background(), n.obj, []*resourceapi.ResourceClaim{claim}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
