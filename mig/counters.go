@@ -56,7 +56,10 @@ type GPU struct {
 	Product *Product
 	// UUID, when set, becomes the uuid attribute of its devices.
 	UUID string
-	// Profiles limits the advertised profiles; empty means all.
+	// Profiles limits the advertised profiles; empty means all. A
+	// dynamic-MIG driver passes DefaultProfiles(Product) or its setting,
+	// and the same set to Preference with WithProfiles (see the package
+	// doc for what each profile costs the scheduler).
 	Profiles []string
 }
 
