@@ -85,6 +85,19 @@ type options struct {
 	devRoot   string
 
 	republishDelay time.Duration
+	leanMIG        bool
+}
+
+// WithLeanMIGAttributes publishes dynamic MIG devices with the counter
+// model's attributes and parentUUID only (type, index, the catalog's
+// productName, profile, profileID, placementStart, placementSize,
+// parentUUID: 8), without the GPU facts every device has by default
+// (brand, architecture, versions, migMode, PCI topology). At fleet scale
+// that halves the slices' size and the scheduler's CPU per pod (package
+// mig's doc: 16 attributes per device cost 1.24x the CPU of 8, and double
+// the slices); the facts stay on the full GPUs and static MIG devices.
+func WithLeanMIGAttributes() Option {
+	return func(o *options) error { o.leanMIG = true; return nil }
 }
 
 // DefaultRepublishDelay is how long after a MIG device was made or
@@ -278,7 +291,7 @@ func (d *Driver) readHardware() error {
 // default mig.DefaultProfiles(p).
 func advertised(p *mig.Product, want []string) []string {
 	if want == nil {
-		return defaultProfiles(p)
+		return mig.DefaultProfiles(p)
 	}
 	var out []string
 	for _, w := range want {
