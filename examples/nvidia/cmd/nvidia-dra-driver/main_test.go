@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,12 +63,61 @@ func driverCommand(t *testing.T, env *testenv.Env, state string) []string {
 // the simulated DGX H200 (full, static and dynamic MIG devices), on a fake
 // node: the suite plays the kubelet and the scheduler, and kills -9 and
 // restarts the driver process.
+//
+// In the same cluster, once the suite is done: an XID on a GPU taints its
+// devices in the published slices, and its recovery removes the taints.
 func TestConformance(t *testing.T) {
 	env := testenv.Start(t)
+	state := filepath.Join(t.TempDir(), "gpus.json")
 	cfg := env.ConformanceConfig(nvdriver.DriverName)
-	cfg.StartCommand = driverCommand(t, env, filepath.Join(t.TempDir(), "gpus.json"))
+	cfg.StartCommand = driverCommand(t, env, state)
 	cfg.StartEnv = []string{asDriverEnv + "=1"}
 	conformance.Test(t, cfg)
+
+	t.Run("xid-taints", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		startDriver(ctx, t, env, state)
+		sim, err := nvml.OpenSim(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// tainted lists the published devices with a taint, as
+		// "device=value".
+		tainted := func(ctx context.Context) ([]string, error) {
+			sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for _, s := range sl.Items {
+				for _, d := range s.Spec.Devices {
+					for _, tn := range d.Taints {
+						out = append(out, d.Name+"="+tn.Value)
+					}
+				}
+			}
+			sort.Strings(out)
+			return out, nil
+		}
+		if err := sim.RaiseXID(3, 79, -1, -1); err != nil {
+			t.Fatal(err)
+		}
+		want := "gpu-3-1g-18gb-6=XID79 gpu-3-2g-35gb-4=XID79 gpu-3-3g-71gb-0=XID79"
+		var got []string
+		poll(ctx, t, "GPU 3's devices tainted", func(ctx context.Context) (bool, error) {
+			got, err = tainted(ctx)
+			return strings.Join(got, " ") == want, err
+		})
+		if err := sim.RecoverGPU(3); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "taints removed after the recovery", func(ctx context.Context) (bool, error) {
+			got, err = tainted(ctx)
+			return len(got) == 0, err
+		})
+	})
 }
 
 // proc is the driver running as a process.
