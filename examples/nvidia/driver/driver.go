@@ -86,6 +86,7 @@ type options struct {
 
 	republishDelay time.Duration
 	leanMIG        bool
+	procRoot       string // "/proc"; tests use a fake one
 }
 
 // WithLeanMIGAttributes publishes dynamic MIG devices with the counter
@@ -179,7 +180,7 @@ func WithDevRoot(dir string) Option {
 // for node. The driver never changes a GPU's MIG mode nor touches a MIG
 // device it did not make.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{devRoot: "/dev", republishDelay: DefaultRepublishDelay}
+	o := options{devRoot: "/dev", procRoot: "/proc", republishDelay: DefaultRepublishDelay}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)

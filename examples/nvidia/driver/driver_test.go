@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,5 +360,48 @@ func TestLeanMIGAttributes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// On real hardware a container gets the device nodes: the GPU's, the MIG
+// capability nodes of a MIG device (minors from /proc), and the control
+// nodes.
+func TestRealHardwareEdits(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, WithSimulatedContainers(false))
+	proc := t.TempDir()
+	f.d.o.procRoot = proc
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
+	base := filepath.Join(proc, "driver/nvidia/capabilities/gpu2/mig", "gi"+strconv.Itoa(info.gi))
+	if err := os.MkdirAll(filepath.Join(base, "ci"+strconv.Itoa(info.ci)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(base, "access"), []byte("DeviceFileMinor: 21\nDeviceFileMode: 292\n"), 0o644)
+	os.WriteFile(filepath.Join(base, "ci"+strconv.Itoa(info.ci), "access"), []byte("DeviceFileMinor: 22\nDeviceFileMode: 292\n"), 0o644)
+	c := claim("r1")
+	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
+	var all string
+	for _, dev := range devs {
+		pd, err := f.d.PrepareDevice(ctx, c, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += specString(t, pd.Edits)
+	}
+	edits, err := f.d.ClaimEdits(ctx, c, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all += specString(t, edits)
+	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21"`, `"path":"/dev/nvidia-caps/nvidia-cap22"`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("edits lack %s: %s", want, all)
+		}
+	}
+	if _, err := capMinor(filepath.Join(proc, "nope")); err == nil {
+		t.Error("capMinor of a missing file succeeded")
 	}
 }

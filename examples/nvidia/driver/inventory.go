@@ -25,7 +25,8 @@ import (
 //     order is mig.Preference's for the node's current MIG devices, so
 //     the scheduler's first fit is the planner's choice.
 //
-// Full GPUs come first, then static MIG devices, then dynamic ones.
+// Full GPUs and static MIG devices come in GPU order, then the dynamic
+// ones in the planner's order.
 func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	pool := device.Pool{Name: d.node}
 	devs := map[string]devInfo{}

@@ -308,7 +308,7 @@ func (d *Driver) deviceNodes(info devInfo) ([]string, error) {
 		return nodes, nil
 	}
 	gi, ci := info.gi, info.ci
-	base := fmt.Sprintf("/proc/driver/nvidia/capabilities/gpu%d/mig/gi%d", g.Minor, gi)
+	base := filepath.Join(d.o.procRoot, fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", g.Minor, gi))
 	for _, p := range []string{base + "/access", fmt.Sprintf("%s/ci%d/access", base, ci)} {
 		minor, err := capMinor(p)
 		if err != nil {
