@@ -260,7 +260,7 @@ func TestConfigIsStrict(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, WithRepublishDelay(0))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	events := make(chan device.Event, 10)
@@ -301,6 +301,46 @@ func TestHealth(t *testing.T) {
 	}
 	if len(ev.Health) != 3 {
 		t.Errorf("recovery reported %d devices, want 3", len(ev.Health))
+	}
+
+	// An XID confined to a GPU instance: only that MIG device.
+	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
+	if err := f.sim.RaiseXID(2, 94, info.gi, info.ci); err != nil {
+		t.Fatal(err)
+	}
+	ev = <-events
+	for _, r := range ev.Health {
+		if (r.Health == device.Unhealthy) != (r.Device.Device == "gpu-2-3g-71gb-4") {
+			t.Errorf("XID 94 in gpu-2-3g-71gb-4's instance: %+v", r)
+		}
+	}
+
+	// Devices that appear on an unhealthy dynamic GPU are unhealthy.
+	if err := f.sim.RaiseXID(5, 48, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	<-events
+	if err := f.d.PrepareClaim(ctx, claim("h1"), []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.UnprepareClaim(ctx, claim("h1").ClaimRef, []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")}); err != nil {
+		t.Fatal(err)
+	}
+	if ev = <-events; ev.Type != device.EventInventoryChanged {
+		t.Fatalf("event %+v, want the inventory change", ev)
+	}
+	ev = <-events
+	n := 0
+	for _, r := range ev.Health {
+		if strings.HasPrefix(r.Device.Device, "gpu-5-") {
+			n++
+			if r.Health != device.Unhealthy || r.Reason != "XID48" {
+				t.Errorf("after the republish %+v, want XID48", r)
+			}
+		}
+	}
+	if n != 14 {
+		t.Errorf("%d reports for GPU 5, want its 14 devices", n)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 
 	"k8s.io/klog/v2"
 
@@ -28,7 +27,8 @@ var ApplicationXIDs = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68
 // a recovery (nvml.HealthEvent.Recovered) makes them Healthy again. After
 // every MIG device the driver makes or destroys it reports
 // EventInventoryChanged, so that the slices are published again in
-// mig.Preference's new order.
+// mig.Preference's new order, and then the health of every device again
+// (devices that appear on an unhealthy GPU are Unhealthy at once).
 func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	logger := klog.FromContext(ctx)
 	if _, err := d.Inventory(ctx); err != nil {
@@ -40,8 +40,7 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	if err != nil {
 		return fmt.Errorf("watch GPU health: %w", err)
 	}
-	var mu sync.Mutex
-	unhealthy := map[string]device.HealthReport{} // device name -> report
+	var h healthBook
 	send := func(ev device.Event) bool {
 		select {
 		case events <- ev:
@@ -50,21 +49,7 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			return false
 		}
 	}
-	// reports is every known device's health now.
-	reports := func() []device.HealthReport {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []device.HealthReport
-		for _, name := range d.deviceNames() {
-			if r, ok := unhealthy[name]; ok {
-				out = append(out, r)
-				continue
-			}
-			out = append(out, device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy})
-		}
-		return out
-	}
-	if !send(device.Event{Type: device.EventHealth, Health: reports()}) {
+	if !send(device.Event{Type: device.EventHealth, Health: d.reports(&h, nil)}) {
 		return nil
 	}
 	for {
@@ -72,7 +57,10 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.kick:
-			if !send(device.Event{Type: device.EventInventoryChanged}) {
+			if _, err := d.Inventory(ctx); err != nil {
+				return err
+			}
+			if !send(device.Event{Type: device.EventInventoryChanged}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(&h, nil)}) {
 				return nil
 			}
 		case ev, ok := <-health:
@@ -83,26 +71,82 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 				logger.V(2).Info("Application XID leaves the GPU healthy", "event", ev.String())
 				continue
 			}
-			names := d.affected(ev)
-			var batch []device.HealthReport
-			mu.Lock()
-			for _, name := range names {
-				r := device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy, Time: ev.Time}
-				if ev.Recovered {
-					delete(unhealthy, name)
-				} else {
-					r.Health, r.Reason, r.Message = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String()
-					unhealthy[name] = r
-				}
-				batch = append(batch, r)
-			}
-			mu.Unlock()
-			logger.Info("GPU health changed", "event", ev.String(), "devices", names)
+			h.apply(ev, d.instanceKey(ev))
+			batch := d.reports(&h, &ev.GPU)
+			logger.Info("GPU health changed", "event", ev.String(), "devices", len(batch))
 			if len(batch) > 0 && !send(device.Event{Type: device.EventHealth, Health: batch}) {
 				return nil
 			}
 		}
 	}
+}
+
+// healthBook is what the XID events said: unhealthy GPUs and MIG devices.
+type healthBook struct {
+	gpus map[int]nvml.HealthEvent
+	migs map[nvml.Key]nvml.HealthEvent
+}
+
+// apply records an event; key is the MIG device it is confined to, if any.
+func (h *healthBook) apply(ev nvml.HealthEvent, key *nvml.Key) {
+	if h.gpus == nil {
+		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[nvml.Key]nvml.HealthEvent{}
+	}
+	switch {
+	case ev.Recovered:
+		delete(h.gpus, ev.GPU)
+		for k := range h.migs {
+			if k.GPU == ev.GPU {
+				delete(h.migs, k)
+			}
+		}
+	case key != nil:
+		h.migs[*key] = ev
+	default:
+		h.gpus[ev.GPU] = ev
+	}
+}
+
+// reports is the health of every device of the last inventory, or only of
+// GPU *gpu's devices.
+func (d *Driver) reports(h *healthBook, gpu *int) []device.HealthReport {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []device.HealthReport
+	for name, info := range d.devs {
+		if gpu != nil && info.gpu != *gpu {
+			continue
+		}
+		r := device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy}
+		ev, bad := h.gpus[info.gpu]
+		if !bad && info.typ == TypeMIG {
+			ev, bad = h.migs[info.key]
+		}
+		if bad {
+			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String(), ev.Time
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device.Device < out[j].Device.Device })
+	return out
+}
+
+// instanceKey is the MIG device an XID is confined to; nil for the whole
+// GPU (or an instance that is gone).
+func (d *Driver) instanceKey(ev nvml.HealthEvent) *nvml.Key {
+	if ev.GPUInstance < 0 || ev.Recovered {
+		return nil
+	}
+	gis, err := d.nv.GPUInstances(ev.GPU)
+	if err != nil {
+		return nil
+	}
+	for _, gi := range gis {
+		if gi.ID == ev.GPUInstance {
+			return &nvml.Key{GPU: ev.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+		}
+	}
+	return nil
 }
 
 // deviceNames lists the last inventory's devices.
@@ -112,32 +156,6 @@ func (d *Driver) deviceNames() []string {
 	out := make([]string, 0, len(d.devs))
 	for n := range d.devs {
 		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// affected is the devices an event concerns: those of its GPU, or only
-// the MIG device of the GPU instance it names.
-func (d *Driver) affected(ev nvml.HealthEvent) []string {
-	var key *nvml.Key
-	if ev.GPUInstance >= 0 && !ev.Recovered {
-		if gis, err := d.nv.GPUInstances(ev.GPU); err == nil {
-			for _, gi := range gis {
-				if gi.ID == ev.GPUInstance {
-					key = &nvml.Key{GPU: ev.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-				}
-			}
-		}
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []string
-	for name, info := range d.devs {
-		if info.gpu != ev.GPU || (key != nil && (info.typ != TypeMIG || info.key != *key)) {
-			continue
-		}
-		out = append(out, name)
 	}
 	sort.Strings(out)
 	return out
