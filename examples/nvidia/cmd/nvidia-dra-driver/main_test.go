@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
@@ -204,8 +205,9 @@ func podWith(env *testenv.Env, name, claim string) *corev1.Pod {
 }
 
 // createClaim creates a claim for one device of class; a non-empty mode
-// selects devices whose migMode attribute is mode.
-func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class, mode string) {
+// selects devices whose migMode attribute is mode; config, when set, is
+// the driver's opaque configuration.
+func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class, mode string, config ...string) {
 	t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
 	if mode != "" {
@@ -214,6 +216,11 @@ func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, clas
 	}
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}}}
+	for _, cfg := range config {
+		c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(cfg)}}}})
+	}
 	if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +307,8 @@ func TestRealNode(t *testing.T) {
 
 	t.Run("pods", func(t *testing.T) {
 		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
-		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "")
+		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`)
 		for _, p := range []*corev1.Pod{podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full")} {
 			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
@@ -342,11 +350,23 @@ func TestRealNode(t *testing.T) {
 		if !found {
 			t.Errorf("gpu-user's NVIDIA_VISIBLE_DEVICES is no simulated GPU's UUID")
 		}
+		full, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, "full", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fullRef, _ := mig.ParseDeviceName(full.Status.Allocation.Devices.Results[0].Device)
+		if ts, _ := sim.TimeSlice(fullRef.GPU); ts != nvml.TimeSliceLong {
+			t.Errorf("GPU %d time-slice %q while gpu-user runs, want Long", fullRef.GPU, ts)
+		}
+		if !strings.Contains(gpuLog, fmt.Sprintf("%sGPU_%d=Long", nvdriver.EnvTimeSlicePrefix, fullRef.GPU)) || !strings.Contains(gpuLog, `"timeSlice":"Long"`) {
+			t.Errorf("gpu-user did not see its time-slice")
+		}
 
 		deletePod(ctx, t, env, "mig-user")
 		deletePod(ctx, t, env, "gpu-user")
-		poll(ctx, t, "MIG device destroyed", func(ctx context.Context) (bool, error) {
-			return len(migInstances(t, sim)) == 0, nil
+		poll(ctx, t, "MIG device destroyed and time-slice reset", func(ctx context.Context) (bool, error) {
+			ts, err := sim.TimeSlice(fullRef.GPU)
+			return len(migInstances(t, sim)) == 0 && ts == nvml.TimeSliceDefault, err
 		})
 	})
 
