@@ -558,33 +558,24 @@ func (m FleetModel) publish(p *mig.Product, name string, st []mig.FleetGPU) (nod
 	if err != nil {
 		return n, err
 	}
-	var opts []mig.Option
-	if m.Profiles != nil {
-		opts = append(opts, mig.WithProfiles(m.Profiles))
-	}
-	if m.FitOnly {
-		opts = append(opts, mig.WithFitOnly())
-	}
-	pref, err := mig.Preference(st, opts...)
-	if err != nil {
-		return n, err
-	}
-	if model, err = model.Only(pref); err != nil {
-		return n, err
-	}
 	for _, d := range model.Devices {
 		for i := 0; i < m.ExtraAttributes; i++ {
 			d.Attributes[resourceapi.QualifiedName(fmt.Sprintf("fact%d", i))] = resourceapi.DeviceAttribute{StringValue: ptr.To(fmt.Sprintf("value-%d", i))}
 		}
-	}
-	if m.Lean {
-		for _, d := range model.Devices {
+		if m.Lean {
 			delete(d.Attributes, mig.AttrProduct)
 			delete(d.Attributes, mig.AttrProfileID)
 			delete(d.Attributes, mig.AttrPlacementSize)
 		}
 	}
-	pools := model.Pools(name)
+	var opts []mig.Option
+	if m.FitOnly {
+		opts = append(opts, mig.WithFitOnly())
+	}
+	pools, err := model.PreferredPools(name, st, opts...)
+	if err != nil {
+		return n, err
+	}
 	if m.PoolPerGPU {
 		pools = splitByGPU(pools[0])
 	}
