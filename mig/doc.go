@@ -58,9 +58,10 @@
 //     654 -> 385 KiB of slices per node, 0.43x the CPU on nearly full
 //     nodes. Every extra profile adds its placements to every node.
 //   - Only the devices that can still be allocated:
-//     Preference(node, WithProfiles(DefaultProfiles), WithFitOnly()),
-//     published with CounterModel.Only and republished after every
-//     change. A full node then publishes its in-use devices (which the
+//     CounterModel.PreferredPools(node name, node, WithFitOnly()), the
+//     planner's order restricted to the model's devices (the same as
+//     Preference with WithProfiles and WithFitOnly, then Only, then
+//     Pools), republished after every change. A full node then publishes its in-use devices (which the
 //     scheduler skips without evaluating them) and little else: 0.02x the
 //     CPU of today's model on nearly full nodes, 0.42x on half-full ones,
 //     with the same allocations (TestFitOnlyKeepsAllocations).

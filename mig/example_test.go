@@ -149,3 +149,35 @@ func ExampleDefaultProfiles() {
 	// H200-141GB [1g.18gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb]
 	// A30-24GB [1g.6gb 2g.12gb 4g.24gb]
 }
+
+// A dynamic-MIG driver's publication after every change: the default
+// profiles, the planner's order, only what can still be allocated. GPU 0
+// runs a 3g and a 4g instance, so it is full: only its two in-use
+// devices remain, and GPU 1's 1g placements come first.
+func ExampleCounterModel_PreferredPools() {
+	p, _ := mig.Lookup("H100-80GB")
+	model, err := mig.NewCounterModel([]mig.GPU{
+		{Index: 0, Product: p, Profiles: mig.DefaultProfiles(p)},
+		{Index: 1, Product: p, Profiles: mig.DefaultProfiles(p)},
+	})
+	if err != nil {
+		panic(err)
+	}
+	node := []mig.FleetGPU{
+		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}, {Profile: "3g.40gb", Start: 4, InUse: true}}},
+		{Node: "node-a", Index: 1, Product: p},
+	}
+	pools, err := model.PreferredPools("node-a", node, mig.WithFitOnly())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(model.Devices), "devices in the model,", len(pools[0].Devices), "published")
+	for _, d := range pools[0].Devices[:3] {
+		fmt.Println(d.Name())
+	}
+	// Output:
+	// 30 devices in the model, 17 published
+	// gpu-1
+	// gpu-1-1g-10gb-6
+	// gpu-1-1g-10gb-4
+}

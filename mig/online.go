@@ -92,14 +92,14 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 		}
 		before := g.sc.score(st)
 		for si, sl := range p.slots {
-			if o.fitOnly && !p.fits(&g.fixed, si) && !slices.Contains(g.inUse, si) {
-				continue
-			}
 			name := p.Profiles[sl.prof].Name
 			grp, ok := groupOf[name]
 			if !ok {
 				grp = len(groupOf) + 1
 				groupOf[name] = grp
+			}
+			if o.fitOnly && !p.fits(&g.fixed, si) && !slices.Contains(g.inUse, si) {
+				continue
 			}
 			if allow != nil && !allow[sl.prof] {
 				continue

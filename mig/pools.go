@@ -1,6 +1,7 @@
 package mig
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -99,4 +100,59 @@ func DefaultProfiles(p *Product) []string {
 		out = append(out, pr.Name)
 	}
 	return out
+}
+
+// PreferredPools is what a dynamic-MIG driver publishes for one node after
+// every change: Pools(name) with the devices in the planner's order for
+// the node's current instances (Preference(node, opts...)), restricted to
+// the devices the model advertises, so any advertised profile set works
+// without WithProfiles. Pass WithFitOnly() to publish only the devices
+// the scheduler can still allocate (the package doc's choice); without
+// it, every model device is listed. node must hold one entry per GPU of
+// the model (by index) with the model's product; anything else is an
+// error wrapping ErrFleet.
+func (m CounterModel) PreferredPools(name string, node []FleetGPU, opts ...Option) ([]device.Pool, error) {
+	gpus := map[string]bool{}
+	for _, cs := range m.CounterSets {
+		gpus[cs.Name] = true
+	}
+	product := map[int]string{} // GPU index -> product name on its devices
+	for _, d := range m.Devices {
+		if ref, err := ParseDeviceName(d.Name); err == nil {
+			if a, ok := d.Attributes[AttrProduct]; ok && a.StringValue != nil {
+				product[ref.GPU] = *a.StringValue
+			}
+		}
+	}
+	for i, g := range node {
+		if !gpus[CounterSetName(g.Index)] {
+			return nil, fmt.Errorf("preferred pools: %w: node[%d]: GPU %d is not in the model", ErrFleet, i, g.Index)
+		}
+		delete(gpus, CounterSetName(g.Index))
+		if p, ok := product[g.Index]; ok && g.Product != nil && g.Product.Name != p {
+			return nil, fmt.Errorf("preferred pools: %w: node[%d]: GPU %d is a %s in the model, not a %s", ErrFleet, i, g.Index, p, g.Product.Name)
+		}
+	}
+	if len(gpus) > 0 {
+		return nil, fmt.Errorf("preferred pools: %w: the node lacks %d of the model's GPUs", ErrFleet, len(gpus))
+	}
+	pref, err := Preference(node, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("preferred pools: %w", err)
+	}
+	have := make(map[string]bool, len(m.Devices))
+	for _, d := range m.Devices {
+		have[d.Name] = true
+	}
+	names := pref[:0:0]
+	for _, n := range pref {
+		if have[n] {
+			names = append(names, n)
+		}
+	}
+	only, err := m.Only(names)
+	if err != nil {
+		return nil, fmt.Errorf("preferred pools: %w", err)
+	}
+	return only.Pools(name), nil
 }

@@ -250,3 +250,86 @@ func TestFitOnlyKeepsAllocations(t *testing.T) {
 		})
 	}
 }
+
+// TestPreferredPools: one call gives the pools of the planner's fit-only
+// order for any advertised set, the same as Preference with WithProfiles
+// and Only; a node that is not the model's is an error.
+func TestPreferredPools(t *testing.T) {
+	p := mustLookup(t, "H100-80GB")
+	var gpus []GPU
+	var node []FleetGPU
+	for i := 0; i < 4; i++ {
+		gpus = append(gpus, GPU{Index: i, Product: p, Profiles: DefaultProfiles(p)})
+		node = append(node, FleetGPU{Node: "n", Index: i, Product: p})
+	}
+	node[1].Layout = Layout{{Profile: "3g.40gb", Start: 0, InUse: true}, {Profile: "2g.20gb", Start: 4, InUse: true}}
+	m, err := NewCounterModel(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.PreferredPools("n", node, WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pref, err := Preference(node, WithProfiles(DefaultProfiles), WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.Only(pref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].Devices) != len(want.Devices) || len(want.Devices) >= len(m.Devices) {
+		t.Fatalf("got %d pools, %d devices; want %d of %d devices", len(got), len(got[0].Devices), len(want.Devices), len(m.Devices))
+	}
+	for i, d := range got[0].Devices {
+		if d.Name() != want.Devices[i].Name {
+			t.Errorf("device %d: %s, want %s", i, d.Name(), want.Devices[i].Name)
+		}
+	}
+	h200 := mustLookup(t, "H200-141GB")
+	for name, bad := range map[string][]FleetGPU{
+		"missing GPU":   node[:3],
+		"unknown GPU":   append(append([]FleetGPU(nil), node...), FleetGPU{Node: "n", Index: 9, Product: p}),
+		"other product": {node[0], node[1], node[2], {Node: "n", Index: 3, Product: h200}},
+	} {
+		if _, err := m.PreferredPools("n", bad, WithFitOnly()); !errors.Is(err, ErrFleet) {
+			t.Errorf("%s: err %v, want ErrFleet", name, err)
+		}
+	}
+}
+
+// TestFitOnlyIsAFilter: WithFitOnly leaves devices out of Preference's
+// order and changes nothing else, whatever the first GPU runs.
+func TestFitOnlyIsAFilter(t *testing.T) {
+	p := mustLookup(t, "H100-80GB")
+	node := []FleetGPU{
+		{Node: "n", Index: 0, Product: p, Layout: Layout{{Profile: "4g.40gb", Start: 0, InUse: true}, {Profile: "3g.40gb", Start: 4, InUse: true}}},
+		{Node: "n", Index: 1, Product: p, Layout: Layout{{Profile: "1g.10gb", Start: 2, InUse: true}, {Profile: "2g.20gb", Start: 4}}},
+		{Node: "n", Index: 2, Product: p},
+	}
+	all, err := Preference(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fit, err := Preference(node, WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := map[string]bool{}
+	for _, n := range fit {
+		keep[n] = true
+	}
+	var want []string
+	for _, n := range all {
+		if keep[n] {
+			want = append(want, n)
+		}
+	}
+	if diff := cmp.Diff(want, fit); diff != "" {
+		t.Errorf("fit-only order is not the full order filtered (-filtered +fit-only):\n%s", diff)
+	}
+	if len(fit) >= len(all) {
+		t.Errorf("fit-only lists %d of %d devices", len(fit), len(all))
+	}
+}
