@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -138,9 +139,10 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 }
 
 // dynamicPools is the counter model of the dynamic GPUs with the
-// advertised profiles, in mig.Preference's order and with only the devices
-// the scheduler can still allocate (mig.WithFitOnly), without the
-// full-GPU devices (a GPU in MIG mode is used through MIG devices only).
+// advertised profiles as mig.CounterModel.PreferredPools publishes it (the
+// planner's order, only the devices the scheduler can still allocate:
+// mig.WithFitOnly), without the full-GPU devices (a GPU in MIG mode is
+// used through MIG devices only).
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
@@ -150,22 +152,16 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	pref, err := mig.Preference(fleet, mig.WithFitOnly(), mig.WithProfiles(func(p *mig.Product) []string {
-		return advertised(p, d.o.profiles)
-	}))
+	pools, err := m.PreferredPools(d.node, fleet, mig.WithFitOnly())
 	if err != nil {
 		return nil, err
 	}
-	keep := make([]string, 0, len(pref))
-	for _, n := range pref {
-		if ref, err := mig.ParseDeviceName(n); err == nil && ref.Profile != "" {
-			keep = append(keep, n)
-		}
+	for i := range pools { // no full-GPU device on a GPU in MIG mode
+		pools[i].Devices = slices.DeleteFunc(pools[i].Devices, func(dev *device.Device) bool {
+			ref, err := mig.ParseDeviceName(dev.Name())
+			return err == nil && ref.Profile == ""
+		})
 	}
-	if m, err = m.Only(keep); err != nil {
-		return nil, err
-	}
-	pools := m.Pools(d.node)
 	for _, p := range pools {
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
