@@ -452,3 +452,52 @@ func TestRealHardwareEdits(t *testing.T) {
 		t.Error("capMinor of a missing file succeeded")
 	}
 }
+
+// A claim with two MIG devices on one GPU gets both; a claim whose second
+// device cannot be made (it overlaps the first) fails, and the undo the
+// runtime then runs (UnprepareClaim) leaves nothing behind.
+func TestTwoMIGDevicesInOneClaim(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("two")
+	devs := []kit.AllocatedDevice{alloc("gpu-6-3g-71gb-0"), alloc("gpu-6-3g-71gb-4")}
+	devs[1].Request = "gpu2"
+	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
+		t.Fatal(err)
+	}
+	edits, err := f.d.ClaimEdits(ctx, c, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gis, _ := f.sim.GPUInstances(6)
+	if len(gis) != 2 {
+		t.Fatalf("GPU 6 instances %+v, want two", gis)
+	}
+	want := EnvVisibleDevices + "=" + gis[0].ComputeInstances[0].UUID + "," + gis[1].ComputeInstances[0].UUID
+	if s := specString(t, edits); !strings.Contains(s, want) {
+		t.Errorf("claim edits %s lack %s", s, want)
+	}
+	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, devs); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := []kit.AllocatedDevice{alloc("gpu-7-3g-71gb-0"), alloc("gpu-7-4g-71gb-0")}
+	err = f.d.PrepareClaim(ctx, claim("bad"), bad)
+	if !errors.Is(err, nvml.ErrInsufficientResources) {
+		t.Errorf("overlapping devices: %v, want ErrInsufficientResources", err)
+	}
+	if err := f.d.UnprepareClaim(ctx, claim("bad").ClaimRef, bad); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []int{6, 7} {
+		if gis, _ := f.sim.GPUInstances(g); len(gis) != 0 {
+			t.Errorf("GPU %d keeps %+v", g, gis)
+		}
+	}
+	if keys, _ := f.d.journal.Keys(); len(keys) != 0 {
+		t.Errorf("journal keeps %v", keys)
+	}
+}
