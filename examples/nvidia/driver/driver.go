@@ -82,7 +82,6 @@ type options struct {
 	stateDir  string
 	sysfsRoot string
 	simulated *bool
-	devRoot   string
 
 	republishDelay time.Duration
 	leanMIG        bool
@@ -169,18 +168,12 @@ func WithSimulatedContainers(simulated bool) Option {
 	return func(o *options) error { o.simulated = &simulated; return nil }
 }
 
-// WithDevRoot sets where the host's /dev is visible to the driver
-// (default /dev), to read device node numbers on real hardware.
-func WithDevRoot(dir string) Option {
-	return func(o *options) error { o.devRoot = dir; return nil }
-}
-
 // New reads the GPUs from nv, recovers MIG devices a crashed earlier
 // process left half-made (nvml.Lifecycle.Recover), and returns the driver
 // for node. The driver never changes a GPU's MIG mode nor touches a MIG
 // device it did not make.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{devRoot: "/dev", procRoot: "/proc", republishDelay: DefaultRepublishDelay}
+	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)

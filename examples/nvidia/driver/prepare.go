@@ -173,7 +173,7 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		Mount(host, in, "ro", "nosuid", "nodev", "bind")
 	if !*d.o.simulated {
 		for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
-			edits.DeviceNode(cdi.DeviceNode{Path: "/dev/" + n, HostPath: filepath.Join(d.o.devRoot, n)})
+			edits.DeviceNode(cdi.DeviceNode{Path: "/dev/" + n})
 		}
 	}
 	return edits, nil
