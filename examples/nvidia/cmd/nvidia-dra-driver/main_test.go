@@ -60,64 +60,62 @@ func driverCommand(t *testing.T, env *testenv.Env, state string) []string {
 	return append(append([]string{self}, simArgs(state)...), env.DriverArgs(nvdriver.DriverName)...)
 }
 
-// TestConformance runs drakit's conformance suite against the driver on
-// the simulated DGX H200 (full, static and dynamic MIG devices), on a fake
-// node: the suite plays the kubelet and the scheduler, and kills -9 and
-// restarts the driver process.
-//
-// In the same cluster, once the suite is done: an XID on a GPU taints its
-// devices in the published slices, and its recovery removes the taints.
-func TestConformance(t *testing.T) {
-	env := testenv.Start(t)
-	state := filepath.Join(t.TempDir(), "gpus.json")
-	cfg := env.ConformanceConfig(nvdriver.DriverName)
-	cfg.StartCommand = driverCommand(t, env, state)
-	cfg.StartEnv = []string{asDriverEnv + "=1"}
-	conformance.Test(t, cfg)
+// extraClaims are a claim shape users of this driver write, for the
+// suite's prepare.extra-claims: two 1g.18gb devices on one GPU (one
+// request with a count and matchAttribute on the GPU index, as package
+// mig's doc says). The suite allocates it while its main claims hold
+// devices, so a full-GPU claim (the node has two) may find none free.
+func extraClaims() []resourceapi.ResourceClaimSpec {
+	index := resourceapi.FullyQualifiedName(nvdriver.DriverName + "/" + mig.AttrIndex)
+	return []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: nvdriver.ProfileClass("1g.18gb"), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}}},
+		Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: &index}},
+	}}}
+}
 
-	t.Run("xid-taints", func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		defer cancel()
-		startDriver(ctx, t, env, state)
-		sim, err := nvml.OpenSim(state)
+// checkXIDTaints raises an XID on GPU 3 and waits for its devices to be
+// tainted in the published slices, then recovers it and waits for the
+// taints to go.
+func checkXIDTaints(ctx context.Context, t *testing.T, env *testenv.Env, state string) {
+	t.Helper()
+	sim, err := nvml.OpenSim(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tainted lists the published devices with a taint, as
+	// "device=value".
+	tainted := func(ctx context.Context) ([]string, error) {
+		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		// tainted lists the published devices with a taint, as
-		// "device=value".
-		tainted := func(ctx context.Context) ([]string, error) {
-			sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
-			if err != nil {
-				return nil, err
-			}
-			var out []string
-			for _, s := range sl.Items {
-				for _, d := range s.Spec.Devices {
-					for _, tn := range d.Taints {
-						out = append(out, d.Name+"="+tn.Value)
-					}
+		var out []string
+		for _, s := range sl.Items {
+			for _, d := range s.Spec.Devices {
+				for _, tn := range d.Taints {
+					out = append(out, d.Name+"="+tn.Value)
 				}
 			}
-			sort.Strings(out)
-			return out, nil
 		}
-		if err := sim.RaiseXID(3, 79, -1, -1); err != nil {
-			t.Fatal(err)
-		}
-		want := "gpu-3-1g-18gb-6=XID79 gpu-3-2g-35gb-4=XID79 gpu-3-3g-71gb-0=XID79"
-		var got []string
-		poll(ctx, t, "GPU 3's devices tainted", func(ctx context.Context) (bool, error) {
-			got, err = tainted(ctx)
-			return strings.Join(got, " ") == want, err
-		})
-		if err := sim.RecoverGPU(3); err != nil {
-			t.Fatal(err)
-		}
-		poll(ctx, t, "taints removed after the recovery", func(ctx context.Context) (bool, error) {
-			got, err = tainted(ctx)
-			return len(got) == 0, err
-		})
+		sort.Strings(out)
+		return out, nil
+	}
+	if err := sim.RaiseXID(3, 79, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	want := "gpu-3-1g-18gb-6=XID79 gpu-3-2g-35gb-4=XID79 gpu-3-3g-71gb-0=XID79"
+	var got []string
+	poll(ctx, t, "GPU 3's devices tainted", func(ctx context.Context) (bool, error) {
+		got, err = tainted(ctx)
+		return strings.Join(got, " ") == want, err
+	})
+	if err := sim.RecoverGPU(3); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "taints removed after the recovery", func(ctx context.Context) (bool, error) {
+		got, err = tainted(ctx)
+		return len(got) == 0, err
 	})
 }
 
@@ -283,12 +281,20 @@ func migInstances(t *testing.T, sim *nvml.Sim) []string {
 	return out
 }
 
-// TestRealNode runs the driver as a process for the real local node
-// (kubelet, containerd): a pod with a 1g MIG claim and one with a full GPU
-// run and see their devices; the MIG device exists in the simulator while
-// its pod runs and is gone after; and a kill -9 of the driver in the
-// middle of a MIG creation leaves no half-made instance once it is back.
-func TestRealNode(t *testing.T) {
+// TestDriver runs the driver as a process for the real local node
+// (kubelet, containerd) on the README's simulated DGX H200, all on one
+// cluster:
+//
+//   - pods: a pod with a dynamic 1g MIG claim and one with a time-sliced
+//     full GPU run and see their devices; the MIG device exists in the
+//     simulator while its pod runs and is gone after;
+//   - a kill -9 of the driver in the middle of a MIG creation leaves no
+//     half-made instance once it is back;
+//   - drakit's conformance suite passes (it plays the kubelet for its own
+//     claims, kills -9 and restarts the driver);
+//   - an XID taints the GPU's devices in the published slices and a
+//     recovery removes the taints.
+func TestDriver(t *testing.T) {
 	env := testenv.Start(t, testenv.WithRealNode())
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
@@ -402,5 +408,22 @@ func TestRealNode(t *testing.T) {
 		poll(ctx, t, "MIG device destroyed", func(ctx context.Context) (bool, error) {
 			return len(migInstances(t, sim)) == 0, nil
 		})
+	})
+	drv.kill() // the suite starts its own
+
+	t.Run("conformance", func(t *testing.T) {
+		cfg := env.ConformanceConfig(nvdriver.DriverName)
+		cfg.StartCommand = driverCommand(t, env, state)
+		cfg.StartEnv = []string{asDriverEnv + "=1"}
+		cfg.ExtraClaims = extraClaims()
+		conformance.Test(t, cfg)
+	})
+
+	t.Run("xid-taints", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		startDriver(ctx, t, env, state)
+		checkXIDTaints(ctx, t, env, state)
 	})
 }
