@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -288,6 +289,8 @@ func migInstances(t *testing.T, sim *nvml.Sim) []string {
 //   - pods: a pod with a dynamic 1g MIG claim and one with a time-sliced
 //     full GPU run and see their devices; the MIG device exists in the
 //     simulator while its pod runs and is gone after;
+//   - old-style pods asking for nvidia.com/gpu and nvidia.com/mig-1g.18gb
+//     in their limits run on the DeviceClasses' extended resources;
 //   - a kill -9 of the driver in the middle of a MIG creation leaves no
 //     half-made instance once it is back;
 //   - drakit's conformance suite passes (it plays the kubelet for its own
@@ -374,6 +377,28 @@ func TestDriver(t *testing.T) {
 			ts, err := sim.TimeSlice(fullRef.GPU)
 			return len(migInstances(t, sim)) == 0 && ts == nvml.TimeSliceDefault, err
 		})
+	})
+
+	t.Run("extended-resources", func(t *testing.T) {
+		// Device-plugin style pods, unchanged: the DeviceClasses'
+		// extendedResourceName makes the scheduler allocate them.
+		for name, res := range map[string]string{"old-gpu": nvdriver.ExtendedResourceGPU, "old-mig": nvdriver.ProfileExtendedResource("1g.18gb")} {
+			p := podWith(env, name, "")
+			p.Spec.ResourceClaims = nil
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}}
+			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitRunning(ctx, t, env, "old-gpu")
+		waitRunning(ctx, t, env, "old-mig")
+		gpuLog, migLog := containerLog(ctx, t, env, "old-gpu"), containerLog(ctx, t, env, "old-mig")
+		t.Logf("old-gpu saw:\n%s\nold-mig saw:\n%s", gpuLog, migLog)
+		if !strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"=GPU-") || !strings.Contains(migLog, nvdriver.EnvVisibleDevices+"=MIG-") || !strings.Contains(migLog, `"profile":"1g.18gb"`) {
+			t.Errorf("old-style pods did not get a GPU and a 1g.18gb MIG device")
+		}
+		deletePod(ctx, t, env, "old-gpu")
+		deletePod(ctx, t, env, "old-mig")
 	})
 
 	t.Run("kill-9-during-MIG-creation", func(t *testing.T) {
