@@ -161,7 +161,7 @@ func FleetFull() FleetConfig {
 		Product: "H100-80GB", GPUs: 8, Nodes: []int{10, 100, 1000}, States: 100, Repeats: 3, Seed: 1,
 		Fills: []Fill{Empty, Half, NearlyFull}, Models: FleetModels(),
 		ShapeModels: []FleetModel{Today, {Name: "pool per GPU", PoolPerGPU: true}, Chosen},
-		Ks:          []int{2, 4, 6, 7, 8}, ShapeNodes: 2, Limit: 3 * time.Second,
+		Ks:          []int{2, 4, 6, 7, 8}, ShapeNodes: 3, Limit: 3 * time.Second,
 	}
 }
 
@@ -806,7 +806,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	return s[int(q*float64(len(s)-1))]
 }
 
 var errNoBase = errors.New("no row of the base model")
