@@ -3,7 +3,6 @@ package mig
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -136,10 +135,10 @@ func waitAllocated(ctx context.Context, t *testing.T, get func(context.Context, 
 // TestPreferredPoolsOnCluster publishes the chosen dynamic-MIG model of an
 // 8 x H100 node the way a driver does (DefaultProfiles, PreferredPools
 // with WithFitOnly, device.Inventory) to a real API server and lets the
-// real kube-scheduler allocate the documented claim shapes: four 1g
-// devices on one GPU as one request with a count and matchAttribute, then,
-// after the driver made them and republished, one 1g device, which must be
-// the planner's pick.
+// real kube-scheduler allocate: one 1g device, which must be the
+// planner's pick, then, after the driver made it and republished, four 1g
+// devices on one GPU as one request with a count and matchAttribute (the
+// documented shape).
 func TestPreferredPoolsOnCluster(t *testing.T) {
 	c := clustertest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -230,6 +229,29 @@ func TestPreferredPoolsOnCluster(t *testing.T) {
 		}
 		return devs
 	}
+	// One 1g: the planner's pick, not the static first fit.
+	pref, err := Preference(fleet, WithProfiles(DefaultProfiles), WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ""
+	for _, n := range pref {
+		if ref, _ := ParseDeviceName(n); ref.Profile == "1g.10gb" {
+			want = n
+			break
+		}
+	}
+	if want == "gpu-0-1g-10gb-0" {
+		t.Fatalf("the planner's pick is the static first fit %s: the test proves less than it should", want)
+	}
+	if got := run("first", 1); len(got) != 1 || got[0] != want {
+		t.Fatalf("scheduler allocated %v, want the planner's %s", got, want)
+	}
+	// The driver makes the instance at prepare and republishes.
+	ref, _ := ParseDeviceName(want)
+	fleet[ref.GPU].Layout = append(fleet[ref.GPU].Layout, Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
+	publish(2)
+	// Four 1g on one GPU: one request with a count and matchAttribute.
 	four := run("four", 4)
 	if len(four) != 4 {
 		t.Fatalf("claim for four got %v", four)
@@ -237,29 +259,9 @@ func TestPreferredPoolsOnCluster(t *testing.T) {
 	gpu := -1
 	for _, d := range four {
 		ref, err := ParseDeviceName(d)
-		if err != nil || ref.Profile != "1g.10gb" || (gpu >= 0 && ref.GPU != gpu) {
-			t.Fatalf("claim for four 1g.10gb on one GPU got %v", four)
+		if err != nil || ref.Profile != "1g.10gb" || (gpu >= 0 && ref.GPU != gpu) || d == want {
+			t.Fatalf("claim for four 1g.10gb on one GPU got %v (%s is in use)", four, want)
 		}
 		gpu = ref.GPU
-		// The driver makes the instance at prepare.
-		fleet[ref.GPU].Layout = append(fleet[ref.GPU].Layout, Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
-	}
-	publish(2)
-	pref, err := Preference(fleet, WithProfiles(DefaultProfiles), WithFitOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := ""
-	for _, n := range pref {
-		if ref, _ := ParseDeviceName(n); ref.Profile == "1g.10gb" && !slices.Contains(four, n) {
-			want = n
-			break
-		}
-	}
-	if ref, _ := ParseDeviceName(want); ref.GPU != gpu {
-		t.Fatalf("planner prefers %s, not a 1g.10gb on GPU %d, which runs four: the test proves less than it should", want, gpu)
-	}
-	if got := run("one", 1); len(got) != 1 || got[0] != want {
-		t.Errorf("scheduler allocated %v, want the planner's %s", got, want)
 	}
 }
