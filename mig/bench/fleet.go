@@ -176,6 +176,7 @@ func FleetSmall() FleetConfig {
 
 // FleetRow is one row of the one-1g-claim table.
 type FleetRow struct {
+	// Model is the FleetModel's name; Fill the nodes' fill.
 	Model string
 	Fill  Fill
 	// Devices is the mean number of devices published per node.
@@ -198,6 +199,8 @@ type FleetRow struct {
 
 // ShapeRow is one row of the claim-shape table.
 type ShapeRow struct {
+	// Model is the FleetModel's name, Shape the claim in words, Fill
+	// the nodes' state in words.
 	Model, Shape string
 	Fill         string
 	// P50 and Max are the CPU time of one node's Allocate (the limit
@@ -211,13 +214,16 @@ type ShapeRow struct {
 
 // FleetResult is what Fleet measured.
 type FleetResult struct {
+	// Config is the configuration that ran.
 	Config FleetConfig
 	// StateProfiles are the profiles the node states are drawn from:
 	// those of the request mix that every model advertises, so that
 	// every model sees the same nodes.
 	StateProfiles []string
-	Rows          []FleetRow
-	Shapes        []ShapeRow
+	// Rows are the one-1g-claim rows, by fill, then model.
+	Rows []FleetRow
+	// Shapes are the claim-shape rows, by model, then k.
+	Shapes []ShapeRow
 }
 
 // Fleet runs the fleet benchmark of issue 20 and writes its tables to w:
