@@ -44,18 +44,19 @@
 // with the real structured allocator driven as kube-scheduler 1.37 drives
 // it (one allocator per pod over all slices, Allocate per node). A
 // dynamic-MIG driver publishes, chosen by its numbers (8 x H100 per node,
-// one 1g claim, CPU time per pod, one run on a loaded two-core machine):
+// one 1g claim, CPU time per pod; ratios from two runs on a loaded
+// two-core machine):
 //
 //	                                         slices/node  1,000 nodes: empty   half    nearly full
-//	today: every profile, every device         654 KiB                 403 ms  476 ms  4,164 ms
-//	DefaultProfiles + WithFitOnly + classes    385 KiB                 357 ms  143 ms     82 ms
-//	whole GPUs only (no MIG), for scale         12 KiB                  26 ms   12 ms      8 ms
+//	today: every profile, every device         654 KiB                 380 ms  475 ms  4,813 ms
+//	DefaultProfiles + WithFitOnly + classes    385 KiB                 349 ms  160 ms     87 ms
+//	whole GPUs only (no MIG), for scale         12 KiB                  23 ms   12 ms      7 ms
 //
 // The levers, each measured alone against today's model in the same run:
 //
 //   - DefaultProfiles, one profile per compute size (15 devices per H100
 //     instead of 26), with the advertised set a driver setting:
-//     654 -> 385 KiB of slices per node, 0.43x the CPU on nearly full
+//     654 -> 385 KiB of slices per node, 0.43-0.50x the CPU on nearly full
 //     nodes. Every extra profile adds its placements to every node.
 //   - Only the devices that can still be allocated:
 //     CounterModel.PreferredPools(node name, node, WithFitOnly()), the
@@ -63,19 +64,20 @@
 //     Preference with WithProfiles and WithFitOnly, then Only, then
 //     Pools), republished after every change. A full node then publishes its in-use devices (which the
 //     scheduler skips without evaluating them) and little else: 0.02x the
-//     CPU of today's model on nearly full nodes, 0.42x on half-full ones,
+//     CPU of today's model on nearly full nodes, 0.42-0.53x on half-full
+//     ones,
 //     with the same allocations (TestFitOnlyKeepsAllocations).
 //   - One pool per node. One pool per GPU changes nothing for one-device
 //     claims but loses the planner's order (the allocator walks pools by
 //     name): it kept the planner's pick on 21% of half-full nodes.
 //   - A DeviceClass per profile whose selector tests the profile, named
 //     by claims instead of a MIG class plus a request selector: one CEL
-//     program per device instead of two (0.54x on nearly full nodes).
+//     program per device instead of two (0.54-0.72x on nearly full nodes).
 //   - At most 8 attributes per device. The API types keep attributes in
 //     a Go map, and a map of up to 8 entries fits one group: 16
 //     attributes per device (GPU facts repeated on every MIG device)
 //     double the slices (1,399 KiB per node) and cost 1.24x the CPU; 5
-//     instead of 8 change nothing.
+//     instead of 8 make no consistent difference (0.86-1.12x).
 //
 // Claims for several MIG devices on one GPU must use one request with a
 // count and a matchAttribute constraint on the GPU index:
@@ -87,10 +89,10 @@
 //	- matchAttribute: <driver>/index
 //
 // The allocator then tries each set of devices once: 8 x 1g on one H100,
-// which can never fit, is refused in 123 ms per node, 7 (every GPU one
-// short) in 61 ms. The same devices asked for as k requests of one device
-// each under the constraint are tried in every order: 4 requests 24 ms,
-// 6 requests 0.65 s, 7 and 8 requests more than 3 s per node on nodes
+// which can never fit, is refused in 123-132 ms per node, 7 (every GPU
+// one short) in 48-61 ms. The same devices asked for as k requests of one device
+// each under the constraint are tried in every order: 4 requests 16-24 ms,
+// 6 requests 0.45-0.65 s, 7 and 8 requests more than 3 s per node on nodes
 // where they do not fit, against the scheduler's 10 s filter timeout;
 // "drakit explain" warns about that shape (four or more interchangeable
 // requests under one constraint). Requests for different profiles under

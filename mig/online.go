@@ -170,8 +170,13 @@ type options struct {
 // package's tests prove it with the real allocator), while the scheduler
 // evaluates and stores far fewer devices on busy nodes. Idle instances
 // do not shrink the list: they are not allocated and the planner may
-// replace them. Publish the result with CounterModel.Only, and republish
-// after every change, as for Preference. Preference only.
+// replace them. Publish the result with CounterModel.Only (or use
+// CounterModel.PreferredPools), and republish after every change, as for
+// Preference. The in-use instances must be those of allocated devices of
+// the model: a GPU allocated whole (device "gpu-<index>") has no
+// instances, so leave its layout empty (its counters keep the scheduler
+// off its other devices); describing it as a 7g instance would hide the
+// whole-GPU device and show the 7g device as free. Preference only.
 func WithFitOnly() Option {
 	return func(o *options) error {
 		o.fitOnly = true

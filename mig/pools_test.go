@@ -1,13 +1,19 @@
 package mig
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/mig/internal/alloc"
@@ -331,5 +337,77 @@ func TestFitOnlyIsAFilter(t *testing.T) {
 	}
 	if len(fit) >= len(all) {
 		t.Errorf("fit-only lists %d of %d devices", len(fit), len(all))
+	}
+}
+
+// TestFitOnlySamePicks: on random busy nodes, the real allocator picks the
+// same device for a one-device claim of every profile from the fit-only
+// slices as from all devices in Preference's order.
+func TestFitOnlySamePicks(t *testing.T) {
+	ctx := context.Background()
+	a := alloc.New(testDriver, alloc.Features)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	rng := rand.New(rand.NewSource(7))
+	for _, product := range []string{"H100-80GB", "A30-24GB"} {
+		p := mustLookup(t, product)
+		for iter := 0; iter < 15; iter++ {
+			var gpus []GPU
+			var fleet []FleetGPU
+			for g := 0; g < 2; g++ {
+				gpus = append(gpus, GPU{Index: g, Product: p})
+				f := FleetGPU{Node: "node-a", Index: g, Product: p}
+				for try := 0; try < 6; try++ {
+					pr := p.Profiles[rng.Intn(len(p.Profiles))]
+					in := Instance{Profile: pr.Name, Start: pr.Starts[rng.Intn(len(pr.Starts))], InUse: rng.Intn(4) > 0}
+					if p.Validate(append(slices.Clone(f.Layout), in)) == nil {
+						f.Layout = append(f.Layout, in)
+					}
+				}
+				fleet = append(fleet, f)
+			}
+			m, err := NewCounterModel(gpus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all, err := Preference(fleet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fit, err := Preference(fleet, WithFitOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mAll, err := m.Reorder(all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mFit, err := m.Only(fit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := sets.New[structured.DeviceID]()
+			for _, f := range fleet {
+				for _, in := range f.Layout {
+					if in.InUse {
+						held.Insert(structured.MakeDeviceID(testDriver, "node-a", DeviceRef{GPU: f.Index, Profile: in.Profile, Start: in.Start}.String()))
+					}
+				}
+			}
+			sAll, sFit := mAll.Slices(testDriver, "node-a", "node-a", 1), mFit.Slices(testDriver, "node-a", "node-a", 1)
+			for _, pr := range p.Profiles {
+				sel := fmt.Sprintf(`%s == "mig" && %s == %q`, a.Attr(AttrType), a.Attr(AttrProfile), pr.Name)
+				want, err := a.One(ctx, node, sAll, held, sel)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := a.One(ctx, node, sFit, held, sel)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("%s %v: %s picks %q from the fit-only slices, %q from all", product, fleet, pr.Name, got, want)
+				}
+			}
+		}
 	}
 }

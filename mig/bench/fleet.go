@@ -161,7 +161,7 @@ func FleetFull() FleetConfig {
 		Product: "H100-80GB", GPUs: 8, Nodes: []int{10, 100, 1000}, States: 100, Repeats: 3, Seed: 1,
 		Fills: []Fill{Empty, Half, NearlyFull}, Models: FleetModels(),
 		ShapeModels: []FleetModel{Today, {Name: "pool per GPU", PoolPerGPU: true}, Chosen},
-		Ks:          []int{2, 4, 6, 7, 8}, ShapeNodes: 2, Limit: 3 * time.Second,
+		Ks:          []int{2, 4, 6, 7, 8}, ShapeNodes: 3, Limit: 3 * time.Second,
 	}
 }
 
@@ -176,6 +176,7 @@ func FleetSmall() FleetConfig {
 
 // FleetRow is one row of the one-1g-claim table.
 type FleetRow struct {
+	// Model is the FleetModel's name; Fill the nodes' fill.
 	Model string
 	Fill  Fill
 	// Devices is the mean number of devices published per node.
@@ -198,6 +199,8 @@ type FleetRow struct {
 
 // ShapeRow is one row of the claim-shape table.
 type ShapeRow struct {
+	// Model is the FleetModel's name, Shape the claim in words, Fill
+	// the nodes' state in words.
 	Model, Shape string
 	Fill         string
 	// P50 and Max are the CPU time of one node's Allocate (the limit
@@ -211,13 +214,16 @@ type ShapeRow struct {
 
 // FleetResult is what Fleet measured.
 type FleetResult struct {
+	// Config is the configuration that ran.
 	Config FleetConfig
 	// StateProfiles are the profiles the node states are drawn from:
 	// those of the request mix that every model advertises, so that
 	// every model sees the same nodes.
 	StateProfiles []string
-	Rows          []FleetRow
-	Shapes        []ShapeRow
+	// Rows are the one-1g-claim rows, by fill, then model.
+	Rows []FleetRow
+	// Shapes are the claim-shape rows, by model, then k.
+	Shapes []ShapeRow
 }
 
 // Fleet runs the fleet benchmark of issue 20 and writes its tables to w:
@@ -806,7 +812,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	return s[int(q*float64(len(s)-1))]
 }
 
 var errNoBase = errors.New("no row of the base model")
