@@ -84,9 +84,10 @@
 // an Owner, which must claim a Key before Create (an intent record written
 // durably before the create) and until Destroy has succeeded. Everything
 // else is static MIG, an administrator's, listed by Lifecycle.List as
-// static and never touched. In the reference driver the Owner is drakit's
-// checkpoint (intent records written before the ClaimPreparer hook runs);
-// Journal is a file-backed Owner for other programs and tests. At start,
+// static and never touched. The reference driver (examples/nvidia/driver)
+// uses a Journal, a file-backed Owner: its ClaimPreparer records the key
+// after the runtime's checkpoint recorded the claim and before Create, and
+// forgets it after Destroy. At start,
 // Lifecycle.Recover destroys the driver's half-made devices and leaves the
 // rest. WithLockFile makes Create, Destroy and Recover of all processes on
 // a node take turns, so that a new driver process's Recover (a rolling

@@ -10,9 +10,8 @@ import (
 // Journal is an Owner backed by a file of intent records: Record a key
 // before Lifecycle.Create, Forget it after Lifecycle.Destroy returned nil.
 // Each change is durable (fsynced; see WithoutFsync) before it returns and
-// safe against other processes using the same file (flock). The reference driver uses
-// drakit's checkpoint instead (see Owner); Journal serves programs without
-// one and tests.
+// safe against other processes using the same file (flock). The reference
+// driver uses one (see Owner).
 type Journal struct {
 	file jsonFile
 }
