@@ -16,4 +16,18 @@
 // arrival. It never fragments, so it shows how much of first fit's loss is
 // fragmentation (what an order of devices can win back) and how much is
 // the node being full (what none can).
+//
+// Fleet is the other benchmark ("drakit mig bench -fleet", issue 20):
+// what a dynamic-MIG slice model costs kube-scheduler. It drives the real
+// structured allocator as the scheduler's DRA plugin does (one
+// NewAllocator per pod over every node's slices, Allocate per node, one
+// CEL cache) on 10, 100 and 1,000 nodes of 8 GPUs, empty, half or nearly
+// full, for today's model, the whole-GPU baseline, each lever alone
+// (FleetModel) and the chosen combination, and prints per pod CPU time
+// (mean and standard deviation over repeated pods), per-node p50/p99, the
+// slices' heap per node, how many nodes the claim fits on and whether the
+// planner's pick is kept; then the cost per node of claims for several
+// devices on one GPU, each shape under a limit like the scheduler's
+// filter timeout. FleetSmall runs in a test; BenchmarkFleetNode is the
+// per-node figure as a Go benchmark.
 package bench

@@ -57,8 +57,10 @@
 //     they are reused, as on hardware.
 //  11. The state lives in a file that outlives processes, as a GPU
 //     outlives its driver; every call is a read-modify-write under an
-//     flock, written atomically (temporary file, fsync, rename), so
-//     processes can share it.
+//     flock, written atomically (temporary file, rename), so processes
+//     can share it and a killed process leaves a whole file. It is not
+//     fsynced: a real GPU's MIG devices do not survive a power loss
+//     either, and a create then costs about one checkpoint write.
 //
 // Faults can be injected for the next matching call of any process
 // (Sim.InjectFault): a create or destroy fails with a chosen code, or
@@ -82,9 +84,10 @@
 // an Owner, which must claim a Key before Create (an intent record written
 // durably before the create) and until Destroy has succeeded. Everything
 // else is static MIG, an administrator's, listed by Lifecycle.List as
-// static and never touched. In the reference driver the Owner is drakit's
-// checkpoint (intent records written before the ClaimPreparer hook runs);
-// Journal is a file-backed Owner for other programs and tests. At start,
+// static and never touched. The reference driver (examples/nvidia/driver)
+// uses a Journal, a file-backed Owner: its ClaimPreparer records the key
+// after the runtime's checkpoint recorded the claim and before Create, and
+// forgets it after Destroy. At start,
 // Lifecycle.Recover destroys the driver's half-made devices and leaves the
 // rest. WithLockFile makes Create, Destroy and Recover of all processes on
 // a node take turns, so that a new driver process's Recover (a rolling

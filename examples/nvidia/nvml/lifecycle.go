@@ -35,13 +35,13 @@ func (k Key) String() string {
 // intent record, written durably) and keep it true until the device is
 // destroyed; everything else on the GPUs is an administrator's.
 //
-// In the reference driver the intent records are drakit's checkpoint: the
-// driver runtime records a claim's allocated devices before it calls the
-// ClaimPreparer's PrepareClaim, and a dynamic MIG device's name
-// ("gpu-<index>-<profile>-<start>", mig.ParseDeviceName) maps to a Key, so
-// Owns is "some checkpoint record holds a device with this key". Journal
-// is a standalone file-backed Owner for programs without that checkpoint
-// and for tests.
+// The reference driver (examples/nvidia/driver) uses a Journal: in its
+// ClaimPreparer's PrepareClaim, which the runtime calls after its own
+// checkpoint recorded the claim, it records the Key of each dynamic MIG
+// device (its name "gpu-<index>-<profile>-<start>" maps to one through
+// mig.ParseDeviceName) before Create, and forgets it after Destroy in
+// UnprepareClaim. drakit's checkpoint holds the same intent; the driver
+// runtime offers no query of it today, hence the journal.
 type Owner interface {
 	Owns(k Key) (bool, error)
 }

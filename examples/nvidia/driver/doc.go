@@ -1,0 +1,21 @@
+// Package driver is the vendor logic of drakit's reference NVIDIA DRA
+// driver, gpu.nvidia.drakit.dev, assembled from drakit's packages with no
+// conversion code of its own: nvml for the hardware (real NVML or the
+// simulated server), mig for the counter model of dynamic MIG
+// (CounterModel.Pools), its default profiles and the planner's order
+// (Preference), topology for the standard PCI attributes, device for the
+// inventory, and the drakit runtime (package github.com/drakit/drakit/driver,
+// imported here as kit) for everything a kubelet plugin does.
+//
+// A Driver publishes each GPU by the mode an administrator put it in:
+// MIG mode off gives one full-GPU device; MIG mode on with MIG devices
+// the driver did not make publishes those (static MIG, never changed);
+// MIG mode on without them makes the GPU dynamic: every advertised profile
+// x placement is a partitionable device on the GPU's counter set, created
+// when a claim is prepared (kit.ClaimPreparer, after the runtime and then
+// the driver's MIG journal recorded the intent) and destroyed when it is
+// unprepared, with the slices republished in mig.Preference's order after
+// every change. See examples/nvidia/README.md for attributes, container
+// edits, configuration (GPUConfig), DeviceClasses, health and the
+// simulated DGX H200 the tests, chart and demo run.
+package driver

@@ -1,0 +1,63 @@
+package driver_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+)
+
+// The DeviceClasses for full GPUs, any MIG device and two profiles, with
+// the extended resource names old-style pods ask for.
+func ExampleDeviceClasses() {
+	for _, c := range nvdriver.DeviceClasses([]string{"1g.18gb", "3g.71gb"}) {
+		er := "-"
+		if c.Spec.ExtendedResourceName != nil {
+			er = *c.Spec.ExtendedResourceName
+		}
+		fmt.Println(c.Name, er)
+	}
+	// Output:
+	// gpu.nvidia.drakit.dev nvidia.com/gpu
+	// mig.nvidia.drakit.dev -
+	// mig-1g-18gb.nvidia.drakit.dev nvidia.com/mig-1g.18gb
+	// mig-3g-71gb.nvidia.drakit.dev nvidia.com/mig-3g.71gb
+}
+
+// A simulated DGX H200 with GPU 0 whole, GPU 1 holding an
+// administrator's MIG devices and GPU 2 dynamic (the rest whole too).
+func ExampleNew() {
+	dir, _ := os.MkdirTemp("", "nvidia-example")
+	defer os.RemoveAll(dir)
+	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{
+		MIGGPUs:   []int{1, 2},
+		Instances: []nvml.SimInstance{{GPU: 1, Profile: "4g.71gb", Start: 0}, {GPU: 1, Profile: "3g.71gb", Start: 4}},
+	}))
+	if err != nil {
+		panic(err)
+	}
+	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	if err != nil {
+		panic(err)
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	devs := inv.Pools[0].Devices
+	fmt.Println(len(devs), "devices:")
+	for _, dev := range devs[:4] {
+		fmt.Println(dev.Name())
+	}
+	fmt.Println("...", devs[len(devs)-1].Name())
+	// Output:
+	// 22 devices:
+	// gpu-0
+	// gpu-1-4g-71gb-0
+	// gpu-1-3g-71gb-4
+	// gpu-3
+	// ... gpu-2-7g-141gb-0
+}
