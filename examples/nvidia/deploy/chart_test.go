@@ -195,7 +195,9 @@ func TestChartObjects(t *testing.T) {
 		{"", "nodes", "get", ""},
 		{"", "events", "create", "default"},
 	}
-	less := func(a, b grant) int { return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace) }
+	less := func(a, b grant) int {
+		return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace)
+	}
 	slices.SortFunc(got, less)
 	slices.SortFunc(want, less)
 	if !slices.Equal(got, want) {
