@@ -47,7 +47,11 @@ func TestDemo(t *testing.T) {
 }
 
 func TestDemoUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"--driver-bin", "/nonexistent/minimal"}, {"--driver-bin", "/bin/true", "--devices", "1"}} {
+	for _, args := range [][]string{
+		{"--driver=minimal"}, {"--driver=minimal", "--driver-bin", "/nonexistent/minimal"},
+		{"--driver=minimal", "--driver-bin", "/bin/true", "--devices", "1"},
+		{"--driver=amd"}, {"--driver=nvidia", "--helm", "/nonexistent/helm"}, {"extra-argument"},
+	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append([]string{"demo"}, args...), &stdout, &stderr); code == 0 {
 			t.Errorf("drakit demo %v exited 0", args)
