@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 )
 
@@ -16,19 +17,31 @@ type Flags struct {
 	// Library is the NVML library path for the real backend; empty is
 	// "libnvidia-ml.so.1".
 	Library string
+	// SimMIGGPUs is the GPUs with MIG mode enabled in a new simulated
+	// state, as ParseGPUList reads it; empty enables it on all.
+	SimMIGGPUs string
+	// SimInstances is the administrator's MIG devices in a new simulated
+	// state, as ParseSimInstances reads them.
+	SimInstances string
 }
 
 // Register adds -nvml-sim, -nvml-sim-state and -nvml-library to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Sim, "nvml-sim", f.Sim, "simulate NVML on a server model instead of using the GPU driver: "+strings.Join(SimServerNames(), ", "))
 	fs.StringVar(&f.SimState, "nvml-sim-state", f.SimState, "state file of the simulated NVML (MIG instances survive restarts and are shared by processes); empty keeps it in memory")
+	fs.StringVar(&f.SimMIGGPUs, "nvml-sim-mig-gpus", f.SimMIGGPUs, "GPUs with MIG mode enabled when the simulated state is created: all, none, or indices and ranges such as 2-7 (default all)")
+	fs.StringVar(&f.SimInstances, "nvml-sim-instances", f.SimInstances, "MIG devices an administrator made, created with the simulated state: gpu:profile@start,... e.g. 2:4g.71gb@0,2:3g.71gb@4")
 	fs.StringVar(&f.Library, "nvml-library", f.Library, "path of libnvidia-ml for the real backend (default: libnvidia-ml.so.1 from the loader's path)")
 }
 
 // Open opens the backend the flags select.
 func (f *Flags) Open() (Interface, error) {
 	if f.Sim != "" {
-		s, err := OpenSim(f.SimState, WithServer(f.Sim))
+		opts, err := f.simOptions()
+		if err != nil {
+			return nil, err
+		}
+		s, err := OpenSim(f.SimState, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -43,4 +56,26 @@ func (f *Flags) Open() (Interface, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// simOptions turns the simulator flags into OpenSim options.
+func (f *Flags) simOptions() ([]SimOption, error) {
+	opts := []SimOption{WithServer(f.Sim)}
+	var su SimSetup
+	if f.SimMIGGPUs != "" {
+		gpus, err := ParseGPUList(f.SimMIGGPUs)
+		if err != nil {
+			return nil, fmt.Errorf("-nvml-sim-mig-gpus: %w", err)
+		}
+		su.MIGGPUs = gpus
+	}
+	ins, err := ParseSimInstances(f.SimInstances)
+	if err != nil {
+		return nil, fmt.Errorf("-nvml-sim-instances: %w", err)
+	}
+	su.Instances = ins
+	if su.MIGGPUs != nil || len(su.Instances) > 0 {
+		opts = append(opts, WithSetup(su))
+	}
+	return opts, nil
 }

@@ -180,10 +180,18 @@ type HealthEvent struct {
 	ComputeInstance int `json:"computeInstance"`
 	// Time is when the backend saw the event.
 	Time time.Time `json:"time"`
+	// Recovered is true for the opposite of an error: the GPU works again
+	// (XID is then 0). Only the simulator sends it (Sim.RecoverGPU); real
+	// NVML has no such event, a GPU is trusted again after a reset and a
+	// driver restart.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // String prints e.g. "GPU 3: XID 79" or "GPU 3 GI 5 CI 0: XID 94".
 func (e HealthEvent) String() string {
+	if e.Recovered {
+		return fmt.Sprintf("GPU %d: recovered", e.GPU)
+	}
 	if e.GPUInstance < 0 {
 		return fmt.Sprintf("GPU %d: XID %d", e.GPU, e.XID)
 	}

@@ -40,6 +40,7 @@ type simGPU struct {
 	UUID      string        `json:"uuid"`
 	Mig       MigMode       `json:"mig"`
 	Instances []GPUInstance `json:"instances,omitempty"`
+	TimeSlice TimeSlice     `json:"timeSlice,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -68,6 +69,7 @@ type simOptions struct {
 	product    *mig.Product
 	migEnabled bool
 	poll       time.Duration
+	setup      *SimSetup
 }
 
 // WithServer selects the server model for a new state (default
@@ -102,6 +104,12 @@ func WithProduct(p *mig.Product) SimOption {
 // disabled).
 func WithMIGEnabled(enabled bool) SimOption {
 	return func(o *simOptions) error { o.migEnabled = enabled; return nil }
+}
+
+// WithSetup makes a new state start as su says (MIG modes and an
+// administrator's MIG devices); an existing state is left as it is.
+func WithSetup(su SimSetup) SimOption {
+	return func(o *simOptions) error { o.setup = &su; return nil }
 }
 
 // WithPollInterval sets how often WatchHealth reads the state for new
@@ -146,6 +154,17 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 				return nil, err
 			}
 			st.GPUs = append(st.GPUs, simGPU{UUID: "GPU-" + u, Mig: MigMode{Current: o.migEnabled, Pending: o.migEnabled}})
+		}
+		if o.setup != nil {
+			p := o.product
+			if p == nil {
+				if p, err = mig.Lookup(srv.Product); err != nil {
+					return nil, err
+				}
+			}
+			if err := o.setup.apply(&Sim{server: srv, product: p, mem: st}); err != nil {
+				return nil, err
+			}
 		}
 		return st, nil
 	}

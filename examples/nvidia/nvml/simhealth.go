@@ -77,3 +77,24 @@ func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 	}()
 	return ch, nil
 }
+
+// RecoverGPU reports that the GPU works again (a HealthEvent with
+// Recovered set) to every WatchHealth of every process sharing the state,
+// as a GPU reset after an XID would on a real machine.
+func (s *Sim) RecoverGPU(gpu int) error {
+	op := fmt.Sprintf("recover GPU %d", gpu)
+	return s.change(func(st *simState) (bool, error) {
+		g, err := st.gpu(op, gpu)
+		if err != nil {
+			return false, err
+		}
+		st.NextEvent++
+		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
+			GPU: gpu, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Recovered: true,
+		}})
+		if n := len(st.Events); n > maxSimEvents {
+			st.Events = append([]simEvent(nil), st.Events[n-maxSimEvents:]...)
+		}
+		return true, nil
+	})
+}

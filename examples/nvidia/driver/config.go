@@ -1,0 +1,104 @@
+package driver
+
+import (
+	"fmt"
+
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+)
+
+// ConfigAPIVersion and ConfigKind identify the driver's opaque
+// configuration in a claim or class:
+//
+//	config:
+//	- opaque:
+//	    driver: gpu.nvidia.drakit.dev
+//	    parameters:
+//	      apiVersion: gpu.nvidia.drakit.dev/v1alpha1
+//	      kind: GpuConfig
+//	      sharing:
+//	        strategy: TimeSlicing
+//	        timeSlicing:
+//	          interval: Long
+const (
+	ConfigAPIVersion = DriverName + "/v1alpha1"
+	ConfigKind       = "GpuConfig"
+)
+
+// GPUConfig is the driver's opaque device configuration. Unknown fields
+// are an error that names them (driver.DecodeConfig); a claim's config
+// overrides its class's field by field.
+type GPUConfig struct {
+	// APIVersion must be ConfigAPIVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind must be ConfigKind.
+	Kind string `json:"kind"`
+	// Sharing says how the containers that share the device share it;
+	// nil is the GPU's default.
+	Sharing *Sharing `json:"sharing,omitempty"`
+}
+
+// SharingStrategy is how a device is shared.
+type SharingStrategy string
+
+// The sharing strategies.
+const (
+	// TimeSlicing gives each process the full GPU in turns of a
+	// time-slice (a full GPU's setting; MIG devices are not time-sliced).
+	TimeSlicing SharingStrategy = "TimeSlicing"
+)
+
+// Sharing configures sharing of a device.
+type Sharing struct {
+	// Strategy must be TimeSlicing.
+	Strategy SharingStrategy `json:"strategy"`
+	// TimeSlicing holds the time-slicing settings.
+	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+}
+
+// TimeSlicingConfig is the time-slicing setting of a GPU.
+type TimeSlicingConfig struct {
+	// Interval is the time-slice: Default, Short, Medium or Long.
+	Interval nvml.TimeSlice `json:"interval"`
+}
+
+// decodeConfig decodes and checks the device's opaque configurations. An
+// error wraps kit.ErrInvalidConfig. devType is TypeGPU or TypeMIG.
+func decodeConfig(dev kit.AllocatedDevice, devType string) (GPUConfig, error) {
+	var c GPUConfig
+	if len(dev.Config) == 0 {
+		return c, nil
+	}
+	if err := kit.DecodeConfig(dev, &c); err != nil {
+		return c, err
+	}
+	bad := func(format string, args ...any) (GPUConfig, error) {
+		return c, fmt.Errorf("%w: request %q: %s", kit.ErrInvalidConfig, dev.Request, fmt.Sprintf(format, args...))
+	}
+	if c.APIVersion != ConfigAPIVersion || c.Kind != ConfigKind {
+		return bad("apiVersion %q, kind %q: want %s, %s", c.APIVersion, c.Kind, ConfigAPIVersion, ConfigKind)
+	}
+	if s := c.Sharing; s != nil {
+		switch {
+		case s.Strategy != TimeSlicing:
+			return bad("sharing.strategy %q: want %s", s.Strategy, TimeSlicing)
+		case devType != TypeGPU:
+			return bad("sharing.strategy %s: only full GPUs are time-sliced, %s is a MIG device", s.Strategy, dev.Device)
+		case s.TimeSlicing != nil && !s.TimeSlicing.Interval.Valid():
+			return bad("sharing.timeSlicing.interval %q: want Default, Short, Medium or Long", s.TimeSlicing.Interval)
+		}
+	}
+	return c, nil
+}
+
+// timeSlice is the configured interval; "" when time-slicing is not
+// configured.
+func (c GPUConfig) timeSlice() nvml.TimeSlice {
+	if c.Sharing == nil || c.Sharing.Strategy != TimeSlicing {
+		return ""
+	}
+	if c.Sharing.TimeSlicing == nil || c.Sharing.TimeSlicing.Interval == "" {
+		return nvml.TimeSliceDefault
+	}
+	return c.Sharing.TimeSlicing.Interval
+}

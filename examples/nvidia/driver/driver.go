@@ -1,0 +1,301 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/device"
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/topology"
+)
+
+// Driver is the NVIDIA vendor logic that the drakit runtime runs: it
+// discovers the GPUs (device.Discoverer), creates and destroys dynamic MIG
+// devices around a claim (kit.ClaimPreparer), hands containers their
+// devices (kit.Preparer, kit.ClaimEditor) and turns NVML's XID events into
+// device health. Create it with New and run it with Options:
+//
+//	d, err := driver.New(nv, node, driver.WithStateDir(dir))
+//	k, err := kit.New(driver.DriverName, append(d.Options(), moreOptions...)...)
+//	err = k.Run(ctx)
+type Driver struct {
+	nv        nvml.Interface
+	node      string
+	o         options
+	journal   *nvml.Journal
+	lifecycle *nvml.Lifecycle
+	versions  versions
+	gpus      []gpuInfo
+
+	kick chan struct{} // inventory changed; capacity 1
+
+	mu   sync.Mutex
+	devs map[string]devInfo // the last inventory's devices by name
+}
+
+var (
+	_ device.Discoverer = (*Driver)(nil)
+	_ kit.Preparer      = (*Driver)(nil)
+	_ kit.ClaimPreparer = (*Driver)(nil)
+	_ kit.ClaimEditor   = (*Driver)(nil)
+)
+
+// versions are the host's NVIDIA software versions in semver form.
+type versions struct{ driver, cuda string }
+
+// gpuInfo is what does not change about a GPU while the driver runs.
+type gpuInfo struct {
+	nvml.GPU
+	cc string // compute capability, semver
+	// product is the GPU's MIG geometry from NVML; nil without MIG.
+	product  *mig.Product
+	profiles []string // advertised profiles (dynamic MIG)
+	topo     *topology.PCIDevice
+}
+
+// devInfo is what the driver needs to know of a published device.
+type devInfo struct {
+	gpu     int
+	mode    string // ModeFull, ModeStatic, ModeDynamic
+	typ     string // TypeGPU, TypeMIG
+	uuid    string // full GPU and static MIG
+	profile string // MIG
+	key     nvml.Key
+	gi, ci  int // NVML's GPU and compute instance IDs of a MIG device that exists
+}
+
+// Option configures New.
+type Option func(*options) error
+
+type options struct {
+	profiles  []string
+	stateDir  string
+	sysfsRoot string
+	simulated *bool
+	devRoot   string
+}
+
+// WithProfiles sets the MIG profiles advertised on dynamic-MIG GPUs
+// (default: mig.DefaultProfiles of the GPU's product). Names a GPU does
+// not have are skipped on that GPU; none of them on any MIG GPU is an
+// error.
+func WithProfiles(names []string) Option {
+	return func(o *options) error {
+		for _, n := range names {
+			if _, err := mig.ParseProfileName(n); err != nil {
+				return err
+			}
+		}
+		o.profiles = append([]string(nil), names...)
+		return nil
+	}
+}
+
+// WithStateDir sets the driver's own folder (required): the MIG intent
+// journal, the lock that serializes MIG changes between driver processes,
+// the devices files mounted into containers and, in simulation, the fake
+// sysfs. It must be on the host (containers mount files from it) and
+// survive driver restarts.
+func WithStateDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("state folder is empty")
+		}
+		o.stateDir = dir
+		return nil
+	}
+}
+
+// WithSysfsRoot reads the GPUs' PCI topology from dir instead of /sys.
+// In simulation the default is a fake sysfs of the simulated server
+// written into the state folder.
+func WithSysfsRoot(dir string) Option {
+	return func(o *options) error { o.sysfsRoot = dir; return nil }
+}
+
+// WithSimulatedContainers chooses the container edits: true gives
+// containers only environment variables and the devices file (no device
+// nodes, which do not exist); false adds /dev/nvidia* nodes. The default
+// is true exactly for the simulated NVML (*nvml.Sim).
+func WithSimulatedContainers(simulated bool) Option {
+	return func(o *options) error { o.simulated = &simulated; return nil }
+}
+
+// WithDevRoot sets where the host's /dev is visible to the driver
+// (default /dev), to read device node numbers on real hardware.
+func WithDevRoot(dir string) Option {
+	return func(o *options) error { o.devRoot = dir; return nil }
+}
+
+// New reads the GPUs from nv, recovers MIG devices a crashed earlier
+// process left half-made (nvml.Lifecycle.Recover), and returns the driver
+// for node. The driver never changes a GPU's MIG mode nor touches a MIG
+// device it did not make.
+func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
+	o := options{devRoot: "/dev"}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		}
+	}
+	switch {
+	case nv == nil:
+		return nil, errors.New("new NVIDIA driver: no NVML")
+	case node == "":
+		return nil, errors.New("new NVIDIA driver: node name is empty")
+	case o.stateDir == "":
+		return nil, errors.New("new NVIDIA driver: WithStateDir is required")
+	}
+	sim, isSim := nv.(*nvml.Sim)
+	if o.simulated == nil {
+		o.simulated = &isSim
+	}
+	if err := os.MkdirAll(filepath.Join(o.stateDir, "claims"), 0o755); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	if o.sysfsRoot == "" && isSim {
+		o.sysfsRoot = filepath.Join(o.stateDir, "sim-sysfs")
+		if err := os.RemoveAll(o.sysfsRoot); err != nil {
+			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		}
+		if err := sim.Server().WriteSysfs(o.sysfsRoot); err != nil {
+			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		}
+	}
+	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}
+	if err := d.readHardware(); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	var err error
+	if d.journal, err = nvml.OpenJournal(filepath.Join(o.stateDir, "mig-intents.json")); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	if d.lifecycle, err = nvml.NewLifecycle(nv, d.journal, nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	rec, err := d.lifecycle.Recover()
+	if err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	klog.Background().Info("Recovered MIG devices", "undone", rec.Undone, "owned", len(rec.Owned), "static", len(rec.Static))
+	return d, nil
+}
+
+// readHardware reads what does not change: versions, GPUs, MIG
+// geometries and PCI topology.
+func (d *Driver) readHardware() error {
+	sys, err := d.nv.System()
+	if err != nil {
+		return err
+	}
+	if d.versions.driver, err = device.NormalizeVersion(sys.DriverVersion); err != nil {
+		return fmt.Errorf("driver version: %w", err)
+	}
+	if d.versions.cuda, err = device.NormalizeVersion(sys.CUDAVersion); err != nil {
+		return fmt.Errorf("CUDA version: %w", err)
+	}
+	gpus, err := d.nv.GPUs()
+	if err != nil {
+		return err
+	}
+	anyMIG, anyProfile := false, false
+	for _, g := range gpus {
+		gi := gpuInfo{GPU: g}
+		if gi.cc, err = device.NormalizeVersion(g.CUDAComputeCapability); err != nil {
+			return fmt.Errorf("GPU %d compute capability: %w", g.Index, err)
+		}
+		if d.o.sysfsRoot != "" || d.o.simulated == nil || !*d.o.simulated {
+			var ropts []topology.ReadOption
+			if d.o.sysfsRoot != "" {
+				ropts = append(ropts, topology.WithSysfsRoot(d.o.sysfsRoot))
+			}
+			if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
+				gi.topo = &t
+			} else {
+				klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
+			}
+		}
+		_, err := d.nv.MigMode(g.Index)
+		switch {
+		case errors.Is(err, nvml.ErrNotSupported):
+		case err != nil:
+			return err
+		default:
+			profs, err := d.nv.GPUInstanceProfiles(g.Index)
+			if err != nil {
+				return err
+			}
+			if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
+				return fmt.Errorf("GPU %d: %w", g.Index, err)
+			}
+			anyMIG = true
+			gi.profiles = advertised(gi.product, d.o.profiles)
+			anyProfile = anyProfile || len(gi.profiles) > 0
+		}
+		d.gpus = append(d.gpus, gi)
+	}
+	if anyMIG && d.o.profiles != nil && !anyProfile {
+		return fmt.Errorf("none of the MIG profiles %v exists on this node's GPUs", d.o.profiles)
+	}
+	return nil
+}
+
+// advertised is the profiles of p to publish: want's that p has, or by
+// default mig.DefaultProfiles(p).
+func advertised(p *mig.Product, want []string) []string {
+	if want == nil {
+		return defaultProfiles(p)
+	}
+	var out []string
+	for _, w := range want {
+		if pr, err := p.Profile(w); err == nil {
+			out = append(out, pr.Name)
+		}
+	}
+	return out
+}
+
+// Options returns the drakit runtime options that make it run this
+// driver on its node: discoverer, preparer and node name. Add the
+// client, folders and anything else (driverflag's Options, a test's).
+func (d *Driver) Options() []kit.Option {
+	return []kit.Option{kit.WithDiscoverer(d), kit.WithPreparer(d), kit.WithNodeName(d.node)}
+}
+
+// changed makes Watch report an inventory change (MIG devices were made or
+// destroyed: the slices' order follows mig.Preference).
+func (d *Driver) changed() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deviceInfo returns what the last inventory said about a device.
+func (d *Driver) deviceInfo(name string) (devInfo, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, ok := d.devs[name]
+	return i, ok
+}
+
+// ensureInventory makes sure deviceInfo knows the devices (a prepare may
+// come before the runtime's first Inventory call returns here).
+func (d *Driver) ensureInventory(ctx context.Context) error {
+	d.mu.Lock()
+	empty := len(d.devs) == 0
+	d.mu.Unlock()
+	if !empty {
+		return nil
+	}
+	_, err := d.Inventory(ctx)
+	return err
+}

@@ -1,0 +1,322 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/device"
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+)
+
+// testSetup is the simulated DGX H200 of the README: GPUs 0-1 full, 2-3
+// static MIG, 4-7 dynamic MIG.
+var testSetup = nvml.SimSetup{
+	MIGGPUs: []int{2, 3, 4, 5, 6, 7},
+	Instances: []nvml.SimInstance{
+		{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4},
+		{GPU: 3, Profile: "3g.71gb", Start: 0}, {GPU: 3, Profile: "2g.35gb", Start: 4}, {GPU: 3, Profile: "1g.18gb", Start: 6},
+	},
+}
+
+type fixture struct {
+	sim   *nvml.Sim
+	state string
+	dir   string
+	d     *Driver
+}
+
+func newFixture(t *testing.T, opts ...Option) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	state := filepath.Join(dir, "gpus.json")
+	sim, err := nvml.OpenSim(state, nvml.WithServer("dgx-h200"), nvml.WithSetup(testSetup), nvml.WithPollInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{sim: sim, state: state, dir: dir}
+	f.d = f.open(t, opts...)
+	return f
+}
+
+func (f *fixture) open(t *testing.T, opts ...Option) *Driver {
+	t.Helper()
+	d, err := New(f.sim, "node-1", append([]Option{WithStateDir(filepath.Join(f.dir, "state"))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func names(inv *device.Inventory) []string {
+	var out []string
+	for _, p := range inv.Pools {
+		for _, d := range p.Devices {
+			out = append(out, d.Name())
+		}
+	}
+	return out
+}
+
+func TestInventoryModes(t *testing.T) {
+	f := newFixture(t)
+	inv, err := f.d.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.Validate(); err != nil {
+		t.Fatalf("inventory does not validate: %v", err)
+	}
+	got := names(inv)
+	want := []string{"gpu-0", "gpu-1", "gpu-2-4g-71gb-0", "gpu-2-3g-71gb-4", "gpu-3-3g-71gb-0", "gpu-3-2g-35gb-4", "gpu-3-1g-18gb-6"}
+	if len(got) < len(want) || strings.Join(got[:len(want)], ",") != strings.Join(want, ",") {
+		t.Fatalf("first devices %v, want %v", got, want)
+	}
+	// Dynamic: every profile x placement of GPUs 4-7, no full GPU.
+	dyn := got[len(want):]
+	perGPU := 7 + 7 + 4 + 3 + 2 + 1 + 1
+	if len(dyn) != 4*perGPU {
+		t.Errorf("%d dynamic devices, want %d", len(dyn), 4*perGPU)
+	}
+	for _, n := range dyn {
+		if !strings.HasPrefix(n, "gpu-4-") && !strings.HasPrefix(n, "gpu-5-") && !strings.HasPrefix(n, "gpu-6-") && !strings.HasPrefix(n, "gpu-7-") {
+			t.Errorf("dynamic device %s on a GPU that is not dynamic", n)
+		}
+	}
+	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
+	if info.mode != ModeStatic || !strings.HasPrefix(info.uuid, "MIG-") {
+		t.Errorf("static device info %+v", info)
+	}
+}
+
+func claim(uid string) kit.Claim {
+	return kit.Claim{ClaimRef: kit.ClaimRef{UID: types.UID(uid), Namespace: "default", Name: "c-" + uid}}
+}
+
+func alloc(dev string, cfg ...string) kit.AllocatedDevice {
+	a := kit.AllocatedDevice{Request: "gpu", Pool: "node-1", Device: dev}
+	for _, c := range cfg {
+		a.Config = append(a.Config, kit.OpaqueConfig{Parameters: json.RawMessage(c)})
+	}
+	return a
+}
+
+// A dynamic MIG claim creates its device at PrepareClaim, hands the
+// container its UUID, and destroys it at UnprepareClaim.
+func TestDynamicMIGLifecycle(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("u1")
+	devs := []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-3")}
+	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
+		t.Fatal(err)
+	}
+	gis, _ := f.sim.GPUInstances(5)
+	if len(gis) != 1 || gis[0].Placement.Start != 3 || len(gis[0].ComputeInstances) != 1 {
+		t.Fatalf("GPU 5 instances after prepare: %+v", gis)
+	}
+	uuid := gis[0].ComputeInstances[0].UUID
+	pd, err := f.d.PrepareDevice(ctx, c, devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	edits, _ := f.d.ClaimEdits(ctx, c, devs)
+	if s := specString(t, pd.Edits) + specString(t, edits); !strings.Contains(s, EnvDevicePrefix+"GPU_5_1G_18GB_3="+uuid) || !strings.Contains(s, EnvVisibleDevices+"="+uuid) || strings.Contains(s, "/dev/nvidia") {
+		t.Errorf("edits %s: want the MIG UUID and no device nodes", s)
+	}
+	var file ClaimFile
+	b, err := os.ReadFile(f.d.claimFile("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &file); err != nil || len(file.Devices) != 1 || file.Devices[0].UUID != uuid || file.Devices[0].Profile != "1g.18gb" {
+		t.Errorf("devices file %s", b)
+	}
+	// The device sits on GPU 5, which the next inventory prefers for 1g.
+	inv, _ := f.d.Inventory(ctx)
+	for _, n := range names(inv) {
+		if i, _ := f.d.deviceInfo(n); i.mode == ModeDynamic && strings.Contains(n, "-1g-18gb-") {
+			if !strings.HasPrefix(n, "gpu-5-") {
+				t.Errorf("first 1g.18gb device %s, want one on GPU 5 (the planner packs)", n)
+			}
+			break
+		}
+	}
+	if err := f.d.UnprepareDevice(ctx, c.ClaimRef, devs[0], pd.Data); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := f.d.UnprepareClaim(ctx, c.ClaimRef, devs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gis, _ := f.sim.GPUInstances(5); len(gis) != 0 {
+		t.Errorf("GPU 5 instances after unprepare: %+v", gis)
+	}
+	if _, err := os.Stat(f.d.claimFile("u1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("devices file left: %v", err)
+	}
+}
+
+// An administrator's MIG device is never destroyed, even when a claim
+// that had it is unprepared.
+func TestStaticMIGUntouched(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("s1")
+	devs := []kit.AllocatedDevice{alloc("gpu-3-1g-18gb-6")}
+	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, devs); err != nil {
+		t.Fatal(err)
+	}
+	if gis, _ := f.sim.GPUInstances(3); len(gis) != 3 {
+		t.Errorf("GPU 3 has %d instances, want the administrator's 3", len(gis))
+	}
+}
+
+func TestTimeSlicing(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
+	c := claim("t1")
+	dev := alloc("gpu-1", cfg)
+	if err := f.d.PrepareClaim(ctx, c, []kit.AllocatedDevice{dev}); err != nil {
+		t.Fatal(err)
+	}
+	pd, err := f.d.PrepareDevice(ctx, c, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := f.sim.TimeSlice(1); ts != nvml.TimeSliceLong {
+		t.Errorf("GPU 1 time-slice %q, want Long", ts)
+	}
+	if s := specString(t, pd.Edits); !strings.Contains(s, EnvTimeSlicePrefix+"GPU_1=Long") {
+		t.Errorf("edits %s lack the time-slice", s)
+	}
+	if err := f.d.UnprepareDevice(ctx, c.ClaimRef, dev, pd.Data); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := f.sim.TimeSlice(1); ts != nvml.TimeSliceDefault {
+		t.Errorf("GPU 1 time-slice after unprepare %q, want Default", ts)
+	}
+}
+
+func TestConfigIsStrict(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ dev, cfg, want string }{
+		"unknown field": {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"intervall":"Long"}}}`, `"intervall"`},
+		"bad interval":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}}`, `"Forever"`},
+		"bad kind":      {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"MigConfig"}`, `"MigConfig"`},
+		"MIG timeslice": {"gpu-5-1g-18gb-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`, "only full GPUs"},
+		"bad strategy":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`, `"MPS"`},
+	} {
+		err := f.d.PrepareClaim(ctx, claim("x"), []kit.AllocatedDevice{alloc(tc.dev, tc.cfg)})
+		if !errors.Is(err, kit.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want ErrInvalidConfig naming %s", name, err, tc.want)
+		}
+	}
+	if gis, _ := f.sim.GPUInstances(5); len(gis) != 0 {
+		t.Errorf("a refused claim made MIG devices: %+v", gis)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan device.Event, 10)
+	go func() { _ = f.d.Watch(ctx, events) }()
+	first := <-events
+	healthy := 0
+	for _, r := range first.Health {
+		if r.Health == device.Healthy {
+			healthy++
+		}
+	}
+	if first.Type != device.EventHealth || healthy != len(f.d.deviceNames()) || healthy < 2 {
+		t.Fatalf("first event %+v: want every device Healthy", first)
+	}
+	if err := f.sim.RaiseXID(4, 13, -1, -1); err != nil { // application error: ignored
+		t.Fatal(err)
+	}
+	if err := f.sim.RaiseXID(3, 79, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	ev := <-events
+	if len(ev.Health) != 3 {
+		t.Fatalf("XID 79 on GPU 3 reported %+v, want its 3 MIG devices", ev.Health)
+	}
+	for _, r := range ev.Health {
+		if r.Health != device.Unhealthy || r.Reason != "XID79" || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
+			t.Errorf("report %+v", r)
+		}
+	}
+	if err := f.sim.RecoverGPU(3); err != nil {
+		t.Fatal(err)
+	}
+	ev = <-events
+	for _, r := range ev.Health {
+		if r.Health != device.Healthy {
+			t.Errorf("after recovery %+v", r)
+		}
+	}
+	if len(ev.Health) != 3 {
+		t.Errorf("recovery reported %d devices, want 3", len(ev.Health))
+	}
+}
+
+func TestDeviceClasses(t *testing.T) {
+	cs := DeviceClasses([]string{"1g.18gb", "MIG 1g.18gb+me", "1g.18gb"})
+	var got []string
+	for _, c := range cs {
+		er := ""
+		if c.Spec.ExtendedResourceName != nil {
+			er = *c.Spec.ExtendedResourceName
+		}
+		got = append(got, c.Name+"="+er)
+	}
+	want := "gpu.nvidia.drakit.dev=nvidia.com/gpu mig.nvidia.drakit.dev= mig-1g-18gb.nvidia.drakit.dev=nvidia.com/mig-1g.18gb mig-1g-18gb-me.nvidia.drakit.dev=nvidia.com/mig-1g.18gb.me"
+	if strings.Join(got, " ") != want {
+		t.Errorf("classes %v\nwant %s", got, want)
+	}
+}
+
+// specString renders edits through the CDI writer (as the runtime does)
+// into JSON.
+func specString(t *testing.T, e *cdi.Edits) string {
+	t.Helper()
+	w, err := cdi.NewWriter(t.TempDir(), "nvidia.drakit.dev", "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, err := w.Spec(cdi.Claim{UID: "u", Namespace: "n", Name: "c", Devices: []cdi.Device{{Name: "d", Edits: e}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(spec)
+	return string(b)
+}

@@ -1,0 +1,220 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+)
+
+// Inventory reads the GPUs' MIG modes and instances and returns the
+// node's devices, in one pool named after the node (plus whatever pools
+// the MIG counter model makes):
+//
+//   - a GPU with MIG mode off is one device "gpu-<index>" (ModeFull);
+//   - a GPU in MIG mode that has MIG devices the driver did not make
+//     publishes those (ModeStatic), named as in the counter model
+//     ("gpu-2-3g-71gb-4"), and never changes them;
+//   - a GPU in MIG mode without such devices is dynamic (ModeDynamic):
+//     every advertised profile x placement is a device consuming the
+//     GPU's counter set (mig.CounterModel), created at prepare. Their
+//     order is mig.Preference's for the node's current MIG devices, so
+//     the scheduler's first fit is the planner's choice.
+//
+// Full GPUs come first, then static MIG devices, then dynamic ones.
+func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
+	pool := device.Pool{Name: d.node}
+	devs := map[string]devInfo{}
+	var fleet []mig.FleetGPU
+	var model []mig.GPU
+	var dynamic []*gpuInfo
+	for i := range d.gpus {
+		g := &d.gpus[i]
+		mode, static, owned, err := d.gpuMode(g)
+		if err != nil {
+			return nil, fmt.Errorf("inventory: %w", err)
+		}
+		switch mode {
+		case ModeFull:
+			name := mig.DeviceRef{GPU: g.Index}.String()
+			dev := d.common(device.New(name), g, TypeGPU, ModeFull).
+				StringAttribute(AttrUUID, g.UUID).
+				Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
+			pool.Devices = append(pool.Devices, dev)
+			devs[name] = devInfo{gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+		case ModeStatic:
+			for _, md := range static {
+				if !md.Complete() {
+					continue // an administrator's half-made GPU instance: no device
+				}
+				pr, err := g.product.Profile(md.Profile)
+				if err != nil {
+					return nil, fmt.Errorf("inventory: GPU %d: %w", g.Index, err)
+				}
+				name := mig.DeviceRef{GPU: g.Index, Profile: pr.Name, Start: md.Key.Start}.String()
+				dev := d.common(device.New(name), g, TypeMIG, ModeStatic).
+					StringAttribute(AttrUUID, md.UUID).
+					StringAttribute(AttrParentUUID, g.UUID).
+					StringAttribute(mig.AttrProfile, pr.Name).
+					IntAttribute(mig.AttrProfileID, int64(pr.ID)).
+					IntAttribute(mig.AttrPlacementStart, int64(md.Key.Start)).
+					IntAttribute(mig.AttrPlacementSize, int64(pr.MemorySlices)).
+					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
+					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
+				pool.Devices = append(pool.Devices, dev)
+				devs[name] = devInfo{gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
+			}
+		case ModeDynamic:
+			var layout mig.Layout
+			for _, md := range owned {
+				layout = append(layout, mig.Instance{Profile: md.Profile, Start: md.Key.Start, InUse: true})
+			}
+			fleet = append(fleet, mig.FleetGPU{Node: d.node, Index: g.Index, Product: g.product, Layout: layout})
+			model = append(model, mig.GPU{Index: g.Index, Product: g.product, Profiles: g.profiles})
+			dynamic = append(dynamic, g)
+		}
+	}
+	pools := []device.Pool{pool}
+	if len(model) > 0 {
+		mp, err := d.dynamicPools(fleet, model, dynamic, devs)
+		if err != nil {
+			return nil, fmt.Errorf("inventory: %w", err)
+		}
+		pools = mergePools(pool, mp)
+	}
+	d.mu.Lock()
+	d.devs = devs
+	d.mu.Unlock()
+	return &device.Inventory{Driver: DriverName, Pools: pools}, nil
+}
+
+// gpuMode tells how g is published now, with its static and owned MIG
+// devices.
+func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevice, err error) {
+	if g.product == nil {
+		return ModeFull, nil, nil, nil
+	}
+	m, err := d.nv.MigMode(g.Index)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if !m.Current {
+		return ModeFull, nil, nil, nil
+	}
+	gis, err := d.nv.GPUInstances(g.Index)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	for _, gi := range gis {
+		k := nvml.Key{GPU: g.Index, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+		own, err := d.journal.Owns(k)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		md := nvml.MigDevice{Key: k, GPUInstance: gi, Owned: own}
+		if len(gi.ComputeInstances) > 0 {
+			md.UUID = gi.ComputeInstances[0].UUID
+		}
+		for _, pr := range g.product.Profiles {
+			if pr.ID == gi.ProfileID {
+				md.Profile = pr.Name
+			}
+		}
+		if own {
+			owned = append(owned, md)
+		} else {
+			static = append(static, md)
+		}
+	}
+	if len(static) > 0 {
+		return ModeStatic, static, owned, nil
+	}
+	return ModeDynamic, nil, owned, nil
+}
+
+// dynamicPools is the counter model of the dynamic GPUs in
+// mig.Preference's order, without the full-GPU devices (a GPU in MIG mode
+// is used through MIG devices only).
+func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
+	m, err := mig.NewCounterModel(model)
+	if err != nil {
+		return nil, err
+	}
+	pref, err := mig.Preference(fleet)
+	if err != nil {
+		return nil, err
+	}
+	inModel := make(map[string]bool, len(m.Devices))
+	for _, dev := range m.Devices {
+		inModel[dev.Name] = true
+	}
+	keep := make([]string, 0, len(m.Devices))
+	for _, n := range pref {
+		if ref, err := mig.ParseDeviceName(n); err == nil && ref.Profile != "" && inModel[n] {
+			keep = append(keep, n)
+		}
+	}
+	if m, err = m.Only(keep); err != nil {
+		return nil, err
+	}
+	byIndex := map[int]*gpuInfo{}
+	for _, g := range gpus {
+		byIndex[g.Index] = g
+	}
+	pools := modelPools(m, d.node)
+	for _, p := range pools {
+		for _, dev := range p.Devices {
+			ref, err := mig.ParseDeviceName(dev.Name())
+			if err != nil {
+				return nil, err
+			}
+			g := byIndex[ref.GPU]
+			pr, err := g.product.Profile(ref.Profile)
+			if err != nil {
+				return nil, err
+			}
+			d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
+		}
+	}
+	return pools, nil
+}
+
+// mergePools adds the counter model's pools to the node pool: a model
+// pool of the node pool's name is merged into it (its devices after the
+// node pool's), the others are added as they are.
+func mergePools(node device.Pool, model []device.Pool) []device.Pool {
+	out := []device.Pool{node}
+	for _, p := range model {
+		if p.Name == node.Name {
+			out[0].CounterSets = append(out[0].CounterSets, p.CounterSets...)
+			out[0].Devices = append(out[0].Devices, p.Devices...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// common sets the attributes every device of GPU g has.
+func (d *Driver) common(dev *device.Device, g *gpuInfo, typ, mode string) *device.Device {
+	dev.StringAttribute(mig.AttrType, typ).
+		IntAttribute(mig.AttrIndex, int64(g.Index)).
+		StringAttribute(AttrProductName, g.ProductName).
+		StringAttribute(AttrBrand, g.Brand).
+		StringAttribute(AttrArchitecture, g.Architecture).
+		VersionAttribute(AttrCUDAComputeCapability, g.cc).
+		VersionAttribute(AttrDriverVersion, d.versions.driver).
+		VersionAttribute(AttrCUDADriverVersion, d.versions.cuda).
+		StringAttribute(AttrMIGMode, mode)
+	if g.topo != nil {
+		g.topo.SetAttributes(dev)
+	}
+	return dev
+}
+
+func mib(n int64) resource.Quantity { return *resource.NewQuantity(n*1024*1024, resource.BinarySI) }

@@ -1,0 +1,354 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/cdi"
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+)
+
+// preparedData is what the checkpoint keeps of a prepared device.
+type preparedData struct {
+	GPU       int            `json:"gpu"`
+	UUID      string         `json:"uuid"`
+	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
+}
+
+// ClaimDevice is one device in a claim's devices file.
+type ClaimDevice struct {
+	// Request is the claim's request (or "request/subrequest").
+	Request string `json:"request"`
+	// Device is the device's name in the ResourceSlice.
+	Device string `json:"device"`
+	// Type is TypeGPU or TypeMIG; Mode is ModeFull, ModeStatic or
+	// ModeDynamic.
+	Type string `json:"type"`
+	Mode string `json:"mode"`
+	// GPU is the (parent) GPU's index, ParentUUID its UUID for a MIG
+	// device.
+	GPU        int    `json:"gpu"`
+	UUID       string `json:"uuid"`
+	ParentUUID string `json:"parentUUID,omitempty"`
+	// Profile and Placement describe a MIG device.
+	Profile   string         `json:"profile,omitempty"`
+	Placement *mig.Placement `json:"placement,omitempty"`
+	// TimeSlice is the GPU's time-slice when the claim configured
+	// time-slicing.
+	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
+}
+
+// ClaimFile is the devices file a claim's containers get, at
+// ClaimFileDir/<namespace>_<claim name>.json and in EnvDevicesFile.
+type ClaimFile struct {
+	Namespace string        `json:"namespace"`
+	Claim     string        `json:"claim"`
+	UID       string        `json:"uid"`
+	Devices   []ClaimDevice `json:"devices"`
+}
+
+// PrepareClaim runs after the runtime recorded the claim's intent: it
+// checks the opaque configuration of every device (nothing is made for a
+// claim that cannot be prepared) and creates the claim's dynamic MIG
+// devices, each after recording the intent in the MIG journal
+// (nvml.Journal.Record, then nvml.Lifecycle.Create), so that a crash at
+// any point is undone: by UnprepareClaim when the runtime undoes the
+// half-way claim, and by nvml.Lifecycle.Recover at the next start for a
+// GPU instance left without its compute instance.
+func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) error {
+	if err := d.ensureInventory(ctx); err != nil {
+		return err
+	}
+	var create []nvml.Key
+	for _, dev := range devs {
+		info, ok := d.deviceInfo(dev.Device)
+		if !ok {
+			return fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
+		}
+		if _, err := decodeConfig(dev, info.typ); err != nil {
+			return err
+		}
+		if info.mode == ModeDynamic {
+			create = append(create, info.key)
+		}
+	}
+	for _, k := range create {
+		if err := d.journal.Record(k); err != nil {
+			return err
+		}
+		md, err := d.lifecycle.Create(k)
+		if err != nil {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
+	}
+	if len(create) > 0 {
+		d.changed()
+	}
+	return nil
+}
+
+// PrepareDevice applies the device's configuration (a full GPU's
+// time-slice) and returns its container edits: the device's UUID in
+// EnvDevicePrefix+<device>, the time-slice in EnvTimeSlicePrefix+<device>
+// and, on real hardware, its device nodes (/dev/nvidia<minor>, and the
+// MIG capability nodes of a MIG device).
+func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice) (kit.PreparedDevice, error) {
+	cd, info, err := d.describe(dev)
+	if err != nil {
+		return kit.PreparedDevice{}, err
+	}
+	cfg, err := decodeConfig(dev, info.typ)
+	if err != nil {
+		return kit.PreparedDevice{}, err
+	}
+	suffix := envSuffix(dev.Device)
+	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+suffix, cd.UUID)
+	data := preparedData{GPU: cd.GPU, UUID: cd.UUID}
+	if ts := cfg.timeSlice(); ts != "" {
+		if err := d.setTimeSlice(cd.GPU, ts); err != nil {
+			return kit.PreparedDevice{}, err
+		}
+		data.TimeSlice = ts
+		edits.Env(EnvTimeSlicePrefix+suffix, string(ts))
+	}
+	if !*d.o.simulated {
+		nodes, err := d.deviceNodes(info)
+		if err != nil {
+			return kit.PreparedDevice{}, err
+		}
+		for _, n := range nodes {
+			edits.DeviceNode(cdi.DeviceNode{Path: n})
+		}
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return kit.PreparedDevice{}, err
+	}
+	meta := &kit.DeviceMetadata{Attributes: map[string]resourceapi.DeviceAttribute{AttrUUID: {StringValue: ptr.To(cd.UUID)}}}
+	return kit.PreparedDevice{Edits: edits, Data: raw, Metadata: meta}, nil
+}
+
+// ClaimEdits gives every container of the claim NVIDIA_VISIBLE_DEVICES
+// (the UUIDs of the claim's devices), the claim's devices file (ClaimFile)
+// mounted read-only with its path in EnvDevicesFile, and on real hardware
+// the control nodes /dev/nvidiactl, /dev/nvidia-uvm and
+// /dev/nvidia-uvm-tools.
+func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) (*cdi.Edits, error) {
+	f := ClaimFile{Namespace: claim.Namespace, Claim: claim.Name, UID: string(claim.UID)}
+	var uuids []string
+	for _, dev := range devs {
+		cd, info, err := d.describe(dev)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := decodeConfig(dev, info.typ)
+		if err != nil {
+			return nil, err
+		}
+		cd.TimeSlice = cfg.timeSlice()
+		f.Devices = append(f.Devices, cd)
+		uuids = append(uuids, cd.UUID)
+	}
+	host := d.claimFile(string(claim.UID))
+	if err := writeJSON(host, f); err != nil {
+		return nil, err
+	}
+	in := filepath.Join(ClaimFileDir, claim.Namespace+"_"+claim.Name+".json")
+	edits := (&cdi.Edits{}).
+		Env(EnvVisibleDevices, strings.Join(uuids, ",")).
+		Env(EnvDevicesFile, in).
+		Mount(host, in, "ro", "nosuid", "nodev", "bind")
+	if !*d.o.simulated {
+		for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+			edits.DeviceNode(cdi.DeviceNode{Path: "/dev/" + n, HostPath: filepath.Join(d.o.devRoot, n)})
+		}
+	}
+	return edits, nil
+}
+
+// UnprepareDevice puts a time-sliced GPU back to the default time-slice.
+// It is idempotent.
+func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev kit.AllocatedDevice, data json.RawMessage) error {
+	if len(data) == 0 {
+		return nil
+	}
+	var pd preparedData
+	if err := json.Unmarshal(data, &pd); err != nil {
+		return fmt.Errorf("read prepared data of %s: %w", dev.ID(), err)
+	}
+	if pd.TimeSlice != "" && pd.TimeSlice != nvml.TimeSliceDefault {
+		return d.setTimeSlice(pd.GPU, nvml.TimeSliceDefault)
+	}
+	return nil
+}
+
+// UnprepareClaim destroys the claim's dynamic MIG devices that the
+// journal says the driver made (nvml.Lifecycle.Destroy, then
+// Journal.Forget), removes the claim's devices file and republishes. A
+// device the journal does not hold was never created (the intent is
+// recorded before the create), so there is nothing to destroy; a static
+// device is never touched. It is idempotent.
+func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
+	destroyed := false
+	for _, dev := range devs {
+		k, ok := d.keyOf(dev.Device)
+		if !ok {
+			continue
+		}
+		owned, err := d.journal.Owns(k)
+		if err != nil {
+			return err
+		}
+		if !owned {
+			continue
+		}
+		if err := d.lifecycle.Destroy(k); err != nil {
+			return err
+		}
+		if err := d.journal.Forget(k); err != nil {
+			return err
+		}
+		destroyed = true
+		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", k.String())
+	}
+	if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
+	}
+	if destroyed {
+		d.changed()
+	}
+	return nil
+}
+
+// keyOf maps a MIG device name to its key; false for a full GPU or a
+// name that is not a MIG device of this node.
+func (d *Driver) keyOf(name string) (nvml.Key, bool) {
+	ref, err := mig.ParseDeviceName(name)
+	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) || d.gpus[ref.GPU].product == nil {
+		return nvml.Key{}, false
+	}
+	pr, err := d.gpus[ref.GPU].product.Profile(ref.Profile)
+	if err != nil {
+		return nvml.Key{}, false
+	}
+	return nvml.Key{GPU: ref.GPU, ProfileID: pr.ID, Start: ref.Start}, true
+}
+
+// describe is the device as its container sees it; a dynamic MIG device
+// must exist (PrepareClaim made it).
+func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error) {
+	info, ok := d.deviceInfo(dev.Device)
+	if !ok {
+		return ClaimDevice{}, info, fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
+	}
+	g := d.gpus[info.gpu]
+	cd := ClaimDevice{Request: dev.Request, Device: dev.Device, Type: info.typ, Mode: info.mode, GPU: info.gpu, UUID: info.uuid}
+	if info.typ == TypeMIG {
+		pr, err := g.product.Profile(info.profile)
+		if err != nil {
+			return cd, info, err
+		}
+		cd.ParentUUID, cd.Profile = g.UUID, pr.Name
+		cd.Placement = &mig.Placement{Start: info.key.Start, Size: pr.MemorySlices}
+	}
+	if info.mode == ModeDynamic {
+		gi, found, err := d.lifecycle.Find(info.key)
+		if err != nil {
+			return cd, info, err
+		}
+		if !found || len(gi.ComputeInstances) == 0 {
+			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.key)
+		}
+		cd.UUID = gi.ComputeInstances[0].UUID
+		info.gi, info.ci = gi.ID, gi.ComputeInstances[0].ID
+	}
+	return cd, info, nil
+}
+
+// timeSlicer is a backend that can set a GPU's time-slice (the simulator;
+// real NVML through nvidia-smi is not wired up).
+type timeSlicer interface {
+	SetTimeSlice(gpu int, t nvml.TimeSlice) error
+}
+
+func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
+	ts, ok := d.nv.(timeSlicer)
+	if !ok {
+		return fmt.Errorf("%w: time-slicing GPU %d: this NVML backend cannot set time-slices", kit.ErrInvalidConfig, gpu)
+	}
+	return ts.SetTimeSlice(gpu, t)
+}
+
+// claimFile is the host path of a claim's devices file.
+func (d *Driver) claimFile(uid string) string {
+	return filepath.Join(d.o.stateDir, "claims", uid+".json")
+}
+
+// deviceNodes are a device's nodes on real hardware: the GPU's
+// /dev/nvidia<minor> and, for a MIG device, the capability nodes of its
+// GPU and compute instance (/dev/nvidia-caps/nvidia-cap<N>, N read from
+// /proc/driver/nvidia/capabilities).
+func (d *Driver) deviceNodes(info devInfo) ([]string, error) {
+	g := d.gpus[info.gpu]
+	nodes := []string{"/dev/nvidia" + strconv.Itoa(g.Minor)}
+	if info.typ != TypeMIG {
+		return nodes, nil
+	}
+	gi, ci := info.gi, info.ci
+	base := fmt.Sprintf("/proc/driver/nvidia/capabilities/gpu%d/mig/gi%d", g.Minor, gi)
+	for _, p := range []string{base + "/access", fmt.Sprintf("%s/ci%d/access", base, ci)} {
+		minor, err := capMinor(p)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, "/dev/nvidia-caps/nvidia-cap"+strconv.Itoa(minor))
+	}
+	return nodes, nil
+}
+
+// capMinor reads "DeviceFileMinor: N" from a MIG capability file.
+func capMinor(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read MIG capability: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "DeviceFileMinor:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("read MIG capability %s: %q is not a number", path, v)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("read MIG capability %s: no DeviceFileMinor", path)
+}
+
+// writeJSON writes v to path atomically.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
