@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/conformance"
@@ -218,7 +219,7 @@ func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string) error {
 }
 
 // driverPod waits for a ready driver pod other than the one with UID not.
-func (d *nvidiaDemo) driverPod(ctx context.Context, not any) (*corev1.Pod, error) {
+func (d *nvidiaDemo) driverPod(ctx context.Context, not types.UID) (*corev1.Pod, error) {
 	var pod *corev1.Pod
 	err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := d.c.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -17,11 +18,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -236,6 +240,10 @@ func TestChartObjects(t *testing.T) {
 	}
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
+		if v.Name == "tmp" && v.EmptyDir != nil {
+			hostPaths[v.Name] = "/tmp" // the read-only root's only writable folder
+			continue
+		}
 		if v.HostPath == nil {
 			t.Errorf("volume %s is not a hostPath", v.Name)
 			continue
@@ -325,4 +333,58 @@ func TestManifestsCurrent(t *testing.T) {
 	if len(r.namespaces) != 1 || r.namespaces[0].Name != deploy.Namespace {
 		t.Errorf("manifests hold namespaces %v, want %s", r.namespaces, deploy.Namespace)
 	}
+}
+
+// TestChartDeviceClasses checks that the chart's DeviceClasses are the
+// driver's own, driver.DeviceClasses of the simulated H200's profiles
+// (the chart's default profile list), field for field: names, CEL
+// selectors, extended resource names.
+func TestChartDeviceClasses(t *testing.T) {
+	p, err := mig.Lookup("H200-141GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		set      []string
+		profiles []string
+	}{
+		{"default values: every H200 profile", nil, p.ProfileNames()},
+		{"a chosen profile list", []string{"deviceClasses.migProfiles={1g.18gb,3g.71gb}"}, []string{"1g.18gb", "3g.71gb"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			got := render(t, args...).classes
+			want := nvdriver.DeviceClasses(tc.profiles)
+			if len(got) != len(want) {
+				t.Fatalf("the chart has %d DeviceClasses, driver.DeviceClasses %d", len(got), len(want))
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Name != w.Name || !equality.Semantic.DeepEqual(g.Spec, w.Spec) {
+					t.Errorf("class %d: chart\n%s %+v\nGo\n%s %+v", i, g.Name, spec(g), w.Name, spec(w))
+				}
+			}
+		})
+	}
+}
+
+func spec(c *resourceapi.DeviceClass) string {
+	var sel []string
+	for _, s := range c.Spec.Selectors {
+		if s.CEL != nil {
+			sel = append(sel, s.CEL.Expression)
+		}
+	}
+	return fmt.Sprintf("selectors %q extendedResourceName %v", sel, ptrString(c.Spec.ExtendedResourceName))
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
 }

@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
@@ -351,7 +352,7 @@ func checkPending(t *testing.T, ctx context.Context, env *testenv.Env, name stri
 
 // waitNewDriverPod waits for a ready driver pod other than the one with
 // UID old.
-func waitNewDriverPod(ctx context.Context, in *installed, old any) error {
+func waitNewDriverPod(ctx context.Context, in *installed, old types.UID) error {
 	return poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := in.driverPod(ctx)
 		if err != nil || apierrors.IsNotFound(err) {
