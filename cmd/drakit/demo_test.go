@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drakit/drakit/internal/cluster"
 )
 
 // TestDemo runs the README's main job end to end: the real examples/minimal
@@ -43,6 +45,49 @@ func TestDemo(t *testing.T) {
 	}
 	if n := strings.Count(text, "the container sees MINIMAL_DEVICE=dev-"); n != 3 {
 		t.Errorf("%d pods saw their device, want 3", n)
+	}
+}
+
+// TestDemoNVIDIA runs the README's main job end to end: the reference
+// NVIDIA driver's image built and imported, its chart installed with
+// helm, the story's pods run one by one with pictures of the GPUs, the
+// driver's pod restarted, the pods deleted, and the conformance suite
+// against the installed driver.
+func TestDemoNVIDIA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true}, &out, &progress)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"helm install nvidia-dra-driver",
+		"GPU 0 (NVIDIA H200): MIG off",
+		"GPU 4 (NVIDIA H200): dynamic MIG",
+		"pod gpu asks for one full GPU",
+		"pod mig-pair asks for",
+		"pod legacy-gpu asks for resources.limits nvidia.com/gpu: 1",
+		"pod legacy-mig asks for resources.limits nvidia.com/mig-1g.18gb: 1",
+		"pod nine-gpus asks for nine full GPUs at once (the node has eight): stays Pending",
+		"6 of 6 pods still run on their devices",
+		"all pods deleted",
+		"conformance suite against the installed driver",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=GPU-"); n != 2 {
+		t.Errorf("%d pods saw a full GPU, want 2", n)
+	}
+	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=MIG-"); n != 4 {
+		t.Errorf("%d pods saw MIG devices, want 4", n)
 	}
 }
 
