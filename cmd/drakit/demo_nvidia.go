@@ -120,6 +120,10 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	if err := d.picture("the GPUs before any pod"); err != nil {
 		return err
 	}
+	initialMIG, err := d.migUUIDs()
+	if err != nil {
+		return err
+	}
 
 	story := deploy.Story(demoNS, c.Images.Busybox)
 	var running []string
@@ -157,14 +161,23 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 			return fmt.Errorf("delete pod %s: %w", w.Name, err)
 		}
 	}
+	// The pods are gone from the API at once; the kubelet then stops
+	// their containers and has the driver unprepare their claims: the
+	// driver removes each claim's CDI spec and destroys the MIG devices it
+	// made.
+	var specs []string
+	var mig map[string]bool
 	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := c.Client.ResourceV1().ResourceClaims(demoNS).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, err
+		specs, _ = filepath.Glob(filepath.Join(c.CDIDir, "*"+nvdriver.DriverName+"*"))
+		if mig, err = d.migUUIDs(); err != nil {
+			return false, err
+		}
+		return len(specs) == 0 && len(mig) == len(initialMIG), nil
 	}); err != nil {
-		return fmt.Errorf("wait for the claims to go: %w", err)
+		return fmt.Errorf("wait for the driver to unprepare the pods' claims (CDI specs left: %v, MIG devices %d, %d before the pods): %w", specs, len(mig), len(initialMIG), err)
 	}
 	d.users = map[string]string{}
-	d.stepf("all pods deleted: the restarted driver unprepared their claims in %s (dynamic MIG devices destroyed)", since(t0))
+	d.stepf("all pods deleted: the restarted driver unprepared their claims in %s: CDI specs removed, the MIG devices it made destroyed", since(t0))
 	if err := d.picture("the GPUs after"); err != nil {
 		return err
 	}
@@ -433,6 +446,35 @@ func oneLine(s string, max int) string {
 		s = s[:max] + "..."
 	}
 	return s
+}
+
+// migUUIDs returns the UUIDs of the simulator's MIG devices.
+func (d *nvidiaDemo) migUUIDs() (map[string]bool, error) {
+	sim, err := nvml.OpenSim(d.stateFile, nvml.WithServer("dgx-h200"))
+	if err != nil {
+		return nil, fmt.Errorf("read the simulator's state: %w", err)
+	}
+	defer sim.Close()
+	gpus, err := sim.GPUs()
+	if err != nil {
+		return nil, fmt.Errorf("read the simulator's GPUs: %w", err)
+	}
+	out := map[string]bool{}
+	for _, g := range gpus {
+		if mode, err := sim.MigMode(g.Index); err != nil || !mode.Current {
+			continue
+		}
+		gis, err := sim.GPUInstances(g.Index)
+		if err != nil {
+			return nil, fmt.Errorf("MIG devices of GPU %d: %w", g.Index, err)
+		}
+		for _, gi := range gis {
+			for _, ci := range gi.ComputeInstances {
+				out[ci.UUID] = true
+			}
+		}
+	}
+	return out, nil
 }
 
 // picture draws every GPU from the simulator's state, as the host sees

@@ -103,3 +103,21 @@ func TestDemoUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestImageCommand builds an image with drakit image and finds the
+// binary's name and the reference in it.
+func TestImageCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "image.tar")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"image", "-o", out, "-package", "github.com/drakit/drakit/examples/minimal", "-ref", "example.com/minimal:v1"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("drakit image: exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "example.com/minimal:v1 sha256:") {
+		t.Errorf("drakit image printed %q", stdout.String())
+	}
+	for _, args := range [][]string{{"image"}, {"image", "-o", out, "-ref", "No:Tag:x"}, {"image", "-o", out, "extra"}} {
+		if code := run(context.Background(), args, &stdout, &stderr); code == 0 {
+			t.Errorf("drakit %v exited 0", args)
+		}
+	}
+}
