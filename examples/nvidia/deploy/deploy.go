@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy/ociimage"
@@ -71,7 +72,7 @@ func WriteChart(dir string) error {
 }
 
 // BuildImage builds Go package pkg (e.g. [DriverPackage]) as a static
-// linux binary (CGO_ENABLED=0, -trimpath) with the go command of the
+// linux binary for this program's architecture (CGO_ENABLED=0, -trimpath) with the go command of the
 // caller's module and writes it to out as an OCI image tarball named ref,
 // the binary its entrypoint (with an empty /tmp): what
 // `ctr -n k8s.io images import` loads. It returns the image's manifest
@@ -85,7 +86,8 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	name := filepath.Base(pkg)
 	bin := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	// The image's platform is this program's: build for it.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
 	}

@@ -96,26 +96,3 @@ func (in *installed) dumpDriver(t *testing.T) {
 func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
 }
-
-// TestHelmInstallMinimal deploys examples/minimal with the chart: the
-// DaemonSet's pod registers with the kubelet through the hostPath folders
-// and publishes its devices with the chart's RBAC.
-func TestHelmInstallMinimal(t *testing.T) {
-	env := testenv.Start(t, testenv.WithRealNode())
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	in := install(t, ctx, env, "github.com/drakit/drakit/examples/minimal", "drakit.dev/minimal:dev",
-		"driverName=minimal.drakit.dev", "nvml.sim=", "deviceClasses.create=false",
-		"extraArgs[0]=--driver-name=minimal.drakit.dev", "extraArgs[1]=--devices=3")
-	defer func() {
-		if t.Failed() {
-			in.dumpDriver(t)
-		}
-	}()
-	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=minimal.drakit.dev"})
-		return err == nil && len(l.Items) > 0 && len(l.Items[0].Spec.Devices) == 3, err
-	}); err != nil {
-		t.Fatalf("slices: %v", err)
-	}
-}
