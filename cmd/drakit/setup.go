@@ -30,7 +30,7 @@ var (
 func init() {
 	register(command{
 		name:    "setup",
-		summary: "install what the local cluster needs (binaries, images, Debian packages) into the cache",
+		summary: "install what the local cluster needs (binaries, Helm, images, Debian packages) into the cache",
 		run:     runSetup,
 	})
 }
