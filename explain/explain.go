@@ -301,7 +301,7 @@ func explain(ctx context.Context, snap *Snapshot, sub *subject, opts []Option) (
 	if err != nil {
 		return nil, fmt.Errorf("explain %s: %w", sub.name, err)
 	}
-	rep := &Report{Subject: sub.name, Claims: sub.labels, Nodes: make([]NodeReport, len(nodes))}
+	rep := &Report{Subject: sub.name, Claims: sub.labels, Nodes: make([]NodeReport, len(nodes)), Warnings: shapeWarnings(sub.pending, sub.labels)}
 	if rep.Claims == nil {
 		rep.Claims = []string{}
 	}

@@ -78,6 +78,11 @@ type Report struct {
 	Fits bool `json:"fits"`
 	// NodesFit counts the nodes that can.
 	NodesFit int `json:"nodesFit"`
+	// Warnings name claim shapes that cost the scheduler dearly whether
+	// they fit or not: several requests for the same devices under one
+	// constraint, which the allocator tries in every order (ask for one
+	// request with a count instead).
+	Warnings []string `json:"warnings,omitempty"`
 	// Nodes holds one entry per node, most promising first: nodes that
 	// fit, then nodes whose reasons are the easiest to resolve (busy
 	// devices before missing ones), then by name.

@@ -49,6 +49,9 @@ func (r *Report) WriteText(w io.Writer, opts ...TextOption) error {
 	if len(r.Claims) > 0 {
 		fmt.Fprintf(&b, "claims to allocate: %s\n", strings.Join(r.Claims, ", "))
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
 	b.WriteString("\n")
 	shown := r.Nodes
 	if o.nodes > 0 && len(shown) > o.nodes {

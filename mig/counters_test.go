@@ -3,12 +3,14 @@ package mig
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,19 +39,31 @@ func selectorFor(a *alloc.Allocator, name string) string {
 // with S already allocated. Because counter consumption only grows, this
 // is the whole family of accepted sets.
 func allocatorFamily(t *testing.T, m CounterModel, features structured.Features) []string {
+	names := make([]string, len(m.Devices))
+	for i, d := range m.Devices {
+		names[i] = d.Name
+	}
+	return allocatorFamilyOf(t, m.Slices(testDriver, "node-a", "node-a", 1), names, nil, features)
+}
+
+// allocatorFamilyOf is allocatorFamily over given slices of node-a whose
+// devices, in order, are names, with the devices held already allocated
+// (they are not part of the sets).
+func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names, held []string, features structured.Features) []string {
 	ctx := context.Background()
 	a := alloc.New(testDriver, features)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-	slices := m.Slices(testDriver, "node-a", "node-a", 1)
-	names := make([]string, len(m.Devices))
-	sels := make([]string, len(m.Devices))
-	for i, d := range m.Devices {
-		names[i] = d.Name
-		sels[i] = selectorFor(a, d.Name)
+	names = without(names, held)
+	sels := make([]string, len(names))
+	for i, n := range names {
+		sels[i] = selectorFor(a, n)
 	}
 	var family []string
 	var chosen []string
 	allocated := sets.New[structured.DeviceID]()
+	for _, h := range held {
+		allocated.Insert(structured.MakeDeviceID(testDriver, "node-a", h))
+	}
 	var rec func(from int)
 	rec = func(from int) {
 		for i := from; i < len(names); i++ {
@@ -240,4 +254,15 @@ func TestCounterModelProofDetectsBrokenModel(t *testing.T) {
 func containsKey(family []string, k string) bool {
 	i := sort.SearchStrings(family, k)
 	return i < len(family) && family[i] == k
+}
+
+// without returns names without the ones in drop, in order.
+func without(names, drop []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(drop, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -94,4 +95,57 @@ func ExamplePlanFleet_exactSearch() {
 	// Output:
 	// budget 0s: 55 compute slices, 1 unplaced, search ran false, optimal false
 	// budget 500ms: 56 compute slices, 0 unplaced, search ran true, optimal true
+}
+
+// A driver publishes the counter model like any inventory: Pools gives
+// device pools in the planner's order, which device splits under the API
+// limits. Devices map back to GPU, profile and placement by name.
+func ExampleCounterModel_Pools() {
+	p, _ := mig.Lookup("H200-141GB")
+	var gpus []mig.GPU
+	var node []mig.FleetGPU
+	for i := 0; i < 8; i++ {
+		gpus = append(gpus, mig.GPU{Index: i, Product: p, Profiles: mig.DefaultProfiles(p)})
+		node = append(node, mig.FleetGPU{Node: "node-a", Index: i, Product: p})
+	}
+	node[0].Layout = mig.Layout{{Profile: "3g.71gb", Start: 0, InUse: true}}
+	model, err := mig.NewCounterModel(gpus)
+	if err != nil {
+		panic(err)
+	}
+	pref, err := mig.Preference(node, mig.WithProfiles(mig.DefaultProfiles))
+	if err != nil {
+		panic(err)
+	}
+	if model, err = model.Reorder(pref); err != nil {
+		panic(err)
+	}
+	inv := &device.Inventory{Driver: "gpu.example.com", Pools: model.Pools("node-a")}
+	for _, d := range inv.Pools[0].Devices[8:10] {
+		ref, _ := mig.ParseDeviceName(d.Name())
+		fmt.Printf("%s: GPU %d, %s at %d\n", d.Name(), ref.GPU, ref.Profile, ref.Start)
+	}
+	res, err := inv.DriverResources()
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range res.Pools["node-a"].Slices {
+		fmt.Printf("slice: %d counter sets, %d devices\n", len(s.SharedCounters), len(s.Devices))
+	}
+	// Output:
+	// gpu-0-1g-18gb-6: GPU 0, 1g.18gb at 6
+	// gpu-0-1g-18gb-4: GPU 0, 1g.18gb at 4
+	// slice: 8 counter sets, 0 devices
+	// slice: 0 counter sets, 64 devices
+	// slice: 0 counter sets, 56 devices
+}
+
+func ExampleDefaultProfiles() {
+	for _, name := range []string{"H200-141GB", "A30-24GB"} {
+		p, _ := mig.Lookup(name)
+		fmt.Println(name, mig.DefaultProfiles(p))
+	}
+	// Output:
+	// H200-141GB [1g.18gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb]
+	// A30-24GB [1g.6gb 2g.12gb 4g.24gb]
 }

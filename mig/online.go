@@ -2,6 +2,7 @@ package mig
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -22,7 +23,7 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // Preference is the planner's online mode. For one node's GPUs and their
 // current instances (all treated as allocated, in use or not), it returns
 // the names of every device of the node's counter model (NewCounterModel
-// with all profiles) in the order the planner prefers them: full GPUs
+// with all profiles, or with the profiles of WithProfiles) in the order the planner prefers them: full GPUs
 // first, then, per profile, the placements that fit, the least
 // fragmentation loss first (ties: the GPU with the most instances, then
 // the one with the fewest memory slices left free, then GPU order, then
@@ -75,18 +76,33 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 	groupOf := map[string]int{}
 	for gi, g := range gpus {
 		p := g.prod
+		var allow []bool
+		if o.profiles != nil {
+			if allow, err = p.profileFilter(o.profiles(p)); err != nil {
+				return nil, fmt.Errorf("preference: gpu %d: %w", node[gi].Index, err)
+			}
+		}
 		st := g.fixed
 		for _, si := range g.idle {
 			p.add(&st, si)
 		}
-		entries = append(entries, entry{name: DeviceRef{GPU: node[gi].Index}.String(), fits: st.used == 0, gpu: gi})
+		full := entry{name: DeviceRef{GPU: node[gi].Index}.String(), fits: st.used == 0, gpu: gi}
+		if !o.fitOnly || g.fixed.used == 0 {
+			entries = append(entries, full)
+		}
 		before := g.sc.score(st)
 		for si, sl := range p.slots {
+			if o.fitOnly && !p.fits(&g.fixed, si) && !slices.Contains(g.inUse, si) {
+				continue
+			}
 			name := p.Profiles[sl.prof].Name
 			grp, ok := groupOf[name]
 			if !ok {
 				grp = len(groupOf) + 1
 				groupOf[name] = grp
+			}
+			if allow != nil && !allow[sl.prof] {
+				continue
 			}
 			if reserve && st.used == 0 && p.Profiles[sl.prof].MemorySlices < p.MemorySlices {
 				continue
@@ -139,8 +155,45 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 type Option func(*options) error
 
 type options struct {
-	reserve int
-	budget  time.Duration
+	reserve  int
+	budget   time.Duration
+	profiles func(*Product) []string
+	fitOnly  bool
+}
+
+// WithFitOnly makes Preference list only the devices the scheduler can
+// still allocate: those that fit beside the node's in-use instances, and
+// the devices of the in-use instances themselves (which the scheduler
+// holds allocated, so their counters must stay visible). A device that
+// overlaps an in-use instance can be part of no allocation until that
+// instance goes, so leaving it out changes no allocation result (the
+// package's tests prove it with the real allocator), while the scheduler
+// evaluates and stores far fewer devices on busy nodes. Idle instances
+// do not shrink the list: they are not allocated and the planner may
+// replace them. Publish the result with CounterModel.Only, and republish
+// after every change, as for Preference. Preference only.
+func WithFitOnly() Option {
+	return func(o *options) error {
+		o.fitOnly = true
+		return nil
+	}
+}
+
+// WithProfiles makes Preference list only the devices of the profiles a
+// driver advertises: for each GPU, the profiles of its product that
+// profiles returns (nil or empty: all), the same set the driver gives
+// NewCounterModel as GPU.Profiles, so that CounterModel.Reorder accepts
+// every name. WithProfiles(DefaultProfiles) matches a model built with
+// DefaultProfiles. A name the product lacks is an error of Preference.
+// profiles must not be nil. Preference only.
+func WithProfiles(profiles func(p *Product) []string) Option {
+	return func(o *options) error {
+		if profiles == nil {
+			return fmt.Errorf("profiles: function is nil")
+		}
+		o.profiles = profiles
+		return nil
+	}
 }
 
 // WithSearchBudget bounds the time of PlanFleet's exact search (see

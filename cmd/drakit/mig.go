@@ -29,7 +29,8 @@ func init() {
 const migUsage = `usage:
   drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
   drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
-  drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)`
+  drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
+  drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -204,8 +205,53 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	part := fs.String("part", "all", "which part: all, batch, online, latency")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
 	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
+	fleet := fs.Bool("fleet", false, "run the fleet benchmark instead: the scheduler's allocator cost per pod on 10, 100 and 1,000 nodes, per slice model and claim shape")
+	nodes := fs.String("nodes", "", "-fleet: comma-separated fleet sizes (default 10,100,1000)")
+	states := fs.Int("states", 0, "-fleet: distinct random node states per fill (default 100; nodes share them round robin)")
+	repeats := fs.Int("repeats", 0, "-fleet: pods timed per row (default 3)")
+	limit := fs.Duration("limit", 0, "-fleet: limit of one node's Allocate in the claim-shape table (default 3s)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *fleet {
+		fc := bench.FleetFull()
+		fc.Seed = *seed
+		if *nodes != "" {
+			fc.Nodes = nil
+			for _, f := range strings.Split(*nodes, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 1 {
+					return fmt.Errorf("%w: -nodes: %q is not a positive integer", errUsage, f)
+				}
+				fc.Nodes = append(fc.Nodes, n)
+			}
+		}
+		if *products != "" {
+			p, err := mig.Lookup(strings.TrimSpace(*products))
+			if err != nil || strings.Contains(*products, ",") {
+				return fmt.Errorf("%w: -products with -fleet: one product (%v)", errUsage, err)
+			}
+			fc.Product = p.Name
+		}
+		for _, o := range []struct {
+			v   int
+			dst *int
+		}{{*states, &fc.States}, {*repeats, &fc.Repeats}} {
+			if o.v < 0 {
+				return fmt.Errorf("%w: -states and -repeats must not be negative", errUsage)
+			}
+			if o.v > 0 {
+				*o.dst = o.v
+			}
+		}
+		if *limit < 0 {
+			return fmt.Errorf("%w: -limit must not be negative", errUsage)
+		}
+		if *limit > 0 {
+			fc.Limit = *limit
+		}
+		_, err := bench.Fleet(ctx, fc, stdout)
+		return err
 	}
 	cfg := bench.Short()
 	if *long {

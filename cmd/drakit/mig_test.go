@@ -95,6 +95,11 @@ func TestMIGUsageErrors(t *testing.T) {
 		{"plan", "-gpus", "1", "-layout", "3=1g.10gb@0"},
 		{"plan", "-requests", "3g"},
 		{"bench", "-part", "nope"},
+		{"bench", "-fleet", "-nodes", "0"},
+		{"bench", "-fleet", "-nodes", "x"},
+		{"bench", "-fleet", "-products", "H100-80GB,A30-24GB"},
+		{"bench", "-fleet", "-repeats", "-1"},
+		{"bench", "-fleet", "-limit", "-1s"},
 	} {
 		if code, _, _ := migRun(t, args...); code != 2 {
 			t.Errorf("drakit mig %q: exit %d, want 2", args, code)
@@ -127,5 +132,22 @@ func TestMIGPlanTight(t *testing.T) {
 	code, out, _ = migRun(t, "plan", "-gpus", "8", "-search-budget", "0", "-requests", strings.Join(reqs, ","))
 	if code != 0 || !strings.Contains(out, "Unplaced (1)") {
 		t.Errorf("without the search: exit %d, want one request unplaced:\n%s", code, out)
+	}
+}
+
+// TestMIGBenchFleet runs the fleet benchmark at its smallest and checks
+// that both tables are printed with every model.
+func TestMIGBenchFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the allocator on every model and claim shape")
+	}
+	code, out, errs := migRun(t, "bench", "-fleet", "-nodes", "2", "-states", "1", "-repeats", "1", "-limit", "50ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"One 1g.10gb claim", "per pod, 2 nodes", "whole GPUs only", "today: all profiles", "fit-only", "chosen", "Claim shapes, per node", "8 x 1g on one GPU, one request (count 8) + matchAttribute"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/mig/internal/alloc"
 )
 
 func ExampleSimulate() {
@@ -122,11 +128,92 @@ func TestRepack(t *testing.T) {
 	}
 }
 
-func mustLookup(t *testing.T, name string) *mig.Product {
+func mustLookup(t testing.TB, name string) *mig.Product {
 	t.Helper()
 	p, err := mig.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestFleetSmall runs the fleet benchmark at its smallest and checks what
+// does not depend on the machine: every MIG model sees the same nodes
+// (the claim fits on as many), the chosen model keeps the planner's pick
+// and publishes fewer devices on busy nodes, and the claim-shape fills
+// leave every GPU one device short.
+func TestFleetSmall(t *testing.T) {
+	var out bytes.Buffer
+	res, err := Fleet(context.Background(), FleetSmall(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	rows := map[string]FleetRow{}
+	for _, r := range res.Rows {
+		rows[r.Model+"/"+string(r.Fill)] = r
+	}
+	for _, fill := range []Fill{Empty, NearlyFull} {
+		today, chosen := rows[Today.Name+"/"+string(fill)], rows[Chosen.Name+"/"+string(fill)]
+		if today.Fits != chosen.Fits {
+			t.Errorf("%s: the claim fits on %d nodes with today's model, %d with the chosen one", fill, today.Fits, chosen.Fits)
+		}
+		if chosen.Fits > 0 && chosen.PickKept != 1 {
+			t.Errorf("%s: chosen model keeps the planner's pick on %.0f%% of the nodes", fill, 100*chosen.PickKept)
+		}
+		if chosen.Devices >= today.Devices || chosen.SliceKiB >= today.SliceKiB {
+			t.Errorf("%s: chosen model publishes %.0f devices (%.0f KiB), today's %.0f (%.0f KiB)", fill, chosen.Devices, chosen.SliceKiB, today.Devices, today.SliceKiB)
+		}
+	}
+	if r := rows[Today.Name+"/"+string(Empty)]; r.Fits != 4 {
+		t.Errorf("empty nodes: the claim fits on %d of 4", r.Fits)
+	}
+	if r := rows[Today.Name+"/"+string(NearlyFull)]; r.Fits != 0 {
+		t.Errorf("nearly full nodes: the claim fits on %d of 4", r.Fits)
+	}
+	if len(res.Shapes) != 4 {
+		t.Fatalf("%d claim-shape rows, want 4", len(res.Shapes))
+	}
+	for _, s := range res.Shapes {
+		if s.Fits != 0 {
+			t.Errorf("%s, %s: fits on %d nodes, the fill should leave every GPU one short", s.Model, s.Shape, s.Fits)
+		}
+	}
+	if want := []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}; !cmp.Equal(res.StateProfiles, want) {
+		t.Errorf("state profiles %v, want %v", res.StateProfiles, want)
+	}
+}
+
+// BenchmarkFleetNode is one node's Allocate (the scheduler's Filter) for
+// a one-1g claim, per model and fill: the per-node figure of the fleet
+// benchmark as a Go benchmark. Compare models with benchstat; the fleet
+// figure is this times the number of nodes.
+func BenchmarkFleetNode(b *testing.B) {
+	p := mustLookup(b, "H100-80GB")
+	models := []FleetModel{{Name: "whole", Whole: true}, Today, Chosen}
+	short := []string{"whole", "today", "chosen"}
+	for _, fill := range []Fill{Empty, Half, NearlyFull} {
+		states := makeStates(rand.New(rand.NewSource(1)), p, 8, fill, 1, commonProfiles(p, models))
+		for mi, m := range models {
+			b.Run(short[mi]+"/"+strings.ReplaceAll(string(fill), " ", "-"), func(b *testing.B) {
+				n, err := m.publish(p, "node-0", states[0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				state := allocstate.New()
+				state.AllocatedDevices.Insert(n.held...)
+				a, err := structured.NewAllocator(context.Background(), alloc.Features, state, newClassLister(p), n.slices, cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				claim := m.claim(p, 1, true)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := a.Allocate(context.Background(), n.obj, []*resourceapi.ResourceClaim{claim}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/drakit/drakit/device"
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
 )
 
 // testSetup is the simulated DGX H200 of the README: GPUs 0-1 full, 2-3
@@ -83,11 +84,20 @@ func TestInventoryModes(t *testing.T) {
 	}
 	// Dynamic: every profile x placement of GPUs 4-7, no full GPU.
 	dyn := got[len(want):]
-	perGPU := 7 + 7 + 4 + 3 + 2 + 1 + 1
-	if len(dyn) != 4*perGPU {
+	perGPU := 0 // mig.DefaultProfiles: 1g.18gb x7, 2g.35gb x3, 3g.71gb x2, 4g.71gb, 7g.141gb
+	for _, n := range mig.DefaultProfiles(f.sim.Product()) {
+		pr, _ := f.sim.Product().Profile(n)
+		perGPU += len(pr.Starts)
+	}
+	if perGPU != 14 || len(dyn) != 4*perGPU {
 		t.Errorf("%d dynamic devices, want %d", len(dyn), 4*perGPU)
 	}
+	// Fit-only: a MIG device on GPU 5 removes what overlaps it, not
+	// more; the profiles not advertised are absent.
 	for _, n := range dyn {
+		if strings.Contains(n, "-me-") || strings.Contains(n, "1g-35gb") {
+			t.Errorf("device %s of a profile not advertised by default", n)
+		}
 		if !strings.HasPrefix(n, "gpu-4-") && !strings.HasPrefix(n, "gpu-5-") && !strings.HasPrefix(n, "gpu-6-") && !strings.HasPrefix(n, "gpu-7-") {
 			t.Errorf("dynamic device %s on a GPU that is not dynamic", n)
 		}
@@ -153,6 +163,10 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 			}
 			break
 		}
+	}
+	all := strings.Join(names(inv), " ")
+	if !strings.Contains(all, "gpu-5-1g-18gb-3") || strings.Contains(all, "gpu-5-7g-141gb-0") || strings.Contains(all, "gpu-5-4g-71gb-0") || !strings.Contains(all, "gpu-5-3g-71gb-4") {
+		t.Errorf("GPU 5 with 1g@3 publishes %s: want the in-use device and what fits beside it only", all)
 	}
 	if err := f.d.UnprepareDevice(ctx, c.ClaimRef, devs[0], pd.Data); err != nil {
 		t.Fatal(err)
@@ -319,4 +333,31 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	}
 	b, _ := json.Marshal(spec)
 	return string(b)
+}
+
+// Lean dynamic MIG devices stay within 8 attributes; full ones carry the
+// GPU facts.
+func TestLeanMIGAttributes(t *testing.T) {
+	for _, lean := range []bool{false, true} {
+		var opts []Option
+		if lean {
+			opts = append(opts, WithLeanMIGAttributes())
+		}
+		f := newFixture(t, opts...)
+		inv, err := f.d.Inventory(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sl := range inv.ResourceSlices("node-1") {
+			for _, d := range sl.Spec.Devices {
+				if i, _ := f.d.deviceInfo(d.Name); i.mode != ModeDynamic {
+					continue
+				}
+				_, hasRoot := d.Attributes["resource.kubernetes.io/pcieRoot"]
+				if n := len(d.Attributes); (lean && (n > 8 || hasRoot)) || (!lean && (n < 16 || !hasRoot)) {
+					t.Errorf("lean=%v: %s has %d attributes (pcieRoot %v)", lean, d.Name, n, hasRoot)
+				}
+			}
+		}
+	}
 }

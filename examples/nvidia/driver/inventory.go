@@ -136,36 +136,35 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 	return ModeDynamic, nil, owned, nil
 }
 
-// dynamicPools is the counter model of the dynamic GPUs in
-// mig.Preference's order, without the full-GPU devices (a GPU in MIG mode
-// is used through MIG devices only).
+// dynamicPools is the counter model of the dynamic GPUs with the
+// advertised profiles, in mig.Preference's order and with only the devices
+// the scheduler can still allocate (mig.WithFitOnly), without the
+// full-GPU devices (a GPU in MIG mode is used through MIG devices only).
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
-		return nil, err
-	}
-	pref, err := mig.Preference(fleet)
-	if err != nil {
-		return nil, err
-	}
-	inModel := make(map[string]bool, len(m.Devices))
-	for _, dev := range m.Devices {
-		inModel[dev.Name] = true
-	}
-	keep := make([]string, 0, len(m.Devices))
-	for _, n := range pref {
-		if ref, err := mig.ParseDeviceName(n); err == nil && ref.Profile != "" && inModel[n] {
-			keep = append(keep, n)
-		}
-	}
-	if m, err = m.Only(keep); err != nil {
 		return nil, err
 	}
 	byIndex := map[int]*gpuInfo{}
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	pools := modelPools(m, d.node)
+	pref, err := mig.Preference(fleet, mig.WithFitOnly(), mig.WithProfiles(func(p *mig.Product) []string {
+		return advertised(p, d.o.profiles)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	keep := make([]string, 0, len(pref))
+	for _, n := range pref {
+		if ref, err := mig.ParseDeviceName(n); err == nil && ref.Profile != "" {
+			keep = append(keep, n)
+		}
+	}
+	if m, err = m.Only(keep); err != nil {
+		return nil, err
+	}
+	pools := m.Pools(d.node)
 	for _, p := range pools {
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
@@ -177,7 +176,11 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			if err != nil {
 				return nil, err
 			}
-			d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+			if d.o.leanMIG {
+				dev.StringAttribute(AttrParentUUID, g.UUID)
+			} else {
+				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+			}
 			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}

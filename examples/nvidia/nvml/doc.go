@@ -57,8 +57,10 @@
 //     they are reused, as on hardware.
 //  11. The state lives in a file that outlives processes, as a GPU
 //     outlives its driver; every call is a read-modify-write under an
-//     flock, written atomically (temporary file, fsync, rename), so
-//     processes can share it.
+//     flock, written atomically (temporary file, rename), so processes
+//     can share it and a killed process leaves a whole file. It is not
+//     fsynced: a real GPU's MIG devices do not survive a power loss
+//     either, and a create then costs about one checkpoint write.
 //
 // Faults can be injected for the next matching call of any process
 // (Sim.InjectFault): a create or destroy fails with a chosen code, or

@@ -9,8 +9,8 @@ import (
 
 // Journal is an Owner backed by a file of intent records: Record a key
 // before Lifecycle.Create, Forget it after Lifecycle.Destroy returned nil.
-// Each change is durable (fsynced) before it returns and safe against
-// other processes using the same file (flock). The reference driver uses
+// Each change is durable (fsynced; see WithoutFsync) before it returns and
+// safe against other processes using the same file (flock). The reference driver uses
 // drakit's checkpoint instead (see Owner); Journal serves programs without
 // one and tests.
 type Journal struct {
@@ -23,9 +23,22 @@ type journalDoc struct {
 	Intents []Key `json:"intents"`
 }
 
+// JournalOption configures OpenJournal.
+type JournalOption func(*Journal)
+
+// WithoutFsync makes the journal's changes survive a killed process (each
+// is written to a temporary file and renamed over the journal) but not a
+// power loss: they are not fsynced. That is enough for intents about MIG
+// devices, which a power loss destroys too (a GPU comes up from a reset
+// without MIG devices), and saves the journal's two fsyncs per change on
+// the prepare path.
+func WithoutFsync() JournalOption {
+	return func(j *Journal) { j.file.volatile = true }
+}
+
 // OpenJournal opens the journal at path, creating its folder; the file is
 // created at the first Record.
-func OpenJournal(path string) (*Journal, error) {
+func OpenJournal(path string, opts ...JournalOption) (*Journal, error) {
 	if path == "" {
 		return nil, fmt.Errorf("open MIG intent journal: path is empty")
 	}
@@ -33,6 +46,9 @@ func OpenJournal(path string) (*Journal, error) {
 		return nil, fmt.Errorf("open MIG intent journal: %w", err)
 	}
 	j := &Journal{file: jsonFile{path: path}}
+	for _, o := range opts {
+		o(j)
+	}
 	if _, err := j.Keys(); err != nil {
 		return nil, fmt.Errorf("open MIG intent journal: %w", err)
 	}

@@ -135,7 +135,7 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 			return nil, fmt.Errorf("open simulated NVML: %w", err)
 		}
 	}
-	s := &Sim{file: jsonFile{path: path}, poll: o.poll}
+	s := &Sim{file: jsonFile{path: path, volatile: true}, poll: o.poll}
 	fresh := func(server string) (*simState, error) {
 		if server == "" {
 			server = "dgx-h100"

@@ -14,9 +14,12 @@ import (
 // and every change is a read-modify-write written atomically (temporary
 // file, fsync, rename, fsync of the folder), so a reader never sees half a
 // file and a process killed mid-write leaves the old one. The lock file is
-// separate because the rename replaces the data file's inode.
+// separate because the rename replaces the data file's inode. With
+// volatile, the fsyncs are left out: the document survives a killed
+// process (the rename is atomic) but not a power loss.
 type jsonFile struct {
-	path string
+	path     string
+	volatile bool
 }
 
 // read decodes the document into v under a shared lock; a missing file
@@ -82,6 +85,15 @@ func (f jsonFile) write(v any) error {
 	if _, err := tmp.Write(append(b, '\n')); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	if f.volatile {
+		if err := tmp.Close(); err != nil {
+			return fmt.Errorf("write %s: %w", f.path, err)
+		}
+		if err := os.Rename(tmp.Name(), f.path); err != nil {
+			return fmt.Errorf("replace %s: %w", f.path, err)
+		}
+		return nil
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/drakit/drakit/conformance"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/testenv"
+)
+
+// asDriverEnv makes the test binary run as the driver, so that tests run
+// it as a real process and can kill -9 it.
+const asDriverEnv = "DRAKIT_NVIDIA_RUN_AS_DRIVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asDriverEnv) == "1" {
+		if err := run(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// simArgs are the README's simulated DGX H200 flags for a state file.
+func simArgs(state string) []string {
+	return []string{
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7",
+		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
+	}
+}
+
+// driverCommand is the command line that runs the driver on env's node.
+func driverCommand(t *testing.T, env *testenv.Env, state string) []string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append([]string{self}, simArgs(state)...), env.DriverArgs(nvdriver.DriverName)...)
+}
+
+// TestConformance runs drakit's conformance suite against the driver on
+// the simulated DGX H200 (full, static and dynamic MIG devices), on a fake
+// node: the suite plays the kubelet and the scheduler, and kills -9 and
+// restarts the driver process.
+func TestConformance(t *testing.T) {
+	env := testenv.Start(t)
+	cfg := env.ConformanceConfig(nvdriver.DriverName)
+	cfg.StartCommand = driverCommand(t, env, filepath.Join(t.TempDir(), "gpus.json"))
+	cfg.StartEnv = []string{asDriverEnv + "=1"}
+	conformance.Test(t, cfg)
+}
+
+// proc is the driver running as a process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string) *proc {
+	t.Helper()
+	args := driverCommand(t, env, state)
+	cmd := exec.Command(args[0], append(args[1:], "-v=3")...)
+	cmd.Env = append(os.Environ(), asDriverEnv+"=1")
+	log, err := os.Create(filepath.Join(t.TempDir(), "driver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("driver log (pid %d):\n%s", cmd.Process.Pid, tail(string(b), 60))
+		}
+	})
+	// Ready when this process says so (an earlier one's socket and
+	// slices may still be there) and slices are published.
+	poll(ctx, t, "driver ready and slices published", func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-p.done:
+			return false, fmt.Errorf("driver exited: %v", err)
+		default:
+		}
+		b, _ := os.ReadFile(log.Name())
+		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+		return err == nil && strings.Contains(string(b), `"Driver ready"`) && len(sl.Items) > 0, nil
+	})
+	return p
+}
+
+// kill sends SIGKILL to the driver by PID and waits for it.
+func (p *proc) kill() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWithContextFunc) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// podWith runs a pod whose container prints its environment's NVIDIA
+// variables and the claim's devices file, then sleeps.
+func podWith(env *testenv.Env, name, claim string) *corev1.Pod {
+	script := `env | grep '^NVIDIA' | sort; cat $` + nvdriver.EnvDevicesFile + ` | tr -d ' \n'; echo; sleep 3600`
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}},
+			Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script}, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+		}}
+}
+
+// createClaim creates a claim for one device of class; a non-empty mode
+// selects devices whose migMode attribute is mode.
+func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class, mode string) {
+	t.Helper()
+	req := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
+	if mode != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes[%q].%s == %q`, nvdriver.DriverName, nvdriver.AttrMIGMode, mode)}}}
+	}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}}}
+	if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitRunning(ctx context.Context, t *testing.T, env *testenv.Env, pod string) {
+	t.Helper()
+	poll(ctx, t, "pod "+pod+" running", func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("pod ended: %s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+}
+
+func deletePod(ctx context.Context, t *testing.T, env *testenv.Env, pod string) {
+	t.Helper()
+	if err := env.Client.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "pod "+pod+" gone", func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func containerLog(ctx context.Context, t *testing.T, env *testenv.Env, pod string) string {
+	t.Helper()
+	var logs string
+	poll(ctx, t, "output of "+pod, func(ctx context.Context) (bool, error) {
+		logs, _ = env.ContainerLog(ctx, "default", pod, "c")
+		return strings.Contains(logs, "{"), nil
+	})
+	return logs
+}
+
+// migInstances lists the simulator's GPU instances on the dynamic GPUs
+// 4-7, as "gpu:profileID@start" with "(half)" for one without a compute
+// instance.
+func migInstances(t *testing.T, sim *nvml.Sim) []string {
+	t.Helper()
+	var out []string
+	for gpu := 4; gpu < 8; gpu++ {
+		gis, err := sim.GPUInstances(gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, gi := range gis {
+			s := fmt.Sprintf("%d:%d@%d", gpu, gi.ProfileID, gi.Placement.Start)
+			if len(gi.ComputeInstances) == 0 {
+				s += "(half)"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestRealNode runs the driver as a process for the real local node
+// (kubelet, containerd): a pod with a 1g MIG claim and one with a full GPU
+// run and see their devices; the MIG device exists in the simulator while
+// its pod runs and is gone after; and a kill -9 of the driver in the
+// middle of a MIG creation leaves no half-made instance once it is back.
+func TestRealNode(t *testing.T) {
+	env := testenv.Start(t, testenv.WithRealNode())
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	defer cancel()
+	state := filepath.Join(t.TempDir(), "gpus.json")
+	drv := startDriver(ctx, t, env, state)
+	sim, err := nvml.OpenSim(state) // the driver's simulated GPUs, shared through the file
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range nvdriver.DeviceClasses(sim.Product().ProfileNames()) {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("pods", func(t *testing.T) {
+		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "")
+		for _, p := range []*corev1.Pod{podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full")} {
+			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitRunning(ctx, t, env, "mig-user")
+		waitRunning(ctx, t, env, "gpu-user")
+
+		migLog, gpuLog := containerLog(ctx, t, env, "mig-user"), containerLog(ctx, t, env, "gpu-user")
+		t.Logf("mig-user saw:\n%s\ngpu-user saw:\n%s", migLog, gpuLog)
+		inst := migInstances(t, sim)
+		if len(inst) != 1 || strings.Contains(inst[0], "half") {
+			t.Fatalf("MIG instances while the pod runs: %v, want one complete", inst)
+		}
+		claim, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, "mig", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := claim.Status.Allocation.Devices.Results[0].Device
+		ref, err := mig.ParseDeviceName(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu, _ := sim.GPUInstances(ref.GPU)
+		uuid := gpu[0].ComputeInstances[0].UUID
+		for _, want := range []string{nvdriver.EnvVisibleDevices + "=" + uuid, `"profile":"1g.18gb"`, `"uuid":"` + uuid + `"`, `"mode":"dynamic"`} {
+			if !strings.Contains(migLog, want) {
+				t.Errorf("mig-user did not see %s", want)
+			}
+		}
+		gpus, _ := sim.GPUs()
+		if !strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"=GPU-") || !strings.Contains(gpuLog, `"type":"gpu"`) {
+			t.Errorf("gpu-user did not see a GPU UUID and its devices file")
+		}
+		found := false
+		for _, g := range gpus {
+			found = found || strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"="+g.UUID)
+		}
+		if !found {
+			t.Errorf("gpu-user's NVIDIA_VISIBLE_DEVICES is no simulated GPU's UUID")
+		}
+
+		deletePod(ctx, t, env, "mig-user")
+		deletePod(ctx, t, env, "gpu-user")
+		poll(ctx, t, "MIG device destroyed", func(ctx context.Context) (bool, error) {
+			return len(migInstances(t, sim)) == 0, nil
+		})
+	})
+
+	t.Run("kill-9-during-MIG-creation", func(t *testing.T) {
+		// The next compute instance create stalls: the GPU instance then
+		// exists without it, the state a crash between the two calls leaves.
+		if err := sim.InjectFault(nvml.Fault{Op: nvml.FaultCreateComputeInstance, GPU: -1, Stall: true}); err != nil {
+			t.Fatal(err)
+		}
+		createClaim(ctx, t, env, "mig2", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "mig2-user", "mig2"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "the driver stalled in MIG creation", func(ctx context.Context) (bool, error) {
+			st, err := sim.Stalls()
+			return err == nil && len(st) == 1 && st[0].PID == drv.cmd.Process.Pid, err
+		})
+		if inst := migInstances(t, sim); len(inst) != 1 || !strings.Contains(inst[0], "half") {
+			t.Fatalf("instances at the stall: %v, want one half-made", inst)
+		}
+		drv.kill()
+		drv = startDriver(ctx, t, env, state)
+		for _, in := range migInstances(t, sim) { // the kubelet may have prepared it again already
+			if strings.Contains(in, "half") {
+				t.Errorf("instances after the restart: %v, want no half-made one", in)
+			}
+		}
+		waitRunning(ctx, t, env, "mig2-user") // the kubelet's retry prepares it afresh
+		if inst := migInstances(t, sim); len(inst) != 1 || strings.Contains(inst[0], "half") {
+			t.Errorf("instances while mig2-user runs: %v, want one complete", inst)
+		}
+		deletePod(ctx, t, env, "mig2-user")
+		poll(ctx, t, "MIG device destroyed", func(ctx context.Context) (bool, error) {
+			return len(migInstances(t, sim)) == 0, nil
+		})
+	})
+}
