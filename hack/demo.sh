@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # demo.sh is drakit's main job on a fresh machine: it installs what is
-# needed (hack/setup.sh, cached after the first run), builds the
-# examples/minimal driver and runs `drakit demo`: a local Kubernetes 1.37
-# cluster with a real node (kubelet, containerd, runc), the driver as a
-# real process, a pod that gets a device through a ResourceClaimTemplate,
-# a pod that asks the old way (resources.limits minimal.drakit.dev/device: 1)
-# and one that waits until a device frees. Everything it starts is stopped
-# at the end; logs stay in ~/.cache/drakit/demo/logs. For a cluster that
-# stays up: go run ./cmd/drakit cluster up (and cluster down).
+# needed (hack/setup.sh: the cluster's binaries and Helm, cached after the
+# first run) and runs `drakit demo`: a local Kubernetes 1.37 cluster with a
+# real node (kubelet, containerd, runc), drakit's reference NVIDIA DRA
+# driver (examples/nvidia) on a simulated DGX H200, deployed as users
+# deploy it (its image built from the static binary and imported into the
+# node's containerd, its Helm chart installed with helm), pods that get
+# full GPUs and MIG devices by claim and the old way (nvidia.com/gpu: 1),
+# a picture of every GPU's MIG layout after each step, a driver restart,
+# and the conformance suite against the installed driver. Everything it
+# starts is stopped at the end; logs stay in ~/.cache/drakit/demo/logs.
+# Arguments go to drakit demo; -driver=minimal runs the earlier demo of
+# examples/minimal. For a cluster that stays up: go run ./cmd/drakit
+# cluster up (and cluster down).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 "$ROOT/hack/setup.sh"
 mkdir -p _output
-go build -o _output/minimal ./examples/minimal
 go build -o _output/drakit ./cmd/drakit
-exec _output/drakit demo --driver-bin _output/minimal "$@"
+for a in "$@"; do
+  case "$a" in
+    -driver=minimal|--driver=minimal)
+      go build -o _output/minimal ./examples/minimal
+      exec _output/drakit demo --driver-bin _output/minimal "$@" ;;
+  esac
+done
+exec _output/drakit demo "$@"

@@ -245,3 +245,23 @@ func (e *Env) ContainerLog(ctx context.Context, namespace, pod, container string
 	}
 	return strings.TrimSpace(strings.Join(out, "\n")), nil
 }
+
+// ImportImage loads a container image tarball (an OCI image layout or a
+// docker-archive) into the real node's containerd, where the kubelet finds
+// it: pods run it with imagePullPolicy Never or IfNotPresent under the
+// name the tarball gives it. It fails without [WithRealNode].
+func (e *Env) ImportImage(ctx context.Context, tarball string) error {
+	return e.c.ImportImage(ctx, tarball)
+}
+
+// Helm returns the path of the helm binary (Helm v4) that
+// `drakit setup` builds into the cache next to the cluster's components,
+// for tests that install a driver's chart onto the cluster with
+// helm --kubeconfig [Env.Kubeconfig]. The error says how to install it.
+func Helm() (string, error) {
+	p := cluster.HelmBinary()
+	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+		return "", &cluster.ErrMissing{What: []string{p + " (Helm " + cluster.HelmVersion + ")"}, Hint: "install it with: " + cluster.SetupCommand}
+	}
+	return p, nil
+}

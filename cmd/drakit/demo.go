@@ -28,7 +28,7 @@ import (
 func init() {
 	register(command{
 		name:    "demo",
-		summary: "a drakit driver on a real local node: pods get devices by claim and by extended resource",
+		summary: "drakit's reference NVIDIA driver, deployed with Helm on a real local node: GPUs, MIG, old-style pods, conformance",
 		run:     runDemo,
 	})
 }
@@ -48,18 +48,56 @@ type demoConfig struct {
 	devices   int
 }
 
+const demoUsage = `Usage: drakit demo [flags]
+
+Brings up a local Kubernetes cluster with a real node (kubelet,
+containerd, runc), and by default deploys drakit's reference NVIDIA DRA
+driver on a simulated DGX H200 the way users deploy a driver: its image
+(built from the static binary, imported into the node's containerd) and
+its Helm chart (helm from drakit setup). Pods then ask for a full GPU,
+MIG devices (one, two on the same GPU), the old way (resources.limits
+nvidia.com/gpu and nvidia.com/mig-1g.18gb), and more than the node has;
+the demo shows which device each got, every GPU's MIG layout after each
+step and what the container saw; it restarts the driver's pod, deletes
+the pods and runs the conformance suite against the installed driver.
+With -driver=minimal it runs the earlier, smaller demo of examples/minimal
+as a plain process (needs -driver-bin). Everything it starts is stopped at
+the end.
+
+Flags:
+`
+
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, demoUsage)
+		fs.PrintDefaults()
+	}
 	var cfg demoConfig
-	fs.StringVar(&cfg.driverBin, "driver-bin", "", "the examples/minimal driver binary (go build -o minimal ./examples/minimal); hack/demo.sh builds it")
+	var nv nvidiaDemoConfig
+	driverKind := fs.String("driver", "nvidia", "the demo's driver: nvidia (examples/nvidia, with Helm) or minimal (examples/minimal, a process)")
+	fs.StringVar(&nv.helm, "helm", cluster.HelmBinary(), "helm binary (drakit setup builds it)")
+	fs.BoolVar(&nv.conformance, "conformance", true, "nvidia: end with the conformance suite against the installed driver")
+	fs.StringVar(&cfg.driverBin, "driver-bin", "", "minimal: the examples/minimal driver binary (go build -o minimal ./examples/minimal); hack/demo.sh builds it")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(cluster.CacheDir(), "demo"), "folder of the demo cluster's state and logs (kept after the demo)")
-	fs.IntVar(&cfg.devices, "devices", 2, "number of simulated devices the driver publishes (2..16)")
+	fs.IntVar(&cfg.devices, "devices", 2, "minimal: number of simulated devices the driver publishes (2..16)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())
+	}
+	switch *driverKind {
+	case "nvidia":
+		nv.dir = cfg.dir
+		return demoNVIDIA(ctx, nv, stdout, stderr)
+	case "minimal":
+	default:
+		return fmt.Errorf("%w: --driver %q is neither nvidia nor minimal", errUsage, *driverKind)
+	}
 	if cfg.driverBin == "" {
-		return fmt.Errorf("%w: --driver-bin is required (build it with: go build -o _output/minimal ./examples/minimal)", errUsage)
+		return fmt.Errorf("%w: --driver=minimal needs --driver-bin (build it with: go build -o _output/minimal ./examples/minimal)", errUsage)
 	}
 	if cfg.devices < 2 || cfg.devices > 16 {
 		return fmt.Errorf("%w: --devices %d is not in 2..16", errUsage, cfg.devices)
@@ -178,24 +216,9 @@ func demo(ctx context.Context, cfg demoConfig, out, progress io.Writer) (err err
 	if _, err := cs.CoreV1().Pods(demoNS).Create(ctx, waiting, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create pod waiting-pod: %w", err)
 	}
-	var reason string
-	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods(demoNS).Get(ctx, waiting.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.Spec.NodeName != "" {
-			return false, errors.New("waiting-pod was scheduled although every device is in use")
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable {
-				reason = cond.Message
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		return fmt.Errorf("wait for waiting-pod to be unschedulable: %w", err)
+	reason, err := waitUnschedulable(ctx, cs, waiting.Name)
+	if err != nil {
+		return err
 	}
 	t0 = time.Now()
 	if err := cs.CoreV1().Pods(demoNS).Delete(ctx, draPod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
@@ -211,6 +234,31 @@ func demo(ctx context.Context, cfg demoConfig, out, progress io.Writer) (err err
 	specs, _ := filepath.Glob(filepath.Join(c.CDIDir, demoDriver+"*.json"))
 	fmt.Fprintf(out, "CDI specs on the node: %d (one per prepared claim) in %s\n", len(specs), c.CDIDir)
 	return nil
+}
+
+// waitUnschedulable waits until the scheduler gives up on pod name for
+// now, and returns its reason; a pod that gets scheduled is an error.
+func waitUnschedulable(ctx context.Context, cs kubernetes.Interface, name string) (string, error) {
+	var reason string
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(demoNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("pod %s was scheduled to %s", name, p.Spec.NodeName)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable {
+				reason = cond.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return "", fmt.Errorf("wait for pod %s to be unschedulable: %w", name, err)
+	}
+	return reason, nil
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }

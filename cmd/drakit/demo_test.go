@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drakit/drakit/internal/cluster"
 )
 
 // TestDemo runs the README's main job end to end: the real examples/minimal
@@ -46,11 +48,76 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoNVIDIA runs the README's main job end to end: the reference
+// NVIDIA driver's image built and imported, its chart installed with
+// helm, the story's pods run one by one with pictures of the GPUs, the
+// driver's pod restarted, the pods deleted, and the conformance suite
+// against the installed driver.
+func TestDemoNVIDIA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true}, &out, &progress)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"helm install nvidia-dra-driver",
+		"GPU 0 (NVIDIA H200): MIG off",
+		"GPU 4 (NVIDIA H200): dynamic MIG",
+		"pod gpu asks for one full GPU",
+		"pod mig-pair asks for",
+		"pod legacy-gpu asks for resources.limits nvidia.com/gpu: 1",
+		"pod legacy-mig asks for resources.limits nvidia.com/mig-1g.18gb: 1",
+		"pod nine-gpus asks for nine full GPUs at once (the node has eight): stays Pending",
+		"6 of 6 pods still run on their devices",
+		"all pods deleted",
+		"conformance suite against the installed driver",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=GPU-"); n != 2 {
+		t.Errorf("%d pods saw a full GPU, want 2", n)
+	}
+	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=MIG-"); n != 4 {
+		t.Errorf("%d pods saw MIG devices, want 4", n)
+	}
+}
+
 func TestDemoUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"--driver-bin", "/nonexistent/minimal"}, {"--driver-bin", "/bin/true", "--devices", "1"}} {
+	for _, args := range [][]string{
+		{"--driver=minimal"}, {"--driver=minimal", "--driver-bin", "/nonexistent/minimal"},
+		{"--driver=minimal", "--driver-bin", "/bin/true", "--devices", "1"},
+		{"--driver=amd"}, {"--driver=nvidia", "--helm", "/nonexistent/helm"}, {"extra-argument"},
+	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append([]string{"demo"}, args...), &stdout, &stderr); code == 0 {
 			t.Errorf("drakit demo %v exited 0", args)
+		}
+	}
+}
+
+// TestImageCommand builds an image with drakit image and finds the
+// binary's name and the reference in it.
+func TestImageCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "image.tar")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"image", "-o", out, "-package", "github.com/drakit/drakit/examples/minimal", "-ref", "example.com/minimal:v1"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("drakit image: exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "example.com/minimal:v1 sha256:") {
+		t.Errorf("drakit image printed %q", stdout.String())
+	}
+	for _, args := range [][]string{{"image"}, {"image", "-o", out, "-ref", "No:Tag:x"}, {"image", "-o", out, "extra"}} {
+		if code := run(context.Background(), args, &stdout, &stderr); code == 0 {
+			t.Errorf("drakit %v exited 0", args)
 		}
 	}
 }

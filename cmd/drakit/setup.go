@@ -30,7 +30,7 @@ var (
 func init() {
 	register(command{
 		name:    "setup",
-		summary: "install what the local cluster needs (binaries, images, Debian packages) into the cache",
+		summary: "install what the local cluster needs (binaries, Helm, images, Debian packages) into the cache",
 		run:     runSetup,
 	})
 }
@@ -43,9 +43,9 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "Usage: drakit setup [flags]\n\n"+
 			"Installs, once and idempotently, what drakit's local cluster (drakit cluster, package testenv)\n"+
 			"needs: Kubernetes %s components and containerd built from the Go module proxy into\n"+
-			"%s, the pause and busybox images into %s, and the node's Debian\n"+
+			"%s (and Helm %s, for charts), the pause and busybox images into %s, and the node's Debian\n"+
 			"packages (as root). Cold builds take 10-20 minutes on 2 cores. $DRAKIT_CACHE moves the cache.\n\nFlags:\n",
-			cluster.Version, cluster.BinDir(), cluster.ImageDir())
+			cluster.Version, cluster.BinDir(), cluster.HelmVersion, cluster.ImageDir())
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +71,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("write setup script: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Env = append(os.Environ(), "K8S_VERSION="+cluster.Version, "BIN="+cluster.BinDir(), "IMAGES="+cluster.ImageDir(), "TOOLS="+tools)
+	cmd.Env = append(os.Environ(), "K8S_VERSION="+cluster.Version, "BIN="+cluster.BinDir(), "IMAGES="+cluster.ImageDir(), "TOOLS="+tools, "HELM_VERSION="+cluster.HelmVersion)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("setup: %w", err)

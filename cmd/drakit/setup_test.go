@@ -58,10 +58,28 @@ func TestSetupCached(t *testing.T) {
 	if code := run(context.Background(), []string{"setup"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("drakit setup: exit %d\n%s", code, stderr.String())
 	}
-	for _, want := range []string{"kube-apiserver: cached", "containerd: cached", "ready in"} {
+	for _, want := range []string{"kube-apiserver: cached", "containerd: cached", "helm: cached", "ready in"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("setup output lacks %q:\n%s", want, stderr.String())
 		}
+	}
+}
+
+// TestHelmInstalled checks the helm binary setup built: the release
+// cluster.HelmVersion, as `helm version` reports it.
+func TestHelmInstalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("checks the installed cache")
+	}
+	if _, err := os.Stat(filepath.Join(cluster.BinDir(), "kube-apiserver")); err != nil {
+		t.Skip("the cluster binaries are not installed; this test only checks an installed cache")
+	}
+	out, err := exec.Command(cluster.HelmBinary(), "version", "--template", "{{.Version}}").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s version: %v\n%s (drakit setup builds it)", cluster.HelmBinary(), err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != cluster.HelmVersion {
+		t.Errorf("helm reports version %q, want %s", got, cluster.HelmVersion)
 	}
 }
 

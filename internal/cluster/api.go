@@ -32,6 +32,9 @@ type Cluster struct {
 	Images Images
 
 	c *state
+	// ctr and ctrSock run containerd's client against the node's
+	// containerd (set with WithNode).
+	ctr, ctrSock string
 }
 
 // Images are the container images loaded into the node's containerd.

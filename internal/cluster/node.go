@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -225,8 +226,9 @@ state = %[2]q
 	if err := s.waitFor(ctx, "containerd", ctr, 30*time.Second, func(ctx context.Context) error { return ctrCmd(ctx, "version") }); err != nil {
 		return err
 	}
+	c.ctr, c.ctrSock = filepath.Join(o.binDir, "ctr"), sock
 	for _, img := range []string{"pause.tar", "busybox.tar"} {
-		if err := ctrCmd(ctx, "images", "import", "--no-unpack=false", filepath.Join(o.imageDir, img)); err != nil {
+		if err := c.ImportImage(ctx, filepath.Join(o.imageDir, img)); err != nil {
 			return fmt.Errorf("load image %s: %w", img, err)
 		}
 	}
@@ -313,6 +315,23 @@ nodeStatusUpdateFrequency: 5s
 		return err
 	}
 	return setLoopbackAddress(ctx, c, o.nodeName)
+}
+
+// ImportImage loads a container image tarball (an OCI image layout or a
+// docker-archive, as `ctr images import` reads them) into the real node's
+// containerd, in the k8s.io namespace the kubelet uses, and unpacks it:
+// pods then run it with imagePullPolicy Never or IfNotPresent under the
+// name the tarball gives it. It fails on a cluster without a real node.
+func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
+	if c.ctr == "" {
+		return errors.New("import image: the cluster has no real node (WithNode)")
+	}
+	out, err := exec.CommandContext(ctx, c.ctr, "--address", c.ctrSock, "--namespace", "k8s.io",
+		"images", "import", "--no-unpack=false", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("import image %s: %w: %s", tarball, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // setLoopbackAddress gives the node the address 127.0.0.1, where its

@@ -32,6 +32,14 @@ func BinDir() string { return filepath.Join(CacheDir(), "k8s-"+Version, "bin") }
 // ImageDir is the folder with the pause and busybox image tarballs.
 func ImageDir() string { return filepath.Join(CacheDir(), "k8s-"+Version, "images") }
 
+// HelmVersion is the Helm release drakit setup builds (helm.sh/helm/v4,
+// from the Go module proxy) for chart tests and the demo.
+const HelmVersion = "v4.3.2"
+
+// HelmBinary is the path of the helm binary drakit setup builds. It is not
+// a cluster prerequisite: only what installs Helm charts needs it.
+func HelmBinary() string { return filepath.Join(BinDir(), "helm") }
+
 var controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}
 var nodeBinaries = []string{"kubelet", "containerd", "ctr", "containerd-shim-runc-v2"}
 

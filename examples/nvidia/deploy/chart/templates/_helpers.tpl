@@ -1,0 +1,22 @@
+{{/* The chart's name, also the name of its objects. */}}
+{{- define "nvidia-dra-driver.name" -}}
+{{- .Chart.Name -}}
+{{- end }}
+
+{{/* The DeviceClasses' domain: the driver name without its "gpu." label. */}}
+{{- define "nvidia-dra-driver.domain" -}}
+{{- trimPrefix "gpu." .Values.driverName -}}
+{{- end }}
+
+{{- define "nvidia-dra-driver.labels" -}}
+app.kubernetes.io/name: {{ include "nvidia-dra-driver.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{- define "nvidia-dra-driver.selector" -}}
+app.kubernetes.io/name: {{ include "nvidia-dra-driver.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}

@@ -1,0 +1,390 @@
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/drakit/drakit/examples/nvidia/deploy"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite manifests/ from the chart")
+
+// helm returns the helm binary drakit setup builds; without it the test
+// fails (skips under -short), saying how to install it.
+func helm(t *testing.T) string {
+	t.Helper()
+	p, err := testenv.Helm()
+	if err != nil {
+		if testing.Short() {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runHelm(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(helm(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// manifestArgs render the plain manifests: the chart's default values
+// plus the Namespace object.
+var manifestArgs = []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "namespace.create=true"}
+
+const manifestFile = "manifests/nvidia-dra-driver.yaml"
+
+func TestHelmLint(t *testing.T) {
+	out := runHelm(t, "lint", "--strict", "chart")
+	if !strings.Contains(out, "0 chart(s) failed") {
+		t.Errorf("helm lint:\n%s", out)
+	}
+	// The values the local cluster uses lint too.
+	args := []string{"lint", "--strict", "chart"}
+	for _, v := range deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim") {
+		args = append(args, "--set", v)
+	}
+	runHelm(t, args...)
+}
+
+// objects decodes a multi-document YAML stream into typed objects.
+func objects(t *testing.T, manifest string) []runtime.Object {
+	t.Helper()
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
+	var out []runtime.Object
+	for {
+		doc, err := dec.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read manifest: %v", err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("decode %s: %v", doc, err)
+		}
+		out = append(out, obj)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var keep [][]byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
+			keep = append(keep, l)
+		}
+	}
+	return bytes.Join(keep, []byte("\n"))
+}
+
+// rendered are the chart's objects by kind.
+type rendered struct {
+	ds           []*appsv1.DaemonSet
+	sas          []*corev1.ServiceAccount
+	namespaces   []*corev1.Namespace
+	clusterRoles []*rbacv1.ClusterRole
+	crbs         []*rbacv1.ClusterRoleBinding
+	roles        []*rbacv1.Role
+	rbs          []*rbacv1.RoleBinding
+	classes      []*resourceapi.DeviceClass
+}
+
+func render(t *testing.T, args ...string) rendered {
+	t.Helper()
+	var r rendered
+	for _, o := range objects(t, runHelm(t, args...)) {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			r.ds = append(r.ds, o)
+		case *corev1.ServiceAccount:
+			r.sas = append(r.sas, o)
+		case *corev1.Namespace:
+			r.namespaces = append(r.namespaces, o)
+		case *rbacv1.ClusterRole:
+			r.clusterRoles = append(r.clusterRoles, o)
+		case *rbacv1.ClusterRoleBinding:
+			r.crbs = append(r.crbs, o)
+		case *rbacv1.Role:
+			r.roles = append(r.roles, o)
+		case *rbacv1.RoleBinding:
+			r.rbs = append(r.rbs, o)
+		case *resourceapi.DeviceClass:
+			r.classes = append(r.classes, o)
+		default:
+			t.Errorf("the chart renders an unexpected %T", o)
+		}
+	}
+	return r
+}
+
+// grant is one (group, resource, verb) permission.
+type grant struct{ group, resource, verb, namespace string }
+
+func grants(t *testing.T, rules []rbacv1.PolicyRule, ns string) []grant {
+	t.Helper()
+	var out []grant
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("unexpected rule %+v", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						t.Errorf("wildcard in rule %+v", r)
+					}
+					out = append(out, grant{g, res, v, ns})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestChartObjects renders the chart and checks what it grants and how
+// the driver's pod reaches the kubelet: the RBAC is exactly what the
+// driver calls (the kubelet plugin helper's ResourceSlice controller,
+// claim reads at prepare, the Node that owns the slices, warning Events),
+// the ServiceAccount is bound, and every hostPath folder is mounted at
+// its own path, so the socket paths the driver registers are the
+// kubelet's.
+func TestChartObjects(t *testing.T) {
+	r := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace)
+	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 {
+		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces",
+			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces))
+	}
+	sa := r.sas[0]
+	var got []grant
+	got = append(got, grants(t, r.clusterRoles[0].Rules, "")...)
+	got = append(got, grants(t, r.roles[0].Rules, r.roles[0].Namespace)...)
+	want := []grant{
+		{"resource.k8s.io", "resourceslices", "get", ""}, {"resource.k8s.io", "resourceslices", "list", ""},
+		{"resource.k8s.io", "resourceslices", "watch", ""}, {"resource.k8s.io", "resourceslices", "create", ""},
+		{"resource.k8s.io", "resourceslices", "update", ""}, {"resource.k8s.io", "resourceslices", "delete", ""},
+		{"resource.k8s.io", "resourceclaims", "get", ""},
+		{"", "nodes", "get", ""},
+		{"", "events", "create", "default"},
+	}
+	less := func(a, b grant) int {
+		return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace)
+	}
+	slices.SortFunc(got, less)
+	slices.SortFunc(want, less)
+	if !slices.Equal(got, want) {
+		t.Errorf("RBAC grants\n%v\nwant exactly\n%v", got, want)
+	}
+	for _, b := range []struct {
+		kind, role string
+		ref        rbacv1.RoleRef
+		subjects   []rbacv1.Subject
+	}{{"ClusterRoleBinding", r.clusterRoles[0].Name, r.crbs[0].RoleRef, r.crbs[0].Subjects}, {"RoleBinding", r.roles[0].Name, r.rbs[0].RoleRef, r.rbs[0].Subjects}} {
+		if b.ref.Name != b.role || len(b.subjects) != 1 || b.subjects[0].Kind != "ServiceAccount" || b.subjects[0].Name != sa.Name || b.subjects[0].Namespace != deploy.Namespace {
+			t.Errorf("%s binds %+v to %+v, want role %s to ServiceAccount %s/%s", b.kind, b.ref, b.subjects, b.role, deploy.Namespace, sa.Name)
+		}
+	}
+	if r.rbs[0].Namespace != r.roles[0].Namespace {
+		t.Errorf("RoleBinding in %s, Role in %s", r.rbs[0].Namespace, r.roles[0].Namespace)
+	}
+
+	ds := r.ds[0]
+	if ds.Name != deploy.DaemonSet || ds.Namespace != deploy.Namespace {
+		t.Errorf("DaemonSet %s/%s", ds.Namespace, ds.Name)
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.ServiceAccountName != sa.Name {
+		t.Errorf("DaemonSet runs as %q, the chart's ServiceAccount is %q", spec.ServiceAccountName, sa.Name)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if c.Image != deploy.Image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("image %s (%s), want %s (IfNotPresent)", c.Image, c.ImagePullPolicy, deploy.Image)
+	}
+	if sc := c.SecurityContext; sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("the simulated driver runs privileged or may escalate: %+v", sc)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.Name == "tmp" && v.EmptyDir != nil {
+			hostPaths[v.Name] = "/tmp" // the read-only root's only writable folder
+			continue
+		}
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath", v.Name)
+			continue
+		}
+		hostPaths[v.Name] = v.HostPath.Path
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		if hostPaths[m.Name] != m.MountPath {
+			t.Errorf("volume %s: host %s mounted at %s; the driver's paths must be the host's", m.Name, hostPaths[m.Name], m.MountPath)
+		}
+		mounts[m.MountPath] = m.Name
+	}
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{
+		"--registrar-dir=/var/lib/kubelet/plugins_registry",
+		"--plugin-data-dir=/var/lib/kubelet/plugins/gpu.nvidia.drakit.dev",
+		"--cdi-dir=/var/run/cdi",
+		"--nvml-sim=dgx-h200",
+		"--nvml-sim-state=/var/lib/nvidia-dra-driver/sim/state.json",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("driver args %q lack %s", args, want)
+		}
+		_, path, _ := strings.Cut(want, "=")
+		if path = strings.TrimSuffix(path, "/state.json"); strings.HasPrefix(path, "/") {
+			if _, ok := mounts[path]; !ok {
+				t.Errorf("%s is not mounted from the host (mounts %v)", path, mounts)
+			}
+		}
+	}
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+		if e.Name == "NODE_NAME" && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName") {
+			t.Errorf("NODE_NAME is not the pod's node: %+v", e)
+		}
+	}
+	if !env["NODE_NAME"] || env["KUBERNETES_SERVICE_HOST"] {
+		t.Errorf("env %v: want NODE_NAME, and the service address untouched by default", env)
+	}
+
+	// The local cluster's values: its folders, the API server on the node.
+	local := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
+	for _, v := range deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim") {
+		local = append(local, "--set", v)
+	}
+	lc := render(t, local...).ds[0].Spec.Template.Spec.Containers[0]
+	largs := strings.Join(lc.Args, " ")
+	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi", "--nvml-sim-state=/tmp/k/sim/state.json"} {
+		if !strings.Contains(largs, want) {
+			t.Errorf("local values: args %q lack %s", largs, want)
+		}
+	}
+	lenv := map[string]string{}
+	for _, e := range lc.Env {
+		lenv[e.Name] = e.Value
+	}
+	if lenv["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || lenv["KUBERNETES_SERVICE_PORT"] != "6443" || lc.ImagePullPolicy != corev1.PullNever {
+		t.Errorf("local values: env %v, pull policy %s", lenv, lc.ImagePullPolicy)
+	}
+}
+
+// TestManifestsCurrent checks that manifests/ is what the chart renders
+// (go test -run TestManifestsCurrent -update rewrites it), and that it
+// holds the Namespace the chart leaves to helm --create-namespace.
+func TestManifestsCurrent(t *testing.T) {
+	want := "# Generated from chart/ by: helm " + strings.Join(manifestArgs, " ") + "\n" +
+		"# (go test ./examples/nvidia/deploy -run TestManifestsCurrent -update). Do not edit.\n" +
+		runHelm(t, manifestArgs...)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(manifestFile), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(manifestFile, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(manifestFile)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestManifestsCurrent -update writes it)", err)
+	}
+	if string(got) != want {
+		t.Errorf("%s is not what the chart renders; run: go test ./examples/nvidia/deploy -run TestManifestsCurrent -update", manifestFile)
+	}
+	r := render(t, manifestArgs...)
+	if len(r.namespaces) != 1 || r.namespaces[0].Name != deploy.Namespace {
+		t.Errorf("manifests hold namespaces %v, want %s", r.namespaces, deploy.Namespace)
+	}
+}
+
+// TestChartDeviceClasses checks that the chart's DeviceClasses are the
+// driver's own, driver.DeviceClasses of the simulated H200's profiles
+// (the chart's default profile list), field for field: names, CEL
+// selectors, extended resource names.
+func TestChartDeviceClasses(t *testing.T) {
+	p, err := mig.Lookup("H200-141GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		set      []string
+		profiles []string
+	}{
+		{"default values: every H200 profile", nil, p.ProfileNames()},
+		{"a chosen profile list", []string{"deviceClasses.migProfiles={1g.18gb,3g.71gb}"}, []string{"1g.18gb", "3g.71gb"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			got := render(t, args...).classes
+			want := nvdriver.DeviceClasses(tc.profiles)
+			if len(got) != len(want) {
+				t.Fatalf("the chart has %d DeviceClasses, driver.DeviceClasses %d", len(got), len(want))
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Name != w.Name || !equality.Semantic.DeepEqual(g.Spec, w.Spec) {
+					t.Errorf("class %d: chart\n%s %+v\nGo\n%s %+v", i, g.Name, spec(g), w.Name, spec(w))
+				}
+			}
+		})
+	}
+}
+
+func spec(c *resourceapi.DeviceClass) string {
+	var sel []string
+	for _, s := range c.Spec.Selectors {
+		if s.CEL != nil {
+			sel = append(sel, s.CEL.Expression)
+		}
+	}
+	return fmt.Sprintf("selectors %q extendedResourceName %v", sel, ptrString(c.Spec.ExtendedResourceName))
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}

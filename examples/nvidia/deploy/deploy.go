@@ -1,0 +1,121 @@
+// Package deploy deploys drakit's reference NVIDIA DRA driver the way
+// users deploy a driver: a container image built from the static binary
+// (no registry, no Dockerfile, no base image; package ociimage), the Helm
+// chart in chart/ (a DaemonSet with the kubelet's plugin folders as
+// hostPath volumes, a ServiceAccount, least-privilege RBAC and the
+// DeviceClasses), and the same objects as plain manifests in manifests/
+// (`helm template`, kept current by TestManifestsCurrent).
+//
+// On drakit's local cluster, `drakit demo` and this package's end-to-end
+// test build the image, import it into the node's containerd, and
+// `helm install` the chart with [LocalClusterValues].
+//
+// By hand, on a cluster whose nodes run containerd:
+//
+//	go run ./cmd/drakit image -o driver.tar   # or BuildImage from Go
+//	ctr -n k8s.io images import driver.tar    # on each node
+//	helm install nvidia-dra-driver examples/nvidia/deploy/chart \
+//	    -n nvidia-dra-driver --create-namespace
+//
+// or kubectl apply -f examples/nvidia/deploy/manifests/.
+package deploy
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/drakit/drakit/examples/nvidia/deploy/ociimage"
+)
+
+// Names the chart's default values use.
+const (
+	// Image is the driver's image reference.
+	Image = "drakit.dev/nvidia-dra-driver:dev"
+	// DriverPackage is the driver binary's Go package.
+	DriverPackage = "github.com/drakit/drakit/examples/nvidia/cmd/nvidia-dra-driver"
+	// Release and Namespace are the Helm release and namespace the demo,
+	// the e2e test and the plain manifests use.
+	Release   = "nvidia-dra-driver"
+	Namespace = "nvidia-dra-driver"
+	// DaemonSet is the name of the chart's DaemonSet (the chart's name).
+	DaemonSet = "nvidia-dra-driver"
+	// PodSelector selects the DaemonSet's pods of Release.
+	PodSelector = "app.kubernetes.io/name=nvidia-dra-driver,app.kubernetes.io/instance=" + Release
+)
+
+//go:embed all:chart
+var chartFS embed.FS
+
+// Chart is the Helm chart (Chart.yaml at its root), embedded so that a
+// program outside a checkout can write it out with [WriteChart].
+func Chart() fs.FS {
+	sub, err := fs.Sub(chartFS, "chart")
+	if err != nil {
+		panic(err) // the embedded tree always has chart/
+	}
+	return sub
+}
+
+// WriteChart writes the chart into dir (created), for `helm install dir`.
+func WriteChart(dir string) error {
+	if err := os.CopyFS(dir, Chart()); err != nil {
+		return fmt.Errorf("write chart: %w", err)
+	}
+	return nil
+}
+
+// BuildImage builds Go package pkg (e.g. [DriverPackage]) as a static
+// linux binary for this program's architecture (CGO_ENABLED=0, -trimpath) with the go command of the
+// caller's module and writes it to out as an OCI image tarball named ref,
+// the binary its entrypoint (with an empty /tmp): what
+// `ctr -n k8s.io images import` loads. It returns the image's manifest
+// descriptor.
+func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor, error) {
+	tmp, err := os.MkdirTemp("", "drakit-image-")
+	if err != nil {
+		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	name := filepath.Base(pkg)
+	bin := filepath.Join(tmp, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+	// The image's platform is this program's: build for it.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
+	}
+	content, err := os.ReadFile(bin)
+	if err != nil {
+		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
+	}
+	return ociimage.WriteFile(out, ociimage.Image{
+		Ref:        ref,
+		Files:      []ociimage.File{{Path: "/" + name, Mode: 0o755, Content: content}},
+		Dirs:       []string{"/tmp"},
+		Entrypoint: []string{"/" + name},
+		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/drakit/drakit", "org.opencontainers.image.title": name},
+	})
+}
+
+// LocalClusterValues are the `helm install --set` values that run the
+// chart on drakit's local cluster (testenv.WithRealNode, drakit demo):
+// its kubelet's root folder and CDI folder, the API server on 127.0.0.1
+// (no service proxy there), the simulator's state under stateDir, and the
+// image already imported (pull policy Never).
+func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []string {
+	return []string{
+		"kubeletDir=" + kubeletDir,
+		"cdiDir=" + cdiDir,
+		"kubernetesAPI.host=127.0.0.1",
+		"kubernetesAPI.port=" + apiServerPort,
+		"nvml.simStateDir=" + stateDir,
+		"image.pullPolicy=Never",
+	}
+}

@@ -1,0 +1,98 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/drakit/drakit/examples/nvidia/deploy"
+	"github.com/drakit/drakit/testenv"
+)
+
+// installed is a driver deployed onto a test cluster's real node as users
+// deploy it: image imported, chart installed with helm.
+type installed struct {
+	env      *testenv.Env
+	stateDir string // the simulator's state folder on the host
+}
+
+// install builds pkg's image as ref, imports it into the real node's
+// containerd and helm-installs the chart with the local cluster's values
+// and set, then waits until the DaemonSet's pod is ready (registered,
+// slices published).
+func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref string, set ...string) *installed {
+	t.Helper()
+	tarball := filepath.Join(t.TempDir(), "image.tar")
+	t0 := time.Now()
+	desc, err := deploy.BuildImage(ctx, pkg, ref, tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.ImportImage(ctx, tarball); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image %s (%s) built and imported in %s", ref, desc.Digest, time.Since(t0).Round(time.Millisecond))
+	u, err := url.Parse(env.RESTConfig.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim")}
+	repo, tag, _ := strings.Cut(ref, ":")
+	args := []string{"install", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
+		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m",
+		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
+	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(env.RegistrarDir), env.CDIDir, u.Port(), in.stateDir), set...) {
+		args = append(args, "--set", v)
+	}
+	t0 = time.Now()
+	out, err := exec.CommandContext(ctx, helm(t), args...).CombinedOutput()
+	if err != nil {
+		in.dumpDriver(t)
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Logf("helm install --wait: %s", time.Since(t0).Round(time.Millisecond))
+	return in
+}
+
+// driverPod returns the DaemonSet's running pod.
+func (in *installed) driverPod(ctx context.Context) (*corev1.Pod, error) {
+	pods, err := in.env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("no driver pod")
+}
+
+// dumpDriver logs the driver pod's status and output, for a failure.
+func (in *installed) dumpDriver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pods, err := in.env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("list driver pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("driver pod %s: phase %s, conditions %+v, container statuses %+v", p.Name, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		log, err := in.env.ContainerLog(ctx, p.Namespace, p.Name, "driver")
+		t.Logf("driver log (%v):\n%s", err, log)
+	}
+}
+
+func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
+}
