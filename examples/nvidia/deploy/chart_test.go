@@ -197,7 +197,7 @@ func TestChartObjects(t *testing.T) {
 		{"resource.k8s.io", "resourceslices", "update", ""}, {"resource.k8s.io", "resourceslices", "delete", ""},
 		{"resource.k8s.io", "resourceclaims", "get", ""},
 		{"", "nodes", "get", ""},
-		{"", "events", "create", "default"},
+		{"", "events", "create", "default"}, {"", "events", "patch", "default"}, // patch: the event recorder counts repeats
 	}
 	less := func(a, b grant) int {
 		return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace)
@@ -263,7 +263,8 @@ func TestChartObjects(t *testing.T) {
 		"--plugin-data-dir=/var/lib/kubelet/plugins/gpu.nvidia.drakit.dev",
 		"--cdi-dir=/var/run/cdi",
 		"--nvml-sim=dgx-h200",
-		"--nvml-sim-state=/var/lib/nvidia-dra-driver/sim/state.json",
+		"--nvml-sim-state=/run/nvidia-dra-driver-sim/state.json",
+		"--state-dir=/run/nvidia-dra-driver",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("driver args %q lack %s", args, want)
@@ -293,7 +294,7 @@ func TestChartObjects(t *testing.T) {
 	}
 	lc := render(t, local...).ds[0].Spec.Template.Spec.Containers[0]
 	largs := strings.Join(lc.Args, " ")
-	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi", "--nvml-sim-state=/tmp/k/sim/state.json"} {
+	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi", "--nvml-sim-state=/tmp/k/sim/state.json", "--state-dir=/tmp/k/sim/driver"} {
 		if !strings.Contains(largs, want) {
 			t.Errorf("local values: args %q lack %s", largs, want)
 		}

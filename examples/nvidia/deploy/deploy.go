@@ -107,8 +107,9 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 // LocalClusterValues are the `helm install --set` values that run the
 // chart on drakit's local cluster (testenv.WithRealNode, drakit demo):
 // its kubelet's root folder and CDI folder, the API server on 127.0.0.1
-// (no service proxy there), the simulator's state under stateDir, and the
-// image already imported (pull policy Never).
+// (no service proxy there), the simulator's state in stateDir and the
+// driver's own state in stateDir/driver (so that nothing of a test run is
+// left on the host), and the image already imported (pull policy Never).
 func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []string {
 	return []string{
 		"kubeletDir=" + kubeletDir,
@@ -116,6 +117,7 @@ func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []st
 		"kubernetesAPI.host=127.0.0.1",
 		"kubernetesAPI.port=" + apiServerPort,
 		"nvml.simStateDir=" + stateDir,
+		"stateDir=" + stateDir + "/driver",
 		"image.pullPolicy=Never",
 	}
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // Driver is the NVIDIA vendor logic that the drakit runtime runs: it
-// discovers the GPUs (device.Discoverer), creates and destroys dynamic MIG
+// discovers the GPUs (kit.Discoverer), creates and destroys dynamic MIG
 // devices around a claim (kit.ClaimPreparer), hands containers their
 // devices (kit.Preparer, kit.ClaimEditor) and turns NVML's XID events into
 // device health. Create it with New and run it with Options:
@@ -44,7 +44,7 @@ type Driver struct {
 }
 
 var (
-	_ device.Discoverer = (*Driver)(nil)
+	_ kit.Discoverer    = (*Driver)(nil)
 	_ kit.Preparer      = (*Driver)(nil)
 	_ kit.ClaimPreparer = (*Driver)(nil)
 	_ kit.ClaimEditor   = (*Driver)(nil)
