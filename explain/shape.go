@@ -13,8 +13,8 @@ import (
 // where the claim does not fit, the work grows factorially. Measured
 // ("drakit mig bench -fleet", 8 x H100 with dynamic MIG, every GPU one 1g
 // short, per node, three runs): 4 requests 16-40 ms, 6 requests 0.45-0.69
-// s, 7 requests more than 3 s; one request with the same count 4-10,
-// 25-38 and 48-71 ms. The scheduler gives up on a node after its filter
+// s, 7 requests more than 3 s; one request with the same count 5-10,
+// 24-38 and 48-71 ms. The scheduler gives up on a node after its filter
 // timeout (10 s by default) and the pod stays pending.
 const backtrackRequests = 4
 

@@ -44,13 +44,13 @@
 // with the real structured allocator driven as kube-scheduler 1.37 drives
 // it (one allocator per pod over all slices, Allocate per node). A
 // dynamic-MIG driver publishes, chosen by its numbers (8 x H100 per node,
-// one 1g claim, CPU time per pod; ratios from two runs on a loaded
-// two-core machine):
+// one 1g claim, CPU time per pod, the last of three runs on a loaded
+// two-core machine; ratios are the range over the three):
 //
 //	                                         slices/node  1,000 nodes: empty   half    nearly full
-//	today: every profile, every device         654 KiB                 380 ms  475 ms  4,813 ms
-//	DefaultProfiles + WithFitOnly + classes    385 KiB                 349 ms  160 ms     87 ms
-//	whole GPUs only (no MIG), for scale         12 KiB                  23 ms   12 ms      7 ms
+//	today: every profile, every device         654 KiB                 331 ms  434 ms  3,509 ms
+//	DefaultProfiles + WithFitOnly + classes    386 KiB                 288 ms  151 ms     55 ms
+//	whole GPUs only (no MIG), for scale         13 KiB                  26 ms    7 ms     11 ms
 //
 // The levers, each measured alone against today's model in the same run:
 //
@@ -76,7 +76,7 @@
 //   - At most 8 attributes per device. The API types keep attributes in
 //     a Go map, and a map of up to 8 entries fits one group: 16
 //     attributes per device (GPU facts repeated on every MIG device)
-//     double the slices (1,399 KiB per node) and cost 1.24x the CPU; 5
+//     double the slices (1,399 KiB per node) and cost 1.24-1.32x the CPU; 5
 //     instead of 8 make no consistent difference (0.86-1.12x).
 //
 // Claims for several MIG devices on one GPU must use one request with a
@@ -89,9 +89,9 @@
 //	- matchAttribute: <driver>/index
 //
 // The allocator then tries each set of devices once: 8 x 1g on one H100,
-// which can never fit, is refused in 123-132 ms per node, 7 (every GPU
-// one short) in 48-61 ms. The same devices asked for as k requests of one device
-// each under the constraint are tried in every order: 4 requests 16-24 ms,
+// which can never fit, is refused in 123-138 ms per node, 7 (every GPU
+// one short) in 39-61 ms. The same devices asked for as k requests of one device
+// each under the constraint are tried in every order: 4 requests 14-24 ms,
 // 6 requests 0.45-0.65 s, 7 and 8 requests more than 3 s per node on nodes
 // where they do not fit, against the scheduler's 10 s filter timeout;
 // "drakit explain" warns about that shape (four or more interchangeable
