@@ -82,15 +82,17 @@ func layout(cp convertedPool) poolLayout {
 	return l
 }
 
-// sliceName is a deterministic, valid object name for slice index of a pool.
+// sliceName is a deterministic, valid object name for slice index of a
+// pool. The index is zero-padded so that ordering by name (what the
+// in-process allocator and "kubectl get" do) is publication order.
 func sliceName(driver, pool string, index int) string {
 	base := strings.ToLower(driver + "-" + strings.ReplaceAll(pool, "/", "-"))
-	name := fmt.Sprintf("%s-%d", base, index)
+	name := fmt.Sprintf("%s-%03d", base, index)
 	if len(validation.IsDNS1123Subdomain(name)) == 0 {
 		return name
 	}
 	sum := sha256.Sum256([]byte(driver + "\x00" + pool))
-	return fmt.Sprintf("slice-%s-%d", hex.EncodeToString(sum[:8]), index)
+	return fmt.Sprintf("slice-%s-%03d", hex.EncodeToString(sum[:8]), index)
 }
 
 func apiCounterSet(cs CounterSet) resourceapi.CounterSet {

@@ -234,3 +234,23 @@ func TestLookup(t *testing.T) {
 		t.Error("nil inventory found a device")
 	}
 }
+
+// Slice names sort in publication order, so that an allocator that orders
+// slices by name sees the devices in the inventory's priority order even
+// with more than ten slices in a pool.
+func TestSliceNamesSortInOrder(t *testing.T) {
+	pool := Pool{Name: "node-1"}
+	for i := range 20 * 128 {
+		pool.Devices = append(pool.Devices, New(fmt.Sprintf("dev-%d", i)))
+	}
+	inv := &Inventory{Driver: "gpu.example.com", Pools: []Pool{pool}}
+	slices := inv.ResourceSlices("node-1")
+	if len(slices) < 11 {
+		t.Fatalf("%d slices, want more than 10 for this test", len(slices))
+	}
+	for i := 1; i < len(slices); i++ {
+		if slices[i-1].Name >= slices[i].Name {
+			t.Errorf("slice %d %q does not sort before slice %d %q", i-1, slices[i-1].Name, i, slices[i].Name)
+		}
+	}
+}
