@@ -25,12 +25,14 @@ import (
 // make the process die (see faultHook). They sit right after each durable
 // step.
 const (
+	faultPrepareCreated    = "prepare/record-created"
 	faultPrepareIntent     = "prepare/intent-written"
 	faultPrepareClaimHook  = "prepare/claim-hook-done"
 	faultPrepareDevice     = "prepare/device-prepared"
 	faultPrepareMetadata   = "prepare/metadata-recorded"
 	faultPrepareClaimEdits = "prepare/claim-edits-done"
 	faultPrepareCDI        = "prepare/cdi-written"
+	faultPrepareAppended   = "prepare/completion-appended"
 	faultPrepareComplete   = "prepare/completed"
 	faultUnprepareIntent   = "unprepare/intent-written"
 	faultUnprepareDevice   = "unprepare/device-unprepared"
@@ -43,7 +45,7 @@ const (
 
 // faultPoints lists the fault points in the order they are reached.
 var faultPoints = []string{
-	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareComplete,
+	faultPrepareCreated, faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareAppended, faultPrepareComplete,
 	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareUnlinked, faultUnprepareComplete,
 	faultLostReleased,
 }
@@ -149,6 +151,10 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 	// A crash point between a record's unlink and the group-committed
 	// folder fsync that makes it durable.
 	store.OnUnlinked = func(types.UID) { fault(faultUnprepareUnlinked) }
+	// Crash points inside the record's two writes: the file created but
+	// still empty, and the completed record appended but not fsynced.
+	store.OnCreated = func(types.UID) { fault(faultPrepareCreated) }
+	store.OnAppended = func(types.UID) { fault(faultPrepareAppended) }
 	if ce, ok := p.(ClaimEditor); ok {
 		e.claimEditor = ce
 	}
@@ -482,10 +488,12 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	}
 	e.records[rec.ClaimUID] = intent
 	e.mu.Unlock()
-	if err := e.store.WriteIntent(rec); err != nil {
+	pending, err := e.store.Begin(rec)
+	if err != nil {
 		e.forget(rec)
 		return kubeletplugin.PrepareResult{}, &claimError{reason: ReasonCheckpoint, err: err}
 	}
+	defer pending.Close()
 	fault(faultPrepareIntent)
 
 	rollback := func(cause error) (kubeletplugin.PrepareResult, error) {
@@ -568,7 +576,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 
 	done := cloneRecord(rec)
 	done.State = checkpoint.StatePrepared
-	if err := e.store.Write(done); err != nil {
+	if err := pending.Commit(done); err != nil {
 		return rollback(&claimError{reason: ReasonCheckpoint, err: err})
 	}
 	e.mu.Lock()

@@ -7,19 +7,30 @@
 // record that fails to parse or whose checksum does not match is moved to
 // the quarantine folder and reported, never fatal.
 //
+// A prepare writes its claim's record file in two steps: [Store.Begin]
+// creates it holding the intent, [Pending.Commit] appends the completed
+// record and fsyncs. A file is one or more envelopes; the last complete
+// one is the record (see [Decode]). Other writes ([Store.Write],
+// [Store.WriteIntent]) replace the whole file through a temporary file
+// and a rename.
+//
 // Durability contract (what each call guarantees when it returns):
 //
-//   - Process crash (kill -9, OOM kill): every write is a temporary file
-//     renamed over the record, so a record is the old or the new one,
-//     never a mix, whichever call was running. A rename or removal that
-//     returned is visible to the next process.
-//   - Power loss or kernel crash: [Store.Write] fsyncs the record's content
-//     before the rename, so the record is never empty or torn; the rename
-//     itself is not waited for (the folder is not fsynced): it reaches the
-//     disk with the file system's next journal commit (ext4: within 5 s),
-//     so the previous record (an intent, which recovery undoes) may come
-//     back instead. [Store.WriteIntent] and [Store.MarkUnprepare] wait for
-//     nothing: their loss goes with the loss of the device state they
+//   - Process crash (kill -9, OOM kill): a record is never read torn. A
+//     whole-file write is the old or the new record. Begin's file is
+//     empty (removed by Load: the intent was not written, so the caller
+//     had done nothing yet) or holds the intent. An append cut short
+//     reads as the record before it. A rename or removal that returned
+//     is visible to the next process.
+//   - Power loss or kernel crash: [Pending.Commit] and [Store.Write]
+//     fsync the record's content, so a completed record is never empty or
+//     torn; the folder is not fsynced, so a record's new name (Write's
+//     rename; Begin's create, on a file system whose fsync of a file does
+//     not also commit the file's name, as ext4's and XFS's do) reaches the
+//     disk with the next journal commit (ext4: within 5 s), and the previous state
+//     (an intent, which recovery undoes, or no record) may come back
+//     instead. Begin, [Store.WriteIntent] and [Store.MarkUnprepare] wait
+//     for nothing: their loss goes with the loss of the device state they
 //     guard. [Store.Delete] waits until the removal is on disk (one folder
 //     fsync, shared by the removals that run at the same time), so an
 //     unprepared claim never comes back.
@@ -36,6 +47,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,6 +138,12 @@ type envelope struct {
 	Record  json.RawMessage `json:"record"`
 }
 
+// errEmpty is read's error for an empty record file: one that Begin
+// created and a crash stopped before the intent was in it (or, after a
+// power loss, an intent whose content was lost). Nothing was done for the
+// claim that the file would let anyone undo; the file is removed.
+var errEmpty = errors.New("empty checkpoint record file")
+
 // ErrCorrupt is wrapped by the error of a record that could not be read.
 var ErrCorrupt = errors.New("corrupt checkpoint record")
 
@@ -157,6 +175,11 @@ type Store struct {
 	// unlinked and before Delete waits for the folder fsync that makes
 	// the removal durable (a crash point for tests).
 	OnUnlinked func(uid types.UID)
+	// OnCreated, when set, is called by Begin after the record file is
+	// created, before the intent is written into it; OnAppended by
+	// Pending.Commit after the completed record is written, before the
+	// fsync (crash points for tests).
+	OnCreated, OnAppended func(uid types.UID)
 }
 
 // Open creates dir if needed and returns the store in it.
@@ -214,13 +237,41 @@ func Encode(r *Record) ([]byte, error) {
 	return json.Marshal(envelope{Kind: Kind, Version: Version, SHA256: hex.EncodeToString(sum[:]), Record: body})
 }
 
-// Decode parses file content written by Encode of any version. Unknown
-// fields are ignored. Errors wrap ErrCorrupt.
+// Decode parses a record file: one or more envelopes written by Encode
+// of any version, one after the other (a file started by [Store.Begin]
+// holds the intent and, once committed, the completed record after it).
+// The last envelope wins. A last envelope cut short (the file ends inside
+// it: an append interrupted by a crash, which never returned to its
+// caller) is ignored when an earlier one is complete; anything else that
+// is not a valid envelope, and envelopes of different claims, make the
+// file corrupt. Unknown fields are ignored. Errors wrap ErrCorrupt.
 func Decode(data []byte) (*Record, error) {
-	var env envelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("%w: parse envelope: %v", ErrCorrupt, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var last *Record
+	for {
+		var env envelope
+		err := dec.Decode(&env)
+		if err == io.EOF && last != nil {
+			return last, nil
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) && last != nil {
+			return last, nil // torn append
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: parse envelope: %v", ErrCorrupt, err)
+		}
+		r, err := decodeEnvelope(&env)
+		if err != nil {
+			return nil, err
+		}
+		if last != nil && r.ClaimUID != last.ClaimUID {
+			return nil, fmt.Errorf("%w: records of claims %s and %s in one file", ErrCorrupt, last.ClaimUID, r.ClaimUID)
+		}
+		last = r
 	}
+}
+
+func decodeEnvelope(env *envelope) (*Record, error) {
 	if env.Kind != Kind {
 		return nil, fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, env.Kind, Kind)
 	}
@@ -276,6 +327,117 @@ func (s *Store) write(r *Record, durable bool) error {
 		return fmt.Errorf("write checkpoint record %s: %w", r.ClaimUID, err)
 	}
 	return nil
+}
+
+// Begin starts the record of a claim that has none: it creates the
+// record file holding r as the intent, without waiting for the disk (as
+// [Store.WriteIntent]), and keeps it open so that [Pending.Commit] can
+// append the completed record to the same file. One new file per
+// prepare, and no temporary file or rename: a rename or create in the
+// folder holds the folder's lock, which every concurrent prepare and
+// unprepare contends for.
+//
+// Why no temporary file is needed: the file is created empty, then filled
+// with one write, all before the caller's device work starts. After a
+// process crash the file is empty (the write never ran: Load removes the
+// file, there is nothing to undo) or holds the intent; after a power loss
+// it may also be gone or empty, like any intent (see the package doc).
+// If r's record file exists (left by a failed undo's fallback),
+// Begin replaces it atomically with the intent first.
+func (s *Store) Begin(r *Record) (*Pending, error) {
+	if err := validUID(r.ClaimUID); err != nil {
+		return nil, fmt.Errorf("begin checkpoint record: %w", err)
+	}
+	stamped := *r
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return nil, err
+	}
+	data = append(data, '\n')
+	name := s.path(r.ClaimUID)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		if err := s.writeFile(name, data, false); err != nil {
+			return nil, fmt.Errorf("begin checkpoint record %s: %w", r.ClaimUID, err)
+		}
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0o600)
+	} else if err == nil {
+		if s.OnCreated != nil {
+			s.OnCreated(r.ClaimUID)
+		}
+		if _, err = f.Write(data); err != nil {
+			_ = f.Close()
+			_ = syscall.Unlink(name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("begin checkpoint record %s: %w", r.ClaimUID, err)
+	}
+	return &Pending{s: s, uid: r.ClaimUID, f: f, intent: data}, nil
+}
+
+// Pending is a record file started by [Store.Begin], open until Commit or
+// Close.
+type Pending struct {
+	s      *Store
+	uid    types.UID
+	f      *os.File
+	intent []byte // the file's content as Begin left it
+}
+
+// Commit appends r, the claim's completed record, to the file and fsyncs
+// it: once Commit returns, r survives a power loss. The append is not
+// atomic, and need not be: a crash before it is complete leaves the
+// intent followed by a cut-short record, which Decode reads as the intent
+// (recovery undoes it, which is right: Commit had not returned). On error
+// the file is cut back to the intent, so that it never says more than the
+// caller was told. Commit closes the file, whatever it returns.
+func (p *Pending) Commit(r *Record) (err error) {
+	if p.f == nil {
+		return fmt.Errorf("commit checkpoint record %s: already closed", p.uid)
+	}
+	defer p.Close()
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("commit checkpoint record %s: %w", p.uid, err)
+			if terr := p.f.Truncate(int64(len(p.intent))); terr != nil {
+				if werr := p.s.writeFile(p.s.path(p.uid), p.intent, false); werr != nil {
+					err = fmt.Errorf("%w (and could not restore the intent: %v, %v)", err, terr, werr)
+				}
+			}
+		}
+	}()
+	if r.ClaimUID != p.uid {
+		return fmt.Errorf("record of claim %s", r.ClaimUID)
+	}
+	stamped := *r
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return err
+	}
+	if _, err := p.f.Write(append(data, '\n')); err != nil {
+		return err
+	}
+	if s := p.s; s.OnAppended != nil {
+		s.OnAppended(p.uid)
+	}
+	if p.s.noFsync {
+		return nil
+	}
+	return p.f.Sync()
+}
+
+// Close closes the file without committing; it does nothing after Commit
+// or an earlier Close. The record stays the intent.
+func (p *Pending) Close() error {
+	if p.f == nil {
+		return nil
+	}
+	err := p.f.Close()
+	p.f = nil
+	return err
 }
 
 func (s *Store) writeFile(name string, data []byte, durable bool) error {
@@ -398,6 +560,9 @@ func (s *Store) Get(uid types.UID) (*Record, error) {
 		return nil, fmt.Errorf("read checkpoint record: %w", err)
 	}
 	r, err := s.read(s.path(uid), uid)
+	if err == errEmpty {
+		return nil, nil // being begun
+	}
 	if r != nil || err != nil {
 		return r, err
 	}
@@ -417,6 +582,9 @@ func (s *Store) read(file string, uid types.UID) (*Record, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, err)
+	}
+	if len(data) == 0 {
+		return nil, errEmpty
 	}
 	r, err := Decode(data)
 	if err != nil {
@@ -457,6 +625,10 @@ func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
 			continue
 		}
 		r, rerr := s.read(full, uid)
+		if rerr == errEmpty {
+			_ = syscall.Unlink(full)
+			continue
+		}
 		if rerr == nil && r == nil {
 			continue // removed meanwhile
 		}
