@@ -637,11 +637,11 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 	if rec.State == checkpoint.StatePrepared {
 		intent := *rec
 		intent.State = checkpoint.StateUnprepareStarted
-		// The intent is the prepared record renamed: no new file, no
-		// write, and no space needed on a full disk. Only when the rename
-		// fails (the record file was removed behind the driver's back) is
-		// the intent written out.
-		if merr := e.store.MarkUnprepare(rec.ClaimUID); merr != nil {
+		// The intent is appended to the prepared record's file, or on a
+		// full disk the file is renamed: no new file, and no space needed.
+		// Only when both fail (the record file was removed behind the
+		// driver's back) is the intent written out.
+		if merr := e.store.MarkUnprepare(&intent); merr != nil {
 			if err := e.store.WriteIntent(&intent); err != nil {
 				return &claimError{reason: ReasonCheckpoint, err: errors.Join(merr, err)}
 			}

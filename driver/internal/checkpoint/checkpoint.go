@@ -455,20 +455,59 @@ func (s *Store) syncDir() error {
 	return s.dirSync.wait()
 }
 
-// MarkUnprepare records the intent to unprepare uid without writing
-// anything: the record file is renamed, which needs no free space, and
-// Load returns the record in StateUnprepareStarted. It is the intent
-// record for a full disk, where WriteIntent fails; like WriteIntent it
-// does not wait for the disk. Delete removes the renamed record too.
-// Readers before this version ignore a renamed record.
-func (s *Store) MarkUnprepare(uid types.UID) error {
+// MarkUnprepare records the intent to unprepare r's claim, whose record
+// is stored: it appends r in StateUnprepareStarted to the record file,
+// which holds no folder lock (unlike a create or rename, which contend
+// with every other claim's) and, as the file's last block has room for
+// it as a rule, needs no new space. When the append fails (a full disk),
+// the record file is renamed instead, which needs no space at all: Load
+// and Get return a renamed record in StateUnprepareStarted. Like
+// WriteIntent it does not wait for the disk, and an append cut short by a
+// crash reads as the record before it (Prepared: the kubelet retries the
+// unprepare). Delete removes the renamed record too.
+func (s *Store) MarkUnprepare(r *Record) error {
+	uid := r.ClaimUID
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("mark checkpoint record: %w", err)
 	}
+	aerr := s.appendIntent(r)
+	if aerr == nil {
+		return nil
+	}
 	if err := os.Rename(s.path(uid), s.markPath(uid)); err != nil {
-		return fmt.Errorf("mark checkpoint record %s for unprepare: %w", uid, err)
+		return fmt.Errorf("mark checkpoint record %s for unprepare: %w", uid, errors.Join(aerr, err))
 	}
 	return nil
+}
+
+// appendIntent appends r as an unprepare intent to its record file; on
+// error the file is cut back to what it held, so that nothing is ever
+// appended after a cut-short record.
+func (s *Store) appendIntent(r *Record) error {
+	stamped := *r
+	stamped.State = StateUnprepareStarted
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return err
+	}
+	// No O_CREATE: the record must be there.
+	f, err := os.OpenFile(s.path(r.ClaimUID), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err == nil {
+		if _, err = f.Write(append(data, '\n')); err != nil {
+			if terr := f.Truncate(st.Size()); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Delete removes the record of uid durably: it returns once the removal
@@ -478,21 +517,20 @@ func (s *Store) Delete(uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("delete checkpoint record: %w", err)
 	}
-	removed := false
-	// The renamed record first: after MarkUnprepare it is the only one.
-	// Unlink, not os.Remove, which tries rmdir after a missing file.
-	for _, p := range []string{s.markPath(uid), s.path(uid)} {
-		err := syscall.Unlink(p)
+	// Unlink, not os.Remove, which tries rmdir after a missing file. The
+	// renamed record only when there is no other (MarkUnprepare renames
+	// on a full disk only; even a failed unlink takes the folder's lock):
+	// a hand-made twin left behind is an unprepare intent, which the next
+	// start finishes.
+	err := syscall.Unlink(s.path(uid))
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.Unlink(s.markPath(uid))
 		if errors.Is(err, syscall.ENOENT) {
-			continue
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
-		}
-		removed = true
 	}
-	if !removed {
-		return nil
+	if err != nil {
+		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
 	}
 	if s.OnUnlinked != nil {
 		s.OnUnlinked(uid)

@@ -166,6 +166,23 @@ func TestBeginCommit(t *testing.T) {
 		t.Fatalf("Commit: %v", err)
 	}
 	get(done)
+
+	// The unprepare intent is appended to the same file.
+	if err := s.MarkUnprepare(done); err != nil {
+		t.Fatalf("MarkUnprepare: %v", err)
+	}
+	marked := sample("a")
+	marked.State = StateUnprepareStarted
+	get(marked)
+	if _, err := os.Stat(s.markPath("a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("record renamed although the append could be done: %v", err)
+	}
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, err := s.Load(); err != nil || len(recs) != 0 {
+		t.Errorf("Load after Delete = %v, %v", recs, err)
+	}
 }
 
 func TestLoadTolerantAndQuarantine(t *testing.T) {
