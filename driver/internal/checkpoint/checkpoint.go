@@ -599,12 +599,15 @@ func (s *Store) Get(uid types.UID) (*Record, error) {
 	}
 	r, err := s.read(s.path(uid), uid)
 	if err == errEmpty {
-		return nil, nil // being begun
+		return nil, nil // being begun, or left by a crash: no record
 	}
 	if r != nil || err != nil {
 		return r, err
 	}
 	r, err = s.read(s.markPath(uid), uid)
+	if err == errEmpty {
+		return nil, nil
+	}
 	if r != nil {
 		r.State = StateUnprepareStarted
 	}

@@ -167,6 +167,19 @@ func TestBeginCommit(t *testing.T) {
 	}
 	get(done)
 
+	// An empty file (Begin killed before the intent) is no record.
+	for _, name := range []string{s.path("empty"), s.markPath("empty")} {
+		if err := os.WriteFile(name, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Get("empty"); r != nil || err != nil {
+			t.Errorf("Get of an empty %s = %v, %v; want nil, nil", filepath.Base(name), r, err)
+		}
+		if err := os.Remove(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// The unprepare intent is appended to the same file.
 	if err := s.MarkUnprepare(done); err != nil {
 		t.Fatalf("MarkUnprepare: %v", err)
