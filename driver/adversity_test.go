@@ -161,7 +161,8 @@ func TestUnpublishedDeviceRefused(t *testing.T) {
 }
 
 // TestUnprepareOnFullDisk: with the checkpoint's file system full, the
-// unprepare intent is a rename, unprepare frees the devices, and a crash
+// unprepare intent is appended to the record file where its last page has
+// room, else the file is renamed; unprepare frees the devices, and a crash
 // after the intent is finished by the next process.
 func TestUnprepareOnFullDisk(t *testing.T) {
 	root := mountTmpfs(t, "256k")
@@ -172,6 +173,27 @@ func TestUnprepareOnFullDisk(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
+	// c2's record file fills its last page (a record file may end in
+	// white space), so that its intent cannot be appended.
+	c2 := filepath.Join(root, "checkpoint", "c2.json")
+	st, err := os.Stat(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := make([]byte, 4096-st.Size()%4096)
+	for i := range pad {
+		pad[i] = ' '
+	}
+	f, err := os.OpenFile(c2, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(pad); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	fill(t, filepath.Join(root, "filler"))
 	if r := e.eng.Prepare(ctx, testClaim("c3", alloc{request: "r", device: "dev-c3"})); !errors.Is(r.Err, syscall.ENOSPC) {
 		t.Fatalf("prepare on a full disk = %v, want ENOSPC (is the disk full?)", r.Err)
@@ -180,6 +202,7 @@ func TestUnprepareOnFullDisk(t *testing.T) {
 	if err := e.eng.Unprepare(ctx, ClaimRef{UID: "c1", Namespace: "ns", Name: "claim-c1"}); err != nil {
 		t.Fatalf("unprepare on a full disk: %v", err)
 	}
+	fill(t, filepath.Join(root, "filler2")) // c1's record freed a page
 	// A failure after the intent: the next process finishes the unprepare.
 	e.hw.FailUnprepare = func(AllocatedDevice) error { return errors.New("device busy") }
 	if err := e.eng.Unprepare(ctx, ClaimRef{UID: "c2", Namespace: "ns", Name: "claim-c2"}); err == nil {
@@ -187,6 +210,9 @@ func TestUnprepareOnFullDisk(t *testing.T) {
 	}
 	if d := cmp.Diff(map[types.UID]checkpoint.State{"c2": checkpoint.StateUnprepareStarted}, e.records(t)); d != "" {
 		t.Errorf("records after a failed unprepare on a full disk (-want +got):\n%s", d)
+	}
+	if _, err := os.Stat(strings.TrimSuffix(c2, ".json") + ".unprepare"); err != nil {
+		t.Errorf("c2's record was not renamed: %v", err)
 	}
 	e.hw.FailUnprepare = nil
 	e.restart(t)

@@ -22,9 +22,10 @@
 //     while that fails, and every [WithResyncInterval]; a watch that
 //     fails is restarted with a growing delay. An inventory must be for
 //     the driver's own name ([ErrDriverMismatch]).
-//   - Checkpoint: one record per claim in its own file, written atomically
-//     (temporary file, renamed over the record; see Durability below for
-//     what is fsynced), so a write costs the same with 10 or 10,000 claims held. Records are versioned
+//   - Checkpoint: one record file per claim, so a write costs the same
+//     with 10 or 10,000 claims held: a prepare creates it holding the
+//     intent and appends the completed record to it (one new file, no
+//     rename; see Durability below for what is fsynced). Records are versioned
 //     JSON with a checksum; unknown fields are ignored, and a corrupt
 //     record (also one stored under another claim's file name, which
 //     counts for both claims) is quarantined with a log line and a
@@ -112,16 +113,22 @@
 //
 // Durability: who recovers what after a crash.
 //
-//   - Process crash (kill -9, OOM kill, panic): every record and CDI spec
-//     is written to a temporary file and renamed, so none is ever torn. At
+//   - Process crash (kill -9, OOM kill, panic): no record is ever read
+//     torn. CDI specs are written to a temporary file and renamed. A
+//     prepare's record file is created empty and filled with the intent
+//     before any device work (an empty file means nothing was done, and is
+//     removed); the completed record is appended to it, and a cut-short
+//     append reads as the intent before it. At
 //     start, before the sockets serve, recovery undoes every claim whose
 //     record is an intent (prepare or unprepare started), then the kubelet
 //     prepares it again or finishes unpreparing it. Nothing is lost.
 //   - Power loss or kernel crash: a prepare that returned has its
-//     completion record's content on disk (fsynced before the rename); the
-//     rename is not waited for, so a claim prepared in the last few
-//     seconds (the file system's journal commit interval; ext4: 5 s) can
-//     come back as its intent, which recovery undoes. An unprepare that
+//     completed record on disk (the record file is fsynced after the
+//     append; on file systems that do not commit a new file's name with
+//     its fsync, the name follows with the next journal commit, ext4 and
+//     XFS do), so at worst a claim prepared in the last few seconds
+//     comes back as its intent or not at all, which recovery undoes or
+//     the kubelet prepares again. An unprepare that
 //     returned is on disk (its record's removal is fsynced with the
 //     folder; removals that run at the same time share one fsync).
 //     Intent records and CDI specs are not fsynced: an intent lost with

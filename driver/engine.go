@@ -25,12 +25,14 @@ import (
 // make the process die (see faultHook). They sit right after each durable
 // step.
 const (
+	faultPrepareCreated    = "prepare/record-created"
 	faultPrepareIntent     = "prepare/intent-written"
 	faultPrepareClaimHook  = "prepare/claim-hook-done"
 	faultPrepareDevice     = "prepare/device-prepared"
 	faultPrepareMetadata   = "prepare/metadata-recorded"
 	faultPrepareClaimEdits = "prepare/claim-edits-done"
 	faultPrepareCDI        = "prepare/cdi-written"
+	faultPrepareAppended   = "prepare/completion-appended"
 	faultPrepareComplete   = "prepare/completed"
 	faultUnprepareIntent   = "unprepare/intent-written"
 	faultUnprepareDevice   = "unprepare/device-unprepared"
@@ -43,7 +45,7 @@ const (
 
 // faultPoints lists the fault points in the order they are reached.
 var faultPoints = []string{
-	faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareComplete,
+	faultPrepareCreated, faultPrepareIntent, faultPrepareClaimHook, faultPrepareDevice, faultPrepareMetadata, faultPrepareClaimEdits, faultPrepareCDI, faultPrepareAppended, faultPrepareComplete,
 	faultUnprepareIntent, faultUnprepareDevice, faultUnprepareClaim, faultUnprepareCDI, faultUnprepareUnlinked, faultUnprepareComplete,
 	faultLostReleased,
 }
@@ -128,6 +130,10 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 	// A crash point between a record's unlink and the group-committed
 	// folder fsync that makes it durable.
 	store.OnUnlinked = func(types.UID) { fault(faultUnprepareUnlinked) }
+	// Crash points inside the record's two writes: the file created but
+	// still empty, and the completed record appended but not fsynced.
+	store.OnCreated = func(types.UID) { fault(faultPrepareCreated) }
+	store.OnAppended = func(types.UID) { fault(faultPrepareAppended) }
 	if ce, ok := p.(ClaimEditor); ok {
 		e.claimEditor = ce
 	}
@@ -461,10 +467,12 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	}
 	e.records[rec.ClaimUID] = intent
 	e.mu.Unlock()
-	if err := e.store.WriteIntent(rec); err != nil {
+	pending, err := e.store.Begin(rec)
+	if err != nil {
 		e.forget(rec)
 		return kubeletplugin.PrepareResult{}, &claimError{reason: ReasonCheckpoint, err: err}
 	}
+	defer pending.Close()
 	fault(faultPrepareIntent)
 
 	rollback := func(cause error) (kubeletplugin.PrepareResult, error) {
@@ -547,7 +555,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 
 	done := cloneRecord(rec)
 	done.State = checkpoint.StatePrepared
-	if err := e.store.Write(done); err != nil {
+	if err := pending.Commit(done); err != nil {
 		return rollback(&claimError{reason: ReasonCheckpoint, err: err})
 	}
 	e.mu.Lock()
@@ -601,11 +609,11 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 	if rec.State == checkpoint.StatePrepared {
 		intent := *rec
 		intent.State = checkpoint.StateUnprepareStarted
-		// The intent is the prepared record renamed: no new file, no
-		// write, and no space needed on a full disk. Only when the rename
-		// fails (the record file was removed behind the driver's back) is
-		// the intent written out.
-		if merr := e.store.MarkUnprepare(rec.ClaimUID); merr != nil {
+		// The intent is appended to the prepared record's file, or on a
+		// full disk the file is renamed: no new file, and no space needed.
+		// Only when both fail (the record file was removed behind the
+		// driver's back) is the intent written out.
+		if merr := e.store.MarkUnprepare(&intent); merr != nil {
 			if err := e.store.WriteIntent(&intent); err != nil {
 				return &claimError{reason: ReasonCheckpoint, err: errors.Join(merr, err)}
 			}

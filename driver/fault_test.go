@@ -296,8 +296,8 @@ func killCases() []killCase {
 		point string
 		hits  int
 	}{
-		{"prepare/intent-written", 1}, {"prepare/claim-hook-done", 1}, {"prepare/device-prepared", 2},
-		{"prepare/metadata-recorded", 2}, {"prepare/claim-edits-done", 1}, {"prepare/cdi-written", 1}, {"prepare/completed", 1},
+		{"prepare/record-created", 1}, {"prepare/intent-written", 1}, {"prepare/claim-hook-done", 1}, {"prepare/device-prepared", 2},
+		{"prepare/metadata-recorded", 2}, {"prepare/claim-edits-done", 1}, {"prepare/cdi-written", 1}, {"prepare/completion-appended", 1}, {"prepare/completed", 1},
 	} {
 		add("prepare", p.point, p.hits)
 	}
@@ -459,7 +459,9 @@ func killAndRecover(t *testing.T, c *cluster.Cluster, kc killCase, then string) 
 	// kubelet's next call.
 	if kc.during != "lost" {
 		recovered := map[*resourceapi.ResourceClaim][]string{b: {"dev-2"}}
-		if kc.point == "prepare/completed" {
+		// The completed record is in the file once appended (a process
+		// crash loses no written data; the fsync is for power loss).
+		if kc.point == "prepare/completion-appended" || kc.point == "prepare/completed" {
 			recovered[a] = []string{"dev-0", "dev-1"}
 		}
 		checkNode(ctx, t, d, hw, recovered)

@@ -7,19 +7,30 @@
 // record that fails to parse or whose checksum does not match is moved to
 // the quarantine folder and reported, never fatal.
 //
+// A prepare writes its claim's record file in two steps: [Store.Begin]
+// creates it holding the intent, [Pending.Commit] appends the completed
+// record and fsyncs. A file is one or more envelopes; the last complete
+// one is the record (see [Decode]). Other writes ([Store.Write],
+// [Store.WriteIntent]) replace the whole file through a temporary file
+// and a rename.
+//
 // Durability contract (what each call guarantees when it returns):
 //
-//   - Process crash (kill -9, OOM kill): every write is a temporary file
-//     renamed over the record, so a record is the old or the new one,
-//     never a mix, whichever call was running. A rename or removal that
-//     returned is visible to the next process.
-//   - Power loss or kernel crash: [Store.Write] fsyncs the record's content
-//     before the rename, so the record is never empty or torn; the rename
-//     itself is not waited for (the folder is not fsynced): it reaches the
-//     disk with the file system's next journal commit (ext4: within 5 s),
-//     so the previous record (an intent, which recovery undoes) may come
-//     back instead. [Store.WriteIntent] and [Store.MarkUnprepare] wait for
-//     nothing: their loss goes with the loss of the device state they
+//   - Process crash (kill -9, OOM kill): a record is never read torn. A
+//     whole-file write is the old or the new record. Begin's file is
+//     empty (removed by Load: the intent was not written, so the caller
+//     had done nothing yet) or holds the intent. An append cut short
+//     reads as the record before it. A rename or removal that returned
+//     is visible to the next process.
+//   - Power loss or kernel crash: [Pending.Commit] and [Store.Write]
+//     fsync the record's content, so a completed record is never empty or
+//     torn; the folder is not fsynced, so a record's new name (Write's
+//     rename; Begin's create, on a file system whose fsync of a file does
+//     not also commit the file's name, as ext4's and XFS's do) reaches the
+//     disk with the next journal commit (ext4: within 5 s), and the previous state
+//     (an intent, which recovery undoes, or no record) may come back
+//     instead. Begin, [Store.WriteIntent] and [Store.MarkUnprepare] wait
+//     for nothing: their loss goes with the loss of the device state they
 //     guard. [Store.Delete] waits until the removal is on disk (one folder
 //     fsync, shared by the removals that run at the same time), so an
 //     unprepared claim never comes back.
@@ -36,6 +47,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,6 +138,12 @@ type envelope struct {
 	Record  json.RawMessage `json:"record"`
 }
 
+// errEmpty is read's error for an empty record file: one that Begin
+// created and a crash stopped before the intent was in it (or, after a
+// power loss, an intent whose content was lost). Nothing was done for the
+// claim that the file would let anyone undo; the file is removed.
+var errEmpty = errors.New("empty checkpoint record file")
+
 // ErrCorrupt is wrapped by the error of a record that could not be read.
 var ErrCorrupt = errors.New("corrupt checkpoint record")
 
@@ -157,6 +175,11 @@ type Store struct {
 	// unlinked and before Delete waits for the folder fsync that makes
 	// the removal durable (a crash point for tests).
 	OnUnlinked func(uid types.UID)
+	// OnCreated, when set, is called by Begin after the record file is
+	// created, before the intent is written into it; OnAppended by
+	// Pending.Commit after the completed record is written, before the
+	// fsync (crash points for tests).
+	OnCreated, OnAppended func(uid types.UID)
 }
 
 // Open creates dir if needed and returns the store in it.
@@ -214,13 +237,41 @@ func Encode(r *Record) ([]byte, error) {
 	return json.Marshal(envelope{Kind: Kind, Version: Version, SHA256: hex.EncodeToString(sum[:]), Record: body})
 }
 
-// Decode parses file content written by Encode of any version. Unknown
-// fields are ignored. Errors wrap ErrCorrupt.
+// Decode parses a record file: one or more envelopes written by Encode
+// of any version, one after the other (a file started by [Store.Begin]
+// holds the intent and, once committed, the completed record after it).
+// The last envelope wins. A last envelope cut short (the file ends inside
+// it: an append interrupted by a crash, which never returned to its
+// caller) is ignored when an earlier one is complete; anything else that
+// is not a valid envelope, and envelopes of different claims, make the
+// file corrupt. Unknown fields are ignored. Errors wrap ErrCorrupt.
 func Decode(data []byte) (*Record, error) {
-	var env envelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("%w: parse envelope: %v", ErrCorrupt, err)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var last *Record
+	for {
+		var env envelope
+		err := dec.Decode(&env)
+		if err == io.EOF && last != nil {
+			return last, nil
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) && last != nil {
+			return last, nil // torn append
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: parse envelope: %v", ErrCorrupt, err)
+		}
+		r, err := decodeEnvelope(&env)
+		if err != nil {
+			return nil, err
+		}
+		if last != nil && r.ClaimUID != last.ClaimUID {
+			return nil, fmt.Errorf("%w: records of claims %s and %s in one file", ErrCorrupt, last.ClaimUID, r.ClaimUID)
+		}
+		last = r
 	}
+}
+
+func decodeEnvelope(env *envelope) (*Record, error) {
 	if env.Kind != Kind {
 		return nil, fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, env.Kind, Kind)
 	}
@@ -278,6 +329,117 @@ func (s *Store) write(r *Record, durable bool) error {
 	return nil
 }
 
+// Begin starts the record of a claim that has none: it creates the
+// record file holding r as the intent, without waiting for the disk (as
+// [Store.WriteIntent]), and keeps it open so that [Pending.Commit] can
+// append the completed record to the same file. One new file per
+// prepare, and no temporary file or rename: a rename or create in the
+// folder holds the folder's lock, which every concurrent prepare and
+// unprepare contends for.
+//
+// Why no temporary file is needed: the file is created empty, then filled
+// with one write, all before the caller's device work starts. After a
+// process crash the file is empty (the write never ran: Load removes the
+// file, there is nothing to undo) or holds the intent; after a power loss
+// it may also be gone or empty, like any intent (see the package doc).
+// If r's record file exists (left by a failed undo's fallback),
+// Begin replaces it atomically with the intent first.
+func (s *Store) Begin(r *Record) (*Pending, error) {
+	if err := validUID(r.ClaimUID); err != nil {
+		return nil, fmt.Errorf("begin checkpoint record: %w", err)
+	}
+	stamped := *r
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return nil, err
+	}
+	data = append(data, '\n')
+	name := s.path(r.ClaimUID)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		if err := s.writeFile(name, data, false); err != nil {
+			return nil, fmt.Errorf("begin checkpoint record %s: %w", r.ClaimUID, err)
+		}
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0o600)
+	} else if err == nil {
+		if s.OnCreated != nil {
+			s.OnCreated(r.ClaimUID)
+		}
+		if _, err = f.Write(data); err != nil {
+			_ = f.Close()
+			_ = syscall.Unlink(name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("begin checkpoint record %s: %w", r.ClaimUID, err)
+	}
+	return &Pending{s: s, uid: r.ClaimUID, f: f, intent: data}, nil
+}
+
+// Pending is a record file started by [Store.Begin], open until Commit or
+// Close.
+type Pending struct {
+	s      *Store
+	uid    types.UID
+	f      *os.File
+	intent []byte // the file's content as Begin left it
+}
+
+// Commit appends r, the claim's completed record, to the file and fsyncs
+// it: once Commit returns, r survives a power loss. The append is not
+// atomic, and need not be: a crash before it is complete leaves the
+// intent followed by a cut-short record, which Decode reads as the intent
+// (recovery undoes it, which is right: Commit had not returned). On error
+// the file is cut back to the intent, so that it never says more than the
+// caller was told. Commit closes the file, whatever it returns.
+func (p *Pending) Commit(r *Record) (err error) {
+	if p.f == nil {
+		return fmt.Errorf("commit checkpoint record %s: already closed", p.uid)
+	}
+	defer p.Close()
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("commit checkpoint record %s: %w", p.uid, err)
+			if terr := p.f.Truncate(int64(len(p.intent))); terr != nil {
+				if werr := p.s.writeFile(p.s.path(p.uid), p.intent, false); werr != nil {
+					err = fmt.Errorf("%w (and could not restore the intent: %v, %v)", err, terr, werr)
+				}
+			}
+		}
+	}()
+	if r.ClaimUID != p.uid {
+		return fmt.Errorf("record of claim %s", r.ClaimUID)
+	}
+	stamped := *r
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return err
+	}
+	if _, err := p.f.Write(append(data, '\n')); err != nil {
+		return err
+	}
+	if s := p.s; s.OnAppended != nil {
+		s.OnAppended(p.uid)
+	}
+	if p.s.noFsync {
+		return nil
+	}
+	return p.f.Sync()
+}
+
+// Close closes the file without committing; it does nothing after Commit
+// or an earlier Close. The record stays the intent.
+func (p *Pending) Close() error {
+	if p.f == nil {
+		return nil
+	}
+	err := p.f.Close()
+	p.f = nil
+	return err
+}
+
 func (s *Store) writeFile(name string, data []byte, durable bool) error {
 	return atomicfile.Write(name, data, atomicfile.Options{
 		TempPattern: fmt.Sprintf("%s%d-*", tmpPrefix, os.Getpid()),
@@ -293,20 +455,59 @@ func (s *Store) syncDir() error {
 	return s.dirSync.wait()
 }
 
-// MarkUnprepare records the intent to unprepare uid without writing
-// anything: the record file is renamed, which needs no free space, and
-// Load returns the record in StateUnprepareStarted. It is the intent
-// record for a full disk, where WriteIntent fails; like WriteIntent it
-// does not wait for the disk. Delete removes the renamed record too.
-// Readers before this version ignore a renamed record.
-func (s *Store) MarkUnprepare(uid types.UID) error {
+// MarkUnprepare records the intent to unprepare r's claim, whose record
+// is stored: it appends r in StateUnprepareStarted to the record file,
+// which holds no folder lock (unlike a create or rename, which contend
+// with every other claim's) and, as the file's last block has room for
+// it as a rule, needs no new space. When the append fails (a full disk),
+// the record file is renamed instead, which needs no space at all: Load
+// and Get return a renamed record in StateUnprepareStarted. Like
+// WriteIntent it does not wait for the disk, and an append cut short by a
+// crash reads as the record before it (Prepared: the kubelet retries the
+// unprepare). Delete removes the renamed record too.
+func (s *Store) MarkUnprepare(r *Record) error {
+	uid := r.ClaimUID
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("mark checkpoint record: %w", err)
 	}
+	aerr := s.appendIntent(r)
+	if aerr == nil {
+		return nil
+	}
 	if err := os.Rename(s.path(uid), s.markPath(uid)); err != nil {
-		return fmt.Errorf("mark checkpoint record %s for unprepare: %w", uid, err)
+		return fmt.Errorf("mark checkpoint record %s for unprepare: %w", uid, errors.Join(aerr, err))
 	}
 	return nil
+}
+
+// appendIntent appends r as an unprepare intent to its record file; on
+// error the file is cut back to what it held, so that nothing is ever
+// appended after a cut-short record.
+func (s *Store) appendIntent(r *Record) error {
+	stamped := *r
+	stamped.State = StateUnprepareStarted
+	stamped.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	data, err := Encode(&stamped)
+	if err != nil {
+		return err
+	}
+	// No O_CREATE: the record must be there.
+	f, err := os.OpenFile(s.path(r.ClaimUID), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err == nil {
+		if _, err = f.Write(append(data, '\n')); err != nil {
+			if terr := f.Truncate(st.Size()); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Delete removes the record of uid durably: it returns once the removal
@@ -316,21 +517,20 @@ func (s *Store) Delete(uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return fmt.Errorf("delete checkpoint record: %w", err)
 	}
-	removed := false
-	// The renamed record first: after MarkUnprepare it is the only one.
-	// Unlink, not os.Remove, which tries rmdir after a missing file.
-	for _, p := range []string{s.markPath(uid), s.path(uid)} {
-		err := syscall.Unlink(p)
+	// Unlink, not os.Remove, which tries rmdir after a missing file. The
+	// renamed record only when there is no other (MarkUnprepare renames
+	// on a full disk only; even a failed unlink takes the folder's lock):
+	// a hand-made twin left behind is an unprepare intent, which the next
+	// start finishes.
+	err := syscall.Unlink(s.path(uid))
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.Unlink(s.markPath(uid))
 		if errors.Is(err, syscall.ENOENT) {
-			continue
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
-		}
-		removed = true
 	}
-	if !removed {
-		return nil
+	if err != nil {
+		return fmt.Errorf("delete checkpoint record %s: %w", uid, err)
 	}
 	if s.OnUnlinked != nil {
 		s.OnUnlinked(uid)
@@ -398,10 +598,16 @@ func (s *Store) Get(uid types.UID) (*Record, error) {
 		return nil, fmt.Errorf("read checkpoint record: %w", err)
 	}
 	r, err := s.read(s.path(uid), uid)
+	if err == errEmpty {
+		return nil, nil // being begun, or left by a crash: no record
+	}
 	if r != nil || err != nil {
 		return r, err
 	}
 	r, err = s.read(s.markPath(uid), uid)
+	if err == errEmpty {
+		return nil, nil
+	}
 	if r != nil {
 		r.State = StateUnprepareStarted
 	}
@@ -417,6 +623,9 @@ func (s *Store) read(file string, uid types.UID) (*Record, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint record %s: %w", uid, err)
+	}
+	if len(data) == 0 {
+		return nil, errEmpty
 	}
 	r, err := Decode(data)
 	if err != nil {
@@ -457,6 +666,10 @@ func (s *Store) Load() (records []*Record, corrupt []Corrupt, err error) {
 			continue
 		}
 		r, rerr := s.read(full, uid)
+		if rerr == errEmpty {
+			_ = syscall.Unlink(full)
+			continue
+		}
 		if rerr == nil && r == nil {
 			continue // removed meanwhile
 		}

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -80,6 +81,15 @@ func envelopeWith(t *testing.T, version int, record string, extraEnvelope string
 	return []byte(fmt.Sprintf(`{"kind":%q,"version":%d,"sha256":%q,"record":%s%s}`, Kind, version, hex.EncodeToString(sum[:]), record, extraEnvelope))
 }
 
+// concat joins a record file's parts.
+func concat(first []byte, rest ...[]byte) []byte {
+	out := slices.Clone(first)
+	for _, r := range rest {
+		out = append(out, r...)
+	}
+	return out
+}
+
 // lostInOrder is what Corrupt.Claims says for a file and the claim its
 // misplaced record holds.
 func lostInOrder(file string, holds types.UID) []types.UID {
@@ -90,9 +100,119 @@ func lostInOrder(file string, holds types.UID) []types.UID {
 	return out
 }
 
+// TestBeginCommit: Begin publishes the intent, Commit the completed
+// record, in one file; a failed Commit leaves the intent; Begin over a
+// leftover record file starts from the intent.
+func TestBeginCommit(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent := sample("a")
+	intent.State = StatePrepareStarted
+	done := sample("a")
+	get := func(want *Record) {
+		t.Helper()
+		got, err := s.Get("a")
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if d := cmp.Diff(want, got, ignoreTime); d != "" {
+			t.Errorf("record (-want +got):\n%s", d)
+		}
+		recs, corrupt, err := s.Load()
+		if err != nil || len(corrupt) != 0 {
+			t.Fatalf("Load: %v, corrupt %v", err, corrupt)
+		}
+		if d := cmp.Diff([]*Record{want}, recs, ignoreTime); d != "" {
+			t.Errorf("loaded (-want +got):\n%s", d)
+		}
+	}
+
+	p, err := s.Begin(intent)
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	get(intent)
+	if err := p.Commit(done); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	get(done)
+	if err := p.Commit(done); err == nil {
+		t.Errorf("second Commit succeeded")
+	}
+
+	// A failed Commit (here: another claim's record) leaves the intent.
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = s.Begin(intent); err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	if err := p.Commit(sample("b")); err == nil {
+		t.Errorf("Commit of another claim's record succeeded")
+	}
+	get(intent)
+
+	// Begin over a leftover file (completed here) starts from the intent.
+	if err := s.Write(done); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = s.Begin(intent); err != nil {
+		t.Fatalf("Begin over a record: %v", err)
+	}
+	get(intent)
+	if err := p.Commit(done); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	get(done)
+
+	// An empty file (Begin killed before the intent) is no record.
+	for _, name := range []string{s.path("empty"), s.markPath("empty")} {
+		if err := os.WriteFile(name, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Get("empty"); r != nil || err != nil {
+			t.Errorf("Get of an empty %s = %v, %v; want nil, nil", filepath.Base(name), r, err)
+		}
+		if err := os.Remove(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The unprepare intent is appended to the same file.
+	if err := s.MarkUnprepare(done); err != nil {
+		t.Fatalf("MarkUnprepare: %v", err)
+	}
+	marked := sample("a")
+	marked.State = StateUnprepareStarted
+	get(marked)
+	if _, err := os.Stat(s.markPath("a")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("record renamed although the append could be done: %v", err)
+	}
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _, err := s.Load(); err != nil || len(recs) != 0 {
+		t.Errorf("Load after Delete = %v, %v", recs, err)
+	}
+}
+
 func TestLoadTolerantAndQuarantine(t *testing.T) {
 	good := sample("good")
 	goodBytes, err := Encode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodAsIntent := sample("good")
+	goodAsIntent.State = StatePrepareStarted
+	goodIntent, err := Encode(goodAsIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl := []byte("\n")
+	goodIntent = append(goodIntent, nl...)
+	otherBytes, err := Encode(sample("other"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +237,18 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 		},
 		{name: "truncated", file: "trunc.json", content: goodBytes[:len(goodBytes)/2], wantCorrupt: true},
 		{name: "garbage", file: "garbage.json", content: []byte("\x00\x01not json"), wantCorrupt: true},
-		{name: "empty", file: "empty.json", content: nil, wantCorrupt: true},
+		// Created by Begin, killed before the intent was written: nothing
+		// to undo, the file goes.
+		{name: "empty", file: "empty.json", content: nil},
+		// Begin's intent and Commit's completed record after it.
+		{name: "intent then completed", file: "good.json", content: concat(goodIntent, goodBytes, nl), wantRecord: good},
+		// Killed during Commit's append: the intent holds.
+		{name: "intent then torn completion", file: "good.json", content: concat(goodIntent, goodBytes[:len(goodBytes)-9]), wantRecord: goodAsIntent},
+		{name: "intent then torn completion at a line end", file: "good.json", content: concat(goodIntent, goodBytes[:1]), wantRecord: goodAsIntent},
+		// Not a cut-short append: corrupt, never read as the intent.
+		{name: "intent then garbage", file: "good.json", content: concat(goodIntent, []byte("\x00\x00\x00\x00")), wantCorrupt: true},
+		{name: "intent then checksum mismatch", file: "good.json", content: concat(goodIntent, bytes.Replace(goodBytes, []byte(`"gpu-0"`), []byte(`"gpu-9"`), 1), nl), wantCorrupt: true},
+		{name: "intent then another claim", file: "good.json", content: concat(goodIntent, otherBytes, nl), wantCorrupt: true},
 		{name: "checksum mismatch", file: "flip.json", content: []byte(fmt.Sprintf(`{"kind":%q,"version":1,"sha256":"00","record":{"claimUID":"flip","state":"Prepared"}}`, Kind)), wantCorrupt: true},
 		{name: "unknown state", file: "state.json", content: envelopeWith(t, 1, `{"claimUID":"state","state":"Exploded"}`, ""), wantCorrupt: true},
 		// Misplaced: the file's claim and the record's claim are both
@@ -181,7 +312,13 @@ func TestLoadTolerantAndQuarantine(t *testing.T) {
 				if len(corrupt) != 0 {
 					t.Fatalf("Load reported corrupt records: %+v", corrupt)
 				}
-				if d := cmp.Diff([]*Record{tc.wantRecord}, records, ignoreTime); d != "" {
+				var want []*Record
+				if tc.wantRecord != nil {
+					want = []*Record{tc.wantRecord}
+				} else if _, err := os.Stat(filepath.Join(dir, tc.file)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("empty record file still in place: %v", err)
+				}
+				if d := cmp.Diff(want, records, ignoreTime); d != "" {
 					t.Errorf("records (-want +got):\n%s", d)
 				}
 			}

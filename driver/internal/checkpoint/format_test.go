@@ -30,6 +30,11 @@ func TestReadsPreviousFormat(t *testing.T) {
 		// Version 1 before issue 18: devices also carried "shared" and
 		// "prepared", which nothing read.
 		"v1-shared-prepared.json",
+		// Version 1 of issue 18: one envelope, written by Store.Write.
+		"v1-one-envelope.json",
+		// Version 1 of issue 16: Store.Begin's intent, then the
+		// completed record Pending.Commit appended.
+		"v1-intent-then-prepared.json",
 	} {
 		t.Run(file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", file))
