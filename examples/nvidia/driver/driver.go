@@ -84,26 +84,20 @@ type options struct {
 	simulated *bool
 
 	republishDelay time.Duration
-	fullMIG        bool
+	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
 }
 
-// WithFullMIGAttributes publishes dynamic MIG devices with the GPU facts
-// that full GPUs and static MIG devices carry (brand, architecture,
-// compute capability, versions, migMode, pciBusID, pcieRoot, numaNode) on
-// top of the counter model's attributes and parentUUID.
-//
-// By default a dynamic MIG device carries 8 attributes: type, index, the
-// catalog's productName, profile, profileID, placementStart,
-// placementSize and parentUUID. Dynamic MIG publishes every profile x
-// placement of every GPU, so its attributes are what the scheduler pays
-// for on every node and every pod: 16 attributes instead of 8 double the
-// slices' size (1,399 against 654 KiB per 8-GPU node) and cost 1.24x-1.32x
-// the allocator's CPU ("drakit mig bench -fleet", issue 20), and the
-// default keeps a node within 400 KiB. A claim that needs a GPU fact on a
-// dynamic MIG device (e.g. a pcieRoot match with a NIC) needs this option.
-func WithFullMIGAttributes() Option {
-	return func(o *options) error { o.fullMIG = true; return nil }
+// WithLeanMIGAttributes publishes dynamic MIG devices with the counter
+// model's attributes and parentUUID only (type, index, the catalog's
+// productName, profile, profileID, placementStart, placementSize,
+// parentUUID: 8), without the GPU facts every device has by default
+// (brand, architecture, versions, migMode, PCI topology). At fleet scale
+// that halves the slices' size and the scheduler's CPU per pod (package
+// mig's doc: 16 attributes per device cost 1.24x the CPU of 8, and double
+// the slices); the facts stay on the full GPUs and static MIG devices.
+func WithLeanMIGAttributes() Option {
+	return func(o *options) error { o.leanMIG = true; return nil }
 }
 
 // DefaultRepublishDelay is how long after a MIG device was made or

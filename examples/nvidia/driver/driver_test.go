@@ -383,13 +383,13 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	return string(b)
 }
 
-// Dynamic MIG devices stay within 8 attributes by default; with
-// WithFullMIGAttributes they carry the GPU facts.
+// Lean dynamic MIG devices stay within 8 attributes; full ones carry the
+// GPU facts.
 func TestLeanMIGAttributes(t *testing.T) {
 	for _, lean := range []bool{false, true} {
 		var opts []Option
-		if !lean {
-			opts = append(opts, WithFullMIGAttributes())
+		if lean {
+			opts = append(opts, WithLeanMIGAttributes())
 		}
 		f := newFixture(t, opts...)
 		inv, err := f.d.Inventory(context.Background())

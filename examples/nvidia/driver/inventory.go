@@ -173,7 +173,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			if err != nil {
 				return nil, err
 			}
-			if !d.o.fullMIG {
+			if d.o.leanMIG {
 				dev.StringAttribute(AttrParentUUID, g.UUID)
 			} else {
 				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
