@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -267,7 +268,26 @@ func (d *nvidiaDemo) restartDriver(ctx context.Context) error {
 		return err
 	}
 	for _, p := range l.Items {
-		if err := d.c.Client.CoreV1().Pods(deploy.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := d.c.Client.CoreV1().Pods(deploy.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	// The suite's contract (conformance.Config.RestartDriver): return once
+	// the old driver is gone. Until its pod object is, its process may
+	// still serve the socket the suite would dial next; wait for that and
+	// for the DaemonSet's replacement to be ready.
+	for _, p := range l.Items {
+		err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := d.c.Client.CoreV1().Pods(deploy.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+		if err != nil {
+			return fmt.Errorf("wait for driver pod %s to be gone: %w", p.Name, err)
+		}
+		if _, err := d.driverPod(ctx, p.UID); err != nil {
 			return err
 		}
 	}
