@@ -151,7 +151,7 @@ func (e *engine) reserveLocked(rec *checkpoint.Record) error {
 				continue
 			}
 			if !compatible(holderOf(d), h) {
-				return &claimError{reason: ReasonGuard, err: fmt.Errorf("device %s/%s (request %q): %w %s", d.Pool, d.Device, d.Request, ErrDeviceInUse, other)}
+				return &ClaimError{reason: ReasonGuard, err: fmt.Errorf("device %s/%s (request %q): %w %s", d.Pool, d.Device, d.Request, ErrDeviceInUse, other)}
 			}
 		}
 	}
@@ -470,7 +470,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	pending, err := e.store.Begin(rec)
 	if err != nil {
 		e.forget(rec)
-		return kubeletplugin.PrepareResult{}, &claimError{reason: ReasonCheckpoint, err: err}
+		return kubeletplugin.PrepareResult{}, &ClaimError{reason: ReasonCheckpoint, err: err}
 	}
 	defer pending.Close()
 	fault(faultPrepareIntent)
@@ -478,7 +478,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	rollback := func(cause error) (kubeletplugin.PrepareResult, error) {
 		if uerr := e.undo(ctx, rec); uerr != nil {
 			e.metrics.error("prepare", ReasonRollback)
-			return kubeletplugin.PrepareResult{}, &claimError{reason: reasonOf(cause), err: fmt.Errorf("%w (rollback failed, will retry: %v)", cause, uerr)}
+			return kubeletplugin.PrepareResult{}, &ClaimError{reason: reasonOf(cause), err: fmt.Errorf("%w (rollback failed, will retry: %v)", cause, uerr)}
 		}
 		return kubeletplugin.PrepareResult{}, cause
 	}
@@ -544,7 +544,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	if len(spec.Devices) > 0 {
 		ids, err := e.specs.Write(ctx, spec)
 		if err != nil {
-			return rollback(&claimError{reason: ReasonCDI, err: err})
+			return rollback(&ClaimError{reason: ReasonCDI, err: err})
 		}
 		for j, id := range ids {
 			rd := &rec.Devices[specIndex[j]]
@@ -556,7 +556,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	done := cloneRecord(rec)
 	done.State = checkpoint.StatePrepared
 	if err := pending.Commit(done); err != nil {
-		return rollback(&claimError{reason: ReasonCheckpoint, err: err})
+		return rollback(&ClaimError{reason: ReasonCheckpoint, err: err})
 	}
 	e.mu.Lock()
 	e.records[rec.ClaimUID] = done
@@ -615,7 +615,7 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 		// driver's back) is the intent written out.
 		if merr := e.store.MarkUnprepare(&intent); merr != nil {
 			if err := e.store.WriteIntent(&intent); err != nil {
-				return &claimError{reason: ReasonCheckpoint, err: errors.Join(merr, err)}
+				return &ClaimError{reason: ReasonCheckpoint, err: errors.Join(merr, err)}
 			}
 			klog.FromContext(ctx).Info("Could not rename the checkpoint record to the unprepare intent; wrote the intent instead", "claim", ref, "err", merr)
 		}
@@ -644,11 +644,11 @@ func (e *engine) undo(ctx context.Context, rec *checkpoint.Record) error {
 		fault(faultUnprepareClaim)
 	}
 	if err := e.specs.Remove(ctx, rec.ClaimUID); err != nil {
-		return &claimError{reason: ReasonCDI, err: err}
+		return &ClaimError{reason: ReasonCDI, err: err}
 	}
 	fault(faultUnprepareCDI)
 	if err := e.store.Delete(rec.ClaimUID); err != nil {
-		return &claimError{reason: ReasonCheckpoint, err: err}
+		return &ClaimError{reason: ReasonCheckpoint, err: err}
 	}
 	e.forget(rec)
 	fault(faultUnprepareComplete)
@@ -733,14 +733,14 @@ func (e *engine) unprepareLost(ctx context.Context, ref ClaimRef) error {
 		e.onUnreleased(ctx, ref)
 	}
 	if err := e.specs.Remove(ctx, ref.UID); err != nil {
-		return &claimError{reason: ReasonCDI, err: err}
+		return &ClaimError{reason: ReasonCDI, err: err}
 	}
 	return e.markReleased(ref.UID)
 }
 
 func (e *engine) markReleased(uid types.UID) error {
 	if err := e.store.Release(uid); err != nil {
-		return &claimError{reason: ReasonCheckpoint, err: err}
+		return &ClaimError{reason: ReasonCheckpoint, err: err}
 	}
 	e.mu.Lock()
 	delete(e.lost, uid)

@@ -20,9 +20,6 @@ type ClaimError struct {
 	err    error
 }
 
-// claimError is the name the engine builds ClaimErrors by.
-type claimError = ClaimError
-
 // NewClaimError returns err with a reason, one of the Reason* constants
 // (another string is kept as it is, as a metric label). A nil err gives a
 // nil error.
