@@ -84,6 +84,7 @@ type options struct {
 	simulated *bool
 
 	republishDelay time.Duration
+	heartbeat      time.Duration
 	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
 }
@@ -118,6 +119,21 @@ func WithRepublishDelay(d time.Duration) Option {
 			return fmt.Errorf("republish delay %v is negative", d)
 		}
 		o.republishDelay = d
+		return nil
+	}
+}
+
+// WithHealthHeartbeat sets how often Watch reports every device's health
+// again while NVML's event stream is alive (default
+// DefaultHealthHeartbeat). Keep it well under the runtime's health timeout
+// (driver.WithHealthTimeout), or healthy devices decay to Unknown between
+// reports.
+func WithHealthHeartbeat(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("health heartbeat %v is not positive", d)
+		}
+		o.heartbeat = d
 		return nil
 	}
 }
@@ -173,7 +189,7 @@ func WithSimulatedContainers(simulated bool) Option {
 // for node. The driver never changes a GPU's MIG mode nor touches a MIG
 // device it did not make.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay}
+	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)

@@ -501,3 +501,53 @@ func TestTwoMIGDevicesInOneClaim(t *testing.T) {
 		t.Errorf("journal keeps %v", keys)
 	}
 }
+
+// While NVML's event stream is alive, Watch re-affirms every device's
+// health on its heartbeat, as a fresh observation (no stale time), and
+// keeps an unhealthy GPU unhealthy: the runtime would otherwise let the
+// reports decay to Unknown after its health timeout.
+func TestHealthHeartbeat(t *testing.T) {
+	f := newFixture(t, WithHealthHeartbeat(20*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan device.Event, 10)
+	go func() { _ = f.d.Watch(ctx, events) }()
+	first := <-events
+	if err := f.sim.RaiseXID(3, 79, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) device.Event {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s within 10 s", what)
+			return device.Event{}
+		}
+	}
+	for ev := next("XID report"); len(ev.Health) != 3; ev = next("XID report") {
+	}
+	beat := next("heartbeat")
+	if beat.Type != device.EventHealth || len(beat.Health) != len(first.Health) {
+		t.Fatalf("after the XID report: %s with %d reports, want a heartbeat with all %d devices", beat.Type, len(beat.Health), len(first.Health))
+	}
+	for _, r := range beat.Health {
+		if !r.Time.IsZero() {
+			t.Errorf("heartbeat report %+v carries an old time; a re-affirmation is observed now", r)
+		}
+		if want := device.Healthy; strings.HasPrefix(r.Device.Device, "gpu-3-") {
+			if r.Health != device.Unhealthy {
+				t.Errorf("heartbeat says %s is %s, want Unhealthy (XID 79 on GPU 3)", r.Device.Device, r.Health)
+			}
+		} else if r.Health != want {
+			t.Errorf("heartbeat says %s is %s, want Healthy", r.Device.Device, r.Health)
+		}
+	}
+}
+
+func TestHealthHeartbeatOption(t *testing.T) {
+	if _, err := New(nil, "node-1", WithHealthHeartbeat(0)); err == nil || !strings.Contains(err.Error(), "heartbeat") {
+		t.Errorf("WithHealthHeartbeat(0): %v, want an error naming the heartbeat", err)
+	}
+}

@@ -20,13 +20,13 @@ import (
 // the GPU unhealthy.
 var ApplicationXIDs = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}
 
-// HealthHeartbeat is how often Watch re-affirms every device's health
-// while NVML's event stream is alive. The runtime lets a report age into
-// Unknown after its health timeout (30 s by default), so that a dead
-// monitor never looks healthy; the heartbeat is what says this monitor is
-// not dead. A re-affirmation is a new observation and carries the time it
-// is sent.
-const HealthHeartbeat = 10 * time.Second
+// DefaultHealthHeartbeat is how often Watch re-affirms every device's
+// health while NVML's event stream is alive (WithHealthHeartbeat). The
+// runtime lets a report age into Unknown after its health timeout (30 s by
+// default), so that a dead monitor never looks healthy; the heartbeat is
+// what says this monitor is not dead. A re-affirmation is a new
+// observation and carries the time it is sent.
+const DefaultHealthHeartbeat = 10 * time.Second
 
 // Watch reports the devices' health and the inventory's changes until ctx
 // is done. Its first event says every device is Healthy; then an XID
@@ -38,7 +38,7 @@ const HealthHeartbeat = 10 * time.Second
 // EventInventoryChanged, so that the slices are published again in
 // mig.Preference's new order, and then the health of every device again
 // (devices that appear on an unhealthy GPU are Unhealthy at once). Every
-// HealthHeartbeat it reports every device's health again.
+// heartbeat (WithHealthHeartbeat) it reports every device's health again.
 func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	logger := klog.FromContext(ctx)
 	if _, err := d.Inventory(ctx); err != nil {
@@ -62,7 +62,7 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	if !send(device.Event{Type: device.EventHealth, Health: d.reports(&h, nil)}) {
 		return nil
 	}
-	heartbeat := time.NewTicker(HealthHeartbeat)
+	heartbeat := time.NewTicker(d.o.heartbeat)
 	defer heartbeat.Stop()
 	for {
 		select {
