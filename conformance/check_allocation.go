@@ -21,6 +21,7 @@ type everyDevice struct {
 	prepared                    bool // the node service was there to prepare
 	empty                       []string
 	allocatable                 []devRef
+	withdrawn                   []devRef // published at the start, gone from the slices when their turn came
 }
 
 // setupEveryDevice allocates a claim for each published device alone,
@@ -30,6 +31,16 @@ func (r *runner) setupEveryDevice(ctx context.Context) error {
 	ev := &r.every
 	ev.prepared = r.need(ctx, fxNode) == nil
 	for _, dev := range r.devices {
+		// The scheduler allocates from the slices of the moment. A driver
+		// with a dynamic inventory (KEP-4815 partitions published only
+		// while they fit, republished after every prepare and unprepare)
+		// may not list a device of the suite's first snapshot right after
+		// the previous device's unprepare: give it publishedSoon's grace
+		// to come back, and leave out one that does not.
+		if len(r.publishedSoon(ctx, []devRef{dev})) > 0 {
+			ev.withdrawn = append(ev.withdrawn, dev)
+			continue
+		}
 		d := r.deviceObj[dev]
 		counters := len(d.ConsumesCounters) > 0
 		if counters {
@@ -67,14 +78,14 @@ func (r *runner) checkEveryDevice(ctx context.Context) outcome {
 	if r.every.nPlain == 0 {
 		return skip("every device consumes counters (see allocation.counters)")
 	}
-	return r.every.plainFail.outcome("%d devices allocated one by one", r.every.nPlain)
+	return r.every.plainFail.outcome("%d devices allocated one by one%s", r.every.nPlain, withdrawnNote(r.every.withdrawn))
 }
 
 func (r *runner) checkCounterDevices(context.Context) outcome {
 	if r.every.nCounter == 0 {
 		return skip("no device consumes counters")
 	}
-	return r.every.counterFail.outcome("%d counter-consuming devices allocated one by one", r.every.nCounter)
+	return r.every.counterFail.outcome("%d counter-consuming devices allocated one by one%s", r.every.nCounter, withdrawnNote(r.every.withdrawn))
 }
 
 func (r *runner) checkFirstAvailable(ctx context.Context) outcome {
@@ -246,6 +257,15 @@ func (r *runner) checkShareID(context.Context) outcome {
 }
 
 // noDevicesNote notes claims for which the driver returned no devices.
+// withdrawnNote says which devices the driver stopped publishing before
+// the suite could allocate them alone.
+func withdrawnNote(devs []devRef) string {
+	if len(devs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; note: %d device(s) no longer published when their turn came, left out (a dynamic inventory may withdraw devices): %v", len(devs), devs)
+}
+
 func noDevicesNote(claims []string) string {
 	if len(claims) == 0 {
 		return ""

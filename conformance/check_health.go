@@ -124,55 +124,6 @@ func (r *runner) checkHealthInitial(ctx context.Context) outcome {
 	return f.outcome("%d device entries in %d reports, all published devices", n, len(h.first))
 }
 
-// publishedSoon returns those of devs that the driver's slices for this
-// node do not list within healthPublishGrace. A driver whose device set
-// changes at run time (dynamic partitions published after every prepare,
-// as KEP-4815 drivers do) reports the health of its current devices while
-// the slice publisher is still writing them: the kubelet keys health by
-// pool and device and accepts reports for devices it has not seen in a
-// slice (pkg/kubelet/cm/dra/healthinfo.go), so only a device that never
-// appears is a defect.
-func (r *runner) publishedSoon(ctx context.Context, devs []devRef) []devRef {
-	if len(devs) == 0 {
-		return nil
-	}
-	missing := map[devRef]bool{}
-	for _, k := range devs {
-		missing[k] = true
-	}
-	deadline := time.Now().Add(healthPublishGrace)
-	for len(missing) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		slices, err := r.listSlices(ctx)
-		if err == nil {
-			for _, sl := range slices {
-				for i := range sl.Spec.Devices {
-					if r.deviceRelevant(sl, &sl.Spec.Devices[i]) {
-						delete(missing, devRef{sl.Spec.Pool.Name, sl.Spec.Devices[i].Name})
-					}
-				}
-			}
-		}
-		if len(missing) > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
-	var out []devRef
-	for _, k := range devs {
-		if missing[k] {
-			out = append(out, k)
-			delete(missing, k) // once per device
-		}
-	}
-	return out
-}
-
-// healthPublishGrace is how long a device named in a health report may
-// take to appear in the driver's slices.
-const healthPublishGrace = 5 * time.Second
-
 func (r *runner) checkHealthCoverage(context.Context) outcome {
 	h := &r.health
 	if h.silent {

@@ -288,3 +288,53 @@ func (r *runner) useSlices(ps map[string]*poolState) {
 	}
 	r.sched.slices = r.slices
 }
+
+// publishedSoon returns those of devs that the driver's slices for this
+// node do not list within publishGrace. A driver whose device set changes
+// at run time (dynamic partitions published only while they fit,
+// republished after every prepare and unprepare, as KEP-4815 drivers may
+// do) names its current devices a moment before the slice publisher has
+// written them, and lists a device again a moment after the change that
+// withdrew it is undone. Health reports about such devices are fine: the
+// kubelet keys health by pool and device and accepts reports for devices
+// it has not seen in a slice (pkg/kubelet/cm/dra/healthinfo.go).
+func (r *runner) publishedSoon(ctx context.Context, devs []devRef) []devRef {
+	if len(devs) == 0 {
+		return nil
+	}
+	missing := map[devRef]bool{}
+	for _, k := range devs {
+		missing[k] = true
+	}
+	deadline := time.Now().Add(publishGrace)
+	for len(missing) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		slices, err := r.listSlices(ctx)
+		if err == nil {
+			for _, sl := range slices {
+				for i := range sl.Spec.Devices {
+					if r.deviceRelevant(sl, &sl.Spec.Devices[i]) {
+						delete(missing, devRef{sl.Spec.Pool.Name, sl.Spec.Devices[i].Name})
+					}
+				}
+			}
+		}
+		if len(missing) > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	var out []devRef
+	for _, k := range devs {
+		if missing[k] {
+			out = append(out, k)
+			delete(missing, k) // once per device
+		}
+	}
+	return out
+}
+
+// publishGrace is how long a device may take to appear in the driver's
+// slices.
+const publishGrace = 5 * time.Second
