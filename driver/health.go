@@ -25,9 +25,12 @@ type healthState struct {
 	driver  string
 	timeout time.Duration
 
-	mu        sync.Mutex
-	inv       *device.Inventory
-	devices   map[device.DeviceID]bool // the devices of inv
+	mu      sync.Mutex
+	inv     *device.Inventory
+	devices map[device.DeviceID]bool // the devices of inv
+	// withdrawn are devices of an earlier inventory that inv lacks, with
+	// when they went (see published).
+	withdrawn map[device.DeviceID]time.Time
 	reports   map[device.DeviceID]device.HealthReport
 	taintedAt map[device.DeviceID]time.Time
 	// reporting is set by the vendor's first health report: from then on
@@ -44,6 +47,7 @@ func newHealthState(driver string, timeout time.Duration) *healthState {
 		driver: driver, timeout: timeout,
 		reports:   map[device.DeviceID]device.HealthReport{},
 		taintedAt: map[device.DeviceID]time.Time{},
+		withdrawn: map[device.DeviceID]time.Time{},
 		changed:   make(chan struct{}),
 	}
 }
@@ -56,10 +60,30 @@ func (h *healthState) notifyLocked() {
 func (h *healthState) setInventory(inv *device.Inventory) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	now := time.Now()
+	devices := devicesOf(inv)
+	for id := range h.devices {
+		if !devices[id] {
+			h.withdrawn[id] = now
+		}
+	}
+	for id, at := range h.withdrawn {
+		if devices[id] || now.Sub(at) >= withdrawnGrace {
+			delete(h.withdrawn, id)
+		}
+	}
 	h.inv = inv
-	h.devices = devicesOf(inv)
+	h.devices = devices
 	h.notifyLocked()
 }
+
+// withdrawnGrace is how long a device that the inventory no longer has
+// still counts as published. The scheduler allocates from the slices it
+// last saw, so an allocation can name a device that the driver withdrew a
+// moment before (a driver whose partitions are published only while they
+// fit withdraws and restores devices on every prepare and unprepare);
+// refusing it would fail a valid prepare until the kubelet's retry.
+const withdrawnGrace = time.Minute
 
 // noHealth records that the discoverer reports no changes, so no health:
 // health streams end with kubeletplugin.ErrHealthNotSupported.
@@ -72,12 +96,18 @@ func (h *healthState) noHealth() {
 	}
 }
 
-// published says whether the current inventory has the device: whether
-// the scheduler can have allocated it.
+// published says whether the scheduler can have allocated the device:
+// the current inventory has it, or an inventory of less than
+// withdrawnGrace ago had it.
 func (h *healthState) published(pool, dev string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.devices[device.DeviceID{Pool: pool, Device: dev}]
+	id := device.DeviceID{Pool: pool, Device: dev}
+	if h.devices[id] {
+		return true
+	}
+	at, ok := h.withdrawn[id]
+	return ok && time.Since(at) < withdrawnGrace
 }
 
 func (h *healthState) inventory() *device.Inventory {

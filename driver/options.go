@@ -304,7 +304,11 @@ func WithCDIKind(kind string) Option {
 // prepares without checking that it publishes them. By default a claim
 // allocated a device that is not in the driver's current inventory (an
 // unknown device, another pool) is refused before any vendor code runs:
-// the scheduler cannot have allocated it. Name here the pools that a
+// the scheduler cannot have allocated it. A device the inventory dropped
+// less than a minute ago still counts as published, since the scheduler
+// may have allocated it from the slices it last saw (a driver that
+// publishes partitions only while they fit drops and restores devices on
+// every prepare and unprepare). Name here the pools that a
 // controller publishes for this driver (network-attached devices, see
 // resourceslice.StartController) and that this node prepares, or a
 // pool a benchmark allocates from without a scheduler.
