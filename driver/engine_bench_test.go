@@ -32,20 +32,7 @@ func (envOnly) UnprepareDevice(context.Context, ClaimRef, AllocatedDevice, json.
 //
 //	go test ./driver -run '^$' -bench PrepareUnprepare -cpuprofile cpu.out
 func BenchmarkPrepareUnprepare(b *testing.B) {
-	dir := b.TempDir()
-	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	specs, err := cdi.NewWriter(filepath.Join(dir, "cdi"), testDriver, CDIClass, cdi.WithoutFsync())
-	if err != nil {
-		b.Fatal(err)
-	}
-	eng := NewTestEngine(testDriver, store, specs, envOnly{})
-	ctx := context.Background()
-	if err := eng.Recover(ctx); err != nil {
-		b.Fatal(err)
-	}
+	eng, ctx := benchEngine(b)
 	var seq atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -70,20 +57,7 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 func BenchmarkPrepareHeld(b *testing.B) {
 	for _, held := range []int{0, 256} {
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
-			dir := b.TempDir()
-			store, err := checkpoint.Open(filepath.Join(dir, "checkpoint"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			specs, err := cdi.NewWriter(filepath.Join(dir, "cdi"), testDriver, CDIClass, cdi.WithoutFsync())
-			if err != nil {
-				b.Fatal(err)
-			}
-			eng := NewTestEngine(testDriver, store, specs, envOnly{})
-			ctx := context.Background()
-			if err := eng.Recover(ctx); err != nil {
-				b.Fatal(err)
-			}
+			eng, ctx := benchEngine(b)
 			for i := range held {
 				c := testClaim(fmt.Sprintf("held-%d", i), alloc{request: "req", device: fmt.Sprintf("held-%d", i)})
 				if res := eng.Prepare(ctx, c); res.Err != nil {
@@ -103,4 +77,26 @@ func BenchmarkPrepareHeld(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchEngine is a recovered engine on fresh folders of b, with the
+// runtime's production options (CDI specs without fsync) and a preparer
+// that only sets an environment variable.
+func benchEngine(b *testing.B) (*TestEngine, context.Context) {
+	b.Helper()
+	dir := b.TempDir()
+	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	specs, err := cdi.NewWriter(filepath.Join(dir, "cdi"), testDriver, CDIClass, cdi.WithoutFsync())
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := NewTestEngine(testDriver, store, specs, envOnly{})
+	ctx := context.Background()
+	if err := eng.Recover(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return eng, ctx
 }
