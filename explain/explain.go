@@ -20,18 +20,6 @@ import (
 	"github.com/drakit/drakit/internal/allocstate"
 )
 
-// DefaultFeatures are the allocator features kube-scheduler 1.37 runs
-// with by default. They only matter where slices and claims use the
-// matching fields.
-var DefaultFeatures = structured.Features{
-	AdminAccess:            true,
-	PrioritizedList:        true,
-	PartitionableDevices:   true,
-	DeviceTaints:           true,
-	DeviceBindingAndStatus: true,
-	ConsumableCapacity:     true,
-}
-
 // ErrNotFound is returned (wrapped) when a pod refers to a claim or a
 // claim template that the snapshot does not have.
 var ErrNotFound = errors.New("not found")
