@@ -40,10 +40,22 @@ const maxConstraintRequests = 32
 
 var cIdentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// MatchAttribute returns a constraint that all devices allocated for the
+// SameAttribute returns a constraint that all devices allocated for the
 // named requests (all requests of the claim when none are named) have the
-// attribute attr with one value. attr must be fully qualified
-// ("<domain>/<name>").
+// attribute attr, with one value: the vendor's own "same card" or "same
+// NVLink domain", as SamePCIeRoot is for the standard PCIe root. attr
+// must be fully qualified ("<domain>/<name>"); ClaimSpec checks it and
+// the request names, as the API server would.
+func SameAttribute(attr resourceapi.FullyQualifiedName, requests ...string) resourceapi.DeviceConstraint {
+	a := attr
+	return resourceapi.DeviceConstraint{Requests: append([]string(nil), requests...), MatchAttribute: &a}
+}
+
+// MatchAttribute is SameAttribute with the attribute name and the number
+// of requests checked at once.
+//
+// Deprecated: use SameAttribute (no error; ClaimSpec checks the
+// constraint). MatchAttribute will be removed in the next release.
 func MatchAttribute(attr resourceapi.FullyQualifiedName, requests ...string) (resourceapi.DeviceConstraint, error) {
 	if err := validateAttrName(attr); err != nil {
 		return resourceapi.DeviceConstraint{}, fmt.Errorf("build matchAttribute constraint: %w", err)

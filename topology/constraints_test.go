@@ -107,6 +107,25 @@ func TestMatchAttribute(t *testing.T) {
 	}
 }
 
+func TestSameAttribute(t *testing.T) {
+	c := topology.SameAttribute("gpu.example.com/card", "a", "b")
+	want := resourceapi.DeviceConstraint{Requests: []string{"a", "b"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu.example.com/card"))}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("SameAttribute (-want +got):\n%s", diff)
+	}
+	reqs := []topology.Request{{Name: "a", DeviceClassName: "gpu.example.com"}, {Name: "b", DeviceClassName: "gpu.example.com"}}
+	if _, err := topology.ClaimSpec(reqs, c); err != nil {
+		t.Errorf("ClaimSpec with SameAttribute: %v", err)
+	}
+	// A bad name is caught where the claim is built, with the field named.
+	for _, bad := range []resourceapi.FullyQualifiedName{"", "nodomain", "example.com/1x"} {
+		_, err := topology.ClaimSpec(reqs, topology.SameAttribute(bad, "a", "b"))
+		if !errors.Is(err, topology.ErrInvalidClaim) || !strings.Contains(err.Error(), "matchAttribute") {
+			t.Errorf("ClaimSpec(SameAttribute(%q)) = %v, want ErrInvalidClaim naming matchAttribute", bad, err)
+		}
+	}
+}
+
 func TestYAML(t *testing.T) {
 	spec, err := topology.ClaimSpec(gpuAndNIC, topology.SamePCIeRoot("gpu", "nic"))
 	if err != nil {

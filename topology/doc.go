@@ -20,7 +20,7 @@
 //
 // # Aligned allocation
 //
-// SamePCIeRoot, SameNUMANode and MatchAttribute build matchAttribute
+// SamePCIeRoot, SameNUMANode and SameAttribute build matchAttribute
 // constraints; ClaimSpec, Claim and ClaimTemplate put them in
 // resource.k8s.io/v1 objects and YAML renders those for kubectl. The
 // scheduler then allocates only devices whose attribute values are equal,
