@@ -23,16 +23,24 @@ func (e *Edits) Env(key, value string) *Edits {
 }
 
 // DeviceNode is a device node to create in the container.
+//
+// Set Type, Major and Minor whenever the driver knows them (from a stat of
+// the node or /proc/devices at prepare). When Type is empty, or Major is
+// zero for a "c" or "b" node, the CDI library stats HostPath while it
+// injects the spec, and injection fails on every host without that file:
+// test hosts, fake nodes, a conformance run of a simulated device. A
+// driver with no real node to give leaves DeviceNode out (an environment
+// variable or a mount is enough to tell the container its device).
 type DeviceNode struct {
 	// Path is the node's path in the container; absolute, required.
 	Path string
 	// HostPath is the node on the host; empty means Path.
 	HostPath string
-	// Type is "c" (character), "b" (block) or "p" (FIFO); empty lets the
-	// runtime read it from the host node.
+	// Type is "c" (character), "b" (block) or "p" (FIFO). Empty makes the
+	// runtime stat HostPath at injection (see above).
 	Type string
-	// Major and Minor are the device numbers; zero lets the runtime read
-	// them from the host node.
+	// Major and Minor are the device numbers. A zero Major for "c" or "b"
+	// makes the runtime stat HostPath at injection (see above).
 	Major, Minor int64
 	// Permissions is a subset of "rwm"; empty means "rwm".
 	Permissions string
