@@ -39,6 +39,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	node := fs.Bool("node", true, "up: run a real node (kubelet, containerd, runc); false: control plane only")
 	gang := fs.Bool("gang-scheduling", false, "up: serve the Workload/PodGroup APIs and enable gang and topology-aware scheduling")
 	fakeNodes := fs.Int("fake-nodes", 0, "up: also create this many fake nodes (no kubelet) named fake-0, fake-1, ...")
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stdout, "%s\n\n  up      start a local cluster (control plane, a real node unless -node=false)\n  down    stop it and undo its host changes\n  status  show its components\n\nflags:\n", usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
