@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -112,6 +113,11 @@ type Flags struct {
 	// for benchmarks or nodes that prepare hundreds of claims a second.
 	KubeAPIQPS   float64
 	KubeAPIBurst int
+	// HealthTimeout is how long a health report of the driver's monitor
+	// stays valid (--health-timeout, see [driver.WithHealthTimeout]);
+	// zero means the runtime's default of 30s, the kubelet's. A driver
+	// whose monitor reports every N seconds needs a timeout above N.
+	HealthTimeout time.Duration
 }
 
 // Register adds the standard driver flags to fs (flag.CommandLine for a
@@ -128,6 +134,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.HTTPAddress, "http-address", "", "address for /metrics and /healthz, e.g. :8080 (default: none)")
 	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
 	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
+	fs.DurationVar(&f.HealthTimeout, "health-timeout", 0, "how long a device health report stays valid before the device shows as Unknown; must exceed the health monitor's report interval (default 30s)")
 	if fs.Lookup("v") == nil {
 		klog.InitFlags(fs)
 	}
@@ -161,8 +168,8 @@ func (f *Flags) RESTConfig() (*rest.Config, error) {
 // Options returns the driver options the flags stand for: the node name,
 // a client built from [LoadRESTConfig] with the client limits of
 // --kube-api-qps and --kube-api-burst (zero fields: the runtime's
-// defaults), and the folders and HTTP address that are set. Errors name
-// the flag to fix.
+// defaults), and the folders, HTTP address and health timeout that are
+// set. Errors name the flag to fix.
 func (f *Flags) Options() ([]driver.Option, error) {
 	if f.NodeName == "" {
 		return nil, fmt.Errorf("driver flags: --node-name is empty and $%s is not set", NodeNameEnv)
@@ -184,6 +191,12 @@ func (f *Flags) Options() ([]driver.Option, error) {
 		if o.value != "" {
 			opts = append(opts, o.opt(o.value))
 		}
+	}
+	switch {
+	case f.HealthTimeout < 0:
+		return nil, fmt.Errorf("driver flags: --health-timeout is %v; it must be positive (or 0 for the default)", f.HealthTimeout)
+	case f.HealthTimeout > 0:
+		opts = append(opts, driver.WithHealthTimeout(f.HealthTimeout))
 	}
 	return opts, nil
 }

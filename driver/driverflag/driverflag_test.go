@@ -152,6 +152,33 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+// TestHealthTimeoutFlag: --health-timeout reaches the runtime (a value
+// below the runtime's floor is refused by driver.New, naming the option)
+// and a negative one is refused by Options, naming the flag.
+func TestHealthTimeoutFlag(t *testing.T) {
+	notInCluster(t)
+	kc := writeKubeconfig(t, "https://flag.example:6443")
+	newDriver := func(args ...string) error {
+		opts, err := parse(t, append([]string{"--node-name", "n", "--kubeconfig", kc}, args...)...).Options()
+		if err != nil {
+			return err
+		}
+		_, err = driver.New("x.example.com", append(opts,
+			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "x.example.com"}}),
+			driver.WithPreparer(nopPreparer{}))...)
+		return err
+	}
+	if err := newDriver("--health-timeout", "45s"); err != nil {
+		t.Errorf("--health-timeout 45s: %v", err)
+	}
+	if err := newDriver("--health-timeout", "1s"); err == nil || !strings.Contains(err.Error(), "WithHealthTimeout") {
+		t.Errorf("--health-timeout 1s: error %v, want the runtime's WithHealthTimeout refusal", err)
+	}
+	if err := newDriver("--health-timeout", "-5s"); err == nil || !strings.Contains(err.Error(), "--health-timeout") {
+		t.Errorf("--health-timeout -5s: error %v, want one naming --health-timeout", err)
+	}
+}
+
 func TestRegisterKeepsExistingKlogFlags(t *testing.T) {
 	fs := flag.NewFlagSet("driver", flag.ContinueOnError)
 	fs.Int("v", 0, "the program's own verbosity flag")
