@@ -160,3 +160,56 @@ func ExampleValidator() {
 	// default API server: true
 	// with DRAFractionalCapacityRange: false
 }
+
+// A driver's DeviceClasses, built and checked in Go and rendered for its
+// chart: one class for whole cards that also serves the old-style
+// "example.com/gpu: 1" request, one for halves.
+func ExampleClass() {
+	var classes []*resourceapi.DeviceClass
+	for _, c := range []device.Class{
+		{Name: "gpu.example.com", Driver: "gpu.example.com",
+			Selectors:            []string{`device.attributes["gpu.example.com"].type == "card"`},
+			ExtendedResourceName: "example.com/gpu"},
+		{Name: "half.gpu.example.com", Driver: "gpu.example.com",
+			Selectors: []string{`device.attributes["gpu.example.com"].type == "half"`}},
+	} {
+		dc, err := c.DeviceClass()
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		classes = append(classes, dc)
+	}
+	out, err := device.ClassesYAML(classes...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(string(out))
+	_, err = device.Class{Name: "mig.example.com", Driver: "gpu.example.com", ExtendedResourceName: "nvidia.com/mig-1g.18gb+me"}.DeviceClass()
+	fmt.Println(err)
+	// Output:
+	// apiVersion: resource.k8s.io/v1
+	// kind: DeviceClass
+	// metadata:
+	//   name: gpu.example.com
+	// spec:
+	//   extendedResourceName: example.com/gpu
+	//   selectors:
+	//   - cel:
+	//       expression: device.driver == "gpu.example.com"
+	//   - cel:
+	//       expression: device.attributes["gpu.example.com"].type == "card"
+	// ---
+	// apiVersion: resource.k8s.io/v1
+	// kind: DeviceClass
+	// metadata:
+	//   name: half.gpu.example.com
+	// spec:
+	//   selectors:
+	//   - cel:
+	//       expression: device.driver == "gpu.example.com"
+	//   - cel:
+	//       expression: device.attributes["gpu.example.com"].type == "half"
+	// invalid DeviceClass mig.example.com: extendedResourceName "nvidia.com/mig-1g.18gb+me": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')
+}

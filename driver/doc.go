@@ -142,4 +142,14 @@
 //   - The vendor's UnprepareDevice must be idempotent and accept a device
 //     whose PrepareDevice never ran or did not finish: undoing an intent
 //     calls it for every device of the claim.
+//
+// # DeviceClasses
+//
+// The runtime publishes devices; the DeviceClasses that users name in
+// their claims ship with the driver's deployment, not from the running
+// driver (a class is cluster-wide, a driver runs per node). Build them
+// with [device.Class] (which checks names and an extendedResourceName as
+// the API server does), render them with [device.ClassesYAML] into the
+// chart or manifests, and let a test compare the two; a class with
+// ExtendedResourceName serves unchanged `example.com/gpu: 1` pods.
 package driver
