@@ -47,9 +47,17 @@ type HealthReport struct {
 	Device DeviceID
 	Health Health
 	// Reason is a short CamelCase reason ("XidError79"), used as the
-	// value of the health taint when it is a valid label value.
+	// value of the health taint when it is a valid label value. Only an
+	// Unhealthy report has a taint: the Reason of a Healthy or Unknown
+	// report is ignored.
 	Reason string
-	// Message is a human-readable explanation.
+	// Message is a human-readable explanation, sent to the kubelet with
+	// every health value. A device that is degraded but still serves
+	// (corrected memory errors, a throttled link) is reported Healthy
+	// with a Message; to make it visible to the scheduler and to users'
+	// tolerations without keeping pods off it, the discoverer also puts
+	// an informational taint with effect [NoEffect] on the device in its
+	// inventory.
 	Message string
 	// Time is when the health was observed; zero means when the runtime
 	// receives the report. The report is valid for the runtime's health
