@@ -16,7 +16,8 @@ type EventType string
 
 const (
 	// EventInventoryChanged: devices appeared, disappeared or changed
-	// (hot-plug, repartitioning); the runtime calls Inventory again.
+	// (hot-plug, repartitioning). The runtime publishes [Event.Inventory]
+	// when it is set, else it calls Inventory again.
 	EventInventoryChanged EventType = "InventoryChanged"
 	// EventHealth: the health of the devices in [Event.Health] changed.
 	EventHealth EventType = "Health"
@@ -28,6 +29,11 @@ type Event struct {
 	// Health is set for EventHealth: the new health of some devices.
 	// Devices not listed keep their previous health.
 	Health []HealthReport
+	// Inventory may be set for EventInventoryChanged: the complete new
+	// inventory, as Inventory would return it now (a discoverer that
+	// just built it saves the runtime a second discovery). The
+	// discoverer must not modify it after sending it.
+	Inventory *Inventory
 }
 
 // Health is the health of a device (KEP-4680 values).

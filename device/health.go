@@ -41,6 +41,11 @@ func PollHealth(every time.Duration, poll func(context.Context) ([]HealthReport,
 	return HealthSource{every: every, poll: poll}
 }
 
+// HealthInterval is the source's poll interval ([PollHealth]); zero for a
+// [HealthChannel], whose monitor's rhythm is its own. The driver runtime
+// refuses a health timeout that is not above it.
+func (h *HealthDiscoverer) HealthInterval() time.Duration { return h.src.every }
+
 // HealthChannel is a source that passes on the batches of reports the
 // vendor's monitor sends on ch. Devices a batch leaves out keep their last
 // health, as of this batch (see [HealthDiscoverer]): an empty batch is a

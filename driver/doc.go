@@ -94,8 +94,8 @@
 //     with [WithRegisterer], or merged from [Driver.Gatherer], which has
 //     no Go or process collectors); per-claim errors are [ClaimError]s
 //     with one of the Reason* reasons; /healthz (the driver's own
-//     health: its sockets serve) and /readyz (also: the API server
-//     answers and the slices are published). The kubelet is served from
+//     health: its sockets serve) and /readyz (also: the first slices
+//     are published; no API request per probe). The kubelet is served from
 //     the start, also while the API server is down; the slices are
 //     published as soon as it answers.
 //   - Permissions: sockets and lock files are 0600 and the plugin data

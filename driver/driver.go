@@ -98,6 +98,11 @@ func New(name string, opts ...Option) (*Driver, error) {
 	case o.nodeName == "":
 		return nil, fmt.Errorf("new driver %s: WithNodeName is required", name)
 	}
+	if hi, ok := o.discoverer.(HealthIntervaler); ok {
+		if every := hi.HealthInterval(); every > 0 && o.healthTimeout <= every {
+			return nil, fmt.Errorf("new driver %s: the health timeout %v (WithHealthTimeout) is not above the discoverer's health interval %v: every device would show as Unknown between two reports; raise the timeout (twice the interval leaves room for a late report) or report more often", name, o.healthTimeout, every)
+		}
+	}
 	if o.checkpointDir == "" {
 		o.checkpointDir = filepath.Join(o.pluginDataDir, "checkpoint")
 	}
@@ -353,9 +358,9 @@ func (d *Driver) publishLoop(ctx context.Context) {
 			}
 			continue
 		}
+		d.metrics.apiReachable.Set(1)
 		if first {
 			d.slicesSynced.Store(true)
-			d.metrics.apiReachable.Set(1)
 			logger.Info("Publishing ResourceSlices", "waitedForAPIServer", time.Since(start).Round(time.Millisecond))
 		}
 	}
@@ -415,23 +420,18 @@ func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
 	return srv, nil
 }
 
-// readyCheck reports why the driver is not ready: not alive, its slices
-// not yet published, or the API server not answering now (the outcome
-// is also the drakit_driver_api_server_reachable metric).
+// readyCheck reports why the driver is not ready: not alive, or its
+// slices not yet published (the first publish waits for the API server).
+// It asks the API server nothing: a probe every few seconds on every node
+// would be thousands of requests a second on a large cluster, for a
+// readiness that only gates the DaemonSet's rollout. Later publishing
+// errors show in drakit_driver_api_server_reachable and the errors metric.
 func (d *Driver) readyCheck(ctx context.Context) error {
 	if err := d.live(ctx); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := d.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: "spec.nodeName=" + d.o.nodeName})
-	if err != nil {
-		d.metrics.apiReachable.Set(0)
-		return fmt.Errorf("API server unreachable: %w", err)
-	}
-	d.metrics.apiReachable.Set(1)
 	if !d.slicesSynced.Load() {
-		return errors.New("ResourceSlices not published yet")
+		return errors.New("ResourceSlices not published yet: waiting for the API server")
 	}
 	return nil
 }
@@ -524,7 +524,9 @@ func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 func (p *plugin) HandleError(ctx context.Context, err error, msg string) {
 	logger := klog.FromContext(ctx)
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		// Background errors come from the ResourceSlice controller.
 		p.metrics.error("background", ReasonPublish)
+		p.metrics.apiReachable.Set(0)
 		logger.Error(err, msg)
 		return
 	}

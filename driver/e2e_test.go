@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -565,6 +566,42 @@ func TestAPIServerDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadyzAsksNothing: a readiness probe makes no API request (before:
+// one ResourceSlice LIST per probe, 2,500 LISTs/s for a 5,000-node
+// cluster probed every 2 s).
+func TestReadyzAsksNothing(t *testing.T) {
+	c, ctx, _, d, hw := setupE2E(t)
+	var lists atomic.Int64
+	rc := rest.CopyConfig(c.RESTConfig)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/resourceslices") && req.URL.Query().Get("watch") == "" {
+				lists.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	r := startWith(ctx, t, rc, d, device.StaticDiscoverer{Inv: testInventory(1)}, hw, driver.WithHTTPAddress("127.0.0.1:0"))
+	base := "http://" + r.d.HTTPAddr()
+	waitFor(ctx, t, "/readyz ok", func(context.Context) (bool, error) {
+		code, _ := httpStatus(t, base+"/readyz")
+		return code == http.StatusOK, nil
+	})
+	before := lists.Load()
+	for range 20 {
+		if code, body := httpStatus(t, base+"/readyz"); code != http.StatusOK {
+			t.Fatalf("/readyz = %d %q", code, body)
+		}
+	}
+	if n := lists.Load() - before; n != 0 {
+		t.Errorf("20 readiness probes listed ResourceSlices %d times, want 0", n)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestUncheckedPools: devices of a pool named in WithUncheckedPools (one
 // a controller publishes) are prepared unpublished; other unpublished

@@ -262,7 +262,7 @@ func TestAPIServerUnreachable(t *testing.T) {
 		t.Errorf("/healthz = %q", got)
 	}
 	code, body := httpStatus(t, base+"/readyz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "API server unreachable") {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the API server") {
 		t.Errorf("/readyz = %d %q, want 503 naming the API server", code, body)
 	}
 	if m := httpGet(t, base+"/metrics"); !strings.Contains(m, `drakit_driver_api_server_reachable{driver="`+testDriver+`"} 0`) {

@@ -85,7 +85,7 @@ func newMetrics(driverName string) *metrics {
 		}),
 		apiReachable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "drakit", Subsystem: "driver", Name: "api_server_reachable",
-			Help: "1 when the API server answered the last readiness check (or the first slice publish), 0 when it did not.", ConstLabels: labels,
+			Help: "1 after a slice publish went through (the first one waits for the API server), 0 after the ResourceSlice controller reported an error, until the next publish.", ConstLabels: labels,
 		}),
 		orphanedSpecs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "drakit", Subsystem: "driver", Name: "orphaned_cdi_specs",

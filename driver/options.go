@@ -181,8 +181,8 @@ func WithCheckpointDir(dir string) Option {
 // registration or the driver's gRPC socket does not accept connections:
 // the driver's own health, never the API server's, so that an API
 // outage does not make a liveness probe restart it. /readyz fails also
-// while the API server does not answer or the slices are not published
-// yet.
+// until the first slices are published (which waits for the API server);
+// a probe asks the API server nothing.
 func WithHTTPAddress(addr string) Option {
 	return func(o *options) error {
 		o.httpAddress = addr

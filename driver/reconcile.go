@@ -130,10 +130,26 @@ func (d *Driver) watch(ctx context.Context) {
 		case <-rewatch:
 			rewatch = nil
 			startWatch()
+			// The Watch that failed may have seen a change it never
+			// sent: discover again rather than wait for the resync.
+			dirty = true
 		case ev := <-events:
 			switch ev.Type {
 			case device.EventInventoryChanged:
-				dirty = true
+				if ev.Inventory == nil {
+					dirty = true
+					break
+				}
+				inv, err := d.accept(ev.Inventory)
+				if err != nil {
+					d.metrics.error("discover", ReasonDiscovery)
+					logger.Error(err, "Inventory of a change event refused; discovering again")
+					dirty = true
+					break
+				}
+				d.health.setInventory(inv)
+				d.kickPublish()
+				dirty = false // this inventory is as new as a discovery
 			case device.EventHealth:
 				if d.health.update(ev.Health, time.Now()) {
 					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))

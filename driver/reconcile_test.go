@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/internal/cluster"
@@ -130,3 +132,86 @@ var (
 	_ driver.Discoverer = device.StaticDiscoverer{}
 	_ driver.Discoverer = (*device.HealthDiscoverer)(nil)
 )
+
+// consumingDiscoverer's first Watch takes the change the test announces
+// on changed and fails before it sends the event (as a watch that dies
+// mid-change does); later Watches wait quietly.
+type consumingDiscoverer struct {
+	flakyDiscoverer
+	changed chan *device.Inventory
+	once    sync.Once
+}
+
+func (c *consumingDiscoverer) Watch(ctx context.Context, out chan<- device.Event) error {
+	first := false
+	c.once.Do(func() { first = true })
+	if !first {
+		<-ctx.Done()
+		return nil
+	}
+	select {
+	case inv := <-c.changed:
+		c.change(inv, 0)
+		return errors.New("device watch lost its connection (test)")
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// TestWatchRestartRediscovers: a change that a failed Watch took without
+// sending its event reaches the slices when the Watch is restarted, not
+// at the 10-minute resync (before: the restart did not mark the inventory
+// dirty, and this test timed out).
+func TestWatchRestartRediscovers(t *testing.T) {
+	c, ctx, _, d, hw := setupE2E(t)
+	disc := &consumingDiscoverer{flakyDiscoverer: flakyDiscoverer{inv: testInventory(2)}, changed: make(chan *device.Inventory)}
+	startDriver(ctx, t, c, d, disc, hw)
+	waitForDevices(ctx, t, c, 2)
+	disc.changed <- testInventory(3)
+	waitForDevices(ctx, t, c, 3)
+}
+
+// TestEventCarriesInventory: a change event that carries the new
+// inventory is published without another Inventory call; one that names
+// another driver is refused and discovered again.
+func TestEventCarriesInventory(t *testing.T) {
+	c, ctx, _, d, hw := setupE2E(t)
+	disc := &flakyDiscoverer{inv: testInventory(2), events: make(chan device.Event)}
+	startDriver(ctx, t, c, d, disc, hw)
+	waitForDevices(ctx, t, c, 2)
+	before := disc.callCount()
+	disc.events <- device.Event{Type: device.EventInventoryChanged, Inventory: testInventory(3)}
+	waitForDevices(ctx, t, c, 3)
+	if calls := disc.callCount() - before; calls != 0 {
+		t.Errorf("Inventory called %d times for an event carrying the inventory, want 0", calls)
+	}
+	wrong := testInventory(1)
+	wrong.Driver = "gpu.vendor.com"
+	disc.change(testInventory(4), 0)
+	disc.events <- device.Event{Type: device.EventInventoryChanged, Inventory: wrong}
+	waitForDevices(ctx, t, c, 4)
+}
+
+// TestHealthTimeoutAboveInterval: New refuses a health timeout that is
+// not above the discoverer's poll interval (devices would flap to
+// Unknown between polls) and accepts one above it.
+func TestHealthTimeoutAboveInterval(t *testing.T) {
+	poll := func(context.Context) ([]device.HealthReport, error) { return nil, nil }
+	disc, err := device.NewHealthDiscoverer(testInventory(1), device.PollHealth(40*time.Second, poll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDirs(t)
+	newDriver := func(opts ...driver.Option) error {
+		// New checks options only: nothing dials this address.
+		_, err := driver.New(testDriver, append([]driver.Option{driver.WithDiscoverer(disc), driver.WithPreparer(newHW(t, d)),
+			driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:1"}), driver.WithNodeName(testNode)}, opts...)...)
+		return err
+	}
+	if err := newDriver(); err == nil || !strings.Contains(err.Error(), "health interval 40s") {
+		t.Errorf("default timeout 30s with a 40s poll: error %v, want one naming the interval", err)
+	}
+	if err := newDriver(driver.WithHealthTimeout(90 * time.Second)); err != nil {
+		t.Errorf("timeout 90s with a 40s poll: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -243,14 +244,27 @@ func containsRequest(list []string, full, base string) bool {
 	return false
 }
 
+// HealthIntervaler is implemented by a [Discoverer] whose health monitor
+// reports on every device at a known interval (a poll, a heartbeat).
+// [New] refuses a health timeout ([WithHealthTimeout]) that is not above
+// it, which would flap every device to Unknown between two reports with
+// no error. [device.HealthDiscoverer] implements it for [device.PollHealth].
+type HealthIntervaler interface {
+	// HealthInterval is the longest time between two reports on a
+	// device while the monitor is alive; zero when it is not known.
+	HealthInterval() time.Duration
+}
+
 // Discoverer is what a vendor implements to tell the runtime which devices
 // exist and how healthy they are. Both methods must be safe to call
 // concurrently with each other. [device.StaticDiscoverer] and
 // [device.HealthDiscoverer] are ready-made ones.
 type Discoverer interface {
 	// Inventory returns the complete current inventory. The runtime calls
-	// it at start, after every [device.EventInventoryChanged] (again,
-	// with a growing delay, while it fails) and every resync interval
+	// it at start, after every [device.EventInventoryChanged] that does
+	// not carry the new inventory (again, with a growing delay, while it
+	// fails), after a Watch that failed is restarted (a change the old
+	// Watch saw may not have been sent) and every resync interval
 	// ([WithResyncInterval]). Its Driver must be the driver's name or
 	// empty. The runtime does not modify the result; the Discoverer must
 	// not modify it afterwards either (return a fresh value or a
