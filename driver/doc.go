@@ -108,8 +108,9 @@
 //     [WithRESTConfig] sets a client rate limit that does not cap
 //     prepares at client-go's default of 5 per second.
 //   - The kubelet plugin helper gets every setting the runtime relies on
-//     from drakit's options; [WithHelperOptions] refuses a helper option
-//     that would change one.
+//     from drakit's options, stated after any other; its knobs are typed
+//     options ([WithGRPCVerbosity], [WithKubeletAPIVersions],
+//     [WithHealthService], ...).
 //
 // Durability: who recovers what after a crash.
 //

@@ -97,6 +97,8 @@ func New(name string, opts ...Option) (*Driver, error) {
 		return nil, fmt.Errorf("new driver %s: WithKubeClient and WithRESTConfig are mutually exclusive", name)
 	case o.nodeName == "":
 		return nil, fmt.Errorf("new driver %s: WithNodeName is required", name)
+	case o.registrarSocket != "" && o.rollingUpdateUID != "":
+		return nil, fmt.Errorf("new driver %s: WithRegistrarSocketFilename and WithRollingUpdate are mutually exclusive (a rolling update names the registration socket per pod)", name)
 	}
 	if hi, ok := o.discoverer.(HealthIntervaler); ok {
 		if every := hi.HealthInterval(); every > 0 && o.healthTimeout <= every {

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/rest"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
@@ -180,15 +179,17 @@ func ExampleWithRegisterer() {
 	// Output: drakit_driver_prepared_claims
 }
 
-// The runtime sets the helper's socket, lock and serialization settings
-// itself; a helper option that would change one is refused.
-func ExampleWithHelperOptions() {
+// The kubelet plugin helper's knobs are typed options; the runtime states
+// every other helper setting itself.
+func ExampleWithKubeletAPIVersions() {
 	_, err := driver.New("gpu.example.com",
 		driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{}}),
 		driver.WithPreparer(envPreparer{}),
 		driver.WithRESTConfig(&rest.Config{Host: "https://127.0.0.1:6443"}),
 		driver.WithNodeName("node-1"),
-		driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(4), kubeletplugin.Serialize(true)))
+		driver.WithGRPCVerbosity(4),
+		driver.WithKubeletAPIVersions(true, false), // kubelets 1.34 and newer only
+		driver.WithHealthService(true, true, false))
 	fmt.Println(err)
-	// Output: new driver gpu.example.com: WithHelperOptions: kubeletplugin.Serialize conflicts with a setting the runtime makes and relies on; use WithSerializedCalls (the runtime serializes calls itself)
+	// Output: <nil>
 }

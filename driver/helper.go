@@ -1,10 +1,6 @@
 package driver
 
 import (
-	"reflect"
-	"runtime"
-	"strings"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
@@ -22,91 +18,64 @@ func (d *Driver) pluginSocket() string {
 	return "dra.sock"
 }
 
-// helperOptions are the kubelet plugin helper's options: every setting
-// the runtime relies on is stated here, from drakit's options, then the
-// vendor's extra options (which cannot override them, see
-// [WithHelperOptions]).
-func (d *Driver) helperOptions(client kubernetes.Interface) []kubeletplugin.Option {
-	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(d.name),
-		kubeletplugin.KubeClient(client),
-		kubeletplugin.NodeName(d.o.nodeName),
-		kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir),
-		kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir),
-		kubeletplugin.PluginSocket(d.pluginSocket()),
-		kubeletplugin.PluginListener(listenUnix),
-		kubeletplugin.RegistrarListener(listenUnix),
+// namedHelperOption is a kubelet plugin helper option with the name of
+// the kubeletplugin function that made it (for tests and logs).
+type namedHelperOption struct {
+	name string
+	opt  kubeletplugin.Option
+}
+
+// runtimeHelperOptions are the helper settings the runtime relies on,
+// each stated explicitly (also where it is the helper's default), so that
+// no option given before them can change one. TestHelperOptionsCovered
+// checks that every kubeletplugin option is either here or one of the
+// vendor's knobs ([WithGRPCVerbosity], [WithGRPCInterceptor],
+// [WithGRPCStreamInterceptor], [WithKubeletAPIVersions],
+// [WithHealthService]).
+func (d *Driver) runtimeHelperOptions(client kubernetes.Interface) []namedHelperOption {
+	var versions []schema.GroupVersion
+	if d.o.deviceMetadata {
+		versions = []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}
+	}
+	return []namedHelperOption{
+		{"DriverName", kubeletplugin.DriverName(d.name)},
+		{"KubeClient", kubeletplugin.KubeClient(client)},
+		{"NodeName", kubeletplugin.NodeName(d.o.nodeName)},
+		// Empty: the helper looks the Node up itself.
+		{"NodeUID", kubeletplugin.NodeUID("")},
+		{"RegistrarDirectoryPath", kubeletplugin.RegistrarDirectoryPath(d.o.registrarDir)},
+		// Empty: the helper's name, which depends on rolling updates.
+		{"RegistrarSocketFilename", kubeletplugin.RegistrarSocketFilename(d.o.registrarSocket)},
+		{"PluginDataDirectoryPath", kubeletplugin.PluginDataDirectoryPath(d.o.pluginDataDir)},
+		{"PluginSocket", kubeletplugin.PluginSocket(d.pluginSocket())},
+		{"PluginListener", kubeletplugin.PluginListener(listenUnix)},
+		{"RegistrarListener", kubeletplugin.RegistrarListener(listenUnix)},
+		// Empty UID: no rolling update.
+		{"RollingUpdate", kubeletplugin.RollingUpdate(d.o.rollingUpdateUID)},
 		// The runtime serializes calls itself (see enterCall); the
 		// helper's lock folder is stated anyway, for a helper that
 		// takes a lock without serializing.
-		kubeletplugin.Serialize(false),
-		kubeletplugin.FlockDirectoryPath(d.o.lockDir),
-		kubeletplugin.DRAService(true),
+		{"Serialize", kubeletplugin.Serialize(false)},
+		{"FlockDirectoryPath", kubeletplugin.FlockDirectoryPath(d.o.lockDir)},
+		{"RegistrationService", kubeletplugin.RegistrationService(true)},
+		{"DRAService", kubeletplugin.DRAService(true)},
+		// Empty: slices carry spec.nodeName, which the runtime's
+		// published-device guard and the scheduler's node filter use.
+		{"ReconcilePoolWithName", kubeletplugin.ReconcilePoolWithName("")},
+		{"EnableDeviceMetadata", kubeletplugin.EnableDeviceMetadata(d.o.deviceMetadata, versions)},
+		{"CDIDirectory", kubeletplugin.CDIDirectory(d.o.cdiDir)},
+		{"MetadataFileOps", kubeletplugin.MetadataFileOps(kubeletplugin.MetadataFileOperations{})},
 	}
-	if d.o.rollingUpdateUID != "" {
-		opts = append(opts, kubeletplugin.RollingUpdate(d.o.rollingUpdateUID))
-	}
-	if d.o.deviceMetadata {
-		opts = append(opts,
-			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
-			kubeletplugin.CDIDirectory(d.o.cdiDir))
-	}
-	return append(opts, d.o.extraHelperOpts...)
 }
 
-// ownedHelperOptions are the kubeletplugin functions whose options set
-// what the runtime sets itself, each with what to use instead.
-var ownedHelperOptions = map[string]string{
-	"DriverName":              "the name given to driver.New",
-	"KubeClient":              "WithKubeClient or WithRESTConfig",
-	"NodeName":                "WithNodeName",
-	"RegistrarDirectoryPath":  "WithRegistrarDir",
-	"PluginDataDirectoryPath": "WithPluginDataDir",
-	"PluginSocket":            "the socket the runtime names (Driver.DRASocket), which liveness checks",
-	"PluginListener":          "the runtime's listener (socket mode 0600)",
-	"RegistrarListener":       "the runtime's listener (socket mode 0600)",
-	"RollingUpdate":           "WithRollingUpdate",
-	"Serialize":               "WithSerializedCalls (the runtime serializes calls itself)",
-	"FlockDirectoryPath":      "WithLockDir",
-	"EnableDeviceMetadata":    "WithDeviceMetadata",
-	"CDIDirectory":            "WithCDIDir",
-	"DRAService":              "the DRA service, which the runtime is",
-}
-
-// runtimeOwnedHelperOption says whether opt was made by one of the
-// kubeletplugin functions in ownedHelperOptions, and which. A closure's
-// symbol is "<function that made it>.func<N>", prefixed by the package
-// path, or, when that function was inlined into a caller, by the caller's
-// symbol ("k8s.io/.../kubeletplugin.Serialize.func1",
-// "example.com/vendor.main.Serialize.func3"): the element before the
-// last "func<N>" names the function.
-func runtimeOwnedHelperOption(opt kubeletplugin.Option) (name, use string, owned bool) {
-	f := runtime.FuncForPC(reflect.ValueOf(opt).Pointer())
-	if f == nil {
-		return "", "", false
+// helperOptions are the kubelet plugin helper's options: the vendor's
+// knobs and the deprecated [WithHelperOptions] first, then every setting
+// the runtime relies on, so that the runtime's win.
+func (d *Driver) helperOptions(client kubernetes.Interface) []kubeletplugin.Option {
+	opts := append([]kubeletplugin.Option(nil), d.o.helperKnobs...)
+	opts = append(opts, d.o.extraHelperOpts...)
+	for _, n := range d.runtimeHelperOptions(client) {
+		opts = append(opts, n.opt)
 	}
-	sym := f.Name()
-	sym = sym[strings.LastIndexByte(sym, '/')+1:]
-	parts := strings.Split(sym, ".")
-	for i := len(parts) - 1; i > 0; i-- {
-		if isClosureSuffix(parts[i]) {
-			use, owned = ownedHelperOptions[parts[i-1]]
-			return parts[i-1], use, owned
-		}
-	}
-	return "", "", false
-}
-
-// isClosureSuffix says whether s is "func<N>".
-func isClosureSuffix(s string) bool {
-	n, ok := strings.CutPrefix(s, "func")
-	if !ok || n == "" {
-		return false
-	}
-	for _, c := range n {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	return opts
 }

@@ -3,6 +3,8 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +47,8 @@ type options struct {
 	serialize            bool
 	healthTimeout        time.Duration
 	extraHelperOpts      []kubeletplugin.Option
+	helperKnobs          []kubeletplugin.Option
+	registrarSocket      string
 	deviceMetadata       bool
 	resyncInterval       time.Duration
 	housekeepingInterval time.Duration
@@ -358,28 +362,102 @@ func WithLockDir(dir string) Option {
 	}
 }
 
-// WithHelperOptions passes extra options to the kubelet plugin helper
-// (kubeletplugin.Start), after drakit's own: gRPC verbosity and
-// interceptors, API versions, the registration socket's file name, the
-// health service. An option for a setting the runtime makes itself, and
-// relies on, is refused with an error naming it and the drakit option to
-// use instead: DriverName, KubeClient, NodeName, RegistrarDirectoryPath,
-// PluginDataDirectoryPath, PluginSocket, PluginListener,
-// RegistrarListener, RollingUpdate, Serialize, FlockDirectoryPath,
-// EnableDeviceMetadata, CDIDirectory and DRAService. (The helper's options
-// are opaque functions: they are told apart by the name the compiler
-// gives them, which names the kubeletplugin function that made them.)
+// WithHelperOptions passes options to the kubelet plugin helper
+// (kubeletplugin.Start) before the runtime's own: every setting the
+// runtime relies on (names, folders, sockets, listeners, serialization,
+// the services, rolling update, slice reconciliation, device metadata)
+// is stated after them and wins, so these options can change only what
+// the typed options below change.
+//
+// Deprecated: use WithGRPCVerbosity, WithGRPCInterceptor,
+// WithGRPCStreamInterceptor, WithKubeletAPIVersions, WithHealthService
+// and WithRegistrarSocketFilename. WithHelperOptions will be removed in
+// the next release.
 func WithHelperOptions(opts ...kubeletplugin.Option) Option {
 	return func(o *options) error {
 		for _, opt := range opts {
 			if opt == nil {
 				return errors.New("WithHelperOptions: nil option")
 			}
-			if name, use, owned := runtimeOwnedHelperOption(opt); owned {
-				return fmt.Errorf("WithHelperOptions: kubeletplugin.%s conflicts with a setting the runtime makes and relies on; use %s", name, use)
-			}
 		}
 		o.extraHelperOpts = append(o.extraHelperOpts, opts...)
+		return nil
+	}
+}
+
+// WithGRPCVerbosity sets the klog verbosity at which the kubelet plugin
+// helper logs each gRPC call and its response. Default 6; negative: never.
+func WithGRPCVerbosity(level int) Option {
+	return func(o *options) error {
+		o.helperKnobs = append(o.helperKnobs, kubeletplugin.GRPCVerbosity(level))
+		return nil
+	}
+}
+
+// WithGRPCInterceptor adds a unary interceptor to the driver's gRPC
+// servers (registration and DRA), e.g. for tracing. Interceptors run in
+// the order given, after the helper's logging.
+func WithGRPCInterceptor(interceptor grpc.UnaryServerInterceptor) Option {
+	return func(o *options) error {
+		if interceptor == nil {
+			return errors.New("WithGRPCInterceptor: nil interceptor")
+		}
+		o.helperKnobs = append(o.helperKnobs, kubeletplugin.GRPCInterceptor(interceptor))
+		return nil
+	}
+}
+
+// WithGRPCStreamInterceptor adds a stream interceptor to the driver's
+// gRPC servers (the health stream is one).
+func WithGRPCStreamInterceptor(interceptor grpc.StreamServerInterceptor) Option {
+	return func(o *options) error {
+		if interceptor == nil {
+			return errors.New("WithGRPCStreamInterceptor: nil interceptor")
+		}
+		o.helperKnobs = append(o.helperKnobs, kubeletplugin.GRPCStreamInterceptor(interceptor))
+		return nil
+	}
+}
+
+// WithKubeletAPIVersions chooses which versions of the kubelet's DRA gRPC
+// API (k8s.io/kubelet/pkg/apis/dra) the driver serves: v1 (kubelet 1.34
+// and newer) and v1beta1 (older kubelets). Default: both. At least one
+// must be on.
+func WithKubeletAPIVersions(v1, v1beta1 bool) Option {
+	return func(o *options) error {
+		if !v1 && !v1beta1 {
+			return errors.New("WithKubeletAPIVersions: no version left to serve")
+		}
+		o.helperKnobs = append(o.helperKnobs, kubeletplugin.NodeV1(v1), kubeletplugin.NodeV1beta1(v1beta1))
+		return nil
+	}
+}
+
+// WithHealthService turns the DRAResourceHealth service (device health
+// streamed to the kubelet, KEP-4680) on or off, and chooses its API
+// versions: v1, and v1alpha1 for kubelets 1.36 and older. Default: on,
+// both versions. Off, the kubelet never asks for health; the slices still
+// carry the health taints.
+func WithHealthService(enabled, v1, v1alpha1 bool) Option {
+	return func(o *options) error {
+		if enabled && !v1 && !v1alpha1 {
+			return errors.New("WithHealthService: enabled with no API version")
+		}
+		o.helperKnobs = append(o.helperKnobs, kubeletplugin.HealthService(enabled), kubeletplugin.HealthV1(v1), kubeletplugin.HealthV1alpha1(v1alpha1))
+		return nil
+	}
+}
+
+// WithRegistrarSocketFilename names the registration socket in the
+// kubelet's plugin registry (default "<driver name>-reg.sock"), for an
+// installation that used another name. It cannot be combined with
+// [WithRollingUpdate], which names the socket per pod.
+func WithRegistrarSocketFilename(name string) Option {
+	return func(o *options) error {
+		if name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("WithRegistrarSocketFilename: %q is not a file name", name)
+		}
+		o.registrarSocket = name
 		return nil
 	}
 }

@@ -42,15 +42,14 @@ func TestNewValidation(t *testing.T) {
 		{name: "zero housekeeping interval", driver: "a.b", opts: with(driver.WithHousekeepingInterval(0)), wantErr: "WithHousekeepingInterval"},
 		{name: "zero resync interval", driver: "a.b", opts: with(driver.WithResyncInterval(0)), wantErr: "WithResyncInterval"},
 		{name: "empty lock dir", driver: "a.b", opts: with(driver.WithLockDir("")), wantErr: "WithLockDir: empty path"},
-		// Helper options the runtime relies on are refused, named, with
-		// the drakit option to use.
-		{name: "helper PluginSocket", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(2), kubeletplugin.PluginSocket("x.sock"))), wantErr: "WithHelperOptions: kubeletplugin.PluginSocket conflicts"},
-		{name: "helper Serialize", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.Serialize(false))), wantErr: "kubeletplugin.Serialize conflicts with a setting the runtime makes and relies on; use WithSerializedCalls"},
-		{name: "helper FlockDirectoryPath", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.FlockDirectoryPath("/tmp"))), wantErr: "kubeletplugin.FlockDirectoryPath conflicts with a setting the runtime makes and relies on; use WithLockDir"},
-		{name: "helper RollingUpdate via a function", driver: "a.b", opts: with(driver.WithHelperOptions(rollingUpdate())), wantErr: "kubeletplugin.RollingUpdate conflicts"},
-		{name: "helper PluginDataDirectoryPath", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.PluginDataDirectoryPath("/tmp"))), wantErr: "use WithPluginDataDir"},
 		{name: "helper nil option", driver: "a.b", opts: with(driver.WithHelperOptions(nil)), wantErr: "WithHelperOptions: nil option"},
-		{name: "helper options the runtime leaves alone", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(2), kubeletplugin.NodeV1beta1(false), kubeletplugin.HealthService(false), kubeletplugin.RegistrarSocketFilename("r.sock")))},
+		{name: "helper options", driver: "a.b", opts: with(driver.WithHelperOptions(kubeletplugin.GRPCVerbosity(2), kubeletplugin.PluginSocket("x.sock"), rollingUpdate()))},
+		{name: "typed helper knobs", driver: "a.b", opts: with(driver.WithGRPCVerbosity(2), driver.WithKubeletAPIVersions(true, false), driver.WithHealthService(false, true, true), driver.WithRegistrarSocketFilename("r.sock"))},
+		{name: "no kubelet API version", driver: "a.b", opts: with(driver.WithKubeletAPIVersions(false, false)), wantErr: "WithKubeletAPIVersions: no version left"},
+		{name: "health service without versions", driver: "a.b", opts: with(driver.WithHealthService(true, false, false)), wantErr: "WithHealthService"},
+		{name: "registrar socket path", driver: "a.b", opts: with(driver.WithRegistrarSocketFilename("a/b.sock")), wantErr: "not a file name"},
+		{name: "registrar socket with rolling update", driver: "a.b", opts: with(driver.WithRegistrarSocketFilename("r.sock"), driver.WithRollingUpdate("pod")), wantErr: "mutually exclusive"},
+		{name: "nil interceptor", driver: "a.b", opts: with(driver.WithGRPCInterceptor(nil)), wantErr: "WithGRPCInterceptor: nil"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
