@@ -82,3 +82,7 @@ func (t *TestEngine) Records() []checkpoint.Record {
 // NodeWarning records a warning event on the driver's node, as the
 // runtime does for a corrupt checkpoint record.
 func (d *Driver) NodeWarning(reason, message string) { d.nodeWarning(reason, message) }
+
+// SetBootID sets the boot ID the engine compares with the checkpoint's
+// at its next Recover.
+func (t *TestEngine) SetBootID(id string) { t.e.bootID = id }
