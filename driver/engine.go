@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
