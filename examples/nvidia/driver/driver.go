@@ -38,6 +38,11 @@ type Driver struct {
 
 	kick chan struct{} // inventory changed; capacity 1
 
+	// migMu serializes the journal and the MIG devices it describes:
+	// a claim's hold and create, a release and the destroy it allows,
+	// the reconcile.
+	migMu sync.Mutex
+
 	mu           sync.Mutex
 	devs         map[string]devInfo // the last inventory's devices by name
 	republishing bool               // a republish is scheduled
@@ -61,6 +66,9 @@ type gpuInfo struct {
 	product  *mig.Product
 	profiles []string // advertised profiles (dynamic MIG)
 	topo     *topology.PCIDevice
+	// dynamic is the recorded decision that the driver owns the GPU's
+	// MIG devices (decideOwnership).
+	dynamic bool
 }
 
 // devInfo is what the driver needs to know of a published device.
@@ -87,6 +95,7 @@ type options struct {
 	heartbeat      time.Duration
 	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
+	dynamicGPUs    []string
 }
 
 // WithLeanMIGAttributes publishes dynamic MIG devices with the counter
@@ -184,10 +193,12 @@ func WithSimulatedContainers(simulated bool) Option {
 	return func(o *options) error { o.simulated = &simulated; return nil }
 }
 
-// New reads the GPUs from nv, recovers MIG devices a crashed earlier
-// process left half-made (nvml.Lifecycle.Recover), and returns the driver
-// for node. The driver never changes a GPU's MIG mode nor touches a MIG
-// device it did not make.
+// New reads the GPUs from nv, decides or reads which are dynamic
+// (WithDynamicGPUs), recovers MIG devices a crashed earlier process left
+// half-made on them (nvml.Lifecycle.Recover), and returns the driver for
+// node. MIG devices on the dynamic GPUs are the driver's: once the
+// runtime has recovered its checkpoint, Reconcile destroys those no held
+// claim names. The driver never touches a MIG device on another GPU.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
@@ -223,11 +234,14 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	var err error
-	if d.journal, err = nvml.OpenJournal(filepath.Join(o.stateDir, "mig-intents.json"), nvml.WithoutFsync()); err != nil {
+	if err := d.decideOwnership(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	if d.lifecycle, err = nvml.NewLifecycle(nv, d.journal, nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
+	var err error
+	if d.journal, err = openJournal(filepath.Join(o.stateDir, "mig-intents.json")); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	if d.lifecycle, err = nvml.NewLifecycle(nv, nvml.OwnerFunc(d.owns), nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
 	rec, err := d.lifecycle.Recover()
@@ -236,6 +250,23 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	}
 	klog.Background().Info("Recovered MIG devices", "undone", rec.Undone, "owned", len(rec.Owned), "static", len(rec.Static))
 	return d, nil
+}
+
+// openJournal opens the MIG intent journal; a corrupt one is moved
+// aside (its name + ".corrupt") and a new one started: it only says which
+// claims hold which device, which Reconcile rebuilds from the runtime's
+// checkpoint, so a torn file never makes the driver crash-loop.
+func openJournal(path string) (*nvml.Journal, error) {
+	j, err := nvml.OpenJournal(path, nvml.WithoutFsync())
+	if !errors.Is(err, nvml.ErrCorruptJournal) {
+		return j, err
+	}
+	aside := path + ".corrupt"
+	if rerr := os.Rename(path, aside); rerr != nil {
+		return nil, errors.Join(err, fmt.Errorf("move the corrupt journal aside: %w", rerr))
+	}
+	klog.Background().Error(err, "Moved the corrupt MIG intent journal aside; rebuilding it from the GPUs and the claims the runtime holds", "movedTo", aside)
+	return nvml.OpenJournal(path, nvml.WithoutFsync())
 }
 
 // readHardware reads what does not change: versions, GPUs, MIG

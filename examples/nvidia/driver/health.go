@@ -140,7 +140,9 @@ func (d *Driver) reports(h *healthBook, gpu *int) []device.HealthReport {
 		r := device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy}
 		ev, bad := h.gpus[info.gpu]
 		if !bad && info.typ == TypeMIG {
-			ev, bad = h.migs[info.key]
+			k := info.key
+			k.UUID = "" // the book's keys are this process's, by index
+			ev, bad = h.migs[k]
 		}
 		if bad {
 			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String(), ev.Time

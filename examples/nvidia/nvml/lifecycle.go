@@ -16,18 +16,43 @@ var ErrNotOwned = errors.New("MIG device not owned by this driver")
 // survives a crash: the GPU, the GPU instance profile and the placement
 // start. NVML's GPU instance IDs are reused and the MIG UUID is only known
 // after the create, so neither can identify a device in an intent record.
+//
+// The NVML index a Lifecycle works with changes when the set of GPUs NVML
+// sees changes (a GPU bound to vfio-pci, lost or reset away), so a key
+// that is kept beyond one process's life (an intent record) names the GPU
+// by its UUID as well: Same compares by UUID when both keys have one.
 type Key struct {
-	// GPU is the GPU's NVML index.
+	// GPU is the GPU's NVML index in the process that made the key.
 	GPU int `json:"gpu"`
+	// UUID is the GPU's UUID ("GPU-..."); empty in keys that only live
+	// in one process.
+	UUID string `json:"gpuUUID,omitempty"`
 	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
 	ProfileID int `json:"profileID"`
 	// Start is the placement's first memory slice.
 	Start int `json:"start"`
 }
 
-// String prints e.g. "GPU 0 profile 9 at 4".
+// String prints e.g. "GPU 0 profile 9 at 4", with the GPU's UUID when
+// the key has one.
 func (k Key) String() string {
+	if k.UUID != "" {
+		return fmt.Sprintf("GPU %d (%s) profile %d at %d", k.GPU, k.UUID, k.ProfileID, k.Start)
+	}
 	return fmt.Sprintf("GPU %d profile %d at %d", k.GPU, k.ProfileID, k.Start)
+}
+
+// Same reports whether k and o name the same device: the same profile
+// and placement start on the same GPU, by UUID when both keys have one
+// and by NVML index otherwise.
+func (k Key) Same(o Key) bool {
+	if k.ProfileID != o.ProfileID || k.Start != o.Start {
+		return false
+	}
+	if k.UUID != "" && o.UUID != "" {
+		return k.UUID == o.UUID
+	}
+	return k.GPU == o.GPU
 }
 
 // Owner tells the lifecycle which MIG devices are the driver's own. The
