@@ -223,11 +223,16 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	}
 	if o.sysfsRoot == "" && isSim {
 		o.sysfsRoot = filepath.Join(o.stateDir, "sim-sysfs")
-		if err := os.RemoveAll(o.sysfsRoot); err != nil {
-			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		err := os.RemoveAll(o.sysfsRoot)
+		if err == nil {
+			err = sim.Server().WriteSysfs(o.sysfsRoot)
 		}
-		if err := sim.Server().WriteSysfs(o.sysfsRoot); err != nil {
-			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		if err != nil {
+			if _, serr := os.Stat(o.sysfsRoot); serr != nil {
+				return nil, fmt.Errorf("new NVIDIA driver: write the simulated sysfs: %w", err)
+			}
+			// A read-only state folder: the one written before serves.
+			klog.Background().Error(err, "Could not rewrite the simulated sysfs; using the one there", "path", o.sysfsRoot)
 		}
 	}
 	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}

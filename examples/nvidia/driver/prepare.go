@@ -233,8 +233,13 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
+	// Look before removing: on a read-only folder the removal of a file
+	// that was never written fails with EROFS, which would fail the
+	// rollback of a prepare that could not write it.
+	if _, err := os.Lstat(d.claimFile(string(claim.UID))); err == nil {
+		if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
+		}
 	}
 	if destroyed {
 		d.changed()
