@@ -43,6 +43,8 @@ type Driver struct {
 	// the reconcile.
 	migMu sync.Mutex
 
+	health monitor
+
 	mu           sync.Mutex
 	devs         map[string]devInfo // the last inventory's devices by name
 	republishing bool               // a republish is scheduled
@@ -96,6 +98,7 @@ type options struct {
 	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
 	dynamicGPUs    []string
+	ignoredXIDs    map[uint64]bool
 }
 
 // WithLeanMIGAttributes publishes dynamic MIG devices with the counter
@@ -205,6 +208,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 		}
+	}
+	if o.ignoredXIDs == nil {
+		_ = WithIgnoredXIDs(DefaultIgnoredXIDs()...)(&o)
 	}
 	switch {
 	case nv == nil:

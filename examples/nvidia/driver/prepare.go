@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
@@ -87,6 +88,9 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		}
 		if _, err := decodeConfig(dev, info.typ); err != nil {
 			return err
+		}
+		if ev, bad := d.health.gpuEvent(info.gpu); bad && ev.XID == XIDFallenOffTheBus {
+			return fmt.Errorf("device %s: GPU %d (%s) fell off the bus (XID %d at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.XID, ev.Time.Format(time.RFC3339))
 		}
 		if info.mode == ModeDynamic && !dev.AdminAccess {
 			create = append(create, d.withUUID(info.key))
