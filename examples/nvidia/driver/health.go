@@ -61,8 +61,8 @@ type monitor struct {
 	running  bool
 	gen      int             // the running stream's number
 	done     <-chan struct{} // the running stream's context's
-	liveness bool      // the stream has liveness ticks (nvml.LivenessWatcher)
-	answered time.Time // the stream's last event or tick
+	liveness bool            // the stream has liveness ticks (nvml.LivenessWatcher)
+	answered time.Time       // the stream's last event or tick
 	pending  map[int]bool
 	notify   chan struct{} // capacity 1: pending changed or the stream ended
 }
