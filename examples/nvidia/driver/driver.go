@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -388,6 +389,33 @@ func (d *Driver) deviceInfo(name string) (devInfo, bool) {
 	defer d.mu.Unlock()
 	i, ok := d.devs[name]
 	return i, ok
+}
+
+// lookup is the one judge of whether a device is this driver's: what the
+// last inventory said, or for a dynamic MIG device its name alone (an
+// advertised profile at one of its placements on a dynamic GPU). Fit-only
+// publishing withdraws and restores dynamic MIG devices on every create
+// and destroy, and the runtime counts a device withdrawn a moment ago as
+// published (the scheduler allocates from the slices it last saw): such a
+// device is not refused here. Whether it can be made NVML says at
+// Create (ErrInsufficientResources when another device overlaps it).
+func (d *Driver) lookup(name string) (devInfo, bool) {
+	if i, ok := d.deviceInfo(name); ok {
+		return i, true
+	}
+	ref, err := mig.ParseDeviceName(name)
+	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) {
+		return devInfo{}, false
+	}
+	g := &d.gpus[ref.GPU]
+	if !g.dynamic || g.product == nil {
+		return devInfo{}, false
+	}
+	pr, err := g.product.Profile(ref.Profile)
+	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
+		return devInfo{}, false
+	}
+	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

@@ -3,10 +3,12 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
@@ -287,5 +289,44 @@ func TestAdminAccessChangesNothing(t *testing.T) {
 	_ = json.Unmarshal(ha.Devices[0].Data, &pd)
 	if pd.TimeSlice != "" {
 		t.Errorf("admin claim's prepared data %+v records a time-slice", pd)
+	}
+}
+
+// Item 10: a dynamic MIG device that fit-only publishing withdrew (a 7g
+// on its GPU hid everything else) and that the republish has not
+// restored yet is still prepared once its place is free: the driver
+// judges it from its name and NVML, not from its last inventory.
+func TestPrepareWithdrawnDevice(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, WithRepublishDelay(time.Hour))
+	big := alloc("gpu-4-7g-141gb-0")
+	f.prepared(t, "big", big)
+	if _, err := f.d.Inventory(ctx); err != nil { // the republish after the create
+		t.Fatal(err)
+	}
+	if _, ok := f.d.deviceInfo("gpu-4-1g-18gb-0"); ok {
+		t.Fatal("gpu-4-1g-18gb-0 still published beside a 7g; the test needs it withdrawn")
+	}
+	if err := f.d.UnprepareClaim(ctx, claim("big").ClaimRef, []kit.AllocatedDevice{big}); err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler allocated from the slices it saw before the 7g.
+	for i, dev := range []string{"gpu-4-1g-18gb-0", "gpu-4-1g-18gb-1"} {
+		c := claim(fmt.Sprint("small-", i))
+		if err := f.d.PrepareClaim(ctx, c, []kit.AllocatedDevice{alloc(dev)}); err != nil {
+			t.Errorf("prepare %s withdrawn by the last inventory: %v", dev, err)
+		}
+		if _, err := f.d.PrepareDevice(ctx, c, alloc(dev)); err != nil {
+			t.Errorf("prepare device %s: %v", dev, err)
+		}
+	}
+	if got := instances(t, f.sim, 4); len(got) != 2 {
+		t.Errorf("GPU 4: %v, want the two 1g devices", got)
+	}
+	// Names that are no device of this driver are still refused.
+	for _, dev := range []string{"gpu-4-1g-18gb-9", "gpu-2-1g-18gb-0", "gpu-4-1g-35gb-0", "gpu-42-1g-18gb-0"} {
+		if err := f.d.PrepareClaim(ctx, claim("bad"), []kit.AllocatedDevice{alloc(dev)}); err == nil {
+			t.Errorf("prepare of %s, no device of this driver: succeeded", dev)
+		}
 	}
 }

@@ -82,7 +82,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 	}
 	var create []nvml.Key
 	for _, dev := range devs {
-		info, ok := d.deviceInfo(dev.Device)
+		info, ok := d.lookup(dev.Device)
 		if !ok {
 			return fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 		}
@@ -296,7 +296,7 @@ func (d *Driver) keyOf(name string) (nvml.Key, bool) {
 // describe is the device as its container sees it; a dynamic MIG device
 // must exist (PrepareClaim made it).
 func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error) {
-	info, ok := d.deviceInfo(dev.Device)
+	info, ok := d.lookup(dev.Device)
 	if !ok {
 		return ClaimDevice{}, info, fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 	}
