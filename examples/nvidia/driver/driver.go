@@ -72,6 +72,9 @@ type gpuInfo struct {
 	// dynamic is the recorded decision that the driver owns the GPU's
 	// MIG devices (decideOwnership).
 	dynamic bool
+	// broken is why the GPU could not be read at start; such a GPU is
+	// left out of the inventory while the others serve.
+	broken error
 }
 
 // devInfo is what the driver needs to know of a published device.
@@ -258,7 +261,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	}
 	rec, err := d.lifecycle.Recover()
 	if err != nil {
-		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		// The GPUs that could be read were recovered; an unreadable one is
+		// left out of the inventory.
+		klog.Background().Error(err, "Could not recover the MIG devices of every GPU")
 	}
 	klog.Background().Info("Recovered MIG devices", "undone", rec.Undone, "owned", len(rec.Owned), "static", len(rec.Static))
 	return d, nil
@@ -301,41 +306,54 @@ func (d *Driver) readHardware() error {
 	anyMIG, anyProfile := false, false
 	for _, g := range gpus {
 		gi := gpuInfo{GPU: g}
-		if gi.cc, err = device.NormalizeVersion(g.CUDAComputeCapability); err != nil {
-			return fmt.Errorf("GPU %d compute capability: %w", g.Index, err)
-		}
-		if d.o.sysfsRoot != "" || d.o.simulated == nil || !*d.o.simulated {
-			var ropts []topology.ReadOption
-			if d.o.sysfsRoot != "" {
-				ropts = append(ropts, topology.WithSysfsRoot(d.o.sysfsRoot))
-			}
-			if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
-				gi.topo = &t
-			} else {
-				klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
-			}
-		}
-		_, err := d.nv.MigMode(g.Index)
-		switch {
-		case errors.Is(err, nvml.ErrNotSupported):
-		case err != nil:
-			return err
-		default:
-			profs, err := d.nv.GPUInstanceProfiles(g.Index)
-			if err != nil {
-				return err
-			}
-			if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
-				return fmt.Errorf("GPU %d: %w", g.Index, err)
-			}
-			anyMIG = true
-			gi.profiles = advertised(gi.product, d.o.profiles)
-			anyProfile = anyProfile || len(gi.profiles) > 0
+		if err := d.readGPU(&gi, &anyMIG, &anyProfile); err != nil {
+			// One unreadable GPU must not stop the node's driver (pods on
+			// the others could not even be unprepared): it is left out.
+			gi.broken, gi.product, gi.profiles = err, nil, nil
+			klog.Background().Error(err, "GPU left out of the inventory: it cannot be read", "gpu", g.Index, "uuid", g.UUID)
 		}
 		d.gpus = append(d.gpus, gi)
 	}
 	if anyMIG && d.o.profiles != nil && !anyProfile {
 		return fmt.Errorf("none of the MIG profiles %v exists on this node's GPUs", d.o.profiles)
+	}
+	return nil
+}
+
+// readGPU reads what does not change about one GPU.
+func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
+	g := gi.GPU
+	var err error
+	if gi.cc, err = device.NormalizeVersion(g.CUDAComputeCapability); err != nil {
+		return fmt.Errorf("GPU %d compute capability: %w", g.Index, err)
+	}
+	if d.o.sysfsRoot != "" || d.o.simulated == nil || !*d.o.simulated {
+		var ropts []topology.ReadOption
+		if d.o.sysfsRoot != "" {
+			ropts = append(ropts, topology.WithSysfsRoot(d.o.sysfsRoot))
+		}
+		if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
+			gi.topo = &t
+		} else {
+			klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
+		}
+	}
+	_, err = d.nv.MigMode(g.Index)
+	switch {
+	case errors.Is(err, nvml.ErrNotSupported):
+	case err != nil:
+		return fmt.Errorf("GPU %d MIG mode: %w", g.Index, err)
+	default:
+		profs, err := d.nv.GPUInstanceProfiles(g.Index)
+		if err != nil {
+			return fmt.Errorf("GPU %d MIG profiles: %w", g.Index, err)
+		}
+		if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
+			return fmt.Errorf("GPU %d: %w", g.Index, err)
+		}
+		*anyMIG = true
+		gi.profiles = advertised(gi.product, d.o.profiles)
+		*anyProfile = *anyProfile || len(gi.profiles) > 0
 	}
 	return nil
 }

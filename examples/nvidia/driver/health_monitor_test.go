@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -144,4 +145,50 @@ func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
 		t.Fatalf("event %s, want a heartbeat", ev.Type)
 	}
 	cancel()
+}
+
+// brokenGPU is the simulator with one GPU whose queries fail.
+type brokenGPU struct {
+	*nvml.Sim
+	gpu int
+}
+
+func (b brokenGPU) MigMode(gpu int) (nvml.MigMode, error) {
+	if gpu == b.gpu {
+		return nvml.MigMode{}, errors.New("GPU requires reset")
+	}
+	return b.Sim.MigMode(gpu)
+}
+
+func (b brokenGPU) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
+	if gpu == b.gpu {
+		return nil, errors.New("GPU requires reset")
+	}
+	return b.Sim.GPUInstances(gpu)
+}
+
+// Item 8: one GPU whose NVML queries fail is left out while the others
+// serve (it used to stop the whole node's driver at start).
+func TestUnreadableGPULeftOut(t *testing.T) {
+	f := newFixture(t)
+	d, err := New(brokenGPU{Sim: f.sim, gpu: 5}, "node-1", WithStateDir(f.dir+"/state2"))
+	if err != nil {
+		t.Fatalf("start with GPU 5 unreadable: %v", err)
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := " " + strings.Join(names(inv), " ")
+	if strings.Contains(all, " gpu-5") {
+		t.Errorf("unreadable GPU 5 published: %s", all)
+	}
+	for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
+		}
+	}
+	if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
+		t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
+	}
 }

@@ -36,6 +36,9 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var dynamic []*gpuInfo
 	for i := range d.gpus {
 		g := &d.gpus[i]
+		if g.broken != nil {
+			continue // unreadable at start: left out, the others serve
+		}
 		mode, static, owned, err := d.gpuMode(g)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)

@@ -306,24 +306,29 @@ func (l *Lifecycle) destroy(op string, gi GPUInstance) error {
 }
 
 // List returns every GPU instance on every GPU in MIG mode, each marked
-// owned or static by the Owner, by GPU and placement.
+// owned or static by the Owner, by GPU and placement. A GPU that cannot
+// be read is left out and its error returned, joined, with the devices of
+// the others.
 func (l *Lifecycle) List() ([]MigDevice, error) {
 	gpus, err := l.nv.GPUs()
 	if err != nil {
 		return nil, fmt.Errorf("list MIG devices: %w", err)
 	}
 	var out []MigDevice
+	var unread error
 	for _, g := range gpus {
 		mode, err := l.nv.MigMode(g.Index)
 		if errors.Is(err, ErrNotSupported) || (err == nil && !mode.Current) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list MIG devices: %w", err)
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
+			continue
 		}
 		gis, err := l.nv.GPUInstances(g.Index)
 		if err != nil {
-			return nil, fmt.Errorf("list MIG devices: %w", err)
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
+			continue
 		}
 		if len(gis) == 0 {
 			continue
@@ -349,7 +354,7 @@ func (l *Lifecycle) List() ([]MigDevice, error) {
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return out, unread
 }
 
 // Recovery is what Recover found and did.
@@ -367,7 +372,8 @@ type Recovery struct {
 // Recover runs at driver start, before any Create: it destroys the
 // driver's own GPU instances that lack a compute instance (a crash between
 // the two create calls; the claim's prepare will run again) and leaves
-// everything else. It never touches a static device. Where two driver
+// everything else. A GPU that cannot be read does not stop the others'
+// recovery; its error is returned after it. It never touches a static device. Where two driver
 // processes can overlap, give both WithLockFile.
 func (l *Lifecycle) Recover() (Recovery, error) {
 	var r Recovery
@@ -376,10 +382,7 @@ func (l *Lifecycle) Recover() (Recovery, error) {
 		return r, err
 	}
 	defer unlock()
-	devs, err := l.List()
-	if err != nil {
-		return r, fmt.Errorf("recover MIG devices: %w", err)
-	}
+	devs, unread := l.List() // the GPUs that can be read are recovered
 	for _, d := range devs {
 		switch {
 		case d.Static():
@@ -392,6 +395,9 @@ func (l *Lifecycle) Recover() (Recovery, error) {
 			}
 			r.Undone = append(r.Undone, d.Key)
 		}
+	}
+	if unread != nil {
+		return r, fmt.Errorf("recover MIG devices: %w", unread)
 	}
 	return r, nil
 }
