@@ -60,13 +60,12 @@ func (k Key) Same(o Key) bool {
 // intent record, written durably) and keep it true until the device is
 // destroyed; everything else on the GPUs is an administrator's.
 //
-// The reference driver (examples/nvidia/driver) uses a Journal: in its
-// ClaimPreparer's PrepareClaim, which the runtime calls after its own
-// checkpoint recorded the claim, it records the Key of each dynamic MIG
-// device (its name "gpu-<index>-<profile>-<start>" maps to one through
-// mig.ParseDeviceName) before Create, and forgets it after Destroy in
-// UnprepareClaim. drakit's checkpoint holds the same intent; the driver
-// runtime offers no query of it today, hence the journal.
+// A Journal is an Owner (an intent recorded before Create, forgotten
+// after Destroy). The reference driver (examples/nvidia/driver) owns
+// instead every MIG device on the GPUs an administrator made dynamic, a
+// decision it records, and uses a Journal for which claims hold which
+// device; at start it reconciles both with the claims the runtime holds
+// (driver.Reconciler).
 type Owner interface {
 	Owns(k Key) (bool, error)
 }
