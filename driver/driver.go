@@ -80,6 +80,7 @@ func New(name string, opts ...Option) (*Driver, error) {
 		housekeepingInterval: DefaultHousekeepingInterval,
 		cdiVendor:            name,
 		cdiClass:             cdiClass,
+		bootIDFile:           DefaultBootIDFile,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -220,6 +221,9 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 		return client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	}
 	eng.onUnreleased = d.reportUnreleased
+	if eng.bootID, err = readBootID(d.o.bootIDFile); err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
 	d.engine = eng
 
 	// Recover before serving. With a rolling update the other instance

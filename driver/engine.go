@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,10 @@ type engine struct {
 	// published says whether the driver publishes a device (nil: no
 	// check). A claim allocated a device it does not publish is refused.
 	published func(pool, device string) bool
+	// bootID is the node's boot ID ("" turns reboot detection off).
+	bootID string
+	// reconciler is the preparer's Reconciler, nil if it has none.
+	reconciler Reconciler
 
 	locks keyedMutex
 
@@ -136,6 +141,9 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 	store.OnAppended = func(types.UID) { fault(faultPrepareAppended) }
 	if ce, ok := p.(ClaimEditor); ok {
 		e.claimEditor = ce
+	}
+	if r, ok := p.(Reconciler); ok {
+		e.reconciler = r
 	}
 	return e
 }
@@ -267,23 +275,73 @@ func (e *engine) recover(ctx context.Context) error {
 	// reboot with the CDI folder on tmpfs, or a power loss) cannot be
 	// used by a container: undo it, so that the kubelet's next prepare
 	// does it again, instead of handing out IDs that do not resolve.
+	rebooted, err := e.rebooted()
+	if err != nil {
+		return fmt.Errorf("recover checkpoint: %w", err)
+	}
 	e.mu.Lock()
 	for _, r := range e.records {
-		if r.State == checkpoint.StatePrepared && hasCDIDevices(r) && !e.specReadable(r.ClaimUID) {
+		// After a reboot no prepared claim is: its devices were reset,
+		// and its CDI spec may name a device or file that is gone. Every
+		// record is undone (the vendor's unprepare is idempotent), so
+		// the kubelet's next prepare does it afresh instead of getting
+		// the recorded answer.
+		if r.State == checkpoint.StatePrepared && (rebooted || hasCDIDevices(r) && !e.specReadable(r.ClaimUID)) {
 			halfway = append(halfway, r)
 		}
 	}
 	e.mu.Unlock()
+	if rebooted {
+		logger.Info("The node rebooted since the checkpoint was written; undoing every claim it holds", "claims", len(halfway), "bootID", e.bootID)
+	}
+	var failedUndo error
 	for _, r := range halfway {
-		logger.Info("Undoing claim left half-way by a previous process", "claim", refOf(r), "state", r.State)
+		logger.Info("Undoing claim left by a previous process", "claim", refOf(r), "state", r.State, "rebooted", rebooted)
 		if err := e.undo(ctx, r); err != nil {
 			// Keep serving: the record stays and is retried on the next
 			// prepare or unprepare of the claim.
-			logger.Error(err, "Undo of half-way claim failed; will retry", "claim", refOf(r))
+			logger.Error(err, "Undo of claim failed; will retry", "claim", refOf(r))
+			failedUndo = errors.Join(failedUndo, err)
 		}
 	}
+	if rebooted && failedUndo != nil {
+		// A record kept from before the reboot would be handed to the
+		// kubelet as if it were prepared: do not serve.
+		return fmt.Errorf("recover checkpoint after a reboot: undo the claims prepared before it: %w", failedUndo)
+	}
+	if err := e.recordBootID(ctx); err != nil {
+		return fmt.Errorf("recover checkpoint: %w", err)
+	}
+	e.reconcile(ctx)
 	e.collect(ctx)
 	return nil
+}
+
+// reconcile tells the preparer's Reconciler which claims the runtime
+// holds after recovery. A failure is logged and counted, never fatal: the
+// driver must still serve the claims it holds.
+func (e *engine) reconcile(ctx context.Context) {
+	if e.reconciler == nil {
+		return
+	}
+	e.mu.Lock()
+	held := make([]HeldClaim, 0, len(e.records)+len(e.lost))
+	for _, r := range e.records {
+		h := HeldClaim{ClaimRef: refOf(r), Prepared: r.State == checkpoint.StatePrepared}
+		for _, d := range r.Devices {
+			h.Devices = append(h.Devices, HeldDevice{AllocatedDevice: allocatedOf(d), Data: slices.Clone(d.Data)})
+		}
+		held = append(held, h)
+	}
+	for uid := range e.lost {
+		held = append(held, HeldClaim{ClaimRef: ClaimRef{UID: uid}, Lost: true})
+	}
+	e.mu.Unlock()
+	slices.SortFunc(held, func(a, b HeldClaim) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	if err := e.reconciler.Reconcile(ctx, held); err != nil {
+		e.metrics.error("recover", ReasonVendor)
+		klog.FromContext(ctx).Error(err, "The preparer's reconcile with the held claims failed; serving anyway")
+	}
 }
 
 // collect removes the CDI specs of claims that are neither held nor lost
@@ -731,6 +789,13 @@ func (e *engine) unprepareLost(ctx context.Context, ref ClaimRef) error {
 	klog.FromContext(ctx).Error(nil, "Devices of a claim whose checkpoint record was corrupt cannot be released: the claim is gone from the API server; check the node's devices", "claim", ref)
 	if e.onUnreleased != nil {
 		e.onUnreleased(ctx, ref)
+	}
+	// The preparer may know the claim's devices by its UID (claim-level
+	// state such as partitions it made): let it release them.
+	if e.claimHooks != nil {
+		if err := e.claimHooks.UnprepareClaim(ctx, ref, nil); err != nil {
+			return failed(ReasonVendor, "unprepare claim %s (checkpoint record lost to corruption): %w", ref, err)
+		}
 	}
 	if err := e.specs.Remove(ctx, ref.UID); err != nil {
 		return &ClaimError{reason: ReasonCDI, err: err}

@@ -92,3 +92,7 @@ func RuntimeHelperOptionNames(d *Driver) []string {
 	}
 	return names
 }
+
+// SetBootID sets the boot ID the engine compares with the checkpoint's
+// at its next Recover.
+func (t *TestEngine) SetBootID(id string) { t.e.bootID = id }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -181,6 +182,11 @@ func TestLostRecord(t *testing.T) {
 		}
 		if specs, _ := e.eng.Specs().Claims(ctx); len(specs) != 0 {
 			t.Errorf("CDI specs left: %v", specs)
+		}
+		// The vendor's claim-level state (by claim UID) is released too:
+		// UnprepareClaim ran without devices.
+		if slices.Contains(e.hw.Claims(), l.UID) {
+			t.Errorf("claim-level setup of %s left after its release: %v", l.UID, e.hw.Claims())
 		}
 		// Reported once, not on every later unprepare.
 		if err := e.eng.Unprepare(ctx, refOf(l)); err != nil || len(reported) != 1 {

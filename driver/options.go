@@ -54,6 +54,7 @@ type options struct {
 	housekeepingInterval time.Duration
 	cdiVendor, cdiClass  string
 	uncheckedPools       map[string]bool
+	bootIDFile           string
 }
 
 // DefaultHousekeepingInterval is how often the runtime collects orphaned
@@ -344,6 +345,18 @@ func WithRegisterer(r prometheus.Registerer) Option {
 		o.registerer = r
 		return nil
 	}
+}
+
+// WithBootIDFile reads the node's boot ID from path instead of
+// [DefaultBootIDFile]. The runtime records the boot ID with its
+// checkpoint; when it finds another one at start, the node rebooted: every
+// claim in the checkpoint is undone through the preparer's (idempotent)
+// unprepare before the driver serves, so the kubelet's prepare after the
+// reboot makes the devices afresh instead of getting an answer that names
+// devices and files that are gone. An empty path turns reboot detection
+// off; so does a path that does not exist.
+func WithBootIDFile(path string) Option {
+	return func(o *options) error { o.bootIDFile = path; return nil }
 }
 
 // WithLockDir sets the folder of the lock file through which the two

@@ -44,10 +44,49 @@ type Preparer interface {
 // at once). PrepareClaim runs after the intent is recorded and before the
 // first PrepareDevice; UnprepareClaim after the last UnprepareDevice, also
 // when a failed or interrupted prepare is undone. UnprepareClaim must be
-// idempotent like UnprepareDevice.
+// idempotent like UnprepareDevice. For a claim whose checkpoint record
+// was lost to corruption and whose allocation is gone from the API server,
+// UnprepareClaim runs with no devices: a preparer that keeps claim-level
+// state by claim UID releases what it holds for the claim.
 type ClaimPreparer interface {
 	PrepareClaim(ctx context.Context, claim Claim, devices []AllocatedDevice) error
 	UnprepareClaim(ctx context.Context, claim ClaimRef, devices []AllocatedDevice) error
+}
+
+// Reconciler is optionally implemented by a [Preparer] that keeps state of
+// its own about what it prepared (partitions it made, a journal of
+// them). Reconcile runs once at start, after the runtime recovered its
+// checkpoint (claims left half-way are undone, and after a reboot every
+// claim is) and before it serves the kubelet, with every claim the
+// runtime still holds: the preparer then drops what no held claim names,
+// and keeps or adopts what one does. A claim in held may be prepared or
+// still being undone; a lost one (its record was corrupt) has no known
+// devices, and what the preparer holds for it must be kept until
+// UnprepareClaim releases it. An error is logged and counted; the driver
+// serves anyway.
+type Reconciler interface {
+	Reconcile(ctx context.Context, held []HeldClaim) error
+}
+
+// HeldClaim is a claim the runtime holds at start (see [Reconciler]).
+type HeldClaim struct {
+	ClaimRef
+	// Prepared is true when the claim was prepared; false when an undo of
+	// it failed and will be retried.
+	Prepared bool
+	// Lost is true when the claim's checkpoint record was corrupt: its
+	// devices are unknown and Devices is empty (ClaimRef has its UID only).
+	Lost bool
+	// Devices are the claim's devices, each with the Data its
+	// PrepareDevice returned (nil where it did not run).
+	Devices []HeldDevice
+}
+
+// HeldDevice is a device of a [HeldClaim].
+type HeldDevice struct {
+	AllocatedDevice
+	// Data is what PrepareDevice returned for the device.
+	Data json.RawMessage
 }
 
 // ClaimEditor is optionally implemented by a [Preparer] whose claims need

@@ -8,14 +8,17 @@
 // imported here as kit) for everything a kubelet plugin does.
 //
 // A Driver publishes each GPU by the mode an administrator put it in:
-// MIG mode off gives one full-GPU device; MIG mode on with MIG devices
-// the driver did not make publishes those (static MIG, never changed);
-// MIG mode on without them makes the GPU dynamic: every advertised profile
-// x placement is a partitionable device on the GPU's counter set, created
-// when a claim is prepared (kit.ClaimPreparer, after the runtime and then
-// the driver's MIG journal recorded the intent) and destroyed when it is
-// unprepared, with the slices republished in mig.Preference's order after
-// every change. See examples/nvidia/README.md for attributes, container
+// MIG mode off gives one full-GPU device; a GPU in MIG mode that is not
+// dynamic publishes its MIG devices (static MIG, never changed); a dynamic
+// GPU (WithDynamicGPUs, or by default one in MIG mode without MIG devices
+// at its first sight; the decision is recorded) offers every advertised
+// profile x placement as a partitionable device on the GPU's counter set,
+// created when a claim is prepared (kit.ClaimPreparer, after the runtime
+// and then the driver's MIG journal recorded that the claim holds it) and
+// destroyed when its last holder is unprepared, with the slices
+// republished in mig.Preference's order after every change. At start the
+// driver reconciles the dynamic GPUs with the claims the runtime holds
+// (kit.Reconciler): what no held claim names is destroyed. See examples/nvidia/README.md for attributes, container
 // edits, configuration (GPUConfig), DeviceClasses, health and the
 // simulated DGX H200 the tests, chart and demo run.
 package driver

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,13 @@ type Driver struct {
 
 	kick chan struct{} // inventory changed; capacity 1
 
+	// migMu serializes the journal and the MIG devices it describes:
+	// a claim's hold and create, a release and the destroy it allows,
+	// the reconcile.
+	migMu sync.Mutex
+
+	health monitor
+
 	mu           sync.Mutex
 	devs         map[string]devInfo // the last inventory's devices by name
 	republishing bool               // a republish is scheduled
@@ -61,6 +69,12 @@ type gpuInfo struct {
 	product  *mig.Product
 	profiles []string // advertised profiles (dynamic MIG)
 	topo     *topology.PCIDevice
+	// dynamic is the recorded decision that the driver owns the GPU's
+	// MIG devices (decideOwnership).
+	dynamic bool
+	// broken is why the GPU could not be read at start; such a GPU is
+	// left out of the inventory while the others serve.
+	broken error
 }
 
 // devInfo is what the driver needs to know of a published device.
@@ -87,6 +101,8 @@ type options struct {
 	heartbeat      time.Duration
 	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
+	dynamicGPUs    []string
+	ignoredXIDs    map[uint64]bool
 }
 
 // WithLeanMIGAttributes publishes dynamic MIG devices with the counter
@@ -184,16 +200,21 @@ func WithSimulatedContainers(simulated bool) Option {
 	return func(o *options) error { o.simulated = &simulated; return nil }
 }
 
-// New reads the GPUs from nv, recovers MIG devices a crashed earlier
-// process left half-made (nvml.Lifecycle.Recover), and returns the driver
-// for node. The driver never changes a GPU's MIG mode nor touches a MIG
-// device it did not make.
+// New reads the GPUs from nv, decides or reads which are dynamic
+// (WithDynamicGPUs), recovers MIG devices a crashed earlier process left
+// half-made on them (nvml.Lifecycle.Recover), and returns the driver for
+// node. MIG devices on the dynamic GPUs are the driver's: once the
+// runtime has recovered its checkpoint, Reconcile destroys those no held
+// claim names. The driver never touches a MIG device on another GPU.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 		}
+	}
+	if o.ignoredXIDs == nil {
+		_ = WithIgnoredXIDs(DefaultIgnoredXIDs()...)(&o)
 	}
 	switch {
 	case nv == nil:
@@ -212,30 +233,57 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	}
 	if o.sysfsRoot == "" && isSim {
 		o.sysfsRoot = filepath.Join(o.stateDir, "sim-sysfs")
-		if err := os.RemoveAll(o.sysfsRoot); err != nil {
-			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		err := os.RemoveAll(o.sysfsRoot)
+		if err == nil {
+			err = sim.Server().WriteSysfs(o.sysfsRoot)
 		}
-		if err := sim.Server().WriteSysfs(o.sysfsRoot); err != nil {
-			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		if err != nil {
+			if _, serr := os.Stat(o.sysfsRoot); serr != nil {
+				return nil, fmt.Errorf("new NVIDIA driver: write the simulated sysfs: %w", err)
+			}
+			// A read-only state folder: the one written before serves.
+			klog.Background().Error(err, "Could not rewrite the simulated sysfs; using the one there", "path", o.sysfsRoot)
 		}
 	}
 	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	var err error
-	if d.journal, err = nvml.OpenJournal(filepath.Join(o.stateDir, "mig-intents.json"), nvml.WithoutFsync()); err != nil {
+	if err := d.decideOwnership(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	if d.lifecycle, err = nvml.NewLifecycle(nv, d.journal, nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
+	var err error
+	if d.journal, err = openJournal(filepath.Join(o.stateDir, "mig-intents.json")); err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	if d.lifecycle, err = nvml.NewLifecycle(nv, nvml.OwnerFunc(d.owns), nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
 	rec, err := d.lifecycle.Recover()
 	if err != nil {
-		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+		// The GPUs that could be read were recovered; an unreadable one is
+		// left out of the inventory.
+		klog.Background().Error(err, "Could not recover the MIG devices of every GPU")
 	}
 	klog.Background().Info("Recovered MIG devices", "undone", rec.Undone, "owned", len(rec.Owned), "static", len(rec.Static))
 	return d, nil
+}
+
+// openJournal opens the MIG intent journal; a corrupt one is moved
+// aside (its name + ".corrupt") and a new one started: it only says which
+// claims hold which device, which Reconcile rebuilds from the runtime's
+// checkpoint, so a torn file never makes the driver crash-loop.
+func openJournal(path string) (*nvml.Journal, error) {
+	j, err := nvml.OpenJournal(path, nvml.WithoutFsync())
+	if !errors.Is(err, nvml.ErrCorruptJournal) {
+		return j, err
+	}
+	aside := path + ".corrupt"
+	if rerr := os.Rename(path, aside); rerr != nil {
+		return nil, errors.Join(err, fmt.Errorf("move the corrupt journal aside: %w", rerr))
+	}
+	klog.Background().Error(err, "Moved the corrupt MIG intent journal aside; rebuilding it from the GPUs and the claims the runtime holds", "movedTo", aside)
+	return nvml.OpenJournal(path, nvml.WithoutFsync())
 }
 
 // readHardware reads what does not change: versions, GPUs, MIG
@@ -258,41 +306,54 @@ func (d *Driver) readHardware() error {
 	anyMIG, anyProfile := false, false
 	for _, g := range gpus {
 		gi := gpuInfo{GPU: g}
-		if gi.cc, err = device.NormalizeVersion(g.CUDAComputeCapability); err != nil {
-			return fmt.Errorf("GPU %d compute capability: %w", g.Index, err)
-		}
-		if d.o.sysfsRoot != "" || d.o.simulated == nil || !*d.o.simulated {
-			var ropts []topology.ReadOption
-			if d.o.sysfsRoot != "" {
-				ropts = append(ropts, topology.WithSysfsRoot(d.o.sysfsRoot))
-			}
-			if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
-				gi.topo = &t
-			} else {
-				klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
-			}
-		}
-		_, err := d.nv.MigMode(g.Index)
-		switch {
-		case errors.Is(err, nvml.ErrNotSupported):
-		case err != nil:
-			return err
-		default:
-			profs, err := d.nv.GPUInstanceProfiles(g.Index)
-			if err != nil {
-				return err
-			}
-			if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
-				return fmt.Errorf("GPU %d: %w", g.Index, err)
-			}
-			anyMIG = true
-			gi.profiles = advertised(gi.product, d.o.profiles)
-			anyProfile = anyProfile || len(gi.profiles) > 0
+		if err := d.readGPU(&gi, &anyMIG, &anyProfile); err != nil {
+			// One unreadable GPU must not stop the node's driver (pods on
+			// the others could not even be unprepared): it is left out.
+			gi.broken, gi.product, gi.profiles = err, nil, nil
+			klog.Background().Error(err, "GPU left out of the inventory: it cannot be read", "gpu", g.Index, "uuid", g.UUID)
 		}
 		d.gpus = append(d.gpus, gi)
 	}
 	if anyMIG && d.o.profiles != nil && !anyProfile {
 		return fmt.Errorf("none of the MIG profiles %v exists on this node's GPUs", d.o.profiles)
+	}
+	return nil
+}
+
+// readGPU reads what does not change about one GPU.
+func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
+	g := gi.GPU
+	var err error
+	if gi.cc, err = device.NormalizeVersion(g.CUDAComputeCapability); err != nil {
+		return fmt.Errorf("GPU %d compute capability: %w", g.Index, err)
+	}
+	if d.o.sysfsRoot != "" || d.o.simulated == nil || !*d.o.simulated {
+		var ropts []topology.ReadOption
+		if d.o.sysfsRoot != "" {
+			ropts = append(ropts, topology.WithSysfsRoot(d.o.sysfsRoot))
+		}
+		if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
+			gi.topo = &t
+		} else {
+			klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
+		}
+	}
+	_, err = d.nv.MigMode(g.Index)
+	switch {
+	case errors.Is(err, nvml.ErrNotSupported):
+	case err != nil:
+		return fmt.Errorf("GPU %d MIG mode: %w", g.Index, err)
+	default:
+		profs, err := d.nv.GPUInstanceProfiles(g.Index)
+		if err != nil {
+			return fmt.Errorf("GPU %d MIG profiles: %w", g.Index, err)
+		}
+		if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
+			return fmt.Errorf("GPU %d: %w", g.Index, err)
+		}
+		*anyMIG = true
+		gi.profiles = advertised(gi.product, d.o.profiles)
+		*anyProfile = *anyProfile || len(gi.profiles) > 0
 	}
 	return nil
 }
@@ -346,6 +407,33 @@ func (d *Driver) deviceInfo(name string) (devInfo, bool) {
 	defer d.mu.Unlock()
 	i, ok := d.devs[name]
 	return i, ok
+}
+
+// lookup is the one judge of whether a device is this driver's: what the
+// last inventory said, or for a dynamic MIG device its name alone (an
+// advertised profile at one of its placements on a dynamic GPU). Fit-only
+// publishing withdraws and restores dynamic MIG devices on every create
+// and destroy, and the runtime counts a device withdrawn a moment ago as
+// published (the scheduler allocates from the slices it last saw): such a
+// device is not refused here. Whether it can be made NVML says at
+// Create (ErrInsufficientResources when another device overlaps it).
+func (d *Driver) lookup(name string) (devInfo, bool) {
+	if i, ok := d.deviceInfo(name); ok {
+		return i, true
+	}
+	ref, err := mig.ParseDeviceName(name)
+	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) {
+		return devInfo{}, false
+	}
+	g := &d.gpus[ref.GPU]
+	if !g.dynamic || g.product == nil {
+		return devInfo{}, false
+	}
+	pr, err := g.product.Profile(ref.Profile)
+	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
+		return devInfo{}, false
+	}
+	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

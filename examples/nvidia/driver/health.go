@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -12,45 +13,196 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 )
 
-// ApplicationXIDs are the XID errors that an application causes (13
+// DefaultIgnoredXIDs are the XID errors that an application causes (13
 // graphics engine exception, 31 memory page fault, 43 GPU stopped
 // processing, 45 preemptive cleanup, 68 video processor exception, 109
 // context switch timeout): they say nothing about the GPU's health and
 // leave it healthy, as in NVIDIA's device plugin. Every other XID makes
-// the GPU unhealthy.
-var ApplicationXIDs = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68: true, 109: true}
+// the GPU unhealthy. WithIgnoredXIDs replaces the list.
+func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
+
+// XIDFallenOffTheBus is XID 79: the GPU fell off the bus. A prepare of a
+// device on such a GPU is refused.
+const XIDFallenOffTheBus = 79
+
+// WithIgnoredXIDs sets the XIDs that leave a GPU healthy (default
+// DefaultIgnoredXIDs); every other XID makes its GPU's devices
+// Unhealthy.
+func WithIgnoredXIDs(xids ...uint64) Option {
+	return func(o *options) error {
+		o.ignoredXIDs = map[uint64]bool{}
+		for _, x := range xids {
+			o.ignoredXIDs[x] = true
+		}
+		return nil
+	}
+}
 
 // DefaultHealthHeartbeat is how often Watch re-affirms every device's
-// health while NVML's event stream is alive (WithHealthHeartbeat). The
+// health while NVML's event loop answers (WithHealthHeartbeat). The
 // runtime lets a report age into Unknown after its health timeout (30 s by
 // default), so that a dead monitor never looks healthy; the heartbeat is
 // what says this monitor is not dead. A re-affirmation is a new
 // observation and carries the time it is sent.
 const DefaultHealthHeartbeat = 10 * time.Second
 
+// liveRounds is how many heartbeats NVML's event loop may stay silent
+// (no event, no liveness tick) before the heartbeat stops re-affirming
+// health.
+const liveRounds = 3
+
+// monitor is the driver's health state, fed by one NVML health stream
+// that outlives a Watch (the runtime restarts a Watch that failed): the
+// book of what the XIDs said, when the event loop last answered, and
+// which GPUs changed since a Watch last reported them.
+type monitor struct {
+	mu       sync.Mutex
+	book     healthBook
+	running  bool
+	gen      int             // the running stream's number
+	done     <-chan struct{} // the running stream's context's
+	liveness bool            // the stream has liveness ticks (nvml.LivenessWatcher)
+	answered time.Time       // the stream's last event or tick
+	pending  map[int]bool
+	notify   chan struct{} // capacity 1: pending changed or the stream ended
+}
+
+// start subscribes to NVML's health stream unless one is running; the
+// subscription lasts until ctx (the runtime's, not one Watch's) is done
+// or the stream ends.
+func (d *Driver) startMonitor(ctx context.Context) error {
+	m := &d.health
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running {
+		select {
+		case <-m.done: // its context ended; its loop is finishing
+		default:
+			return nil
+		}
+	}
+	var ch <-chan nvml.HealthEvent
+	var err error
+	lw, live := d.nv.(nvml.LivenessWatcher)
+	if live {
+		ch, err = lw.WatchHealthLiveness(ctx)
+	} else {
+		ch, err = d.nv.WatchHealth(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("watch GPU health: %w", err)
+	}
+	if m.notify == nil {
+		m.notify = make(chan struct{}, 1)
+	}
+	m.gen++
+	m.running, m.liveness, m.answered, m.done = true, live, time.Now(), ctx.Done()
+	go d.monitorLoop(ctx, ch, m.gen)
+	return nil
+}
+
+// monitorLoop applies the stream's events to the book until it ends.
+func (d *Driver) monitorLoop(ctx context.Context, ch <-chan nvml.HealthEvent, gen int) {
+	logger := klog.FromContext(ctx)
+	m := &d.health
+	for ev := range ch {
+		m.mu.Lock()
+		if m.gen != gen {
+			m.mu.Unlock()
+			continue // a newer stream reports
+		}
+		m.answered = time.Now()
+		if ev.Alive {
+			m.mu.Unlock()
+			continue
+		}
+		if !ev.Recovered && d.o.ignoredXIDs[ev.XID] {
+			m.mu.Unlock()
+			logger.V(2).Info("Ignored XID leaves the GPU healthy", "event", ev.String())
+			continue
+		}
+		m.book.apply(ev, d.instanceKey(ev))
+		if m.pending == nil {
+			m.pending = map[int]bool{}
+		}
+		m.pending[ev.GPU] = true
+		m.mu.Unlock()
+		logger.Info("GPU health changed", "event", ev.String())
+		m.wake()
+	}
+	m.mu.Lock()
+	if m.gen == gen {
+		m.running = false
+	}
+	m.mu.Unlock()
+	m.wake()
+}
+
+func (m *monitor) wake() {
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
+
+// live reports whether the stream runs and, when it has liveness ticks,
+// answered within window.
+func (m *monitor) live(window time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running && (!m.liveness || time.Since(m.answered) <= window)
+}
+
+// takePending returns the GPUs changed since the last call and whether
+// the stream still runs.
+func (m *monitor) takePending() ([]int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var gpus []int
+	for g := range m.pending {
+		gpus = append(gpus, g)
+	}
+	sort.Ints(gpus)
+	m.pending = nil
+	return gpus, m.running
+}
+
+// gpuEvent is the XID that made a whole GPU unhealthy, if one did.
+func (m *monitor) gpuEvent(gpu int) (nvml.HealthEvent, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev, bad := m.book.gpus[gpu]
+	return ev, bad
+}
+
 // Watch reports the devices' health and the inventory's changes until ctx
-// is done. Its first event says every device is Healthy; then an XID
-// event from NVML makes the GPU's devices (the full GPU, or all MIG
-// devices on it, or only the MIG device the error is confined to)
-// Unhealthy with reason "XID<n>", which the runtime turns into a taint;
-// a recovery (nvml.HealthEvent.Recovered) makes them Healthy again. After
-// every MIG device the driver makes or destroys it reports
+// is done. Health lives in the driver, fed by one NVML health stream that
+// a restarted Watch finds running (an XID reported before a Watch failed
+// is still reported by the next one). Its first event reports every
+// device's health from that state; then an XID event from NVML makes the
+// GPU's devices (the full GPU, or all MIG devices on it, or only the MIG
+// device the error is confined to) Unhealthy with reason "XID<n>", which
+// the runtime turns into a taint; a recovery (nvml.HealthEvent.Recovered)
+// makes them Healthy again; the XIDs of WithIgnoredXIDs change nothing.
+// After every MIG device the driver makes or destroys it reports
 // EventInventoryChanged, so that the slices are published again in
 // mig.Preference's new order, and then the health of every device again
 // (devices that appear on an unhealthy GPU are Unhealthy at once). Every
-// heartbeat (WithHealthHeartbeat) it reports every device's health again.
+// heartbeat (WithHealthHeartbeat) it reports every device's health again,
+// but only while NVML's event loop answered within the last three
+// heartbeats (nvml.LivenessWatcher): a stuck loop vouches for nothing,
+// and the runtime lets the reports decay to Unknown. Watch returns an
+// error when NVML's stream ends, so that the runtime restarts it.
 func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	logger := klog.FromContext(ctx)
 	if _, err := d.Inventory(ctx); err != nil {
 		return err
 	}
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	health, err := d.nv.WatchHealth(hctx)
-	if err != nil {
-		return fmt.Errorf("watch GPU health: %w", err)
+	if err := d.startMonitor(ctx); err != nil {
+		return err
 	}
-	var h healthBook
+	m := &d.health
+	m.takePending() // the first report covers every device
 	send := func(ev device.Event) bool {
 		select {
 		case events <- ev:
@@ -59,17 +211,26 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			return false
 		}
 	}
-	if !send(device.Event{Type: device.EventHealth, Health: d.reports(&h, nil)}) {
+	if !send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
 		return nil
 	}
 	heartbeat := time.NewTicker(d.o.heartbeat)
 	defer heartbeat.Stop()
+	silent := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-heartbeat.C:
-			batch := d.reports(&h, nil)
+			if !m.live(liveRounds * d.o.heartbeat) {
+				if !silent {
+					logger.Error(nil, "NVML's health event loop has not answered; no longer re-affirming the GPUs' health", "for", liveRounds*d.o.heartbeat)
+				}
+				silent = true
+				continue
+			}
+			silent = false
+			batch := d.reports(nil)
 			for i := range batch {
 				batch[i].Time = time.Time{} // observed now, by the runtime's clock
 			}
@@ -80,22 +241,19 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			if _, err := d.Inventory(ctx); err != nil {
 				return err
 			}
-			if !send(device.Event{Type: device.EventInventoryChanged}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(&h, nil)}) {
+			if !send(device.Event{Type: device.EventInventoryChanged}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
 				return nil
 			}
-		case ev, ok := <-health:
-			if !ok {
+		case <-m.notify:
+			gpus, running := m.takePending()
+			for _, g := range gpus {
+				batch := d.reports(&g)
+				if len(batch) > 0 && !send(device.Event{Type: device.EventHealth, Health: batch}) {
+					return nil
+				}
+			}
+			if !running {
 				return fmt.Errorf("watch GPU health: NVML's event stream ended")
-			}
-			if !ev.Recovered && ApplicationXIDs[ev.XID] {
-				logger.V(2).Info("Application XID leaves the GPU healthy", "event", ev.String())
-				continue
-			}
-			h.apply(ev, d.instanceKey(ev))
-			batch := d.reports(&h, &ev.GPU)
-			logger.Info("GPU health changed", "event", ev.String(), "devices", len(batch))
-			if len(batch) > 0 && !send(device.Event{Type: device.EventHealth, Health: batch}) {
-				return nil
 			}
 		}
 	}
@@ -129,7 +287,10 @@ func (h *healthBook) apply(ev nvml.HealthEvent, key *nvml.Key) {
 
 // reports is the health of every device of the last inventory, or only of
 // GPU *gpu's devices.
-func (d *Driver) reports(h *healthBook, gpu *int) []device.HealthReport {
+func (d *Driver) reports(gpu *int) []device.HealthReport {
+	d.health.mu.Lock()
+	defer d.health.mu.Unlock()
+	h := &d.health.book
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []device.HealthReport
@@ -140,7 +301,9 @@ func (d *Driver) reports(h *healthBook, gpu *int) []device.HealthReport {
 		r := device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy}
 		ev, bad := h.gpus[info.gpu]
 		if !bad && info.typ == TypeMIG {
-			ev, bad = h.migs[info.key]
+			k := info.key
+			k.UUID = "" // the book's keys are this process's, by index
+			ev, bad = h.migs[k]
 		}
 		if bad {
 			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String(), ev.Time

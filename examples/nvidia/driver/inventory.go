@@ -17,10 +17,10 @@ import (
 // the MIG counter model makes):
 //
 //   - a GPU with MIG mode off is one device "gpu-<index>" (ModeFull);
-//   - a GPU in MIG mode that has MIG devices the driver did not make
-//     publishes those (ModeStatic), named as in the counter model
-//     ("gpu-2-3g-71gb-4"), and never changes them;
-//   - a GPU in MIG mode without such devices is dynamic (ModeDynamic):
+//   - a GPU in MIG mode that is not dynamic (WithDynamicGPUs: the
+//     recorded decision) publishes its MIG devices (ModeStatic), named
+//     as in the counter model ("gpu-2-3g-71gb-4"), and never changes them;
+//   - a dynamic GPU in MIG mode (ModeDynamic):
 //     every advertised profile x placement is a device consuming the
 //     GPU's counter set (mig.CounterModel), created at prepare. Their
 //     order is mig.Preference's for the node's current MIG devices, so
@@ -36,6 +36,9 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var dynamic []*gpuInfo
 	for i := range d.gpus {
 		g := &d.gpus[i]
+		if g.broken != nil {
+			continue // unreadable at start: left out, the others serve
+		}
 		mode, static, owned, err := d.gpuMode(g)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
@@ -112,11 +115,8 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 		return "", nil, nil, err
 	}
 	for _, gi := range gis {
-		k := nvml.Key{GPU: g.Index, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-		own, err := d.journal.Owns(k)
-		if err != nil {
-			return "", nil, nil, err
-		}
+		k := nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+		own := g.dynamic // the recorded decision, never re-inferred
 		md := nvml.MigDevice{Key: k, GPUInstance: gi, Owned: own}
 		if len(gi.ComputeInstances) > 0 {
 			md.UUID = gi.ComputeInstances[0].UUID
@@ -132,8 +132,8 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 			static = append(static, md)
 		}
 	}
-	if len(static) > 0 {
-		return ModeStatic, static, owned, nil
+	if !g.dynamic {
+		return ModeStatic, static, nil, nil
 	}
 	return ModeDynamic, nil, owned, nil
 }
@@ -178,7 +178,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			} else {
 				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
 			}
-			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
+			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}
 	return pools, nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
@@ -22,9 +23,15 @@ import (
 
 // preparedData is what the checkpoint keeps of a prepared device.
 type preparedData struct {
+	// GPU is the (parent) GPU's NVML index at prepare; GPUUUID names it
+	// across index changes.
 	GPU       int            `json:"gpu"`
+	GPUUUID   string         `json:"gpuUUID,omitempty"`
 	UUID      string         `json:"uuid"`
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
+	// MIG is a dynamic MIG device's key, with its GPU's UUID: what
+	// Reconcile finds the device by when the journal lost it.
+	MIG *nvml.Key `json:"mig,omitempty"`
 }
 
 // ClaimDevice is one device in a claim's devices file.
@@ -62,30 +69,40 @@ type ClaimFile struct {
 // PrepareClaim runs after the runtime recorded the claim's intent: it
 // checks the opaque configuration of every device (nothing is made for a
 // claim that cannot be prepared) and creates the claim's dynamic MIG
-// devices, each after recording the intent in the MIG journal
-// (nvml.Journal.Record, then nvml.Lifecycle.Create), so that a crash at
-// any point is undone: by UnprepareClaim when the runtime undoes the
-// half-way claim, and by nvml.Lifecycle.Recover at the next start for a
-// GPU instance left without its compute instance.
+// devices, each after recording in the MIG journal that the claim holds
+// it (nvml.Journal.Hold, keyed by the GPU's UUID, then
+// nvml.Lifecycle.Create), so that a crash at any point is undone: by
+// UnprepareClaim when the runtime undoes the half-way claim, and by
+// nvml.Lifecycle.Recover at the next start for a GPU instance left without
+// its compute instance. A device allocated with admin access is never
+// created: admin access changes nothing on the device.
 func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) error {
 	if err := d.ensureInventory(ctx); err != nil {
 		return err
 	}
 	var create []nvml.Key
 	for _, dev := range devs {
-		info, ok := d.deviceInfo(dev.Device)
+		info, ok := d.lookup(dev.Device)
 		if !ok {
 			return fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 		}
 		if _, err := decodeConfig(dev, info.typ); err != nil {
 			return err
 		}
-		if info.mode == ModeDynamic {
-			create = append(create, info.key)
+		if ev, bad := d.health.gpuEvent(info.gpu); bad && ev.XID == XIDFallenOffTheBus {
+			return fmt.Errorf("device %s: GPU %d (%s) fell off the bus (XID %d at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.XID, ev.Time.Format(time.RFC3339))
+		}
+		if info.mode == ModeDynamic && !dev.AdminAccess {
+			create = append(create, d.withUUID(info.key))
 		}
 	}
+	if len(create) == 0 {
+		return nil
+	}
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
 	for _, k := range create {
-		if err := d.journal.Record(k); err != nil {
+		if err := d.journal.Hold(k, string(claim.UID)); err != nil {
 			return err
 		}
 		md, err := d.lifecycle.Create(k)
@@ -94,14 +111,14 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		}
 		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
 	}
-	if len(create) > 0 {
-		d.changed()
-	}
+	d.changed()
 	return nil
 }
 
 // PrepareDevice applies the device's configuration (a full GPU's
-// time-slice) and returns its container edits: the device's UUID in
+// time-slice; not for a device allocated with admin access, which gets
+// its container edits only and changes nothing) and returns its container
+// edits: the device's UUID in
 // EnvDevicePrefix+<device>, the time-slice in EnvTimeSlicePrefix+<device>
 // and, on real hardware, its device nodes (/dev/nvidia<minor>, and the
 // MIG capability nodes of a MIG device).
@@ -116,8 +133,12 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	}
 	suffix := envSuffix(dev.Device)
 	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+suffix, cd.UUID)
-	data := preparedData{GPU: cd.GPU, UUID: cd.UUID}
-	if ts := cfg.timeSlice(); ts != "" {
+	data := preparedData{GPU: cd.GPU, GPUUUID: d.gpus[cd.GPU].UUID, UUID: cd.UUID}
+	if info.mode == ModeDynamic && !dev.AdminAccess {
+		k := d.withUUID(info.key)
+		data.MIG = &k
+	}
+	if ts := cfg.timeSlice(); ts != "" && !dev.AdminAccess {
 		if err := d.setTimeSlice(cd.GPU, ts); err != nil {
 			return kit.PreparedDevice{}, err
 		}
@@ -190,47 +211,72 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 		return fmt.Errorf("read prepared data of %s: %w", dev.ID(), err)
 	}
 	if pd.TimeSlice != "" && pd.TimeSlice != nvml.TimeSliceDefault {
-		return d.setTimeSlice(pd.GPU, nvml.TimeSliceDefault)
+		gpu := pd.GPU
+		if pd.GPUUUID != "" {
+			g := d.gpuByUUID(pd.GPUUUID)
+			if g == nil {
+				klog.FromContext(ctx).Info("GPU of a time-sliced device is gone; nothing to reset", "claim", claim.String(), "device", dev.Device, "gpuUUID", pd.GPUUUID)
+				return nil
+			}
+			gpu = g.Index
+		}
+		return d.setTimeSlice(gpu, nvml.TimeSliceDefault)
 	}
 	return nil
 }
 
-// UnprepareClaim destroys the claim's dynamic MIG devices that the
-// journal says the driver made (nvml.Lifecycle.Destroy, then
-// Journal.Forget), removes the claim's devices file and republishes. A
-// device the journal does not hold was never created (the intent is
-// recorded before the create), so there is nothing to destroy; a static
-// device is never touched. It is idempotent.
+// UnprepareClaim releases the claim's hold on the dynamic MIG devices
+// the journal says it holds (nvml.Journal.Release, by claim UID: the
+// devices' names are not needed, so a lost claim whose devices are
+// unknown is released too) and destroys each device whose last holder
+// went (nvml.Lifecycle.Destroy, then Journal.Forget), then removes the
+// claim's devices file and republishes. A static device, or one held with
+// admin access, is never touched. It is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
-	destroyed := false
-	for _, dev := range devs {
-		k, ok := d.keyOf(dev.Device)
-		if !ok {
-			continue
-		}
-		owned, err := d.journal.Owns(k)
-		if err != nil {
-			return err
-		}
-		if !owned {
-			continue
-		}
-		if err := d.lifecycle.Destroy(k); err != nil {
-			return err
-		}
-		if err := d.journal.Forget(k); err != nil {
-			return err
-		}
-		destroyed = true
-		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", k.String())
+	destroyed, err := d.release(ctx, claim)
+	if err != nil {
+		return err
 	}
-	if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
+	// Look before removing: on a read-only folder the removal of a file
+	// that was never written fails with EROFS, which would fail the
+	// rollback of a prepare that could not write it.
+	if _, err := os.Lstat(d.claimFile(string(claim.UID))); err == nil {
+		if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
+		}
 	}
 	if destroyed {
 		d.changed()
 	}
 	return nil
+}
+
+// release drops the claim from the journal and destroys the devices left
+// without a holder; true when one was destroyed.
+func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	free, err := d.journal.Release(string(claim.UID))
+	if err != nil {
+		return false, err
+	}
+	destroyed := false
+	for _, k := range free {
+		at, ok := d.locate(k)
+		if !ok {
+			// The GPU is not on the node now (unbound, lost): its MIG
+			// devices went with it.
+			klog.FromContext(ctx).Info("MIG device's GPU is gone; forgetting it", "claim", claim.String(), "key", k.String())
+		} else if err := d.lifecycle.Destroy(at); err != nil {
+			return destroyed, err
+		}
+		if err := d.journal.Forget(k); err != nil {
+			return destroyed, err
+		}
+		destroyed = true
+		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", at.String())
+	}
+	return destroyed, nil
 }
 
 // keyOf maps a MIG device name to its key; false for a full GPU or a
@@ -250,7 +296,7 @@ func (d *Driver) keyOf(name string) (nvml.Key, bool) {
 // describe is the device as its container sees it; a dynamic MIG device
 // must exist (PrepareClaim made it).
 func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error) {
-	info, ok := d.deviceInfo(dev.Device)
+	info, ok := d.lookup(dev.Device)
 	if !ok {
 		return ClaimDevice{}, info, fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 	}

@@ -85,9 +85,12 @@
 // durably before the create) and until Destroy has succeeded. Everything
 // else is static MIG, an administrator's, listed by Lifecycle.List as
 // static and never touched. The reference driver (examples/nvidia/driver)
-// uses a Journal, a file-backed Owner: its ClaimPreparer records the key
-// after the runtime's checkpoint recorded the claim and before Create, and
-// forgets it after Destroy. At start,
+// owns every MIG device on the GPUs an administrator made dynamic (its
+// Owner is that recorded decision) and keeps a Journal of which claims
+// hold which device, keyed by the GPU's UUID (Key.UUID, Key.Same): its
+// ClaimPreparer holds the key after the runtime's checkpoint recorded the
+// claim and before Create, and forgets it after the Destroy that follows
+// the last holder's Release. At start,
 // Lifecycle.Recover destroys the driver's half-made devices and leaves the
 // rest. WithLockFile makes Create, Destroy and Recover of all processes on
 // a node take turns, so that a new driver process's Recover (a rolling

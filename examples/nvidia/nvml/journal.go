@@ -1,26 +1,46 @@
 package nvml
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
-// Journal is an Owner backed by a file of intent records: Record a key
-// before Lifecycle.Create, Forget it after Lifecycle.Destroy returned nil.
-// Each change is durable (fsynced; see WithoutFsync) before it returns and
-// safe against other processes using the same file (flock). The reference
-// driver uses one (see Owner).
+// Journal is an Owner backed by a file of intent records: Record (or
+// Hold) a key before Lifecycle.Create, Forget it after Lifecycle.Destroy
+// returned nil. Each change is durable (fsynced; see WithoutFsync) before
+// it returns and safe against other processes using the same file
+// (flock). Keys are matched with Key.Same, so a key with the GPU's UUID
+// still names its device after the GPU's NVML index changed. An intent
+// may name the claims that hold its device (Hold, Release), so that a
+// device shared by several claims is destroyed only when its last holder
+// goes. The reference driver uses one (see Owner).
 type Journal struct {
 	file jsonFile
 }
 
 var _ Owner = (*Journal)(nil)
 
-type journalDoc struct {
-	Intents []Key `json:"intents"`
+// Intent is one record of the journal: a device the driver made or is
+// about to make, and the claims (UIDs) that hold it.
+type Intent struct {
+	Key
+	// Claims are the UIDs of the claims holding the device; empty when
+	// the intent was recorded without one (Record) or its last holder
+	// was released and the device is yet to be destroyed.
+	Claims []string `json:"claims,omitempty"`
 }
+
+type journalDoc struct {
+	Intents []Intent `json:"intents"`
+}
+
+// ErrCorruptJournal is wrapped by the journal's errors when its file
+// cannot be decoded.
+var ErrCorruptJournal = errors.New("MIG intent journal is corrupt")
 
 // JournalOption configures OpenJournal.
 type JournalOption func(*Journal)
@@ -36,7 +56,8 @@ func WithoutFsync() JournalOption {
 }
 
 // OpenJournal opens the journal at path, creating its folder; the file is
-// created at the first Record.
+// created at the first Record. A file that cannot be decoded is an error
+// wrapping ErrCorruptJournal that says what to do.
 func OpenJournal(path string, opts ...JournalOption) (*Journal, error) {
 	if path == "" {
 		return nil, fmt.Errorf("open MIG intent journal: path is empty")
@@ -54,17 +75,37 @@ func OpenJournal(path string, opts ...JournalOption) (*Journal, error) {
 	return j, nil
 }
 
+// Path is the journal's file.
+func (j *Journal) Path() string { return j.file.path }
+
+// update changes the journal document under its lock.
+func (j *Journal) update(fn func(d *journalDoc) bool) error {
+	var d journalDoc
+	err := j.file.update(&d, func(bool) (bool, error) { return fn(&d), nil })
+	return j.corrupt(err)
+}
+
+// corrupt wraps a decode error with ErrCorruptJournal and what to do.
+func (j *Journal) corrupt(err error) error {
+	var de *decodeError
+	if errors.As(err, &de) {
+		return fmt.Errorf("%w: %s cannot be decoded (%v): move it away and restart the driver; the driver then rebuilds it from the MIG devices on its GPUs and the claims it holds: %w", ErrCorruptJournal, j.file.path, de.err, err)
+	}
+	return err
+}
+
+func (d *journalDoc) find(k Key) int {
+	return slices.IndexFunc(d.Intents, func(i Intent) bool { return i.Same(k) })
+}
+
 // Record writes the intent to create the device at k.
 func (j *Journal) Record(k Key) error {
-	var d journalDoc
-	err := j.file.update(&d, func(bool) (bool, error) {
-		for _, x := range d.Intents {
-			if x == k {
-				return false, nil
-			}
+	err := j.update(func(d *journalDoc) bool {
+		if d.find(k) >= 0 {
+			return false
 		}
-		d.Intents = append(d.Intents, k)
-		return true, nil
+		d.Intents = append(d.Intents, Intent{Key: k})
+		return true
 	})
 	if err != nil {
 		return fmt.Errorf("record MIG intent %s: %w", k, err)
@@ -72,20 +113,86 @@ func (j *Journal) Record(k Key) error {
 	return nil
 }
 
-// Forget removes the intent for k; forgetting an unknown key succeeds.
-func (j *Journal) Forget(k Key) error {
-	var d journalDoc
-	err := j.file.update(&d, func(bool) (bool, error) {
-		for i, x := range d.Intents {
-			if x == k {
-				d.Intents = append(d.Intents[:i:i], d.Intents[i+1:]...)
-				return true, nil
+// Hold records that claim holds the device at k, recording the intent to
+// create it if there is none.
+func (j *Journal) Hold(k Key, claim string) error {
+	err := j.update(func(d *journalDoc) bool {
+		i := d.find(k)
+		if i < 0 {
+			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}})
+			return true
+		}
+		if slices.Contains(d.Intents[i].Claims, claim) {
+			return false
+		}
+		d.Intents[i].Claims = append(d.Intents[i].Claims, claim)
+		if d.Intents[i].UUID == "" {
+			d.Intents[i].Key = k
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("record MIG intent %s for claim %s: %w", k, claim, err)
+	}
+	return nil
+}
+
+// Release removes claim from every intent it holds and returns the
+// intents left without a holder: those the claim held, and any left by an
+// earlier Release whose destroy did not complete. Destroy their devices,
+// then Forget them. Intents recorded without claims (Record) are not
+// returned: they have no holders to lose.
+func (j *Journal) Release(claim string) ([]Key, error) {
+	var free []Key
+	err := j.update(func(d *journalDoc) bool {
+		free = free[:0]
+		changed := false
+		for i := range d.Intents {
+			in := &d.Intents[i]
+			if n := slices.Index(in.Claims, claim); n >= 0 {
+				in.Claims = slices.Delete(in.Claims, n, n+1)
+				if len(in.Claims) == 0 {
+					in.Claims = []string{} // released: distinct from never held
+				}
+				changed = true
+			}
+			if in.Claims != nil && len(in.Claims) == 0 {
+				free = append(free, in.Key)
 			}
 		}
-		return false, nil
+		return changed
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release MIG intents of claim %s: %w", claim, err)
+	}
+	return free, nil
+}
+
+// Forget removes the intent for k; forgetting an unknown key succeeds.
+func (j *Journal) Forget(k Key) error {
+	err := j.update(func(d *journalDoc) bool {
+		i := d.find(k)
+		if i < 0 {
+			return false
+		}
+		d.Intents = slices.Delete(d.Intents, i, i+1)
+		return true
 	})
 	if err != nil {
 		return fmt.Errorf("forget MIG intent %s: %w", k, err)
+	}
+	return nil
+}
+
+// Replace makes intents the journal's whole content (a driver that
+// rebuilt it from its GPUs and the claims it holds).
+func (j *Journal) Replace(intents []Intent) error {
+	err := j.update(func(d *journalDoc) bool {
+		d.Intents = slices.Clone(intents)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("rewrite MIG intent journal: %w", err)
 	}
 	return nil
 }
@@ -96,22 +203,33 @@ func (j *Journal) Owns(k Key) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, x := range keys {
-		if x == k {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.ContainsFunc(keys, k.Same), nil
 }
 
-// Keys returns the recorded intents by GPU, start and profile.
+// Keys returns the recorded intents' keys by GPU, start and profile.
 func (j *Journal) Keys() ([]Key, error) {
+	in, err := j.Intents()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]Key, len(in))
+	for i, x := range in {
+		keys[i] = x.Key
+	}
+	return keys, nil
+}
+
+// Intents returns the recorded intents by GPU, start and profile.
+func (j *Journal) Intents() ([]Intent, error) {
 	var d journalDoc
 	if _, err := j.file.read(&d); err != nil {
-		return nil, fmt.Errorf("read MIG intent journal: %w", err)
+		return nil, fmt.Errorf("read MIG intent journal: %w", j.corrupt(err))
 	}
-	sort.Slice(d.Intents, func(a, b int) bool {
+	sort.SliceStable(d.Intents, func(a, b int) bool {
 		x, y := d.Intents[a], d.Intents[b]
+		if x.UUID != y.UUID {
+			return x.UUID < y.UUID
+		}
 		if x.GPU != y.GPU {
 			return x.GPU < y.GPU
 		}

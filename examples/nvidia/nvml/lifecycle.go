@@ -16,18 +16,43 @@ var ErrNotOwned = errors.New("MIG device not owned by this driver")
 // survives a crash: the GPU, the GPU instance profile and the placement
 // start. NVML's GPU instance IDs are reused and the MIG UUID is only known
 // after the create, so neither can identify a device in an intent record.
+//
+// The NVML index a Lifecycle works with changes when the set of GPUs NVML
+// sees changes (a GPU bound to vfio-pci, lost or reset away), so a key
+// that is kept beyond one process's life (an intent record) names the GPU
+// by its UUID as well: Same compares by UUID when both keys have one.
 type Key struct {
-	// GPU is the GPU's NVML index.
+	// GPU is the GPU's NVML index in the process that made the key.
 	GPU int `json:"gpu"`
+	// UUID is the GPU's UUID ("GPU-..."); empty in keys that only live
+	// in one process.
+	UUID string `json:"gpuUUID,omitempty"`
 	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
 	ProfileID int `json:"profileID"`
 	// Start is the placement's first memory slice.
 	Start int `json:"start"`
 }
 
-// String prints e.g. "GPU 0 profile 9 at 4".
+// String prints e.g. "GPU 0 profile 9 at 4", with the GPU's UUID when
+// the key has one.
 func (k Key) String() string {
+	if k.UUID != "" {
+		return fmt.Sprintf("GPU %d (%s) profile %d at %d", k.GPU, k.UUID, k.ProfileID, k.Start)
+	}
 	return fmt.Sprintf("GPU %d profile %d at %d", k.GPU, k.ProfileID, k.Start)
+}
+
+// Same reports whether k and o name the same device: the same profile
+// and placement start on the same GPU, by UUID when both keys have one
+// and by NVML index otherwise.
+func (k Key) Same(o Key) bool {
+	if k.ProfileID != o.ProfileID || k.Start != o.Start {
+		return false
+	}
+	if k.UUID != "" && o.UUID != "" {
+		return k.UUID == o.UUID
+	}
+	return k.GPU == o.GPU
 }
 
 // Owner tells the lifecycle which MIG devices are the driver's own. The
@@ -35,13 +60,12 @@ func (k Key) String() string {
 // intent record, written durably) and keep it true until the device is
 // destroyed; everything else on the GPUs is an administrator's.
 //
-// The reference driver (examples/nvidia/driver) uses a Journal: in its
-// ClaimPreparer's PrepareClaim, which the runtime calls after its own
-// checkpoint recorded the claim, it records the Key of each dynamic MIG
-// device (its name "gpu-<index>-<profile>-<start>" maps to one through
-// mig.ParseDeviceName) before Create, and forgets it after Destroy in
-// UnprepareClaim. drakit's checkpoint holds the same intent; the driver
-// runtime offers no query of it today, hence the journal.
+// A Journal is an Owner (an intent recorded before Create, forgotten
+// after Destroy). The reference driver (examples/nvidia/driver) owns
+// instead every MIG device on the GPUs an administrator made dynamic, a
+// decision it records, and uses a Journal for which claims hold which
+// device; at start it reconciles both with the claims the runtime holds
+// (driver.Reconciler).
 type Owner interface {
 	Owns(k Key) (bool, error)
 }
@@ -281,24 +305,29 @@ func (l *Lifecycle) destroy(op string, gi GPUInstance) error {
 }
 
 // List returns every GPU instance on every GPU in MIG mode, each marked
-// owned or static by the Owner, by GPU and placement.
+// owned or static by the Owner, by GPU and placement. A GPU that cannot
+// be read is left out and its error returned, joined, with the devices of
+// the others.
 func (l *Lifecycle) List() ([]MigDevice, error) {
 	gpus, err := l.nv.GPUs()
 	if err != nil {
 		return nil, fmt.Errorf("list MIG devices: %w", err)
 	}
 	var out []MigDevice
+	var unread error
 	for _, g := range gpus {
 		mode, err := l.nv.MigMode(g.Index)
 		if errors.Is(err, ErrNotSupported) || (err == nil && !mode.Current) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list MIG devices: %w", err)
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
+			continue
 		}
 		gis, err := l.nv.GPUInstances(g.Index)
 		if err != nil {
-			return nil, fmt.Errorf("list MIG devices: %w", err)
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
+			continue
 		}
 		if len(gis) == 0 {
 			continue
@@ -324,7 +353,7 @@ func (l *Lifecycle) List() ([]MigDevice, error) {
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return out, unread
 }
 
 // Recovery is what Recover found and did.
@@ -342,7 +371,8 @@ type Recovery struct {
 // Recover runs at driver start, before any Create: it destroys the
 // driver's own GPU instances that lack a compute instance (a crash between
 // the two create calls; the claim's prepare will run again) and leaves
-// everything else. It never touches a static device. Where two driver
+// everything else. A GPU that cannot be read does not stop the others'
+// recovery; its error is returned after it. It never touches a static device. Where two driver
 // processes can overlap, give both WithLockFile.
 func (l *Lifecycle) Recover() (Recovery, error) {
 	var r Recovery
@@ -351,10 +381,7 @@ func (l *Lifecycle) Recover() (Recovery, error) {
 		return r, err
 	}
 	defer unlock()
-	devs, err := l.List()
-	if err != nil {
-		return r, fmt.Errorf("recover MIG devices: %w", err)
-	}
+	devs, unread := l.List() // the GPUs that can be read are recovered
 	for _, d := range devs {
 		switch {
 		case d.Static():
@@ -367,6 +394,9 @@ func (l *Lifecycle) Recover() (Recovery, error) {
 			}
 			r.Undone = append(r.Undone, d.Key)
 		}
+	}
+	if unread != nil {
+		return r, fmt.Errorf("recover MIG devices: %w", unread)
 	}
 	return r, nil
 }

@@ -140,13 +140,13 @@ func TestLifecycleFullGPUIsInsufficientResources(t *testing.T) {
 	s := memSim(t, "dgx-h100")
 	j := journal(t)
 	l := lifecycle(t, s, j)
-	for _, k := range []Key{{0, 5, 0}, {0, 9, 0}} { // 4g at 0, then 3g at 0
+	for _, k := range []Key{{GPU: 0, ProfileID: 5}, {GPU: 0, ProfileID: 9}} { // 4g at 0, then 3g at 0
 		_ = j.Record(k)
 	}
-	if _, err := l.Create(Key{0, 5, 0}); err != nil {
+	if _, err := l.Create(Key{GPU: 0, ProfileID: 5, Start: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Create(Key{0, 9, 0}); !errors.Is(err, ErrInsufficientResources) {
+	if _, err := l.Create(Key{GPU: 0, ProfileID: 9, Start: 0}); !errors.Is(err, ErrInsufficientResources) {
 		t.Fatalf("3g over 4g: %v", err)
 	}
 }

@@ -3,6 +3,7 @@
 package nvml
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -14,6 +15,12 @@ import (
 // blocks the next one.
 func lockFile(path string, exclusive bool) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, syscall.EROFS) {
+		// A read-only folder: an existing lock file still locks (flock
+		// needs no write access), so reads work and a change fails where
+		// it writes, with the error that says why.
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}

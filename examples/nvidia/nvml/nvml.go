@@ -57,6 +57,17 @@ type Interface interface {
 	Close() error
 }
 
+// LivenessWatcher is implemented by a backend whose health stream can
+// also say that its event loop is running: WatchHealthLiveness streams
+// what WatchHealth does plus a HealthEvent with Alive set each time the
+// loop went round without an event to report (the simulator at every
+// poll, real NVML at every wait that timed out). A consumer that hears
+// nothing for several such rounds knows the loop is stuck, and stops
+// vouching for the GPUs' health.
+type LivenessWatcher interface {
+	WatchHealthLiveness(ctx context.Context) (<-chan HealthEvent, error)
+}
+
 // System is the host's NVIDIA software.
 type System struct {
 	// DriverVersion is the kernel driver version, e.g. "580.95.05".
@@ -185,6 +196,9 @@ type HealthEvent struct {
 	// NVML has no such event, a GPU is trusted again after a reset and a
 	// driver restart.
 	Recovered bool `json:"recovered,omitempty"`
+	// Alive marks a liveness tick of WatchHealthLiveness (LivenessWatcher):
+	// no event, the loop is running. Its other fields are zero, GPU -1.
+	Alive bool `json:"alive,omitempty"`
 }
 
 // String prints e.g. "GPU 3: XID 79" or "GPU 3 GI 5 CI 0: XID 94".

@@ -498,6 +498,16 @@ const noInstance = 0xFFFFFFFF
 // WatchHealth registers every GPU that supports it for critical XID
 // events and streams them until ctx is done.
 func (r *Real) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
+	return r.watchHealth(ctx, false)
+}
+
+// WatchHealthLiveness is WatchHealth plus an Alive tick after every wait
+// for events that timed out (LivenessWatcher).
+func (r *Real) WatchHealthLiveness(ctx context.Context) (<-chan HealthEvent, error) {
+	return r.watchHealth(ctx, true)
+}
+
+func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, error) {
 	gpus, err := r.GPUs()
 	if err != nil {
 		return nil, fmt.Errorf("watch health: %w", err)
@@ -530,6 +540,13 @@ func (r *Real) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 		for ctx.Err() == nil {
 			data, ret := set.Wait(500)
 			if ret == gonvml.ERROR_TIMEOUT {
+				if alive {
+					select {
+					case ch <- HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true}:
+					case <-ctx.Done():
+						return
+					}
+				}
 				continue
 			}
 			if ret != gonvml.SUCCESS || data.EventType != gonvml.EventTypeXidCriticalError {

@@ -197,7 +197,7 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 			return true, nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("open simulated NVML %s: %w", path, err)
+			return nil, fmt.Errorf("open simulated NVML %s: %w", path, s.corrupt(err))
 		}
 	}
 	s.server, _ = simServer(server)
@@ -257,12 +257,26 @@ func (s *Sim) view(fn func(st *simState) error) error {
 	var st simState
 	exists, err := s.file.read(&st)
 	if err != nil {
-		return err
+		return s.corrupt(err)
 	}
 	if !exists {
 		return fmt.Errorf("simulated NVML state %s is gone", s.file.path)
 	}
 	return fn(&st)
+}
+
+// ErrCorruptState is wrapped by the simulator's errors when its state
+// file exists but cannot be decoded.
+var ErrCorruptState = errors.New("simulated NVML state is corrupt")
+
+// corrupt wraps a decode error of the state file with ErrCorruptState,
+// what the file is, and what to do.
+func (s *Sim) corrupt(err error) error {
+	var de *decodeError
+	if !errors.As(err, &de) {
+		return err
+	}
+	return fmt.Errorf("%w: %s holds the simulated GPUs and their MIG devices (no real GPU's state) and cannot be decoded: %v; restore it, or delete it to start again from the simulator's setup (its simulated MIG devices are then gone, so restart the driver after deleting it)", ErrCorruptState, s.file.path, de.err)
 }
 
 // change runs fn on the current state and keeps its changes when fn says
@@ -282,6 +296,7 @@ func (s *Sim) change(fn func(st *simState) (bool, error)) error {
 			}
 			return fn(&st)
 		})
+		err = s.corrupt(err)
 	}
 	if errors.Is(err, errStall) {
 		for {

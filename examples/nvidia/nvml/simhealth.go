@@ -41,6 +41,16 @@ func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) er
 // WatchHealth streams the XID events raised (by RaiseXID in any process
 // sharing the state) after it returns, polling the state.
 func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
+	return s.watchHealth(ctx, false)
+}
+
+// WatchHealthLiveness is WatchHealth plus an Alive tick at every poll that
+// found no event (LivenessWatcher).
+func (s *Sim) WatchHealthLiveness(ctx context.Context) (<-chan HealthEvent, error) {
+	return s.watchHealth(ctx, true)
+}
+
+func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, error) {
 	var cursor uint64
 	if err := s.view(func(st *simState) error { cursor = st.NextEvent; return nil }); err != nil {
 		return nil, fmt.Errorf("watch health: %w", err)
@@ -66,6 +76,9 @@ func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 				}
 				return nil
 			})
+			if alive && len(evs) == 0 {
+				evs = append(evs, HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true})
+			}
 			for _, e := range evs {
 				select {
 				case ch <- e:

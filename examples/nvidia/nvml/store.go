@@ -42,10 +42,21 @@ func (f jsonFile) load(v any) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", f.path, err)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("decode %s: %w", f.path, err)
+		return false, &decodeError{path: f.path, err: err}
 	}
 	return true, nil
 }
+
+// decodeError is a document that exists but cannot be decoded: a torn or
+// hand-edited file. Its owner wraps it with what the file is and what to
+// do.
+type decodeError struct {
+	path string
+	err  error
+}
+
+func (e *decodeError) Error() string { return fmt.Sprintf("decode %s: %v", e.path, e.err) }
+func (e *decodeError) Unwrap() error { return e.err }
 
 // update runs fn on the document under an exclusive lock and writes it
 // back when fn reports a change, also when fn fails (a call can fail and

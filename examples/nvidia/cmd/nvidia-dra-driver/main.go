@@ -41,6 +41,7 @@ func run(args []string) error {
 	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
 	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
 	lean := fs.Bool("lean-mig-attributes", false, "publish dynamic MIG devices with 8 attributes (no brand, architecture, versions, migMode, PCI topology): half the slices and less scheduler CPU at fleet scale")
+	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated; "none" for none) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Recorded in the state folder; when unset, the recorded decision stands and a GPU seen for the first time is dynamic when it is in MIG mode without MIG devices`)
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +76,13 @@ func run(args []string) error {
 	}
 	if *lean {
 		dopts = append(dopts, nvdriver.WithLeanMIGAttributes())
+	}
+	switch *dynamicGPUs {
+	case "":
+	case "none":
+		dopts = append(dopts, nvdriver.WithDynamicGPUs())
+	default:
+		dopts = append(dopts, nvdriver.WithDynamicGPUs(strings.Split(*dynamicGPUs, ",")...))
 	}
 	if *sysfs != "" {
 		dopts = append(dopts, nvdriver.WithSysfsRoot(*sysfs))

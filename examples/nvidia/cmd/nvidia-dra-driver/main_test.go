@@ -434,6 +434,69 @@ func TestDriver(t *testing.T) {
 			return len(migInstances(t, sim)) == 0, nil
 		})
 	})
+	t.Run("lost-journal-and-checkpoint", func(t *testing.T) {
+		plugin := env.PluginDataDir(nvdriver.DriverName)
+		// runPod runs a pod with a dynamic 1g claim and returns its
+		// device's name.
+		runPod := func(name string) string {
+			createClaim(ctx, t, env, name, nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, name+"-user", name), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitRunning(ctx, t, env, name+"-user")
+			if inst := migInstances(t, sim); len(inst) != 1 {
+				t.Fatalf("MIG instances while %s-user runs: %v, want one", name, inst)
+			}
+			c, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Status.Allocation.Devices.Results[0].Device
+		}
+
+		// Item 1: the MIG intent journal deleted under a running pod. Its
+		// GPU stays dynamic (not the administrator's), and the device is
+		// destroyed when the pod ends.
+		dev := runPod("lost-journal")
+		ref, _ := mig.ParseDeviceName(dev)
+		drv.kill()
+		if err := os.Remove(filepath.Join(plugin, "nvidia", "mig-intents.json")); err != nil {
+			t.Fatal(err)
+		}
+		drv = startDriver(ctx, t, env, state)
+		poll(ctx, t, fmt.Sprintf("GPU %d still published as dynamic beside %s", ref.GPU, dev), func(ctx context.Context) (bool, error) {
+			sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+			if err != nil {
+				return false, err
+			}
+			for _, s := range sl.Items {
+				for _, d := range s.Spec.Devices {
+					if r, err := mig.ParseDeviceName(d.Name); err == nil && r.GPU == ref.GPU && d.Name != dev {
+						return true, nil
+					}
+				}
+			}
+			return false, nil
+		})
+		deletePod(ctx, t, env, "lost-journal-user")
+		poll(ctx, t, "MIG device destroyed after the journal was lost", func(ctx context.Context) (bool, error) {
+			return len(migInstances(t, sim)) == 0, nil
+		})
+
+		// Item 2: the runtime's checkpoint wiped under a running pod: no
+		// held claim names its MIG device, which is destroyed at start, so
+		// no later claim gets its UUID.
+		runPod("lost-checkpoint")
+		drv.kill()
+		if err := os.RemoveAll(filepath.Join(plugin, "checkpoint")); err != nil {
+			t.Fatal(err)
+		}
+		drv = startDriver(ctx, t, env, state)
+		if inst := migInstances(t, sim); len(inst) != 0 {
+			t.Errorf("MIG instances after the checkpoint was wiped: %v, want the unheld device destroyed", inst)
+		}
+		deletePod(ctx, t, env, "lost-checkpoint-user")
+	})
 	drv.kill() // the suite starts its own
 
 	t.Run("conformance", func(t *testing.T) {

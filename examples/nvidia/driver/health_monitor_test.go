@@ -1,0 +1,194 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drakit/drakit/device"
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+)
+
+// nextEvent waits for Watch's next event.
+func nextEvent(t *testing.T, events <-chan device.Event, what string) device.Event {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30 s", what)
+		return device.Event{}
+	}
+}
+
+func unhealthy(ev device.Event) []string {
+	var out []string
+	for _, r := range ev.Health {
+		if r.Health == device.Unhealthy {
+			out = append(out, r.Device.Device+"="+r.Reason)
+		}
+	}
+	return out
+}
+
+// Item 8: the health state lives in the driver. After an XID 79 the
+// runtime restarts Watch: its first report still has the GPU unhealthy
+// (it used to start from a fresh book and say Healthy, removing the
+// taint), and a prepare on the GPU is refused with the reason. Ignored
+// XIDs are an option.
+func TestHealthSurvivesWatchRestart(t *testing.T) {
+	f := newFixture(t, WithRepublishDelay(0), WithIgnoredXIDs(48))
+	watch := func() (chan device.Event, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		events := make(chan device.Event, 100)
+		go func() { _ = f.d.Watch(ctx, events) }()
+		nextEvent(t, events, "first report")
+		return events, cancel
+	}
+	events, stop := watch()
+	if err := f.sim.RaiseXID(1, 48, -1, -1); err != nil { // ignored by the option
+		t.Fatal(err)
+	}
+	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	for got := unhealthy(nextEvent(t, events, "XID report")); strings.Join(got, " ") != "gpu-0=XID79"; got = unhealthy(nextEvent(t, events, "XID report")) {
+	}
+	stop() // Watch ends, as when it failed
+
+	events, stop = watch()
+	defer stop()
+	f.d.changed() // the runtime asks again: a full report
+	for ev := nextEvent(t, events, "report"); ; ev = nextEvent(t, events, "report") {
+		if ev.Type != device.EventHealth {
+			continue
+		}
+		if got := unhealthy(ev); strings.Join(got, " ") != "gpu-0=XID79" {
+			t.Fatalf("report after Watch restarted: unhealthy %v, want gpu-0=XID79 (XID 48 on GPU 1 ignored)", got)
+		}
+		break
+	}
+	err := f.d.PrepareClaim(context.Background(), claim("p"), []kit.AllocatedDevice{alloc("gpu-0")})
+	if err == nil || !strings.Contains(err.Error(), "fell off the bus") {
+		t.Errorf("prepare on GPU 0 after XID 79: %v, want refused as fallen off the bus", err)
+	}
+	if err := f.d.PrepareClaim(context.Background(), claim("q"), []kit.AllocatedDevice{alloc("gpu-1")}); err != nil {
+		t.Errorf("prepare on healthy GPU 1: %v", err)
+	}
+}
+
+// stalledNVML is the simulator with a health stream the test drives: it
+// answers (liveness ticks) only when the test says so.
+type stalledNVML struct {
+	*nvml.Sim
+	ch chan nvml.HealthEvent
+}
+
+func (s stalledNVML) WatchHealthLiveness(ctx context.Context) (<-chan nvml.HealthEvent, error) {
+	return s.ch, nil
+}
+
+// Item 8: the heartbeat re-affirms health only while NVML's event loop
+// answers. A stalled loop stops the re-affirmations, so the runtime lets
+// the reports decay to Unknown; when it answers again they resume.
+func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
+	f := newFixture(t)
+	const beat = 20 * time.Millisecond
+	nv := stalledNVML{Sim: f.sim, ch: make(chan nvml.HealthEvent)}
+	d, err := New(nv, "node-1", WithStateDir(f.dir+"/state2"), WithHealthHeartbeat(beat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer close(nv.ch) // ends the monitor's loop
+	defer cancel()
+	events := make(chan device.Event, 1000)
+	go func() { _ = d.Watch(ctx, events) }()
+	nextEvent(t, events, "first report")
+	tick := func() { nv.ch <- nvml.HealthEvent{GPU: -1, Alive: true} }
+
+	// Answering: heartbeats come.
+	stopTicks := make(chan struct{})
+	ticking := make(chan struct{})
+	go func() {
+		defer close(ticking)
+		for {
+			select {
+			case <-stopTicks:
+				return
+			case <-time.After(beat / 2):
+				tick()
+			}
+		}
+	}()
+	if ev := nextEvent(t, events, "heartbeat"); ev.Type != device.EventHealth {
+		t.Fatalf("event %s, want a heartbeat", ev.Type)
+	}
+	// Stalled: after the loop's window has passed, no heartbeat comes.
+	close(stopTicks)
+	<-ticking
+	time.Sleep(2 * liveRounds * beat)
+	for len(events) > 0 {
+		<-events
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("event %s with %d reports while NVML's event loop is stalled, want none", ev.Type, len(ev.Health))
+	case <-time.After(10 * beat):
+	}
+	// Answering again: heartbeats resume.
+	tick()
+	if ev := nextEvent(t, events, "heartbeat after the loop answered again"); ev.Type != device.EventHealth {
+		t.Fatalf("event %s, want a heartbeat", ev.Type)
+	}
+	cancel()
+}
+
+// brokenGPU is the simulator with one GPU whose queries fail.
+type brokenGPU struct {
+	*nvml.Sim
+	gpu int
+}
+
+func (b brokenGPU) MigMode(gpu int) (nvml.MigMode, error) {
+	if gpu == b.gpu {
+		return nvml.MigMode{}, errors.New("GPU requires reset")
+	}
+	return b.Sim.MigMode(gpu)
+}
+
+func (b brokenGPU) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
+	if gpu == b.gpu {
+		return nil, errors.New("GPU requires reset")
+	}
+	return b.Sim.GPUInstances(gpu)
+}
+
+// Item 8: one GPU whose NVML queries fail is left out while the others
+// serve (it used to stop the whole node's driver at start).
+func TestUnreadableGPULeftOut(t *testing.T) {
+	f := newFixture(t)
+	d, err := New(brokenGPU{Sim: f.sim, gpu: 5}, "node-1", WithStateDir(f.dir+"/state2"))
+	if err != nil {
+		t.Fatalf("start with GPU 5 unreadable: %v", err)
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := " " + strings.Join(names(inv), " ")
+	if strings.Contains(all, " gpu-5") {
+		t.Errorf("unreadable GPU 5 published: %s", all)
+	}
+	for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
+		}
+	}
+	if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
+		t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
+	}
+}
