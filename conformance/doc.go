@@ -95,7 +95,7 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Each correct variant
 // below behaves differently in a way the protocol allows and the kubelet
 // accepts; the suite's tests assert that none fails a MUST check and
-// exactly which checks skip or warn (false positives: 0 of 10):
+// exactly which checks skip or warn (false positives: 0 of 12):
 //
 //	variant             what it does                                          not passing
 //	full                4 devices, 3 partitions, 1 shared device, health      -
@@ -115,6 +115,10 @@
 //	                                                                          health.refresh skips
 //	names-if-needed     request names only for claims with two requests       -
 //	                    (api.proto: an empty list means all requests)
+//	shared-spec         all claims' CDI devices in one spec file that stays,  -
+//	                    with a static device (cleanup is judged by content)
+//	pcie-root-list      pcieRoot as a list of two roots, with                 -
+//	                    Config.FeatureGates[DRAListTypeAttributes]
 //
 // The full variant run by the test itself, with restart and CDI hooks in
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
@@ -127,7 +131,7 @@
 //
 // Started with -defect NAME the test driver has one defect, and the
 // suite's tests assert that the named check catches it (fail for MUST,
-// warn for SHOULD; defects caught: 21 of 21):
+// warn for SHOULD; defects caught: 26 of 26):
 //
 //	defect                   what is wrong                                        caught by
 //	forget-on-restart        prepared claims kept in memory only                  restart.unprepare
@@ -151,6 +155,13 @@
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
 //	health-silent            health stream open, no initial report                health.coverage (SHOULD)
 //	drop-share-id            leaves out the share ID of a shared device           allocation.share-id (SHOULD)
+//	colliding-env            every device of a claim sets the same variable       prepare.cdi-env
+//	leak-cdi-entry           (shared-spec) leaves a claim's devices in the        unprepare.cleanup
+//	                         shared spec file
+//	restart-new-edits        same CDI IDs, other edits after a restart            restart.still-prepared
+//	unstable-names           device names change at every start                   restart.device-names
+//	health-unknown-refresh   Healthy once, then only Unknown (a runtime whose     health.refresh (SHOULD)
+//	                         health source went quiet)
 //
 // # Run time
 //
@@ -168,8 +179,10 @@
 // # Limits
 //
 // The suite cannot tell a prepare that did real work from one that did
-// not: it checks what the protocol shows (answers, CDI specs, files in the
-// CDI folders). Files a driver keeps outside the CDI folders are not
+// not: it checks what the protocol shows (answers, CDI specs, the devices
+// they define and what those inject into a container). Cleanup is judged
+// by the CDI devices a prepare defined, not by file names: a spec file
+// shared by claims may stay, a claim's entries in it may not. Files a driver keeps outside the CDI folders are not
 // checked for cleanup, and files another program writes into the CDI
 // folders while a claim is prepared would be blamed on the driver.
 // Errors for bad claims are accepted either as a whole-call gRPC error

@@ -47,24 +47,28 @@ func TestStandardAttributes(t *testing.T) {
 		attr  resourceapi.QualifiedName
 		value resourceapi.DeviceAttribute
 		bad   bool
+		lists bool // DRAListTypeAttributes on
 	}{
-		{"pcieRoot ok", "resource.kubernetes.io/pcieRoot", str("pci0000:3a"), false},
-		{"pcieRoot upper case", "resource.kubernetes.io/pcieRoot", str("pci0000:3A"), true},
-		{"pcieRoot no prefix", "resource.kubernetes.io/pcieRoot", str("0000:00"), true},
-		{"pcieRoot int", "resource.kubernetes.io/pcieRoot", num(0), true},
-		{"pciBusID ok", "resource.kubernetes.io/pciBusID", str("0000:3b:00.1"), false},
-		{"pciBusID short", "resource.kubernetes.io/pciBusID", str("3b:00.1"), true},
-		{"pciBusID function 8", "resource.kubernetes.io/pciBusID", str("0000:3b:00.8"), true},
-		{"pciBusID int", "resource.kubernetes.io/pciBusID", num(59), true},
-		{"numaNode ok", "resource.kubernetes.io/numaNode", num(1), false},
-		{"numaNode list", "resource.kubernetes.io/numaNode", resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}, false},
-		{"numaNode negative", "resource.kubernetes.io/numaNode", num(-1), true},
-		{"numaNode string", "resource.kubernetes.io/numaNode", str("0"), true},
-		{"other standard attribute", "resource.kubernetes.io/other", str("x"), false},
+		{"pcieRoot ok", "resource.kubernetes.io/pcieRoot", str("pci0000:3a"), false, false},
+		{"pcieRoot upper case", "resource.kubernetes.io/pcieRoot", str("pci0000:3A"), true, false},
+		{"pcieRoot no prefix", "resource.kubernetes.io/pcieRoot", str("0000:00"), true, false},
+		{"pcieRoot int", "resource.kubernetes.io/pcieRoot", num(0), true, false},
+		{"pcieRoot list with the gate", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00", "pci0000:80"}}, false, true},
+		{"pcieRoot list without the gate", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00"}}, true, false},
+		{"pcieRoot list with a bad root", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00", "0000:80"}}, true, true},
+		{"pciBusID ok", "resource.kubernetes.io/pciBusID", str("0000:3b:00.1"), false, false},
+		{"pciBusID short", "resource.kubernetes.io/pciBusID", str("3b:00.1"), true, false},
+		{"pciBusID function 8", "resource.kubernetes.io/pciBusID", str("0000:3b:00.8"), true, false},
+		{"pciBusID int", "resource.kubernetes.io/pciBusID", num(59), true, false},
+		{"numaNode ok", "resource.kubernetes.io/numaNode", num(1), false, false},
+		{"numaNode list", "resource.kubernetes.io/numaNode", resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}, false, false},
+		{"numaNode negative", "resource.kubernetes.io/numaNode", num(-1), true, false},
+		{"numaNode string", "resource.kubernetes.io/numaNode", str("0"), true, false},
+		{"other standard attribute", "resource.kubernetes.io/other", str("x"), false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := checkStandardAttribute(tc.attr, tc.value)
+			msg := checkStandardAttribute(tc.attr, tc.value, tc.lists)
 			if (msg != "") != tc.bad {
 				t.Errorf("got %q, want bad=%v", msg, tc.bad)
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,27 @@ A driver deployed as a DaemonSet pod: run the suite on the node (or give
 the restart checks run) and --read-cdi-command (so that the CDI checks see
 the node's CDI folder, not the suite's mount namespace).
 
+--path-map FROM=TO translates the paths the driver reports about itself:
+the DRA service endpoint in its GetInfo answer, as the driver sees it in
+its own mount namespace (e.g. /var/lib/kubelet=/mnt/node-kubelet when the
+suite sees the node's /var/lib/kubelet there). The first FROM that
+prefixes a path applies. It does not translate --registration, --cdi-dir
+or paths in CDI specs.
+
+Health: the suite waits up to 10 s for the first health report (and 1 s
+more for the rest of it), then health.refresh waits for a repeated report
+up to the largest health_check_timeout_seconds the driver reports (30 s
+when it reports none) plus 5 s, at most 2 minutes (--health-wait sets it).
+
+Feature gates: --feature-gates says which gates the cluster has on, where
+they change what a driver may publish: DRAListTypeAttributes=true lets
+resource.kubernetes.io/pcieRoot be a list. Others have their 1.37 default.
+
+Exit status: 0 when every MUST check passed (warnings, which are SHOULD
+checks that did not pass, and skips do not count); 1 when a MUST check
+failed or the run could not be set up; 2 for a usage error. The summary
+says which checks are MUST.
+
 Flags:
 `
 
@@ -87,6 +109,8 @@ type conformanceFlags struct {
 	junit, jsonOut, driverLog              string
 	repeat, concurrency                    int
 	publishTimeout, callTimeout            time.Duration
+	healthWait                             time.Duration
+	featureGates                           map[string]bool
 	list, verbose                          bool
 }
 
@@ -118,6 +142,9 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
+	fs.DurationVar(&f.healthWait, "health-wait", 0, "how long health.refresh waits for a repeated health report (default: the devices' largest health check timeout plus 5s, at most 2m)")
+	var gates csvFlag
+	fs.Var(&gates, "feature-gates", "NAME=true|false,...: feature gates the cluster has on or off, where they change what a driver may publish (DRAListTypeAttributes: list-valued pcieRoot); repeatable")
 	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
 	if err := fs.Parse(args); err != nil {
@@ -144,7 +171,30 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 			return nil, fmt.Errorf("%w: --path-map %q: want FROM=TO", errUsage, m)
 		}
 	}
+	gateMap, err := parseFeatureGates(gates)
+	if err != nil {
+		return nil, err
+	}
+	f.featureGates = gateMap
 	return f, nil
+}
+
+// parseFeatureGates parses NAME=true|false entries, as the Kubernetes
+// components' --feature-gates flag does.
+func parseFeatureGates(entries []string) (map[string]bool, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		name, val, ok := strings.Cut(e, "=")
+		on, err := strconv.ParseBool(strings.TrimSpace(val))
+		if !ok || strings.TrimSpace(name) == "" || err != nil {
+			return nil, fmt.Errorf("%w: --feature-gates %q: want NAME=true or NAME=false", errUsage, e)
+		}
+		out[strings.TrimSpace(name)] = on
+	}
+	return out, nil
 }
 
 // readObjects reads DeviceClasses and ResourceClaimTemplates from a
@@ -213,7 +263,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
 		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
 		PublishTimeout: f.publishTimeout, CallTimeout: f.callTimeout, Progress: stderr, Verbose: f.verbose,
-		DriverLog: f.driverLog, Only: f.only,
+		DriverLog: f.driverLog, Only: f.only, HealthWait: f.healthWait, FeatureGates: f.featureGates,
 	}
 	if f.restartCmd != "" {
 		cfg.RestartCommand = []string{"sh", "-c", f.restartCmd}

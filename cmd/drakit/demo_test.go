@@ -43,7 +43,7 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	if n := strings.Count(text, "the container sees MINIMAL_DEVICE=dev-"); n != 3 {
+	if n := strings.Count(text, "the container sees MINIMAL_DEVICE_DEV_"); n != 3 {
 		t.Errorf("%d pods saw their device, want 3", n)
 	}
 }

@@ -106,7 +106,7 @@ func TestPodGetsDevice(t *testing.T) {
 	}
 	// The container exits with an error unless the variable is set; it
 	// prints it for the log.
-	script := `echo "` + EnvVar + `=$` + EnvVar + `"; [ -n "$` + EnvVar + `" ] || exit 3; echo "$` + EnvVar + `" > /dev/termination-log; sleep 3600`
+	script := `env | grep "^` + EnvVar + `_" || exit 3; sleep 3600`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
@@ -138,7 +138,7 @@ func TestPodGetsDevice(t *testing.T) {
 		logs, _ = env.ContainerLog(ctx, "default", pod.Name, "c")
 		return logs != "", nil
 	})
-	if want := EnvVar + "=" + allocated; logs != want {
+	if want := EnvName(allocated) + "=" + allocated; logs != want {
 		t.Errorf("container printed %q, want %q", logs, want)
 	}
 	if specs := claimSpecs(t, env); len(specs) != 1 {
