@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -32,9 +33,26 @@ func init() {
 }
 
 const conformanceUsage = `Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]
+       drakit conformance --cluster --kubeconfig FILE --driver NAME --node NODE --image IMAGE [flags]
 
 Plays the kubelet and the scheduler against a DRA driver and a real API
 server (without --kubeconfig: a local control plane with a fake node).
+
+With --cluster it needs nothing but a kubeconfig: it checks a driver
+installed on the cluster through the cluster's own scheduler, kubelet and
+container runtime, with real pods on --node (image --image, which must
+be on the node unless --image-pull-policy lets it be pulled: busybox or
+any image with sh, env and sleep): claims from templates, a claim shared
+by two pods, two devices in one claim (with a matchAttribute constraint
+where two devices share an attribute), firstAvailable, admin access;
+what each container sees, unprepare on pod deletion, the driver's pod
+replaced (--driver-namespace, --driver-pod-selector), health in the pod
+status. With --cdi-dir or --read-cdi-command it compares the containers'
+environment with the CDI specs the driver wrote; without, with the
+devices' names and attributes. It refuses a node where other pods use
+the driver (--allow-other-pods), labels everything it creates
+(conformance.drakit.dev/cluster-node=NODE), deletes it at the end, on
+SIGINT and SIGTERM too, and removes what an interrupted run left.
 
 The driver: arguments after -- (or --start) start it, which enables the
 restart checks and keeps its output in --driver-log; without them the
@@ -111,6 +129,9 @@ type conformanceFlags struct {
 	publishTimeout, callTimeout            time.Duration
 	healthWait                             time.Duration
 	featureGates                           map[string]bool
+	cluster, allowOtherPods                bool
+	image, pullPolicy                      string
+	driverNS, driverSelector               string
 	list, verbose                          bool
 }
 
@@ -147,6 +168,12 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Var(&gates, "feature-gates", "NAME=true|false,...: feature gates the cluster has on or off, where they change what a driver may publish (DRAListTypeAttributes: list-valued pcieRoot); repeatable")
 	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
+	fs.BoolVar(&f.cluster, "cluster", false, "cluster mode: check the driver installed on the cluster (--kubeconfig) with real pods on --node")
+	fs.StringVar(&f.image, "image", "", "cluster mode: the containers' image (busybox or any with sh, env and sleep), on the node")
+	fs.StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullNever), "cluster mode: the containers' image pull policy (Never, IfNotPresent, Always)")
+	fs.BoolVar(&f.allowOtherPods, "allow-other-pods", false, "cluster mode: run even when other pods use the driver on the node")
+	fs.StringVar(&f.driverNS, "driver-namespace", "", "cluster mode: namespace of the driver's pods (with --driver-pod-selector: pod.driver-restart deletes the node's driver pod)")
+	fs.StringVar(&f.driverSelector, "driver-pod-selector", "", "cluster mode: label selector of the driver's pods (e.g. app=my-driver)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -163,6 +190,28 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	if f.driver == "" {
 		return nil, fmt.Errorf("%w: --driver is required", errUsage)
 	}
+	if f.cluster {
+		switch {
+		case f.kubeconfig == "":
+			return nil, fmt.Errorf("%w: --cluster needs --kubeconfig (the cluster the driver is installed on)", errUsage)
+		case !flagSet(fs, "node"):
+			return nil, fmt.Errorf("%w: --cluster needs --node (the node whose driver is checked; the suite's pods run there)", errUsage)
+		case f.image == "":
+			return nil, fmt.Errorf("%w: --cluster needs --image (e.g. busybox, present on the node)", errUsage)
+		case len(f.start) > 0:
+			return nil, fmt.Errorf("%w: --cluster checks an installed driver: give no driver command", errUsage)
+		case (f.driverNS == "") != (f.driverSelector == ""):
+			return nil, fmt.Errorf("%w: give --driver-namespace and --driver-pod-selector together", errUsage)
+		}
+		switch corev1.PullPolicy(f.pullPolicy) {
+		case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
+		default:
+			return nil, fmt.Errorf("%w: --image-pull-policy %q: want Never, IfNotPresent or Always", errUsage, f.pullPolicy)
+		}
+		gateMap, err := parseFeatureGates(gates)
+		f.featureGates = gateMap
+		return f, err
+	}
 	if f.registration == "" {
 		return nil, fmt.Errorf("%w: --registration is required", errUsage)
 	}
@@ -177,6 +226,13 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	}
 	f.featureGates = gateMap
 	return f, nil
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // parseFeatureGates parses NAME=true|false entries, as the Kubernetes
@@ -249,7 +305,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	if f.list {
-		for _, c := range conformance.Checks() {
+		checks := conformance.Checks()
+		if f.cluster {
+			checks = conformance.ClusterChecks()
+		}
+		for _, c := range checks {
 			needs := ""
 			if len(c.Needs) > 0 {
 				needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
@@ -257,6 +317,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			fmt.Fprintf(stdout, "%-32s %-6s %s%s\n", c.ID, c.Level, c.Description, needs)
 		}
 		return nil
+	}
+	if f.cluster {
+		return runClusterConformance(ctx, f, stdout, stderr)
 	}
 	cfg := conformance.Config{
 		DriverName: f.driver, NodeName: f.node, RegistrationPath: f.registration,
@@ -330,6 +393,40 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	return writeReports(rep, f, stdout)
+}
+
+// runClusterConformance is --cluster: RunCluster with the flags.
+func runClusterConformance(ctx context.Context, f *conformanceFlags, stdout, stderr io.Writer) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	cfg := conformance.ClusterConfig{
+		DriverName: f.driver, NodeName: f.node, Client: client,
+		Image: f.image, ImagePullPolicy: corev1.PullPolicy(f.pullPolicy),
+		DeviceClassName: f.deviceClass, AllowOtherPods: f.allowOtherPods,
+		DriverNamespace: f.driverNS, DriverPodSelector: f.driverSelector,
+		CDIDirs: f.cdiDirs, Skip: f.skip, Only: f.only, Progress: stderr,
+	}
+	if f.readCDICmd != "" {
+		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}
+	}
+	rep, err := conformance.RunCluster(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return writeReports(rep, f, stdout)
+}
+
+// writeReports writes the summary and details to stdout and the report
+// files the flags name, and fails when a MUST check failed.
+func writeReports(rep *conformance.Report, f *conformanceFlags, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	if err := rep.WriteSummary(stdout); err != nil {
 		return err
