@@ -468,7 +468,9 @@ func (c *clusterRun) checkFirstAvailable(ctx context.Context) outcome {
 	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "fa",
 		FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "too-many", DeviceClassName: c.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(len(c.devices) + 1)},
+			// No device matches: the scheduler must fall back to "one".
+			{Name: "none", DeviceClassName: c.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "no-such-driver.conformance.drakit.invalid"`}}}},
 			{Name: "one", DeviceClassName: c.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 		},
 	}}}}
