@@ -136,7 +136,9 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 		cctx, cancel := context.WithTimeout(context.Background(), c.cfg.PodTimeout+30*time.Second)
 		defer cancel()
 		c.cleanup(cctx)
-		c.socket.cleanup()
+		for _, f := range c.socket.cleanups { // copies of CDI specs
+			f(cctx)
+		}
 		c.report.Duration = time.Since(c.report.Started)
 	}()
 	if err := c.begin(ctx); err != nil {

@@ -430,17 +430,7 @@ func (c *clusterRun) checkUnprepare(ctx context.Context) outcome {
 	}
 	var f failures
 	if len(made) > 0 {
-		// The kubelet unprepares once the pods are cleaned up.
-		var left []string
-		deadline := time.Now().Add(c.cfg.PodTimeout)
-		for {
-			left, _ = c.socket.leftover(ctx, cdiMade{devices: made})
-			if len(left) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-		if len(left) > 0 {
+		if left := c.cdiLeft(ctx, made); len(left) > 0 {
 			f.add("CDI devices prepared for the deleted pods are still defined %s after they were deleted: %s; unprepare must remove them", c.cfg.PodTimeout, strings.Join(limit(left, 10), ", "))
 		}
 	}
@@ -457,11 +447,33 @@ func (c *clusterRun) checkUnprepare(ctx context.Context) outcome {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if _, err := c.start(ctx, "again", tpl); err != nil {
+	again, err := c.start(ctx, "again", tpl)
+	if err != nil {
 		f.add("a new pod for device %s, freed by deleting the pods, does not run: %v", dev, err)
+		return f.outcome("")
 	}
-	c.freed = dev
-	return f.outcome("pods %s deleted, their CDI devices (%d) gone; device %s ran a new pod", strings.Join(names, ", "), len(made), dev)
+	if len(again.devices) > 0 {
+		c.freed = again.devices[0]
+	}
+	pinned := ""
+	if c.pinSelector(dev) == nil {
+		pinned = " (no attribute tells the device apart: the scheduler picked it)"
+	}
+	return f.outcome("pods %s deleted, their CDI devices (%d) gone; a new pod runs on device %s%s", strings.Join(names, ", "), len(made), c.freed, pinned)
+}
+
+// cdiLeft waits until none of the CDI devices made is defined on the
+// node (the kubelet unprepares once it cleaned the pods up), up to
+// PodTimeout, and returns those still defined.
+func (c *clusterRun) cdiLeft(ctx context.Context, made []string) []string {
+	deadline := time.Now().Add(c.cfg.PodTimeout)
+	for {
+		left, _ := c.socket.leftover(ctx, cdiMade{devices: made})
+		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return left
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func (c *clusterRun) checkFirstAvailable(ctx context.Context) outcome {
@@ -591,10 +603,19 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	}
 	// The new driver must unprepare what the old one prepared, and
 	// prepare the device again.
-	if c.freed != "" && c.pods["again"] != nil {
+	if again := c.pods["again"]; c.freed != "" && again != nil {
+		made := again.made.devices
+		if admin := c.pods["admin"]; admin != nil {
+			made = append(made, admin.made.devices...)
+		}
 		_ = c.stop(ctx, "admin")
 		if err := c.stop(ctx, "again"); err != nil {
 			f.add("%v", err)
+		}
+		if len(made) > 0 {
+			if left := c.cdiLeft(ctx, made); len(left) > 0 {
+				f.add("CDI devices prepared before the restart are still defined after their pods were deleted: %s; the new driver must unprepare claims the old one prepared (persist them)", strings.Join(limit(left, 10), ", "))
+			}
 		}
 		tpl, err := c.template(ctx, "after-restart", c.oneDevice(c.freed))
 		if err == nil {

@@ -61,6 +61,52 @@
 // so that the CDI checks read the node's CDI folder rather than the
 // suite's own mount namespace.
 //
+// # Cluster mode
+//
+// [RunCluster] ("drakit conformance --cluster") checks a driver that is
+// installed on a cluster with nothing but a client: on a node the user
+// names it runs real pods (the node's busybox image, never pulled by
+// default) with claims from templates, a claim shared by two pods, a
+// claim for two devices (with a matchAttribute constraint where two
+// devices share an attribute), a firstAvailable claim and an
+// admin-access claim, so that the cluster's own scheduler allocates, its
+// kubelet has the driver prepare, and its container runtime applies the
+// CDI edits; each container prints its environment. [ClusterChecks] lists
+// what is judged: the pods run; each container sees its devices' edits
+// and no other claim's; two devices of a claim do not overwrite each
+// other's variables; both pods of a shared claim see the same; deleting
+// the pods unprepares (the CDI devices gone, a new pod on the freed
+// device runs); running pods keep running while the driver's pod is
+// replaced (ClusterConfig.DriverPodSelector), and the new driver
+// unprepares and prepares; device health reaches the pod status where
+// the cluster has the ResourceHealthStatus feature on. With the node's
+// CDI specs readable (CDIDirs, ReadCDI) the environment is compared with
+// what the driver's CDI devices set; otherwise a device is recognized by
+// its name or an attribute value in the environment, and a check that
+// cannot recognize it skips. Everything it creates is labeled
+// [ClusterLabel] and deleted before RunCluster returns, also when its
+// context is canceled; a later run deletes what a killed one left. It
+// refuses a node where other pods use the driver ([ErrNodeBusy]).
+//
+// Seeded defects that no pod can show, so that only socket mode
+// catches them: missing request names (the suite's pods use claims with
+// one request, for which an empty list is right), non-idempotent prepare,
+// skip-claim, duplicate UIDs, crash-on-empty, garbage names, other
+// drivers' results and unprepare-unknown-fails (the kubelet prepares a
+// claim once, one pod's claims per call, and never sends such requests),
+// no-guard (the scheduler never allocates a device twice), wrong-device
+// (the kubelet does not compare the returned device names with the
+// allocation; the container still gets the edits), bad-attributes and
+// broken-counters (slice contents: pods only run or stay pending),
+// drop-share-id (only the PodResources API shows share IDs), the health
+// defects (the pod status shows the latest health, not its timing),
+// restart-new-edits and unstable-names (running containers keep what
+// they got; new pods get the new edits and names). TestCluster runs
+// colliding-env in both modes; leak-cdi, forget-on-restart (with the CDI
+// specs readable), cdi-unresolvable, bad-cdi-id, wrong-request-names and
+// admin-guard are observable from pods (pod.unprepare,
+// pod.driver-restart, pod.starts, pod.cdi-edits, pod.admin-access).
+//
 // # Checks
 //
 // Every check has an ID, a one-line description, the rule it enforces with

@@ -78,6 +78,7 @@ func TestDemoNVIDIA(t *testing.T) {
 		"6 of 6 pods still run on their devices",
 		"all pods deleted",
 		"conformance suite against the installed driver",
+		"conformance suite in cluster mode",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
