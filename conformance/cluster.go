@@ -201,6 +201,8 @@ type clusterRun struct {
 	pods map[string]*podRun
 	// freed is the device that pod.unprepare saw freed.
 	freed string
+	// stoppedMade are the CDI devices of pods deleted so far.
+	stoppedMade []string
 }
 
 // podRun is one of the suite's pods, once it runs.
@@ -357,9 +359,10 @@ func (c *clusterRun) waitGone(ctx context.Context, get func(context.Context) err
 // envScript prints the container's environment once, then waits.
 const envScript = `env; echo ---drakit-env-end---; exec sleep 3600`
 
-// podSpec is one of the suite's pods: bound to the node by a node
-// selector (the scheduler allocates its claims), tolerating every taint,
-// one container that prints its environment, and the claims given.
+// podSpec is one of the suite's pods: bound to the node by node affinity
+// (the scheduler allocates its claims), tolerating every taint, on the
+// host's network (a node needs no CNI for it), one container that prints
+// its environment, and the claims given.
 func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim) *corev1.Pod {
 	var refs []corev1.ResourceClaim
 	for _, pc := range claims {
@@ -368,7 +371,11 @@ func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim) *cor
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{ClusterLabel: c.cfg.NodeName}},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{"kubernetes.io/hostname": c.cfg.NodeName},
+			// The scheduler must place the pod (it allocates the claims),
+			// so no spec.nodeName: node affinity to the node's name.
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+					Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{c.cfg.NodeName}}}}}}}},
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
@@ -541,6 +548,9 @@ func (c *clusterRun) stop(ctx context.Context, names ...string) error {
 			return err
 		}); err != nil {
 			return fmt.Errorf("pod %s: %w", n, err)
+		}
+		if pr := c.pods[n]; pr != nil {
+			c.stoppedMade = append(c.stoppedMade, pr.made.devices...)
 		}
 		delete(c.pods, n)
 	}

@@ -428,6 +428,7 @@ func (c *clusterRun) checkUnprepare(ctx context.Context) outcome {
 	if err := c.stop(ctx, names...); err != nil {
 		return fail("%v", err)
 	}
+	made = append(made, c.stoppedMade...) // and those of pods deleted before
 	var f failures
 	if len(made) > 0 {
 		if left := c.cdiLeft(ctx, made); len(left) > 0 {
