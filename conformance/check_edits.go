@@ -44,8 +44,13 @@ func editsOf(cache *cdi.Cache, ids []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Order within environment, device nodes and mounts is the specs'
+	// order, which a driver may change when it rewrites them; hooks run
+	// in order, so theirs counts.
 	env := slices.Clone(spec.Process.Env)
 	sort.Strings(env)
+	sort.SliceStable(spec.Linux.Devices, func(i, j int) bool { return spec.Linux.Devices[i].Path < spec.Linux.Devices[j].Path })
+	sort.SliceStable(spec.Mounts, func(i, j int) bool { return spec.Mounts[i].Destination < spec.Mounts[j].Destination })
 	view := struct {
 		Env         []string                      `json:"env,omitempty"`
 		Devices     []oci.LinuxDevice             `json:"devices,omitempty"`
