@@ -51,6 +51,9 @@ func editsOf(cache *cdi.Cache, ids []string) (string, error) {
 	sort.Strings(env)
 	sort.SliceStable(spec.Linux.Devices, func(i, j int) bool { return spec.Linux.Devices[i].Path < spec.Linux.Devices[j].Path })
 	sort.SliceStable(spec.Mounts, func(i, j int) bool { return spec.Mounts[i].Destination < spec.Mounts[j].Destination })
+	if res := spec.Linux.Resources; res != nil {
+		sort.SliceStable(res.Devices, func(i, j int) bool { return fmt.Sprint(res.Devices[i]) < fmt.Sprint(res.Devices[j]) })
+	}
 	view := struct {
 		Env         []string                      `json:"env,omitempty"`
 		Devices     []oci.LinuxDevice             `json:"devices,omitempty"`
