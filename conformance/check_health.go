@@ -160,6 +160,7 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 	// driver's name when its health source stopped reporting.
 	deadline := map[devRef]time.Time{}
 	known := map[devRef]bool{}
+	unknownFirst := map[devRef]bool{}
 	maxTimeout := time.Duration(0)
 	for _, m := range h.first {
 		for _, d := range m.resp.GetDevices() {
@@ -169,8 +170,14 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 			}
 			maxTimeout = max(maxTimeout, t)
 			k := devRef{d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName()}
-			deadline[k] = m.at.Add(t)
-			known[k] = d.Health != drahealthv1.HealthStatus_UNKNOWN
+			switch {
+			case d.Health != drahealthv1.HealthStatus_UNKNOWN:
+				deadline[k], known[k] = m.at.Add(t), true
+			case known[k]:
+				unknownFirst[k] = true // stale already within the first second
+			default:
+				deadline[k] = m.at.Add(t)
+			}
 		}
 	}
 	if len(deadline) == 0 {
@@ -185,7 +192,7 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 	end := time.Now().Add(wait)
 	refreshed := map[devRef]bool{}
 	late := map[devRef]bool{}
-	unknown := map[devRef]bool{} // re-reported, but only as Unknown
+	unknown := unknownFirst // re-reported, but only as Unknown
 	for len(refreshed)+len(late) < len(deadline) {
 		select {
 		case m := <-h.msgs:

@@ -94,10 +94,11 @@ var variants = []struct {
 		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.request-names": conformance.Skip, "prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
+		"prepare.cdi-env": conformance.Skip,
 	}},
 	{"one-shared-device", []string{"-devices", "0", "-partitionable=false", "-health=false"}, false, map[string]conformance.Status{
 		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
-		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip,
+		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip, "prepare.cdi-env": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
 	}},
 	{"omit-share-id", []string{"-omit-share-id"}, true, map[string]conformance.Status{
@@ -113,6 +114,7 @@ var variants = []struct {
 	{"no-cdi", []string{"-no-cdi"}, true, map[string]conformance.Status{
 		"allocation.share-id":    conformance.Skip,
 		"prepare.cdi-ids-format": conformance.Skip, "prepare.cdi-resolve": conformance.Skip, "prepare.cdi-inject": conformance.Skip,
+		"prepare.cdi-env": conformance.Skip,
 	}},
 	{"names-if-needed", []string{"-names-if-needed"}, true, nil},
 	{"health-empty", []string{"-health-empty"}, true, map[string]conformance.Status{
