@@ -672,7 +672,9 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		}
 		if d.defect("health-unknown-refresh") {
 			// From now on only Unknown, as a runtime marks devices
-			// whose health source went quiet.
+			// whose health source went quiet. A copy: the helper may
+			// still be converting the report it received.
+			rep.Devices = slices.Clone(rep.Devices)
 			for i := range rep.Devices {
 				rep.Devices[i].Health = kubeletplugin.HealthStatusUnknown
 			}
@@ -682,6 +684,7 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 					return nil
 				case <-time.After(d.o.HealthTimeout / 2):
 				}
+				rep.Devices = slices.Clone(rep.Devices)
 				for i := range rep.Devices {
 					rep.Devices[i].LastUpdated = time.Now()
 				}
