@@ -11,12 +11,22 @@ import (
 // device: environment variables, device nodes, mounts, hooks. Build them
 // with the chainable methods; nothing is checked until [Writer.Write],
 // which reports every problem. The zero value is empty and ready to use.
+//
+// A container gets the edits of every device of its claims, applied one
+// device after the other, and an environment variable set again replaces
+// the earlier value (the CDI library keeps one entry per name). So give
+// each device of a claim its own variable names (a suffix from the
+// device's name: GPU_DEV_0=..., GPU_DEV_1=...), and set a variable that
+// concerns the claim as a whole (a list of all its devices) once, in
+// [Claim].Common, with one value; the conformance check prepare.cdi-env
+// fails a driver whose devices overwrite each other's variables.
 type Edits struct {
 	e cdispec.ContainerEdits
 }
 
 // Env adds the environment variable key=value. key must be non-empty and
-// must not contain '='.
+// must not contain '='. Within a claim, key must be unique to this
+// device unless every device sets it to the same value (see [Edits]).
 func (e *Edits) Env(key, value string) *Edits {
 	e.e.Env = append(e.e.Env, key+"="+value)
 	return e

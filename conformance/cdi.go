@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -93,9 +94,20 @@ func readCDICommand(ctx context.Context, cmd []string) (map[string][]byte, error
 	}
 }
 
-// snapshotCDI lists the node's CDI spec files (nil when they cannot be
-// read).
-func (r *runner) snapshotCDI(ctx context.Context) map[string]bool {
+// cdiState is what the node's CDI folders hold at one moment: the spec
+// files, and the CDI devices they define (qualified name to file).
+// Cleanup is judged by the devices, so that a driver which keeps all
+// claims in one long-lived spec file is held to removing its entries,
+// and one that keeps an empty file is not blamed for it.
+type cdiState struct {
+	files   map[string]bool
+	devices map[string]string
+}
+
+// snapshotCDI reads the node's CDI specs (nil when they cannot be read).
+// A file that does not parse as a CDI spec counts as a file defining no
+// device.
+func (r *runner) snapshotCDI(ctx context.Context) *cdiState {
 	if !r.canReadCDI() {
 		return nil
 	}
@@ -104,23 +116,72 @@ func (r *runner) snapshotCDI(ctx context.Context) map[string]bool {
 		r.logger.Error(err, "List CDI specs")
 		return nil
 	}
-	out := make(map[string]bool, len(files))
-	for name := range files {
-		out[name] = true
-	}
-	return out
+	return parseCDIState(files)
 }
 
-// leftover returns those of files that still exist.
-func (r *runner) leftover(ctx context.Context, files []string) []string {
-	now := r.snapshotCDI(ctx)
-	var out []string
-	for _, f := range files {
-		if now[f] {
-			out = append(out, f)
+// parseCDIState indexes spec files by name and the devices they define.
+func parseCDIState(files map[string][]byte) *cdiState {
+	st := &cdiState{files: make(map[string]bool, len(files)), devices: map[string]string{}}
+	for name, data := range files {
+		st.files[name] = true
+		spec, err := cdi.ParseSpec(data)
+		if err != nil || spec == nil {
+			continue
+		}
+		for _, d := range spec.Devices {
+			st.devices[spec.Kind+"="+d.Name] = name
 		}
 	}
-	return out
+	return st
+}
+
+// cdiMade is what prepare added to the CDI folders: new files and newly
+// defined devices.
+type cdiMade struct {
+	files, devices []string
+}
+
+// created returns what after holds that before did not (nothing when
+// either is unknown).
+func created(before, after *cdiState) cdiMade {
+	var m cdiMade
+	if before == nil || after == nil {
+		return m
+	}
+	for f := range after.files {
+		if !before.files[f] {
+			m.files = append(m.files, f)
+		}
+	}
+	for d := range after.devices {
+		if _, ok := before.devices[d]; !ok {
+			m.devices = append(m.devices, d)
+		}
+	}
+	sort.Strings(m.files)
+	sort.Strings(m.devices)
+	return m
+}
+
+// leftover returns the devices of made that a spec on the node still
+// defines, each with the file that defines it, and the files of made
+// that still exist (whatever they hold).
+func (r *runner) leftover(ctx context.Context, made cdiMade) (devices, files []string) {
+	now := r.snapshotCDI(ctx)
+	if now == nil {
+		return nil, nil
+	}
+	for _, d := range made.devices {
+		if f, ok := now.devices[d]; ok {
+			devices = append(devices, fmt.Sprintf("%s (in %s)", d, f))
+		}
+	}
+	for _, f := range made.files {
+		if now.files[f] {
+			files = append(files, f)
+		}
+	}
+	return devices, files
 }
 
 // cdiCache loads the node's CDI specs into a CDI cache: from the folders

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -152,8 +153,14 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 	if h.silent {
 		return skip("needs an initial report (see health.coverage)")
 	}
-	// Deadline per device: its last report plus its timeout.
+	// Deadline per device: its last report plus its timeout. A device
+	// first reported Healthy or Unhealthy is refreshed only by another
+	// Healthy or Unhealthy report: Unknown is what the kubelet shows
+	// for a stale device anyway, and what a runtime sends in the
+	// driver's name when its health source stopped reporting.
 	deadline := map[devRef]time.Time{}
+	known := map[devRef]bool{}
+	unknownFirst := map[devRef]bool{}
 	maxTimeout := time.Duration(0)
 	for _, m := range h.first {
 		for _, d := range m.resp.GetDevices() {
@@ -162,7 +169,15 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 				t = defaultHealthTimeout
 			}
 			maxTimeout = max(maxTimeout, t)
-			deadline[devRef{d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName()}] = m.at.Add(t)
+			k := devRef{d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName()}
+			switch {
+			case d.Health != drahealthv1.HealthStatus_UNKNOWN:
+				deadline[k], known[k] = m.at.Add(t), true
+			case known[k]:
+				unknownFirst[k] = true // stale already within the first second
+			default:
+				deadline[k] = m.at.Add(t)
+			}
 		}
 	}
 	if len(deadline) == 0 {
@@ -177,6 +192,7 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 	end := time.Now().Add(wait)
 	refreshed := map[devRef]bool{}
 	late := map[devRef]bool{}
+	unknown := unknownFirst // re-reported, but only as Unknown
 	for len(refreshed)+len(late) < len(deadline) {
 		select {
 		case m := <-h.msgs:
@@ -186,6 +202,10 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 			for _, d := range m.resp.GetDevices() {
 				k := devRef{d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName()}
 				if dl, ok := deadline[k]; ok && !refreshed[k] && !late[k] {
+					if known[k] && d.Health == drahealthv1.HealthStatus_UNKNOWN {
+						unknown[k] = true
+						continue
+					}
 					if m.at.After(dl) {
 						late[k] = true
 					} else {
@@ -201,6 +221,9 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 				}
 			}
 			sort.Strings(missing)
+			if n := countIn(unknown, missing); n > 0 {
+				return fail("%d devices were not reported again as Healthy or Unhealthy within their health check timeout (waited %s), %d of them only as Unknown, which the kubelet shows for a stale device anyway: %s; keep the health source reporting (a report of Unknown after a known health means it stopped)", len(missing), wait.Round(time.Second), n, strings.Join(limit(missing, 10), ", "))
+			}
 			return fail("%d devices were not reported again within their health check timeout (waited %s): %s; re-send reports before the timeout even when nothing changed", len(missing), wait.Round(time.Second), strings.Join(limit(missing, 10), ", "))
 		case <-ctx.Done():
 			return skip("run canceled")
@@ -215,6 +238,17 @@ func (r *runner) checkHealthRefresh(ctx context.Context) outcome {
 		return fail("%d devices were reported again only after their health check timeout: %s", len(l), strings.Join(limit(l, 10), ", "))
 	}
 	return pass("%d devices refreshed within their timeout", len(refreshed))
+}
+
+// countIn counts the devices of names (devRef strings) in set.
+func countIn(set map[devRef]bool, names []string) int {
+	n := 0
+	for k := range set {
+		if slices.Contains(names, k.String()) {
+			n++
+		}
+	}
+	return n
 }
 
 func limit(s []string, n int) []string {

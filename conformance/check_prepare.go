@@ -42,8 +42,8 @@ func (r *runner) cycle(ctx context.Context, node drapbv1.DRAPluginClient, claim 
 type mainClaims struct {
 	claims      []*resourceapi.ResourceClaim
 	resp        *drapbv1.NodePrepareResourcesResponse
-	cdiBefore   map[string]bool
-	cdiPrepared map[string]bool
+	cdiBefore   *cdiState
+	cdiPrepared *cdiState
 	unprepared  bool
 	uresp       *drapbv1.NodeUnprepareResourcesResponse
 }

@@ -3,6 +3,9 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,11 +19,19 @@ import (
 type restarted struct {
 	again, only *resourceapi.ResourceClaim
 	before      map[*resourceapi.ResourceClaim]*prepared
+	// published are the devices the driver published just before it
+	// was killed.
+	published []devRef
+	// registered is when the restarted driver registered again.
+	registered time.Time
 }
 
 type prepared struct {
-	resp  *drapbv1.NodePrepareResourcesResponse
-	files []string
+	resp *drapbv1.NodePrepareResourcesResponse
+	made cdiMade
+	// edits is what each CDI ID did to a container before the restart
+	// (nil when the suite cannot read the CDI specs).
+	edits map[string]string
 }
 
 // setupRestart prepares claims, kills the driver without a chance to
@@ -53,12 +64,20 @@ func (r *runner) setupRestart(ctx context.Context) error {
 		if res := resp.Claims[string(c.UID)]; res == nil || res.Error != "" {
 			return unable("preparing a claim failed (see the prepare checks): %s", prepErr(res))
 		}
-		rs.before[c].files = created(snap, r.snapshotCDI(ctx))
+		rs.before[c].made = created(snap, r.snapshotCDI(ctx))
+		if r.canReadCDI() {
+			if cache, _, err := r.cdiCache(ctx); err == nil {
+				rs.before[c].edits = editsByID(cache, resp)
+			}
+		}
 		if i == 0 {
 			rs.again = c
 		} else {
 			rs.only = c
 		}
+	}
+	if slices, err := r.listSlices(ctx); err == nil {
+		rs.published = r.publishedIn(slices)
 	}
 	if err := r.restartDriver(ctx); err != nil {
 		r.gone = fmt.Errorf("%w: %v", errDriverGone, err)
@@ -70,6 +89,7 @@ func (r *runner) setupRestart(ctx context.Context) error {
 		r.report.Aborted = r.gone.Error() + r.logLines()
 		return broken("after kill -9 and restart: %v%s", err, r.logLines())
 	}
+	rs.registered = time.Now()
 	return nil
 }
 
@@ -89,7 +109,118 @@ func (r *runner) checkStillPrepared(ctx context.Context) outcome {
 	if diff := cmp.Diff(normalize(rs.before[rs.again].resp), normalize(resp)); diff != "" {
 		return fail("prepare after restart answered differently (-before +after):\n%s\nPersist prepared claims (a checkpoint) and answer from it", diff)
 	}
-	return pass("same answer after restart")
+	before := rs.before[rs.again].edits
+	if before == nil {
+		return pass("same answer after restart (CDI specs not readable: what the IDs inject not compared)")
+	}
+	cache, _, err := r.cdiCache(ctx)
+	if err != nil {
+		return pass("same answer after restart (CDI specs not readable now: %v)", err)
+	}
+	after := editsByID(cache, resp)
+	var f failures
+	ids := make([]string, 0, len(before))
+	for id := range before {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		got, ok := after[id]
+		if !ok {
+			f.add("CDI ID %s no longer resolves after the restart", id)
+			continue
+		}
+		if diff := cmp.Diff(before[id], got); diff != "" {
+			f.add("CDI ID %s injects other edits after the restart (-before +after):\n%s", id, diff)
+		}
+	}
+	if len(f) > 0 {
+		f.add("a running container keeps what it got before the restart, so the same ID must keep meaning the same edits: rewrite specs from the checkpoint, not from a new choice")
+	}
+	return f.outcome("same answer after restart, and its %d CDI IDs inject the same edits", len(ids))
+}
+
+// publishedIn returns the relevant devices of the newest complete
+// generation of each pool in slices.
+func (r *runner) publishedIn(slices []*resourceapi.ResourceSlice) []devRef {
+	var out []devRef
+	for _, p := range pools(slices) {
+		for _, sl := range p.current {
+			for i := range sl.Spec.Devices {
+				if r.deviceRelevant(sl, &sl.Spec.Devices[i]) {
+					out = append(out, devRef{sl.Spec.Pool.Name, sl.Spec.Devices[i].Name})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// restartSettle is how long after the restarted driver registered the
+// suite watches its slices: it republishes within about a second
+// (kubeletplugin's slice controller waits one before its first sync).
+const restartSettle = 5 * time.Second
+
+func (r *runner) checkDeviceNames(ctx context.Context) outcome {
+	rs := &r.restart
+	if len(rs.published) == 0 {
+		return skip("the devices published before the restart are not known")
+	}
+	// Claims allocated before the restart name these devices.
+	held := map[devRef]string{}
+	for c := range rs.before {
+		for _, a := range ownResults(r.cfg.DriverName, c) {
+			held[devRef{a.Pool, a.Device}] = c.Name
+		}
+	}
+	// Watch until the settle time has passed: a driver that renames
+	// its devices does so when it republishes, a moment after it
+	// registered; devices a dynamic inventory withdrew get the publish
+	// grace to come back.
+	var missing []devRef
+	end := rs.registered.Add(restartSettle)
+	for {
+		slices, err := r.listSlices(ctx)
+		if err != nil {
+			return skip("%v", err)
+		}
+		now := map[devRef]bool{}
+		for _, d := range r.publishedIn(slices) {
+			now[d] = true
+		}
+		missing = missing[:0]
+		for _, d := range rs.published {
+			if !now[d] {
+				missing = append(missing, d)
+			}
+		}
+		if time.Now().After(end) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return skip("run canceled")
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	missing = r.publishedSoon(ctx, missing)
+	if len(missing) == 0 {
+		return pass("the %d devices published before the restart are published under the same names", len(rs.published))
+	}
+	var f failures
+	var others []string
+	for _, d := range missing {
+		if claim, ok := held[d]; ok {
+			f.add("device %s, allocated to claim %s before the restart, is no longer published", d, claim)
+		} else {
+			others = append(others, d.String())
+		}
+	}
+	if len(f) > 0 {
+		f.add("claims name devices by pool and name: publish the same names after a restart (derive them from the hardware, not from the process), or the scheduler's allocations point at devices that no longer exist; also gone: %d others", len(others))
+		return f.outcome("")
+	}
+	return pass("devices allocated before the restart are still published; %d other devices published before are not now (a dynamic inventory?): %s", len(others), strings.Join(limit(others, 10), ", "))
 }
 
 func (r *runner) checkRestartUnprepare(ctx context.Context) outcome {
@@ -110,12 +241,12 @@ func (r *runner) checkRestartUnprepare(ctx context.Context) outcome {
 	// With only one free device, a driver that forgot the claim may
 	// hide it by preparing it again; two claims close that gap.
 	if rs.only != nil {
-		if left := r.leftover(ctx, rs.before[rs.only].files); len(left) > 0 {
-			f.add("files prepare created before the restart are still there after unprepare: %q; the driver forgot the claim across the restart (persist prepared claims)", left)
+		if left, _ := r.leftover(ctx, rs.before[rs.only].made); len(left) > 0 {
+			f.add("CDI devices prepare defined before the restart are still defined after unprepare: %s; the driver forgot the claim across the restart (persist prepared claims)", strings.Join(left, ", "))
 		}
 	}
-	if left := r.leftover(ctx, rs.before[rs.again].files); len(left) > 0 {
-		f.add("files of the claim prepared again after the restart are still there after unprepare: %q", left)
+	if left, _ := r.leftover(ctx, rs.before[rs.again].made); len(left) > 0 {
+		f.add("CDI devices of the claim prepared again after the restart are still defined after unprepare: %s", strings.Join(left, ", "))
 	}
 	return f.outcome("unprepared and cleaned up after restart")
 }

@@ -104,12 +104,25 @@ var (
 
 const stdPrefix = "resource.kubernetes.io/"
 
-// checkStandardAttribute returns a problem with a standard attribute, or "".
-func checkStandardAttribute(name resourceapi.QualifiedName, a resourceapi.DeviceAttribute) string {
+// checkStandardAttribute returns a problem with a standard attribute, or
+// "". lists says whether the cluster allows list-valued attributes
+// (feature gate DRAListTypeAttributes).
+func checkStandardAttribute(name resourceapi.QualifiedName, a resourceapi.DeviceAttribute, lists bool) string {
 	switch string(name) {
 	case stdPrefix + "pcieRoot":
+		if len(a.StringValues) > 0 {
+			if !lists {
+				return fmt.Sprintf("%s is a list, which needs the %s feature gate: publish one root as a string, or say the cluster has the gate on (--feature-gates %s=true, Config.FeatureGates)", name, GateListTypeAttributes, GateListTypeAttributes)
+			}
+			for _, v := range a.StringValues {
+				if !pcieRootRE.MatchString(v) {
+					return fmt.Sprintf("%s list holds %q, which is not pci<domain>:<bus> (e.g. \"pci0000:00\", lowercase hex)", name, v)
+				}
+			}
+			return ""
+		}
 		if a.StringValue == nil {
-			return fmt.Sprintf("%s must be a string like \"pci0000:00\" (pci<domain>:<bus>, lowercase hex)", name)
+			return fmt.Sprintf("%s must be a string like \"pci0000:00\" (pci<domain>:<bus>, lowercase hex), or with %s a list of them", name, GateListTypeAttributes)
 		}
 		if !pcieRootRE.MatchString(*a.StringValue) {
 			return fmt.Sprintf("%s = %q is not pci<domain>:<bus> (e.g. \"pci0000:00\", lowercase hex)", name, *a.StringValue)
@@ -211,7 +224,7 @@ func (r *runner) checkSlicesStandardAttributes(context.Context) outcome {
 					continue
 				}
 				n++
-				if msg := checkStandardAttribute(name, a); msg != "" {
+				if msg := checkStandardAttribute(name, a, r.cfg.gate(GateListTypeAttributes)); msg != "" {
 					f.add("device %s/%s: %s", sl.Spec.Pool.Name, d.Name, msg)
 				}
 			}

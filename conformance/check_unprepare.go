@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -46,10 +47,21 @@ func (r *runner) checkCleanup(ctx context.Context) outcome {
 		return skip("no CDI folders configured (Config.CDIDirs or Config.ReadCDI)")
 	}
 	made := created(r.main.cdiBefore, r.main.cdiPrepared)
-	if left := r.leftover(ctx, made); len(left) > 0 {
-		return fail("files prepare created are still there after unprepare: %q; remove what prepare created (e.g. per-claim CDI specs)", left)
+	devs, files := r.leftover(ctx, made)
+	if len(devs) > 0 {
+		return fail("CDI devices prepare defined are still defined after unprepare: %s; remove what prepare created (a per-claim spec file, or the claim's entries in a spec file shared with others)", strings.Join(devs, ", "))
 	}
-	return pass("%d files prepare created are gone", len(made))
+	return pass("the %d CDI devices prepare defined are gone%s", len(made.devices), keptFilesNote(files))
+}
+
+// keptFilesNote notes spec files prepare created that are still there
+// but define none of the claim's devices (e.g. a spec file the driver
+// keeps for all claims): nothing a runtime would apply.
+func keptFilesNote(files []string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (files prepare created that remain, defining none of them: %s)", strings.Join(files, ", "))
 }
 
 func (r *runner) checkUnprepareIdempotent(ctx context.Context) outcome {
@@ -103,8 +115,8 @@ func (r *runner) checkUnprepareAfterDelete(ctx context.Context) outcome {
 	}
 	var f failures
 	checkResultKeys(&f, "NodeUnprepareResources", []*resourceapi.ResourceClaim{claim}, uresp.Claims, unprepErr)
-	if left := r.leftover(ctx, made); len(left) > 0 {
-		f.add("files prepare created are still there: %q", left)
+	if devs, _ := r.leftover(ctx, made); len(devs) > 0 {
+		f.add("CDI devices prepare defined are still defined: %s", strings.Join(devs, ", "))
 	}
 	return f.outcome("unprepared after deletion")
 }

@@ -116,6 +116,23 @@ type Config struct {
 	Progress io.Writer
 	// Verbose makes Progress carry whole messages.
 	Verbose bool
+	// FeatureGates are the Kubernetes feature gates the cluster has on
+	// (true) or off (false), where they change what a driver may
+	// publish: DRAListTypeAttributes (alpha in 1.37, off unless named)
+	// lets a standard attribute such as pcieRoot be a list. A gate not
+	// named has its 1.37 default.
+	FeatureGates map[string]bool
+}
+
+// GateListTypeAttributes is the feature gate that allows list-valued
+// device attributes (resource.k8s.io DeviceAttribute ints, strings, ...).
+const GateListTypeAttributes = "DRAListTypeAttributes"
+
+// gate reports whether the feature gate name is on: as Config.FeatureGates
+// says, else its default in Kubernetes 1.37 (off for the alpha gates the
+// suite asks about).
+func (c *Config) gate(name string) bool {
+	return c.FeatureGates[name]
 }
 
 // validate checks required fields and fills in defaults.

@@ -61,6 +61,53 @@
 // so that the CDI checks read the node's CDI folder rather than the
 // suite's own mount namespace.
 //
+// # Cluster mode
+//
+// [RunCluster] ("drakit conformance --cluster") checks a driver that is
+// installed on a cluster with nothing but a client: on a node the user
+// names it runs real pods (the node's busybox image, never pulled by
+// default) with claims from templates, a claim shared by two pods, a
+// claim for two devices (with a matchAttribute constraint where two
+// devices share an attribute), a firstAvailable claim and an
+// admin-access claim, so that the cluster's own scheduler allocates, its
+// kubelet has the driver prepare, and its container runtime applies the
+// CDI edits; each container prints its environment. [ClusterChecks] lists
+// what is judged: the pods run; each container sees its devices' edits
+// and no other claim's; two devices of a claim do not overwrite each
+// other's variables; both pods of a shared claim see the same; deleting
+// the pods unprepares (the CDI devices gone, a new pod on the freed
+// device runs); running pods keep running while the driver's pod is
+// replaced (ClusterConfig.DriverPodSelector), and the new driver
+// unprepares and prepares; device health reaches the pod status where
+// the cluster has the ResourceHealthStatus feature on. With the node's
+// CDI specs readable (CDIDirs, ReadCDI) the environment is compared with
+// what the driver's CDI devices set; otherwise a device is recognized by
+// its name or an attribute value in the environment, and a check that
+// cannot recognize it skips. Everything it creates is labeled
+// [ClusterLabel] and deleted before RunCluster returns, also when its
+// context is canceled; a later run deletes what a killed one left. It
+// refuses a node where other pods use the driver ([ErrNodeBusy]).
+//
+// Seeded defects that no pod can show, so that only socket mode
+// catches them: missing request names (the suite's pods use claims with
+// one request, for which an empty list is right), non-idempotent prepare,
+// skip-claim, duplicate UIDs, crash-on-empty, garbage names, other
+// drivers' results and unprepare-unknown-fails (the kubelet prepares a
+// claim once, one pod's claims per call, and never sends such requests),
+// no-guard (the scheduler never allocates a device twice), wrong-device
+// (the kubelet does not compare the returned device names with the
+// allocation; the container still gets the edits), bad-attributes and
+// broken-counters (slice contents: pods only run or stay pending),
+// drop-share-id (only the PodResources API shows share IDs), the health
+// defects (the pod status shows the latest health, not its timing),
+// restart-new-edits and unstable-names (running containers keep what
+// they got; new pods get the new edits and names). TestCluster (with
+// DRAKIT_CONFORMANCE_CLUSTER=1: it needs the host's real node) runs
+// colliding-env in both modes; leak-cdi, forget-on-restart (with the CDI
+// specs readable), cdi-unresolvable, bad-cdi-id, wrong-request-names and
+// admin-guard are observable from pods (pod.unprepare,
+// pod.driver-restart, pod.starts, pod.cdi-edits, pod.admin-access).
+//
 // # Checks
 //
 // Every check has an ID, a one-line description, the rule it enforces with
@@ -95,7 +142,7 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Each correct variant
 // below behaves differently in a way the protocol allows and the kubelet
 // accepts; the suite's tests assert that none fails a MUST check and
-// exactly which checks skip or warn (false positives: 0 of 10):
+// exactly which checks skip or warn (false positives: 0 of 12):
 //
 //	variant             what it does                                          not passing
 //	full                4 devices, 3 partitions, 1 shared device, health      -
@@ -115,6 +162,10 @@
 //	                                                                          health.refresh skips
 //	names-if-needed     request names only for claims with two requests       -
 //	                    (api.proto: an empty list means all requests)
+//	shared-spec         all claims' CDI devices in one spec file that stays,  -
+//	                    with a static device (cleanup is judged by content)
+//	pcie-root-list      pcieRoot as a list of two roots, with                 -
+//	                    Config.FeatureGates[DRAListTypeAttributes]
 //
 // The full variant run by the test itself, with restart and CDI hooks in
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
@@ -127,7 +178,7 @@
 //
 // Started with -defect NAME the test driver has one defect, and the
 // suite's tests assert that the named check catches it (fail for MUST,
-// warn for SHOULD; defects caught: 21 of 21):
+// warn for SHOULD; defects caught: 26 of 26):
 //
 //	defect                   what is wrong                                        caught by
 //	forget-on-restart        prepared claims kept in memory only                  restart.unprepare
@@ -151,6 +202,13 @@
 //	health-stale             health sent once, never refreshed                    health.refresh (SHOULD)
 //	health-silent            health stream open, no initial report                health.coverage (SHOULD)
 //	drop-share-id            leaves out the share ID of a shared device           allocation.share-id (SHOULD)
+//	colliding-env            every device of a claim sets the same variable       prepare.cdi-env
+//	leak-cdi-entry           (shared-spec) leaves a claim's devices in the        unprepare.cleanup
+//	                         shared spec file
+//	restart-new-edits        same CDI IDs, other edits after a restart            restart.still-prepared
+//	unstable-names           device names change at every start                   restart.device-names
+//	health-unknown-refresh   Healthy once, then only Unknown (a runtime whose     health.refresh (SHOULD)
+//	                         health source went quiet)
 //
 // # Run time
 //
@@ -168,8 +226,10 @@
 // # Limits
 //
 // The suite cannot tell a prepare that did real work from one that did
-// not: it checks what the protocol shows (answers, CDI specs, files in the
-// CDI folders). Files a driver keeps outside the CDI folders are not
+// not: it checks what the protocol shows (answers, CDI specs, the devices
+// they define and what those inject into a container). Cleanup is judged
+// by the CDI devices a prepare defined, not by file names: a spec file
+// shared by claims may stay, a claim's entries in it may not. Files a driver keeps outside the CDI folders are not
 // checked for cleanup, and files another program writes into the CDI
 // folders while a claim is prepared would be blamed on the driver.
 // Errors for bad claims are accepted either as a whole-call gRPC error

@@ -69,6 +69,13 @@ var defects = []struct {
 	{"health-stale", "health-stale", nil, "health.refresh"},
 	{"health-silent", "health-silent", nil, "health.coverage"},
 	{"drop-share-id", "drop-share-id", nil, "allocation.share-id"},
+	{"colliding-env", "colliding-env", nil, "prepare.cdi-env"},
+	// A spec file shared by all claims, that stays: only its content
+	// tells whether unprepare cleaned up.
+	{"leak-cdi-entry", "leak-cdi-entry", []string{"-shared-spec"}, "unprepare.cleanup"},
+	{"restart-new-edits", "restart-new-edits", nil, "restart.still-prepared"},
+	{"unstable-names", "unstable-names", nil, "restart.device-names"},
+	{"health-unknown-refresh", "health-unknown-refresh", nil, "health.refresh"},
 }
 
 // variants lists correct drivers: each must pass every MUST check. want
@@ -87,10 +94,11 @@ var variants = []struct {
 		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.request-names": conformance.Skip, "prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
+		"prepare.cdi-env": conformance.Skip,
 	}},
 	{"one-shared-device", []string{"-devices", "0", "-partitionable=false", "-health=false"}, false, map[string]conformance.Status{
 		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
-		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip,
+		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip, "prepare.cdi-env": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
 	}},
 	{"omit-share-id", []string{"-omit-share-id"}, true, map[string]conformance.Status{
@@ -106,11 +114,16 @@ var variants = []struct {
 	{"no-cdi", []string{"-no-cdi"}, true, map[string]conformance.Status{
 		"allocation.share-id":    conformance.Skip,
 		"prepare.cdi-ids-format": conformance.Skip, "prepare.cdi-resolve": conformance.Skip, "prepare.cdi-inject": conformance.Skip,
+		"prepare.cdi-env": conformance.Skip,
 	}},
 	{"names-if-needed", []string{"-names-if-needed"}, true, nil},
 	{"health-empty", []string{"-health-empty"}, true, map[string]conformance.Status{
 		"health.coverage": conformance.Warn, "health.refresh": conformance.Skip,
 	}},
+	{"shared-spec", []string{"-shared-spec"}, true, nil},
+	// Run with Config.FeatureGates[DRAListTypeAttributes] (the test's
+	// cluster has it on).
+	{"pcie-root-list", []string{"-pcie-root-list"}, true, nil},
 }
 
 const nodeName = "conformance-node"
@@ -178,7 +191,8 @@ func tail(s string, n int) string {
 // driver (none may fail a MUST check) and every broken one (its check must
 // catch it), side by side on one control plane.
 func TestDrivers(t *testing.T) {
-	c := clustertest.Start(t)
+	// DRAListTypeAttributes on, for the pcie-root-list variant.
+	c := clustertest.Start(t, cluster.WithFeatureGates(map[string]bool{conformance.GateListTypeAttributes: true}))
 	if err := c.AddFakeNode(t.Context(), nodeName, nil, nil); err != nil {
 		t.Fatalf("add fake node: %v", err)
 	}
@@ -189,6 +203,9 @@ func TestDrivers(t *testing.T) {
 			cfg, _ := config(t, c, "v-"+v.name, "", v.args...)
 			if !v.extra {
 				cfg.ExtraClaims = nil
+			}
+			if v.name == "pcie-root-list" {
+				cfg.FeatureGates = map[string]bool{conformance.GateListTypeAttributes: true}
 			}
 			var rep *conformance.Report
 			if v.name == "full" {

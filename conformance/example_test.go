@@ -22,8 +22,28 @@ func ExampleChecks() {
 	// Output:
 	// restart.reregister       MUST   after kill -9 and restart the driver registers again
 	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
+	// restart.device-names     MUST   the devices published before the crash keep their names after it
 	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
-	// 40 MUST and 5 SHOULD checks
+	// 42 MUST and 5 SHOULD checks
+}
+
+// Cluster mode's checks run real pods on a node of a cluster where the
+// driver is installed; it needs only a client (RunCluster).
+func ExampleClusterChecks() {
+	for _, c := range conformance.ClusterChecks() {
+		fmt.Printf("%-20s %-6s %s\n", c.ID, c.Level, c.Description)
+	}
+	// Output:
+	// pod.starts           MUST   a pod with a claim from a ResourceClaimTemplate runs on the node
+	// pod.cdi-edits        MUST   the container sees its device's CDI edits (environment)
+	// pod.isolation        MUST   a container sees none of another claim's device edits
+	// pod.two-devices      MUST   a container with two devices of one claim sees both devices' edits
+	// pod.shared-claim     MUST   a claim shared by two pods gives both the same device edits
+	// pod.unprepare        MUST   deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again
+	// pod.first-available  MUST   a claim with firstAvailable subrequests runs with the subrequest the scheduler chose
+	// pod.admin-access     MUST   an admin-access claim on a device in use runs
+	// pod.driver-restart   MUST   pods keep running while the driver's pod is replaced, and the new one unprepares their claims
+	// pod.health           SHOULD device health reaches the pod status
 }
 
 // A report prints as a table; a warning (SHOULD) does not fail the run.

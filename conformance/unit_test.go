@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,24 +48,28 @@ func TestStandardAttributes(t *testing.T) {
 		attr  resourceapi.QualifiedName
 		value resourceapi.DeviceAttribute
 		bad   bool
+		lists bool // DRAListTypeAttributes on
 	}{
-		{"pcieRoot ok", "resource.kubernetes.io/pcieRoot", str("pci0000:3a"), false},
-		{"pcieRoot upper case", "resource.kubernetes.io/pcieRoot", str("pci0000:3A"), true},
-		{"pcieRoot no prefix", "resource.kubernetes.io/pcieRoot", str("0000:00"), true},
-		{"pcieRoot int", "resource.kubernetes.io/pcieRoot", num(0), true},
-		{"pciBusID ok", "resource.kubernetes.io/pciBusID", str("0000:3b:00.1"), false},
-		{"pciBusID short", "resource.kubernetes.io/pciBusID", str("3b:00.1"), true},
-		{"pciBusID function 8", "resource.kubernetes.io/pciBusID", str("0000:3b:00.8"), true},
-		{"pciBusID int", "resource.kubernetes.io/pciBusID", num(59), true},
-		{"numaNode ok", "resource.kubernetes.io/numaNode", num(1), false},
-		{"numaNode list", "resource.kubernetes.io/numaNode", resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}, false},
-		{"numaNode negative", "resource.kubernetes.io/numaNode", num(-1), true},
-		{"numaNode string", "resource.kubernetes.io/numaNode", str("0"), true},
-		{"other standard attribute", "resource.kubernetes.io/other", str("x"), false},
+		{"pcieRoot ok", "resource.kubernetes.io/pcieRoot", str("pci0000:3a"), false, false},
+		{"pcieRoot upper case", "resource.kubernetes.io/pcieRoot", str("pci0000:3A"), true, false},
+		{"pcieRoot no prefix", "resource.kubernetes.io/pcieRoot", str("0000:00"), true, false},
+		{"pcieRoot int", "resource.kubernetes.io/pcieRoot", num(0), true, false},
+		{"pcieRoot list with the gate", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00", "pci0000:80"}}, false, true},
+		{"pcieRoot list without the gate", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00"}}, true, false},
+		{"pcieRoot list with a bad root", "resource.kubernetes.io/pcieRoot", resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00", "0000:80"}}, true, true},
+		{"pciBusID ok", "resource.kubernetes.io/pciBusID", str("0000:3b:00.1"), false, false},
+		{"pciBusID short", "resource.kubernetes.io/pciBusID", str("3b:00.1"), true, false},
+		{"pciBusID function 8", "resource.kubernetes.io/pciBusID", str("0000:3b:00.8"), true, false},
+		{"pciBusID int", "resource.kubernetes.io/pciBusID", num(59), true, false},
+		{"numaNode ok", "resource.kubernetes.io/numaNode", num(1), false, false},
+		{"numaNode list", "resource.kubernetes.io/numaNode", resourceapi.DeviceAttribute{IntValues: []int64{0, 1}}, false, false},
+		{"numaNode negative", "resource.kubernetes.io/numaNode", num(-1), true, false},
+		{"numaNode string", "resource.kubernetes.io/numaNode", str("0"), true, false},
+		{"other standard attribute", "resource.kubernetes.io/other", str("x"), false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := checkStandardAttribute(tc.attr, tc.value)
+			msg := checkStandardAttribute(tc.attr, tc.value, tc.lists)
 			if (msg != "") != tc.bad {
 				t.Errorf("got %q, want bad=%v", msg, tc.bad)
 			}
@@ -440,5 +445,95 @@ func TestBlameExit(t *testing.T) {
 	// the run ends.
 	if r.gone == nil || !errors.Is(r.gone, errDriverGone) || r.report.Aborted == "" {
 		t.Errorf("gone = %v, aborted = %q; want the run ended", r.gone, r.report.Aborted)
+	}
+}
+
+// TestEnvCollisions: two devices of a claim that set one variable to
+// different values collide (a container with both sees one); distinct
+// names, or one value set by both (a claim-wide setting), do not.
+func TestEnvCollisions(t *testing.T) {
+	dir := t.TempDir()
+	spec := `{"cdiVersion":"0.6.0","kind":"example.com/dev","devices":[
+		{"name":"a","containerEdits":{"env":["DEV=a","DEV_A=a","CLAIM=c"]}},
+		{"name":"b","containerEdits":{"env":["DEV=b","DEV_B=b","CLAIM=c"]}}]}`
+	if err := os.WriteFile(filepath.Join(dir, "example.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache, _, err := cdiCache([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := func(name string) *drapbv1.Device {
+		return &drapbv1.Device{PoolName: "p", DeviceName: name, CdiDeviceIds: []string{"example.com/dev=" + name}}
+	}
+	got, err := envCollisions(cache, []*drapbv1.Device{dev("a"), dev("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "DEV is set by 2 devices") || !strings.Contains(got[0], "loses p/a's DEV=a") {
+		t.Errorf("collisions = %q, want DEV only, p/a's value lost", got)
+	}
+	if got, err := envCollisions(cache, []*drapbv1.Device{dev("a")}); err != nil || len(got) != 0 {
+		t.Errorf("one device: %q, %v; want no collision", got, err)
+	}
+}
+
+// TestCDIStateContent: cleanup is judged by the devices the specs
+// define: an entry left in a spec file that stays is a leftover; a new
+// file that stays but defines none of them is not.
+func TestCDIStateContent(t *testing.T) {
+	shared := func(devs ...string) []byte {
+		var d []string
+		for _, n := range devs {
+			d = append(d, `{"name":"`+n+`","containerEdits":{"env":["X_`+strings.ToUpper(n)+`=1"]}}`)
+		}
+		return []byte(`{"cdiVersion":"0.6.0","kind":"example.com/dev","devices":[` + strings.Join(d, ",") + `]}`)
+	}
+	before := parseCDIState(map[string][]byte{"/cdi/shared.json": shared("static")})
+	prepared := parseCDIState(map[string][]byte{"/cdi/shared.json": shared("static", "claim1"), "/cdi/new.json": shared("other")})
+	made := created(before, prepared)
+	if diff := cmp.Diff(cdiMade{files: []string{"/cdi/new.json"}, devices: []string{"example.com/dev=claim1", "example.com/dev=other"}}, made, cmp.AllowUnexported(cdiMade{})); diff != "" {
+		t.Fatalf("created (-want +got):\n%s", diff)
+	}
+	r := &runner{}
+	for name, tc := range map[string]struct {
+		after map[string][]byte
+		left  int
+	}{
+		"entry left in the shared file": {map[string][]byte{"/cdi/shared.json": shared("static", "claim1")}, 1},
+		"all gone, shared file kept":    {map[string][]byte{"/cdi/shared.json": shared("static")}, 0},
+		"new file kept, empty of them":  {map[string][]byte{"/cdi/shared.json": shared("static"), "/cdi/new.json": shared("unrelated")}, 0},
+	} {
+		r.cfg.ReadCDI = func(context.Context) (map[string][]byte, error) { return tc.after, nil }
+		if devs, _ := r.leftover(t.Context(), made); len(devs) != tc.left {
+			t.Errorf("%s: leftover %q, want %d", name, devs, tc.left)
+		}
+	}
+}
+
+// TestPinSelector: a device is pinned by an attribute value no other
+// device has; with none, nothing pins it.
+func TestPinSelector(t *testing.T) {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+	c := &clusterRun{cfg: ClusterConfig{DriverName: "gpu.example.com"}, devices: map[string]*resourceapi.Device{
+		"gpu-0": {Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": str("h200"), "uuid": str("GPU-0")}},
+		"gpu-1": {Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": str("h200"), "uuid": str("GPU-1")}},
+		"sim-0": {Name: "sim-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"model": str("h200")}},
+	}}
+	sel := c.pinSelector("gpu-1")
+	if len(sel) != 1 || sel[0].CEL.Expression != `device.attributes["gpu.example.com"]["uuid"] == "GPU-1"` {
+		t.Errorf("pinSelector(gpu-1) = %+v", sel)
+	}
+	if sel := c.pinSelector("sim-0"); sel != nil {
+		t.Errorf("pinSelector(sim-0) = %+v, want nil (no attribute tells it apart)", sel)
+	}
+	if got := c.identifiers("gpu-0"); !slices.Equal(got, []string{"GPU-0", "gpu-0"}) {
+		t.Errorf("identifiers(gpu-0) = %q", got)
+	}
+	if !c.seen(map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-1,GPU-0"}, "gpu-0") || c.seen(map[string]string{"X": "GPU-1"}, "gpu-0") {
+		t.Errorf("seen: a device is seen by its identifiers in a list, and only by its own")
+	}
+	if got := c.sharedAttribute(); got != "gpu.example.com/model" {
+		t.Errorf("sharedAttribute = %q, want gpu.example.com/model", got)
 	}
 }

@@ -326,15 +326,3 @@ func checkCDIInject(f *failures, cache *cdi.Cache, ids []string) {
 		f.add("injecting CDI devices %q into an OCI spec failed (unresolved: %q): %v", ids, unresolved, err)
 	}
 }
-
-// created returns files in after that are not in before.
-func created(before, after map[string]bool) []string {
-	var out []string
-	for f := range after {
-		if !before[f] {
-			out = append(out, f)
-		}
-	}
-	sort.Strings(out)
-	return out
-}

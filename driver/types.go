@@ -168,7 +168,11 @@ type OpaqueConfig struct {
 type PreparedDevice struct {
 	// Edits are the container edits for this device. The runtime puts them
 	// into the claim's CDI spec under a device name unique to the claim
-	// and returns that CDI ID to the kubelet. nil means no edits.
+	// and returns that CDI ID to the kubelet. nil means no edits. A
+	// container with several devices gets all their edits, one device
+	// after the other, and a variable two devices set keeps only the
+	// last value: name environment variables per device (e.g. with a
+	// suffix from the device's name), see [cdi.Edits].
 	Edits *cdi.Edits
 	// CDIDeviceIDs are additional, fully qualified CDI device IDs
 	// ("vendor.com/class=name") from specs the vendor maintains itself.

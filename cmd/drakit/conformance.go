@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -31,9 +33,26 @@ func init() {
 }
 
 const conformanceUsage = `Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]
+       drakit conformance --cluster --kubeconfig FILE --driver NAME --node NODE --image IMAGE [flags]
 
 Plays the kubelet and the scheduler against a DRA driver and a real API
 server (without --kubeconfig: a local control plane with a fake node).
+
+With --cluster it needs nothing but a kubeconfig: it checks a driver
+installed on the cluster through the cluster's own scheduler, kubelet and
+container runtime, with real pods on --node (image --image, which must
+be on the node unless --image-pull-policy lets it be pulled: busybox or
+any image with sh, env and sleep): claims from templates, a claim shared
+by two pods, two devices in one claim (with a matchAttribute constraint
+where two devices share an attribute), firstAvailable, admin access;
+what each container sees, unprepare on pod deletion, the driver's pod
+replaced (--driver-namespace, --driver-pod-selector), health in the pod
+status. With --cdi-dir or --read-cdi-command it compares the containers'
+environment with the CDI specs the driver wrote; without, with the
+devices' names and attributes. It refuses a node where other pods use
+the driver (--allow-other-pods), labels everything it creates
+(conformance.drakit.dev/cluster-node=NODE), deletes it at the end, on
+SIGINT and SIGTERM too, and removes what an interrupted run left.
 
 The driver: arguments after -- (or --start) start it, which enables the
 restart checks and keeps its output in --driver-log; without them the
@@ -61,6 +80,27 @@ A driver deployed as a DaemonSet pod: run the suite on the node (or give
 the restart checks run) and --read-cdi-command (so that the CDI checks see
 the node's CDI folder, not the suite's mount namespace).
 
+--path-map FROM=TO translates the paths the driver reports about itself:
+the DRA service endpoint in its GetInfo answer, as the driver sees it in
+its own mount namespace (e.g. /var/lib/kubelet=/mnt/node-kubelet when the
+suite sees the node's /var/lib/kubelet there). The first FROM that
+prefixes a path applies. It does not translate --registration, --cdi-dir
+or paths in CDI specs.
+
+Health: the suite waits up to 10 s for the first health report (and 1 s
+more for the rest of it), then health.refresh waits for a repeated report
+up to the largest health_check_timeout_seconds the driver reports (30 s
+when it reports none) plus 5 s, at most 2 minutes (--health-wait sets it).
+
+Feature gates: --feature-gates says which gates the cluster has on, where
+they change what a driver may publish: DRAListTypeAttributes=true lets
+resource.kubernetes.io/pcieRoot be a list. Others have their 1.37 default.
+
+Exit status: 0 when every MUST check passed (warnings, which are SHOULD
+checks that did not pass, and skips do not count); 1 when a MUST check
+failed or the run could not be set up; 2 for a usage error. The summary
+says which checks are MUST.
+
 Flags:
 `
 
@@ -87,6 +127,11 @@ type conformanceFlags struct {
 	junit, jsonOut, driverLog              string
 	repeat, concurrency                    int
 	publishTimeout, callTimeout            time.Duration
+	healthWait                             time.Duration
+	featureGates                           map[string]bool
+	cluster, allowOtherPods                bool
+	image, pullPolicy                      string
+	driverNS, driverSelector               string
 	list, verbose                          bool
 }
 
@@ -118,8 +163,17 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
 	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
+	fs.DurationVar(&f.healthWait, "health-wait", 0, "how long health.refresh waits for a repeated health report (default: the devices' largest health check timeout plus 5s, at most 2m)")
+	var gates csvFlag
+	fs.Var(&gates, "feature-gates", "NAME=true|false,...: feature gates the cluster has on or off, where they change what a driver may publish (DRAListTypeAttributes: list-valued pcieRoot); repeatable")
 	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
+	fs.BoolVar(&f.cluster, "cluster", false, "cluster mode: check the driver installed on the cluster (--kubeconfig) with real pods on --node")
+	fs.StringVar(&f.image, "image", "", "cluster mode: the containers' image (busybox or any with sh, env and sleep), on the node")
+	fs.StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullNever), "cluster mode: the containers' image pull policy (Never, IfNotPresent, Always)")
+	fs.BoolVar(&f.allowOtherPods, "allow-other-pods", false, "cluster mode: run even when other pods use the driver on the node")
+	fs.StringVar(&f.driverNS, "driver-namespace", "", "cluster mode: namespace of the driver's pods (with --driver-pod-selector: pod.driver-restart deletes the node's driver pod)")
+	fs.StringVar(&f.driverSelector, "driver-pod-selector", "", "cluster mode: label selector of the driver's pods (e.g. app=my-driver)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -136,6 +190,28 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	if f.driver == "" {
 		return nil, fmt.Errorf("%w: --driver is required", errUsage)
 	}
+	if f.cluster {
+		switch {
+		case f.kubeconfig == "":
+			return nil, fmt.Errorf("%w: --cluster needs --kubeconfig (the cluster the driver is installed on)", errUsage)
+		case !flagSet(fs, "node"):
+			return nil, fmt.Errorf("%w: --cluster needs --node (the node whose driver is checked; the suite's pods run there)", errUsage)
+		case f.image == "":
+			return nil, fmt.Errorf("%w: --cluster needs --image (e.g. busybox, present on the node)", errUsage)
+		case len(f.start) > 0:
+			return nil, fmt.Errorf("%w: --cluster checks an installed driver: give no driver command", errUsage)
+		case (f.driverNS == "") != (f.driverSelector == ""):
+			return nil, fmt.Errorf("%w: give --driver-namespace and --driver-pod-selector together", errUsage)
+		}
+		switch corev1.PullPolicy(f.pullPolicy) {
+		case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
+		default:
+			return nil, fmt.Errorf("%w: --image-pull-policy %q: want Never, IfNotPresent or Always", errUsage, f.pullPolicy)
+		}
+		gateMap, err := parseFeatureGates(gates)
+		f.featureGates = gateMap
+		return f, err
+	}
 	if f.registration == "" {
 		return nil, fmt.Errorf("%w: --registration is required", errUsage)
 	}
@@ -144,7 +220,37 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 			return nil, fmt.Errorf("%w: --path-map %q: want FROM=TO", errUsage, m)
 		}
 	}
+	gateMap, err := parseFeatureGates(gates)
+	if err != nil {
+		return nil, err
+	}
+	f.featureGates = gateMap
 	return f, nil
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// parseFeatureGates parses NAME=true|false entries, as the Kubernetes
+// components' --feature-gates flag does.
+func parseFeatureGates(entries []string) (map[string]bool, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		name, val, ok := strings.Cut(e, "=")
+		on, err := strconv.ParseBool(strings.TrimSpace(val))
+		if !ok || strings.TrimSpace(name) == "" || err != nil {
+			return nil, fmt.Errorf("%w: --feature-gates %q: want NAME=true or NAME=false", errUsage, e)
+		}
+		out[strings.TrimSpace(name)] = on
+	}
+	return out, nil
 }
 
 // readObjects reads DeviceClasses and ResourceClaimTemplates from a
@@ -199,7 +305,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	if f.list {
-		for _, c := range conformance.Checks() {
+		checks := conformance.Checks()
+		if f.cluster {
+			checks = conformance.ClusterChecks()
+		}
+		for _, c := range checks {
 			needs := ""
 			if len(c.Needs) > 0 {
 				needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
@@ -208,12 +318,15 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		return nil
 	}
+	if f.cluster {
+		return runClusterConformance(ctx, f, stdout, stderr)
+	}
 	cfg := conformance.Config{
 		DriverName: f.driver, NodeName: f.node, RegistrationPath: f.registration,
 		CDIDirs: f.cdiDirs, StartCommand: f.start, Skip: f.skip,
 		DeviceClassName: f.deviceClass, Repeat: f.repeat, Concurrency: f.concurrency,
 		PublishTimeout: f.publishTimeout, CallTimeout: f.callTimeout, Progress: stderr, Verbose: f.verbose,
-		DriverLog: f.driverLog, Only: f.only,
+		DriverLog: f.driverLog, Only: f.only, HealthWait: f.healthWait, FeatureGates: f.featureGates,
 	}
 	if f.restartCmd != "" {
 		cfg.RestartCommand = []string{"sh", "-c", f.restartCmd}
@@ -280,6 +393,40 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	return writeReports(rep, f, stdout)
+}
+
+// runClusterConformance is --cluster: RunCluster with the flags.
+func runClusterConformance(ctx context.Context, f *conformanceFlags, stdout, stderr io.Writer) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	cfg := conformance.ClusterConfig{
+		DriverName: f.driver, NodeName: f.node, Client: client,
+		Image: f.image, ImagePullPolicy: corev1.PullPolicy(f.pullPolicy),
+		DeviceClassName: f.deviceClass, AllowOtherPods: f.allowOtherPods,
+		DriverNamespace: f.driverNS, DriverPodSelector: f.driverSelector,
+		CDIDirs: f.cdiDirs, Skip: f.skip, Only: f.only, Progress: stderr,
+	}
+	if f.readCDICmd != "" {
+		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}
+	}
+	rep, err := conformance.RunCluster(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return writeReports(rep, f, stdout)
+}
+
+// writeReports writes the summary and details to stdout and the report
+// files the flags name, and fails when a MUST check failed.
+func writeReports(rep *conformance.Report, f *conformanceFlags, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	if err := rep.WriteSummary(stdout); err != nil {
 		return err

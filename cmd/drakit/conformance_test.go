@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ func TestParseConformanceFlags(t *testing.T) {
 		wantErr   string
 		wantStart []string
 		wantSkip  []string
+		wantGates map[string]bool
 	}{
 		{name: "no driver", args: []string{"--registration", "/r"}, wantErr: "--driver is required"},
 		{name: "no registration", args: []string{"--driver", "d.example.com"}, wantErr: "--registration is required"},
@@ -25,6 +27,16 @@ func TestParseConformanceFlags(t *testing.T) {
 		{name: "both start forms", args: []string{"--driver", "d", "--registration", "/r", "--start", "x", "--", "y"}, wantErr: "not both"},
 		{name: "start after --", args: []string{"--driver", "d", "--registration", "/r", "--skip", "restart,health", "--skip", "robust.garbage-names", "--", "drv", "-v", "2"},
 			wantStart: []string{"drv", "-v", "2"}, wantSkip: []string{"restart", "health", "robust.garbage-names"}},
+		{name: "cluster without kubeconfig", args: []string{"--cluster", "--driver", "d", "--node", "n", "--image", "busybox"}, wantErr: "needs --kubeconfig"},
+		{name: "cluster without node", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--image", "busybox"}, wantErr: "needs --node"},
+		{name: "cluster without image", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n"}, wantErr: "needs --image"},
+		{name: "cluster with a driver command", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--", "drv"}, wantErr: "give no driver command"},
+		{name: "cluster with half a driver pod", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--driver-namespace", "x"}, wantErr: "together"},
+		{name: "cluster bad pull policy", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--image-pull-policy", "Sometimes"}, wantErr: "want Never"},
+		{name: "cluster", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b"}, wantStart: []string{}},
+		{name: "bad feature gate", args: []string{"--driver", "d", "--registration", "/r", "--feature-gates", "DRAListTypeAttributes"}, wantErr: "want NAME=true"},
+		{name: "feature gates", args: []string{"--driver", "d", "--registration", "/r", "--feature-gates", "DRAListTypeAttributes=true, Other=false"},
+			wantStart: []string{}, wantGates: map[string]bool{"DRAListTypeAttributes": true, "Other": false}},
 		{name: "start flag", args: []string{"--driver", "d", "--registration", "/r", "--start", "drv  --x=1"}, wantStart: []string{"drv", "--x=1"}},
 	}
 	for _, tc := range tests {
@@ -45,7 +57,29 @@ func TestParseConformanceFlags(t *testing.T) {
 			if diff := cmp.Diff(tc.wantSkip, []string(f.skip)); diff != "" {
 				t.Errorf("skip (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff(tc.wantGates, f.featureGates); diff != "" {
+				t.Errorf("feature gates (-want +got):\n%s", diff)
+			}
 		})
+	}
+}
+
+// TestConformanceHelp: --help says what the exit status means, what
+// --path-map translates and how long the health checks wait.
+func TestConformanceHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConformanceFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{
+		"Exit status: 0 when every MUST check passed",
+		"--path-map FROM=TO translates the paths the driver reports about itself",
+		"health.refresh waits",
+		"-feature-gates",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
 	}
 }
 

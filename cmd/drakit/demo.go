@@ -33,8 +33,9 @@ func init() {
 	})
 }
 
-// The demo's driver is examples/minimal: its devices give a container the
-// environment variable demoEnv.
+// The demo's driver is examples/minimal: each device gives a container a
+// variable of its own, demoEnv with the device's suffix
+// (MINIMAL_DEVICE_DEV_0=dev-0).
 const (
 	demoDriver   = "minimal.drakit.dev"
 	demoEnv      = "MINIMAL_DEVICE"
@@ -374,7 +375,7 @@ func waitDemoPod(ctx context.Context, cs kubernetes.Interface, name string) (str
 			return false, nil // the container may not have written yet
 		}
 		for _, l := range strings.Split(string(logs), "\n") {
-			if strings.HasPrefix(l, demoEnv+"=") {
+			if strings.HasPrefix(l, demoEnv+"_") {
 				line = l
 				return true, nil
 			}

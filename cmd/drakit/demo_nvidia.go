@@ -33,6 +33,9 @@ type nvidiaDemoConfig struct {
 	dir         string
 	helm        string
 	conformance bool
+	// clusterConformance runs the suite's cluster mode after socket mode
+	// (needs conformance).
+	clusterConformance bool
 }
 
 // nvidiaDemo is the state of a running NVIDIA demo.
@@ -202,6 +205,30 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	if rep.Failed() {
 		_ = rep.WriteDetails(out, false)
 		return fmt.Errorf("conformance: %d required (MUST) checks failed", rep.Counts()[conformance.Fail])
+	}
+
+	if !cfg.clusterConformance {
+		return nil
+	}
+	// Cluster mode: only a client; real pods through the node's kubelet
+	// and containerd.
+	t0 = time.Now()
+	crep, err := conformance.RunCluster(ctx, conformance.ClusterConfig{
+		DriverName: nvdriver.DriverName, NodeName: c.NodeName, Client: c.Client,
+		Image: c.Images.Busybox, CDIDirs: []string{c.CDIDir},
+		DriverNamespace: deploy.Namespace, DriverPodSelector: deploy.PodSelector,
+		Progress: progress,
+	})
+	if err != nil {
+		return fmt.Errorf("conformance --cluster: %w", err)
+	}
+	d.stepf("conformance suite in cluster mode (real pods with claims through the node's kubelet and containerd; it replaces the driver's pod) in %s:", since(t0))
+	if err := crep.WriteSummary(out); err != nil {
+		return err
+	}
+	if crep.Failed() {
+		_ = crep.WriteDetails(out, false)
+		return fmt.Errorf("conformance --cluster: %d required (MUST) checks failed", crep.Counts()[conformance.Fail])
 	}
 	return nil
 }

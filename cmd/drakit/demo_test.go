@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,7 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	if n := strings.Count(text, "the container sees MINIMAL_DEVICE=dev-"); n != 3 {
+	if n := strings.Count(text, "the container sees MINIMAL_DEVICE_DEV_"); n != 3 {
 		t.Errorf("%d pods saw their device, want 3", n)
 	}
 }
@@ -60,7 +61,9 @@ func TestDemoNVIDIA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var out, progress bytes.Buffer
-	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true}, &out, &progress)
+	// DRAKIT_CONFORMANCE_CLUSTER=1 adds the suite's cluster mode.
+	clusterMode := os.Getenv("DRAKIT_CONFORMANCE_CLUSTER") == "1"
+	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true, clusterConformance: clusterMode}, &out, &progress)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
@@ -82,6 +85,9 @@ func TestDemoNVIDIA(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+	if clusterMode && !strings.Contains(text, "conformance suite in cluster mode") {
+		t.Errorf("demo output lacks the cluster mode step")
 	}
 	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=GPU-"); n != 2 {
 		t.Errorf("%d pods saw a full GPU, want 2", n)

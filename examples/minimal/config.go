@@ -18,12 +18,14 @@ import (
 // not know, a typo like "lable", fails the prepare with an error that
 // names it, instead of being ignored.
 type DeviceConfig struct {
-	// Label, when set, is given to the container as LabelEnvVar.
+	// Label, when set, is given to the container in LabelEnvVar with the
+	// device's suffix (MINIMAL_LABEL_DEV_0).
 	Label string `json:"label,omitempty"`
 }
 
-// LabelEnvVar is the variable a container gets for a device whose config
-// sets a label.
+// LabelEnvVar prefixes the variable a container gets for a device whose
+// config sets a label; like EnvName, the device's name completes it, so
+// that two devices with different labels do not overwrite each other.
 const LabelEnvVar = "MINIMAL_LABEL"
 
 // deviceConfig decodes the device's configs, class ones first, then the

@@ -49,7 +49,42 @@ func TestDeviceConfigStrict(t *testing.T) {
 	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(spec.Process.Env, LabelEnvVar+"=blue") {
-		t.Errorf("container env %v lacks %s=blue", spec.Process.Env, LabelEnvVar)
+	if !slices.Contains(spec.Process.Env, envName(LabelEnvVar, "dev-0")+"=blue") {
+		t.Errorf("container env %v lacks %s=blue", spec.Process.Env, envName(LabelEnvVar, "dev-0"))
+	}
+}
+
+// TestTwoDevicesKeepTheirEnv: a container that gets two devices of a
+// claim sees both devices' variables (the runtime applies one device's
+// CDI edits after the other's; a shared name would keep only the last),
+// each with its own label.
+func TestTwoDevicesKeepTheirEnv(t *testing.T) {
+	var devs []cdi.Device
+	for i, label := range []string{"red", "blue"} {
+		name := []string{"dev-0", "dev-1"}[i]
+		out, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{},
+			driver.AllocatedDevice{Request: "gpu", Pool: "node", Device: name, Config: []driver.OpaqueConfig{{Parameters: json.RawMessage(`{"label":"` + label + `"}`)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, cdi.Device{Name: name, Edits: out.Edits})
+	}
+	dir := t.TempDir()
+	w, err := cdi.NewWriter(dir, "minimal.drakit.dev", "claim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := w.Write(context.Background(), cdi.Claim{UID: "c2", Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}}
+	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MINIMAL_DEVICE_DEV_0=dev-0", "MINIMAL_DEVICE_DEV_1=dev-1", "MINIMAL_LABEL_DEV_0=red", "MINIMAL_LABEL_DEV_1=blue"} {
+		if !slices.Contains(spec.Process.Env, want) {
+			t.Errorf("container env %v lacks %s", spec.Process.Env, want)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Command minimal is the smallest complete DRA driver built with drakit:
 // it publishes N simulated devices on its node, and a container that gets
-// one sees the environment variable MINIMAL_DEVICE set to the device's
-// name. Everything else (kubelet protocol, checkpoint, CDI specs, slices,
+// one sees an environment variable named after the device and set to its
+// name (MINIMAL_DEVICE_DEV_0=dev-0), so that a container with several
+// devices sees each of them. Everything else (kubelet protocol, checkpoint, CDI specs, slices,
 // health, metrics) is the drakit runtime's job, and the command line
 // (node name, kubeconfig, folders, -v) is driverflag's.
 package main
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -24,8 +26,21 @@ import (
 	"github.com/drakit/drakit/driver/driverflag"
 )
 
-// EnvVar is the variable a container gets for its device.
+// EnvVar prefixes the variable a container gets for each of its devices;
+// EnvName says the whole name.
 const EnvVar = "MINIMAL_DEVICE"
+
+// EnvName is the variable a container gets for the device named dev:
+// EnvVar, "_" and the name in upper case with '-' as '_'
+// (MINIMAL_DEVICE_DEV_0 for dev-0). Every device of a claim needs its own
+// name: the runtime applies the CDI edits of a container's devices one
+// after the other, and a variable two devices set keeps only the last
+// value.
+func EnvName(dev string) string { return envName(EnvVar, dev) }
+
+func envName(prefix, dev string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(dev, "-", "_"))
+}
 
 // simulated prepares a device by handing out an environment variable.
 type simulated struct{}
@@ -35,9 +50,9 @@ func (simulated) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.All
 	if err != nil {
 		return driver.PreparedDevice{}, err
 	}
-	edits := (&cdi.Edits{}).Env(EnvVar, dev.Device)
+	edits := (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device)
 	if cfg.Label != "" {
-		edits.Env(LabelEnvVar, cfg.Label)
+		edits.Env(envName(LabelEnvVar, dev.Device), cfg.Label)
 	}
 	return driver.PreparedDevice{Edits: edits}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/drakit/drakit/conformance"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -106,7 +107,7 @@ func TestPodGetsDevice(t *testing.T) {
 	}
 	// The container exits with an error unless the variable is set; it
 	// prints it for the log.
-	script := `echo "` + EnvVar + `=$` + EnvVar + `"; [ -n "$` + EnvVar + `" ] || exit 3; echo "$` + EnvVar + `" > /dev/termination-log; sleep 3600`
+	script := `env | grep "^` + EnvVar + `_" || exit 3; sleep 3600`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
@@ -138,7 +139,7 @@ func TestPodGetsDevice(t *testing.T) {
 		logs, _ = env.ContainerLog(ctx, "default", pod.Name, "c")
 		return logs != "", nil
 	})
-	if want := EnvVar + "=" + allocated; logs != want {
+	if want := EnvName(allocated) + "=" + allocated; logs != want {
 		t.Errorf("container printed %q, want %q", logs, want)
 	}
 	if specs := claimSpecs(t, env); len(specs) != 1 {
@@ -162,4 +163,31 @@ func TestPodGetsDevice(t *testing.T) {
 		records, _ := filepath.Glob(filepath.Join(env.PluginDataDir(driverName), "checkpoint", "*.json"))
 		return len(claimSpecs(t, env)) == 0 && len(records) == 0, nil
 	})
+
+	if os.Getenv("DRAKIT_CONFORMANCE_CLUSTER") != "1" {
+		return
+	}
+	// The conformance suite's cluster mode: real pods with claims
+	// through this node's kubelet and containerd, what their containers
+	// see compared with the CDI specs the driver wrote. The driver runs
+	// as a process here, not as a pod: pod.driver-restart skips.
+	rep, err := conformance.RunCluster(ctx, conformance.ClusterConfig{
+		DriverName: driverName, NodeName: env.NodeName, Client: cs,
+		Image: env.BusyboxImage, CDIDirs: []string{env.CDIDir}, PodTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("conformance.RunCluster: %v", err)
+	}
+	for _, res := range rep.Results {
+		want := conformance.Pass
+		switch {
+		case res.ID == "pod.driver-restart":
+			want = conformance.Skip
+		case res.ID == "pod.health" && res.Status == conformance.Skip:
+			want = conformance.Skip // the cluster may show no health
+		}
+		if res.Status != want {
+			t.Errorf("cluster mode: %s %s, want %s: %s", res.ID, res.Status, want, res.Message)
+		}
+	}
 }

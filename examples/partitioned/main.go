@@ -34,9 +34,19 @@ import (
 	"github.com/drakit/drakit/topology"
 )
 
-// DriverName is the driver's name; a container gets its device's name in
-// EnvVar ("card-0", "card-0-a").
+// DriverName is the driver's name; a container gets each of its devices'
+// names in a variable of its own, EnvVar with the device's suffix
+// (PARTITIONED_DEVICE_CARD_0_A=card-0-a; see EnvName).
 const DriverName, EnvVar = "partitioned.drakit.dev", "PARTITIONED_DEVICE"
+
+// EnvName is the variable a container gets for the device named dev:
+// EnvVar, "_" and the name in upper case with '-' as '_'. One name per
+// device, because the runtime applies a container's CDI edits device by
+// device and a variable set twice keeps only the last value: a claim
+// with two halves must show both.
+func EnvName(dev string) string {
+	return EnvVar + "_" + strings.ToUpper(strings.ReplaceAll(dev, "-", "_"))
+}
 
 // Config describes the node's cards and where their state is read.
 type Config struct {
@@ -101,7 +111,7 @@ func monitor(node string, cards int, dir string) func(context.Context) ([]device
 type cards struct{}
 
 func (cards) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
-	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvVar, dev.Device)}, nil
+	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device)}, nil
 }
 
 func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {

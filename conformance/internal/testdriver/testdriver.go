@@ -61,6 +61,11 @@ var Defects = map[string]string{
 	"health-stale":            "sends one health report and never refreshes it",
 	"health-silent":           "keeps the health stream open but sends no initial report",
 	"drop-share-id":           "leaves out the share ID of a shared device",
+	"colliding-env":           "gives every device of a claim the same environment variable name, so a container with two devices sees only the last",
+	"leak-cdi-entry":          "with -shared-spec: leaves an unprepared claim's devices in the shared spec file",
+	"restart-new-edits":       "after a restart gives the same CDI IDs other edits (an environment value of the new process, as another cpuset would be)",
+	"unstable-names":          "publishes device names with a suffix that changes at every start",
+	"health-unknown-refresh":  "reports every device Healthy once, then only Unknown (a runtime whose health source stopped reporting)",
 }
 
 // Variants lists the correct behaviours the driver can be started with
@@ -72,6 +77,8 @@ var Variants = map[string]string{
 	"no-cdi":            "returns no devices and writes no CDI spec (containers are configured otherwise, e.g. through NRI)",
 	"health-empty":      "streams health reports that name no device",
 	"names-if-needed":   "returns request names only for claims with more than one request (api.proto: empty means all requests)",
+	"shared-spec":       "keeps every claim's CDI devices in one spec file, written at start with a static device, that stays after unprepare",
+	"pcie-root-list":    "publishes pcieRoot as a list of two roots (needs the DRAListTypeAttributes feature gate)",
 }
 
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
@@ -104,6 +111,8 @@ type Options struct {
 	NoCDI           bool
 	HealthEmpty     bool
 	NamesIfNeeded   bool
+	SharedSpec      bool
+	PCIeRootList    bool
 }
 
 // Main parses args as flags and runs the driver until SIGTERM or SIGINT.
@@ -129,6 +138,8 @@ func Main(args []string) error {
 	fs.BoolVar(&o.NoCDI, "no-cdi", false, Variants["no-cdi"])
 	fs.BoolVar(&o.HealthEmpty, "health-empty", false, Variants["health-empty"])
 	fs.BoolVar(&o.NamesIfNeeded, "names-if-needed", false, Variants["names-if-needed"])
+	fs.BoolVar(&o.SharedSpec, "shared-spec", false, Variants["shared-spec"])
+	fs.BoolVar(&o.PCIeRootList, "pcie-root-list", false, Variants["pcie-root-list"])
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -169,8 +180,21 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("create client: %w", err)
 	}
 	d := &driver{o: o, client: client, prepared: map[types.UID]*claimState{}}
+	if d.defect("unstable-names") {
+		d.suffix = fmt.Sprintf("-s%d", os.Getpid())
+	}
 	if o.Defect != "forget-on-restart" {
 		if err := d.load(); err != nil {
+			return err
+		}
+	}
+	if d.defect("restart-new-edits") {
+		if err := d.rewriteEdits(); err != nil {
+			return err
+		}
+	}
+	if o.SharedSpec {
+		if err := d.writeShared(); err != nil {
 			return err
 		}
 	}
@@ -209,6 +233,9 @@ type claimState struct {
 	Name      string           `json:"name"`
 	Devices   []preparedDevice `json:"devices"`
 	SpecFiles []string         `json:"specFiles"`
+	// CDIDevices are the claim's entries in the shared spec file
+	// (-shared-spec).
+	CDIDevices []cdispec.Device `json:"cdiDevices,omitempty"`
 }
 
 type driver struct {
@@ -217,6 +244,74 @@ type driver struct {
 	mu       sync.Mutex
 	prepared map[types.UID]*claimState
 	nonce    int
+	suffix   string           // appended to every device name (defect unstable-names)
+	leaked   []cdispec.Device // entries of unprepared claims (defect leak-cdi-entry)
+}
+
+// name is the published name of the device called base.
+func (d *driver) name(base string) string { return base + d.suffix }
+
+// sharedSpecPath is the one spec file of -shared-spec.
+func (d *driver) sharedSpecPath() string {
+	return filepath.Join(d.o.CDIDir, CDIVendor+"-shared.json")
+}
+
+// writeShared writes the shared spec file: a static device and the
+// entries of every prepared claim; called with mu held or before serving.
+func (d *driver) writeShared() error {
+	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass, Devices: []cdispec.Device{
+		{Name: "static", ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC=1"}}},
+	}}
+	uids := make([]string, 0, len(d.prepared))
+	for uid := range d.prepared {
+		uids = append(uids, string(uid))
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		spec.Devices = append(spec.Devices, d.prepared[types.UID(uid)].CDIDevices...)
+	}
+	spec.Devices = append(spec.Devices, d.leaked...)
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode CDI spec: %w", err)
+	}
+	return writeAtomic(d.sharedSpecPath(), data)
+}
+
+// instanceEnv is the environment entry of defect restart-new-edits: it
+// differs in every process, as a cpuset chosen anew at start would.
+func instanceEnv() string { return fmt.Sprintf("CONFORMANCE_INSTANCE=%d", os.Getpid()) }
+
+// rewriteEdits gives the CDI devices of every claim in the checkpoint
+// this process's instanceEnv, keeping their names (defect
+// restart-new-edits).
+func (d *driver) rewriteEdits() error {
+	for _, st := range d.prepared {
+		for i := range st.CDIDevices {
+			st.CDIDevices[i].ContainerEdits.Env = []string{instanceEnv()}
+		}
+		for _, f := range st.SpecFiles {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			var spec cdispec.Spec
+			if err := json.Unmarshal(data, &spec); err != nil {
+				return fmt.Errorf("decode CDI spec %s: %w", f, err)
+			}
+			for i := range spec.Devices {
+				spec.Devices[i].ContainerEdits.Env = append(spec.Devices[i].ContainerEdits.Env[:1:1], instanceEnv())
+			}
+			data, err = json.Marshal(spec)
+			if err != nil {
+				return fmt.Errorf("encode CDI spec: %w", err)
+			}
+			if err := writeAtomic(f, data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (d *driver) defect(name string) bool { return d.o.Defect == name }
@@ -272,7 +367,10 @@ func (d *driver) resources() resourceslice.DriverResources {
 			attrs["resource.kubernetes.io/pciBusID"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i + 1))}
 			attrs["resource.kubernetes.io/numaNode"] = resourceapi.DeviceAttribute{StringValue: ptr.To("node0")}
 		}
-		devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs})
+		if d.o.PCIeRootList {
+			attrs["resource.kubernetes.io/pcieRoot"] = resourceapi.DeviceAttribute{StringValues: []string{"pci0000:00", "pci0000:80"}}
+		}
+		devices = append(devices, resourceapi.Device{Name: d.name(fmt.Sprintf("dev-%d", i)), Attributes: attrs})
 	}
 	if d.o.Shared {
 		bandwidth := resourceapi.DeviceCapacity{
@@ -286,7 +384,7 @@ func (d *driver) resources() resourceslice.DriverResources {
 			bandwidth.RequestPolicy = nil
 		}
 		devices = append(devices, resourceapi.Device{
-			Name:                     "shared-0",
+			Name:                     d.name("shared-0"),
 			AllowMultipleAllocations: ptr.To(true),
 			Capacity:                 map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"bandwidth": bandwidth},
 		})
@@ -304,9 +402,9 @@ func (d *driver) resources() resourceslice.DriverResources {
 		pool.Slices = append(pool.Slices,
 			resourceslice.Slice{SharedCounters: []resourceapi.CounterSet{{Name: "part-counters", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("8Gi")}}}}},
 			resourceslice.Slice{Devices: []resourceapi.Device{
-				{Name: "part-full", ConsumesCounters: consume(full)},
-				{Name: "part-half-0", ConsumesCounters: consume(half)},
-				{Name: "part-half-1", ConsumesCounters: consume(half)},
+				{Name: d.name("part-full"), ConsumesCounters: consume(full)},
+				{Name: d.name("part-half-0"), ConsumesCounters: consume(half)},
+				{Name: d.name("part-half-1"), ConsumesCounters: consume(half)},
 			}},
 		)
 	}
@@ -316,13 +414,13 @@ func (d *driver) resources() resourceslice.DriverResources {
 func (d *driver) allDevices() []string {
 	out := make([]string, 0, d.o.Devices+3)
 	for i := 0; i < d.o.Devices; i++ {
-		out = append(out, fmt.Sprintf("dev-%d", i))
+		out = append(out, d.name(fmt.Sprintf("dev-%d", i)))
 	}
 	if d.o.Shared {
-		out = append(out, "shared-0")
+		out = append(out, d.name("shared-0"))
 	}
 	if d.o.Partitionable {
-		out = append(out, "part-full", "part-half-0", "part-half-1")
+		out = append(out, d.name("part-full"), d.name("part-half-0"), d.name("part-half-1"))
 	}
 	return out
 }
@@ -440,9 +538,14 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		if nonce > 0 {
 			cdiName = fmt.Sprintf("%s-%d", cdiName, nonce)
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiName, ContainerEdits: cdispec.ContainerEdits{
-			Env: []string{fmt.Sprintf("CONFORMANCE_DEVICE_%s=%s", strings.ReplaceAll(strings.ToUpper(r.Device), "-", "_"), r.Device)},
-		}})
+		env := []string{fmt.Sprintf("CONFORMANCE_DEVICE_%s=%s", strings.ReplaceAll(strings.ToUpper(r.Device), "-", "_"), r.Device)}
+		if d.defect("colliding-env") {
+			env = []string{"CONFORMANCE_DEVICE=" + r.Device}
+		}
+		if d.defect("restart-new-edits") {
+			env = append(env, instanceEnv())
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiName, ContainerEdits: cdispec.ContainerEdits{Env: env}})
 		id := CDIVendor + "/" + CDIClass + "=" + cdiName
 		switch {
 		case d.defect("cdi-unresolvable"):
@@ -465,6 +568,15 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	if d.o.NoCDI {
 		d.prepared[claim.UID] = st
+		return st, nil
+	}
+	if d.o.SharedSpec {
+		st.CDIDevices = spec.Devices
+		d.prepared[claim.UID] = st
+		if err := d.writeShared(); err != nil {
+			delete(d.prepared, claim.UID)
+			return nil, err
+		}
 		return st, nil
 	}
 	data, err := json.Marshal(spec)
@@ -508,6 +620,14 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 		if out[c.UID] == nil {
 			delete(d.prepared, c.UID)
+			if d.defect("leak-cdi-entry") {
+				d.leaked = append(d.leaked, st.CDIDevices...)
+			}
+		}
+	}
+	if d.o.SharedSpec {
+		if err := d.writeShared(); err != nil {
+			return nil, err
 		}
 	}
 	if err := d.save(); err != nil {
@@ -549,6 +669,31 @@ func (d *driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		case <-ctx.Done():
 			return nil
 		case reports <- rep:
+		}
+		if d.defect("health-unknown-refresh") {
+			// From now on only Unknown, as a runtime marks devices
+			// whose health source went quiet. A copy: the helper may
+			// still be converting the report it received.
+			rep.Devices = slices.Clone(rep.Devices)
+			for i := range rep.Devices {
+				rep.Devices[i].Health = kubeletplugin.HealthStatusUnknown
+			}
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(d.o.HealthTimeout / 2):
+				}
+				rep.Devices = slices.Clone(rep.Devices)
+				for i := range rep.Devices {
+					rep.Devices[i].LastUpdated = time.Now()
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case reports <- rep:
+				}
+			}
 		}
 		if d.defect("health-stale") {
 			<-ctx.Done()
