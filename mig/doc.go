@@ -116,4 +116,16 @@
 // planner's choice when slices are published in that order; WithReserve
 // adds admission control. Fragmentation scores are memoized by each
 // Product, so no cache outlives the products it scores.
+//
+// # Defragmenter
+//
+// Defragment answers what no order of devices can: a request that fits
+// nowhere because the free slices are scattered. Given the instances a
+// workload may restart elsewhere (Instance.Restartable), it returns the
+// fewest of them to move (at most WithMaxMoves), where each goes and
+// where the request goes, ties broken by the planner's score of the
+// result. The search is exact and bounded by counted work
+// (WithWorkBudget), not time, so a busy machine gets the same answer as
+// an idle one; Defrag.Complete and Defrag.Reason say when it gave up.
+// "drakit mig bench -defrag" measures it as an online policy.
 package mig

@@ -159,6 +159,8 @@ type options struct {
 	budget   time.Duration
 	profiles func(*Product) []string
 	fitOnly  bool
+	maxMoves int
+	work     int
 }
 
 // WithFitOnly makes Preference list only the devices the scheduler can
