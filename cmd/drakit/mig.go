@@ -30,6 +30,7 @@ const migUsage = `usage:
   drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
   drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
+  drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -202,8 +203,9 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
 	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
-	part := fs.String("part", "all", "which part: all, batch, online, latency")
+	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, about half an hour)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	loads := fs.String("loads", "", "comma-separated offered loads of the online runs (default 0.6,0.8,1.0,1.2)")
 	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
 	fleet := fs.Bool("fleet", false, "run the fleet benchmark instead: the scheduler's allocator cost per pod on 10, 100 and 1,000 nodes, per slice model and claim shape")
 	nodes := fs.String("nodes", "", "-fleet: comma-separated fleet sizes (default 10,100,1000)")
@@ -257,12 +259,25 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *long {
 		cfg = bench.Long()
 	}
+	if *part == "defrag" {
+		cfg = bench.DefragConfig()
+	}
 	cfg.Seed = *seed
 	if *seeds > 0 {
 		cfg.Seeds = *seeds
 	}
 	if *arrivals > 0 {
 		cfg.Arrivals = *arrivals
+	}
+	if *loads != "" {
+		cfg.Loads = nil
+		for _, f := range strings.Split(*loads, ",") {
+			l, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || l <= 0 {
+				return fmt.Errorf("%w: -loads: %q is not a positive number", errUsage, f)
+			}
+			cfg.Loads = append(cfg.Loads, l)
+		}
 	}
 	if *products != "" {
 		cfg.Products = nil
@@ -282,6 +297,8 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return bench.Online(ctx, cfg, stdout)
 	case "latency":
 		return bench.Latency(cfg, stdout)
+	case "defrag":
+		return bench.Defrag(ctx, cfg, stdout)
 	}
-	return fmt.Errorf("%w: -part %q: want all, batch, online or latency", errUsage, *part)
+	return fmt.Errorf("%w: -part %q: want all, batch, online, latency or defrag", errUsage, *part)
 }
