@@ -105,10 +105,11 @@ func WithMaxMoves(k int) Option {
 	}
 }
 
-// WithWorkBudget bounds Defragment's search by work, not time (sets of
-// instances tried plus search nodes; default DefaultDefragWork), so that
-// a result is the same on a busy and an idle machine. n must be
-// positive. Defragment only.
+// WithWorkBudget bounds a search by work, not time, so that a result is
+// the same on a busy and an idle machine: Defragment's (sets of instances
+// tried plus search nodes; default DefaultDefragWork) and PlanFleet's
+// (search nodes of its neighbourhood and exact searches; default
+// DefaultSearchWork). n must be positive.
 func WithWorkBudget(n int) Option {
 	return func(o *options) error {
 		if n <= 0 {

@@ -116,7 +116,8 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use); repeatable")
 	requests := fs.String("requests", "", "comma-separated profiles to place, e.g. 3g.40gb,1g.10gb,1g.10gb (added to the file's)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
-	budget := fs.Duration("search-budget", mig.DefaultSearchBudget, "time the exact search may take when the heuristic leaves requests unplaced (0: off)")
+	budget := fs.Duration("search-budget", -1, "time limit of the searches that run when the heuristic leaves requests unplaced (0: no search; default: none, the work budget alone bounds them)")
+	work := fs.Int("search-work", mig.DefaultSearchWork, "work budget (search nodes) of the searches that run when the heuristic leaves requests unplaced")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -158,7 +159,14 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 			in.Requests = append(in.Requests, mig.Request{Profile: r})
 		}
 	}
-	plan, err := mig.PlanFleet(in.Fleet, in.Requests, mig.WithSearchBudget(*budget))
+	if *work <= 0 {
+		return fmt.Errorf("%w: -search-work must be positive", errUsage)
+	}
+	opts := []mig.Option{mig.WithWorkBudget(*work)}
+	if *budget >= 0 {
+		opts = append(opts, mig.WithSearchBudget(*budget))
+	}
+	plan, err := mig.PlanFleet(in.Fleet, in.Requests, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -186,7 +194,7 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 		if !s.Optimal {
 			verdict = "not proven optimal: " + s.Note
 		}
-		fmt.Fprintf(stdout, "\nExact search: %d nodes in %s (budget %s), improved: %v; %s\n", s.Nodes, s.Elapsed.Round(time.Microsecond), s.Budget, s.Improved, verdict)
+		fmt.Fprintf(stdout, "\nSearch: %d nodes (%d in the neighbourhood search) of a budget of %d in %s, improved: %v; %s\n", s.Nodes, s.Neighbourhood, s.Work, s.Elapsed.Round(time.Microsecond), s.Improved, verdict)
 	}
 	return nil
 }
