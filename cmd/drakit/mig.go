@@ -213,6 +213,7 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
 	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, about half an hour)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	policies := fs.String("policies", "", "comma-separated online policies (first-fit, random, planner, planner+reserve1, planner+reserve2, free-migration, defrag-k<K>-r<fraction>; default: those of the part)")
 	loads := fs.String("loads", "", "comma-separated offered loads of the online runs (default 0.6,0.8,1.0,1.2)")
 	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
 	fleet := fs.Bool("fleet", false, "run the fleet benchmark instead: the scheduler's allocator cost per pod on 10, 100 and 1,000 nodes, per slice model and claim shape")
@@ -276,6 +277,16 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *arrivals > 0 {
 		cfg.Arrivals = *arrivals
+	}
+	if *policies != "" {
+		cfg.Policies = nil
+		for _, f := range strings.Split(*policies, ",") {
+			pol, err := bench.ParsePolicy(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%w: -policies: %w", errUsage, err)
+			}
+			cfg.Policies = append(cfg.Policies, pol)
+		}
 	}
 	if *loads != "" {
 		cfg.Loads = nil

@@ -361,6 +361,20 @@ func defragOf(pol Policy) (k int, restartable float64, ok bool) {
 	return k, restartable, true
 }
 
+// ParsePolicy reads a policy name: one of Policies, or a DefragPolicy
+// ("defrag-k2-r0.5": k from 1 to 8, a restartable fraction from 0 to 1).
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	if k, r, ok := defragOf(Policy(s)); ok && k >= 1 && k <= 8 && r >= 0 && r <= 1 {
+		return DefragPolicy(k, r), nil
+	}
+	return "", fmt.Errorf("unknown policy %q (want one of %v or defrag-k<1-8>-r<0-1>)", s, Policies)
+}
+
 // Policies are all the policies Online can compare, in table order.
 var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve1, PlannerReserve2, FreeMigration}
 

@@ -127,8 +127,15 @@ func TestSimulateDefrag(t *testing.T) {
 	if none.Evictions != 0 || none.Accepted != plan.Accepted {
 		t.Errorf("nothing restartable: %+v, want the planner's acceptance %.4f and no moves", none, plan.Accepted)
 	}
-	if _, _, ok := defragOf(Policy("defrag-kx")); ok {
-		t.Error(`defragOf("defrag-kx") ok`)
+	for s, want := range map[string]Policy{"planner": Planner, "defrag-k2-r0.5": DefragPolicy(2, 0.5), "defrag-k1-r1": DefragPolicy(1, 1)} {
+		if got, err := ParsePolicy(s); err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"defrag-kx", "defrag-k0-r1", "defrag-k2-r1.5", "best"} {
+		if _, err := ParsePolicy(s); err == nil {
+			t.Errorf("ParsePolicy(%q): no error", s)
+		}
 	}
 }
 
