@@ -29,6 +29,7 @@ func init() {
 const migUsage = `usage:
   drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
   drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
+  drakit mig defrag [flags]          which restartable instances to move so that a request fits (a dry run: prints the plan)
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
   drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
@@ -44,6 +45,8 @@ func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return migPlan(args[1:], stdout, stderr)
 	case "bench":
 		return migBench(ctx, args[1:], stdout, stderr)
+	case "defrag":
+		return migDefrag(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, migUsage)
 		return flag.ErrHelp
@@ -203,6 +206,101 @@ func pictures(w io.Writer, fleet []mig.FleetGPU) {
 	for _, g := range fleet {
 		fmt.Fprintln(w, "  "+g.Product.Picture(fmt.Sprintf("%s/gpu-%d", g.Node, g.Index), g.Layout))
 	}
+}
+
+// defragInput is the YAML file of "drakit mig defrag -f".
+type defragInput struct {
+	Fleet   []mig.FleetGPU `json:"fleet"`
+	Request mig.Request    `json:"request"`
+}
+
+func migDefrag(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mig defrag", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "YAML file with 'fleet' (node, index, product, layout with inUse and restartable per instance) and 'request' (profile, node, gpu); replaces the fleet flags")
+	product := fs.String("product", "H100-80GB", "product of every GPU of the flag-built fleet")
+	gpus := fs.Int("gpus", 1, "number of GPUs of the flag-built fleet (one node)")
+	node := fs.String("node", "node-0", "node name of the flag-built fleet")
+	layouts := layoutFlags{}
+	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use, and restartable unless -fixed); repeatable")
+	fixed := fs.Bool("fixed", false, "flag-built fleet: in-use instances may not move (default: every in-use instance is restartable)")
+	request := fs.String("request", "", "profile of the request, e.g. 4g.40gb (replaces the file's)")
+	k := fs.Int("k", mig.DefaultMaxMoves, "most instances to move")
+	work := fs.Int("work", mig.DefaultDefragWork, "work budget of the search")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var in defragInput
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return fmt.Errorf("read defrag input: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &in); err != nil {
+			return fmt.Errorf("%w: parse %s: %w", errUsage, *file, err)
+		}
+	} else {
+		if *gpus < 1 {
+			return fmt.Errorf("%w: -gpus %d must be at least 1", errUsage, *gpus)
+		}
+		prod, err := mig.Lookup(*product)
+		if err != nil {
+			return fmt.Errorf("%w: -product: %w", errUsage, err)
+		}
+		for i := range layouts {
+			if i >= *gpus {
+				return fmt.Errorf("%w: -layout %d: only %d GPUs (-gpus)", errUsage, i, *gpus)
+			}
+		}
+		for i := 0; i < *gpus; i++ {
+			l, err := mig.ParseLayout(layouts[i])
+			if err != nil {
+				return fmt.Errorf("%w: -layout %d: %w", errUsage, i, err)
+			}
+			for j := range l {
+				l[j].Restartable = l[j].InUse && !*fixed
+			}
+			in.Fleet = append(in.Fleet, mig.FleetGPU{Node: *node, Index: i, Product: prod, Layout: l})
+		}
+	}
+	if *request != "" {
+		in.Request = mig.Request{Profile: *request}
+	}
+	if in.Request.Profile == "" {
+		return fmt.Errorf("%w: no request (-request or the file's request.profile)", errUsage)
+	}
+	d, err := mig.Defragment(in.Fleet, in.Request, mig.WithMaxMoves(*k), mig.WithWorkBudget(*work))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	fmt.Fprintln(stdout, "Before:")
+	pictures(stdout, in.Fleet)
+	if !d.Found {
+		fmt.Fprintf(stdout, "\nNo plan for %s: %s (work %d of %d)\n", in.Request.Profile, d.Reason, d.Work, d.Budget)
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nMoves (%d):\n", len(d.Moves))
+	for _, m := range d.Moves {
+		fmt.Fprintln(stdout, "  "+m.String())
+	}
+	fmt.Fprintf(stdout, "Request %s goes to %s/gpu-%d@%d\n", d.Target.Profile, d.Target.Node, d.Target.GPU, d.Target.Start)
+	fmt.Fprintf(stdout, "\nAfter (score %d):\n", d.Score)
+	pictures(stdout, d.After)
+	verdict := "the fewest moves, and the best score among them"
+	if !d.Complete {
+		verdict = "not proven best: " + d.Reason
+	}
+	fmt.Fprintf(stdout, "\nSearch: work %d of %d; %s\n", d.Work, d.Budget, verdict)
+	return nil
 }
 
 func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
