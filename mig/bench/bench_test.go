@@ -78,7 +78,7 @@ func TestRunPrintsTable(t *testing.T) {
 
 func TestDefragTable(t *testing.T) {
 	cfg := DefragConfig()
-	cfg.Seeds, cfg.Arrivals, cfg.Loads = 2, 300, []float64{1.1}
+	cfg.Seeds, cfg.Arrivals, cfg.Loads = 2, 150, []float64{1.1}
 	cfg.Policies = []Policy{FirstFit, Planner, DefragPolicy(2, 1), DefragPolicy(1, 0.5)}
 	var out bytes.Buffer
 	if err := Defrag(context.Background(), cfg, &out); err != nil {
