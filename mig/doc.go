@@ -106,11 +106,15 @@
 // keep whole GPUs free and free space in large aligned blocks. A fleet's
 // GPUs carry their *Product itself (from Lookup, or from FromNVML for
 // what a real GPU reports), so a real GPU's tables reach the planner.
-// When its fragmentation-aware heuristic leaves requests unplaced, an
-// exact search (branch and bound over per-GPU maximal patterns,
-// interchangeable GPUs as one class, memoized) finds the best plan within
-// a time budget (WithSearchBudget), and Plan.Search reports it: PlanFleet
-// places every request whenever some plan can. Optimum is the independent
+// When its fragmentation-aware heuristic leaves requests unplaced,
+// searches follow: a split by product for two products that share a
+// profile name, a neighbourhood search that re-packs pairs and triples of
+// GPUs exactly, and an exact search over the whole fleet (branch and
+// bound over per-GPU maximal patterns, interchangeable GPUs as one class,
+// memoized), all within one budget of counted work (WithWorkBudget), so
+// that a plan is the same on a busy and an idle machine; Plan.Search
+// reports them. Exact fills of 64 GPUs, one product or H100 with A100,
+// are placed completely within the default budget. Optimum is the independent
 // exhaustive yardstick for small fleets. Preference is the online mode: an
 // order of a node's devices that makes the scheduler's first fit the
 // planner's choice when slices are published in that order; WithReserve
