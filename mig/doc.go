@@ -131,5 +131,19 @@
 // result. The search is exact and bounded by counted work
 // (WithWorkBudget), not time, so a busy machine gets the same answer as
 // an idle one; Defrag.Complete and Defrag.Reason say when it gave up.
-// "drakit mig bench -defrag" measures it as an online policy.
+// "drakit mig bench -part defrag" measures it as an online policy: the
+// planner's order, and when a 3g, 4g or 7g arrival finds no room, at most
+// k moves. At load 1.0 on 8 x H100 (10 seeds of 3,000 arrivals, gains in
+// points of compute-weighted acceptance over the planner, mean of
+// per-seed differences ± standard error; two busy cores, about 12
+// minutes for these rows):
+//
+//	every pod restartable   k=1 +4.18 ± 0.32   43.6 moves per 1,000 arrivals
+//	                        k=2 +5.33 ± 0.32   82.1
+//	                        k=3 +6.24 ± 0.40  105.7
+//	half of them            k=1 +2.86 ± 0.32   27.7
+//	                        k=2 +3.79 ± 0.28   54.5
+//
+// (the planner itself: +2.25 ± 0.33 over first fit, never below it on
+// any seed).
 package mig
