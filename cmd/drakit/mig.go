@@ -309,7 +309,7 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
 	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
-	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, about half an hour)")
+	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
 	policies := fs.String("policies", "", "comma-separated online policies (first-fit, random, planner, planner+reserve1, planner+reserve2, free-migration, defrag-k<K>-r<fraction>; default: those of the part)")
 	loads := fs.String("loads", "", "comma-separated offered loads of the online runs (default 0.6,0.8,1.0,1.2)")

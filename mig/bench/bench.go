@@ -621,8 +621,9 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 // DefragConfig is the configuration of the defragmenter's table: 8 x
 // H100, loads 0.6-1.2, 10 seeds of 3,000 arrivals, first fit, the
 // planner and the defragmenter with k = 1, 2, 3 moves at restartable
-// fractions 1 and 0.5 (about half an hour on two busy cores; -arrivals
-// and -seeds scale it).
+// fractions 1 and 0.5 (the seven rows of load 1.0 took 12 minutes on
+// two busy cores, all four loads take about four times that; -loads,
+// -policies, -arrivals and -seeds scale it).
 func DefragConfig() Config {
 	c := Short()
 	c.Seeds, c.Arrivals = 10, 3000
