@@ -449,10 +449,10 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 			search.Note = "work budget spent in the neighbourhood search; its plan is kept"
 		default:
 			// The whole-fleet search costs far more per node than the
-			// neighbourhood's small ones: it gets at most a twentieth of
+			// neighbourhood's small ones: it gets at most a hundredth of
 			// the budget, so that a fleet where nothing more fits is not
 			// searched for long.
-			lim.nodes = min(o.work-spent, max(o.work/20, 1))
+			lim.nodes = min(o.work-spent, max(o.work/100, 1))
 			var s Search
 			unplaced, s = pl.exact(gpus, fleet, requests, reqs, unplaced, lim)
 			s.Nodes += spent
