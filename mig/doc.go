@@ -106,14 +106,44 @@
 // keep whole GPUs free and free space in large aligned blocks. A fleet's
 // GPUs carry their *Product itself (from Lookup, or from FromNVML for
 // what a real GPU reports), so a real GPU's tables reach the planner.
-// When its fragmentation-aware heuristic leaves requests unplaced, an
-// exact search (branch and bound over per-GPU maximal patterns,
-// interchangeable GPUs as one class, memoized) finds the best plan within
-// a time budget (WithSearchBudget), and Plan.Search reports it: PlanFleet
-// places every request whenever some plan can. Optimum is the independent
+// When its fragmentation-aware heuristic leaves requests unplaced,
+// searches follow: a split by product for two products that share a
+// profile name, a neighbourhood search that re-packs pairs and triples of
+// GPUs exactly, and an exact search over the whole fleet (branch and
+// bound over per-GPU maximal patterns, interchangeable GPUs as one class,
+// memoized), all within one budget of counted work (WithWorkBudget), so
+// that a plan is the same on a busy and an idle machine; Plan.Search
+// reports them. Exact fills of 64 GPUs, one product or H100 with A100,
+// are placed completely within the default budget. Optimum is the independent
 // exhaustive yardstick for small fleets. Preference is the online mode: an
 // order of a node's devices that makes the scheduler's first fit the
 // planner's choice when slices are published in that order; WithReserve
 // adds admission control. Fragmentation scores are memoized by each
 // Product, so no cache outlives the products it scores.
+//
+// # Defragmenter
+//
+// Defragment answers what no order of devices can: a request that fits
+// nowhere because the free slices are scattered. Given the instances a
+// workload may restart elsewhere (Instance.Restartable), it returns the
+// fewest of them to move (at most WithMaxMoves), where each goes and
+// where the request goes, ties broken by the planner's score of the
+// result. The search is exact and bounded by counted work
+// (WithWorkBudget), not time, so a busy machine gets the same answer as
+// an idle one; Defrag.Complete and Defrag.Reason say when it gave up.
+// "drakit mig bench -part defrag" measures it as an online policy: the
+// planner's order, and when a 3g, 4g or 7g arrival finds no room, at most
+// k moves. At load 1.0 on 8 x H100 (10 seeds of 3,000 arrivals, gains in
+// points of compute-weighted acceptance over the planner, mean of
+// per-seed differences ± standard error; two busy cores, about 12
+// minutes for these rows):
+//
+//	every pod restartable   k=1 +4.18 ± 0.32   43.6 moves per 1,000 arrivals
+//	                        k=2 +5.33 ± 0.32   82.1
+//	                        k=3 +6.24 ± 0.40  105.7
+//	half of them            k=1 +2.86 ± 0.32   27.7
+//	                        k=2 +3.79 ± 0.28   54.5
+//
+// (the planner itself: +2.25 ± 0.33 over first fit, never below it on
+// any seed).
 package mig

@@ -30,14 +30,21 @@ import (
 // value plus a bound on the rest (remaining compute against the remaining
 // GPUs' capacity) cannot beat the best found in the same subproblem.
 
-// DefaultSearchBudget is the time PlanFleet's exact search may take when
-// WithSearchBudget does not say otherwise. On 8 GPUs and up to 30
+// DefaultSearchBudget was the time PlanFleet's exact search could take
+// by default; PlanFleet is now bounded by work (DefaultSearchWork) and
+// applies a time limit only when WithSearchBudget asks for one, such as
+// this one. On 8 GPUs and up to 30
 // requests without pins it finishes in a few milliseconds (the slowest of
 // the 7,251 full H100 instances of the tests: about 0.1 s on a loaded
 // machine); many pinned requests (every profile and pin a kind of its
 // own) can take seconds, and then the heuristic's plan is kept and
 // Plan.Search says so.
 const DefaultSearchBudget = 500 * time.Millisecond
+
+// DefaultSearchWork is the work (search nodes) PlanFleet's searches may
+// do when WithWorkBudget does not say otherwise. Counting work, not time,
+// makes a plan the same on a busy and an idle machine.
+const DefaultSearchWork = 1_000_000
 
 // Search reports PlanFleet's exact search.
 type Search struct {
@@ -55,8 +62,15 @@ type Search struct {
 	Nodes int `json:"nodes,omitempty"`
 	// Elapsed is the time the search took.
 	Elapsed time.Duration `json:"elapsed,omitempty"`
-	// Budget is the time the search was allowed (WithSearchBudget).
+	// Budget is the time limit of WithSearchBudget, 0 when none was set
+	// (the default: the search is bounded by work only).
 	Budget time.Duration `json:"budget"`
+	// Work is the work budget (search nodes) the search was allowed
+	// (WithWorkBudget, DefaultSearchWork).
+	Work int `json:"work"`
+	// Neighbourhood is the search nodes spent re-packing pairs and
+	// triples of GPUs before the whole-fleet search (included in Nodes).
+	Neighbourhood int `json:"neighbourhood,omitempty"`
 	// Note says why the search did not run or did not finish, if so.
 	Note string `json:"note,omitempty"`
 }
@@ -101,19 +115,26 @@ type xentry struct {
 }
 
 type xsearch struct {
-	kinds    []xkind
-	classes  []*xclass
-	w        int64   // value = compute*w + count
-	kval     []int64 // per kind, the value of one request
-	suffix   []int   // compute capacity of classes c.. (all their GPUs)
-	memSuf   []int   // memory capacity of classes c..
-	mostSuf  []xvec  // per kind, the most requests classes c.. can take
-	valMem   int64   // a lower bound on value per memory slice of any kind
-	memo     map[xkey]xentry
-	seen     [][]xvec // per depth, cut-down patterns tried
+	kinds   []xkind
+	classes []*xclass
+	w       int64   // value = compute*w + count
+	kval    []int64 // per kind, the value of one request
+	suffix  []int   // compute capacity of classes c.. (all their GPUs)
+	memSuf  []int   // memory capacity of classes c..
+	mostSuf []xvec  // per kind, the most requests classes c.. can take
+	valMem  int64   // a lower bound on value per memory slice of any kind
+	memo    map[xkey]xentry
+	seen    [][]xvec // per depth, cut-down patterns tried
+	nodes   int
+	lim     searchLimit
+	aborted bool
+}
+
+// searchLimit bounds a search: by nodes always, by time when deadline is
+// set (WithSearchBudget).
+type searchLimit struct {
 	nodes    int
 	deadline time.Time
-	aborted  bool
 }
 
 // exactResult is the search's outcome: per GPU, the requests it takes.
@@ -128,9 +149,8 @@ type exactResult struct {
 // exactPlan searches for the best assignment of requests to GPUs. It
 // returns finished false when the budget ran out or the input is beyond
 // what the search handles (note says which).
-func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, budget time.Duration) exactResult {
-	start := time.Now()
-	xs := &xsearch{deadline: start.Add(budget), memo: map[xkey]xentry{}, w: int64(len(requests)) + 1}
+func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLimit) exactResult {
+	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1}
 	type kindKey struct {
 		name, node string
 		gpu        int
@@ -242,8 +262,10 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, budget time.D
 		n := int16(len(cl.members))
 		k, m := n, int16(0)
 		for k > 0 {
-			e := xs.memo[xkey{c: int16(c), k: k, m: m, rem: rem}]
-			if e.choice < 0 {
+			// A subproblem the search cut off by its bound has no entry:
+			// its GPUs take nothing.
+			e, ok := xs.memo[xkey{c: int16(c), k: k, m: m, rem: rem}]
+			if !ok || e.choice < 0 {
 				break
 			}
 			w := cut(cl.pats[e.choice], rem)
@@ -361,7 +383,7 @@ func (xs *xsearch) patterns(c *xclass, demand xvec) bool {
 // tick counts a search node and reports whether the budget is spent.
 func (xs *xsearch) tick() bool {
 	xs.nodes++
-	if xs.nodes&1023 == 0 && time.Now().After(xs.deadline) {
+	if xs.nodes > xs.lim.nodes || (xs.nodes&1023 == 0 && !xs.lim.deadline.IsZero() && time.Now().After(xs.lim.deadline)) {
 		xs.aborted = true
 	}
 	return xs.aborted

@@ -162,7 +162,7 @@ func TestPlanFleetIssueExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPlan(t, fleet, reqs, plan)
-	if plan.Value() != opt || !plan.Search.Ran || !plan.Search.Improved || !plan.Search.Optimal || plan.Search.Budget != DefaultSearchBudget {
+	if plan.Value() != opt || !plan.Search.Ran || !plan.Search.Improved || !plan.Search.Optimal || plan.Search.Work != DefaultSearchWork || plan.Search.Budget != 0 {
 		t.Errorf("plan value %+v (optimum %+v), search %+v", plan.Value(), opt, plan.Search)
 	}
 }
@@ -329,5 +329,100 @@ func TestFleetGPUJSON(t *testing.T) {
 	var notBuilt FleetGPU
 	if _, err := PlanFleet([]FleetGPU{notBuilt}, nil); !errors.Is(err, ErrProductNotBuilt) {
 		t.Errorf("plan with a nil product: error %v, want ErrProductNotBuilt", err)
+	}
+}
+
+// randomFill makes n empty GPUs, products round robin, and the requests
+// of one random layout per GPU that uses all its compute slices (plain
+// profiles): a complete packing exists by construction.
+func randomFill(rng *rand.Rand, ps []*Product, n int) ([]FleetGPU, []Request) {
+	full := map[*Product][]Layout{}
+	for _, p := range ps {
+		var plain []string
+		for _, pr := range p.Profiles {
+			if !pr.MediaExtensions {
+				plain = append(plain, pr.Name)
+			}
+		}
+		allow, _ := p.profileFilter(plain)
+		p.walk(allow, func(chosen []int, st *state) {
+			if int(st.compute) == p.ComputeSlices {
+				full[p] = append(full[p], p.layoutOf(chosen))
+			}
+		})
+	}
+	var fleet []FleetGPU
+	var reqs []Request
+	for i := 0; i < n; i++ {
+		p := ps[i%len(ps)]
+		for _, in := range full[p][rng.Intn(len(full[p]))] {
+			reqs = append(reqs, Request{Profile: in.Profile})
+		}
+		fleet = append(fleet, FleetGPU{Node: fmt.Sprintf("node-%d", i/8), Index: i % 8, Product: p})
+	}
+	rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
+	return fleet, reqs
+}
+
+// TestPlanFleetCompleteBeyondOneNode: exact fills of 16, 32 and 64 empty
+// GPUs, H100-80GB alone and H100-80GB with A100-40GB (which share the
+// name 1g.10gb: a 1g on one, a 1g large on the other), are placed
+// completely within the default work budget, 50 random fills per row
+// (10 with -short). Before the neighbourhood search and the split by
+// product, 2-16 of 40 per row from 32 GPUs on were left incomplete.
+func TestPlanFleetCompleteBeyondOneNode(t *testing.T) {
+	h, a := mustLookup(t, "H100-80GB"), mustLookup(t, "A100-40GB")
+	runs := 50
+	if testing.Short() {
+		runs = 10
+	}
+	for _, n := range []int{16, 32, 64} {
+		for _, ps := range [][]*Product{{h}, {h, a}} {
+			name := fmt.Sprintf("%d GPUs of %d products", n, len(ps))
+			rng := rand.New(rand.NewSource(int64(n * len(ps))))
+			maxNodes := 0
+			for i := 0; i < runs; i++ {
+				fleet, reqs := randomFill(rng, ps, n)
+				plan, err := PlanFleet(fleet, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPlan(t, fleet, reqs, plan)
+				if len(plan.Unplaced) > 0 {
+					t.Errorf("%s, fill %d: %d of %d requests unplaced, search %+v", name, i, len(plan.Unplaced), len(reqs), plan.Search)
+				}
+				maxNodes = max(maxNodes, plan.Search.Nodes)
+			}
+			t.Logf("%s: %d fills placed completely, most work %d of %d", name, runs, maxNodes, DefaultSearchWork)
+		}
+	}
+}
+
+// TestPlanFleetIssue26Example is issue 26's instance: 64 empty H100s
+// where the search of the time, after 102,400 nodes, left a 1g.10gb out.
+// It is placed completely, and the plan is the same on every run (the
+// budget counts work, not time).
+func TestPlanFleetIssue26Example(t *testing.T) {
+	h := mustLookup(t, "H100-80GB")
+	names := []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+	reqs := requestsOf(names, []int{148, 33, 37, 30, 7, 7})
+	fleet := emptyFleet(h, 64)
+	for i := range fleet {
+		fleet[i].Node, fleet[i].Index = fmt.Sprintf("node-%d", i/8), i%8
+	}
+	plan, err := PlanFleet(fleet, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, fleet, reqs, plan)
+	if len(plan.Unplaced) > 0 {
+		t.Fatalf("%d requests unplaced, search %+v", len(plan.Unplaced), plan.Search)
+	}
+	again, err := PlanFleet(fleet, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(plan, again, planCmp); diff != "" {
+		t.Errorf("two runs differ:\n%s", diff)
 	}
 }

@@ -181,3 +181,39 @@ func ExampleCounterModel_PreferredPools() {
 	// gpu-1-1g-10gb-6
 	// gpu-1-1g-10gb-4
 }
+
+func ExampleDefragment() {
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		panic(err)
+	}
+	// GPU 0 runs four restartable 1g instances at placements 0, 2, 4 and
+	// 6, so that no four free memory slices start at 0. GPU 1
+	// runs a 4g and a 1g that must stay where they are.
+	one := func(start int) mig.Instance {
+		return mig.Instance{Profile: "1g.10gb", Start: start, InUse: true, Restartable: true}
+	}
+	fleet := []mig.FleetGPU{
+		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{one(0), one(2), one(4), one(6)}},
+		{Node: "node-a", Index: 1, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}, {Profile: "1g.10gb", Start: 4, InUse: true}}},
+	}
+	d, err := mig.Defragment(fleet, mig.Request{Profile: "4g.40gb"}, mig.WithMaxMoves(2))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("found:", d.Found, "complete:", d.Complete)
+	for _, m := range d.Moves {
+		fmt.Println("move", m)
+	}
+	fmt.Printf("4g.40gb goes to %s/gpu-%d@%d\n", d.Target.Node, d.Target.GPU, d.Target.Start)
+	for _, g := range d.After {
+		fmt.Println(p.Picture(fmt.Sprintf("gpu-%d", g.Index), g.Layout))
+	}
+	// Output:
+	// found: true complete: true
+	// move node-a/gpu-0 1g.10gb@0 -> node-a/gpu-0@5
+	// move node-a/gpu-0 1g.10gb@2 -> node-a/gpu-1@5
+	// 4g.40gb goes to node-a/gpu-0@0
+	// gpu-0        |4g.40gb*                           |1g.10gb*|1g.10gb*|1g.10gb*|........|
+	// gpu-1        |4g.40gb*                           |1g.10gb*|1g.10gb*|........|........|
+}

@@ -32,6 +32,10 @@ type Instance struct {
 	Start int `json:"start"`
 	// InUse marks an instance a workload holds: a plan never destroys it.
 	InUse bool `json:"inUse,omitempty"`
+	// Restartable marks an in-use instance whose workload may be stopped
+	// and started again elsewhere, so that Defragment may move it. It
+	// means nothing without InUse; PlanFleet and Preference ignore it.
+	Restartable bool `json:"restartable,omitempty"`
 }
 
 // String prints "profile@start", with a trailing "*" when in use.

@@ -155,10 +155,13 @@ func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
 type Option func(*options) error
 
 type options struct {
-	reserve  int
-	budget   time.Duration
-	profiles func(*Product) []string
-	fitOnly  bool
+	reserve   int
+	budget    time.Duration
+	budgetSet bool
+	profiles  func(*Product) []string
+	fitOnly   bool
+	maxMoves  int
+	work      int
 }
 
 // WithFitOnly makes Preference list only the devices the scheduler can
@@ -201,15 +204,18 @@ func WithProfiles(profiles func(p *Product) []string) Option {
 	}
 }
 
-// WithSearchBudget bounds the time of PlanFleet's exact search (see
-// PlanFleet and Search); 0 turns the search off, so PlanFleet returns the
-// heuristic's plan. d must not be negative. PlanFleet only.
+// WithSearchBudget adds a time limit to PlanFleet's searches (see
+// PlanFleet and Search), on top of the work budget; 0 turns the searches
+// off, so PlanFleet returns the heuristic's plan. A time limit makes the
+// plan depend on how busy the machine is; without this option PlanFleet
+// is bounded by work alone (WithWorkBudget). d must not be negative.
+// PlanFleet only.
 func WithSearchBudget(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 0 {
 			return fmt.Errorf("search budget %s: must not be negative", d)
 		}
-		o.budget = d
+		o.budget, o.budgetSet = d, true
 		return nil
 	}
 }

@@ -255,22 +255,29 @@ type reqInfo struct {
 // requests and the unplaced ones for the best set the GPU can hold, so a
 // one-GPU fleet always gets an optimal plan.
 //
-// When the heuristic leaves requests unplaced, an exact search (branch
-// and bound over per-GPU maximal patterns, with interchangeable GPUs
-// taken as one class, memoized) looks for a plan that places more, within
-// the time budget of WithSearchBudget (DefaultSearchBudget when not
-// given); Plan.Search reports it. So PlanFleet places every request
-// whenever some plan can, unless the budget runs out first, which
-// Plan.Search says (Optimal false). Options other than WithSearchBudget
-// do not apply to PlanFleet and are ignored. PlanFleet is safe for
-// concurrent use.
+// When the heuristic leaves requests unplaced, three searches follow,
+// all bounded by one work budget (WithWorkBudget, DefaultSearchWork:
+// search nodes counted, so the plan is the same on a busy and an idle
+// machine; WithSearchBudget adds a time limit): on a fleet of two
+// products that share one profile name and no pins, a plan per product
+// with the shared requests split between them; a neighbourhood search
+// that re-packs pairs and triples of GPUs with the unplaced requests
+// exactly; then an exact search over the whole fleet (branch and bound
+// over per-GPU maximal patterns, interchangeable GPUs taken as one
+// class, memoized). Plan.Search reports them. Exact fills of 64 GPUs
+// (H100-80GB, or H100-80GB with A100-40GB) are placed completely within
+// the default budget (TestPlanFleetCompleteBeyondOneNode); when the
+// budget runs out first, Plan.Search says so (Optimal false). Options
+// other than WithSearchBudget and WithWorkBudget do not apply to
+// PlanFleet and are ignored. PlanFleet is safe for concurrent use.
 func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
-	o := options{budget: DefaultSearchBudget}
+	o := options{work: DefaultSearchWork}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
 	}
+	searchOff := o.budgetSet && o.budget == 0
 	pl := newPlanner()
 	gpus, err := pl.load(fleet)
 	if err != nil {
@@ -405,9 +412,55 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 			break
 		}
 	}
-	search := Search{Budget: o.budget, Optimal: len(unplaced) == 0}
-	if len(unplaced) > 0 && o.budget > 0 {
-		unplaced, search = pl.exact(gpus, fleet, requests, reqs, unplaced, o.budget)
+	search := Search{Budget: o.budget, Work: o.work, Optimal: len(unplaced) == 0}
+	if len(unplaced) > 0 && !searchOff {
+		start := time.Now()
+		lim := searchLimit{nodes: o.work}
+		if o.budget > 0 {
+			lim.deadline = start.Add(o.budget)
+		}
+		var spent int
+		var out bool
+		if take, n, ok := byProduct(fleet, requests, o.work); ok {
+			for gi, g := range gpus {
+				g.assigned = [maxProfiles]uint8{}
+				g.reqs = take[gi]
+				for _, ri := range g.reqs {
+					pi, _ := g.prod.profileIndex(requests[ri].Profile)
+					g.assigned[pi]++
+				}
+			}
+			unplaced, spent = nil, n
+		} else {
+			spent = n
+		}
+		if len(unplaced) > 0 && spent < o.work {
+			var more int
+			unplaced, more, out = pl.neighbourhood(gpus, fleet, requests, reqs, unplaced, o.work-spent)
+			spent += more
+		}
+		search.Neighbourhood = spent
+		switch {
+		case len(unplaced) == 0:
+			search.Ran, search.Optimal, search.Improved = true, true, true
+			search.Nodes = spent
+		case out:
+			search.Ran, search.Nodes = true, spent
+			search.Note = "work budget spent in the neighbourhood search; its plan is kept"
+		default:
+			// The whole-fleet search costs far more per node than the
+			// neighbourhood's small ones: it gets at most a hundredth of
+			// the budget, so that a fleet where nothing more fits is not
+			// searched for long.
+			lim.nodes = min(o.work-spent, max(o.work/100, 1))
+			var s Search
+			unplaced, s = pl.exact(gpus, fleet, requests, reqs, unplaced, lim)
+			s.Nodes += spent
+			s.Neighbourhood = spent
+			s.Budget, s.Work = o.budget, o.work
+			search = s
+		}
+		search.Elapsed = time.Since(start)
 	}
 	sort.Ints(unplaced)
 	var up []Unplaced
@@ -434,10 +487,9 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 // exact runs the exact search after the heuristic and, when it places
 // more, replaces the heuristic's assignment. It returns the unplaced
 // requests and the search report.
-func (pl *planner) exact(gpus []*pgpu, fleet []FleetGPU, requests []Request, reqs []reqInfo, unplaced []int, budget time.Duration) ([]int, Search) {
-	start := time.Now()
-	res := exactPlan(gpus, fleet, requests, budget)
-	s := Search{Ran: true, Budget: budget, Nodes: res.nodes, Elapsed: time.Since(start), Note: res.note, Optimal: res.finished}
+func (pl *planner) exact(gpus []*pgpu, fleet []FleetGPU, requests []Request, reqs []reqInfo, unplaced []int, lim searchLimit) ([]int, Search) {
+	res := exactPlan(gpus, fleet, requests, lim)
+	s := Search{Ran: true, Nodes: res.nodes, Note: res.note, Optimal: res.finished}
 	if !res.finished {
 		return unplaced, s
 	}

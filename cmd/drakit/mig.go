@@ -29,7 +29,9 @@ func init() {
 const migUsage = `usage:
   drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
   drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
+  drakit mig defrag [flags]          which restartable instances to move so that a request fits (a dry run: prints the plan)
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
+  drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -43,6 +45,8 @@ func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return migPlan(args[1:], stdout, stderr)
 	case "bench":
 		return migBench(ctx, args[1:], stdout, stderr)
+	case "defrag":
+		return migDefrag(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, migUsage)
 		return flag.ErrHelp
@@ -115,7 +119,8 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use); repeatable")
 	requests := fs.String("requests", "", "comma-separated profiles to place, e.g. 3g.40gb,1g.10gb,1g.10gb (added to the file's)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
-	budget := fs.Duration("search-budget", mig.DefaultSearchBudget, "time the exact search may take when the heuristic leaves requests unplaced (0: off)")
+	budget := fs.Duration("search-budget", -1, "time limit of the searches that run when the heuristic leaves requests unplaced (0: no search; default: none, the work budget alone bounds them)")
+	work := fs.Int("search-work", mig.DefaultSearchWork, "work budget (search nodes) of the searches that run when the heuristic leaves requests unplaced")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -157,7 +162,14 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 			in.Requests = append(in.Requests, mig.Request{Profile: r})
 		}
 	}
-	plan, err := mig.PlanFleet(in.Fleet, in.Requests, mig.WithSearchBudget(*budget))
+	if *work <= 0 {
+		return fmt.Errorf("%w: -search-work must be positive", errUsage)
+	}
+	opts := []mig.Option{mig.WithWorkBudget(*work)}
+	if *budget >= 0 {
+		opts = append(opts, mig.WithSearchBudget(*budget))
+	}
+	plan, err := mig.PlanFleet(in.Fleet, in.Requests, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -185,7 +197,7 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 		if !s.Optimal {
 			verdict = "not proven optimal: " + s.Note
 		}
-		fmt.Fprintf(stdout, "\nExact search: %d nodes in %s (budget %s), improved: %v; %s\n", s.Nodes, s.Elapsed.Round(time.Microsecond), s.Budget, s.Improved, verdict)
+		fmt.Fprintf(stdout, "\nSearch: %d nodes (%d in the neighbourhood search) of a budget of %d in %s, improved: %v; %s\n", s.Nodes, s.Neighbourhood, s.Work, s.Elapsed.Round(time.Microsecond), s.Improved, verdict)
 	}
 	return nil
 }
@@ -196,14 +208,111 @@ func pictures(w io.Writer, fleet []mig.FleetGPU) {
 	}
 }
 
+// defragInput is the YAML file of "drakit mig defrag -f".
+type defragInput struct {
+	Fleet   []mig.FleetGPU `json:"fleet"`
+	Request mig.Request    `json:"request"`
+}
+
+func migDefrag(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mig defrag", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "YAML file with 'fleet' (node, index, product, layout with inUse and restartable per instance) and 'request' (profile, node, gpu); replaces the fleet flags")
+	product := fs.String("product", "H100-80GB", "product of every GPU of the flag-built fleet")
+	gpus := fs.Int("gpus", 1, "number of GPUs of the flag-built fleet (one node)")
+	node := fs.String("node", "node-0", "node name of the flag-built fleet")
+	layouts := layoutFlags{}
+	fs.Var(layouts, "layout", "current layout of one GPU, INDEX=profile@start[*],... ('*' = in use, and restartable unless -fixed); repeatable")
+	fixed := fs.Bool("fixed", false, "flag-built fleet: in-use instances may not move (default: every in-use instance is restartable)")
+	request := fs.String("request", "", "profile of the request, e.g. 4g.40gb (replaces the file's)")
+	k := fs.Int("k", mig.DefaultMaxMoves, "most instances to move")
+	work := fs.Int("work", mig.DefaultDefragWork, "work budget of the search")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	var in defragInput
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return fmt.Errorf("read defrag input: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &in); err != nil {
+			return fmt.Errorf("%w: parse %s: %w", errUsage, *file, err)
+		}
+	} else {
+		if *gpus < 1 {
+			return fmt.Errorf("%w: -gpus %d must be at least 1", errUsage, *gpus)
+		}
+		prod, err := mig.Lookup(*product)
+		if err != nil {
+			return fmt.Errorf("%w: -product: %w", errUsage, err)
+		}
+		for i := range layouts {
+			if i >= *gpus {
+				return fmt.Errorf("%w: -layout %d: only %d GPUs (-gpus)", errUsage, i, *gpus)
+			}
+		}
+		for i := 0; i < *gpus; i++ {
+			l, err := mig.ParseLayout(layouts[i])
+			if err != nil {
+				return fmt.Errorf("%w: -layout %d: %w", errUsage, i, err)
+			}
+			for j := range l {
+				l[j].Restartable = l[j].InUse && !*fixed
+			}
+			in.Fleet = append(in.Fleet, mig.FleetGPU{Node: *node, Index: i, Product: prod, Layout: l})
+		}
+	}
+	if *request != "" {
+		in.Request = mig.Request{Profile: *request}
+	}
+	if in.Request.Profile == "" {
+		return fmt.Errorf("%w: no request (-request or the file's request.profile)", errUsage)
+	}
+	d, err := mig.Defragment(in.Fleet, in.Request, mig.WithMaxMoves(*k), mig.WithWorkBudget(*work))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	fmt.Fprintln(stdout, "Before:")
+	pictures(stdout, in.Fleet)
+	if !d.Found {
+		fmt.Fprintf(stdout, "\nNo plan for %s: %s (work %d of %d)\n", in.Request.Profile, d.Reason, d.Work, d.Budget)
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nMoves (%d):\n", len(d.Moves))
+	for _, m := range d.Moves {
+		fmt.Fprintln(stdout, "  "+m.String())
+	}
+	fmt.Fprintf(stdout, "Request %s goes to %s/gpu-%d@%d\n", d.Target.Profile, d.Target.Node, d.Target.GPU, d.Target.Start)
+	fmt.Fprintf(stdout, "\nAfter (score %d):\n", d.Score)
+	pictures(stdout, d.After)
+	verdict := "the fewest moves, and the best score among them"
+	if !d.Complete {
+		verdict = "not proven best: " + d.Reason
+	}
+	fmt.Fprintf(stdout, "\nSearch: work %d of %d; %s\n", d.Work, d.Budget, verdict)
+	return nil
+}
+
 func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mig bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
 	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
-	part := fs.String("part", "all", "which part: all, batch, online, latency")
+	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
+	policies := fs.String("policies", "", "comma-separated online policies (first-fit, random, planner, planner+reserve1, planner+reserve2, free-migration, defrag-k<K>-r<fraction>; default: those of the part)")
+	loads := fs.String("loads", "", "comma-separated offered loads of the online runs (default 0.6,0.8,1.0,1.2)")
 	products := fs.String("products", "", "comma-separated products to simulate (default: H100-80GB,A30-24GB, one per slice geometry)")
 	fleet := fs.Bool("fleet", false, "run the fleet benchmark instead: the scheduler's allocator cost per pod on 10, 100 and 1,000 nodes, per slice model and claim shape")
 	nodes := fs.String("nodes", "", "-fleet: comma-separated fleet sizes (default 10,100,1000)")
@@ -257,12 +366,35 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *long {
 		cfg = bench.Long()
 	}
+	if *part == "defrag" {
+		cfg = bench.DefragConfig()
+	}
 	cfg.Seed = *seed
 	if *seeds > 0 {
 		cfg.Seeds = *seeds
 	}
 	if *arrivals > 0 {
 		cfg.Arrivals = *arrivals
+	}
+	if *policies != "" {
+		cfg.Policies = nil
+		for _, f := range strings.Split(*policies, ",") {
+			pol, err := bench.ParsePolicy(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%w: -policies: %w", errUsage, err)
+			}
+			cfg.Policies = append(cfg.Policies, pol)
+		}
+	}
+	if *loads != "" {
+		cfg.Loads = nil
+		for _, f := range strings.Split(*loads, ",") {
+			l, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || l <= 0 {
+				return fmt.Errorf("%w: -loads: %q is not a positive number", errUsage, f)
+			}
+			cfg.Loads = append(cfg.Loads, l)
+		}
 	}
 	if *products != "" {
 		cfg.Products = nil
@@ -282,6 +414,8 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return bench.Online(ctx, cfg, stdout)
 	case "latency":
 		return bench.Latency(cfg, stdout)
+	case "defrag":
+		return bench.Defrag(ctx, cfg, stdout)
 	}
-	return fmt.Errorf("%w: -part %q: want all, batch, online or latency", errUsage, *part)
+	return fmt.Errorf("%w: -part %q: want all, batch, online, latency or defrag", errUsage, *part)
 }

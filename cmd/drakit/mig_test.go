@@ -151,3 +151,40 @@ func TestMIGBenchFleet(t *testing.T) {
 		}
 	}
 }
+
+func TestMIGDefrag(t *testing.T) {
+	scattered := []string{"defrag", "-gpus", "2", "-layout", "0=1g.10gb@0*,1g.10gb@2*,1g.10gb@4*,1g.10gb@6*", "-layout", "1=4g.40gb@0*,1g.10gb@4*", "-request", "4g.40gb"}
+	code, out, errs := migRun(t, scattered...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"Moves (2):", "node-0/gpu-0 1g.10gb@0 -> node-0/gpu-0@5", "Request 4g.40gb goes to node-0/gpu-0@0", "the fewest moves"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = migRun(t, append(scattered, "-k", "1")...)
+	if code != 0 || !strings.Contains(out, "No plan for 4g.40gb: no plan moves at most 1 restartable instances") {
+		t.Errorf("-k 1: exit %d, output:\n%s", code, out)
+	}
+	code, out, _ = migRun(t, append(scattered, "-fixed")...)
+	if code != 0 || !strings.Contains(out, "overlaps an instance that is not restartable") {
+		t.Errorf("-fixed: exit %d, output:\n%s", code, out)
+	}
+	f := filepath.Join(t.TempDir(), "in.yaml")
+	in := `fleet:
+- {node: a, index: 0, product: H100-80GB, layout: [{profile: 1g.10gb, start: 0, inUse: true, restartable: true}, {profile: 3g.40gb, start: 4, inUse: true}]}
+- {node: a, index: 1, product: H100-80GB, layout: [{profile: 4g.40gb, start: 0, inUse: true}, {profile: 2g.20gb, start: 4, inUse: true}]}
+request: {profile: 4g.40gb}
+`
+	if err := os.WriteFile(f, []byte(in), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = migRun(t, "defrag", "-f", f, "-json")
+	if code != 0 || !strings.Contains(out, `"toGPU": 1`) || !strings.Contains(out, `"found": true`) {
+		t.Errorf("-f: exit %d, %s, output:\n%s", code, errs, out)
+	}
+	if code, _, _ := migRun(t, "defrag", "-gpus", "1"); code != 2 {
+		t.Errorf("no request: exit %d, want 2", code)
+	}
+}

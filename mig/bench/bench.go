@@ -338,6 +338,43 @@ const (
 	FreeMigration Policy = "free-migration"
 )
 
+// DefragPolicy is the planner's order plus the defragmenter: when an
+// arrival of 3 or more compute slices (3g, 4g, 7g) finds no room,
+// mig.Defragment moves at most k running instances, each restartable
+// with probability restartable (drawn per arrival from a stream of its
+// own, so the arrivals are those of every other policy), and the request
+// takes the freed placement. Moved instances keep their lifetimes
+// (a restart costs nothing but is counted: OnlineResult.Evictions) and
+// take the plan's placements.
+func DefragPolicy(k int, restartable float64) Policy {
+	return Policy(fmt.Sprintf("defrag-k%d-r%g", k, restartable))
+}
+
+// defragOf reads a DefragPolicy; ok is false for other policies.
+func defragOf(pol Policy) (k int, restartable float64, ok bool) {
+	if !strings.HasPrefix(string(pol), "defrag-k") {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(string(pol), "defrag-k%d-r%g", &k, &restartable); err != nil {
+		return 0, 0, false
+	}
+	return k, restartable, true
+}
+
+// ParsePolicy reads a policy name: one of Policies, or a DefragPolicy
+// ("defrag-k2-r0.5": k from 1 to 8, a restartable fraction from 0 to 1).
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	if k, r, ok := defragOf(Policy(s)); ok && k >= 1 && k <= 8 && r >= 0 && r <= 1 {
+		return DefragPolicy(k, r), nil
+	}
+	return "", fmt.Errorf("unknown policy %q (want one of %v or defrag-k<1-8>-r<0-1>)", s, Policies)
+}
+
 // Policies are all the policies Online can compare, in table order.
 var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve1, PlannerReserve2, FreeMigration}
 
@@ -352,6 +389,11 @@ type OnlineResult struct {
 	Stranded float64            // mean free compute slices on partly used GPUs, at arrivals
 	FreeGPUs float64            // mean fully free GPUs, at arrivals
 	OpsPerOK float64            // create+destroy operations per accepted request
+	// Evictions is the instances the defragmenter moved per 1,000
+	// counted arrivals (DefragPolicy only).
+	Evictions float64
+	// GaveUp counts defragmenter searches that ran out of work budget.
+	GaveUp int
 }
 
 type event struct {
@@ -383,15 +425,16 @@ func statOf(xs []float64) stat {
 	return stat{mean: m, se: math.Sqrt(v / (n - 1) / n)}
 }
 
-// Online simulates one node of 8 GPUs per product under Poisson arrivals
-// with exponential lifetimes (mean 1) and the Mix, each policy on the
-// same Seeds arrival sequences per load; each allocation is decided by
-// the real structured allocator over the node's counter-model slices in
-// the policy's order. It prints per row the means over the seeds, and
-// the gain over first fit as the mean of the per-seed differences with
-// its standard error; then the admission-control trade-off and a
-// summary against the free-migration ceiling.
-func Online(ctx context.Context, cfg Config, w io.Writer) error {
+// rk is a row of the online tables: product, load, policy.
+type rk struct {
+	product string
+	load    float64
+	pol     Policy
+}
+
+// simulateAll runs every product x load x policy x seed of cfg, in
+// parallel, and groups the results by row, seeds in order.
+func simulateAll(ctx context.Context, cfg Config) ([]*mig.Product, map[rk][]OnlineResult, error) {
 	type job struct {
 		product *mig.Product
 		load    float64
@@ -402,7 +445,7 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 	for _, name := range cfg.Products {
 		p, err := mig.Lookup(name)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		products = append(products, p)
 	}
@@ -433,20 +476,31 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-	}
-	// Group by (product, load, policy), seeds in order.
-	type rk struct {
-		product string
-		load    float64
-		pol     Policy
 	}
 	runs := map[rk][]OnlineResult{}
 	for _, r := range results {
 		k := rk{r.Product, r.Load, r.Policy}
 		runs[k] = append(runs[k], r)
 	}
+	return products, runs, nil
+}
+
+// Online simulates one node of 8 GPUs per product under Poisson arrivals
+// with exponential lifetimes (mean 1) and the Mix, each policy on the
+// same Seeds arrival sequences per load; each allocation is decided by
+// the real structured allocator over the node's counter-model slices in
+// the policy's order. It prints per row the means over the seeds, and
+// the gain over first fit as the mean of the per-seed differences with
+// its standard error; then the admission-control trade-off and a
+// summary against the free-migration ceiling.
+func Online(ctx context.Context, cfg Config, w io.Writer) error {
+	products, runs, err := simulateAll(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	seeds := max(cfg.Seeds, 1)
 	gain := func(k rk, base Policy) stat {
 		b := runs[rk{k.product, k.load, base}]
 		var d []float64
@@ -564,15 +618,113 @@ func Online(ctx context.Context, cfg Config, w io.Writer) error {
 	return nil
 }
 
+// DefragConfig is the configuration of the defragmenter's table: 8 x
+// H100, loads 0.6-1.2, 10 seeds of 3,000 arrivals, first fit, the
+// planner and the defragmenter with k = 1, 2, 3 moves at restartable
+// fractions 1 and 0.5 (the seven rows of load 1.0 took 12 minutes on
+// two busy cores, all four loads take about four times that; -loads,
+// -policies, -arrivals and -seeds scale it).
+func DefragConfig() Config {
+	c := Short()
+	c.Seeds, c.Arrivals = 10, 3000
+	c.Products = []string{"H100-80GB"}
+	c.Policies = []Policy{FirstFit, Planner}
+	for _, r := range []float64{1, 0.5} {
+		for k := 1; k <= 3; k++ {
+			c.Policies = append(c.Policies, DefragPolicy(k, r))
+		}
+	}
+	return c
+}
+
+// Defrag runs the online simulation of cfg (see Online) and prints the
+// defragmenter's table: per row the compute-weighted acceptance, the gain
+// over the planner and over first fit (means of per-seed differences
+// with standard errors), the instances moved per 1,000 arrivals, the
+// large profiles' rejection and the searches that gave up; then, per
+// load, the planner's worst seed against first fit. cfg.Policies must
+// hold FirstFit and Planner.
+func Defrag(ctx context.Context, cfg Config, w io.Writer) error {
+	has := map[Policy]bool{}
+	for _, pol := range cfg.Policies {
+		has[pol] = true
+	}
+	if !has[FirstFit] || !has[Planner] {
+		return fmt.Errorf("defrag table: policies must include %s and %s", FirstFit, Planner)
+	}
+	products, runs, err := simulateAll(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	diff := func(k rk, base Policy) (stat, []float64) {
+		b := runs[rk{k.product, k.load, base}]
+		var d []float64
+		for i, r := range runs[k] {
+			d = append(d, 100*(r.Accepted-b[i].Accepted))
+		}
+		return statOf(d), d
+	}
+	field := func(k rk, f func(OnlineResult) float64) stat {
+		var xs []float64
+		for _, r := range runs[k] {
+			xs = append(xs, f(r))
+		}
+		return statOf(xs)
+	}
+	seeds := max(cfg.Seeds, 1)
+	fmt.Fprintf(w, "Defragmenter: 1 node x 8 GPUs, the planner's order, and when a 3g/4g/7g arrival finds no room mig.Defragment moves at most k restartable instances (each arrival restartable with probability r); %d arrivals per run (first 10%% warm-up), %d seeds per row (%d..%d); gains are means of per-seed differences ± standard error\n", cfg.Arrivals, seeds, cfg.Seed, cfg.Seed+int64(seeds)-1)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "product\tload\tpolicy\tcw-accept\tvs planner (pts)\tvs first-fit (pts)\tmoved / 1,000 arrivals\trej 3g\trej 4g\trej 7g\tgave up\t")
+	for _, p := range products {
+		for _, load := range cfg.Loads {
+			for _, pol := range cfg.Policies {
+				k := rk{p.Name, load, pol}
+				gp, _ := diff(k, Planner)
+				gf, _ := diff(k, FirstFit)
+				ev := field(k, func(r OnlineResult) float64 { return r.Evictions })
+				gave := 0
+				for _, r := range runs[k] {
+					gave += r.GaveUp
+				}
+				fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.3f\t%+.2f ± %.2f\t%+.2f ± %.2f\t%.1f ± %.1f\t", p.Name, load, pol, field(k, func(r OnlineResult) float64 { return r.Accepted }).mean, gp.mean, gp.se, gf.mean, gf.se, ev.mean, ev.se)
+				for _, c := range []string{"3g", "4g", "7g"} {
+					fmt.Fprintf(tw, "%.3f\t", field(k, func(r OnlineResult) float64 { return r.Reject[c] }).mean)
+				}
+				fmt.Fprintf(tw, "%d\t\n", gave)
+			}
+		}
+	}
+	tw.Flush()
+	for _, p := range products {
+		for _, load := range cfg.Loads {
+			_, d := diff(rk{p.Name, load, Planner}, FirstFit)
+			worst, at := math.Inf(1), int64(0)
+			for i, x := range d {
+				if x < worst {
+					worst, at = x, cfg.Seed+int64(i)
+				}
+			}
+			fmt.Fprintf(w, "%s load %.1f: planner against first fit, worst seed %+.2f pts (seed %d)\n", p.Name, load, worst, at)
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
 // running is an instance in use until end.
 type running struct {
-	end  float64
-	name string // counter-model device name
+	end         float64
+	name        string // counter-model device name
+	restartable bool   // DefragPolicy: the defragmenter may move it
 }
 
 // repackBudget bounds the exact search of one free-migration repack; a
 // search that does not finish is an error, not a guess.
 const repackBudget = 30 * time.Second
+
+// repackWork is the work budget of one free-migration repack: far above
+// what a node of 8 GPUs needs, so that the time limit decides.
+const repackWork = 1 << 30
 
 // repack packs the running instances and one more of profile prof onto
 // the node's GPUs emptied (FreeMigration), exactly. fits is false when
@@ -594,7 +746,7 @@ func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, 
 		reqs = append(reqs, mig.Request{Profile: ref.Profile})
 	}
 	reqs = append(reqs, mig.Request{Profile: prof})
-	plan, err = mig.PlanFleet(empty, reqs, mig.WithSearchBudget(repackBudget))
+	plan, err = mig.PlanFleet(empty, reqs, mig.WithSearchBudget(repackBudget), mig.WithWorkBudget(repackWork))
 	if err != nil {
 		return nil, false, fmt.Errorf("repack: %w", err)
 	}
@@ -627,6 +779,8 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 		evs[i] = event{t: t, class: m.draw(rng), life: rng.ExpFloat64()}
 	}
 	polRNG := rand.New(rand.NewSource(seed + 1))
+	defragK, restartable, isDefrag := defragOf(pol)
+	restartRNG := rand.New(rand.NewSource(seed + 2))
 
 	const driver, nodeName = "gpu.drakit.io", "node-0"
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
@@ -676,7 +830,7 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 	// placeAllocated has the real allocator place one instance of prof,
 	// running until end, over the slices in the policy's order (arrival
 	// i is the slices' generation).
-	placeAllocated := func(ctx context.Context, i int, prof string, end float64) (bool, error) {
+	placeAllocated := func(ctx context.Context, i int, prof string, end float64, restart bool) (bool, error) {
 		if prof == "" {
 			return false, nil
 		}
@@ -690,12 +844,16 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		case Planner:
 			order, err = mig.Preference(fleet)
+		default:
+			if !isDefrag {
+				err = fmt.Errorf("simulate: unknown policy %q", pol)
+				break
+			}
+			order, err = mig.Preference(fleet)
 		case PlannerReserve1:
 			order, err = mig.Preference(fleet, mig.WithReserve(1))
 		case PlannerReserve2:
 			order, err = mig.Preference(fleet, mig.WithReserve(2))
-		default:
-			err = fmt.Errorf("simulate: unknown policy %q", pol)
 		}
 		if err != nil {
 			return false, err
@@ -712,8 +870,58 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 		ref, _ := mig.ParseDeviceName(got)
 		allocated.Insert(structured.MakeDeviceID(driver, nodeName, got))
 		fleet[ref.GPU].Layout = append(fleet[ref.GPU].Layout, mig.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
-		live = append(live, running{end: end, name: got})
+		live = append(live, running{end: end, name: got, restartable: restart})
 		return true, nil
+	}
+	evictions, gaveUp := 0, 0
+	// placeDefragmented moves at most defragK restartable instances so
+	// that one instance of prof fits, and places it (DefragPolicy).
+	placeDefragmented := func(prof string, end float64, restart bool) (bool, int, error) {
+		cur := make([]mig.FleetGPU, len(fleet))
+		byName := map[string]int{}
+		for j, r := range live {
+			byName[r.name] = j
+		}
+		for g, f := range fleet {
+			cur[g] = mig.FleetGPU{Node: f.Node, Index: f.Index, Product: f.Product}
+			for _, in := range f.Layout {
+				in.Restartable = live[byName[mig.DeviceRef{GPU: f.Index, Profile: in.Profile, Start: in.Start}.String()]].restartable
+				cur[g].Layout = append(cur[g].Layout, in)
+			}
+		}
+		d, err := mig.Defragment(cur, mig.Request{Profile: prof}, mig.WithMaxMoves(defragK))
+		if err != nil {
+			return false, 0, fmt.Errorf("simulate: %w", err)
+		}
+		if !d.Complete {
+			gaveUp++
+		}
+		if !d.Found {
+			return false, 0, nil
+		}
+		moved := make([]string, len(d.Moves))
+		for j, mv := range d.Moves {
+			old := mig.DeviceRef{GPU: mv.GPU, Profile: mv.Profile, Start: mv.Start}.String()
+			moved[j] = mig.DeviceRef{GPU: mv.ToGPU, Profile: mv.Profile, Start: mv.ToStart}.String()
+			allocated.Delete(structured.MakeDeviceID(driver, nodeName, old))
+			live[byName[old]].name = moved[j]
+		}
+		for _, n := range moved {
+			allocated.Insert(structured.MakeDeviceID(driver, nodeName, n))
+		}
+		got := mig.DeviceRef{GPU: d.Target.GPU, Profile: d.Target.Profile, Start: d.Target.Start}.String()
+		allocated.Insert(structured.MakeDeviceID(driver, nodeName, got))
+		live = append(live, running{end: end, name: got, restartable: restart})
+		for g := range fleet {
+			fleet[g].Layout = d.After[g].Layout
+			if err := p.Validate(fleet[g].Layout); err != nil {
+				return false, 0, fmt.Errorf("simulate: defragmented GPU %d: %w", g, err)
+			}
+		}
+		if len(live) != len(byName)+1 {
+			return false, 0, fmt.Errorf("simulate: %d instances after defragmenting, want %d", len(live), len(byName)+1)
+		}
+		return true, len(d.Moves), nil
 	}
 	for i, ev := range evs {
 		// Departures up to now (instance destroyed).
@@ -758,11 +966,20 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 			arrivedC += c
 			arrived[cls]++
 		}
+		restart := restartRNG.Float64() < restartable
 		var placed bool
 		if pol == FreeMigration {
 			placed, err = placeRepacked(prof, ev.t+ev.life)
 		} else {
-			placed, err = placeAllocated(ctx, i, prof, ev.t+ev.life)
+			placed, err = placeAllocated(ctx, i, prof, ev.t+ev.life, restart)
+		}
+		if err == nil && !placed && isDefrag && prof != "" && Mix[ev.class].Compute >= 3 {
+			var n int
+			placed, n, err = placeDefragmented(prof, ev.t+ev.life, restart)
+			if counted {
+				evictions += n
+				ops += 2 * n // each move destroys one instance and creates one
+			}
 		}
 		if err != nil {
 			return res, err
@@ -788,6 +1005,8 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 	res.Stranded = stranded / math.Max(samples, 1)
 	res.FreeGPUs = free / math.Max(samples, 1)
 	res.OpsPerOK = float64(ops) / math.Max(float64(ok), 1)
+	res.Evictions = 1000 * float64(evictions) / math.Max(float64(arrivals-warm), 1)
+	res.GaveUp = gaveUp
 	return res, nil
 }
 
@@ -816,7 +1035,7 @@ func Latency(cfg Config, w io.Writer) error {
 		{"PlanFleet, 1,000-GPU fleet", 1000, 200, max(cfg.LatencyRuns/10, 10), false, false},
 		{"PlanFleet, 8 GPUs, full (exact search)", 8, 30, cfg.LatencyRuns, false, true},
 	}
-	fmt.Fprintf(w, "Plan latency (H100-80GB; half the GPUs with random in-use instances, or full instances of up to 30 requests; exact search budget %s)\n", mig.DefaultSearchBudget)
+	fmt.Fprintf(w, "Plan latency (H100-80GB; half the GPUs with random in-use instances, or full instances of up to 30 requests; search work budget %d nodes)\n", mig.DefaultSearchWork)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "case\trequests\truns\tsearch ran\tp50\tp99\tslowest\t")
 	for _, r := range rows {

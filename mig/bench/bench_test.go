@@ -76,6 +76,69 @@ func TestRunPrintsTable(t *testing.T) {
 	}
 }
 
+func TestDefragTable(t *testing.T) {
+	cfg := DefragConfig()
+	cfg.Seeds, cfg.Arrivals, cfg.Loads = 2, 150, []float64{1.1}
+	cfg.Policies = []Policy{FirstFit, Planner, DefragPolicy(2, 1), DefragPolicy(1, 0.5)}
+	var out bytes.Buffer
+	if err := Defrag(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Defragmenter", "vs planner (pts)", "moved / 1,000 arrivals", "defrag-k2-r1", "defrag-k1-r0.5", "worst seed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	cfg.Policies = []Policy{Planner}
+	if err := Defrag(context.Background(), cfg, &out); err == nil {
+		t.Error("a table without first fit: no error")
+	}
+}
+
+// TestSimulateDefrag checks the defragmenter policy: deterministic, it
+// moves instances at load 1.2 (Simulate itself checks every GPU it
+// defragments against the catalog), never when nothing may restart, and
+// then it accepts exactly what the planner accepts.
+func TestSimulateDefrag(t *testing.T) {
+	ctx := context.Background()
+	h100 := mustLookup(t, "H100-80GB")
+	a, err := Simulate(ctx, h100, 1.2, DefragPolicy(2, 1), 400, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Simulate(ctx, h100, 1.2, DefragPolicy(2, 1), 400, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("two runs with one seed differ:\n%s", diff)
+	}
+	if a.Evictions == 0 {
+		t.Errorf("no instance moved at load 1.2: %+v", a)
+	}
+	none, err := Simulate(ctx, h100, 1.2, DefragPolicy(2, 0), 400, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Simulate(ctx, h100, 1.2, Planner, 400, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none.Evictions != 0 || none.Accepted != plan.Accepted {
+		t.Errorf("nothing restartable: %+v, want the planner's acceptance %.4f and no moves", none, plan.Accepted)
+	}
+	for s, want := range map[string]Policy{"planner": Planner, "defrag-k2-r0.5": DefragPolicy(2, 0.5), "defrag-k1-r1": DefragPolicy(1, 1)} {
+		if got, err := ParsePolicy(s); err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %q, %v; want %q", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"defrag-kx", "defrag-k0-r1", "defrag-k2-r1.5", "best"} {
+		if _, err := ParsePolicy(s); err == nil {
+			t.Errorf("ParsePolicy(%q): no error", s)
+		}
+	}
+}
+
 func TestRepack(t *testing.T) {
 	p := mustLookup(t, "H100-80GB")
 	fleet := []mig.FleetGPU{{Node: "n", Index: 0, Product: p}, {Node: "n", Index: 1, Product: p}}
