@@ -65,6 +65,7 @@ type gpuInfo struct {
 
 // devInfo is what the driver needs to know of a published device.
 type devInfo struct {
+	pool    string // the pool it is published in
 	gpu     int
 	mode    string // ModeFull, ModeStatic, ModeDynamic
 	typ     string // TypeGPU, TypeMIG

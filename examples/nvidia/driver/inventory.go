@@ -13,8 +13,9 @@ import (
 )
 
 // Inventory reads the GPUs' MIG modes and instances and returns the
-// node's devices, in one pool named after the node (plus whatever pools
-// the MIG counter model makes):
+// node's devices: full GPUs and static MIG devices in one pool named after
+// the node (left out when it has none), each dynamic-MIG GPU in a pool of
+// its own (mig.GPUPoolName: "<node>/gpu-04"):
 //
 //   - a GPU with MIG mode off is one device "gpu-<index>" (ModeFull);
 //   - a GPU in MIG mode that has MIG devices the driver did not make
@@ -26,8 +27,15 @@ import (
 //     order is mig.Preference's for the node's current MIG devices, so
 //     the scheduler's first fit is the planner's choice.
 //
-// Full GPUs and static MIG devices come in GPU order, then the dynamic
-// ones in the planner's order.
+// Full GPUs and static MIG devices come in GPU order, a dynamic GPU's
+// devices in the planner's order. A pool per dynamic GPU is what keeps
+// every pool complete while dynamic MIG devices come and go (see
+// mig.CounterModel.GPUPools): a MIG change rewrites one slice of one
+// pool, in place, where one pool for all dynamic GPUs spanned several
+// slices, got a new generation at nearly every change and was skipped by
+// the scheduler, every GPU of the node with it, until it had seen every
+// new slice. The scheduler walks pools by name, so the node pool comes
+// first and the dynamic GPUs follow in index order.
 func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	pool := device.Pool{Name: d.node}
 	devs := map[string]devInfo{}
@@ -47,7 +55,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 				StringAttribute(AttrUUID, g.UUID).
 				Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
 			pool.Devices = append(pool.Devices, dev)
-			devs[name] = devInfo{gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
 		case ModeStatic:
 			for _, md := range static {
 				if !md.Complete() {
@@ -68,7 +76,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
 					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
 				pool.Devices = append(pool.Devices, dev)
-				devs[name] = devInfo{gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
+				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
 			}
 		case ModeDynamic:
 			var layout mig.Layout
@@ -80,13 +88,16 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			dynamic = append(dynamic, g)
 		}
 	}
-	pools := []device.Pool{pool}
+	var pools []device.Pool
+	if len(pool.Devices) > 0 || len(model) == 0 {
+		pools = append(pools, pool)
+	}
 	if len(model) > 0 {
 		mp, err := d.dynamicPools(fleet, model, dynamic, devs)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
 		}
-		pools = mergePools(pool, mp)
+		pools = append(pools, mp...)
 	}
 	d.mu.Lock()
 	d.devs = devs
@@ -139,10 +150,10 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 }
 
 // dynamicPools is the counter model of the dynamic GPUs with the
-// advertised profiles as mig.CounterModel.PreferredPools publishes it (the
-// planner's order, only the devices the scheduler can still allocate:
-// mig.WithFitOnly), without the full-GPU devices (a GPU in MIG mode is
-// used through MIG devices only).
+// advertised profiles as mig.CounterModel.GPUPools publishes it (a pool
+// per GPU, the planner's order, only the devices the scheduler can still
+// allocate: mig.WithFitOnly), without the full-GPU devices (a GPU in MIG
+// mode is used through MIG devices only).
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
@@ -152,7 +163,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	pools, err := m.PreferredPools(d.node, fleet, mig.WithFitOnly())
+	pools, err := m.GPUPools(d.node, fleet, mig.WithFitOnly())
 	if err != nil {
 		return nil, err
 	}
@@ -178,26 +189,10 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			} else {
 				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
 			}
-			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
+			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}
 	return pools, nil
-}
-
-// mergePools adds the counter model's pools to the node pool: a model
-// pool of the node pool's name is merged into it (its devices after the
-// node pool's), the others are added as they are.
-func mergePools(node device.Pool, model []device.Pool) []device.Pool {
-	out := []device.Pool{node}
-	for _, p := range model {
-		if p.Name == node.Name {
-			out[0].CounterSets = append(out[0].CounterSets, p.CounterSets...)
-			out[0].Devices = append(out[0].Devices, p.Devices...)
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
 }
 
 // common sets the attributes every device of GPU g has.
