@@ -160,3 +160,13 @@ func ExampleValidator() {
 	// default API server: true
 	// with DRAFractionalCapacityRange: false
 }
+
+// A device built elsewhere (here with three attributes) trimmed to what
+// claims select on before it is published.
+func ExampleDevice_RemoveAttribute() {
+	d := device.New("gpu-0-1g-10gb-0").StringAttribute("profile", "1g.10gb").IntAttribute("profileID", 19).IntAttribute("placementSize", 1)
+	d.RemoveAttribute("profileID").RemoveAttribute("placementSize").RemoveAttribute("absent")
+	fmt.Println(d)
+	// Output:
+	// gpu-0-1g-10gb-0{profile="1g.10gb"}
+}

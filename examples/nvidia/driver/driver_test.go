@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drakit/drakit/cdi"
@@ -383,13 +384,15 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	return string(b)
 }
 
-// Lean dynamic MIG devices stay within 8 attributes; full ones carry the
-// GPU facts.
-func TestLeanMIGAttributes(t *testing.T) {
-	for _, lean := range []bool{false, true} {
+// Dynamic MIG devices carry 8 attributes by default, migMode, profile,
+// parentUUID and pcieRoot among them and no GPU facts; with
+// WithFullMIGAttributes they carry the GPU facts too. Full GPUs and static
+// MIG devices carry the facts either way.
+func TestMIGAttributes(t *testing.T) {
+	for _, full := range []bool{false, true} {
 		var opts []Option
-		if lean {
-			opts = append(opts, WithLeanMIGAttributes())
+		if full {
+			opts = append(opts, WithFullMIGAttributes())
 		}
 		f := newFixture(t, opts...)
 		inv, err := f.d.Inventory(context.Background())
@@ -398,12 +401,24 @@ func TestLeanMIGAttributes(t *testing.T) {
 		}
 		for _, sl := range inv.ResourceSlices("node-1") {
 			for _, d := range sl.Spec.Devices {
-				if i, _ := f.d.deviceInfo(d.Name); i.mode != ModeDynamic {
+				i, _ := f.d.deviceInfo(d.Name)
+				_, hasArch := d.Attributes[AttrArchitecture]
+				if i.mode != ModeDynamic {
+					if !hasArch {
+						t.Errorf("full=%v: %s (%s) lacks the GPU facts", full, d.Name, i.mode)
+					}
 					continue
 				}
-				_, hasRoot := d.Attributes["resource.kubernetes.io/pcieRoot"]
-				if n := len(d.Attributes); (lean && (n > 8 || hasRoot)) || (!lean && (n < 16 || !hasRoot)) {
-					t.Errorf("lean=%v: %s has %d attributes (pcieRoot %v)", lean, d.Name, n, hasRoot)
+				for _, a := range []string{AttrMIGMode, mig.AttrProfile, AttrParentUUID, mig.AttrIndex, "resource.kubernetes.io/pcieRoot"} {
+					if _, ok := d.Attributes[resourceapi.QualifiedName(a)]; !ok {
+						t.Errorf("full=%v: %s lacks %s", full, d.Name, a)
+					}
+				}
+				if m := d.Attributes[AttrMIGMode]; m.StringValue == nil || *m.StringValue != ModeDynamic {
+					t.Errorf("full=%v: %s migMode %v", full, d.Name, m)
+				}
+				if n := len(d.Attributes); (!full && (n > 8 || hasArch)) || (full && (n < 16 || !hasArch)) {
+					t.Errorf("full=%v: %s has %d attributes (architecture %v)", full, d.Name, n, hasArch)
 				}
 			}
 		}

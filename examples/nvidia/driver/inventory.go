@@ -10,6 +10,7 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/topology"
 )
 
 // Inventory reads the GPUs' MIG modes and instances and returns the
@@ -184,15 +185,35 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			if err != nil {
 				return nil, err
 			}
-			if d.o.leanMIG {
-				dev.StringAttribute(AttrParentUUID, g.UUID)
-			} else {
+			if d.o.fullMIG {
 				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+			} else {
+				d.lean(dev, g)
 			}
 			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}
 	return pools, nil
+}
+
+// lean trims a dynamic MIG device of the counter model to what claims
+// select it on, 8 attributes at most: type, index, productName, profile
+// and placementStart from the model, plus parentUUID, migMode and the
+// standard pcieRoot (for a matchAttribute with a NIC on the same PCIe
+// root). What follows from the rest is left out: profileID and
+// placementSize from profile; brand, architecture, compute capability and
+// versions are the GPU's, on its node's full GPUs and static MIG devices
+// and the same for every GPU of a product; the PCI bus ID and NUMA node
+// are the parent GPU's. Each attribute is stored and converted by the
+// scheduler for every device on every node (WithFullMIGAttributes keeps
+// them all).
+func (d *Driver) lean(dev *device.Device, g *gpuInfo) {
+	dev.RemoveAttribute(mig.AttrProfileID).RemoveAttribute(mig.AttrPlacementSize).
+		StringAttribute(AttrParentUUID, g.UUID).
+		StringAttribute(AttrMIGMode, ModeDynamic)
+	if g.topo != nil {
+		dev.StringAttribute(topology.PCIeRootAttribute, g.topo.PCIeRoot)
+	}
 }
 
 // common sets the attributes every device of GPU g has.
