@@ -250,7 +250,16 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *limit > 0 {
 			fc.Limit = *limit
 		}
-		_, err := bench.Fleet(ctx, fc, stdout)
+		p, err := mig.Lookup(fc.Product)
+		if err != nil {
+			return err
+		}
+		shipped, err := shippedFleetModel(p)
+		if err != nil {
+			return err
+		}
+		fc.Models = append(fc.Models, shipped)
+		_, err = bench.Fleet(ctx, fc, stdout)
 		return err
 	}
 	cfg := bench.Short()
