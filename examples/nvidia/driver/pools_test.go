@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"text/tabwriter"
@@ -230,11 +231,15 @@ func poolOf(pools map[string]poolState, dev string) string {
 	return ""
 }
 
-// firstOf is the first device of pool (the scheduler's first fit for any
-// request the pool's first device satisfies).
-func firstOf(pools map[string]poolState, pool string) string {
-	if st := pools[pool]; len(st.names) > 0 {
-		return st.names[0]
+// firstOn is the first device of GPU gpu in pool's order (the
+// scheduler's first fit on that GPU for a request its first device
+// satisfies).
+func firstOn(pools map[string]poolState, pool string, gpu int) string {
+	prefix := fmt.Sprintf("gpu-%d-", gpu)
+	for _, n := range pools[pool].names {
+		if strings.HasPrefix(n, prefix) {
+			return n
+		}
 	}
 	return ""
 }
@@ -274,14 +279,14 @@ func TestPoolsStayCompleteAcrossMIGChanges(t *testing.T) {
 	var pools map[string]poolState
 	pw.waitFor(0, func(p map[string]poolState) bool { pools = p; return true })
 
-	// claimFor allocates the first device of the pool that holds GPU
-	// gpu's first 1g placement: the scheduler's pick on that GPU.
+	// claimFor allocates GPU gpu's first device in its pool's order: the
+	// scheduler's pick on that GPU.
 	n := 0
 	claimFor := func(gpu int) *resourceapi.ResourceClaim {
 		t.Helper()
 		dev := fmt.Sprintf("gpu-%d-1g-18gb-0", gpu)
 		pool := poolOf(pools, dev)
-		if first := firstOf(pools, pool); first != "" {
+		if first := firstOn(pools, pool, gpu); first != "" {
 			dev = first
 		}
 		n++
