@@ -156,15 +156,21 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 	if err := json.Unmarshal(b, &file); err != nil || len(file.Devices) != 1 || file.Devices[0].UUID != uuid || file.Devices[0].Profile != "1g.18gb" {
 		t.Errorf("devices file %s", b)
 	}
-	// The device sits on GPU 5, which the next inventory prefers for 1g.
+	// The device sits on GPU 5, whose pool (a pool per dynamic GPU) now
+	// starts with the 1g placement the planner takes next beside it.
 	inv, _ := f.d.Inventory(ctx)
-	for _, n := range names(inv) {
-		if i, _ := f.d.deviceInfo(n); i.mode == ModeDynamic && strings.Contains(n, "-1g-18gb-") {
-			if !strings.HasPrefix(n, "gpu-5-") {
-				t.Errorf("first 1g.18gb device %s, want one on GPU 5 (the planner packs)", n)
-			}
-			break
+	found := false
+	for _, p := range inv.Pools {
+		if p.Name != mig.GPUPoolName("node-1", 5) {
+			continue
 		}
+		found = true
+		if first := p.Devices[0].Name(); !strings.HasPrefix(first, "gpu-5-1g-18gb-") || first == "gpu-5-1g-18gb-3" {
+			t.Errorf("GPU 5's pool starts with %s, want a free 1g.18gb placement (the planner's order)", first)
+		}
+	}
+	if !found {
+		t.Errorf("no pool %s in %v", mig.GPUPoolName("node-1", 5), names(inv))
 	}
 	all := strings.Join(names(inv), " ")
 	if !strings.Contains(all, "gpu-5-1g-18gb-3") || strings.Contains(all, "gpu-5-7g-141gb-0") || strings.Contains(all, "gpu-5-4g-71gb-0") || !strings.Contains(all, "gpu-5-3g-71gb-4") {
