@@ -119,7 +119,6 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 				vsCPU = fmt.Sprintf("%.2fx", r.cpuPerPod/base.cpuPerPod)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%s\t%.1f\t%s\t\n", n, sh.name, r.pods, r.podsPerSec, vs, r.cpuPerPod*1000, vsCPU)
-			tw.Flush()
 		}
 	}
 	return tw.Flush()

@@ -332,7 +332,7 @@ func TestPoolsStayCompleteAcrossMIGChanges(t *testing.T) {
 	}
 	episodes, incomplete, events := pw.report()
 	if len(incomplete) > 0 {
-		t.Errorf("pools %v were incomplete in %d of %d slice events' aftermath (%d spells): the scheduler skipped them whole", incomplete, len(episodes), events, len(episodes))
+		t.Errorf("pools %v were incomplete %d times during the MIG changes (%d slice events): the scheduler skipped them whole", incomplete, len(episodes), events)
 	}
 	t.Logf("%d slice events, %d pools, none incomplete: %v", events, len(pools), len(incomplete) == 0)
 }
