@@ -45,6 +45,7 @@ type poolWatch struct {
 
 // poolEpisode is one spell during which a pool was incomplete.
 type poolEpisode struct {
+	at      time.Time // when it began
 	pool    string
 	devices int // devices the pool had when it was last complete
 	took    time.Duration
@@ -104,7 +105,7 @@ func watchPools(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 						pw.since[pool] = now
 						pw.seen[pool] = true
 					case st.complete && was:
-						pw.episodes = append(pw.episodes, poolEpisode{pool: pool, devices: lastDevices[pool], took: now.Sub(pw.since[pool])})
+						pw.episodes = append(pw.episodes, poolEpisode{at: pw.since[pool], pool: pool, devices: lastDevices[pool], took: now.Sub(pw.since[pool])})
 						delete(pw.since, pool)
 					}
 					if st.complete {
@@ -199,7 +200,7 @@ func (pw *poolWatch) report() (episodes []poolEpisode, pools []string, events in
 	defer pw.mu.Unlock()
 	episodes = slices.Clone(pw.episodes)
 	for pool, t := range pw.since {
-		episodes = append(episodes, poolEpisode{pool: pool, took: time.Since(t)})
+		episodes = append(episodes, poolEpisode{at: t, pool: pool, took: time.Since(t)})
 	}
 	for p := range pw.seen {
 		pools = append(pools, p)
@@ -535,7 +536,10 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 	episodes, incomplete, _ := pw.report()
 	r := streamResult{pods: pods, prepareErrors: prepareErrors, poolsIncomplete: len(incomplete), spells: len(episodes), wall: wall}
 	var spells []time.Duration
-	for _, e := range episodes {
+	for i, e := range episodes {
+		if i < 5 {
+			b.Logf("incomplete spell %d: pool %s (%d devices when last complete) for %s, %s after the stream began", i, e.pool, e.devices, e.took, e.at.Sub(t0))
+		}
 		spells = append(spells, e.took)
 		r.incompleteSeconds += e.took.Seconds()
 	}
