@@ -110,6 +110,17 @@ func (d *Device) setAttribute(name string, a attribute) {
 	d.attributes[name] = a
 }
 
+// RemoveAttribute removes attribute name (as given to the setter) and
+// returns d; removing one the device does not have changes nothing. It is
+// how a driver trims a device it did not build itself (one of package
+// mig's model devices) down to the attributes its claims select on.
+func (d *Device) RemoveAttribute(name string) *Device {
+	if d != nil {
+		delete(d.attributes, name)
+	}
+	return d
+}
+
 // Capacity sets a capacity of the device (memory, cores, bandwidth). See
 // [Device.StringAttribute] for name. A request policy is only allowed on devices
 // that [Device.AllowMultipleAllocations]: it says how much of the capacity

@@ -213,3 +213,13 @@ func ExampleClass() {
 	//       expression: device.attributes["gpu.example.com"].type == "half"
 	// invalid DeviceClass mig.example.com: extendedResourceName "nvidia.com/mig-1g.18gb+me": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')
 }
+
+// A device built elsewhere (here with three attributes) trimmed to what
+// claims select on before it is published.
+func ExampleDevice_RemoveAttribute() {
+	d := device.New("gpu-0-1g-10gb-0").StringAttribute("profile", "1g.10gb").IntAttribute("profileID", 19).IntAttribute("placementSize", 1)
+	d.RemoveAttribute("profileID").RemoveAttribute("placementSize").RemoveAttribute("absent")
+	fmt.Println(d)
+	// Output:
+	// gpu-0-1g-10gb-0{profile="1g.10gb"}
+}

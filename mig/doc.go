@@ -67,9 +67,20 @@
 //     CPU of today's model on nearly full nodes, 0.42-0.53x on half-full
 //     ones,
 //     with the same allocations (TestFitOnlyKeepsAllocations).
-//   - One pool per node. One pool per GPU changes nothing for one-device
-//     claims but loses the planner's order (the allocator walks pools by
-//     name): it kept the planner's pick on 21% of half-full nodes.
+//   - One pool per GPU for a driver that republishes after every MIG
+//     change (CounterModel.GPUPools, what the reference driver ships).
+//     One pool for a node of 8 GPUs spans two device slices; a change
+//     that touches both starts a new pool generation, and until the
+//     scheduler has seen every new slice the whole pool, every GPU of
+//     the node, is incomplete and skipped. A GPU's pool is one counter
+//     slice and one device slice, which a change rewrites in place. The
+//     cost is the order across GPUs: the allocator walks pools by name,
+//     so the planner's placement on a GPU is kept but the GPU is the
+//     first in index order that fits (the same device as the one-pool
+//     planner order on 21% of half-full nodes; the online benchmark's
+//     "planner, pool per GPU" row says what it costs the packing). With
+//     a static publication (no republish), one pool per node keeps the
+//     planner's order whole.
 //   - A DeviceClass per profile whose selector tests the profile, named
 //     by claims instead of a MIG class plus a request selector: one CEL
 //     program per device instead of two (0.54-0.72x on nearly full nodes).

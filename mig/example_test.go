@@ -217,3 +217,36 @@ func ExampleDefragment() {
 	// gpu-0        |4g.40gb*                           |1g.10gb*|1g.10gb*|1g.10gb*|........|
 	// gpu-1        |4g.40gb*                           |1g.10gb*|1g.10gb*|........|........|
 }
+
+// A node of 12 H100s published as one pool per GPU: a MIG change on one
+// GPU rewrites that GPU's pool only, one device slice, which the resource
+// slice controller updates in place, so no pool ever goes incomplete.
+// Zero-padded names keep the allocator's walk (pools by name) in GPU
+// order; each pool is one counter slice and one device slice.
+func ExampleCounterModel_GPUPools() {
+	p, _ := mig.Lookup("H100-80GB")
+	var gpus []mig.GPU
+	var node []mig.FleetGPU
+	for i := range 12 {
+		gpus = append(gpus, mig.GPU{Index: i, Product: p, Profiles: mig.DefaultProfiles(p)})
+		node = append(node, mig.FleetGPU{Node: "node-a", Index: i, Product: p})
+	}
+	node[10].Layout = mig.Layout{{Profile: "3g.40gb", Start: 4, InUse: true}}
+	model, err := mig.NewCounterModel(gpus)
+	if err != nil {
+		panic(err)
+	}
+	pools, err := model.GPUPools("node-a", node, mig.WithFitOnly())
+	if err != nil {
+		panic(err)
+	}
+	for _, pl := range pools[8:] {
+		one := &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{pl}}
+		fmt.Printf("%s: %d devices, first %s, %d slices\n", pl.Name, len(pl.Devices), pl.Devices[0].Name(), len(one.ResourceSlices("node-a")))
+	}
+	// Output:
+	// node-a/gpu-08: 15 devices, first gpu-8, 2 slices
+	// node-a/gpu-09: 15 devices, first gpu-9, 2 slices
+	// node-a/gpu-10: 9 devices, first gpu-10-1g-10gb-0, 2 slices
+	// node-a/gpu-11: 15 devices, first gpu-11, 2 slices
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -155,4 +156,70 @@ func (m CounterModel) PreferredPools(name string, node []FleetGPU, opts ...Optio
 		return nil, fmt.Errorf("preferred pools: %w", err)
 	}
 	return only.Pools(name), nil
+}
+
+// GPUPoolName is the name of GPU index's pool in GPUPools: the node's pool
+// name, "/gpu-" and the index with at least two digits, so that the
+// allocator, which walks a node's pools by name, walks them in GPU order.
+func GPUPoolName(name string, index int) string {
+	return fmt.Sprintf("%s/gpu-%02d", name, index)
+}
+
+// GPUPools is PreferredPools cut into one pool per GPU: pool
+// GPUPoolName(name, index) holds GPU index's counter set and its devices
+// in the planner's order, and the pools come in GPU order. Take it over
+// PreferredPools when the devices are republished after every MIG change
+// (WithFitOnly): a change on one GPU then rewrites one pool's one device
+// slice, which the resource slice controller of
+// k8s.io/dynamic-resource-allocation updates in place without a new pool
+// generation, so no pool is ever incomplete while the scheduler catches
+// up. One pool for the node spans several device slices (8 GPUs of 14
+// devices each make 112 devices, two slices of 64); a change that touches
+// two of them starts a new generation, and until the scheduler has seen
+// every slice of it the whole pool, every GPU of the node, is incomplete
+// and skipped.
+//
+// The price is the order across GPUs: the allocator takes the first
+// fitting device of the first pool by name, so the planner's choice of
+// placement on a GPU is kept, and the GPU is the first in index order
+// that fits the request (first fit across GPUs), not necessarily the
+// planner's. Each pool holds its GPU's devices in one slice as long as
+// they fit in 64 (every product of the catalog does, all profiles
+// advertised) and the GPU has at least one device, which fit-only
+// publication guarantees (a GPU's in-use devices stay listed).
+func (m CounterModel) GPUPools(name string, node []FleetGPU, opts ...Option) ([]device.Pool, error) {
+	pools, err := m.PreferredPools(name, node, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]device.Pool, 0, len(node))
+	at := map[int]int{}        // GPU index -> position in out
+	setGPU := map[string]int{} // counter set name -> GPU index
+	for _, g := range node {   // PreferredPools checked: one entry per GPU of the model
+		at[g.Index] = len(out)
+		setGPU[CounterSetName(g.Index)] = g.Index
+		out = append(out, device.Pool{Name: GPUPoolName(name, g.Index)})
+	}
+	for _, p := range pools {
+		for _, cs := range p.CounterSets {
+			gpu, ok := setGPU[cs.Name]
+			if !ok {
+				return nil, fmt.Errorf("GPU pools: counter set %q belongs to no GPU of the node", cs.Name)
+			}
+			out[at[gpu]].CounterSets = append(out[at[gpu]].CounterSets, cs)
+		}
+		for _, d := range p.Devices {
+			ref, err := ParseDeviceName(d.Name())
+			if err != nil {
+				return nil, fmt.Errorf("GPU pools: %w", err)
+			}
+			i, ok := at[ref.GPU]
+			if !ok {
+				return nil, fmt.Errorf("GPU pools: device %q belongs to no GPU of the node", d.Name())
+			}
+			out[i].Devices = append(out[i].Devices, d)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

@@ -411,3 +411,59 @@ func TestFitOnlySamePicks(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUPools: GPUPools is PreferredPools cut by GPU: every device and
+// counter set once, in its GPU's pool, in PreferredPools' order; pools
+// in GPU order by name.
+func TestGPUPools(t *testing.T) {
+	p := mustLookup(t, "H100-80GB")
+	var gpus []GPU
+	var node []FleetGPU
+	for _, i := range []int{3, 0, 11, 2} { // any order, two-digit index
+		gpus = append(gpus, GPU{Index: i, Product: p, Profiles: DefaultProfiles(p)})
+		node = append(node, FleetGPU{Node: "n", Index: i, Product: p})
+	}
+	node[0].Layout = Layout{{Profile: "3g.40gb", Start: 0, InUse: true}, {Profile: "2g.20gb", Start: 4, InUse: true}}
+	m, err := NewCounterModel(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := m.PreferredPools("n", node, WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.GPUPools("n", node, WithFitOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, pl := range got {
+		names = append(names, pl.Name)
+	}
+	if want := []string{"n/gpu-00", "n/gpu-02", "n/gpu-03", "n/gpu-11"}; !slices.Equal(names, want) {
+		t.Fatalf("pools %v, want %v", names, want)
+	}
+	for _, pl := range got {
+		var gpu int
+		fmt.Sscanf(pl.Name, "n/gpu-%d", &gpu)
+		if len(pl.CounterSets) != 1 || pl.CounterSets[0].Name != CounterSetName(gpu) {
+			t.Errorf("pool %s: counter sets %v", pl.Name, pl.CounterSets)
+		}
+		var want []string
+		for _, d := range one[0].Devices {
+			if ref, _ := ParseDeviceName(d.Name()); ref.GPU == gpu {
+				want = append(want, d.Name())
+			}
+		}
+		var have []string
+		for _, d := range pl.Devices {
+			have = append(have, d.Name())
+		}
+		if !slices.Equal(have, want) {
+			t.Errorf("pool %s: devices %v, want %v", pl.Name, have, want)
+		}
+	}
+	if _, err := m.GPUPools("n", node[:3], WithFitOnly()); !errors.Is(err, ErrFleet) {
+		t.Errorf("a missing GPU: err %v, want ErrFleet", err)
+	}
+}

@@ -27,7 +27,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "benchmark a DRA driver's prepare/unprepare against a no-op floor (bench prepare)",
+		summary: "benchmark a DRA driver's prepare/unprepare against a no-op floor (bench prepare); kube-scheduler's DRA throughput on fake nodes (bench sched)",
 		run:     runBench,
 	})
 }
@@ -49,15 +49,17 @@ type benchConfig struct {
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: usage: drakit bench prepare [flags]", errUsage)
+		return fmt.Errorf("%w: usage: drakit bench prepare|sched [flags]", errUsage)
 	}
 	switch args[0] {
+	case "sched":
+		return runBenchSched(ctx, args[1:], stdout, stderr)
 	case "prepare":
 	case benchFloorCmd, benchDriverCmd:
 		// The processes bench prepare starts: not for people.
 		return runBenchChild(ctx, args[0], args[1:], stderr)
 	default:
-		return fmt.Errorf("%w: usage: drakit bench prepare [flags]", errUsage)
+		return fmt.Errorf("%w: usage: drakit bench prepare|sched [flags]", errUsage)
 	}
 	fs := flag.NewFlagSet("bench prepare", flag.ContinueOnError)
 	fs.SetOutput(stderr)

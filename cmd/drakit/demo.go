@@ -83,8 +83,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.driverBin, "driver-bin", "", "minimal: the examples/minimal driver binary (go build -o minimal ./examples/minimal); hack/demo.sh builds it")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(cluster.CacheDir(), "demo"), "folder of the demo cluster's state and logs (kept after the demo)")
 	fs.IntVar(&cfg.devices, "devices", 2, "minimal: number of simulated devices the driver publishes (2..16)")
+	fleet := fs.Bool("fleet", false, "run the fleet demo instead: fake nodes in racks with the reference driver's own slices, gang scheduling within a rack, MIG pods over the fleet, the scheduler's pods/s (no real node: pods are scheduled, not run)")
+	fc := fleetConfig{server: "dgx-h200"}
+	fs.IntVar(&fc.racks, "fleet-racks", 4, "-fleet: racks; the first half have whole GPUs, the rest dynamic MIG")
+	fs.IntVar(&fc.rackSize, "fleet-rack-size", 4, "-fleet: fake nodes per rack (at least 3)")
+	fs.IntVar(&fc.migPods, "fleet-mig-pods", 100, "-fleet: pods with one 1g MIG claim each")
+	fs.IntVar(&fc.schedQPS, "scheduler-qps", 5000, "-fleet: kube-scheduler's client QPS and burst (upstream's scheduler_perf uses 5000)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *fleet {
+		if fc.racks < 4 || fc.rackSize < 3 || fc.migPods < 0 || fc.schedQPS < 1 {
+			return fmt.Errorf("%w: -fleet needs at least 4 racks of 3 nodes, -fleet-mig-pods >= 0 and -scheduler-qps >= 1", errUsage)
+		}
+		fc.dir = cfg.dir + "-fleet"
+		return demoFleet(ctx, fc, stdout, stderr)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())

@@ -319,6 +319,8 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	states := fs.Int("states", 0, "-fleet: distinct random node states per fill (default 100; nodes share them round robin)")
 	repeats := fs.Int("repeats", 0, "-fleet: pods timed per row (default 3)")
 	limit := fs.Duration("limit", 0, "-fleet: limit of one node's Allocate in the claim-shape table (default 3s)")
+	models := fs.String("models", "", "-fleet: comma-separated parts of the names of the rows to run (e.g. today,chosen,shipped); default all")
+	shapes := fs.Bool("shapes", true, "-fleet: also run the claim-shape table")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -359,7 +361,34 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *limit > 0 {
 			fc.Limit = *limit
 		}
-		_, err := bench.Fleet(ctx, fc, stdout)
+		p, err := mig.Lookup(fc.Product)
+		if err != nil {
+			return err
+		}
+		shipped, err := shippedFleetModel(p)
+		if err != nil {
+			return err
+		}
+		fc.Models = append(fc.Models, shipped)
+		if *models != "" {
+			var keep []bench.FleetModel
+			for _, m := range fc.Models {
+				for _, part := range strings.Split(*models, ",") {
+					if part = strings.ToLower(strings.TrimSpace(part)); part != "" && strings.Contains(strings.ToLower(m.Name), part) {
+						keep = append(keep, m)
+						break
+					}
+				}
+			}
+			if len(keep) == 0 {
+				return fmt.Errorf("%w: -models %q names no row", errUsage, *models)
+			}
+			fc.Models = keep
+		}
+		if !*shapes {
+			fc.ShapeModels = nil
+		}
+		_, err = bench.Fleet(ctx, fc, stdout)
 		return err
 	}
 	cfg := bench.Short()

@@ -22,6 +22,8 @@ type options struct {
 	log           io.Writer
 	nodeName      string
 	dieWithParent bool
+	schedQPS      float32
+	schedBurst    int
 }
 
 // WithDieWithParent makes every process of the cluster get SIGKILL when
@@ -94,6 +96,21 @@ func WithGangScheduling() Option {
 	return func(o *options) error {
 		_ = WithFeatureGates(map[string]bool{"GenericWorkload": true, "TopologyAwareWorkloadScheduling": true})(o)
 		return WithRuntimeConfig("scheduling.k8s.io/v1beta1=true", "scheduling.k8s.io/v1alpha3=true")(o)
+	}
+}
+
+// WithSchedulerClient sets kube-scheduler's client rate limits (its
+// KubeSchedulerConfiguration's clientConnection.qps and burst; the
+// scheduler's own defaults are 50 and 100, which cap DRA pods near 25/s
+// since each costs two writes). Upstream's scheduler_perf runs at QPS
+// 5,000. qps and burst must be positive.
+func WithSchedulerClient(qps float32, burst int) Option {
+	return func(o *options) error {
+		if qps <= 0 || burst <= 0 {
+			return fmt.Errorf("scheduler client: qps %v and burst %d must be positive", qps, burst)
+		}
+		o.schedQPS, o.schedBurst = qps, burst
+		return nil
 	}
 }
 

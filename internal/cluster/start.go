@@ -270,6 +270,18 @@ func (s *state) startControlPlane(ctx context.Context, c *Cluster, o *options) e
 		schedArgs = append(schedArgs, "--feature-gates="+gates)
 		cmArgs = append(cmArgs, "--feature-gates="+gates)
 	}
+	if o.schedQPS > 0 {
+		// Client limits are only in the configuration file; with --config
+		// the scheduler takes its kubeconfig and leader election from it.
+		path := filepath.Join(s.dir, "scheduler-config.yaml")
+		conf := fmt.Sprintf("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"+
+			"clientConnection:\n  kubeconfig: %q\n  qps: %g\n  burst: %d\nleaderElection:\n  leaderElect: false\n",
+			filepath.Join(s.dir, "scheduler.kubeconfig"), o.schedQPS, o.schedBurst)
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			return fmt.Errorf("write scheduler configuration: %w", err)
+		}
+		schedArgs = append(schedArgs, "--config="+path)
+	}
 	sched, err := s.startProc("kube-scheduler", bin("kube-scheduler"), schedArgs, nil)
 	if err != nil {
 		return err

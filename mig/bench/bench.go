@@ -51,7 +51,7 @@ type Config struct {
 // two cores).
 func Short() Config {
 	return Config{Seed: 1, Seeds: 10, BatchInstances: 400, Arrivals: 1000, Loads: []float64{0.6, 0.8, 1.0, 1.2},
-		Products: []string{"H100-80GB", "A30-24GB"}, Policies: []Policy{FirstFit, Planner, PlannerReserve1, PlannerReserve2, FreeMigration},
+		Products: []string{"H100-80GB", "A30-24GB"}, Policies: []Policy{FirstFit, Planner, PlannerPerGPU, PlannerReserve1, PlannerReserve2, FreeMigration},
 		LatencyRuns: 200}
 }
 
@@ -321,6 +321,11 @@ const (
 	FirstFit Policy = "first-fit" // NVIDIA's static order: GPU, profile, start
 	Random   Policy = "random"    // a fresh random order per allocation
 	Planner  Policy = "planner"   // mig.Preference
+	// PlannerPerGPU is mig.Preference published as one pool per GPU
+	// (mig.CounterModel.GPUPools, what the reference driver ships): the
+	// allocator walks the pools by name, so the planner's placement on
+	// each GPU is kept and the GPU is the first in index order that fits.
+	PlannerPerGPU Policy = "planner, pool per GPU"
 	// PlannerReserve1 and PlannerReserve2 are mig.Preference with
 	// WithReserve(1) and (2), publishing only the listed devices:
 	// admission control, which keeps free GPUs for whole-GPU requests at
@@ -376,7 +381,7 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // Policies are all the policies Online can compare, in table order.
-var Policies = []Policy{FirstFit, Random, Planner, PlannerReserve1, PlannerReserve2, FreeMigration}
+var Policies = []Policy{FirstFit, Random, Planner, PlannerPerGPU, PlannerReserve1, PlannerReserve2, FreeMigration}
 
 // OnlineResult is one simulation run.
 type OnlineResult struct {
@@ -844,6 +849,11 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 			polRNG.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		case Planner:
 			order, err = mig.Preference(fleet)
+		case PlannerPerGPU:
+			if order, err = mig.Preference(fleet); err == nil {
+				gpuOf := func(n string) int { r, _ := mig.ParseDeviceName(n); return r.GPU }
+				sort.SliceStable(order, func(a, b int) bool { return gpuOf(order[a]) < gpuOf(order[b]) })
+			}
 		default:
 			if !isDefrag {
 				err = fmt.Errorf("simulate: unknown policy %q", pol)

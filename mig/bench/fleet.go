@@ -62,6 +62,16 @@ type FleetModel struct {
 	// as a driver does that publishes GPU facts (architecture, driver
 	// version, PCI root, ...) on its MIG devices too.
 	ExtraAttributes int
+	// Publish, when set, replaces the model: it returns what a driver
+	// publishes for node name, whose GPUs (the product, indices 0 to
+	// len(st)-1) run st's in-use instances, e.g. a real driver's own
+	// inventory (the reference driver's row of "drakit mig bench
+	// -fleet"). Its devices must be named as in the counter model
+	// (mig.ParseDeviceName) and carry the type and profile attributes in
+	// the driver's own domain; the inventory is published under
+	// FleetDriver so that the benchmark's classes select it. The other
+	// levers but ClassPerProfile are ignored.
+	Publish func(p *mig.Product, name string, st []mig.FleetGPU) (*device.Inventory, error)
 }
 
 // NoMediaExtensions advertises every profile but the "+me" ones.
@@ -551,6 +561,34 @@ func (m FleetModel) publish(p *mig.Product, name string, st []mig.FleetGPU) (nod
 		}
 		inv := &device.Inventory{Driver: FleetDriver, Pools: []device.Pool{pool}}
 		n.slices, n.devices = inv.ResourceSlices(name), len(pool.Devices)
+		return n, nil
+	}
+	if m.Publish != nil {
+		inv, err := m.Publish(p, name, st)
+		if err != nil {
+			return n, fmt.Errorf("publish %s: %w", name, err)
+		}
+		inv.Driver = FleetDriver
+		inUse := map[string]bool{}
+		for _, f := range st {
+			for _, in := range f.Layout {
+				if in.InUse {
+					inUse[mig.DeviceRef{GPU: f.Index, Profile: in.Profile, Start: in.Start}.String()] = true
+				}
+			}
+		}
+		for _, pl := range inv.Pools {
+			for _, d := range pl.Devices {
+				if inUse[d.Name()] {
+					n.held = append(n.held, structured.MakeDeviceID(FleetDriver, pl.Name, d.Name()))
+				}
+			}
+			n.devices += len(pl.Devices)
+		}
+		if len(n.held) != len(inUse) {
+			return n, fmt.Errorf("publish %s: %d of the %d in-use devices are published", name, len(n.held), len(inUse))
+		}
+		n.slices = inv.ResourceSlices(name)
 		return n, nil
 	}
 	gpus := make([]mig.GPU, len(st))

@@ -56,7 +56,7 @@ type benchDriver struct {
 
 // runDriver starts a driver on a new fake node; start is called first and
 // makes the driver's options (it is part of the measured start).
-func runDriver(ctx context.Context, b *testing.B, env *testenv.Env, name, node string, start func(node string) ([]kit.Option, error)) *benchDriver {
+func runDriver(ctx context.Context, b testing.TB, env *testenv.Env, name, node string, start func(node string) ([]kit.Option, error)) *benchDriver {
 	b.Helper()
 	opts, err := start(node)
 	if err != nil {
@@ -81,7 +81,7 @@ func runDriver(ctx context.Context, b *testing.B, env *testenv.Env, name, node s
 }
 
 // shmDir is a new folder on tmpfs (/dev/shm), removed at the end.
-func shmDir(b *testing.B) string {
+func shmDir(b testing.TB) string {
 	b.Helper()
 	dir, err := os.MkdirTemp("/dev/shm", "nvidia-bench-")
 	if err != nil {
@@ -93,7 +93,7 @@ func shmDir(b *testing.B) string {
 
 // nvidiaStart opens a fresh simulated DGX H200 with all GPUs in MIG mode
 // (dynamic MIG) and makes the driver for node.
-func nvidiaStart(b *testing.B, migGPUs []int, tmpfs bool) func(node string) ([]kit.Option, error) {
+func nvidiaStart(b testing.TB, migGPUs []int, tmpfs bool) func(node string) ([]kit.Option, error) {
 	return func(node string) ([]kit.Option, error) {
 		dir := b.TempDir()
 		if tmpfs {

@@ -79,6 +79,7 @@ type gpuInfo struct {
 
 // devInfo is what the driver needs to know of a published device.
 type devInfo struct {
+	pool    string // the pool it is published in
 	gpu     int
 	mode    string // ModeFull, ModeStatic, ModeDynamic
 	typ     string // TypeGPU, TypeMIG
@@ -99,22 +100,31 @@ type options struct {
 
 	republishDelay time.Duration
 	heartbeat      time.Duration
-	leanMIG        bool
+	fullMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
 	dynamicGPUs    []string
 	ignoredXIDs    map[uint64]bool
 }
 
-// WithLeanMIGAttributes publishes dynamic MIG devices with the counter
-// model's attributes and parentUUID only (type, index, the catalog's
-// productName, profile, profileID, placementStart, placementSize,
-// parentUUID: 8), without the GPU facts every device has by default
-// (brand, architecture, versions, migMode, PCI topology). At fleet scale
-// that halves the slices' size and the scheduler's CPU per pod (package
-// mig's doc: 16 attributes per device cost 1.24x the CPU of 8, and double
-// the slices); the facts stay on the full GPUs and static MIG devices.
+// WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
+// that full GPUs and static MIG devices carry (brand, architecture,
+// compute capability, driver and CUDA versions, the PCI bus ID and NUMA
+// node, profileID and placementSize): 17 attributes instead of the
+// default 8. At fleet scale that doubles the slices and costs the
+// scheduler CPU on every node for every pod (package mig's doc: 16
+// attributes per device cost 1.24x the CPU of 8); take it only when claims
+// select dynamic MIG devices on those facts.
+func WithFullMIGAttributes() Option {
+	return func(o *options) error { o.fullMIG = true; return nil }
+}
+
+// WithLeanMIGAttributes is the default now and changes nothing.
+//
+// Deprecated: dynamic MIG devices carry the lean set by default (see
+// Driver.Inventory), migMode and pcieRoot included; WithFullMIGAttributes
+// is the opposite choice.
 func WithLeanMIGAttributes() Option {
-	return func(o *options) error { o.leanMIG = true; return nil }
+	return func(o *options) error { o.fullMIG = false; return nil }
 }
 
 // DefaultRepublishDelay is how long after a MIG device was made or

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drakit/drakit/cdi"
@@ -155,15 +156,21 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 	if err := json.Unmarshal(b, &file); err != nil || len(file.Devices) != 1 || file.Devices[0].UUID != uuid || file.Devices[0].Profile != "1g.18gb" {
 		t.Errorf("devices file %s", b)
 	}
-	// The device sits on GPU 5, which the next inventory prefers for 1g.
+	// The device sits on GPU 5, whose pool (a pool per dynamic GPU) now
+	// starts with the 1g placement the planner takes next beside it.
 	inv, _ := f.d.Inventory(ctx)
-	for _, n := range names(inv) {
-		if i, _ := f.d.deviceInfo(n); i.mode == ModeDynamic && strings.Contains(n, "-1g-18gb-") {
-			if !strings.HasPrefix(n, "gpu-5-") {
-				t.Errorf("first 1g.18gb device %s, want one on GPU 5 (the planner packs)", n)
-			}
-			break
+	found := false
+	for _, p := range inv.Pools {
+		if p.Name != mig.GPUPoolName("node-1", 5) {
+			continue
 		}
+		found = true
+		if first := p.Devices[0].Name(); !strings.HasPrefix(first, "gpu-5-1g-18gb-") || first == "gpu-5-1g-18gb-3" {
+			t.Errorf("GPU 5's pool starts with %s, want a free 1g.18gb placement (the planner's order)", first)
+		}
+	}
+	if !found {
+		t.Errorf("no pool %s in %v", mig.GPUPoolName("node-1", 5), names(inv))
 	}
 	all := strings.Join(names(inv), " ")
 	if !strings.Contains(all, "gpu-5-1g-18gb-3") || strings.Contains(all, "gpu-5-7g-141gb-0") || strings.Contains(all, "gpu-5-4g-71gb-0") || !strings.Contains(all, "gpu-5-3g-71gb-4") {
@@ -383,13 +390,15 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	return string(b)
 }
 
-// Lean dynamic MIG devices stay within 8 attributes; full ones carry the
-// GPU facts.
-func TestLeanMIGAttributes(t *testing.T) {
-	for _, lean := range []bool{false, true} {
+// Dynamic MIG devices carry 8 attributes by default, migMode, profile,
+// parentUUID and pcieRoot among them and no GPU facts; with
+// WithFullMIGAttributes they carry the GPU facts too. Full GPUs and static
+// MIG devices carry the facts either way.
+func TestMIGAttributes(t *testing.T) {
+	for _, full := range []bool{false, true} {
 		var opts []Option
-		if lean {
-			opts = append(opts, WithLeanMIGAttributes())
+		if full {
+			opts = append(opts, WithFullMIGAttributes())
 		}
 		f := newFixture(t, opts...)
 		inv, err := f.d.Inventory(context.Background())
@@ -398,12 +407,24 @@ func TestLeanMIGAttributes(t *testing.T) {
 		}
 		for _, sl := range inv.ResourceSlices("node-1") {
 			for _, d := range sl.Spec.Devices {
-				if i, _ := f.d.deviceInfo(d.Name); i.mode != ModeDynamic {
+				i, _ := f.d.deviceInfo(d.Name)
+				_, hasArch := d.Attributes[AttrArchitecture]
+				if i.mode != ModeDynamic {
+					if !hasArch {
+						t.Errorf("full=%v: %s (%s) lacks the GPU facts", full, d.Name, i.mode)
+					}
 					continue
 				}
-				_, hasRoot := d.Attributes["resource.kubernetes.io/pcieRoot"]
-				if n := len(d.Attributes); (lean && (n > 8 || hasRoot)) || (!lean && (n < 16 || !hasRoot)) {
-					t.Errorf("lean=%v: %s has %d attributes (pcieRoot %v)", lean, d.Name, n, hasRoot)
+				for _, a := range []string{AttrMIGMode, mig.AttrProfile, AttrParentUUID, mig.AttrIndex, "resource.kubernetes.io/pcieRoot"} {
+					if _, ok := d.Attributes[resourceapi.QualifiedName(a)]; !ok {
+						t.Errorf("full=%v: %s lacks %s", full, d.Name, a)
+					}
+				}
+				if m := d.Attributes[AttrMIGMode]; m.StringValue == nil || *m.StringValue != ModeDynamic {
+					t.Errorf("full=%v: %s migMode %v", full, d.Name, m)
+				}
+				if n := len(d.Attributes); (!full && (n > 8 || hasArch)) || (full && (n < 16 || !hasArch)) {
+					t.Errorf("full=%v: %s has %d attributes (architecture %v)", full, d.Name, n, hasArch)
 				}
 			}
 		}

@@ -28,7 +28,10 @@ func ExampleDeviceClasses() {
 }
 
 // A simulated DGX H200 with GPU 0 whole, GPU 1 holding an
-// administrator's MIG devices and GPU 2 dynamic (the rest whole too).
+// administrator's MIG devices and GPU 2 dynamic (the rest whole too): the
+// node's pool, then GPU 2's own pool of every placement of the advertised
+// profiles in the planner's order (1g devices where they fragment least
+// first).
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "nvidia-example")
 	defer os.RemoveAll(dir)
@@ -47,17 +50,11 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	devs := inv.Pools[0].Devices
-	fmt.Println(len(devs), "devices:")
-	for _, dev := range devs[:4] {
-		fmt.Println(dev.Name())
+	for _, p := range inv.Pools {
+		devs := p.Devices
+		fmt.Printf("pool %s: %d devices: %s %s %s ... %s\n", p.Name, len(devs), devs[0].Name(), devs[1].Name(), devs[2].Name(), devs[len(devs)-1].Name())
 	}
-	fmt.Println("...", devs[len(devs)-1].Name())
 	// Output:
-	// 22 devices:
-	// gpu-0
-	// gpu-1-4g-71gb-0
-	// gpu-1-3g-71gb-4
-	// gpu-3
-	// ... gpu-2-7g-141gb-0
+	// pool node-1: 8 devices: gpu-0 gpu-1-4g-71gb-0 gpu-1-3g-71gb-4 ... gpu-7
+	// pool node-1/gpu-02: 14 devices: gpu-2-1g-18gb-6 gpu-2-1g-18gb-4 gpu-2-1g-18gb-5 ... gpu-2-7g-141gb-0
 }

@@ -298,7 +298,7 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 		if gpu != nil && info.gpu != *gpu {
 			continue
 		}
-		r := device.HealthReport{Device: device.DeviceID{Pool: d.node, Device: name}, Health: device.Healthy}
+		r := device.HealthReport{Device: device.DeviceID{Pool: info.pool, Device: name}, Health: device.Healthy}
 		ev, bad := h.gpus[info.gpu]
 		if !bad && info.typ == TypeMIG {
 			k := info.key

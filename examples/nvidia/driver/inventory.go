@@ -10,11 +10,13 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/topology"
 )
 
 // Inventory reads the GPUs' MIG modes and instances and returns the
-// node's devices, in one pool named after the node (plus whatever pools
-// the MIG counter model makes):
+// node's devices: full GPUs and static MIG devices in one pool named after
+// the node (left out when it has none), each dynamic-MIG GPU in a pool of
+// its own (mig.GPUPoolName: "<node>/gpu-04"):
 //
 //   - a GPU with MIG mode off is one device "gpu-<index>" (ModeFull);
 //   - a GPU in MIG mode that is not dynamic (WithDynamicGPUs: the
@@ -26,8 +28,15 @@ import (
 //     order is mig.Preference's for the node's current MIG devices, so
 //     the scheduler's first fit is the planner's choice.
 //
-// Full GPUs and static MIG devices come in GPU order, then the dynamic
-// ones in the planner's order.
+// Full GPUs and static MIG devices come in GPU order, a dynamic GPU's
+// devices in the planner's order. A pool per dynamic GPU is what keeps
+// every pool complete while dynamic MIG devices come and go (see
+// mig.CounterModel.GPUPools): a MIG change rewrites one slice of one
+// pool, in place, where one pool for all dynamic GPUs spanned several
+// slices, got a new generation at nearly every change and was skipped by
+// the scheduler, every GPU of the node with it, until it had seen every
+// new slice. The scheduler walks pools by name, so the node pool comes
+// first and the dynamic GPUs follow in index order.
 func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	pool := device.Pool{Name: d.node}
 	devs := map[string]devInfo{}
@@ -50,7 +59,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 				StringAttribute(AttrUUID, g.UUID).
 				Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
 			pool.Devices = append(pool.Devices, dev)
-			devs[name] = devInfo{gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
 		case ModeStatic:
 			for _, md := range static {
 				if !md.Complete() {
@@ -71,7 +80,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
 					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
 				pool.Devices = append(pool.Devices, dev)
-				devs[name] = devInfo{gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
+				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
 			}
 		case ModeDynamic:
 			var layout mig.Layout
@@ -83,13 +92,16 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			dynamic = append(dynamic, g)
 		}
 	}
-	pools := []device.Pool{pool}
+	var pools []device.Pool
+	if len(pool.Devices) > 0 || len(model) == 0 {
+		pools = append(pools, pool)
+	}
 	if len(model) > 0 {
 		mp, err := d.dynamicPools(fleet, model, dynamic, devs)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
 		}
-		pools = mergePools(pool, mp)
+		pools = append(pools, mp...)
 	}
 	d.mu.Lock()
 	d.devs = devs
@@ -139,10 +151,10 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 }
 
 // dynamicPools is the counter model of the dynamic GPUs with the
-// advertised profiles as mig.CounterModel.PreferredPools publishes it (the
-// planner's order, only the devices the scheduler can still allocate:
-// mig.WithFitOnly), without the full-GPU devices (a GPU in MIG mode is
-// used through MIG devices only).
+// advertised profiles as mig.CounterModel.GPUPools publishes it (a pool
+// per GPU, the planner's order, only the devices the scheduler can still
+// allocate: mig.WithFitOnly), without the full-GPU devices (a GPU in MIG
+// mode is used through MIG devices only).
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
@@ -152,7 +164,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	pools, err := m.PreferredPools(d.node, fleet, mig.WithFitOnly())
+	pools, err := m.GPUPools(d.node, fleet, mig.WithFitOnly())
 	if err != nil {
 		return nil, err
 	}
@@ -173,31 +185,35 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			if err != nil {
 				return nil, err
 			}
-			if d.o.leanMIG {
-				dev.StringAttribute(AttrParentUUID, g.UUID)
-			} else {
+			if d.o.fullMIG {
 				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+			} else {
+				d.lean(dev, g)
 			}
-			devs[dev.Name()] = devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
+			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}
 	return pools, nil
 }
 
-// mergePools adds the counter model's pools to the node pool: a model
-// pool of the node pool's name is merged into it (its devices after the
-// node pool's), the others are added as they are.
-func mergePools(node device.Pool, model []device.Pool) []device.Pool {
-	out := []device.Pool{node}
-	for _, p := range model {
-		if p.Name == node.Name {
-			out[0].CounterSets = append(out[0].CounterSets, p.CounterSets...)
-			out[0].Devices = append(out[0].Devices, p.Devices...)
-			continue
-		}
-		out = append(out, p)
+// lean trims a dynamic MIG device of the counter model to what claims
+// select it on, 8 attributes at most: type, index, productName, profile
+// and placementStart from the model, plus parentUUID, migMode and the
+// standard pcieRoot (for a matchAttribute with a NIC on the same PCIe
+// root). What follows from the rest is left out: profileID and
+// placementSize from profile; brand, architecture, compute capability and
+// versions are the GPU's, on its node's full GPUs and static MIG devices
+// and the same for every GPU of a product; the PCI bus ID and NUMA node
+// are the parent GPU's. Each attribute is stored and converted by the
+// scheduler for every device on every node (WithFullMIGAttributes keeps
+// them all).
+func (d *Driver) lean(dev *device.Device, g *gpuInfo) {
+	dev.RemoveAttribute(mig.AttrProfileID).RemoveAttribute(mig.AttrPlacementSize).
+		StringAttribute(AttrParentUUID, g.UUID).
+		StringAttribute(AttrMIGMode, ModeDynamic)
+	if g.topo != nil {
+		dev.StringAttribute(topology.PCIeRootAttribute, g.topo.PCIeRoot)
 	}
-	return out
 }
 
 // common sets the attributes every device of GPU g has.

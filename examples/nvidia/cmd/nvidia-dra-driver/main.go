@@ -40,8 +40,9 @@ func run(args []string) error {
 	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
 	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
 	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
-	lean := fs.Bool("lean-mig-attributes", false, "publish dynamic MIG devices with 8 attributes (no brand, architecture, versions, migMode, PCI topology): half the slices and less scheduler CPU at fleet scale")
 	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated; "none" for none) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Recorded in the state folder; when unset, the recorded decision stands and a GPU seen for the first time is dynamic when it is in MIG mode without MIG devices`)
+	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
+	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,8 +75,8 @@ func run(args []string) error {
 	if names != nil {
 		dopts = append(dopts, nvdriver.WithProfiles(names))
 	}
-	if *lean {
-		dopts = append(dopts, nvdriver.WithLeanMIGAttributes())
+	if *full {
+		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
 	switch *dynamicGPUs {
 	case "":

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/device"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/internal/cluster"
+	"github.com/drakit/drakit/topology"
+)
+
+// schedShape is one workload of "drakit bench sched": what every node
+// publishes and what every pod claims.
+type schedShape struct {
+	name string
+	// mig: the nodes are dynamic-MIG (else whole GPUs; simple: the
+	// upstream shape).
+	simple, mig bool
+	// gang: pods come in PodGroups of gang pods, one rack each.
+	gang int
+}
+
+var schedShapes = []schedShape{
+	{name: "upstream simple (10 devices, 1 attribute)", simple: true},
+	{name: "nvidia 1g MIG (as shipped)", mig: true},
+	{name: "nvidia whole GPU (as shipped)"},
+	{name: "nvidia whole GPU, gangs of 4 in one rack", gang: 4},
+}
+
+// simpleDriver is upstream's scheduler_perf DRA driver name.
+const simpleDriver = "test-driver.cdi.k8s.io"
+
+const schedUsage = `Usage: drakit bench sched [flags]
+
+Measures kube-scheduler 1.37's throughput on fake nodes of a local control
+plane, as upstream's scheduler_perf does for DRA
+(test/integration/scheduler_perf/dra): for each fleet size, a fresh
+control plane (kube-scheduler client QPS -qps), nodes created cordoned,
+the pods created, then the nodes uncordoned; the clock runs from the
+uncordon to the last pod bound. Each shape runs on its own nodes and pods
+in the same run: upstream's simple-device shape (10 devices per node, one
+attribute, one device per pod) and the reference driver's own slices for a
+simulated DGX H200: one 1g MIG device per pod on dynamic-MIG nodes, one
+whole GPU per pod on whole-GPU nodes, and the whole-GPU pods as gangs
+(PodGroups of 4 within one rack of 10 nodes). It prints pods/s and the
+scheduler's CPU time per pod (from /proc), and their ratios to the simple
+shape of the same run.
+
+Flags:
+`
+
+func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench sched", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, schedUsage)
+		fs.PrintDefaults()
+	}
+	nodesFlag := fs.String("nodes", "100,500", "comma-separated fleet sizes")
+	podsPerNode := fs.Float64("pods-per-node", 2, "pods per node of each shape (upstream: 10 on 500 nodes)")
+	qps := fs.Int("qps", 5000, "kube-scheduler's client QPS and burst")
+	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (1: simple, 2: 1g MIG, 3: whole GPU, 4: gang); default all")
+	dir := fs.String("dir", "", "folder of the clusters' state (default: a temporary folder, removed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var sizes []int
+	for _, f := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 {
+			return fmt.Errorf("%w: -nodes: %q is not a number of at least 10", errUsage, f)
+		}
+		sizes = append(sizes, n)
+	}
+	shapes := schedShapes
+	if *shapesFlag != "" {
+		shapes = nil
+		for _, f := range strings.Split(*shapesFlag, ",") {
+			i, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || i < 1 || i > len(schedShapes) {
+				return fmt.Errorf("%w: -shapes: %q is not 1..%d", errUsage, f, len(schedShapes))
+			}
+			shapes = append(shapes, schedShapes[i-1])
+		}
+	}
+	if *podsPerNode <= 0 || *qps < 1 {
+		return fmt.Errorf("%w: -pods-per-node and -qps must be positive", errUsage)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tshape\tpods\tpods/s\tvs simple\tscheduler CPU ms/pod\tvs simple\t")
+	for _, n := range sizes {
+		var base *schedResult
+		for _, sh := range shapes {
+			r, err := benchSchedOne(ctx, *dir, n, int(float64(n)**podsPerNode), *qps, sh, stderr)
+			if err != nil {
+				return fmt.Errorf("%d nodes, %s: %w", n, sh.name, err)
+			}
+			if sh.simple {
+				base = &r
+			}
+			vs, vsCPU := "-", "-"
+			if base != nil {
+				vs = fmt.Sprintf("%.2fx", r.podsPerSec/base.podsPerSec)
+				vsCPU = fmt.Sprintf("%.2fx", r.cpuPerPod/base.cpuPerPod)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%s\t%.1f\t%s\t\n", n, sh.name, r.pods, r.podsPerSec, vs, r.cpuPerPod*1000, vsCPU)
+		}
+	}
+	return tw.Flush()
+}
+
+type schedResult struct {
+	pods       int
+	podsPerSec float64
+	cpuPerPod  float64 // seconds
+}
+
+// benchSchedOne runs one shape on n fresh nodes of a fresh control plane.
+func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedShape, progress io.Writer) (res schedResult, err error) {
+	opts := []cluster.Option{cluster.WithSchedulerClient(float32(qps), qps), cluster.WithDieWithParent(), cluster.WithLogWriter(io.Discard)}
+	if dir != "" {
+		opts = append(opts, cluster.WithDir(dir))
+	}
+	if sh.gang > 0 {
+		opts = append(opts, cluster.WithGangScheduling())
+	}
+	c, err := cluster.Start(ctx, opts...)
+	if err != nil {
+		return res, fmt.Errorf("start control plane: %w", err)
+	}
+	defer func() { err = errors.Join(err, c.Stop()) }()
+	cs := c.Client
+	fmt.Fprintf(progress, "bench sched: %d nodes, %s: publishing\n", n, sh.name)
+
+	// Slices: the simple shape's, or the reference driver's for one node,
+	// renamed for each node (the driver's Inventory is the same for every
+	// node of a model but for the pool and node names).
+	var profiles []string
+	var proto *device.Inventory
+	if !sh.simple {
+		if proto, profiles, err = fleetInventory("dgx-h200", "proto", sh.mig); err != nil {
+			return res, err
+		}
+	}
+	for i := range n {
+		name := fmt.Sprintf("node-%04d", i)
+		labels := map[string]string{topology.RackLabel: fmt.Sprintf("rack-%03d", i/10)}
+		if err := c.AddFakeNode(ctx, name, labels, nil); err != nil {
+			return res, err
+		}
+		if err := setUnschedulable(ctx, cs, name, true); err != nil {
+			return res, err
+		}
+		var inv *device.Inventory
+		if sh.simple {
+			p := device.Pool{Name: name}
+			for d := range 10 {
+				p.Devices = append(p.Devices, device.New(fmt.Sprintf("dev-%d", d)).StringAttribute("dra.example.com/slice", "big"))
+			}
+			inv = &device.Inventory{Driver: simpleDriver, Pools: []device.Pool{p}}
+		} else {
+			inv = proto.Clone()
+			for pi := range inv.Pools {
+				inv.Pools[pi].Name = strings.Replace(inv.Pools[pi].Name, "proto", name, 1)
+			}
+		}
+		for _, s := range inv.ResourceSlices(name) {
+			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				return res, fmt.Errorf("publish slice %s: %w", s.Name, err)
+			}
+		}
+	}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "simple"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", simpleDriver)}}}}}
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	for _, cl := range nvdriver.DeviceClasses(profiles) {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, cl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return res, err
+		}
+	}
+	className := "simple"
+	switch {
+	case sh.mig:
+		className = nvdriver.ProfileClass(profiles[0])
+	case !sh.simple:
+		className = nvdriver.ClassGPU
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "d", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: className}}}}}}}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(progress, "bench sched: %d nodes, %s: creating %d pods\n", n, sh.name, pods)
+	for i := range pods {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: "default"},
+			Spec: corev1.PodSpec{
+				Containers:     []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "d"}}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "d", ResourceClaimTemplateName: ptr.To("one")}},
+			},
+		}
+		if sh.gang > 0 {
+			g := fmt.Sprintf("gang-%04d", i/sh.gang)
+			if i%sh.gang == 0 {
+				pg, err := topology.PodGroup("default", g, int32(sh.gang), topology.LevelRack)
+				if err != nil {
+					return res, err
+				}
+				if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+					return res, err
+				}
+			}
+			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(g)}
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return res, err
+		}
+	}
+	st, err := cluster.ReadStatus(c.Dir)
+	if err != nil {
+		return res, err
+	}
+	pid := 0
+	for _, comp := range st.Components {
+		if comp.Name == "kube-scheduler" {
+			pid = comp.PID
+		}
+	}
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	for i := range n {
+		if err := setUnschedulable(ctx, cs, fmt.Sprintf("node-%04d", i), false); err != nil {
+			return res, err
+		}
+	}
+	var done time.Time
+	if err := poll(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		bound := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		done = time.Now()
+		return bound == pods, nil
+	}); err != nil {
+		return res, fmt.Errorf("wait for %d pods to be bound: %w", pods, err)
+	}
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	took := done.Sub(t0)
+	return schedResult{pods: pods, podsPerSec: float64(pods) / took.Seconds(), cpuPerPod: (cpu1 - cpu0).Seconds() / float64(pods)}, nil
+}
+
+func setUnschedulable(ctx context.Context, cs kubernetes.Interface, node string, v bool) error {
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, v)
+	_, err := cs.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("cordon node %s: %w", node, err)
+	}
+	return nil
+}

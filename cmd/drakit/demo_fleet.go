@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/device"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/internal/cluster"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/topology"
+)
+
+// fleetConfig sizes "drakit demo -fleet".
+type fleetConfig struct {
+	dir string
+	// racks of rackSize fake nodes each; the first half of the racks
+	// (rounded up) have whole GPUs, the others dynamic MIG.
+	racks, rackSize int
+	// server is the simulated server of every node (nvml.SimServers).
+	server string
+	// migPods is the number of one-1g pods spread over the MIG racks.
+	migPods int
+	// schedQPS is kube-scheduler's client QPS and burst.
+	schedQPS int
+}
+
+// fleetNS is the fleet demo's namespace.
+const fleetNS = "fleet"
+
+// fleetNode is one fake node of the fleet.
+type fleetNode struct {
+	name, rack string
+	mig        bool // dynamic MIG on every GPU; else whole GPUs
+	devices    int
+	slices     int
+}
+
+// fleetResult is what the fleet demo checked, for its test.
+type fleetResult struct {
+	nodes      []fleetNode
+	rackOf     map[string]string
+	gangFits   []string // pods of the gang that fits a rack
+	gangTooBig []string // pods of the gang that fits the fleet but no rack
+	migPods    []string
+	podsPerSec float64
+}
+
+// demoFleet runs the fleet demo on a control plane of its own.
+func demoFleet(ctx context.Context, cfg fleetConfig, out, progress io.Writer) (err error) {
+	fmt.Fprintf(out, "drakit demo -fleet: the reference NVIDIA driver's slices on %d fake nodes in %d racks, gang scheduling, MIG at fleet scale (Kubernetes %s)\n",
+		cfg.racks*cfg.rackSize, cfg.racks, cluster.Version)
+	fmt.Fprintln(out, "Every node here is a fake node (a Node object, no kubelet): the real kube-scheduler allocates and binds, no pod runs.")
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, cluster.WithDir(cfg.dir), cluster.WithLogWriter(progress), cluster.WithDieWithParent(),
+		cluster.WithGangScheduling(), cluster.WithSchedulerClient(float32(cfg.schedQPS), cfg.schedQPS))
+	if err != nil {
+		return fmt.Errorf("start cluster: %w", err)
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping the control plane")
+		err = errors.Join(err, c.Stop())
+		fmt.Fprintf(out, "logs are kept in %s/logs\n", c.Dir)
+	}()
+	fmt.Fprintf(out, "control plane up in %s: gang and topology-aware scheduling on, kube-scheduler client QPS %d\n", since(t0), cfg.schedQPS)
+	_, err = runFleet(ctx, c, cfg, out)
+	return err
+}
+
+// runFleet builds the fleet on c and runs the demo's steps, checking each
+// through the API.
+func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.Writer) (*fleetResult, error) {
+	cs := c.Client
+	res := &fleetResult{rackOf: map[string]string{}}
+	step := func(format string, args ...any) { fmt.Fprintf(out, "- "+format+"\n", args...) }
+
+	t0 := time.Now()
+	var profiles []string
+	for r := range cfg.racks {
+		rack := fmt.Sprintf("rack-%c", 'a'+r)
+		isMIG := r >= (cfg.racks+1)/2
+		for i := range cfg.rackSize {
+			n := fleetNode{name: fmt.Sprintf("%s-%d", rack, i), rack: rack, mig: isMIG}
+			labels := map[string]string{topology.RackLabel: rack, topology.InterconnectDomainLabel: "nvl-" + rack[len(rack)-1:]}
+			if err := c.AddFakeNode(ctx, n.name, labels, nil); err != nil {
+				return nil, err
+			}
+			inv, profs, err := fleetInventory(cfg.server, n.name, isMIG)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: %w", n.name, err)
+			}
+			profiles = profs
+			for _, s := range inv.ResourceSlices(n.name) {
+				if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					return nil, fmt.Errorf("node %s: publish slice %s: %w", n.name, s.Name, err)
+				}
+				n.slices++
+				n.devices += len(s.Spec.Devices)
+			}
+			res.nodes = append(res.nodes, n)
+			res.rackOf[n.name] = rack
+		}
+	}
+	for _, class := range nvdriver.DeviceClasses(profiles) {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create DeviceClass %s: %w", class.Name, err)
+		}
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts(fleetNS).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("wait for the default ServiceAccount of %s: %w", fleetNS, err)
+	}
+	whole, migN := fleetCount(res.nodes)
+	step("%d fake nodes labelled %s and %s (racks of %d), each with the reference driver's own slices for a simulated %s (its Inventory, run per node, published through the API server) in %s:",
+		len(res.nodes), topology.RackLabel, topology.InterconnectDomainLabel, cfg.rackSize, cfg.server, since(t0))
+	for _, rack := range fleetRacks(res.nodes) {
+		n := rack[0]
+		kind := "8 whole GPUs"
+		if n.mig {
+			kind = "8 dynamic-MIG GPUs"
+		}
+		step("  %s: %d nodes of %s, %d devices in %d slices per node", n.rack, len(rack), kind, n.devices, n.slices)
+	}
+	_ = whole
+	_ = migN
+
+	// A gang of whole-GPU pods that fits one rack: all land in one.
+	gpusPerNode := 8
+	fitSize := int32(cfg.rackSize - 1)
+	if fitSize < 2 {
+		fitSize = 2
+	}
+	perPod := gpusPerNode
+	t0 = time.Now()
+	pods, err := fleetGang(ctx, cs, "train-a", fitSize, perPod)
+	if err != nil {
+		return nil, err
+	}
+	res.gangFits = pods
+	nodes := map[string]string{}
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, p := range pods {
+			pod, err := cs.CoreV1().Pods(fleetNS).Get(ctx, p, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if pod.Spec.NodeName == "" {
+				return false, nil
+			}
+			nodes[p] = pod.Spec.NodeName
+		}
+		return true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("wait for gang train-a to be bound: %w", err)
+	}
+	racks := map[string]bool{}
+	var where []string
+	for _, p := range pods {
+		racks[res.rackOf[nodes[p]]] = true
+		where = append(where, p+"->"+nodes[p])
+	}
+	if len(racks) != 1 {
+		return nil, fmt.Errorf("gang train-a spread over racks %v: %s", racks, strings.Join(where, " "))
+	}
+	step("gang train-a (PodGroup, minCount %d, topology %s; each pod a claim for %d whole GPUs) bound all-or-none in one rack in %s: %s",
+		fitSize, topology.RackLabel, perPod, since(t0), strings.Join(where, " "))
+
+	// A gang that fits the fleet's free whole GPUs but no rack: none bound.
+	free := (whole - int(fitSize)) // free whole-GPU nodes in the fleet
+	tooBig := int32(cfg.rackSize + 1)
+	if int(tooBig) > free {
+		return nil, fmt.Errorf("fleet too small for the second gang: %d free whole-GPU nodes, need %d (more racks)", free, tooBig)
+	}
+	t0 = time.Now()
+	pods, err = fleetGang(ctx, cs, "train-b", tooBig, perPod)
+	if err != nil {
+		return nil, err
+	}
+	res.gangTooBig = pods
+	var reason string
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		pg, err := cs.SchedulingV1beta1().PodGroups(fleetNS).Get(ctx, "train-b", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range pg.Status.Conditions {
+			if cond.Type == schedulingv1beta1.PodGroupInitiallyScheduled && cond.Status == metav1.ConditionFalse && cond.Reason == schedulingv1beta1.PodGroupReasonUnschedulable {
+				reason = cond.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return nil, fmt.Errorf("wait for gang train-b to be reported unschedulable: %w", err)
+	}
+	var bound []string
+	for _, p := range pods {
+		pod, err := cs.CoreV1().Pods(fleetNS).Get(ctx, p, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if pod.Spec.NodeName != "" {
+			bound = append(bound, p+"->"+pod.Spec.NodeName)
+		}
+	}
+	if len(bound) > 0 {
+		return nil, fmt.Errorf("gang train-b fits no rack but has bound pods: %s", strings.Join(bound, " "))
+	}
+	step("gang train-b (%d pods x %d GPUs: the fleet has %d free whole-GPU nodes, no rack has %d) stays Pending as a whole, none of its pods bound (%s): %s",
+		tooBig, perPod, free, tooBig, since(t0), firstLine(reason))
+
+	// MIG pods spread over the fleet: pods/s and the packing per GPU.
+	if cfg.migPods > 0 && migN > 0 {
+		tmpl := &resourceapi.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "one-1g", Namespace: fleetNS},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass(profiles[0])}}},
+			}}},
+		}
+		if _, err := cs.ResourceV1().ResourceClaimTemplates(fleetNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create ResourceClaimTemplate: %w", err)
+		}
+		t0 = time.Now()
+		for i := range cfg.migPods {
+			p := fleetPod(fmt.Sprintf("mig-%03d", i))
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "mig", ResourceClaimTemplateName: ptr.To("one-1g")}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "mig"}}
+			if _, err := cs.CoreV1().Pods(fleetNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return nil, fmt.Errorf("create pod %s: %w", p.Name, err)
+			}
+			res.migPods = append(res.migPods, p.Name)
+		}
+		var last time.Time
+		if err := poll(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+			list, err := cs.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: "fleet-demo=mig"})
+			if err != nil {
+				return false, err
+			}
+			n := 0
+			for _, p := range list.Items {
+				if p.Spec.NodeName != "" {
+					n++
+				}
+			}
+			last = time.Now()
+			return n == cfg.migPods, nil
+		}); err != nil {
+			return nil, fmt.Errorf("wait for the MIG pods to be bound: %w", err)
+		}
+		took := last.Sub(t0)
+		res.podsPerSec = float64(cfg.migPods) / took.Seconds()
+		layout, err := fleetLayouts(ctx, cs)
+		if err != nil {
+			return nil, err
+		}
+		step("%d pods, each a claim for one %s, bound in %s: %.1f pods/s (the scheduler's allocator and binding, measured to the last bound pod, 200 ms polling)",
+			cfg.migPods, profiles[0], took.Round(10*time.Millisecond), res.podsPerSec)
+		step("where they went (per node, each GPU's 1g placements in use; the driver publishes each GPU as a pool of its own in the planner's order, so the scheduler fills a node's GPUs one by one, packing each):")
+		for _, n := range res.nodes {
+			if l, ok := layout[n.name]; ok {
+				step("  %s: %s", n.name, l)
+			}
+		}
+	}
+	return res, nil
+}
+
+// fleetInventory is the reference driver's inventory for node on a fresh
+// simulated server, every GPU dynamic MIG or every GPU whole, and the
+// advertised profiles of its MIG GPUs.
+func fleetInventory(server, node string, isMIG bool) (*device.Inventory, []string, error) {
+	dir, err := os.MkdirTemp("", "drakit-fleet-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer(server), nvml.WithMIGEnabled(isMIG))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sim.Close()
+	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	if err != nil {
+		return nil, nil, err
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		return nil, nil, err
+	}
+	return inv, mig.DefaultProfiles(sim.Product()), nil
+}
+
+// fleetGang creates a PodGroup of size pods constrained to one rack and
+// its pods, each with a claim for perPod whole GPUs.
+func fleetGang(ctx context.Context, cs kubernetes.Interface, name string, size int32, perPod int) ([]string, error) {
+	pg, err := topology.PodGroup(fleetNS, name, size, topology.LevelRack)
+	if err != nil {
+		return nil, err
+	}
+	created, err := cs.SchedulingV1beta1().PodGroups(fleetNS).Create(ctx, pg, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create PodGroup %s: %w", name, err)
+	}
+	if created.Spec.SchedulingConstraints == nil || len(created.Spec.SchedulingConstraints.Topology) != 1 {
+		return nil, fmt.Errorf("PodGroup %s lost its topology constraint (is TopologyAwareWorkloadScheduling on?)", name)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-gpus", Namespace: fleetNS},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ClassGPU, Count: int64(perPod)}}},
+		}}},
+	}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates(fleetNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create ResourceClaimTemplate %s: %w", tmpl.Name, err)
+	}
+	var pods []string
+	for i := range size {
+		p := fleetPod(fmt.Sprintf("%s-%d", name, i))
+		p.Labels = map[string]string{"fleet-demo": "gang"}
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(tmpl.Name)}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		if _, err := cs.CoreV1().Pods(fleetNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+		pods = append(pods, p.Name)
+	}
+	return pods, nil
+}
+
+// fleetPod is a pod for a fake node: it is scheduled, never run.
+func fleetPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fleetNS, Labels: map[string]string{"fleet-demo": "mig"}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+}
+
+// fleetLayouts says, per node, which 1g placements of which GPU the MIG
+// pods' claims got: "gpu-0 [0 1 2 3 4 5 6] gpu-1 [6]".
+func fleetLayouts(ctx context.Context, cs kubernetes.Interface) (map[string]string, error) {
+	claims, err := cs.ResourceV1().ResourceClaims(fleetNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := cs.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: "fleet-demo=mig"})
+	if err != nil {
+		return nil, err
+	}
+	nodeOf := map[string]string{}
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName != nil {
+				nodeOf[*s.ResourceClaimName] = p.Spec.NodeName
+			}
+		}
+	}
+	per := map[string]map[int][]int{}
+	for _, c := range claims.Items {
+		node, ok := nodeOf[c.Name]
+		if !ok || c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			ref, err := mig.ParseDeviceName(r.Device)
+			if err != nil || ref.Profile == "" {
+				continue
+			}
+			if per[node] == nil {
+				per[node] = map[int][]int{}
+			}
+			per[node][ref.GPU] = append(per[node][ref.GPU], ref.Start)
+		}
+	}
+	out := map[string]string{}
+	for node, gpus := range per {
+		var idx []int
+		for g := range gpus {
+			idx = append(idx, g)
+		}
+		sort.Ints(idx)
+		var parts []string
+		for _, g := range idx {
+			sort.Ints(gpus[g])
+			parts = append(parts, fmt.Sprintf("gpu-%d %v", g, gpus[g]))
+		}
+		out[node] = strings.Join(parts, "  ")
+	}
+	return out, nil
+}
+
+func fleetCount(nodes []fleetNode) (whole, migN int) {
+	for _, n := range nodes {
+		if n.mig {
+			migN++
+		} else {
+			whole++
+		}
+	}
+	return whole, migN
+}
+
+func fleetRacks(nodes []fleetNode) [][]fleetNode {
+	var out [][]fleetNode
+	for _, n := range nodes {
+		if len(out) == 0 || out[len(out)-1][0].rack != n.rack {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], n)
+	}
+	return out
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
