@@ -6,9 +6,13 @@
 // DeviceClasses), and the same objects as plain manifests in manifests/
 // (`helm template`, kept current by TestManifestsCurrent).
 //
-// On drakit's local cluster, `drakit demo` and this package's end-to-end
-// test build the image, import it into the node's containerd, and
-// `helm install` the chart with [LocalClusterValues].
+// The chart's defaults are for real GPUs: the driver runs only on nodes
+// labelled nvidia.com/gpu.present=true, loads the host's NVML from the
+// driver root, and its DeviceClasses leave the device plugin's extended
+// resource names alone. On drakit's local cluster, `drakit demo` and this
+// package's end-to-end test build the image, import it into the node's
+// containerd, and `helm install` the chart with [LocalClusterValues] and
+// [SimulatorValues].
 //
 // By hand, on a cluster whose nodes run containerd:
 //
@@ -110,6 +114,7 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 // (no service proxy there), the simulator's state in stateDir and the
 // driver's own state in stateDir/driver (so that nothing of a test run is
 // left on the host), and the image already imported (pull policy Never).
+// They select no simulator: add [SimulatorValues] for that.
 func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []string {
 	return []string{
 		"kubeletDir=" + kubeletDir,
@@ -119,5 +124,25 @@ func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []st
 		"nvml.simStateDir=" + stateDir,
 		"stateDir=" + stateDir + "/driver",
 		"image.pullPolicy=Never",
+	}
+}
+
+// SimulatorValues are the `helm install --set` values that run the driver
+// on a simulated DGX H200 on every node, as drakit's demo and tests do:
+// nvml.sim=dgx-h200 with GPUs 0-1 whole, 2-3 holding an administrator's
+// MIG devices and 4-7 dynamic MIG; no GPU node label required; a
+// DeviceClass per H200 MIG profile; and the extended resource names
+// nvidia.com/gpu and nvidia.com/mig-<profile> on the classes (no device
+// plugin serves them there). The chart's defaults are for real GPUs
+// instead; every installation of the chart for the simulator passes
+// these values, so they live here and nowhere else.
+func SimulatorValues() []string {
+	return []string{
+		"nvml.sim=dgx-h200",
+		"nvml.simMIGGPUs=2-7",
+		`nvml.simInstances=2:4g.71gb@0\,2:3g.71gb@4\,3:3g.71gb@0\,3:2g.35gb@4\,3:1g.18gb@6`,
+		"gpuNodeLabel=",
+		"deviceClasses.migProfiles={1g.18gb,1g.18gb+me,1g.35gb,2g.35gb,3g.71gb,4g.71gb,7g.141gb}",
+		"deviceClasses.extendedResources=true",
 	}
 }
