@@ -87,6 +87,8 @@ type options struct {
 	heartbeat      time.Duration
 	leanMIG        bool
 	procRoot       string // "/proc"; tests use a fake one
+	root           DriverRoot
+	editor         ContainerEditor // nil: nodeEditor
 }
 
 // WithLeanMIGAttributes publishes dynamic MIG devices with the counter
@@ -189,7 +191,7 @@ func WithSimulatedContainers(simulated bool) Option {
 // for node. The driver never changes a GPU's MIG mode nor touches a MIG
 // device it did not make.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -220,6 +222,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		}
 	}
 	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}
+	if d.o.editor == nil {
+		d.o.editor = nodeEditor{d}
+	}
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
