@@ -38,7 +38,16 @@ type EditorFunc func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.Cont
 // Option configures Run.
 type Option func(*options)
 
-type options struct{ editor EditorFunc }
+type options struct {
+	editor EditorFunc
+	flags  []func(*flag.FlagSet)
+}
+
+// WithFlags lets a binary register flags of its own next to the driver's
+// (f runs before the command line is parsed).
+func WithFlags(f func(fs *flag.FlagSet)) Option {
+	return func(o *options) { o.flags = append(o.flags, f) }
+}
 
 // WithContainerEditor makes Run give real GPUs' containers the edits of
 // the editor f returns (nvdriver.WithContainerEditor); without it they
@@ -65,6 +74,9 @@ func Run(args []string, opts ...Option) error {
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
+	for _, f := range o.flags {
+		f(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
