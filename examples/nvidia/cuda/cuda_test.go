@@ -286,7 +286,9 @@ func TestEditsAreNvcdis(t *testing.T) {
 				}
 			}
 			for _, h := range []string{"update-ldcache", "create-symlinks"} {
-				if !slices.ContainsFunc(got.hooks, func(s string) bool { return strings.Contains(s, "/usr/local/nvidia/toolkit/nvidia-cdi-hook [nvidia-cdi-hook "+h) }) {
+				if !slices.ContainsFunc(got.hooks, func(s string) bool {
+					return strings.Contains(s, "/usr/local/nvidia/toolkit/nvidia-cdi-hook [nvidia-cdi-hook "+h)
+				}) {
 					t.Errorf("no %s hook: %v", h, got.hooks)
 				}
 			}
@@ -331,4 +333,3 @@ func collect(cs ...cdispec.ContainerEdits) edits {
 	e.nodes, e.mounts, e.hooks, e.env = slices.Compact(e.nodes), slices.Compact(e.mounts), slices.Compact(e.hooks), slices.Compact(e.env)
 	return e
 }
-

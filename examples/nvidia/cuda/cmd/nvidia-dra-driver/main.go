@@ -13,10 +13,10 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/drakit/drakit/examples/nvidia/cuda"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
-	"github.com/drakit/drakit/examples/nvidia/cuda"
 )
 
 func main() {
