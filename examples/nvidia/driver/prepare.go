@@ -288,7 +288,7 @@ type timeSlicer interface {
 func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
 	ts, ok := d.nv.(timeSlicer)
 	if !ok {
-		return fmt.Errorf("%w: time-slicing GPU %d: this NVML backend cannot set time-slices", kit.ErrInvalidConfig, gpu)
+		return fmt.Errorf("%w: time-slicing GPU %d: only the simulated NVML (-nvml-sim) sets time-slices; on real GPUs this driver does not (NVIDIA's sets them with nvidia-smi compute-policy --set-timeslice)", kit.ErrInvalidConfig, gpu)
 	}
 	return ts.SetTimeSlice(gpu, t)
 }
