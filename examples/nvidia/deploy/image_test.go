@@ -44,7 +44,9 @@ func unpackImage(t *testing.T, tarball, dir string) {
 		}
 		blobs[h.Name] = b
 	}
-	blob := func(d ociimage.Descriptor) []byte { return blobs["blobs/sha256/"+strings.TrimPrefix(d.Digest, "sha256:")] }
+	blob := func(d ociimage.Descriptor) []byte {
+		return blobs["blobs/sha256/"+strings.TrimPrefix(d.Digest, "sha256:")]
+	}
 	var idx ociimage.Index
 	var man ociimage.Manifest
 	if err := json.Unmarshal(blobs["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
