@@ -82,14 +82,15 @@ func WriteChart(dir string) error {
 }
 
 // BuildImage builds Go package pkg (e.g. [DriverPackage]) for linux on
-// this program's architecture with cgo (go-nvml loads libnvidia-ml with
-// dlopen) and -trimpath, and writes it to out as an OCI image tarball
-// named ref: the binary as its entrypoint, the C runtime it links (the
-// dynamic loader, libc, ... as ldd lists them, copied from this machine's
-// Debian packages: no registry, no base image) and an empty /tmp; what
-// `ctr -n k8s.io images import` loads. A package of [CUDAModule] is built
-// in that module's folder of the drakit checkout the go command runs in;
-// any other in the caller's module. The compiler's warnings about
+// this program's architecture with -trimpath, and writes it to out as an
+// OCI image tarball named ref: the binary as its entrypoint, the C
+// runtime it links (the dynamic loader, libc, ... as ldd lists them,
+// copied from this machine's Debian packages: no registry, no base
+// image) and an empty /tmp; what `ctr -n k8s.io images import` loads. A
+// package of [CUDAModule] is built with cgo (go-nvml loads libnvidia-ml
+// with dlopen) in that module's folder of the drakit checkout the go
+// command runs in; any other package statically (CGO_ENABLED=0) in the
+// caller's module. The compiler's warnings about
 // go-nvml's deprecated NVML calls are silenced; the build's output is
 // shown only when it fails. It returns the image's manifest descriptor.
 func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor, error) {
@@ -101,13 +102,15 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	name := filepath.Base(pkg)
 	bin := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+	cgo := "0"
 	if strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule {
 		if cmd.Dir, err = cudaModuleDir(ctx); err != nil {
 			return ociimage.Descriptor{}, err
 		}
+		cgo = "1"
 	}
 	// The image's platform is this program's: build for it.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
 		"CGO_CFLAGS="+strings.TrimSpace(cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
