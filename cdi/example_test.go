@@ -6,6 +6,7 @@ import (
 	"os"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/drakit/drakit/cdi"
 )
@@ -69,4 +70,26 @@ func ExampleParseKind() {
 	// Output:
 	// acme.example.com fpga <nil>
 	// CDI kind "acme.example.com/": class: must not be empty: invalid name
+}
+
+// Edits another CDI generator made join a claim's spec as they are.
+func ExampleEditsFromSpec() {
+	e, err := cdi.EditsFromSpec(cdispec.ContainerEdits{
+		Hooks: []*cdispec.Hook{{HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook",
+			Args: []string{"nvidia-cdi-hook", "update-ldcache"}, Env: []string{"NVIDIA_CTK_DEBUG=false"}}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	w, err := cdi.NewWriter("/var/run/cdi", "example.com", "gpu")
+	if err != nil {
+		panic(err)
+	}
+	spec, _, err := w.Spec(cdi.Claim{UID: "0b4e", Namespace: "ns", Name: "c", Devices: []cdi.Device{{Name: "gpu-0", Edits: e}}})
+	if err != nil {
+		panic(err)
+	}
+	h := spec.Devices[0].ContainerEdits.Hooks[0]
+	fmt.Println(h.HookName, h.Path, h.Args, h.Env)
+	// Output: createContainer /usr/bin/nvidia-cdi-hook [nvidia-cdi-hook update-ldcache] [NVIDIA_CTK_DEBUG=false]
 }

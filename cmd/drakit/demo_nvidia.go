@@ -249,7 +249,7 @@ func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string) error {
 	d.stateFile = filepath.Join(stateDir, "state.json")
 	args := []string{"install", deploy.Release, chart, "--kubeconfig", d.c.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m"}
-	for _, v := range deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir) {
+	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir), deploy.SimulatorValues()...) {
 		args = append(args, "--set", v)
 	}
 	out, err := exec.CommandContext(ctx, helm, args...).CombinedOutput()

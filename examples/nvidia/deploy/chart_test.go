@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -68,9 +69,9 @@ func TestHelmLint(t *testing.T) {
 	if !strings.Contains(out, "0 chart(s) failed") {
 		t.Errorf("helm lint:\n%s", out)
 	}
-	// The values the local cluster uses lint too.
+	// The values the local cluster and the simulator use lint too.
 	args := []string{"lint", "--strict", "chart"}
-	for _, v := range deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim") {
+	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim"), deploy.SimulatorValues()...) {
 		args = append(args, "--set", v)
 	}
 	runHelm(t, args...)
@@ -120,6 +121,8 @@ type rendered struct {
 	roles        []*rbacv1.Role
 	rbs          []*rbacv1.RoleBinding
 	classes      []*resourceapi.DeviceClass
+	policies     []*admissionv1.ValidatingAdmissionPolicy
+	bindings     []*admissionv1.ValidatingAdmissionPolicyBinding
 }
 
 func render(t *testing.T, args ...string) rendered {
@@ -143,6 +146,10 @@ func render(t *testing.T, args ...string) rendered {
 			r.rbs = append(r.rbs, o)
 		case *resourceapi.DeviceClass:
 			r.classes = append(r.classes, o)
+		case *admissionv1.ValidatingAdmissionPolicy:
+			r.policies = append(r.policies, o)
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			r.bindings = append(r.bindings, o)
 		default:
 			t.Errorf("the chart renders an unexpected %T", o)
 		}
@@ -180,12 +187,12 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule, ns string) []grant {
 // claim reads at prepare, the Node that owns the slices, warning Events),
 // the ServiceAccount is bound, and every hostPath folder is mounted at
 // its own path, so the socket paths the driver registers are the
-// kubelet's.
+// kubelet's; the driver root alone is mounted elsewhere, read-only.
 func TestChartObjects(t *testing.T) {
 	r := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace)
-	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 {
-		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces",
-			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces))
+	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 {
+		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces, %d ValidatingAdmissionPolicies, %d bindings",
+			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces), len(r.policies), len(r.bindings))
 	}
 	sa := r.sas[0]
 	var got []grant
@@ -219,6 +226,15 @@ func TestChartObjects(t *testing.T) {
 	if r.rbs[0].Namespace != r.roles[0].Namespace {
 		t.Errorf("RoleBinding in %s, Role in %s", r.rbs[0].Namespace, r.roles[0].Namespace)
 	}
+	// The admission policy narrows the ClusterRole's slice writes to the
+	// ServiceAccount's own node (TestResourceSlicePolicy runs it).
+	pol, bind := r.policies[0], r.bindings[0]
+	if bind.Spec.PolicyName != pol.Name || !slices.Equal(bind.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding %+v does not deny through policy %s", bind.Spec, pol.Name)
+	}
+	if mc := pol.Spec.MatchConditions; len(mc) != 1 || !strings.Contains(mc[0].Expression, `"system:serviceaccount:`+deploy.Namespace+":"+sa.Name+`"`) {
+		t.Errorf("policy matches %+v, want the driver's ServiceAccount", mc)
+	}
 
 	ds := r.ds[0]
 	if ds.Name != deploy.DaemonSet || ds.Namespace != deploy.Namespace {
@@ -235,46 +251,39 @@ func TestChartObjects(t *testing.T) {
 	if c.Image != deploy.Image || c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("image %s (%s), want %s (IfNotPresent)", c.Image, c.ImagePullPolicy, deploy.Image)
 	}
-	if sc := c.SecurityContext; sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("the simulated driver runs privileged or may escalate: %+v", sc)
+	// Real GPUs by default: only on GPU nodes, privileged (device nodes,
+	// MIG), the driver root mounted read-only, no simulator.
+	if got := gpuNodeTerms(spec.Affinity); got != "nvidia.com/gpu.present In [true]" {
+		t.Errorf("default node affinity %q, want nvidia.com/gpu.present In [true]", got)
 	}
-	hostPaths := map[string]string{}
-	for _, v := range spec.Volumes {
-		if v.Name == "tmp" && v.EmptyDir != nil {
-			hostPaths[v.Name] = "/tmp" // the read-only root's only writable folder
-			continue
-		}
-		if v.HostPath == nil {
-			t.Errorf("volume %s is not a hostPath", v.Name)
-			continue
-		}
-		hostPaths[v.Name] = v.HostPath.Path
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("the driver on real GPUs is not privileged: %+v", sc)
 	}
-	mounts := map[string]string{}
-	for _, m := range c.VolumeMounts {
-		if hostPaths[m.Name] != m.MountPath {
-			t.Errorf("volume %s: host %s mounted at %s; the driver's paths must be the host's", m.Name, hostPaths[m.Name], m.MountPath)
-		}
-		mounts[m.MountPath] = m.Name
+	mounts := checkMounts(t, spec, c)
+	if m, ok := mounts["/driver-root"]; !ok || !m.ReadOnly || hostPath(spec, m.Name) != "/" {
+		t.Errorf("driver root: mount %+v (host %q), want / read-only at /driver-root", m, hostPath(spec, m.Name))
 	}
 	args := strings.Join(c.Args, " ")
 	for _, want := range []string{
 		"--registrar-dir=/var/lib/kubelet/plugins_registry",
 		"--plugin-data-dir=/var/lib/kubelet/plugins/gpu.nvidia.drakit.dev",
 		"--cdi-dir=/var/run/cdi",
-		"--nvml-sim=dgx-h200",
-		"--nvml-sim-state=/run/nvidia-dra-driver-sim/state.json",
 		"--state-dir=/run/nvidia-dra-driver",
+		"--driver-root=/",
+		"--container-driver-root=/driver-root",
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("driver args %q lack %s", args, want)
 		}
 		_, path, _ := strings.Cut(want, "=")
-		if path = strings.TrimSuffix(path, "/state.json"); strings.HasPrefix(path, "/") {
+		if strings.HasPrefix(path, "/") && !strings.Contains(want, "driver-root") {
 			if _, ok := mounts[path]; !ok {
 				t.Errorf("%s is not mounted from the host (mounts %v)", path, mounts)
 			}
 		}
+	}
+	if strings.Contains(args, "nvml-sim") {
+		t.Errorf("default values run the simulator: %s", args)
 	}
 	env := map[string]bool{}
 	for _, e := range c.Env {
@@ -287,17 +296,34 @@ func TestChartObjects(t *testing.T) {
 		t.Errorf("env %v: want NODE_NAME, and the service address untouched by default", env)
 	}
 
-	// The local cluster's values: its folders, the API server on the node.
+	// The local cluster's values and the simulator's: its folders, the
+	// API server on the node, every node, unprivileged, no driver root.
 	local := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
-	for _, v := range deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim") {
+	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim"), deploy.SimulatorValues()...) {
 		local = append(local, "--set", v)
 	}
-	lc := render(t, local...).ds[0].Spec.Template.Spec.Containers[0]
+	lspec := render(t, local...).ds[0].Spec.Template.Spec
+	lc := lspec.Containers[0]
 	largs := strings.Join(lc.Args, " ")
-	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi", "--nvml-sim-state=/tmp/k/sim/state.json", "--state-dir=/tmp/k/sim/driver"} {
+	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi",
+		"--nvml-sim=dgx-h200", "--nvml-sim-state=/tmp/k/sim/state.json", "--state-dir=/tmp/k/sim/driver",
+		"--nvml-sim-mig-gpus=2-7", "--nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6"} {
 		if !strings.Contains(largs, want) {
-			t.Errorf("local values: args %q lack %s", largs, want)
+			t.Errorf("simulator values: args %q lack %s", largs, want)
 		}
+	}
+	if strings.Contains(largs, "driver-root") {
+		t.Errorf("simulator values: args %q name a driver root", largs)
+	}
+	lmounts := checkMounts(t, lspec, lc)
+	if _, ok := lmounts["/tmp/k/sim"]; !ok {
+		t.Errorf("simulator values: the simulator's state is not mounted (mounts %v)", lmounts)
+	}
+	if sc := lc.SecurityContext; sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("the simulated driver runs privileged or may escalate: %+v", sc)
+	}
+	if lspec.Affinity != nil {
+		t.Errorf("simulator values: node affinity %+v, want every node", lspec.Affinity)
 	}
 	lenv := map[string]string{}
 	for _, e := range lc.Env {
@@ -306,6 +332,66 @@ func TestChartObjects(t *testing.T) {
 	if lenv["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || lenv["KUBERNETES_SERVICE_PORT"] != "6443" || lc.ImagePullPolicy != corev1.PullNever {
 		t.Errorf("local values: env %v, pull policy %s", lenv, lc.ImagePullPolicy)
 	}
+
+	// An administrator's own GPU label.
+	own := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "gpuNodeLabel=example.com/has-gpu")
+	if got := gpuNodeTerms(own.ds[0].Spec.Template.Spec.Affinity); got != "example.com/has-gpu In [true]" {
+		t.Errorf("gpuNodeLabel=example.com/has-gpu: node affinity %q", got)
+	}
+}
+
+// gpuNodeTerms is a required node affinity as "key op [values]".
+func gpuNodeTerms(a *corev1.Affinity) string {
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	var out []string
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			out = append(out, fmt.Sprintf("%s %s %v", e.Key, e.Operator, e.Values))
+		}
+	}
+	return strings.Join(out, " | ")
+}
+
+func hostPath(spec corev1.PodSpec, volume string) string {
+	for _, v := range spec.Volumes {
+		if v.Name == volume && v.HostPath != nil {
+			return v.HostPath.Path
+		}
+	}
+	return ""
+}
+
+// checkMounts checks that every volume is a hostPath mounted at its own
+// path (or /tmp's emptyDir, or the driver root, read-only at
+// /driver-root) and returns the mounts by path.
+func checkMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[string]corev1.VolumeMount {
+	t.Helper()
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.Name == "tmp" && v.EmptyDir != nil {
+			hostPaths[v.Name] = "/tmp" // the read-only root's only writable folder
+			continue
+		}
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath", v.Name)
+			continue
+		}
+		hostPaths[v.Name] = v.HostPath.Path
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		if m.Name == "driver-root" {
+			if m.MountPath != "/driver-root" || !m.ReadOnly {
+				t.Errorf("driver root mounted %+v, want read-only at /driver-root", m)
+			}
+		} else if hostPaths[m.Name] != m.MountPath {
+			t.Errorf("volume %s: host %s mounted at %s; the driver's paths must be the host's", m.Name, hostPaths[m.Name], m.MountPath)
+		}
+		mounts[m.MountPath] = m
+	}
+	return mounts
 }
 
 // TestManifestsCurrent checks that manifests/ is what the chart renders
@@ -337,9 +423,12 @@ func TestManifestsCurrent(t *testing.T) {
 }
 
 // TestChartDeviceClasses checks that the chart's DeviceClasses are the
-// driver's own, driver.DeviceClasses of the simulated H200's profiles
-// (the chart's default profile list), field for field: names, CEL
-// selectors, extended resource names.
+// driver's own, driver.DeviceClasses, field for field (names, CEL
+// selectors, extended resource names): by default the two generic
+// classes without extended resource names (the device plugin may serve
+// nvidia.com/gpu on the same nodes); per-profile classes for the
+// profiles the driver is told to advertise (migProfiles) or an own list;
+// the extended resource names only when asked for.
 func TestChartDeviceClasses(t *testing.T) {
 	p, err := mig.Lookup("H200-141GB")
 	if err != nil {
@@ -349,9 +438,12 @@ func TestChartDeviceClasses(t *testing.T) {
 		name     string
 		set      []string
 		profiles []string
+		extended bool
 	}{
-		{"default values: every H200 profile", nil, p.ProfileNames()},
-		{"a chosen profile list", []string{"deviceClasses.migProfiles={1g.18gb,3g.71gb}"}, []string{"1g.18gb", "3g.71gb"}},
+		{"default values: no per-profile classes, no extended resources", nil, nil, false},
+		{"simulator values: every H200 profile, extended resources", deploy.SimulatorValues(), p.ProfileNames(), true},
+		{"the profiles the driver advertises", []string{"migProfiles={1g.18gb,3g.71gb}"}, []string{"1g.18gb", "3g.71gb"}, false},
+		{"a list of classes of its own", []string{"migProfiles={1g.18gb}", "deviceClasses.migProfiles={2g.35gb,1g.18gb+me}", "deviceClasses.extendedResources=true"}, []string{"2g.35gb", "1g.18gb+me"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
@@ -360,6 +452,11 @@ func TestChartDeviceClasses(t *testing.T) {
 			}
 			got := render(t, args...).classes
 			want := nvdriver.DeviceClasses(tc.profiles)
+			if !tc.extended {
+				for _, c := range want {
+					c.Spec.ExtendedResourceName = nil
+				}
+			}
 			if len(got) != len(want) {
 				t.Fatalf("the chart has %d DeviceClasses, driver.DeviceClasses %d", len(got), len(want))
 			}

@@ -6,9 +6,13 @@
 // DeviceClasses), and the same objects as plain manifests in manifests/
 // (`helm template`, kept current by TestManifestsCurrent).
 //
-// On drakit's local cluster, `drakit demo` and this package's end-to-end
-// test build the image, import it into the node's containerd, and
-// `helm install` the chart with [LocalClusterValues].
+// The chart's defaults are for real GPUs: the driver runs only on nodes
+// labelled nvidia.com/gpu.present=true, loads the host's NVML from the
+// driver root, and its DeviceClasses leave the device plugin's extended
+// resource names alone. On drakit's local cluster, `drakit demo` and this
+// package's end-to-end test build the image, import it into the node's
+// containerd, and `helm install` the chart with [LocalClusterValues] and
+// [SimulatorValues].
 //
 // By hand, on a cluster whose nodes run containerd:
 //
@@ -21,6 +25,7 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"fmt"
@@ -38,8 +43,13 @@ import (
 const (
 	// Image is the driver's image reference.
 	Image = "drakit.dev/nvidia-dra-driver:dev"
-	// DriverPackage is the driver binary's Go package.
-	DriverPackage = "github.com/drakit/drakit/examples/nvidia/cmd/nvidia-dra-driver"
+	// DriverPackage is the driver binary's Go package: the one with the
+	// CUDA container edits, in module CUDAModule.
+	DriverPackage = CUDAModule + "/cmd/nvidia-dra-driver"
+	// CUDAModule is the module of the image's driver binary, in the
+	// folder examples/nvidia/cuda of drakit's checkout: it requires
+	// nvidia-container-toolkit, which drakit's own module does not.
+	CUDAModule = "github.com/drakit/drakit/examples/nvidia/cuda"
 	// Release and Namespace are the Helm release and namespace the demo,
 	// the e2e test and the plain manifests use.
 	Release   = "nvidia-dra-driver"
@@ -71,12 +81,18 @@ func WriteChart(dir string) error {
 	return nil
 }
 
-// BuildImage builds Go package pkg (e.g. [DriverPackage]) as a static
-// linux binary for this program's architecture (CGO_ENABLED=0, -trimpath) with the go command of the
-// caller's module and writes it to out as an OCI image tarball named ref,
-// the binary its entrypoint (with an empty /tmp): what
-// `ctr -n k8s.io images import` loads. It returns the image's manifest
-// descriptor.
+// BuildImage builds Go package pkg (e.g. [DriverPackage]) for linux on
+// this program's architecture with -trimpath, and writes it to out as an
+// OCI image tarball named ref: the binary as its entrypoint, the C
+// runtime it links (the dynamic loader, libc, ... as ldd lists them,
+// copied from this machine's Debian packages: no registry, no base
+// image) and an empty /tmp; what `ctr -n k8s.io images import` loads. A
+// package of [CUDAModule] is built with cgo (go-nvml loads libnvidia-ml
+// with dlopen) in that module's folder of the drakit checkout the go
+// command runs in; any other package statically (CGO_ENABLED=0) in the
+// caller's module. The compiler's warnings about
+// go-nvml's deprecated NVML calls are silenced; the build's output is
+// shown only when it fails. It returns the image's manifest descriptor.
 func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor, error) {
 	tmp, err := os.MkdirTemp("", "drakit-image-")
 	if err != nil {
@@ -86,8 +102,16 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	name := filepath.Base(pkg)
 	bin := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+	cgo := "0"
+	if strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule {
+		if cmd.Dir, err = cudaModuleDir(ctx); err != nil {
+			return ociimage.Descriptor{}, err
+		}
+		cgo = "1"
+	}
 	// The image's platform is this program's: build for it.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
+		"CGO_CFLAGS="+strings.TrimSpace(cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
 	}
@@ -95,13 +119,67 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	if err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
 	}
+	files := []ociimage.File{{Path: "/" + name, Mode: 0o755, Content: content}}
+	libs, err := sharedLibraries(ctx, bin)
+	if err != nil {
+		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
+	}
+	for _, l := range libs {
+		b, err := os.ReadFile(l) // through symlinks: the image holds the file at the path the loader asks for
+		if err != nil {
+			return ociimage.Descriptor{}, fmt.Errorf("build image: C runtime: %w", err)
+		}
+		files = append(files, ociimage.File{Path: l, Mode: 0o755, Content: b})
+	}
 	return ociimage.WriteFile(out, ociimage.Image{
 		Ref:        ref,
-		Files:      []ociimage.File{{Path: "/" + name, Mode: 0o755, Content: content}},
+		Files:      files,
 		Dirs:       []string{"/tmp"},
 		Entrypoint: []string{"/" + name},
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/drakit/drakit", "org.opencontainers.image.title": name},
 	})
+}
+
+// cudaModuleDir is the folder of CUDAModule in the drakit checkout of the
+// go command's main module.
+func cudaModuleDir(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("find %s: go env GOMOD: %w", CUDAModule, err)
+	}
+	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "examples", "nvidia", "cuda")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("find %s: not in a drakit checkout (no %s): %w", CUDAModule, dir, err)
+	}
+	return dir, nil
+}
+
+// sharedLibraries are the absolute paths of the shared libraries and the
+// dynamic loader bin needs, as ldd prints them; none for a static binary.
+func sharedLibraries(ctx context.Context, bin string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "ldd", bin).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %w: %s", bin, err, out)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>":
+			if f[2] == "not" {
+				return nil, fmt.Errorf("ldd %s: %s", bin, strings.TrimSpace(line))
+			}
+			libs = append(libs, f[2])
+		case len(f) >= 1 && filepath.IsAbs(f[0]):
+			libs = append(libs, f[0])
+		}
+	}
+	return libs, nil
 }
 
 // LocalClusterValues are the `helm install --set` values that run the
@@ -110,6 +188,7 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 // (no service proxy there), the simulator's state in stateDir and the
 // driver's own state in stateDir/driver (so that nothing of a test run is
 // left on the host), and the image already imported (pull policy Never).
+// They select no simulator: add [SimulatorValues] for that.
 func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []string {
 	return []string{
 		"kubeletDir=" + kubeletDir,
@@ -119,5 +198,25 @@ func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []st
 		"nvml.simStateDir=" + stateDir,
 		"stateDir=" + stateDir + "/driver",
 		"image.pullPolicy=Never",
+	}
+}
+
+// SimulatorValues are the `helm install --set` values that run the driver
+// on a simulated DGX H200 on every node, as drakit's demo and tests do:
+// nvml.sim=dgx-h200 with GPUs 0-1 whole, 2-3 holding an administrator's
+// MIG devices and 4-7 dynamic MIG; no GPU node label required; a
+// DeviceClass per H200 MIG profile; and the extended resource names
+// nvidia.com/gpu and nvidia.com/mig-<profile> on the classes (no device
+// plugin serves them there). The chart's defaults are for real GPUs
+// instead; every installation of the chart for the simulator passes
+// these values, so they live here and nowhere else.
+func SimulatorValues() []string {
+	return []string{
+		"nvml.sim=dgx-h200",
+		"nvml.simMIGGPUs=2-7",
+		`nvml.simInstances=2:4g.71gb@0\,2:3g.71gb@4\,3:3g.71gb@0\,3:2g.35gb@4\,3:1g.18gb@6`,
+		"gpuNodeLabel=",
+		"deviceClasses.migProfiles={1g.18gb,1g.18gb+me,1g.35gb,2g.35gb,3g.71gb,4g.71gb,7g.141gb}",
+		"deviceClasses.extendedResources=true",
 	}
 }

@@ -108,7 +108,7 @@ func TestE2E(t *testing.T) {
 	env := testenv.Start(t, testenv.WithRealNode())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image)
+	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, deploy.SimulatorValues()...)
 	defer func() {
 		if t.Failed() {
 			in.dumpDriver(t)

@@ -18,8 +18,12 @@ import (
 //	      kind: GpuConfig
 //	      sharing:
 //	        strategy: TimeSlicing
-//	        timeSlicing:
+//	        timeSlicingConfig:
 //	          interval: Long
+//
+// The field names are those of NVIDIA's own driver (resource.nvidia.com
+// GpuConfig), so that a migrating user's sharing block pastes unchanged;
+// the driver and apiVersion lines are this driver's.
 const (
 	ConfigAPIVersion = DriverName + "/v1alpha1"
 	ConfigKind       = "GpuConfig"
@@ -52,8 +56,21 @@ const (
 type Sharing struct {
 	// Strategy must be TimeSlicing.
 	Strategy SharingStrategy `json:"strategy"`
-	// TimeSlicing holds the time-slicing settings.
+	// TimeSlicingConfig holds the time-slicing settings (NVIDIA's field
+	// name).
+	TimeSlicingConfig *TimeSlicingConfig `json:"timeSlicingConfig,omitempty"`
+	// TimeSlicing is the former name of TimeSlicingConfig, still read.
+	//
+	// Deprecated: use TimeSlicingConfig; setting both is an error.
 	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+}
+
+// timeSlicing is the time-slicing settings under either name.
+func (s *Sharing) timeSlicing() *TimeSlicingConfig {
+	if s.TimeSlicingConfig != nil {
+		return s.TimeSlicingConfig
+	}
+	return s.TimeSlicing
 }
 
 // TimeSlicingConfig is the time-slicing setting of a GPU.
@@ -84,8 +101,10 @@ func decodeConfig(dev kit.AllocatedDevice, devType string) (GPUConfig, error) {
 			return bad("sharing.strategy %q: want %s", s.Strategy, TimeSlicing)
 		case devType != TypeGPU:
 			return bad("sharing.strategy %s: only full GPUs are time-sliced, %s is a MIG device", s.Strategy, dev.Device)
-		case s.TimeSlicing != nil && !s.TimeSlicing.Interval.Valid():
-			return bad("sharing.timeSlicing.interval %q: want Default, Short, Medium or Long", s.TimeSlicing.Interval)
+		case s.TimeSlicing != nil && s.TimeSlicingConfig != nil:
+			return bad("sharing.timeSlicing and sharing.timeSlicingConfig are both set: keep timeSlicingConfig")
+		case s.timeSlicing() != nil && !s.timeSlicing().Interval.Valid():
+			return bad("sharing.timeSlicingConfig.interval %q: want Default, Short, Medium or Long", s.timeSlicing().Interval)
 		}
 	}
 	return c, nil
@@ -97,8 +116,8 @@ func (c GPUConfig) timeSlice() nvml.TimeSlice {
 	if c.Sharing == nil || c.Sharing.Strategy != TimeSlicing {
 		return ""
 	}
-	if c.Sharing.TimeSlicing == nil || c.Sharing.TimeSlicing.Interval == "" {
-		return nvml.TimeSliceDefault
+	if ts := c.Sharing.timeSlicing(); ts != nil && ts.Interval != "" {
+		return ts.Interval
 	}
-	return c.Sharing.TimeSlicing.Interval
+	return nvml.TimeSliceDefault
 }

@@ -104,6 +104,8 @@ type options struct {
 	procRoot       string // "/proc"; tests use a fake one
 	dynamicGPUs    []string
 	ignoredXIDs    map[uint64]bool
+	root           DriverRoot
+	editor         ContainerEditor // nil: nodeEditor
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
@@ -217,7 +219,7 @@ func WithSimulatedContainers(simulated bool) Option {
 // runtime has recovered its checkpoint, Reconcile destroys those no held
 // claim names. The driver never touches a MIG device on another GPU.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -256,6 +258,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		}
 	}
 	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}
+	if d.o.editor == nil {
+		d.o.editor = nodeEditor{d}
+	}
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}

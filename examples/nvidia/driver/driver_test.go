@@ -213,13 +213,22 @@ func TestStaticMIGUntouched(t *testing.T) {
 	}
 }
 
+// TestTimeSlicing sets a GPU's time-slice from NVIDIA's GpuConfig field
+// names (sharing.timeSlicingConfig.interval) and from the former
+// timeSlicing, and resets it at unprepare.
 func TestTimeSlicing(t *testing.T) {
+	for name, field := range map[string]string{"NVIDIA's name": "timeSlicingConfig", "former name": "timeSlicing"} {
+		t.Run(name, func(t *testing.T) { testTimeSlicing(t, field) })
+	}
+}
+
+func testTimeSlicing(t *testing.T, field string) {
 	ctx := context.Background()
 	f := newFixture(t)
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
+	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","` + field + `":{"interval":"Long"}}}`
 	c := claim("t1")
 	dev := alloc("gpu-1", cfg)
 	if err := f.d.PrepareClaim(ctx, c, []kit.AllocatedDevice{dev}); err != nil {
@@ -251,7 +260,8 @@ func TestConfigIsStrict(t *testing.T) {
 	}
 	for name, tc := range map[string]struct{ dev, cfg, want string }{
 		"unknown field": {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"intervall":"Long"}}}`, `"intervall"`},
-		"bad interval":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}}`, `"Forever"`},
+		"bad interval":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`, `"Forever"`},
+		"both names":    {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"},"timeSlicingConfig":{"interval":"Long"}}}`, "both set"},
 		"bad kind":      {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"MigConfig"}`, `"MigConfig"`},
 		"MIG timeslice": {"gpu-5-1g-18gb-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`, "only full GPUs"},
 		"bad strategy":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`, `"MPS"`},
@@ -570,5 +580,33 @@ func TestHealthHeartbeat(t *testing.T) {
 func TestHealthHeartbeatOption(t *testing.T) {
 	if _, err := New(nil, "node-1", WithHealthHeartbeat(0)); err == nil || !strings.Contains(err.Error(), "heartbeat") {
 		t.Errorf("WithHealthHeartbeat(0): %v, want an error naming the heartbeat", err)
+	}
+}
+
+// noTimeSlice hides the simulator's SetTimeSlice, as the real backend
+// has none.
+type noTimeSlice struct{ nvml.Interface }
+
+// On real GPUs a time-slicing request is refused, saying that only the
+// simulator sets time-slices.
+func TestTimeSlicingRealRefused(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	d, err := New(noTimeSlice{f.sim}, "node-1", WithStateDir(filepath.Join(f.dir, "state2")), WithSimulatedContainers(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+	c := claim("t2")
+	dev := alloc("gpu-1", cfg)
+	if err := d.PrepareClaim(ctx, c, []kit.AllocatedDevice{dev}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.PrepareDevice(ctx, c, dev)
+	if !errors.Is(err, kit.ErrInvalidConfig) || !strings.Contains(err.Error(), "only the simulated NVML") {
+		t.Errorf("time-slicing on a backend without time-slices: %v; want ErrInvalidConfig saying it is simulator-only", err)
 	}
 }

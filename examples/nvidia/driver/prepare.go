@@ -120,8 +120,9 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 // its container edits only and changes nothing) and returns its container
 // edits: the device's UUID in
 // EnvDevicePrefix+<device>, the time-slice in EnvTimeSlicePrefix+<device>
-// and, on real hardware, its device nodes (/dev/nvidia<minor>, and the
-// MIG capability nodes of a MIG device).
+// and, on real hardware, the ContainerEditor's DeviceEdits (by default its
+// device nodes: /dev/nvidia<minor>, and the MIG capability nodes of a MIG
+// device).
 func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice) (kit.PreparedDevice, error) {
 	cd, info, err := d.describe(dev)
 	if err != nil {
@@ -146,13 +147,11 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 		edits.Env(EnvTimeSlicePrefix+suffix, string(ts))
 	}
 	if !*d.o.simulated {
-		nodes, err := d.deviceNodes(info)
+		e, err := d.o.editor.DeviceEdits(d.containerDevice(info, cd.UUID))
 		if err != nil {
 			return kit.PreparedDevice{}, err
 		}
-		for _, n := range nodes {
-			edits.DeviceNode(cdi.DeviceNode{Path: n})
-		}
+		edits.Append(e)
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -165,8 +164,8 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 // ClaimEdits gives every container of the claim NVIDIA_VISIBLE_DEVICES
 // (the UUIDs of the claim's devices), the claim's devices file (ClaimFile)
 // mounted read-only with its path in EnvDevicesFile, and on real hardware
-// the control nodes /dev/nvidiactl, /dev/nvidia-uvm and
-// /dev/nvidia-uvm-tools.
+// the ContainerEditor's CommonEdits (by default the control nodes
+// /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools).
 func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) (*cdi.Edits, error) {
 	f := ClaimFile{Namespace: claim.Namespace, Claim: claim.Name, UID: string(claim.UID)}
 	var uuids []string
@@ -193,9 +192,11 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		Env(EnvDevicesFile, in).
 		Mount(host, in, "ro", "nosuid", "nodev", "bind")
 	if !*d.o.simulated {
-		for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
-			edits.DeviceNode(cdi.DeviceNode{Path: "/dev/" + n})
+		e, err := d.o.editor.CommonEdits()
+		if err != nil {
+			return nil, err
 		}
+		edits.Append(e)
 	}
 	return edits, nil
 }
@@ -333,7 +334,7 @@ type timeSlicer interface {
 func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
 	ts, ok := d.nv.(timeSlicer)
 	if !ok {
-		return fmt.Errorf("%w: time-slicing GPU %d: this NVML backend cannot set time-slices", kit.ErrInvalidConfig, gpu)
+		return fmt.Errorf("%w: time-slicing GPU %d: only the simulated NVML (-nvml-sim) sets time-slices; on real GPUs this driver does not (NVIDIA's sets them with nvidia-smi compute-policy --set-timeslice)", kit.ErrInvalidConfig, gpu)
 	}
 	return ts.SetTimeSlice(gpu, t)
 }

@@ -23,6 +23,11 @@ type Real struct {
 
 var _ Interface = (*Real)(nil)
 
+// Library returns the go-nvml library Real calls, initialized, for code
+// that needs more of NVML than Interface has (nvidia-container-toolkit's
+// nvcdi in examples/nvidia/cuda).
+func (r *Real) Library() gonvml.Interface { return r.lib }
+
 // RealOption configures OpenReal.
 type RealOption func(*realOptions)
 

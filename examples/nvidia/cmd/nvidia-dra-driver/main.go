@@ -2,28 +2,18 @@
 // GPUs, static MIG and dynamic MIG devices, health from NVML's XID events,
 // time-slicing, and the DeviceClasses for them. It runs on the real NVIDIA
 // driver (libnvidia-ml) or, with -nvml-sim, on a simulated 8-GPU server.
-// See examples/nvidia/README.md for the flags and the simulated setup.
+// On real GPUs this build gives containers device nodes only; the image's
+// build (examples/nvidia/cuda) adds the driver's libraries, binaries and
+// hooks through nvidia-container-toolkit. See examples/nvidia/README.md
+// for the flags and the simulated setup.
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strings"
-	"syscall"
 
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
-	kit "github.com/drakit/drakit/driver"
-	"github.com/drakit/drakit/driver/driverflag"
-	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
-	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 )
 
 func main() {
@@ -32,93 +22,4 @@ func main() {
 	}
 }
 
-func run(args []string) error {
-	fs := flag.NewFlagSet("nvidia-dra-driver", flag.ExitOnError)
-	std := driverflag.Register(fs)
-	var nv nvml.Flags
-	nv.Register(fs)
-	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
-	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
-	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
-	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated; "none" for none) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Recorded in the state folder; when unset, the recorded decision stands and a GPU seen for the first time is dynamic when it is in MIG mode without MIG devices`)
-	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
-	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
-	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var names []string
-	if *profiles != "" {
-		names = strings.Split(*profiles, ",")
-	}
-	if *classes {
-		return printClasses(names, nv.Sim)
-	}
-	kopts, err := std.Options()
-	if err != nil {
-		return err
-	}
-	dir := *stateDir
-	if dir == "" {
-		base := std.PluginDataDir
-		if base == "" {
-			base = driverflag.DefaultPluginDataDir(nvdriver.DriverName)
-		}
-		dir = filepath.Join(base, "nvidia")
-	}
-	backend, err := nv.Open()
-	if err != nil {
-		return err
-	}
-	defer backend.Close()
-	dopts := []nvdriver.Option{nvdriver.WithStateDir(dir)}
-	if names != nil {
-		dopts = append(dopts, nvdriver.WithProfiles(names))
-	}
-	if *full {
-		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
-	}
-	switch *dynamicGPUs {
-	case "":
-	case "none":
-		dopts = append(dopts, nvdriver.WithDynamicGPUs())
-	default:
-		dopts = append(dopts, nvdriver.WithDynamicGPUs(strings.Split(*dynamicGPUs, ",")...))
-	}
-	if *sysfs != "" {
-		dopts = append(dopts, nvdriver.WithSysfsRoot(*sysfs))
-	}
-	d, err := nvdriver.New(backend, std.NodeName, dopts...)
-	if err != nil {
-		return err
-	}
-	k, err := kit.New(nvdriver.DriverName, append(d.Options(), kopts...)...)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := k.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("driver: %w", err)
-	}
-	return nil
-}
-
-// printClasses prints the DeviceClasses as a YAML stream.
-func printClasses(profiles []string, sim string) error {
-	if profiles == nil && sim != "" {
-		s, err := nvml.OpenSim("", nvml.WithServer(sim))
-		if err != nil {
-			return err
-		}
-		profiles = mig.DefaultProfiles(s.Product())
-	}
-	for _, c := range nvdriver.DeviceClasses(profiles) {
-		b, err := yaml.Marshal(c)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("---\n%s", b)
-	}
-	return nil
-}
+func run(args []string) error { return drivercmd.Run(args) }

@@ -317,7 +317,7 @@ func TestDriver(t *testing.T) {
 	t.Run("pods", func(t *testing.T) {
 		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
 		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "",
-			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`)
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`)
 		for _, p := range []*corev1.Pod{podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full")} {
 			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)

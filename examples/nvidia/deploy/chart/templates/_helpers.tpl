@@ -3,9 +3,19 @@
 {{- .Chart.Name -}}
 {{- end }}
 
+{{/* The DRA driver name the binary serves (nvdriver.DriverName). */}}
+{{- define "nvidia-dra-driver.driverName" -}}
+gpu.nvidia.drakit.dev
+{{- end }}
+
 {{/* The DeviceClasses' domain: the driver name without its "gpu." label. */}}
 {{- define "nvidia-dra-driver.domain" -}}
-{{- trimPrefix "gpu." .Values.driverName -}}
+{{- trimPrefix "gpu." (include "nvidia-dra-driver.driverName" .) -}}
+{{- end }}
+
+{{/* The container's path of the host's driver root (mounted read-only). */}}
+{{- define "nvidia-dra-driver.containerDriverRoot" -}}
+/driver-root
 {{- end }}
 
 {{- define "nvidia-dra-driver.labels" -}}

@@ -1,0 +1,109 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/drakit/drakit/cdi"
+	kit "github.com/drakit/drakit/driver"
+)
+
+// With the GPU Operator's driver root (/run/nvidia/driver on the node,
+// /driver-root in the driver's container), the device nodes a container
+// gets are the host's under the root, and the MIG capability minors are
+// read from the root's /proc.
+func TestDriverRootEdits(t *testing.T) {
+	ctx := context.Background()
+	mounted := t.TempDir() // where this process sees the node's driver root
+	f := newFixture(t, WithSimulatedContainers(false), WithDriverRoot(DriverRoot{Host: "/run/nvidia/driver", Container: mounted}))
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
+	base := filepath.Join(mounted, "proc/driver/nvidia/capabilities/gpu2/mig", "gi"+strconv.Itoa(info.gi))
+	if err := os.MkdirAll(filepath.Join(base, "ci"+strconv.Itoa(info.ci)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct{ file, minor string }{{"access", "31"}, {"ci" + strconv.Itoa(info.ci) + "/access", "32"}} {
+		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+w.minor+"\nDeviceFileMode: 292\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := claim("r1")
+	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
+	var all string
+	for _, dev := range devs {
+		pd, err := f.d.PrepareDevice(ctx, c, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += specString(t, pd.Edits)
+	}
+	edits, err := f.d.ClaimEdits(ctx, c, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all += specString(t, edits)
+	for _, n := range []string{"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap31", "/dev/nvidia-caps/nvidia-cap32", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
+		if want := fmt.Sprintf(`"path":%q,"hostPath":"/run/nvidia/driver%s"`, n, n); !strings.Contains(all, want) {
+			t.Errorf("edits lack %s: %s", want, all)
+		}
+	}
+	if _, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDriverRoot(DriverRoot{Host: "run/nvidia"})); err == nil {
+		t.Error("a relative driver root was accepted")
+	}
+}
+
+// recordingEditor is a ContainerEditor that records what it was asked.
+type recordingEditor struct{ devs []ContainerDevice }
+
+func (r *recordingEditor) DeviceEdits(dev ContainerDevice) (*cdi.Edits, error) {
+	r.devs = append(r.devs, dev)
+	return (&cdi.Edits{}).DeviceNode(cdi.DeviceNode{Path: "/dev/from-editor-" + dev.UUID}), nil
+}
+
+func (r *recordingEditor) CommonEdits() (*cdi.Edits, error) {
+	return (&cdi.Edits{}).Mount("/usr/lib/libcuda.so.1", "/usr/lib/libcuda.so.1", "ro", "bind"), nil
+}
+
+// WithContainerEditor's editor gives a real GPU's container edits: it
+// gets each device's UUID, minor and MIG instance, and its common edits
+// come once per claim.
+func TestContainerEditor(t *testing.T) {
+	ctx := context.Background()
+	rec := &recordingEditor{}
+	f := newFixture(t, WithSimulatedContainers(false), WithContainerEditor(rec))
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("r1")
+	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
+	var all string
+	for _, dev := range devs {
+		pd, err := f.d.PrepareDevice(ctx, c, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += specString(t, pd.Edits)
+	}
+	edits, err := f.d.ClaimEdits(ctx, c, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all += specString(t, edits)
+	mig, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
+	if len(rec.devs) != 2 || !rec.devs[0].MIG || rec.devs[0].Minor != f.d.gpus[2].Minor || rec.devs[0].GI != mig.gi || rec.devs[0].CI != mig.ci ||
+		!strings.HasPrefix(rec.devs[0].UUID, "MIG-") || rec.devs[1].MIG || rec.devs[1].UUID != f.d.gpus[1].UUID {
+		b, _ := json.Marshal(rec.devs)
+		t.Errorf("the editor was asked for %s", b)
+	}
+	if strings.Count(all, "libcuda.so.1") != 2 || strings.Contains(all, `"/dev/nvidiactl"`) || !strings.Contains(all, "/dev/from-editor-"+rec.devs[1].UUID) {
+		t.Errorf("edits: %s", all)
+	}
+}

@@ -1,0 +1,178 @@
+// Package drivercmd is the command line of drakit's reference NVIDIA DRA
+// driver, shared by the binaries that ship it: examples/nvidia/cmd/nvidia-dra-driver
+// (device nodes only on real GPUs, no nvidia-container-toolkit) and
+// examples/nvidia/cuda's (CUDA libraries, binaries and hooks through the
+// toolkit's nvcdi, in a module of its own). A binary is
+//
+//	func main() {
+//		if err := drivercmd.Run(os.Args[1:], drivercmd.WithContainerEditor(newEditor)); err != nil {
+//			klog.Fatal(err)
+//		}
+//	}
+package drivercmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"sigs.k8s.io/yaml"
+
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/driver/driverflag"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+)
+
+// EditorFunc makes the ContainerEditor for real GPUs from the opened NVML
+// backend and the driver root.
+type EditorFunc func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error)
+
+// Option configures Run.
+type Option func(*options)
+
+type options struct {
+	editor EditorFunc
+	flags  []func(*flag.FlagSet)
+}
+
+// WithFlags lets a binary register flags of its own next to the driver's
+// (f runs before the command line is parsed).
+func WithFlags(f func(fs *flag.FlagSet)) Option {
+	return func(o *options) { o.flags = append(o.flags, f) }
+}
+
+// WithContainerEditor makes Run give real GPUs' containers the edits of
+// the editor f returns (nvdriver.WithContainerEditor); without it they
+// get device nodes only. f is not called in simulation (-nvml-sim).
+func WithContainerEditor(f EditorFunc) Option {
+	return func(o *options) { o.editor = f }
+}
+
+// Run parses the driver's command line (args without the program name)
+// and runs the driver until SIGINT or SIGTERM.
+func Run(args []string, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	fs := flag.NewFlagSet("nvidia-dra-driver", flag.ExitOnError)
+	std := driverflag.Register(fs)
+	var nv nvml.Flags
+	nv.Register(fs)
+	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
+	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
+	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
+	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated; "none" for none) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Recorded in the state folder; when unset, the recorded decision stands and a GPU seen for the first time is dynamic when it is in MIG mode without MIG devices`)
+	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
+	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
+	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
+	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
+	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
+	for _, f := range o.flags {
+		f(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var names []string
+	if *profiles != "" {
+		names = strings.Split(*profiles, ",")
+	}
+	if *classes {
+		return printClasses(names, nv.Sim)
+	}
+	kopts, err := std.Options()
+	if err != nil {
+		return err
+	}
+	dir := *stateDir
+	if dir == "" {
+		base := std.PluginDataDir
+		if base == "" {
+			base = driverflag.DefaultPluginDataDir(nvdriver.DriverName)
+		}
+		dir = filepath.Join(base, "nvidia")
+	}
+	root := nvdriver.DriverRoot{Host: *driverRoot, Container: *containerRoot}
+	if root.Container == "" {
+		root.Container = root.Host
+	}
+	if nv.Sim == "" && nv.Library == "" {
+		if nv.Library, err = nvml.FindLibrary(root.Container); err != nil {
+			return err
+		}
+	}
+	backend, err := nv.Open()
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	dopts := []nvdriver.Option{nvdriver.WithStateDir(dir)}
+	if nv.Sim == "" {
+		dopts = append(dopts, nvdriver.WithDriverRoot(root))
+		if o.editor != nil {
+			e, err := o.editor(backend, root)
+			if err != nil {
+				return fmt.Errorf("container edits: %w", err)
+			}
+			dopts = append(dopts, nvdriver.WithContainerEditor(e))
+		}
+	}
+	if names != nil {
+		dopts = append(dopts, nvdriver.WithProfiles(names))
+	}
+	if *full {
+		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
+	}
+	switch *dynamicGPUs {
+	case "":
+	case "none":
+		dopts = append(dopts, nvdriver.WithDynamicGPUs())
+	default:
+		dopts = append(dopts, nvdriver.WithDynamicGPUs(strings.Split(*dynamicGPUs, ",")...))
+	}
+	if *sysfs != "" {
+		dopts = append(dopts, nvdriver.WithSysfsRoot(*sysfs))
+	}
+	d, err := nvdriver.New(backend, std.NodeName, dopts...)
+	if err != nil {
+		return err
+	}
+	k, err := kit.New(nvdriver.DriverName, append(d.Options(), kopts...)...)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := k.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("driver: %w", err)
+	}
+	return nil
+}
+
+// printClasses prints the DeviceClasses as a YAML stream.
+func printClasses(profiles []string, sim string) error {
+	if profiles == nil && sim != "" {
+		s, err := nvml.OpenSim("", nvml.WithServer(sim))
+		if err != nil {
+			return err
+		}
+		profiles = mig.DefaultProfiles(s.Product())
+	}
+	for _, c := range nvdriver.DeviceClasses(profiles) {
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("---\n%s", b)
+	}
+	return nil
+}
