@@ -66,8 +66,11 @@ func TestClassAgainstAPIServer(t *testing.T) {
 	c := clustertest.Start(t)
 	ctx := context.Background()
 	for _, tc := range classCases {
-		if tc.wantErr == "selectors[0]" {
+		switch tc.wantErr {
+		case "selectors[0]":
 			continue // an empty CEL expression: refused here, compiled there
+		case "driver":
+			continue // the driver name is a string inside CEL there; a driver's name must be a DNS subdomain (it only warns on case)
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			dc, err := tc.class.DeviceClass()

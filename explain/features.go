@@ -22,7 +22,7 @@ var DefaultGates = map[string]bool{
 	"DRADeviceBindingConditions":   true,
 	"DRADeviceCompatibilityGroups": false,
 	"DRADeviceTaints":              true,
-	"DRAFractionalCapacityRange":   true,
+	"DRAFractionalCapacityRange":   false,
 	"DRAListTypeAttributes":        false,
 	"DRAOptionalNodeOperations":    false,
 	"DRAPartitionableDevices":      true,

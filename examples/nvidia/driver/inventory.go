@@ -208,7 +208,11 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 // scheduler for every device on every node (WithFullMIGAttributes keeps
 // them all).
 func (d *Driver) lean(dev *device.Device, g *gpuInfo) {
+	// productName is NVML's ("NVIDIA H200"), as on the node's full GPUs
+	// and static MIG devices, not the catalog's ("H200-141GB"): one
+	// selector must match every device of a product.
 	dev.RemoveAttribute(mig.AttrProfileID).RemoveAttribute(mig.AttrPlacementSize).
+		StringAttribute(AttrProductName, g.ProductName).
 		StringAttribute(AttrParentUUID, g.UUID).
 		StringAttribute(AttrMIGMode, ModeDynamic)
 	if g.topo != nil {
