@@ -435,6 +435,8 @@ func TestDriver(t *testing.T) {
 		})
 	})
 	t.Run("lost-journal-and-checkpoint", func(t *testing.T) {
+		// The previous subtest's driver ended with it (its cleanup).
+		drv = startDriver(ctx, t, env, state)
 		plugin := env.PluginDataDir(nvdriver.DriverName)
 		// runPod runs a pod with a dynamic 1g claim and returns its
 		// device's name.
