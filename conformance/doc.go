@@ -101,8 +101,8 @@
 // drop-share-id (only the PodResources API shows share IDs), the health
 // defects (the pod status shows the latest health, not its timing),
 // restart-new-edits and unstable-names (running containers keep what
-// they got; new pods get the new edits and names). TestCluster (with
-// DRAKIT_CONFORMANCE_CLUSTER=1: it needs the host's real node) runs
+// they got; new pods get the new edits and names). TestCluster (on the host's
+// real node) runs
 // colliding-env in both modes; leak-cdi, forget-on-restart (with the CDI
 // specs readable), cdi-unresolvable, bad-cdi-id, wrong-request-names and
 // admin-guard are observable from pods (pod.unprepare,

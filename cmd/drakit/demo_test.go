@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -61,9 +60,9 @@ func TestDemoNVIDIA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var out, progress bytes.Buffer
-	// DRAKIT_CONFORMANCE_CLUSTER=1 adds the suite's cluster mode.
-	clusterMode := os.Getenv("DRAKIT_CONFORMANCE_CLUSTER") == "1"
-	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true, clusterConformance: clusterMode}, &out, &progress)
+	// The suite runs in both modes: socket mode, then cluster mode (real
+	// pods through the node's kubelet) against the same installed driver.
+	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true, clusterConformance: true}, &out, &progress)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
@@ -86,7 +85,7 @@ func TestDemoNVIDIA(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	if clusterMode && !strings.Contains(text, "conformance suite in cluster mode") {
+	if !strings.Contains(text, "conformance suite in cluster mode") {
 		t.Errorf("demo output lacks the cluster mode step")
 	}
 	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=GPU-"); n != 2 {
