@@ -54,7 +54,7 @@ const demoUsage = `Usage: drakit demo [flags]
 Brings up a local Kubernetes cluster with a real node (kubelet,
 containerd, runc), and by default deploys drakit's reference NVIDIA DRA
 driver on a simulated DGX H200 the way users deploy a driver: its image
-(built from the static binary, imported into the node's containerd) and
+(the cgo binary and its C runtime, imported into the node's containerd) and
 its Helm chart (helm from drakit setup). Pods then ask for a full GPU,
 MIG devices (one, two on the same GPU), the old way (resources.limits
 nvidia.com/gpu and nvidia.com/mig-1g.18gb), and more than the node has;

@@ -89,7 +89,7 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	if err := c.ImportImage(ctx, tarball); err != nil {
 		return err
 	}
-	d.stepf("image %s: the static driver binary (CGO_ENABLED=0) as a one-layer OCI image, no registry, no base image", deploy.Image)
+	d.stepf("image %s: the driver binary (cgo, to load libnvidia-ml) with the C runtime it needs as a one-layer OCI image, no registry, no base image", deploy.Image)
 	d.linef("built from %s and imported into the node's containerd in %s (%s)", deploy.DriverPackage, since(t0), desc.Digest[:19])
 
 	t0 = time.Now()

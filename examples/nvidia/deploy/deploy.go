@@ -1,5 +1,5 @@
 // Package deploy deploys drakit's reference NVIDIA DRA driver the way
-// users deploy a driver: a container image built from the static binary
+// users deploy a driver: a container image of the cgo binary and its C runtime
 // (no registry, no Dockerfile, no base image; package ociimage), the Helm
 // chart in chart/ (a DaemonSet with the kubelet's plugin folders as
 // hostPath volumes, a ServiceAccount, least-privilege RBAC and the
