@@ -256,18 +256,9 @@ func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedSh
 	}
 	var done time.Time
 	if err := poll(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err
-		}
-		bound := 0
-		for _, p := range list.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
+		bound, err := countBound(ctx, cs, "default", metav1.ListOptions{ResourceVersion: "0"})
 		done = time.Now()
-		return bound == pods, nil
+		return bound == pods, err
 	}); err != nil {
 		return res, fmt.Errorf("wait for %d pods to be bound: %w", pods, err)
 	}
@@ -286,4 +277,20 @@ func setUnschedulable(ctx context.Context, cs kubernetes.Interface, node string,
 		return fmt.Errorf("cordon node %s: %w", node, err)
 	}
 	return nil
+}
+
+// countBound counts the pods of namespace ns (filtered by opts) that the
+// scheduler has bound to a node.
+func countBound(ctx context.Context, cs kubernetes.Interface, ns string, opts metav1.ListOptions) (int, error) {
+	list, err := cs.CoreV1().Pods(ns).List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	bound := 0
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			bound++
+		}
+	}
+	return bound, nil
 }

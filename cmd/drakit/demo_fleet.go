@@ -253,18 +253,9 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 		}
 		var last time.Time
 		if err := poll(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
-			list, err := cs.CoreV1().Pods(fleetNS).List(ctx, metav1.ListOptions{LabelSelector: "fleet-demo=mig"})
-			if err != nil {
-				return false, err
-			}
-			n := 0
-			for _, p := range list.Items {
-				if p.Spec.NodeName != "" {
-					n++
-				}
-			}
+			n, err := countBound(ctx, cs, fleetNS, metav1.ListOptions{LabelSelector: "fleet-demo=mig"})
 			last = time.Now()
-			return n == cfg.migPods, nil
+			return n == cfg.migPods, err
 		}); err != nil {
 			return nil, fmt.Errorf("wait for the MIG pods to be bound: %w", err)
 		}

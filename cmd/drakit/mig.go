@@ -129,12 +129,8 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	var in planInput
 	if *file != "" {
-		b, err := os.ReadFile(*file)
-		if err != nil {
-			return fmt.Errorf("read plan input: %w", err)
-		}
-		if err := yaml.UnmarshalStrict(b, &in); err != nil {
-			return fmt.Errorf("%w: parse %s: %w", errUsage, *file, err)
+		if err := readInputFile(*file, "plan", &in); err != nil {
+			return err
 		}
 	} else {
 		if *gpus < 1 {
@@ -236,12 +232,8 @@ func migDefrag(args []string, stdout, stderr io.Writer) error {
 	}
 	var in defragInput
 	if *file != "" {
-		b, err := os.ReadFile(*file)
-		if err != nil {
-			return fmt.Errorf("read defrag input: %w", err)
-		}
-		if err := yaml.UnmarshalStrict(b, &in); err != nil {
-			return fmt.Errorf("%w: parse %s: %w", errUsage, *file, err)
+		if err := readInputFile(*file, "defrag", &in); err != nil {
+			return err
 		}
 	} else {
 		if *gpus < 1 {
@@ -447,4 +439,17 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return bench.Defrag(ctx, cfg, stdout)
 	}
 	return fmt.Errorf("%w: -part %q: want all, batch, online, latency or defrag", errUsage, *part)
+}
+
+// readInputFile reads a YAML input file of a mig command strictly into
+// into (an unknown field is a usage error naming the file).
+func readInputFile(path, what string, into any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s input: %w", what, err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		return fmt.Errorf("%w: parse %s: %w", errUsage, path, err)
+	}
+	return nil
 }
