@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/drakit/drakit/internal/atomicfile"
+	"github.com/drakit/drakit/statefile"
 )
 
 // Write validates the claim's spec (every problem, with the field named,
@@ -45,15 +45,17 @@ func (w *Writer) writeFile(path string, data []byte) error {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return fmt.Errorf("create folder: %w", err)
 	}
-	return atomicfile.Write(path, data, atomicfile.Options{
-		TempPattern: "." + filepath.Base(path) + ".*" + tmpExt,
-		Mode:        fs.FileMode(w.opts.fileMode),
-		SyncFile:    w.opts.fsync,
-		SyncDir:     w.opts.fsync,
-	})
+	opts := []statefile.WriteOption{
+		statefile.WithTempPattern("." + filepath.Base(path) + ".*" + tmpExt),
+		statefile.WithMode(fs.FileMode(w.opts.fileMode)),
+	}
+	if w.opts.fsync {
+		opts = append(opts, statefile.Durable())
+	}
+	return statefile.WriteFile(path, data, opts...)
 }
 
-func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
+func syncDir(dir string) error { return statefile.SyncFolder(dir) }
 
 // removeFile removes path; a file that does not exist is removed
 // already, whatever error the removal reports (on a read-only file system

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 
 	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // File modes the runtime sets itself, whatever the process umask: the
@@ -20,7 +21,6 @@ import (
 // the checkpoint and the sockets.
 const (
 	socketMode     fs.FileMode = 0o600
-	lockMode       fs.FileMode = 0o600
 	folderMode     fs.FileMode = 0o750
 	checkpointMode fs.FileMode = 0o700
 )
@@ -66,11 +66,15 @@ func ensureFolder(ctx context.Context, dir string, create, maxMode fs.FileMode) 
 // update run side by side while a driver without rolling update is still
 // kept out; their calls are then serialized by the call lock (serialize.go).
 func ownFolders(folders []string, shared bool) (release func(), err error) {
-	var held []*os.File
+	var held []*statefile.Lock
 	release = func() {
-		for _, f := range held {
-			_ = f.Close() // closing releases the flock
+		for _, l := range held {
+			_ = l.Release()
 		}
+	}
+	var opts []statefile.LockOption
+	if shared {
+		opts = append(opts, statefile.Shared())
 	}
 	seen := map[string]bool{}
 	for _, dir := range folders {
@@ -79,78 +83,23 @@ func ownFolders(folders []string, shared bool) (release func(), err error) {
 			continue
 		}
 		seen[dir] = true
-		f, err := lockInstance(filepath.Join(dir, instanceLockFile), shared)
+		path := filepath.Join(dir, instanceLockFile)
+		l, err := statefile.TryAcquire(path, opts...)
+		var locked *statefile.LockedError
+		if errors.As(err, &locked) {
+			holder := "driver processes running with WithRollingUpdate"
+			if locked.HolderPID > 0 {
+				holder = "driver process with PID " + strconv.Itoa(locked.HolderPID)
+			}
+			err = fmt.Errorf("%w: %s is locked by %s; run one driver per node (two pods of a rolling update both need WithRollingUpdate)", ErrFoldersInUse, path, holder)
+		}
 		if err != nil {
 			release()
 			return nil, err
 		}
-		held = append(held, f)
+		held = append(held, l)
 	}
 	return release, nil
-}
-
-// lockInstance opens path (mode lockMode) and flocks it without waiting.
-func lockInstance(path string, shared bool) (*os.File, error) {
-	f, err := openLockFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	how := syscall.LOCK_EX
-	if shared {
-		how = syscall.LOCK_SH
-	}
-	if err := flock(f, how|syscall.LOCK_NB); err != nil {
-		holder := readHolder(f)
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is locked by %s; run one driver per node (two pods of a rolling update both need WithRollingUpdate)", ErrFoldersInUse, path, holder)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	// Only the exclusive holder names itself: shared holders are several,
-	// and clear the name a crashed exclusive holder may have left.
-	content := ""
-	if !shared {
-		content = "pid=" + strconv.Itoa(os.Getpid()) + "\n"
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(content), 0)
-	}
-	return f, nil
-}
-
-// readHolder describes the holder of a lock file from its content.
-func readHolder(f *os.File) string {
-	buf := make([]byte, 64)
-	n, _ := f.ReadAt(buf, 0)
-	pid, ok := bytes.CutPrefix(bytes.TrimSpace(buf[:n]), []byte("pid="))
-	if !ok || len(pid) == 0 {
-		return "driver processes running with WithRollingUpdate"
-	}
-	return "driver process with PID " + string(pid)
-}
-
-func openLockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, lockMode)
-	if err != nil {
-		return nil, err
-	}
-	// O_CREATE's mode is subject to the umask and does not change an
-	// existing file (the helper creates its lock files 0666).
-	if err := f.Chmod(lockMode); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-func flock(f *os.File, how int) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
 }
 
 // listenUnix listens on a unix socket at path whose mode is socketMode

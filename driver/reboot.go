@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // DefaultBootIDFile is where the runtime reads the node's boot ID unless
@@ -59,25 +61,10 @@ func (e *engine) recordBootID(ctx context.Context) error {
 	if cur, err := readBootID(path); err == nil && cur == e.bootID {
 		return nil
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := statefile.WriteFile(path, []byte(e.bootID+"\n"), statefile.Durable(),
+		// The checkpoint's Load collects what a crash leaves by this prefix.
+		statefile.WithTempPattern(".tmp-boot-id-*")); err != nil {
 		return fmt.Errorf("record boot ID: %w", err)
-	}
-	_, werr := f.WriteString(e.bootID + "\n")
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("record boot ID: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("record boot ID: %w", err)
-	}
-	if d, err := os.Open(e.store.Dir()); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	klog.FromContext(ctx).V(2).Info("Recorded boot ID with the checkpoint", "bootID", e.bootID)
 	return nil

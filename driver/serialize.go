@@ -3,7 +3,8 @@ package driver
 import (
 	"fmt"
 	"path/filepath"
-	"syscall"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // serializeLockFile is the name of the lock file, in the lock folder
@@ -55,17 +56,12 @@ func (d *Driver) withCrossInstanceLock(f func() error) error {
 	return f()
 }
 
-// lockFile takes an exclusive flock on path (mode lockMode), waiting for
-// it, and returns the function that releases it. Locks on separate opens
-// of one file exclude each other also within one process.
+// lockFile takes the exclusive cross-instance lock on path, waiting for
+// it, and returns the function that releases it.
 func lockFile(path string) (func(), error) {
-	f, err := openLockFile(path)
+	l, err := statefile.Acquire(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(f, syscall.LOCK_EX); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return func() { _ = f.Close() }, nil
+	return func() { _ = l.Release() }, nil
 }

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // state is what Stop needs, also from another process (drakit cluster
@@ -57,12 +59,8 @@ func (s *state) save() error {
 	if err != nil {
 		return fmt.Errorf("encode cluster state: %w", err)
 	}
-	tmp := filepath.Join(s.dir, ".state.json.tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write cluster state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, "state.json")); err != nil {
-		return fmt.Errorf("write cluster state: %w", err)
+	if err := statefile.WriteFile(filepath.Join(s.dir, "state.json"), data); err != nil {
+		return fmt.Errorf("save cluster state: %w", err)
 	}
 	return nil
 }

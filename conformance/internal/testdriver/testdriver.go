@@ -36,6 +36,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // Defects lists the defects the driver can be started with, each with the
@@ -343,14 +345,7 @@ func (d *driver) save() error {
 }
 
 func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return statefile.WriteFile(path, data, statefile.WithMode(0o644))
 }
 
 func (d *driver) resources() resourceslice.DriverResources {

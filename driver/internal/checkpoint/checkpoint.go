@@ -57,7 +57,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/drakit/drakit/internal/atomicfile"
+	"github.com/drakit/drakit/statefile"
 )
 
 // Version is the envelope version this code writes. Readers accept any
@@ -191,7 +191,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
 	s := &Store{dir: dir}
-	s.dirSync.sync = func() error { return atomicfile.SyncDir(dir) }
+	s.dirSync.sync = func() error { return statefile.SyncFolder(dir) }
 	return s, nil
 }
 
@@ -441,11 +441,11 @@ func (p *Pending) Close() error {
 }
 
 func (s *Store) writeFile(name string, data []byte, durable bool) error {
-	return atomicfile.Write(name, data, atomicfile.Options{
-		TempPattern: fmt.Sprintf("%s%d-*", tmpPrefix, os.Getpid()),
-		Mode:        0o600,
-		SyncFile:    durable,
-	})
+	opts := []statefile.WriteOption{statefile.WithTempPattern(fmt.Sprintf("%s%d-*", tmpPrefix, os.Getpid()))}
+	if durable {
+		opts = append(opts, statefile.SyncFile())
+	}
+	return statefile.WriteFile(name, data, opts...)
 }
 
 func (s *Store) syncDir() error {
@@ -817,7 +817,7 @@ func (s *Store) Release(uid types.UID) error {
 	if !changed || s.noFsync {
 		return nil
 	}
-	if err := atomicfile.SyncDir(filepath.Join(s.dir, quarantineDir)); err != nil {
+	if err := statefile.SyncFolder(filepath.Join(s.dir, quarantineDir)); err != nil {
 		return fmt.Errorf("release quarantined record of %s: %w", uid, err)
 	}
 	return nil

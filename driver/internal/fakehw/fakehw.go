@@ -22,6 +22,8 @@ import (
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/driver"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // HW is a set of simulated devices with state in a folder.
@@ -91,11 +93,7 @@ func (h *HW) write(path string, hs []holder) error {
 		return nil
 	}
 	data, _ := json.Marshal(hs)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statefile.WriteFile(path, data, statefile.WithMode(0o644))
 }
 
 func (h *HW) violation(msg string) {

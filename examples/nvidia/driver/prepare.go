@@ -19,6 +19,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/statefile"
 )
 
 // preparedData is what the checkpoint keeps of a prepared device.
@@ -384,18 +385,12 @@ func capMinor(path string) (int, error) {
 	return 0, fmt.Errorf("read MIG capability %s: no DeviceFileMinor", path)
 }
 
-// writeJSON writes v to path atomically.
+// writeJSON writes v to path atomically (mode 0644: containers of the
+// claim read it through a bind mount).
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encode %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return statefile.WriteFile(path, append(b, '\n'), statefile.WithMode(0o644))
 }

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // jsonFile is a JSON document on disk shared by processes: every access
@@ -87,42 +88,23 @@ func (f jsonFile) write(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", f.path, err)
 	}
-	dir := filepath.Dir(f.path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".tmp-*")
+	var opts []statefile.WriteOption
+	if !f.volatile {
+		opts = append(opts, statefile.Durable())
+	}
+	return statefile.WriteFile(f.path, append(b, '\n'), opts...)
+}
+
+// lockFile takes the lock on path (created if missing), exclusive or
+// shared, waiting until it is granted; the returned func releases it.
+func lockFile(path string, exclusive bool) (func(), error) {
+	var opts []statefile.LockOption
+	if !exclusive {
+		opts = append(opts, statefile.Shared())
+	}
+	l, err := statefile.Acquire(path, opts...)
 	if err != nil {
-		return fmt.Errorf("write %s: %w", f.path, err)
+		return nil, err
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	if f.volatile {
-		if err := tmp.Close(); err != nil {
-			return fmt.Errorf("write %s: %w", f.path, err)
-		}
-		if err := os.Rename(tmp.Name(), f.path); err != nil {
-			return fmt.Errorf("replace %s: %w", f.path, err)
-		}
-		return nil
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", f.path, err)
-	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return fmt.Errorf("replace %s: %w", f.path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync folder %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync folder %s: %w", dir, err)
-	}
-	return nil
+	return func() { _ = l.Release() }, nil
 }

@@ -1,0 +1,11 @@
+// Package statefile keeps a driver's state on disk safe from crashes and
+// from a second process: [WriteFile] replaces a file so that a reader, or
+// a process started after a crash, sees the old content or the new one,
+// never a torn file; [Acquire] and [TryAcquire] take an advisory lock
+// (flock) that the kernel releases when its holder dies, so a killed
+// process never blocks the next one.
+//
+// The drakit runtime keeps its checkpoint, CDI specs and instance locks
+// with it, and so can a vendor's driver for state of its own (the NVIDIA
+// example's MIG journal and simulator state do).
+package statefile

@@ -1,0 +1,114 @@
+//go:build unix
+
+package statefile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// lockMode is the lock file's mode, whatever the umask: a lock file that
+// others may write could be replaced under its holders.
+const lockMode = 0o600
+
+// Acquire takes the lock on path, creating the file (mode 0600) if it is
+// missing, and waits until it is granted. On a read-only file system an
+// existing lock file still locks (flock needs no write access), so
+// readers keep working and a change fails where it writes, with the
+// error that says why.
+func Acquire(path string, opts ...LockOption) (*Lock, error) {
+	return acquire(path, false, opts)
+}
+
+// TryAcquire takes the lock on path like [Acquire] but does not wait: a
+// held lock gives a [*LockedError] (errors.Is [ErrLocked]) naming the
+// exclusive holder's PID when it recorded one. An exclusive TryAcquire
+// records this process's PID in the file for the next one to name; a
+// shared one clears it.
+func TryAcquire(path string, opts ...LockOption) (*Lock, error) {
+	return acquire(path, true, opts)
+}
+
+func acquire(path string, try bool, opts []LockOption) (*Lock, error) {
+	var o lockOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	f, writable, err := openLock(path)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	how := syscall.LOCK_EX
+	if o.shared {
+		how = syscall.LOCK_SH
+	}
+	if try {
+		how |= syscall.LOCK_NB
+	}
+	if err := flock(f, how); err != nil {
+		if try && errors.Is(err, syscall.EWOULDBLOCK) {
+			pid := holderPID(f)
+			_ = f.Close()
+			return nil, &LockedError{Path: path, HolderPID: pid}
+		}
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if try && writable {
+		content := ""
+		if !o.shared {
+			content = "pid=" + strconv.Itoa(os.Getpid()) + "\n"
+		}
+		if err := f.Truncate(0); err == nil {
+			_, _ = f.WriteAt([]byte(content), 0)
+		}
+	}
+	return &Lock{release: f.Close}, nil // closing releases the flock
+}
+
+// openLock opens path read-write (created with lockMode, and set to it
+// whatever the umask or an earlier creator chose), or read-only on a
+// read-only file system.
+func openLock(path string) (f *os.File, writable bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, lockMode)
+	if errors.Is(err, syscall.EROFS) {
+		f, err = os.Open(path)
+		return f, false, err
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := f.Chmod(lockMode); err != nil {
+		_ = f.Close()
+		return nil, false, err
+	}
+	return f, true, nil
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
+// holderPID reads the PID an exclusive holder recorded; 0 if none.
+func holderPID(f *os.File) int {
+	buf := make([]byte, 64)
+	n, _ := f.ReadAt(buf, 0)
+	s, ok := bytes.CutPrefix(bytes.TrimSpace(buf[:n]), []byte("pid="))
+	if !ok {
+		return 0
+	}
+	pid, err := strconv.Atoi(string(s))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}
