@@ -2,10 +2,7 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,10 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -24,8 +19,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/cdi"
-	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver/internal/checkpoint"
+	"github.com/drakit/drakit/driver/internal/health"
+	"github.com/drakit/drakit/driver/internal/publication"
 )
 
 // cdiClass is the default CDI class of the runtime's per-claim devices:
@@ -33,9 +29,11 @@ import (
 // [WithCDIKind] says otherwise.
 const cdiClass = "claim"
 
-// Driver is a DRA driver assembled from a vendor's [Discoverer] and
-// [Preparer]. Create it with [New], start it with [Run].
-type Driver struct {
+// Runtime runs a DRA driver assembled from a vendor's [Discoverer] and
+// [Preparer]: it serves the kubelet, publishes the slices, keeps the
+// checkpoint and reports health. Create it with [New], start it with
+// [Runtime.Run].
+type Runtime struct {
 	name    string
 	o       options
 	metrics *metrics
@@ -58,15 +56,24 @@ type Driver struct {
 	helper *kubeletplugin.Helper
 	engine *engine
 	client kubernetes.Interface
-	health *healthState
-	fatal  error
-	cancel context.CancelCauseFunc
+	health *health.State
+	// published is what the slices were last built from, with the
+	// recently withdrawn devices.
+	published *publication.Set
+	fatal     error
+	cancel    context.CancelCauseFunc
 }
+
+// Driver is the former name of [Runtime], kept for one release.
+//
+// Deprecated: use Runtime; a vendor's own driver type is usually called
+// Driver, and the runtime is not one.
+type Driver = Runtime
 
 // New checks the driver name and the options and returns a driver that is
 // not running yet. name is the driver's name, a DNS subdomain owned by the
 // vendor ("gpu.example.com"). Errors name the option at fault.
-func New(name string, opts ...Option) (*Driver, error) {
+func New(name string, opts ...Option) (*Runtime, error) {
 	if errs := utilvalidation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return nil, fmt.Errorf("new driver: name %q: %v", name, errs)
 	}
@@ -118,21 +125,21 @@ func New(name string, opts ...Option) (*Driver, error) {
 			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
 		}
 	}
-	return &Driver{name: name, o: o, metrics: m, ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
+	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
-func (d *Driver) Name() string { return d.name }
+func (d *Runtime) Name() string { return d.name }
 
 // Ready is closed once the driver serves the kubelet: the checkpoint is
 // recovered and the sockets listen. The slices are published in the
 // background, as soon as the API server answers (see /readyz with
 // [WithHTTPAddress]).
-func (d *Driver) Ready() <-chan struct{} { return d.ready }
+func (d *Runtime) Ready() <-chan struct{} { return d.ready }
 
 // HTTPAddr is the address the metrics and health server listens on,
 // valid after Ready ("" without [WithHTTPAddress]).
-func (d *Driver) HTTPAddr() string { return d.httpAddr }
+func (d *Runtime) HTTPAddr() string { return d.httpAddr }
 
 // Gatherer returns the driver's Prometheus metrics (drakit_driver_*), e.g.
 // to serve them on a server of the vendor's own next to its registry:
@@ -140,12 +147,12 @@ func (d *Driver) HTTPAddr() string { return d.httpAddr }
 // process collectors, so that it merges with a registry that has them.
 // [WithRegisterer] puts the same metrics into the vendor's registry
 // instead.
-func (d *Driver) Gatherer() prometheus.Gatherer { return d.metrics.registry }
+func (d *Runtime) Gatherer() prometheus.Gatherer { return d.metrics.registry }
 
 // DRASocket is the path of the driver's DRA gRPC socket:
 // <plugin data dir>/dra.sock, or dra-<pod UID>.sock with
 // [WithRollingUpdate]. The runtime names it and tells the helper.
-func (d *Driver) DRASocket() string {
+func (d *Runtime) DRASocket() string {
 	return filepath.Join(d.o.pluginDataDir, d.pluginSocket())
 }
 
@@ -161,7 +168,7 @@ func (d *Driver) DRASocket() string {
 // kubelet, and publishes its ResourceSlices in the background: an API
 // server that is down at start delays the slices and readiness
 // (/readyz), never the kubelet's calls or liveness (/healthz).
-func (d *Driver) Run(ctx context.Context) (err error) {
+func (d *Runtime) Run(ctx context.Context) (err error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "driver", d.name)
 	ctx = klog.NewContext(ctx, logger)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -244,10 +251,11 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	if _, err := inv.DriverResources(); err != nil {
 		return fmt.Errorf("run driver: publish devices: %w", err)
 	}
-	d.health = newHealthState(d.name, d.o.healthTimeout)
-	d.health.setInventory(inv)
+	d.health = health.New(d.name, d.o.healthTimeout)
+	d.published = publication.New()
+	d.setInventory(inv)
 	eng.published = func(pool, dev string) bool {
-		return d.o.uncheckedPools[pool] || d.health.published(pool, dev)
+		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev)
 	}
 
 	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), d.helperOptions(client)...)
@@ -286,269 +294,4 @@ func (d *Driver) Run(ctx context.Context) (err error) {
 	fatal := d.fatal
 	d.mu.Unlock()
 	return fatal
-}
-
-// housekeep collects orphaned CDI specs and leftover temporary files
-// every housekeeping interval until ctx is done. Failures are logged and
-// counted, and tried again on the next round.
-func (d *Driver) housekeep(ctx context.Context) {
-	t := time.NewTicker(d.o.housekeepingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := d.withCrossInstanceLock(func() error {
-			if err := d.engine.syncFromDisk(ctx); err != nil {
-				return fmt.Errorf("read checkpoint: %w", err)
-			}
-			d.engine.collect(ctx)
-			return nil
-		})
-		if err != nil {
-			d.metrics.error("housekeeping", ReasonCheckpoint)
-			klog.FromContext(ctx).Error(err, "Housekeeping failed; will retry", "in", d.o.housekeepingInterval)
-		}
-	}
-}
-
-// nodeLocal rejects pools that are not the node's own: the kubelet plugin
-// helper publishes every slice with the node's name, which the API server
-// refuses next to a NodeSelector or AllNodes.
-func nodeLocal(inv *device.Inventory) error {
-	for _, p := range inv.Pools {
-		if p.NodeSelector != nil || p.AllNodes {
-			return fmt.Errorf("publish devices: pool %q has a NodeSelector or AllNodes (network-attached devices): a node's driver publishes its own node's devices only; publish such pools from a controller, with resourceslice.StartController and Inventory.DriverResources", p.Name)
-		}
-	}
-	return nil
-}
-
-// kickPublish asks the publish loop to publish the current inventory.
-func (d *Driver) kickPublish() {
-	select {
-	case d.publishKick <- struct{}{}:
-	default: // a publish is pending; it will read the latest inventory
-	}
-}
-
-// publishLoop publishes the current inventory, with health taints, each
-// time it is kicked, until ctx is done. The first publish waits for the
-// API server (the helper's slice controller syncs its informer first);
-// the kubelet is served meanwhile, and readiness says so.
-func (d *Driver) publishLoop(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.publishKick:
-		}
-		start := time.Now()
-		first := !d.slicesSynced.Load()
-		var waiting *time.Timer
-		if first {
-			waiting = time.AfterFunc(5*time.Second, func() {
-				logger.Info("Waiting for the API server to publish ResourceSlices; the kubelet is served meanwhile")
-			})
-		}
-		err := d.publish(ctx, d.health.inventory())
-		if waiting != nil {
-			waiting.Stop()
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Publishing devices failed")
-			}
-			continue
-		}
-		d.metrics.apiReachable.Set(1)
-		if first {
-			d.slicesSynced.Store(true)
-			logger.Info("Publishing ResourceSlices", "waitedForAPIServer", time.Since(start).Round(time.Millisecond))
-		}
-	}
-}
-
-// publish hands inv, with health taints, to the slice publisher. inv has
-// passed nodeLocal.
-func (d *Driver) publish(ctx context.Context, inv *device.Inventory) error {
-	tainted, err := d.health.taintedInventory(inv)
-	if err != nil {
-		d.metrics.error("publish", ReasonPublish)
-		return fmt.Errorf("publish devices: %w", err)
-	}
-	res, err := tainted.DriverResources()
-	if err != nil {
-		d.metrics.error("publish", ReasonPublish)
-		return fmt.Errorf("publish devices: %w", err)
-	}
-	if err := d.helper.PublishResources(ctx, *res); err != nil {
-		d.metrics.error("publish", ReasonPublish)
-		return fmt.Errorf("publish devices: %w", err)
-	}
-	n := 0
-	for _, p := range inv.Pools {
-		n += len(p.Devices)
-	}
-	d.metrics.publishedDevices.Set(float64(n))
-	klog.FromContext(ctx).V(3).Info("Published devices", "devices", n)
-	return nil
-}
-
-func (d *Driver) startHTTP(ctx context.Context) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(withRuntime(d.metrics.registry), promhttp.HandlerOpts{}))
-	probe := func(check func(context.Context) error) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if err := check(r.Context()); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok\n"))
-		}
-	}
-	mux.HandleFunc("/healthz", probe(d.live))
-	mux.HandleFunc("/readyz", probe(d.readyCheck))
-	ln, err := net.Listen("tcp", d.o.httpAddress)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics: %w", err)
-	}
-	d.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server failed")
-		}
-	}()
-	return srv, nil
-}
-
-// readyCheck reports why the driver is not ready: not alive, or its
-// slices not yet published (the first publish waits for the API server).
-// It asks the API server nothing: a probe every few seconds on every node
-// would be thousands of requests a second on a large cluster, for a
-// readiness that only gates the DaemonSet's rollout. Later publishing
-// errors show in drakit_driver_api_server_reachable and the errors metric.
-func (d *Driver) readyCheck(ctx context.Context) error {
-	if err := d.live(ctx); err != nil {
-		return err
-	}
-	if !d.slicesSynced.Load() {
-		return errors.New("ResourceSlices not published yet: waiting for the API server")
-	}
-	return nil
-}
-
-// live reports why the driver is not alive: a registration the kubelet
-// rejected, or a DRA socket that does not accept connections.
-func (d *Driver) live(ctx context.Context) error {
-	d.mu.Lock()
-	helper := d.helper
-	d.mu.Unlock()
-	if helper == nil {
-		return errors.New("kubelet plugin not started")
-	}
-	if st := helper.RegistrationStatus(); st != nil && !st.PluginRegistered {
-		return fmt.Errorf("kubelet rejected registration: %s", st.Error)
-	}
-	var dialer net.Dialer
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := dialer.DialContext(dctx, "unix", d.DRASocket())
-	if err != nil {
-		return fmt.Errorf("DRA socket: %w", err)
-	}
-	_ = conn.Close()
-	return nil
-}
-
-// plugin implements kubeletplugin.DRAPlugin for a Driver.
-type plugin Driver
-
-var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
-
-// PrepareResourceClaims prepares each claim (concurrently for a batch).
-func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	exit, err := (*Driver)(p).enterCall()
-	if err != nil {
-		return nil, err
-	}
-	defer exit()
-	e := p.engine
-	if err := e.syncFromDisk(ctx); err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	if len(claims) == 1 {
-		out[claims[0].UID] = e.prepare(ctx, claims[0])
-		return out, nil
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range claims {
-		wg.Go(func() {
-			r := e.prepare(ctx, c)
-			mu.Lock()
-			out[c.UID] = r
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out, nil
-}
-
-// UnprepareResourceClaims unprepares each claim from the checkpoint.
-func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	exit, err := (*Driver)(p).enterCall()
-	if err != nil {
-		return nil, err
-	}
-	defer exit()
-	e := p.engine
-	if err := e.syncFromDisk(ctx); err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	out := make(map[types.UID]error, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range claims {
-		wg.Go(func() {
-			err := e.unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name})
-			mu.Lock()
-			out[c.UID] = err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out, nil
-}
-
-// HandleError logs background errors; a non-recoverable one stops Run.
-func (p *plugin) HandleError(ctx context.Context, err error, msg string) {
-	logger := klog.FromContext(ctx)
-	if errors.Is(err, kubeletplugin.ErrRecoverable) {
-		// Background errors come from the ResourceSlice controller.
-		p.metrics.error("background", ReasonPublish)
-		p.metrics.apiReachable.Set(0)
-		logger.Error(err, msg)
-		return
-	}
-	logger.Error(err, msg+"; stopping the driver")
-	p.mu.Lock()
-	if p.fatal == nil {
-		p.fatal = fmt.Errorf("%s: %w", msg, err)
-	}
-	cancel := p.cancel
-	p.mu.Unlock()
-	if cancel != nil {
-		cancel(err)
-	}
-}
-
-// WatchHealthStatus streams device health to the kubelet.
-func (p *plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return p.health.stream(ctx, reports)
 }

@@ -31,7 +31,7 @@ import (
 
 // running is an in-process driver started by a test.
 type running struct {
-	d      *driver.Driver
+	d      *driver.Runtime
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned
 	err    error

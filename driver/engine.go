@@ -62,22 +62,6 @@ func fault(point string) {
 	}
 }
 
-type deviceKey struct{ pool, device string }
-
-type holder struct {
-	admin bool
-	share *types.UID
-}
-
-// compatible says whether two allocations of one device may be prepared at
-// the same time.
-func compatible(a, b holder) bool {
-	if a.admin || b.admin {
-		return true
-	}
-	return a.share != nil && b.share != nil && *a.share != *b.share
-}
-
 // engine owns the prepared-claim state: checkpoint, in-memory index,
 // device guard and CDI specs. It knows nothing about gRPC.
 type engine struct {
@@ -146,41 +130,6 @@ func newEngine(driverName string, store *checkpoint.Store, specs *cdi.Writer, p 
 		e.reconciler = r
 	}
 	return e
-}
-
-func holderOf(d checkpoint.Device) holder { return holder{admin: d.AdminAccess, share: d.ShareID} }
-
-// reserveLocked checks the guard for rec's devices and reserves them.
-func (e *engine) reserveLocked(rec *checkpoint.Record) error {
-	for _, d := range rec.Devices {
-		k := deviceKey{d.Pool, d.Device}
-		for other, h := range e.holders[k] {
-			if other == rec.ClaimUID {
-				continue
-			}
-			if !compatible(holderOf(d), h) {
-				return &ClaimError{reason: ReasonGuard, err: fmt.Errorf("device %s/%s (request %q): %w %s", d.Pool, d.Device, d.Request, ErrDeviceInUse, other)}
-			}
-		}
-	}
-	for _, d := range rec.Devices {
-		k := deviceKey{d.Pool, d.Device}
-		if e.holders[k] == nil {
-			e.holders[k] = map[types.UID]holder{}
-		}
-		e.holders[k][rec.ClaimUID] = holderOf(d)
-	}
-	return nil
-}
-
-func (e *engine) releaseLocked(rec *checkpoint.Record) {
-	for _, d := range rec.Devices {
-		k := deviceKey{d.Pool, d.Device}
-		delete(e.holders[k], rec.ClaimUID)
-		if len(e.holders[k]) == 0 {
-			delete(e.holders, k)
-		}
-	}
 }
 
 // preparedCount is the number of claims held (prepared or half-way).

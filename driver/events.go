@@ -18,7 +18,7 @@ import (
 // startEvents starts recording events through client-go's event
 // broadcaster (which aggregates repeats and filters spam) and returns the
 // function that stops it.
-func (d *Driver) startEvents(ctx context.Context, client kubernetes.Interface) (stop func()) {
+func (d *Runtime) startEvents(ctx context.Context, client kubernetes.Interface) (stop func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	d.events = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: d.name, Host: d.o.nodeName})
@@ -26,7 +26,7 @@ func (d *Driver) startEvents(ctx context.Context, client kubernetes.Interface) (
 }
 
 // nodeWarning records a warning event on the node (best effort).
-func (d *Driver) nodeWarning(reason, message string) {
+func (d *Runtime) nodeWarning(reason, message string) {
 	if d.events == nil {
 		return
 	}
@@ -37,12 +37,12 @@ func (d *Driver) nodeWarning(reason, message string) {
 
 // reportCorrupt records an event on the node for a quarantined checkpoint
 // record.
-func (d *Driver) reportCorrupt(_ context.Context, c checkpoint.Corrupt) {
+func (d *Runtime) reportCorrupt(_ context.Context, c checkpoint.Corrupt) {
 	d.nodeWarning(ReasonCorrupt, fmt.Sprintf("DRA driver %s quarantined a corrupt checkpoint record %s to %s: %v", d.name, filepath.Base(c.File), c.QuarantinedTo, c.Err))
 }
 
 // reportUnreleased records an event on the node for a claim whose devices
 // the driver could not release.
-func (d *Driver) reportUnreleased(_ context.Context, ref ClaimRef) {
+func (d *Runtime) reportUnreleased(_ context.Context, ref ClaimRef) {
 	d.nodeWarning(ReasonCorrupt, fmt.Sprintf("DRA driver %s could not release the devices of claim %s: its checkpoint record was corrupt and the claim is gone from the API server; check the node's devices", d.name, ref))
 }

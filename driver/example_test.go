@@ -105,7 +105,7 @@ func ExampleErrFoldersInUse() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	newDriver := func() *driver.Driver {
+	newDriver := func() *driver.Runtime {
 		d, err := driver.New("gpu.example.com",
 			driver.WithDiscoverer(device.StaticDiscoverer{Inv: &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{{Name: "node-1", Devices: []*device.Device{device.New("gpu-0")}}}}}),
 			driver.WithPreparer(envPreparer{}),

@@ -81,11 +81,11 @@ func (t *TestEngine) Records() []checkpoint.Record {
 
 // NodeWarning records a warning event on the driver's node, as the
 // runtime does for a corrupt checkpoint record.
-func (d *Driver) NodeWarning(reason, message string) { d.nodeWarning(reason, message) }
+func (d *Runtime) NodeWarning(reason, message string) { d.nodeWarning(reason, message) }
 
 // RuntimeHelperOptionNames are the kubeletplugin functions whose options
 // the runtime states after the vendor's.
-func RuntimeHelperOptionNames(d *Driver) []string {
+func RuntimeHelperOptionNames(d *Runtime) []string {
 	var names []string
 	for _, n := range d.runtimeHelperOptions(nil) {
 		names = append(names, n.name)

@@ -10,7 +10,7 @@ import (
 // pluginSocket is the file name of the DRA gRPC socket in the plugin data
 // folder. The runtime names it, and tells the helper, so that liveness
 // dials the socket the helper serves.
-func (d *Driver) pluginSocket() string {
+func (d *Runtime) pluginSocket() string {
 	if d.o.rollingUpdateUID != "" {
 		// Two instances share the folder during a rolling update.
 		return "dra-" + string(d.o.rollingUpdateUID) + ".sock"
@@ -32,7 +32,7 @@ type namedHelperOption struct {
 // vendor's knobs ([WithGRPCVerbosity], [WithGRPCInterceptor],
 // [WithGRPCStreamInterceptor], [WithKubeletAPIVersions],
 // [WithHealthService]).
-func (d *Driver) runtimeHelperOptions(client kubernetes.Interface) []namedHelperOption {
+func (d *Runtime) runtimeHelperOptions(client kubernetes.Interface) []namedHelperOption {
 	var versions []schema.GroupVersion
 	if d.o.deviceMetadata {
 		versions = []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}
@@ -71,7 +71,7 @@ func (d *Driver) runtimeHelperOptions(client kubernetes.Interface) []namedHelper
 // helperOptions are the kubelet plugin helper's options: the vendor's
 // knobs and the deprecated [WithHelperOptions] first, then every setting
 // the runtime relies on, so that the runtime's win.
-func (d *Driver) helperOptions(client kubernetes.Interface) []kubeletplugin.Option {
+func (d *Runtime) helperOptions(client kubernetes.Interface) []kubeletplugin.Option {
 	opts := append([]kubeletplugin.Option(nil), d.o.helperKnobs...)
 	opts = append(opts, d.o.extraHelperOpts...)
 	for _, n := range d.runtimeHelperOptions(client) {

@@ -20,7 +20,7 @@ func programRegistry() *prometheus.Registry {
 	return r
 }
 
-func newUnstarted(t *testing.T, name string, opts ...driver.Option) (*driver.Driver, error) {
+func newUnstarted(t *testing.T, name string, opts ...driver.Option) (*driver.Runtime, error) {
 	t.Helper()
 	return driver.New(name, append([]driver.Option{
 		driver.WithDiscoverer(device.StaticDiscoverer{Inv: testInventory(1)}),

@@ -3,9 +3,10 @@ package driver
 import (
 	"errors"
 	"fmt"
-	"google.golang.org/grpc"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,7 +27,7 @@ const (
 	DefaultBurst = 400
 )
 
-// Option configures a [Driver]. Options are applied in order; an option
+// Option configures a [Runtime]. Options are applied in order; an option
 // with a bad value makes [New] fail with an error naming it.
 type Option func(*options) error
 

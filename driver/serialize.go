@@ -16,7 +16,7 @@ import (
 const serializeLockFile = "serialize.lock"
 
 // lockPath is the cross-instance lock file.
-func (d *Driver) lockPath() string { return filepath.Join(d.o.lockDir, serializeLockFile) }
+func (d *Runtime) lockPath() string { return filepath.Join(d.o.lockDir, serializeLockFile) }
 
 // enterCall waits until a prepare or unprepare call may run and returns
 // the function that ends it. Calls run one at a time within the process
@@ -25,7 +25,7 @@ func (d *Driver) lockPath() string { return filepath.Join(d.o.lockDir, serialize
 // serializes itself (the helper's serialization is off) so that the lock
 // it takes for recovery and housekeeping is its own, not a file private
 // to the helper.
-func (d *Driver) enterCall() (exit func(), err error) {
+func (d *Runtime) enterCall() (exit func(), err error) {
 	rolling := d.o.rollingUpdateUID != ""
 	if !d.o.serialize && !rolling {
 		return func() {}, nil
@@ -44,7 +44,7 @@ func (d *Driver) enterCall() (exit func(), err error) {
 
 // withCrossInstanceLock runs f while holding the cross-instance lock when
 // rolling updates are on: the other instance makes no call meanwhile.
-func (d *Driver) withCrossInstanceLock(f func() error) error {
+func (d *Runtime) withCrossInstanceLock(f func() error) error {
 	if d.o.rollingUpdateUID == "" {
 		return f()
 	}

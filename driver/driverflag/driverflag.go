@@ -142,16 +142,16 @@ func Register(fs *flag.FlagSet) *Flags {
 }
 
 // RESTConfig returns the client configuration of [LoadRESTConfig] with
-// the client limits of --kube-api-qps and --kube-api-burst (both zero:
-// [driver.DefaultQPS] and [driver.DefaultBurst]; a negative QPS: no
-// limit). A QPS of 0 with a burst set is refused, because client-go
-// would read it as its own default of 5 requests/s.
+// the client limits of --kube-api-qps and --kube-api-burst (a negative
+// QPS: no limit). Both zero, as in a Flags not made by [Register], leave
+// the limits zero, which [driver.WithRESTConfig] reads as
+// [driver.DefaultQPS] and [driver.DefaultBurst]. A QPS of 0 with a burst
+// set is refused, because client-go would read it as its own default of
+// 5 requests/s.
 func (f *Flags) RESTConfig() (*rest.Config, error) {
 	qps, burst := f.KubeAPIQPS, f.KubeAPIBurst
-	if qps == 0 && burst == 0 {
-		qps, burst = driver.DefaultQPS, driver.DefaultBurst
-	}
 	switch {
+	case qps == 0 && burst == 0: // the runtime applies its defaults
 	case qps == 0:
 		return nil, errors.New("driver flags: --kube-api-qps is 0, which client-go reads as its own default of 5/s; give a rate, or a negative value for no limit")
 	case qps > 0 && burst < 1:

@@ -64,7 +64,7 @@ func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.Alloca
 // New returns the driver named name with devices simulated devices on
 // node, not running yet; opts say how it reaches the API server and the
 // kubelet (driverflag's options, or a test's).
-func New(name, node string, devices int, opts ...driver.Option) (*driver.Driver, error) {
+func New(name, node string, devices int, opts ...driver.Option) (*driver.Runtime, error) {
 	if devices < 1 || devices > 1024 {
 		return nil, fmt.Errorf("devices: %d is not in 1..1024", devices)
 	}

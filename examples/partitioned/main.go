@@ -119,7 +119,7 @@ func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedD
 }
 
 // New returns the driver for node's cards, not running yet.
-func New(node string, cfg Config, opts ...driver.Option) (*driver.Driver, error) {
+func New(node string, cfg Config, opts ...driver.Option) (*driver.Runtime, error) {
 	inv, err := Inventory(node, cfg)
 	if err != nil {
 		return nil, err

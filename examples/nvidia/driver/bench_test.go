@@ -49,7 +49,7 @@ const minimalName = "minimal.drakit.dev"
 
 // benchDriver is one driver running in this process for a node of its own.
 type benchDriver struct {
-	k    *kit.Driver
+	k    *kit.Runtime
 	stop func()
 	node string
 }

@@ -1,4 +1,4 @@
-package driver
+package publication
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 )
 
 // A device that the inventory withdrew still counts as published for
-// withdrawnGrace (the scheduler may have allocated it from the slices it
+// WithdrawnGrace (the scheduler may have allocated it from the slices it
 // last saw); one never published, or withdrawn longer ago, does not.
 func TestPublishedAfterWithdrawal(t *testing.T) {
 	inv := func(names ...string) *device.Inventory {
@@ -18,25 +18,28 @@ func TestPublishedAfterWithdrawal(t *testing.T) {
 		}
 		return &device.Inventory{Driver: "gpu.example.com", Pools: []device.Pool{p}}
 	}
-	h := newHealthState("gpu.example.com", time.Minute)
-	h.setInventory(inv("a", "b"))
-	h.setInventory(inv("a"))
-	if !h.published("node-1", "b") {
+	clock := time.Now()
+	s := New()
+	s.now = func() time.Time { return clock }
+	s.Store(inv("a", "b"))
+	s.Store(inv("a"))
+	if !s.Has("node-1", "b") {
 		t.Error("b, withdrawn just now, is refused; the scheduler may have allocated it from the previous slices")
 	}
-	if h.published("node-1", "never") {
+	if s.Has("node-1", "never") {
 		t.Error("a device never published is accepted")
 	}
-	h.mu.Lock()
-	h.withdrawn[device.DeviceID{Pool: "node-1", Device: "b"}] = time.Now().Add(-withdrawnGrace)
-	h.mu.Unlock()
-	if h.published("node-1", "b") {
-		t.Errorf("b, withdrawn %v ago, is still accepted", withdrawnGrace)
+	clock = clock.Add(WithdrawnGrace)
+	if s.Has("node-1", "b") {
+		t.Errorf("b, withdrawn %v ago, is still accepted", WithdrawnGrace)
 	}
-	h.setInventory(inv("a", "b"))
-	h.setInventory(inv("a"))
-	h.setInventory(inv("a", "c"))
-	if !h.published("node-1", "b") || !h.published("node-1", "c") {
+	s.Store(inv("a", "b"))
+	s.Store(inv("a"))
+	s.Store(inv("a", "c"))
+	if !s.Has("node-1", "b") || !s.Has("node-1", "c") {
 		t.Error("a later inventory change forgot b's withdrawal or c's arrival")
+	}
+	if got := s.Inventory(); len(got.Pools[0].Devices) != 2 {
+		t.Errorf("Inventory has %d devices, want the last stored (a, c)", len(got.Pools[0].Devices))
 	}
 }

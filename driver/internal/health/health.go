@@ -1,4 +1,7 @@
-package driver
+// Package health keeps a driver's device health as its vendor reports
+// it, derives the health taints of the published devices from it, and
+// feeds the kubelet's health streams.
+package health
 
 import (
 	"context"
@@ -10,10 +13,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver/internal/publication"
 )
 
-// healthState keeps the vendor's health reports, derives taints from them
-// and feeds the kubelet's health streams.
+// State keeps the vendor's health reports, derives taints from them and
+// feeds the kubelet's health streams. It is safe for concurrent use.
 //
 // It never makes health up: a device's health is the vendor's last report
 // on it, with the report's own time. A device the vendor never reported on
@@ -21,16 +25,12 @@ import (
 // timeout (the vendor's monitor stopped reporting). Nothing is re-sent on
 // a timer: the kubelet hears from the runtime when the vendor reports, when
 // the inventory changes and when a report goes stale.
-type healthState struct {
+type State struct {
 	driver  string
 	timeout time.Duration
 
-	mu      sync.Mutex
-	inv     *device.Inventory
-	devices map[device.DeviceID]bool // the devices of inv
-	// withdrawn are devices of an earlier inventory that inv lacks, with
-	// when they went (see published).
-	withdrawn map[device.DeviceID]time.Time
+	mu        sync.Mutex
+	inv       *device.Inventory
 	reports   map[device.DeviceID]device.HealthReport
 	taintedAt map[device.DeviceID]time.Time
 	// reporting is set by the vendor's first health report: from then on
@@ -42,52 +42,34 @@ type healthState struct {
 	changed     chan struct{} // closed and replaced on every change
 }
 
-func newHealthState(driver string, timeout time.Duration) *healthState {
-	return &healthState{
+// New returns the health state of driver's devices; a report is valid for
+// timeout from its time.
+func New(driver string, timeout time.Duration) *State {
+	return &State{
 		driver: driver, timeout: timeout,
 		reports:   map[device.DeviceID]device.HealthReport{},
 		taintedAt: map[device.DeviceID]time.Time{},
-		withdrawn: map[device.DeviceID]time.Time{},
 		changed:   make(chan struct{}),
 	}
 }
 
-func (h *healthState) notifyLocked() {
+func (h *State) notifyLocked() {
 	close(h.changed)
 	h.changed = make(chan struct{})
 }
 
-func (h *healthState) setInventory(inv *device.Inventory) {
+// SetInventory sets the devices whose health the streams carry and tells
+// the streams.
+func (h *State) SetInventory(inv *device.Inventory) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
-	devices := devicesOf(inv)
-	for id := range h.devices {
-		if !devices[id] {
-			h.withdrawn[id] = now
-		}
-	}
-	for id, at := range h.withdrawn {
-		if devices[id] || now.Sub(at) >= withdrawnGrace {
-			delete(h.withdrawn, id)
-		}
-	}
 	h.inv = inv
-	h.devices = devices
 	h.notifyLocked()
 }
 
-// withdrawnGrace is how long a device that the inventory no longer has
-// still counts as published. The scheduler allocates from the slices it
-// last saw, so an allocation can name a device that the driver withdrew a
-// moment before (a driver whose partitions are published only while they
-// fit withdraws and restores devices on every prepare and unprepare);
-// refusing it would fail a valid prepare until the kubelet's retry.
-const withdrawnGrace = time.Minute
-
-// noHealth records that the discoverer reports no changes, so no health:
+// NoHealth records that the discoverer reports no changes, so no health:
 // health streams end with kubeletplugin.ErrHealthNotSupported.
-func (h *healthState) noHealth() {
+func (h *State) NoHealth() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.reporting && !h.unsupported {
@@ -96,31 +78,11 @@ func (h *healthState) noHealth() {
 	}
 }
 
-// published says whether the scheduler can have allocated the device:
-// the current inventory has it, or an inventory of less than
-// withdrawnGrace ago had it.
-func (h *healthState) published(pool, dev string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id := device.DeviceID{Pool: pool, Device: dev}
-	if h.devices[id] {
-		return true
-	}
-	at, ok := h.withdrawn[id]
-	return ok && time.Since(at) < withdrawnGrace
-}
-
-func (h *healthState) inventory() *device.Inventory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.inv
-}
-
-// update applies the vendor's reports, received at received (the time of
+// Update applies the vendor's reports, received at received (the time of
 // a report without one), and says whether the taints changed. The last
 // report on a device wins, also one that repeats the health (its time is
 // fresher) or carries an older time (the vendor's word is the latest).
-func (h *healthState) update(reports []device.HealthReport, received time.Time) (taintsChanged bool) {
+func (h *State) Update(reports []device.HealthReport, received time.Time) (taintsChanged bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range reports {
@@ -150,16 +112,17 @@ func (h *healthState) update(reports []device.HealthReport, received time.Time) 
 	return taintsChanged
 }
 
-func (h *healthState) unhealthyCount() int {
+// UnhealthyCount is the number of devices reported Unhealthy.
+func (h *State) UnhealthyCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.taintedAt)
 }
 
-// taintedInventory returns inv with the health taint on each device
+// Taint returns inv with the health taint on each device
 // reported unhealthy. A stale Unhealthy report keeps its taint: only a
 // report of recovery removes it.
-func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory, error) {
+func (h *State) Taint(inv *device.Inventory) (*device.Inventory, error) {
 	if inv == nil {
 		return nil, errors.New("no inventory")
 	}
@@ -168,7 +131,7 @@ func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory
 	if len(h.taintedAt) == 0 {
 		return inv, nil
 	}
-	have := devicesOf(inv)
+	have := publication.DevicesOf(inv)
 	taints := map[device.DeviceID][]device.Taint{}
 	for id, at := range h.taintedAt {
 		if !have[id] {
@@ -187,24 +150,11 @@ func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory
 	return out, nil
 }
 
-func devicesOf(inv *device.Inventory) map[device.DeviceID]bool {
-	out := map[device.DeviceID]bool{}
-	if inv == nil {
-		return out
-	}
-	for _, p := range inv.Pools {
-		for _, d := range p.Devices {
-			out[device.DeviceID{Pool: p.Name, Device: d.Name()}] = true
-		}
-	}
-	return out
-}
-
 // snapshot is the health of every device of the inventory at now, as the
 // vendor last reported it: Unknown for a device never reported on or
 // whose report is older than the timeout. stale is when the next fresh
 // report goes stale (zero if none will).
-func (h *healthState) snapshot(now time.Time) (rep kubeletplugin.DeviceHealthReport, stale time.Time) {
+func (h *State) snapshot(now time.Time) (rep kubeletplugin.DeviceHealthReport, stale time.Time) {
 	if h.inv == nil {
 		return rep, stale
 	}
@@ -235,11 +185,11 @@ func (h *healthState) snapshot(now time.Time) (rep kubeletplugin.DeviceHealthRep
 	return rep, stale
 }
 
-// stream sends the devices' health to the kubelet until ctx is done: once
+// Stream sends the devices' health to the kubelet until ctx is done: once
 // the vendor has reported health, then on each of its reports, on each
 // inventory change and when a report goes stale. When the discoverer has
 // no health to report it returns kubeletplugin.ErrHealthNotSupported.
-func (h *healthState) stream(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+func (h *State) Stream(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	timer := time.NewTimer(h.timeout)
 	timer.Stop()
 	defer timer.Stop()

@@ -42,7 +42,7 @@ func (b *backoff) reset() { b.next = 0 }
 // accept checks an inventory from the discoverer and returns it with the
 // driver's name filled in: it must be for this driver (Inventory.Driver
 // is the driver's name or empty) and have node-local pools only.
-func (d *Driver) accept(inv *device.Inventory) (*device.Inventory, error) {
+func (d *Runtime) accept(inv *device.Inventory) (*device.Inventory, error) {
 	if inv == nil {
 		return nil, errors.New("discoverer returned no inventory")
 	}
@@ -61,14 +61,14 @@ func (d *Driver) accept(inv *device.Inventory) (*device.Inventory, error) {
 	return inv, nil
 }
 
-// ErrDriverMismatch is wrapped by the error of [Driver.Run] (and logged
+// ErrDriverMismatch is wrapped by the error of [Runtime.Run] (and logged
 // for a changed inventory) when the discoverer's inventory names another
 // driver than the one given to [New].
 var ErrDriverMismatch = errors.New("inventory of another driver")
 
 // discover asks the discoverer for its inventory and, when it is
 // accepted, makes it the current one and publishes it.
-func (d *Driver) discover(ctx context.Context) error {
+func (d *Runtime) discover(ctx context.Context) error {
 	inv, err := d.o.discoverer.Inventory(ctx)
 	if err != nil {
 		return fmt.Errorf("discover devices: %w", err)
@@ -76,7 +76,7 @@ func (d *Driver) discover(ctx context.Context) error {
 	if inv, err = d.accept(inv); err != nil {
 		return fmt.Errorf("discover devices: %w", err)
 	}
-	d.health.setInventory(inv)
+	d.setInventory(inv)
 	d.kickPublish()
 	return nil
 }
@@ -87,7 +87,7 @@ func (d *Driver) discover(ctx context.Context) error {
 // fails, again with a growing delay (at most retryMax); every resync
 // interval it is discovered again anyway. A watch that ends with an error
 // is restarted with a growing delay.
-func (d *Driver) watch(ctx context.Context) {
+func (d *Runtime) watch(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	events := make(chan device.Event, 16)
 	watchDone := make(chan error, 1)
@@ -114,7 +114,7 @@ func (d *Driver) watch(ctx context.Context) {
 				continue
 			}
 			if errors.Is(err, device.ErrNoChanges) {
-				d.health.noHealth()
+				d.health.NoHealth()
 				continue
 			}
 			if time.Since(watchStarted) >= retryMax {
@@ -147,12 +147,12 @@ func (d *Driver) watch(ctx context.Context) {
 					dirty = true
 					break
 				}
-				d.health.setInventory(inv)
+				d.setInventory(inv)
 				d.kickPublish()
 				dirty = false // this inventory is as new as a discovery
 			case device.EventHealth:
-				if d.health.update(ev.Health, time.Now()) {
-					d.metrics.unhealthyDevices.Set(float64(d.health.unhealthyCount()))
+				if d.health.Update(ev.Health, time.Now()) {
+					d.metrics.unhealthyDevices.Set(float64(d.health.UnhealthyCount()))
 					d.kickPublish()
 				}
 			}

@@ -1,0 +1,91 @@
+// Package publication keeps what a driver has published: the inventory
+// its slices were last built from, and the devices it withdrew recently,
+// which the scheduler may still allocate from the slices it last saw.
+package publication
+
+import (
+	"sync"
+	"time"
+
+	"github.com/drakit/drakit/device"
+)
+
+// WithdrawnGrace is how long a device that the inventory no longer has
+// still counts as published. The scheduler allocates from the slices it
+// last saw, so an allocation can name a device that the driver withdrew a
+// moment before (a driver whose partitions are published only while they
+// fit withdraws and restores devices on every prepare and unprepare);
+// refusing it would fail a valid prepare until the kubelet's retry.
+const WithdrawnGrace = time.Minute
+
+// Set is the published inventory. It is safe for concurrent use.
+type Set struct {
+	mu      sync.Mutex
+	inv     *device.Inventory
+	devices map[device.DeviceID]bool // the devices of inv
+	// withdrawn are devices of an earlier inventory that inv lacks, with
+	// when they went.
+	withdrawn map[device.DeviceID]time.Time
+	now       func() time.Time
+}
+
+// New returns an empty set.
+func New() *Set {
+	return &Set{withdrawn: map[device.DeviceID]time.Time{}, now: time.Now}
+}
+
+// Store makes inv the published inventory; its devices that inv lacks
+// count as withdrawn from now.
+func (s *Set) Store(inv *device.Inventory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	devices := DevicesOf(inv)
+	for id := range s.devices {
+		if !devices[id] {
+			s.withdrawn[id] = now
+		}
+	}
+	for id, at := range s.withdrawn {
+		if devices[id] || now.Sub(at) >= WithdrawnGrace {
+			delete(s.withdrawn, id)
+		}
+	}
+	s.inv = inv
+	s.devices = devices
+}
+
+// Inventory is the inventory last stored (nil before the first).
+func (s *Set) Inventory() *device.Inventory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inv
+}
+
+// Has says whether the scheduler can have allocated the device: the
+// current inventory has it, or one of less than [WithdrawnGrace] ago had
+// it.
+func (s *Set) Has(pool, dev string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := device.DeviceID{Pool: pool, Device: dev}
+	if s.devices[id] {
+		return true
+	}
+	at, ok := s.withdrawn[id]
+	return ok && s.now().Sub(at) < WithdrawnGrace
+}
+
+// DevicesOf is the set of inv's devices.
+func DevicesOf(inv *device.Inventory) map[device.DeviceID]bool {
+	out := map[device.DeviceID]bool{}
+	if inv == nil {
+		return out
+	}
+	for _, p := range inv.Pools {
+		for _, d := range p.Devices {
+			out[device.DeviceID{Pool: p.Name, Device: d.Name()}] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/device"
+)
+
+// nodeLocal rejects pools that are not the node's own: the kubelet plugin
+// helper publishes every slice with the node's name, which the API server
+// refuses next to a NodeSelector or AllNodes.
+func nodeLocal(inv *device.Inventory) error {
+	for _, p := range inv.Pools {
+		if p.NodeSelector != nil || p.AllNodes {
+			return fmt.Errorf("publish devices: pool %q has a NodeSelector or AllNodes (network-attached devices): a node's driver publishes its own node's devices only; publish such pools from a controller, with resourceslice.StartController and Inventory.DriverResources", p.Name)
+		}
+	}
+	return nil
+}
+
+// kickPublish asks the publish loop to publish the current inventory.
+func (d *Runtime) kickPublish() {
+	select {
+	case d.publishKick <- struct{}{}:
+	default: // a publish is pending; it will read the latest inventory
+	}
+}
+
+// publishLoop publishes the current inventory, with health taints, each
+// time it is kicked, until ctx is done. The first publish waits for the
+// API server (the helper's slice controller syncs its informer first);
+// the kubelet is served meanwhile, and readiness says so.
+func (d *Runtime) publishLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.publishKick:
+		}
+		start := time.Now()
+		first := !d.slicesSynced.Load()
+		var waiting *time.Timer
+		if first {
+			waiting = time.AfterFunc(5*time.Second, func() {
+				logger.Info("Waiting for the API server to publish ResourceSlices; the kubelet is served meanwhile")
+			})
+		}
+		err := d.publish(ctx, d.published.Inventory())
+		if waiting != nil {
+			waiting.Stop()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Publishing devices failed")
+			}
+			continue
+		}
+		d.metrics.apiReachable.Set(1)
+		if first {
+			d.slicesSynced.Store(true)
+			logger.Info("Publishing ResourceSlices", "waitedForAPIServer", time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// publish hands inv, with health taints, to the slice publisher. inv has
+// passed nodeLocal.
+func (d *Runtime) publish(ctx context.Context, inv *device.Inventory) error {
+	tainted, err := d.health.Taint(inv)
+	if err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	res, err := tainted.DriverResources()
+	if err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	if err := d.helper.PublishResources(ctx, *res); err != nil {
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	}
+	n := 0
+	for _, p := range inv.Pools {
+		n += len(p.Devices)
+	}
+	d.metrics.publishedDevices.Set(float64(n))
+	klog.FromContext(ctx).V(3).Info("Published devices", "devices", n)
+	return nil
+}
+
+// setInventory makes inv the inventory the slices and the health streams
+// are built from.
+func (d *Runtime) setInventory(inv *device.Inventory) {
+	d.published.Store(inv)
+	d.health.SetInventory(inv)
+}
