@@ -19,53 +19,41 @@ var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
 
 // PrepareResourceClaims prepares each claim (concurrently for a batch).
 func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	return each(ctx, p, claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID }, p.engine.prepare)
+}
+
+// UnprepareResourceClaims unprepares each claim from the checkpoint.
+func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	return each(ctx, p, claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
+		func(ctx context.Context, c kubeletplugin.NamespacedObject) error {
+			return p.engine.unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name})
+		})
+}
+
+// each runs one kubelet call: it waits for its turn (enterCall), reads
+// the checkpoint other instances may have changed, and runs op on every
+// claim, concurrently for a batch.
+func each[C, R any](ctx context.Context, p *plugin, claims []C, uid func(C) types.UID, op func(context.Context, C) R) (map[types.UID]R, error) {
 	exit, err := (*Runtime)(p).enterCall()
 	if err != nil {
 		return nil, err
 	}
 	defer exit()
-	e := p.engine
-	if err := e.syncFromDisk(ctx); err != nil {
+	if err := p.engine.syncFromDisk(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	out := make(map[types.UID]R, len(claims))
 	if len(claims) == 1 {
-		out[claims[0].UID] = e.prepare(ctx, claims[0])
+		out[uid(claims[0])] = op(ctx, claims[0])
 		return out, nil
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range claims {
 		wg.Go(func() {
-			r := e.prepare(ctx, c)
+			r := op(ctx, c)
 			mu.Lock()
-			out[c.UID] = r
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out, nil
-}
-
-// UnprepareResourceClaims unprepares each claim from the checkpoint.
-func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	exit, err := (*Runtime)(p).enterCall()
-	if err != nil {
-		return nil, err
-	}
-	defer exit()
-	e := p.engine
-	if err := e.syncFromDisk(ctx); err != nil {
-		return nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	out := make(map[types.UID]error, len(claims))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range claims {
-		wg.Go(func() {
-			err := e.unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name})
-			mu.Lock()
-			out[c.UID] = err
+			out[uid(c)] = r
 			mu.Unlock()
 		})
 	}
