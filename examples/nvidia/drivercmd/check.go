@@ -118,7 +118,11 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 			mode = *devs[0].Attributes[nvdriver.AttrMIGMode].StringValue
 		}
 		fmt.Fprintf(w, "---\n# GPU %d: %s %s at %s, minor %d: %s, %d devices\n", g.Index, g.ProductName, g.UUID, g.PCIBusID, g.Minor, mode, len(devs))
-		b, err := yaml.Marshal(map[string]any{"devices": devs, "sharedCounters": sets})
+		doc := map[string]any{"devices": devs}
+		if len(sets) > 0 {
+			doc["sharedCounters"] = sets
+		}
+		b, err := yaml.Marshal(doc)
 		if err != nil {
 			return fmt.Errorf("check: %w", err)
 		}

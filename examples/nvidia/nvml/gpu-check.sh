@@ -3,10 +3,10 @@
 # only reads: it never changes MIG mode, creates or destroys an instance,
 # or resets a GPU.
 #
-#   examples/nvidia/nvml/gpu-check.sh build   # here, no GPU needed: _output/gpucheck/
-#   examples/nvidia/nvml/gpu-check.sh run [driver flags]   # on the GPU node (prebuilt binaries, no Go needed)
+#   examples/nvidia/nvml/gpu-check.sh build   # here, no GPU needed: _output/gpucheck/ (binaries and this script)
+#   _output/gpucheck/gpu-check.sh run [driver flags]   # on the GPU node, from the copied folder (no Go needed)
 #
-# "run" prints, and writes to $OUT (or _output/gpucheck/) as gpu-check.txt:
+# "run" prints, and writes to $OUT (or the binaries' folder) as gpu-check.txt:
 #   - nvidia-smi's view (GPUs, MIG profiles and placements);
 #   - nvidia-dra-driver -check: the image's own driver binary (with the
 #     CUDA container edits of nvidia-container-toolkit's nvcdi) runs its
@@ -22,8 +22,12 @@
 # dynamic MIG GPUs. Further arguments go to nvidia-dra-driver -check, e.g.
 # -dynamic-mig-gpus=none or -mig-profiles=1g.18gb,3g.71gb.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." 2>/dev/null && pwd || true)
 BIN="$ROOT/_output/gpucheck"
+# build copies this script next to the binaries: copy that one folder to
+# the GPU node and run it there.
+if [ -x "$HERE/nvidia-dra-driver" ]; then BIN="$HERE"; fi
 export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 case "${1:-}" in
 build)
@@ -32,6 +36,7 @@ build)
   CGO_ENABLED=1 go test -c -o "$BIN/nvml.test" ./examples/nvidia/nvml
   CGO_ENABLED=1 go build -o "$BIN/nvml-probe" ./examples/nvidia/nvml/cmd/nvml-probe
   (cd examples/nvidia/cuda && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=1 go build -o "$BIN/nvidia-dra-driver" ./cmd/nvidia-dra-driver)
+  cp "$HERE/gpu-check.sh" "$BIN/"
   ls -l "$BIN"
   ;;
 run)
