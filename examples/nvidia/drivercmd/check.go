@@ -113,7 +113,7 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 	}
 	for _, g := range gpus {
 		devs, pools, sets := gpuDevices(rs, g.Index)
-		mode := "left out (unreadable, see the log)"
+		mode := noDevices(nv, g.Index)
 		if len(devs) > 0 {
 			mode = *devs[0].Attributes[nvdriver.AttrMIGMode].StringValue
 		}
@@ -145,6 +145,18 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		fmt.Fprintf(w, "# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s", devs[i].Name, spec)
 	}
 	return errors.Join(errs...)
+}
+
+// noDevices says why GPU index has no devices.
+func noDevices(nv nvml.Interface, index int) string {
+	m, err := nv.MigMode(index)
+	switch {
+	case err != nil && !errors.Is(err, nvml.ErrNotSupported):
+		return "left out, unreadable: " + err.Error()
+	case err == nil && m.Current:
+		return "static MIG without MIG devices (the driver makes none on a static GPU)"
+	}
+	return "left out (see the log)"
 }
 
 // gpuDevices is the devices of GPU index in the slices (by their index

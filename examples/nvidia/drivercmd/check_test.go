@@ -11,6 +11,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 )
 
 // TestCheck runs -check on the simulated DGX H200 of the README (GPUs 0-1
@@ -72,5 +73,58 @@ func TestCheck(t *testing.T) {
 	}
 	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
 		t.Errorf("the driver's state folder was written: %v", err)
+	}
+}
+
+// TestCheckKeepsRecordedOwnership: -check publishes the GPUs as the
+// running driver decided (its mig-gpus.json in -state-dir), not afresh,
+// and leaves an existing simulator state and that record byte for byte
+// as they were.
+func TestCheckKeepsRecordedOwnership(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	simState := filepath.Join(dir, "gpus.json")
+	sim, err := nvml.OpenSim(simState, nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{MIGGPUs: []int{6, 7}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := sim.GPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 7, in MIG mode without MIG devices, would be dynamic at first
+	// sight; the record says static.
+	record := []byte(`{"gpus": {"` + gpus[6].UUID + `": "dynamic", "` + gpus[7].UUID + `": "static"}}`)
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "mig-gpus.json"), record, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	simBefore, err := os.ReadFile(simState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState},
+		drivercmd.WithOutput(&out))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 14 devices",
+		"# GPU 7: NVIDIA H200 " + gpus[7].UUID + " at 0000:df:00.0, minor 7: static MIG without MIG devices"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if b, err := os.ReadFile(simState); err != nil || !bytes.Equal(b, simBefore) {
+		t.Errorf("the simulator's state changed (%v)", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(stateDir, "mig-gpus.json")); err != nil || !bytes.Equal(b, record) {
+		t.Errorf("the recorded ownership changed: %s (%v)", b, err)
+	}
+	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) != 1 {
+		t.Errorf("the state folder holds %v (%v), want only mig-gpus.json", ents, err)
 	}
 }
