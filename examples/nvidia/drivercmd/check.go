@@ -107,6 +107,7 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 	fmt.Fprintf(w, "# nvidia-dra-driver -check, node %s: NVIDIA driver %s, CUDA %s, %d GPUs, driver root %s (read at %s)\n",
 		c.node, sys.DriverVersion, sys.CUDAVersion, len(gpus), root.Host, root.Container)
 	fmt.Fprintf(w, "# inventory: %d pools, %d ResourceSlices, %s; nothing was published, created, destroyed or changed\n", len(inv.Pools), len(rs), valid)
+	fmt.Fprintf(w, "# (a spec's claim devices file is mounted from the check's temporary folder; the driver's is <-state-dir>/claims/<claim UID>.json)\n")
 	specs, err := cdi.NewWriter(filepath.Join(c.tmp, "cdi"), nvdriver.DriverName, "claim")
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
