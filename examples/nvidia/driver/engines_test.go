@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,4 +103,57 @@ func TestMIGEngineCapacities(t *testing.T) {
 		}
 		t.Logf("%s: %s", tc.name, dev)
 	}
+}
+
+// BenchmarkMIGEngineSliceBytes measures what the six engine capacities
+// cost a node's slices as stored and sent (JSON and protobuf bytes of the
+// reference driver's ResourceSlices with default flags, a DGX H100 with
+// every GPU dynamic), against the same slices without them in the same
+// run:
+//
+//	go test -run '^$' -bench MIGEngineSliceBytes ./examples/nvidia/driver
+//
+// The scheduler's memory for them is the fleet benchmark's "slices
+// KiB/node" (drakit mig bench -fleet -models shipped).
+func BenchmarkMIGEngineSliceBytes(b *testing.B) {
+	sim, err := nvml.OpenSim("", nvml.WithServer("dgx-h100"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	size := func(rs []*resourceapi.ResourceSlice) (js, pb int) {
+		for _, s := range rs {
+			j, err := json.Marshal(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			js += len(j)
+			pb += s.Size()
+		}
+		return js, pb
+	}
+	var with, without [2]int
+	for range b.N {
+		rs := inv.ResourceSlices("node-1")
+		with[0], with[1] = size(rs)
+		for _, s := range rs {
+			for _, dev := range s.Spec.Devices {
+				for _, n := range []string{mig.CapMultiprocessors, mig.CapCopyEngines, mig.CapDecoders, mig.CapEncoders, mig.CapJpegEngines, mig.CapOfaEngines} {
+					delete(dev.Capacity, resourceapi.QualifiedName(n))
+				}
+			}
+		}
+		without[0], without[1] = size(rs)
+	}
+	b.ReportMetric(float64(with[0]), "json-bytes/node")
+	b.ReportMetric(float64(with[1]), "proto-bytes/node")
+	b.ReportMetric(float64(with[0])/float64(without[0]), "json-ratio")
+	b.ReportMetric(float64(with[1])/float64(without[1]), "proto-ratio")
 }
