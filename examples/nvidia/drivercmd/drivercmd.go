@@ -65,7 +65,11 @@ func WithContainerEditor(f EditorFunc) Option {
 }
 
 // Run parses the driver's command line (args without the program name)
-// and runs the driver until SIGINT or SIGTERM.
+// and runs the driver until SIGINT or SIGTERM. With -check it runs the
+// driver's discovery read-only instead, prints what the driver would
+// publish and the CDI spec it would write per GPU, and returns (a non-nil
+// error when part of it failed); with -print-device-classes it prints the
+// DeviceClasses and returns.
 func Run(args []string, opts ...Option) error {
 	o := options{out: os.Stdout}
 	for _, opt := range opts {
