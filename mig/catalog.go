@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // ErrUnknownProduct is returned (wrapped) by Lookup when a product name
@@ -45,6 +47,62 @@ type Profile struct {
 	// Starts are the allowed placement starts, ascending; each placement
 	// covers MemorySlices slices.
 	Starts []int `json:"starts"`
+	// Engines are the hardware units an instance of the profile owns.
+	// The built-in table holds the values NVML reports on the product's
+	// reference board (see Engines); FromNVML takes a real GPU's own.
+	Engines Engines `json:"engines"`
+}
+
+// Engines are the hardware units a GPU instance of a profile owns, as
+// NVML reports them in nvmlGpuInstanceProfileInfo_t (multiprocessorCount,
+// copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount) and
+// nvidia-smi mig -lgip prints them (SM, CE, DEC, ENC, JPEG, OFA). A
+// dynamic-MIG driver publishes them as capacities of every MIG device
+// (Capacities), so that a claim can select, say, a partition with video
+// decoders. The zero value means unknown: nothing is published.
+type Engines struct {
+	// Multiprocessors is the streaming multiprocessors (SMs).
+	Multiprocessors int `json:"multiprocessors"`
+	// CopyEngines is the DMA copy engines.
+	CopyEngines int `json:"copyEngines"`
+	// Decoders is the video decoders (NVDEC).
+	Decoders int `json:"decoders"`
+	// Encoders is the video encoders (NVENC).
+	Encoders int `json:"encoders"`
+	// JpegEngines is the JPEG decoders (NVJPG).
+	JpegEngines int `json:"jpegEngines"`
+	// OfaEngines is the optical flow accelerators (OFA).
+	OfaEngines int `json:"ofaEngines"`
+}
+
+// Capacity names (in the driver's domain) of a MIG device's engines, the
+// names NVIDIA's DRA driver publishes, e.g. a selector
+// device.capacity["gpu.nvidia.com"].decoders.compareTo(quantity("2")) >= 0.
+const (
+	CapMultiprocessors = "multiprocessors"
+	CapCopyEngines     = "copyEngines"
+	CapDecoders        = "decoders"
+	CapEncoders        = "encoders"
+	CapJpegEngines     = "jpegEngines"
+	CapOfaEngines      = "ofaEngines"
+)
+
+// Capacities returns the six engine capacities of a MIG device of the
+// profile, zero counts included (a selector on a missing capacity is an
+// evaluation error, not a mismatch); nil when e is the zero value.
+func (e Engines) Capacities() map[string]resource.Quantity {
+	if e == (Engines{}) {
+		return nil
+	}
+	q := func(n int) resource.Quantity { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
+	return map[string]resource.Quantity{
+		CapMultiprocessors: q(e.Multiprocessors),
+		CapCopyEngines:     q(e.CopyEngines),
+		CapDecoders:        q(e.Decoders),
+		CapEncoders:        q(e.Encoders),
+		CapJpegEngines:     q(e.JpegEngines),
+		CapOfaEngines:      q(e.OfaEngines),
+	}
 }
 
 // Placements returns the profile's allowed placements, ascending by start.
@@ -277,8 +335,9 @@ var stdGeometry = []struct {
 }
 
 // std builds a product with the standard geometry; mem holds the memory
-// GB of the classes 1g, 1g large, 2g, 3g, 4g, 7g.
-func std(name string, mem [6]int) *Product {
+// GB of the classes 1g, 1g large, 2g, 3g, 4g, 7g, eng the engines of
+// stdGeometry's rows.
+func std(name string, mem [6]int, eng *[7]Engines) *Product {
 	gbs := [7]int{mem[0], mem[0], mem[1], mem[2], mem[3], mem[4], mem[5]}
 	var profs []Profile
 	for i, g := range stdGeometry {
@@ -286,7 +345,7 @@ func std(name string, mem [6]int) *Product {
 		if g.me {
 			n += "+me"
 		}
-		profs = append(profs, Profile{Name: n, ID: g.id, ComputeSlices: g.compute, MemorySlices: g.mem, MaxCount: g.max, MediaExtensions: g.me, Starts: g.starts})
+		profs = append(profs, Profile{Name: n, ID: g.id, ComputeSlices: g.compute, MemorySlices: g.mem, MaxCount: g.max, MediaExtensions: g.me, Starts: g.starts, Engines: eng[i]})
 	}
 	p, err := NewProduct(name, 8, 7, profs)
 	if err != nil {
@@ -295,13 +354,44 @@ func std(name string, mem [6]int) *Product {
 	return p
 }
 
+// The engines of each stdGeometry row (1g, 1g+me, 1g large, 2g, 3g, 4g,
+// 7g) per architecture: multiprocessors, copy engines, decoders,
+// encoders, JPEG, OFA.
+//
+//   - Ampere (A100 40 and 80 GB): nvidia-smi mig -lgip on an A100-SXM4,
+//     the same as go-nvml's mock A100.
+//   - Hopper (H100, H200, GH200): nvidia-smi mig -lgip on an H100 80GB
+//     HBM3 (SXM5, 132 SMs), whose media engines agree with the MIG user
+//     guide's H100 and H200 tables. An H100 PCIe has 114 SMs: its NVML
+//     reports its own, which FromNVML takes.
+//   - Blackwell (B200, GB200): copy engines, decoders, JPEG and OFA from
+//     the MIG user guide's B200 table; it gives no SM counts, so these
+//     are go-nvml's mock B200 (18 per compute slice), unverified on
+//     hardware. A real GPU's NVML values replace them all.
+var (
+	ampereEngines = [7]Engines{
+		{14, 1, 0, 0, 0, 0}, {14, 1, 1, 0, 1, 1}, {14, 1, 1, 0, 0, 0},
+		{28, 2, 1, 0, 0, 0}, {42, 3, 2, 0, 0, 0}, {56, 4, 2, 0, 0, 0}, {98, 7, 5, 0, 1, 1},
+	}
+	hopperEngines = [7]Engines{
+		{16, 1, 1, 0, 1, 0}, {16, 1, 1, 0, 1, 1}, {26, 1, 1, 0, 1, 0},
+		{32, 2, 2, 0, 2, 0}, {60, 3, 3, 0, 3, 0}, {64, 4, 4, 0, 4, 0}, {132, 8, 7, 0, 7, 1},
+	}
+	blackwellEngines = [7]Engines{
+		{18, 2, 1, 0, 1, 0}, {18, 2, 1, 0, 1, 1}, {18, 2, 1, 0, 1, 0},
+		{36, 3, 1, 0, 1, 0}, {54, 6, 1, 0, 1, 0}, {72, 8, 1, 0, 1, 0}, {126, 16, 1, 0, 1, 1},
+	}
+)
+
+// a30 is the A30's own geometry; engines from nvidia-smi mig -lgip, as
+// in the MIG user guide's A30 table.
 func a30() *Product {
 	p, err := NewProduct("A30-24GB", 4, 4, []Profile{
-		{Name: "1g.6gb", ID: 14, MemorySlices: 1, MaxCount: 4, Starts: []int{0, 1, 2, 3}},
-		{Name: "1g.6gb+me", ID: 21, MemorySlices: 1, MaxCount: 1, Starts: []int{0, 1, 2, 3}},
-		{Name: "2g.12gb", ID: 5, MemorySlices: 2, MaxCount: 2, Starts: []int{0, 2}},
-		{Name: "2g.12gb+me", ID: 6, MemorySlices: 2, MaxCount: 1, Starts: []int{0, 2}},
-		{Name: "4g.24gb", ID: 0, MemorySlices: 4, MaxCount: 1, Starts: []int{0}},
+		{Name: "1g.6gb", ID: 14, MemorySlices: 1, MaxCount: 4, Starts: []int{0, 1, 2, 3}, Engines: Engines{14, 1, 0, 0, 0, 0}},
+		{Name: "1g.6gb+me", ID: 21, MemorySlices: 1, MaxCount: 1, Starts: []int{0, 1, 2, 3}, Engines: Engines{14, 1, 1, 0, 1, 1}},
+		{Name: "2g.12gb", ID: 5, MemorySlices: 2, MaxCount: 2, Starts: []int{0, 2}, Engines: Engines{28, 2, 2, 0, 0, 0}},
+		{Name: "2g.12gb+me", ID: 6, MemorySlices: 2, MaxCount: 1, Starts: []int{0, 2}, Engines: Engines{28, 2, 2, 0, 1, 1}},
+		{Name: "4g.24gb", ID: 0, MemorySlices: 4, MaxCount: 1, Starts: []int{0}, Engines: Engines{56, 4, 4, 0, 1, 1}},
 	})
 	if err != nil {
 		panic(err)
@@ -310,17 +400,17 @@ func a30() *Product {
 }
 
 var builtin = []*Product{
-	std("A100-40GB", [6]int{5, 10, 10, 20, 20, 40}),
-	std("A100-80GB", [6]int{10, 20, 20, 40, 40, 80}),
+	std("A100-40GB", [6]int{5, 10, 10, 20, 20, 40}, &ampereEngines),
+	std("A100-80GB", [6]int{10, 20, 20, 40, 40, 80}, &ampereEngines),
 	a30(),
-	std("H100-80GB", [6]int{10, 20, 20, 40, 40, 80}),
-	std("H100-94GB", [6]int{12, 24, 24, 47, 47, 94}),
-	std("H100-96GB", [6]int{12, 24, 24, 48, 48, 96}),
-	std("H200-141GB", [6]int{18, 35, 35, 71, 71, 141}),
-	std("GH200-96GB", [6]int{12, 24, 24, 48, 48, 96}),
-	std("GH200-144GB", [6]int{18, 36, 36, 72, 72, 144}),
-	std("B200-180GB", [6]int{23, 45, 45, 90, 90, 180}),
-	std("GB200-186GB", [6]int{23, 47, 47, 93, 93, 186}),
+	std("H100-80GB", [6]int{10, 20, 20, 40, 40, 80}, &hopperEngines),
+	std("H100-94GB", [6]int{12, 24, 24, 47, 47, 94}, &hopperEngines),
+	std("H100-96GB", [6]int{12, 24, 24, 48, 48, 96}, &hopperEngines),
+	std("H200-141GB", [6]int{18, 35, 35, 71, 71, 141}, &hopperEngines),
+	std("GH200-96GB", [6]int{12, 24, 24, 48, 48, 96}, &hopperEngines),
+	std("GH200-144GB", [6]int{18, 36, 36, 72, 72, 144}, &hopperEngines),
+	std("B200-180GB", [6]int{23, 45, 45, 90, 90, 180}, &blackwellEngines),
+	std("GB200-186GB", [6]int{23, 47, 47, 93, 93, 186}, &blackwellEngines),
 }
 
 // Products returns the built-in catalog in a fixed order. The returned
@@ -408,6 +498,9 @@ type NVMLProfileInfo struct {
 	MemorySizeMB int64 `json:"memorySizeMB"`
 	// Placements are the possible placements; all must have one size.
 	Placements []Placement `json:"placements"`
+	// Engines are the profile's multiprocessorCount, copyEngineCount,
+	// decoderCount, encoderCount, jpegCount and ofaCount.
+	Engines Engines `json:"engines"`
 }
 
 // NVMLInfo is what NVML reports about one MIG-capable GPU.
@@ -449,7 +542,7 @@ func FromNVML(info NVMLInfo) (*Product, error) {
 			return nil, fmt.Errorf("build product from NVML: profiles[%d] (%s).placements is empty", i, ip.Name)
 		}
 		size := ip.Placements[0].Size
-		pr := Profile{Name: ip.Name, ID: ip.ID, ComputeSlices: ip.SliceCount, MemorySlices: size, MemoryMiB: ip.MemorySizeMB, MaxCount: ip.InstanceCount}
+		pr := Profile{Name: ip.Name, ID: ip.ID, ComputeSlices: ip.SliceCount, MemorySlices: size, MemoryMiB: ip.MemorySizeMB, MaxCount: ip.InstanceCount, Engines: ip.Engines}
 		for j, pl := range ip.Placements {
 			if pl.Size != size {
 				return nil, fmt.Errorf("build product from NVML: profiles[%d] (%s).placements[%d].size %d differs from %d", i, ip.Name, j, pl.Size, size)

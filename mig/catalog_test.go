@@ -77,7 +77,8 @@ func TestCatalogProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Profile{Name: "1g.20gb", ID: 15, ComputeSlices: 1, MemorySlices: 2, MemoryMiB: 20480, MaxCount: 4, Starts: []int{0, 2, 4, 6}}
+	want := Profile{Name: "1g.20gb", ID: 15, ComputeSlices: 1, MemorySlices: 2, MemoryMiB: 20480, MaxCount: 4, Starts: []int{0, 2, 4, 6},
+		Engines: Engines{Multiprocessors: 26, CopyEngines: 1, Decoders: 1, JpegEngines: 1}} // nvidia-smi mig -lgip on an H100 80GB HBM3
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("1g.20gb (-want +got):\n%s", diff)
 	}
@@ -129,7 +130,7 @@ func TestGB200MediaExtensions(t *testing.T) {
 func TestFromNVML(t *testing.T) {
 	// What a real A100-40GB reports for two profiles (exact MiB sizes).
 	info := NVMLInfo{ProductName: "NVIDIA A100-SXM4-40GB", Profiles: []NVMLProfileInfo{
-		{ID: 0, Name: "MIG 7g.40gb", SliceCount: 7, InstanceCount: 1, MemorySizeMB: 40320, Placements: []Placement{{0, 8}}},
+		{ID: 0, Name: "MIG 7g.40gb", SliceCount: 7, InstanceCount: 1, MemorySizeMB: 40320, Placements: []Placement{{0, 8}}, Engines: Engines{Multiprocessors: 97}},
 		{ID: 42, Name: "MIG 1g.5gb-me", SliceCount: 1, InstanceCount: 7, MemorySizeMB: 4864, Placements: []Placement{{0, 1}}},
 		{ID: 19, Name: "MIG 1g.5gb", SliceCount: 1, InstanceCount: 7, MemorySizeMB: 4864,
 			Placements: []Placement{{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
@@ -144,8 +145,8 @@ func TestFromNVML(t *testing.T) {
 	if diff := cmp.Diff([]string{"1g.5gb", "7g.40gb"}, p.ProfileNames()); diff != "" {
 		t.Errorf("profiles (-want +got):\n%s", diff)
 	}
-	if pr, _ := p.Profile("7g.40gb"); pr.MemoryMiB != 40320 {
-		t.Errorf("7g.40gb memory = %d, want NVML's 40320", pr.MemoryMiB)
+	if pr, _ := p.Profile("7g.40gb"); pr.MemoryMiB != 40320 || pr.Engines != (Engines{Multiprocessors: 97}) {
+		t.Errorf("7g.40gb memory %d, engines %+v; want NVML's 40320 and 97 SMs", pr.MemoryMiB, pr.Engines)
 	}
 
 	bad := info
@@ -182,4 +183,97 @@ func testProduct(name string) *Product {
 		panic(err)
 	}
 	return p
+}
+
+// TestCatalogEngines checks every profile's engines against its product:
+// every profile has SMs and a copy engine; a profile with more compute
+// slices has at least the SMs of one with fewer; the full-GPU profile
+// (all compute slices) has at least as many of each engine as any other
+// profile; and no valid layout of instances holds more SMs or copy
+// engines than the full-GPU profile. The media engines are left out of
+// the sum: the MIG user guide's B200 table gives every profile, 7g
+// included, one decoder and one JPEG engine.
+func TestCatalogEngines(t *testing.T) {
+	for _, p := range Products() {
+		full := p.Profiles[len(p.Profiles)-1]
+		if full.ComputeSlices != p.ComputeSlices {
+			t.Fatalf("%s: last profile %s is not the full GPU", p.Name, full.Name)
+		}
+		f := full.Engines
+		for _, pr := range p.Profiles {
+			e := pr.Engines
+			if e.Multiprocessors < 1 || e.CopyEngines < 1 {
+				t.Errorf("%s %s: engines %+v: want SMs and a copy engine", p.Name, pr.Name, e)
+			}
+			if e.Multiprocessors > f.Multiprocessors || e.CopyEngines > f.CopyEngines || e.Decoders > f.Decoders ||
+				e.Encoders > f.Encoders || e.JpegEngines > f.JpegEngines || e.OfaEngines > f.OfaEngines {
+				t.Errorf("%s %s: engines %+v exceed the full GPU's %s %+v", p.Name, pr.Name, e, full.Name, f)
+			}
+			if pr.MediaExtensions && (e.JpegEngines < 1 || e.OfaEngines < 1) {
+				t.Errorf("%s %s: a +me profile without JPEG and OFA: %+v", p.Name, pr.Name, e)
+			}
+			for _, o := range p.Profiles {
+				if o.ComputeSlices < pr.ComputeSlices && o.Engines.Multiprocessors > e.Multiprocessors {
+					t.Errorf("%s: %s has %d SMs, more than %s's %d", p.Name, o.Name, o.Engines.Multiprocessors, pr.Name, e.Multiprocessors)
+				}
+			}
+			if len(pr.Engines.Capacities()) != 6 {
+				t.Errorf("%s %s: %d engine capacities, want 6", p.Name, pr.Name, len(pr.Engines.Capacities()))
+			}
+		}
+		layouts, worst := 0, Engines{}
+		eachLayout(p, func(l []Profile) {
+			layouts++
+			var sum Engines
+			for _, pr := range l {
+				sum.Multiprocessors += pr.Engines.Multiprocessors
+				sum.CopyEngines += pr.Engines.CopyEngines
+			}
+			worst.Multiprocessors = max(worst.Multiprocessors, sum.Multiprocessors)
+			worst.CopyEngines = max(worst.CopyEngines, sum.CopyEngines)
+			if sum.Multiprocessors > f.Multiprocessors || sum.CopyEngines > f.CopyEngines {
+				t.Errorf("%s: layout %v holds %d SMs and %d copy engines, the full GPU %d and %d", p.Name, names(l), sum.Multiprocessors, sum.CopyEngines, f.Multiprocessors, f.CopyEngines)
+			}
+		})
+		t.Logf("%s: %d layouts, at most %d SMs and %d copy engines in one (full GPU: %d, %d)", p.Name, layouts, worst.Multiprocessors, worst.CopyEngines, f.Multiprocessors, f.CopyEngines)
+	}
+	if (Engines{}).Capacities() != nil {
+		t.Error("unknown engines publish capacities")
+	}
+}
+
+// eachLayout calls fn with every non-empty set of instances that can
+// coexist on one GPU of p: placements that do not overlap, at most the
+// compute slices, each profile at most MaxCount times, one "+me"
+// instance at most.
+func eachLayout(p *Product, fn func([]Profile)) {
+	count := make([]int, len(p.Profiles))
+	var cur []Profile
+	var rec func(from int, mask uint32, compute int, me bool)
+	rec = func(from int, mask uint32, compute int, me bool) {
+		if len(cur) > 0 {
+			fn(cur)
+		}
+		for i := from; i < len(p.slots); i++ {
+			s := p.slots[i]
+			pr := p.Profiles[s.prof]
+			if s.mask&mask != 0 || compute+pr.ComputeSlices > p.ComputeSlices || count[s.prof] >= pr.MaxCount || (me && pr.MediaExtensions) {
+				continue
+			}
+			count[s.prof]++
+			cur = append(cur, pr)
+			rec(i+1, mask|s.mask, compute+pr.ComputeSlices, me || pr.MediaExtensions)
+			cur = cur[:len(cur)-1]
+			count[s.prof]--
+		}
+	}
+	rec(0, 0, 0, false)
+}
+
+func names(l []Profile) []string {
+	out := make([]string, len(l))
+	for i, pr := range l {
+		out[i] = pr.Name
+	}
+	return out
 }

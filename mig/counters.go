@@ -69,7 +69,10 @@ type GPU struct {
 // extensions when "+me", and per-profile instance counters where the
 // placements alone do not bound the count. The allocator can then allocate
 // exactly the sets of devices that form valid layouts (a full GPU excludes
-// everything else on its GPU).
+// everything else on its GPU). Each MIG device has the capacities memory,
+// computeSlices and its profile's Engines (multiprocessors, copyEngines,
+// decoders, encoders, jpegEngines, ofaEngines) when the product knows
+// them.
 //
 // Device names are DNS labels: "gpu-<index>" for the full GPU and
 // "gpu-<index>-<c>g-<m>gb[-<attr>...]-<start>" for an instance, e.g.
@@ -240,13 +243,17 @@ func NewCounterModel(gpus []GPU) (CounterModel, error) {
 			a[AttrProfileID] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.ID))}
 			a[AttrPlacementStart] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(s.start))}
 			a[AttrPlacementSize] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.MemorySlices))}
+			capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapMemory:        {Value: *resource.NewQuantity(pr.MemoryMiB*1024*1024, resource.BinarySI)},
+				CapComputeSlices: {Value: *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI)},
+			}
+			for n, q := range pr.Engines.Capacities() {
+				capacity[resourceapi.QualifiedName(n)] = resourceapi.DeviceCapacity{Value: q}
+			}
 			m.Devices = append(m.Devices, resourceapi.Device{
-				Name:       p.slotDeviceName(g.Index, si),
-				Attributes: a,
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					CapMemory:        {Value: *resource.NewQuantity(pr.MemoryMiB*1024*1024, resource.BinarySI)},
-					CapComputeSlices: {Value: *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI)},
-				},
+				Name:             p.slotDeviceName(g.Index, si),
+				Attributes:       a,
+				Capacity:         capacity,
 				ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: set.Name, Counters: c}},
 			})
 		}

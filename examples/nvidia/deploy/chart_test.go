@@ -333,6 +333,16 @@ func TestChartObjects(t *testing.T) {
 		t.Errorf("local values: env %v, pull policy %s", lenv, lc.ImagePullPolicy)
 	}
 
+	// Which GPUs are dynamic MIG GPUs: the recorded decision by default,
+	// the administrator's when set.
+	if args := strings.Join(c.Args, " "); strings.Contains(args, "dynamic-mig-gpus") {
+		t.Errorf("default values: args %q decide the dynamic MIG GPUs", args)
+	}
+	dyn := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5")
+	if args := strings.Join(dyn.ds[0].Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--dynamic-mig-gpus=4,5") {
+		t.Errorf("dynamicMIGGPUs=4,5: args %q", args)
+	}
+
 	// An administrator's own GPU label.
 	own := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "gpuNodeLabel=example.com/has-gpu")
 	if got := gpuNodeTerms(own.ds[0].Spec.Template.Spec.Affinity); got != "example.com/has-gpu In [true]" {

@@ -79,6 +79,9 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 					IntAttribute(mig.AttrPlacementSize, int64(pr.MemorySlices)).
 					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
 					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
+				for n, q := range pr.Engines.Capacities() { // as on dynamic MIG devices (mig.CounterModel)
+					dev.Capacity(n, q, nil)
+				}
 				pool.Devices = append(pool.Devices, dev)
 				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
 			}

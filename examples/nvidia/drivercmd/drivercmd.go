@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -41,6 +42,13 @@ type Option func(*options)
 type options struct {
 	editor EditorFunc
 	flags  []func(*flag.FlagSet)
+	out    io.Writer
+}
+
+// WithOutput sets where -print-device-classes and -check print (default
+// os.Stdout).
+func WithOutput(w io.Writer) Option {
+	return func(o *options) { o.out = w }
 }
 
 // WithFlags lets a binary register flags of its own next to the driver's
@@ -57,9 +65,13 @@ func WithContainerEditor(f EditorFunc) Option {
 }
 
 // Run parses the driver's command line (args without the program name)
-// and runs the driver until SIGINT or SIGTERM.
+// and runs the driver until SIGINT or SIGTERM. With -check it runs the
+// driver's discovery read-only instead, prints what the driver would
+// publish and the CDI spec it would write per GPU, and returns (a non-nil
+// error when part of it failed); with -print-device-classes it prints the
+// DeviceClasses and returns.
 func Run(args []string, opts ...Option) error {
-	var o options
+	o := options{out: os.Stdout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -76,6 +88,7 @@ func Run(args []string, opts ...Option) error {
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
+	check := fs.Bool("check", false, "read-only check of the node: run the driver's discovery with these flags and print, per GPU, the devices it would publish (attributes, capacities, counters) and the CDI spec it would write for one of them, then exit; changes no MIG mode, creates, destroys or resets nothing, needs no API server (node name: -node-name or the host name)")
 	for _, f := range o.flags {
 		f(fs)
 	}
@@ -87,11 +100,14 @@ func Run(args []string, opts ...Option) error {
 		names = strings.Split(*profiles, ",")
 	}
 	if *classes {
-		return printClasses(names, nv.Sim)
+		return printClasses(o.out, names, nv.Sim)
 	}
-	kopts, err := std.Options()
-	if err != nil {
-		return err
+	var kopts []kit.Option
+	if !*check {
+		var err error
+		if kopts, err = std.Options(); err != nil {
+			return err
+		}
 	}
 	dir := *stateDir
 	if dir == "" {
@@ -105,7 +121,17 @@ func Run(args []string, opts ...Option) error {
 	if root.Container == "" {
 		root.Container = root.Host
 	}
+	var chk *checkRun
+	if *check {
+		var err error
+		if chk, err = newCheck(std.NodeName, dir, &nv); err != nil {
+			return err
+		}
+		defer chk.cleanup()
+		dir = chk.stateDir
+	}
 	if nv.Sim == "" && nv.Library == "" {
+		var err error
 		if nv.Library, err = nvml.FindLibrary(root.Container); err != nil {
 			return err
 		}
@@ -126,6 +152,11 @@ func Run(args []string, opts ...Option) error {
 			dopts = append(dopts, nvdriver.WithContainerEditor(e))
 		}
 	}
+	if chk != nil && nv.Sim == "" {
+		// The simulator runs on a copy of its state; real GPUs are
+		// guarded: whatever the driver tries, nothing changes.
+		backend = nvml.ReadOnly(backend)
+	}
 	if names != nil {
 		dopts = append(dopts, nvdriver.WithProfiles(names))
 	}
@@ -142,9 +173,16 @@ func Run(args []string, opts ...Option) error {
 	if *sysfs != "" {
 		dopts = append(dopts, nvdriver.WithSysfsRoot(*sysfs))
 	}
-	d, err := nvdriver.New(backend, std.NodeName, dopts...)
+	node := std.NodeName
+	if chk != nil {
+		node = chk.node
+	}
+	d, err := nvdriver.New(backend, node, dopts...)
 	if err != nil {
 		return err
+	}
+	if chk != nil {
+		return chk.print(context.Background(), o.out, backend, d, root)
 	}
 	k, err := kit.New(nvdriver.DriverName, append(d.Options(), kopts...)...)
 	if err != nil {
@@ -159,7 +197,7 @@ func Run(args []string, opts ...Option) error {
 }
 
 // printClasses prints the DeviceClasses as a YAML stream.
-func printClasses(profiles []string, sim string) error {
+func printClasses(w io.Writer, profiles []string, sim string) error {
 	if profiles == nil && sim != "" {
 		s, err := nvml.OpenSim("", nvml.WithServer(sim))
 		if err != nil {
@@ -172,7 +210,7 @@ func printClasses(profiles []string, sim string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("---\n%s", b)
+		fmt.Fprintf(w, "---\n%s", b)
 	}
 	return nil
 }

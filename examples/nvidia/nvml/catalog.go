@@ -16,7 +16,7 @@ func MigProduct(productName string, profs []GPUInstanceProfile) (*mig.Product, e
 	for _, p := range profs {
 		info.Profiles = append(info.Profiles, mig.NVMLProfileInfo{
 			ID: p.ID, Name: p.Name, SliceCount: p.SliceCount, InstanceCount: p.InstanceCount,
-			MemorySizeMB: p.MemoryMiB, Placements: p.Placements,
+			MemorySizeMB: p.MemoryMiB, Placements: p.Placements, Engines: p.Engines,
 		})
 	}
 	return mig.FromNVML(info)
@@ -25,9 +25,9 @@ func MigProduct(productName string, profs []GPUInstanceProfile) (*mig.Product, e
 // CatalogDiff compares what NVML reports for a GPU (MigProduct) with the
 // built-in catalog entry for its name (mig.Lookup): the same profile
 // names, each with the same ID, compute and memory slices, maximum count
-// and placement starts, and the same slice totals. It returns one line per
-// difference, none when they agree. Memory sizes are not compared: the
-// catalog holds nominal sizes.
+// and placement starts, the same engines (mig.Engines), and the same slice
+// totals. It returns one line per difference, none when they agree.
+// Memory sizes are not compared: the catalog holds nominal sizes.
 func CatalogDiff(productName string, profs []GPUInstanceProfile) ([]string, error) {
 	if len(profs) == 0 {
 		return nil, fmt.Errorf("compare %s with the mig catalog: NVML reported no GPU instance profiles", productName)
@@ -53,6 +53,9 @@ func CatalogDiff(productName string, profs []GPUInstanceProfile) ([]string, erro
 		if n.ID != c.ID || n.ComputeSlices != c.ComputeSlices || n.MemorySlices != c.MemorySlices || n.MaxCount != c.MaxCount || !slices.Equal(n.Starts, c.Starts) {
 			diffs = append(diffs, fmt.Sprintf("%s: NVML id %d, %dg, %d memory slices, max %d, starts %v; catalog id %d, %dg, %d, max %d, starts %v",
 				c.Name, n.ID, n.ComputeSlices, n.MemorySlices, n.MaxCount, n.Starts, c.ID, c.ComputeSlices, c.MemorySlices, c.MaxCount, c.Starts))
+		}
+		if n.Engines != c.Engines {
+			diffs = append(diffs, fmt.Sprintf("%s: NVML engines %+v; catalog %+v", c.Name, n.Engines, c.Engines))
 		}
 	}
 	for _, n := range got.Profiles {

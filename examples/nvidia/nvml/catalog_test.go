@@ -26,13 +26,17 @@ func TestCatalogDiffAgreesOnEverySimulatedServer(t *testing.T) {
 }
 
 // TestCatalogDiffReportsDifferences feeds it what go-nvml's mock H100
-// reports for 3g (size 3) and a profile the catalog lacks.
+// reports for 3g (size 3), a profile the catalog lacks, and a 1g with
+// other engines.
 func TestCatalogDiffReportsDifferences(t *testing.T) {
 	s := memSim(t, "dgx-h100")
 	profs, _ := s.GPUInstanceProfiles(0)
 	for i := range profs {
-		if profs[i].ID == 9 { // 3g
+		switch profs[i].ID {
+		case 9: // 3g
 			profs[i].Placements = []mig.Placement{{Start: 0, Size: 3}, {Start: 4, Size: 3}}
+		case 19: // 1g on an H100 PCIe (114 SMs), whose MIG slices have fewer SMs than the catalog's SXM5
+			profs[i].Engines.Multiprocessors = 14
 		}
 	}
 	profs = append(profs, GPUInstanceProfile{ID: 47, Name: "1g.20gb+gfx", SliceCount: 1, InstanceCount: 4, MemoryMiB: 20480, Placements: []mig.Placement{{Start: 0, Size: 2}}})
@@ -41,7 +45,8 @@ func TestCatalogDiffReportsDifferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(diffs, "\n")
-	if len(diffs) != 2 || !strings.Contains(joined, "3g.40gb: NVML id 9, 3g, 3 memory slices") || !strings.Contains(joined, "1g.20gb+gfx: reported by NVML") {
+	if len(diffs) != 3 || !strings.Contains(joined, "3g.40gb: NVML id 9, 3g, 3 memory slices") || !strings.Contains(joined, "1g.20gb+gfx: reported by NVML") ||
+		!strings.Contains(joined, "1g.10gb: NVML engines {Multiprocessors:14 ") {
 		t.Fatalf("differences:\n%s", joined)
 	}
 	if _, err := CatalogDiff("NVIDIA H100 80GB HBM3", nil); err == nil {

@@ -103,8 +103,10 @@
 // instances through the real backend and compares every GPU's profiles
 // with the mig catalog (CatalogDiff: mig.FromNVML against mig.Lookup);
 // TestRealBackendReadOnly does the same checks as a test and is skipped
-// where libnvidia-ml is missing. gpu-check.sh builds both here ("build")
-// and runs them on a GPU machine without Go ("run"). All of them only
-// read: none changes MIG mode, creates or destroys an instance, or resets
-// a GPU.
+// where libnvidia-ml is missing. gpu-check.sh builds both here ("build"),
+// with the image's driver binary, and runs them on a GPU machine without
+// Go ("run"), the driver as nvidia-dra-driver -check: its own discovery
+// on ReadOnly(the real backend), printing the inventory and a CDI spec
+// per GPU. All of them only read: none changes MIG mode, creates or
+// destroys an instance, or resets a GPU.
 package nvml

@@ -1,38 +1,62 @@
 #!/usr/bin/env bash
-# gpu-check.sh is the real-GPU check of examples/nvidia/nvml. It only
-# reads: discovery, MIG mode, GPU instance profiles and placements, the
-# instances that exist, a 2-second health watch, and the comparison of
-# every GPU's profiles with the mig catalog. It never changes MIG mode,
-# creates or destroys an instance, or resets a GPU.
+# gpu-check.sh is the real-GPU check of the reference NVIDIA driver. It
+# only reads: it never changes MIG mode, creates or destroys an instance,
+# or resets a GPU.
 #
-#   examples/nvidia/nvml/gpu-check.sh build   # here, no GPU needed: _output/gpucheck/
-#   examples/nvidia/nvml/gpu-check.sh run     # on the GPU machine (prebuilt binaries, no Go needed)
+#   examples/nvidia/nvml/gpu-check.sh build   # here, no GPU needed: _output/gpucheck/ (binaries and this script)
+#   _output/gpucheck/gpu-check.sh run [driver flags]   # on the GPU node, from the copied folder (no Go needed)
 #
-# "run" writes its report to $OUT (or _output/gpucheck/) as well as stdout.
+# "run" prints, and writes to $OUT (or the binaries' folder) as gpu-check.txt:
+#   - nvidia-smi's view (GPUs, MIG profiles and placements);
+#   - nvidia-dra-driver -check: the image's own driver binary (with the
+#     CUDA container edits of nvidia-container-toolkit's nvcdi) runs its
+#     discovery behind a read-only NVML and prints, per GPU, the devices
+#     it would publish (attributes, capacities, counters) and the CDI
+#     spec it would write for a claim on a full GPU or an existing MIG
+#     device;
+#   - nvml-probe and TestRealBackendReadOnly: the NVML layer alone, with
+#     every GPU's profiles compared with the mig catalog.
+# The driver root is DRIVER_ROOT (default /; /run/nvidia/driver for the
+# GPU Operator's driver); STATE_DIR is the running driver's state folder
+# (default the chart's /run/nvidia-dra-driver), read for which GPUs are
+# dynamic MIG GPUs. Further arguments go to nvidia-dra-driver -check, e.g.
+# -dynamic-mig-gpus=none or -mig-profiles=1g.18gb,3g.71gb.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." 2>/dev/null && pwd || true)
 BIN="$ROOT/_output/gpucheck"
+# build copies this script next to the binaries: copy that one folder to
+# the GPU node and run it there.
+if [ -x "$HERE/nvidia-dra-driver" ]; then BIN="$HERE"; fi
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 case "${1:-}" in
 build)
   mkdir -p "$BIN"
   cd "$ROOT"
   CGO_ENABLED=1 go test -c -o "$BIN/nvml.test" ./examples/nvidia/nvml
   CGO_ENABLED=1 go build -o "$BIN/nvml-probe" ./examples/nvidia/nvml/cmd/nvml-probe
+  (cd examples/nvidia/cuda && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=1 go build -o "$BIN/nvidia-dra-driver" ./cmd/nvidia-dra-driver)
+  cp "$HERE/gpu-check.sh" "$BIN/"
   ls -l "$BIN"
   ;;
 run)
-  if [ ! -e /dev/nvidiactl ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; then
-    echo "gpu-check: no NVIDIA GPU driver on this machine (no /dev/nvidiactl, no libnvidia-ml.so.1): nothing to check"
+  shift
+  droot="${DRIVER_ROOT:-/}"
+  if [ ! -e "$droot/dev/nvidiactl" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; then
+    echo "gpu-check: no NVIDIA GPU driver on this machine (no ${droot%/}/dev/nvidiactl, no libnvidia-ml.so.1): nothing to check"
     exit 0
   fi
   out="${OUT:-$BIN}"
   mkdir -p "$out"
   {
     echo "== nvidia-smi"; (nvidia-smi -L && nvidia-smi mig -lgip && nvidia-smi mig -lgipp) 2>&1 || true
+    echo "== nvidia-dra-driver -check -driver-root $droot"
+    "$BIN/nvidia-dra-driver" -check -driver-root "$droot" -state-dir "${STATE_DIR:-/run/nvidia-dra-driver}" \
+      -node-name "${NODE_NAME:-$(hostname)}" "$@" 2>"$out/check.log" || echo "nvidia-dra-driver -check exit $? (log: $out/check.log)"
     echo "== nvml-probe"; "$BIN/nvml-probe" 2>&1 || echo "nvml-probe exit $?"
     echo "== TestRealBackendReadOnly"; "$BIN/nvml.test" -test.run '^TestRealBackendReadOnly$' -test.v -test.count=1 2>&1 || echo "test exit $?"
   } | tee "$out/gpu-check.txt"
   ;;
 *)
-  echo "usage: $0 build|run" >&2; exit 2 ;;
+  echo "usage: $0 build | run [nvidia-dra-driver -check flags]" >&2; exit 2 ;;
 esac

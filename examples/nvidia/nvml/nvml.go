@@ -128,6 +128,9 @@ type GPUInstanceProfile struct {
 	// Placements are the possible placements (start:size in memory
 	// slices), ascending by start.
 	Placements []mig.Placement `json:"placements"`
+	// Engines are the instance's multiprocessors, copy engines, decoders,
+	// encoders, JPEG and OFA engines (multiprocessorCount ... ofaCount).
+	Engines mig.Engines `json:"engines"`
 }
 
 // ComputeInstanceProfile is one compute instance profile of a GPU instance

@@ -257,7 +257,9 @@ func (r *Real) GPUInstanceProfiles(gpu int) ([]GPUInstanceProfile, error) {
 		if err := nvErr(ret, "get placements of GPU instance profile %d (%s) of GPU %d", info.Id, p.name, gpu); err != nil {
 			return nil, err
 		}
-		gp := GPUInstanceProfile{ID: int(info.Id), Name: p.name, SliceCount: int(info.SliceCount), InstanceCount: int(info.InstanceCount), MemoryMiB: int64(info.MemorySizeMB)}
+		gp := GPUInstanceProfile{ID: int(info.Id), Name: p.name, SliceCount: int(info.SliceCount), InstanceCount: int(info.InstanceCount), MemoryMiB: int64(info.MemorySizeMB),
+			Engines: mig.Engines{Multiprocessors: int(info.MultiprocessorCount), CopyEngines: int(info.CopyEngineCount), Decoders: int(info.DecoderCount),
+				Encoders: int(info.EncoderCount), JpegEngines: int(info.JpegCount), OfaEngines: int(info.OfaCount)}}
 		for _, pl := range pls {
 			gp.Placements = append(gp.Placements, mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
 		}

@@ -405,7 +405,7 @@ func (s *Sim) ResetGPU(gpu int) error {
 func (s *Sim) giProfiles() []GPUInstanceProfile {
 	var out []GPUInstanceProfile
 	for _, pr := range s.product.Profiles {
-		out = append(out, GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements()})
+		out = append(out, GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements(), Engines: pr.Engines})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -1,0 +1,211 @@
+package drivercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drakit/drakit/cdi"
+	kit "github.com/drakit/drakit/driver"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/mig"
+)
+
+// recordedOwnership is the file in the state folder where the driver
+// records which GPUs are dynamic (examples/nvidia/driver's ownership).
+const recordedOwnership = "mig-gpus.json"
+
+// checkRun is one -check: the driver runs on a temporary state folder
+// (with a copy of the node's recorded GPU ownership, so that GPUs are
+// published as the running driver publishes them), a copy of the
+// simulator's state, and a read-only NVML.
+type checkRun struct {
+	node, tmp, stateDir string
+}
+
+// newCheck prepares a -check of node (the host name when empty) whose
+// driver keeps its state in dir; it points nv's simulator state, if any,
+// at a copy.
+func newCheck(node, dir string, nv *nvml.Flags) (*checkRun, error) {
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("check: no -node-name and no host name: %w", err)
+		}
+		node = h
+	}
+	tmp, err := os.MkdirTemp("", "nvidia-dra-check-")
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state")}
+	err = os.MkdirAll(c.stateDir, 0o755)
+	if err == nil {
+		err = copyIfExists(filepath.Join(dir, recordedOwnership), filepath.Join(c.stateDir, recordedOwnership))
+	}
+	if err == nil && nv.Sim != "" && nv.SimState != "" {
+		sim := filepath.Join(tmp, "sim-state.json")
+		err = copyIfExists(nv.SimState, sim)
+		nv.SimState = sim
+	}
+	if err != nil {
+		c.cleanup()
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	return c, nil
+}
+
+func (c *checkRun) cleanup() { _ = os.RemoveAll(c.tmp) }
+
+// copyIfExists copies the file src to dst; a missing src copies nothing.
+func copyIfExists(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+// print writes what the driver would publish for the node and, per GPU,
+// the CDI spec of a claim for one of its devices (a full GPU, or an
+// existing MIG device). A dynamic MIG device is made at prepare, which a
+// check does not do, so a dynamic GPU gets no spec. Problems are printed
+// where they arise and returned together at the end.
+func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d *nvdriver.Driver, root nvdriver.DriverRoot) error {
+	sys, err := nv.System()
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	gpus, err := nv.GPUs()
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	inv, err := d.Inventory(ctx)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	var errs []error
+	valid := "valid"
+	if err := inv.Validate(); err != nil {
+		valid = "INVALID: " + err.Error()
+		errs = append(errs, fmt.Errorf("check: inventory: %w", err))
+	}
+	rs := inv.ResourceSlices(c.node)
+	fmt.Fprintf(w, "# nvidia-dra-driver -check, node %s: NVIDIA driver %s, CUDA %s, %d GPUs, driver root %s (read at %s)\n",
+		c.node, sys.DriverVersion, sys.CUDAVersion, len(gpus), root.Host, root.Container)
+	fmt.Fprintf(w, "# inventory: %d pools, %d ResourceSlices, %s; nothing was published, created, destroyed or changed\n", len(inv.Pools), len(rs), valid)
+	fmt.Fprintf(w, "# (a spec's claim devices file is mounted from the check's temporary folder; the driver's is <-state-dir>/claims/<claim UID>.json)\n")
+	specs, err := cdi.NewWriter(filepath.Join(c.tmp, "cdi"), nvdriver.DriverName, "claim")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	for _, g := range gpus {
+		devs, pools, sets := gpuDevices(rs, g.Index)
+		mode := noDevices(nv, g.Index)
+		if len(devs) > 0 {
+			mode = *devs[0].Attributes[nvdriver.AttrMIGMode].StringValue
+		}
+		fmt.Fprintf(w, "---\n# GPU %d: %s %s at %s, minor %d: %s, %d devices\n", g.Index, g.ProductName, g.UUID, g.PCIBusID, g.Minor, mode, len(devs))
+		doc := map[string]any{"devices": devs}
+		if len(sets) > 0 {
+			doc["sharedCounters"] = sets
+		}
+		b, err := yaml.Marshal(doc)
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		fmt.Fprintf(w, "%s", b)
+		i := slices.IndexFunc(devs, func(dev resourceapi.Device) bool {
+			return *dev.Attributes[nvdriver.AttrMIGMode].StringValue != nvdriver.ModeDynamic
+		})
+		if i < 0 {
+			if len(devs) > 0 {
+				fmt.Fprintf(w, "# no CDI spec: a dynamic MIG device is made at prepare, which a check does not do\n")
+			}
+			continue
+		}
+		spec, err := c.spec(ctx, specs, d, g.Index, pools[i], devs[i].Name)
+		if err != nil {
+			fmt.Fprintf(w, "# CDI spec for %s: ERROR: %v\n", devs[i].Name, err)
+			errs = append(errs, fmt.Errorf("check: GPU %d: %w", g.Index, err))
+			continue
+		}
+		fmt.Fprintf(w, "# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s", devs[i].Name, spec)
+	}
+	return errors.Join(errs...)
+}
+
+// noDevices says why GPU index has no devices.
+func noDevices(nv nvml.Interface, index int) string {
+	m, err := nv.MigMode(index)
+	switch {
+	case err != nil && !errors.Is(err, nvml.ErrNotSupported):
+		return "left out, unreadable: " + err.Error()
+	case err == nil && m.Current:
+		return "static MIG without MIG devices (the driver makes none on a static GPU)"
+	}
+	return "left out (see the log)"
+}
+
+// gpuDevices is the devices of GPU index in the slices (by their index
+// attribute), each one's pool, and the GPU's counter sets.
+func gpuDevices(rs []*resourceapi.ResourceSlice, index int) ([]resourceapi.Device, []string, []resourceapi.CounterSet) {
+	var devs []resourceapi.Device
+	var pools []string
+	var sets []resourceapi.CounterSet
+	for _, s := range rs {
+		for _, dev := range s.Spec.Devices {
+			if a, ok := dev.Attributes[mig.AttrIndex]; ok && a.IntValue != nil && *a.IntValue == int64(index) {
+				devs = append(devs, dev)
+				pools = append(pools, s.Spec.Pool.Name)
+			}
+		}
+		for _, cs := range s.Spec.SharedCounters {
+			if cs.Name == mig.CounterSetName(index) {
+				sets = append(sets, cs)
+			}
+		}
+	}
+	return devs, pools, sets
+}
+
+// spec prepares a claim for one device of the node as the runtime would
+// (the driver's PrepareClaim, PrepareDevice and ClaimEdits) and returns
+// the claim's CDI spec as YAML, built and read back by the CDI library.
+// The claim's devices file goes to the check's temporary state folder.
+func (c *checkRun) spec(ctx context.Context, specs *cdi.Writer, d *nvdriver.Driver, gpu int, pool, dev string) ([]byte, error) {
+	claim := kit.Claim{ClaimRef: kit.ClaimRef{UID: types.UID("gpu-check-" + strconv.Itoa(gpu)), Namespace: "gpu-check", Name: dev}}
+	ad := kit.AllocatedDevice{Request: "gpu", Pool: pool, Device: dev}
+	all := []kit.AllocatedDevice{ad}
+	if err := d.PrepareClaim(ctx, claim, all); err != nil {
+		return nil, err
+	}
+	pd, err := d.PrepareDevice(ctx, claim, ad)
+	if err != nil {
+		return nil, err
+	}
+	common, err := d.ClaimEdits(ctx, claim, all)
+	if err != nil {
+		return nil, err
+	}
+	// The runtime names a claim's n-th device "<n>-<device>".
+	spec, _, err := specs.Spec(cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Common: common,
+		Devices: []cdi.Device{{Name: "0-" + dev, Edits: pd.Edits}}})
+	if err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(spec)
+}

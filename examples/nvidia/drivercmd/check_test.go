@@ -1,0 +1,130 @@
+package drivercmd_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+)
+
+// TestCheck runs -check on the simulated DGX H200 of the README (GPUs 0-1
+// full, 2 static MIG, 3-7 dynamic MIG): it prints every GPU's devices
+// with their capacities and counters, a CDI spec for a full GPU and for
+// a MIG device that the CDI library reads, and changes nothing: the
+// simulator's state file and the driver's state folder stay as they were.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	simState := filepath.Join(dir, "gpus.json")
+	var out bytes.Buffer
+	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4"},
+		drivercmd.WithOutput(&out))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"# inventory: 6 pools, 11 ResourceSlices, valid;",
+		"# GPU 0: NVIDIA H200 GPU-", ": full, 1 devices",
+		"# GPU 2: NVIDIA H200 GPU-", ": static, 2 devices",
+		"# GPU 7: NVIDIA H200 GPU-", ": dynamic, 14 devices",
+		"name: gpu-2-3g-71gb-4", "name: gpu-7-7g-141gb-0", "name: gpu-7-counters",
+		"decoders:", "multiprocessors:", "memory-slice-0:",
+		"# no CDI spec: a dynamic MIG device is made at prepare",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	specs := regexp.MustCompile(`(?m)^# CDI spec the driver would write for a claim on (\S+) .*\n`).FindAllStringSubmatchIndex(s, -1)
+	var names []string
+	for i, m := range specs {
+		end := len(s)
+		if next := strings.Index(s[m[1]:], "\n---\n"); next >= 0 {
+			end = m[1] + next + 1
+		}
+		if i+1 < len(specs) && specs[i+1][0] < end {
+			end = specs[i+1][0]
+		}
+		dev := s[m[2]:m[3]]
+		names = append(names, dev)
+		spec, err := cdiapi.ParseSpec([]byte(s[m[1]:end]))
+		if err != nil {
+			t.Errorf("spec for %s: the CDI library cannot read it: %v\n%s", dev, err, s[m[1]:end])
+			continue
+		}
+		if spec.Kind != "gpu.nvidia.drakit.dev/claim" || len(spec.Devices) != 1 || !strings.Contains(s[m[1]:end], "NVIDIA_VISIBLE_DEVICES=") {
+			t.Errorf("spec for %s: kind %s, %d devices:\n%s", dev, spec.Kind, len(spec.Devices), s[m[1]:end])
+		}
+	}
+	if strings.Join(names, " ") != "gpu-0 gpu-1 gpu-2-4g-71gb-0" {
+		t.Errorf("specs for %v, want gpu-0, gpu-1 and gpu-2-4g-71gb-0", names)
+	}
+	if _, err := os.Stat(simState); !os.IsNotExist(err) {
+		t.Errorf("the simulator's state file was written: %v", err)
+	}
+	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("the driver's state folder was written: %v", err)
+	}
+}
+
+// TestCheckKeepsRecordedOwnership: -check publishes the GPUs as the
+// running driver decided (its mig-gpus.json in -state-dir), not afresh,
+// and leaves an existing simulator state and that record byte for byte
+// as they were.
+func TestCheckKeepsRecordedOwnership(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	simState := filepath.Join(dir, "gpus.json")
+	sim, err := nvml.OpenSim(simState, nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{MIGGPUs: []int{6, 7}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := sim.GPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GPU 7, in MIG mode without MIG devices, would be dynamic at first
+	// sight; the record says static.
+	record := []byte(`{"gpus": {"` + gpus[6].UUID + `": "dynamic", "` + gpus[7].UUID + `": "static"}}`)
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "mig-gpus.json"), record, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	simBefore, err := os.ReadFile(simState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState},
+		drivercmd.WithOutput(&out))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 14 devices",
+		"# GPU 7: NVIDIA H200 " + gpus[7].UUID + " at 0000:df:00.0, minor 7: static MIG without MIG devices"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if b, err := os.ReadFile(simState); err != nil || !bytes.Equal(b, simBefore) {
+		t.Errorf("the simulator's state changed (%v)", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(stateDir, "mig-gpus.json")); err != nil || !bytes.Equal(b, record) {
+		t.Errorf("the recorded ownership changed: %s (%v)", b, err)
+	}
+	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) != 1 {
+		t.Errorf("the state folder holds %v (%v), want only mig-gpus.json", ents, err)
+	}
+}
