@@ -15,11 +15,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -181,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d := &driver{o: o, client: client, prepared: map[types.UID]*claimState{}}
 	if d.defect("unstable-names") {
-		d.suffix = fmt.Sprintf("-s%d", os.Getpid())
+		d.suffix = "-s" + instance
 	}
 	if o.Defect != "forget-on-restart" {
 		if err := d.load(); err != nil {
@@ -278,9 +280,13 @@ func (d *driver) writeShared() error {
 	return writeAtomic(d.sharedSpecPath(), data)
 }
 
+// instance differs in every process, also in containers, where the
+// process ID is the same at every start.
+var instance = strconv.FormatUint(rand.Uint64()>>16, 36)
+
 // instanceEnv is the environment entry of defect restart-new-edits: it
 // differs in every process, as a cpuset chosen anew at start would.
-func instanceEnv() string { return fmt.Sprintf("CONFORMANCE_INSTANCE=%d", os.Getpid()) }
+func instanceEnv() string { return "CONFORMANCE_INSTANCE=" + instance }
 
 // rewriteEdits gives the CDI devices of every claim in the checkpoint
 // this process's instanceEnv, keeping their names (defect
