@@ -124,8 +124,10 @@ func (c *ClusterConfig) validate() error {
 // it creates pods with claims on cfg.NodeName (see [ClusterChecks]),
 // checks what their containers see, and deletes everything it created
 // (a namespace, a DeviceClass, all labeled [ClusterLabel] and
-// [ClusterDriverLabel]) before it
-// returns, also when ctx is canceled (e.g. by SIGINT). It returns an
+// [ClusterDriverLabel]) before it returns, also when ctx is canceled
+// (e.g. by SIGINT): its pods are gone by then, so the driver has
+// unprepared their claims, and the namespace controller finishes
+// deleting the namespace's claims and templates. It returns an
 // error only when it could not start (bad config, no API server, a busy
 // node: [ErrNodeBusy]).
 func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
@@ -156,6 +158,7 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 		return nil, err
 	}
 	run, reported := c.plan()
+	setup := map[string]outcome{} // outcomes of the unreported checks
 	for _, e := range clusterCatalogue {
 		if !run[e.ID] {
 			continue
@@ -176,8 +179,17 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 		default:
 			o = e.run(c, ctx)
 		}
+		if o.status == Skip {
+			// Say what happened in the unreported checks it needs.
+			for _, n := range e.Needs {
+				if so, ok := setup[n]; ok && so.status != Pass {
+					o.msg += fmt.Sprintf("; %s (run for it, not reported): %s: %s", n, so.status, so.msg)
+				}
+			}
+		}
 		if !reported[e.ID] {
 			c.logger.V(2).Info("Set up for a later check", "check", e.ID, "status", o.status, "message", o.msg)
+			setup[e.ID] = o
 			continue
 		}
 		if o.status == Fail && e.Level == Should {
@@ -309,13 +321,9 @@ func (c *clusterRun) removeLeftovers(ctx context.Context) error {
 	}
 	for _, ns := range nss.Items {
 		c.logger.Info("Deleting what an earlier run left", "namespace", ns.Name)
-		if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete namespace %s of an earlier run: %w", ns.Name, err)
-		}
-		if err := c.waitGone(ctx, func(ctx context.Context) error {
-			_, err := c.cfg.Client.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
-			return err
-		}); err != nil {
+		// Its pods must be gone (their devices free); the namespace
+		// itself may take its time.
+		if err := c.deleteNamespace(ctx, ns.Name); err != nil {
 			return fmt.Errorf("namespace %s of an earlier run: %w", ns.Name, err)
 		}
 	}
@@ -404,29 +412,51 @@ func (c *clusterRun) begin(ctx context.Context) error {
 	return nil
 }
 
-// cleanup deletes the namespace (pods, claims, templates) and the class,
-// and waits until the pods are gone, so that the driver has unprepared
-// their claims when RunCluster returns.
+// cleanup deletes the suite's pods and waits until they are gone, so
+// that the driver has unprepared their claims when RunCluster returns,
+// then the namespace (claims, templates: the namespace controller
+// finishes that) and the class.
 func (c *clusterRun) cleanup(ctx context.Context) {
 	if c.ns != "" {
-		// Gracefully (the pods' 1 s), not forced: the kubelet keeps a
-		// deleted pod's object until it has had the claims unprepared
-		// (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers),
-		// a forced deletion removes it at once.
-		_ = c.cfg.Client.CoreV1().Pods(c.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-		if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, c.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.deleteNamespace(ctx, c.ns); err != nil {
 			c.logger.Error(err, "Delete namespace", "namespace", c.ns)
 		}
-		_ = c.waitGone(ctx, func(ctx context.Context) error {
-			_, err := c.cfg.Client.CoreV1().Namespaces().Get(ctx, c.ns, metav1.GetOptions{})
-			return err
-		})
 	}
 	if c.cfg.DeviceClassName == "" && c.class != "" {
 		if err := c.cfg.Client.ResourceV1().DeviceClasses().Delete(ctx, c.class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			c.logger.Error(err, "Delete DeviceClass", "class", c.class)
 		}
 	}
+}
+
+// deleteNamespace deletes the pods in ns, waits until they are gone (up
+// to PodTimeout), and deletes ns.
+func (c *clusterRun) deleteNamespace(ctx context.Context, ns string) error {
+	// Gracefully (the pods' 1 s), not forced: the kubelet keeps a
+	// deleted pod's object until it has had its claims unprepared
+	// (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers); a
+	// forced deletion removes it at once.
+	pods := c.cfg.Client.CoreV1().Pods(ns)
+	var errs []error
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete pods: %w", err))
+	}
+	if err := c.waitGone(ctx, func(ctx context.Context) error {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(l.Items))
+		}
+		return apierrors.NewNotFound(corev1.Resource("pods"), "")
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("pods: %w", err))
+	}
+	if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete namespace: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // waitGone polls get until it reports NotFound, up to PodTimeout.

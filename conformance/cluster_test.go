@@ -181,9 +181,23 @@ func TestCluster(t *testing.T) {
 						t.Errorf("%d results, want %d", len(rep.Results), wantN)
 					}
 				}
+				// Its pods are gone and its namespace is being deleted.
 				sel := labels.SelectorFromSet(map[string]string{conformance.ClusterDriverLabel: d.driver}).String()
-				if left, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: sel}); err != nil || len(left.Items) > 0 {
-					t.Errorf("namespaces left after the run: %v %v", left, err)
+				left, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range left.Items {
+					t.Errorf("pod %s/%s left after the run", p.Namespace, p.Name)
+				}
+				nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ns := range nss.Items {
+					if ns.DeletionTimestamp == nil {
+						t.Errorf("namespace %s left after the run", ns.Name)
+					}
 				}
 				if tc.socket == "" {
 					row(tc.name + ": cluster mode " + verdictLine(verdicts))

@@ -277,6 +277,14 @@
 //
 // # Limits
 //
+// Cluster mode compares environment variables only, not device nodes or
+// mounts, and its pods use the host's network. It tells a pod's CDI
+// devices from those of other pods starting at the same time by the
+// claim UIDs in their names or file names (a driver that names them
+// otherwise is judged by every CDI device that appeared meanwhile).
+// pod.restart-device-names judges the slices once the driver's pools
+// changed generation, or 10 s after the new driver pod is ready.
+//
 // The suite cannot tell a prepare that did real work from one that did
 // not: it checks what the protocol shows (answers, CDI specs, the devices
 // they define and what those inject into a container). Cleanup is judged

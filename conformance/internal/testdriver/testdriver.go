@@ -253,16 +253,17 @@ type driver struct {
 // name is the published name of the device called base.
 func (d *driver) name(base string) string { return base + d.suffix }
 
-// sharedSpecPath is the one spec file of -shared-spec.
+// sharedSpecPath is the one spec file of -shared-spec, named by the
+// driver so that test drivers of other names can share the CDI folder.
 func (d *driver) sharedSpecPath() string {
-	return filepath.Join(d.o.CDIDir, CDIVendor+"-shared.json")
+	return filepath.Join(d.o.CDIDir, CDIVendor+"-shared-"+d.o.DriverName+".json")
 }
 
 // writeShared writes the shared spec file: a static device and the
 // entries of every prepared claim; called with mu held or before serving.
 func (d *driver) writeShared() error {
 	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass, Devices: []cdispec.Device{
-		{Name: "static", ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC=1"}}},
+		{Name: "static-" + d.o.DriverName, ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC=1"}}},
 	}}
 	uids := make([]string, 0, len(d.prepared))
 	for uid := range d.prepared {
