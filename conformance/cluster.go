@@ -280,6 +280,9 @@ type clusterRun struct {
 	stoppedMade []string
 	// restart is what pod.driver-restart saw, for the checks after it.
 	restart *restartSeen
+	// claimCollisions are the variables that pod.two-claims saw set to
+	// two values by the two claims' devices (nil: not judged).
+	claimCollisions []string
 	// namesDevices is set once a container's environment named its
 	// device by name or attribute value.
 	namesDevices bool

@@ -51,6 +51,9 @@ var clusterCatalogue = []clusterEntry{
 	ck("pod.two-claims", Must, "a pod with two claims of the driver runs and its container sees both claims' devices",
 		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): a pod's claims of one driver go in one NodePrepareResources call; a result for each is required (\"NodePrepareResources skipped %d ResourceClaims\" otherwise) and the pod does not start",
 		(*clusterRun).checkTwoClaims),
+	ck("pod.two-claims-env", Should, "the devices of a pod's two claims set no environment variable to two values",
+		"container runtime (CDI library): a variable set by two CDI devices keeps the later value, so a container with both claims loses the other claim's setting; each claim is prepared on its own (api.proto NodePrepareResources), so only names of its own per device avoid that: advice, where pod.two-devices is a MUST inside one claim",
+		(*clusterRun).checkTwoClaimsEnv, "pod.two-claims"),
 	ck("pod.shared-claim", Must, "a claim shared by two pods gives both the same device edits",
 		"kubelet: a claim reserved for several pods is prepared once and its CDI devices go to every pod that uses it (pkg/kubelet/cm/dra/manager.go)",
 		(*clusterRun).checkSharedClaim),
@@ -539,10 +542,27 @@ func (c *clusterRun) checkTwoClaims(ctx context.Context) outcome {
 		return fail("pod claims runs with %d claims, want 2", len(pr.claims))
 	}
 	if pr.edits != nil {
-		if miss := missingEdits(pr, pr.edits); len(miss) > 0 {
+		// A variable that both claims' devices set, to different
+		// values, is pod.two-claims-env's matter: the container sees
+		// one of them either way.
+		collide := collisions(pr.edits)
+		c.claimCollisions = []string{}
+		for _, k := range collide {
+			c.claimCollisions = append(c.claimCollisions, fmt.Sprintf("%s (the container has %s)", k, shown(pr.env, k)))
+		}
+		perDevice := map[string]map[string]string{}
+		for id, env := range pr.edits {
+			perDevice[id] = map[string]string{}
+			for k, v := range env {
+				if !slices.Contains(collide, k) {
+					perDevice[id][k] = v
+				}
+			}
+		}
+		if miss := missingEdits(pr, perDevice); len(miss) > 0 {
 			return fail("the container with two claims (devices %s) lacks some of their CDI edits: %s", strings.Join(pr.devices, ", "), strings.Join(miss, "; "))
 		}
-		return pass("the container with two claims (devices %s) sees the environment of all %d CDI devices", strings.Join(pr.devices, ", "), len(pr.edits))
+		return pass("the container with two claims (devices %s) sees the environment of all %d CDI devices (variables both set aside: see pod.two-claims-env)", strings.Join(pr.devices, ", "), len(pr.edits))
 	}
 	var unseen []string
 	for _, d := range pr.devices {
@@ -554,6 +574,38 @@ func (c *clusterRun) checkTwoClaims(ctx context.Context) outcome {
 		return fail("the container with two claims (devices %s) does not name %s (CDI specs not readable: judged by names and attributes)", strings.Join(pr.devices, ", "), strings.Join(unseen, ", "))
 	}
 	return pass("a pod with two claims (devices %s) runs (CDI specs not readable: judged by names and attributes where the environment shows them)", strings.Join(pr.devices, ", "))
+}
+
+// collisions returns the variables that two CDI devices of edits set to
+// different values, sorted.
+func collisions(edits map[string]map[string]string) []string {
+	values := map[string]map[string]bool{}
+	for _, env := range edits {
+		for k, v := range env {
+			if values[k] == nil {
+				values[k] = map[string]bool{}
+			}
+			values[k][v] = true
+		}
+	}
+	var out []string
+	for k, vs := range values {
+		if len(vs) > 1 {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *clusterRun) checkTwoClaimsEnv(ctx context.Context) outcome {
+	switch {
+	case c.claimCollisions == nil:
+		return skip("needs pod claims with the node's CDI specs readable (see pod.two-claims)")
+	case len(c.claimCollisions) > 0:
+		return fail("the devices of the two claims of pod claims set the same variables to different values, so its container sees only one claim's: %s; give each device its own variable names (a claim-wide variable is right for a container with one claim only)", strings.Join(c.claimCollisions, "; "))
+	}
+	return pass("the devices of the two claims of pod claims set no variable to two values")
 }
 
 func (c *clusterRun) checkSharedClaim(ctx context.Context) outcome {

@@ -107,7 +107,7 @@
 //	defect                   socket mode                 cluster mode
 //	cdi-unresolvable         prepare.cdi-resolve         pod.starts (the runtime cannot resolve the ID)
 //	bad-cdi-id               prepare.cdi-ids-format      pod.starts (the runtime cannot parse the ID)
-//	colliding-env            prepare.cdi-env             pod.two-devices
+//	colliding-env            prepare.cdi-env             pod.two-devices; pod.two-claims-env warns (CDI)
 //	wrong-request-names      prepare.request-names       pod.request-names (the container naming the
 //	                                                     request gets no device)
 //	missing-request-names    prepare.request-names       pod.request-names (each container gets both
@@ -149,13 +149,19 @@
 //	health-unknown-refresh   health.refresh              a pod cannot tell a driver that stopped
 //	                                                     reporting from one that never reports
 //
+// pod.two-claims-env is advice (SHOULD): each claim is prepared on its
+// own, so a claim-wide variable (one value naming all of a claim's
+// devices, which pod.two-devices accepts) collides only in a container
+// that has two claims. The reference NVIDIA driver warns on it
+// (NVIDIA_VISIBLE_DEVICES and NVIDIA_DRAKIT_DEVICES_FILE are per claim).
+//
 // The correct variants pass cluster mode as they pass socket mode:
 // full (every check passes), names-if-needed (pod.request-names,
 // pod.two-claims), shared-spec (pod.unprepare, pod.driver-restart,
 // pod.restart-same-edits), pods-only (the suite's claims are reserved
 // for real pods), no-cdi (the CDI checks skip: no edits to see),
 // health-empty and one-device (pod.health skips; one-device also skips
-// what needs two devices). omit-share-id, no-request-policy,
+// what needs two devices or a free device during the restart). omit-share-id, no-request-policy,
 // counters-only and pcie-root-list change nothing a pod sees: no cluster
 // check allocates a device that allows multiple allocations on purpose,
 // and none reads slice contents.
