@@ -75,7 +75,8 @@
 // runtime applies the CDI edits; each container prints its environment.
 // [ClusterChecks] lists what is judged: the pods run; each container
 // sees its devices' edits and no other claim's or request's; two
-// devices of a claim do not overwrite each other's variables; both pods
+// devices of a claim do not overwrite each other's variables (nor, as
+// advice, the devices of a pod's two claims); both pods
 // of a shared claim see the same; deleting the pods unprepares (the CDI
 // devices gone, a new pod on the freed device runs); running pods keep
 // running while the driver's pod is replaced
