@@ -124,9 +124,10 @@
 // The others no pod can show, so only socket mode catches them:
 //
 //	defect                   socket mode                 why no pod shows it
-//	non-idempotent           prepare.idempotent          the kubelet prepares a claim once per node: a
-//	                                                     second pod of the claim reuses the answer, which
-//	                                                     its checkpoint keeps across kubelet restarts
+//	non-idempotent           prepare.idempotent          the kubelet prepares a claim once while pods on
+//	                                                     the node use it (a second pod reuses the answer);
+//	                                                     it prepares again only after a kubelet restart,
+//	                                                     which a client cannot cause
 //	crash-on-empty           robust.empty-request        the kubelet never sends a request without claims
 //	unprepare-unknown-fails  unprepare.unknown-claim     the kubelet unprepares only claims it prepared
 //	other-driver             robust.other-driver         shows only in a claim with devices of two
