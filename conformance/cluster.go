@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -28,8 +30,14 @@ var ErrNodeBusy = errors.New("other pods use the driver on the node")
 
 // ClusterLabel is on every object cluster mode creates (namespace,
 // DeviceClass, pods, claims); its value is the node under test. A run
-// deletes what an earlier, interrupted run left for the same node.
+// deletes what an earlier, interrupted run left for the same node and
+// driver ([ClusterDriverLabel]), so runs for different drivers on one
+// node may run at the same time.
 const ClusterLabel = "conformance.drakit.dev/cluster-node"
+
+// ClusterDriverLabel is on every object cluster mode creates, next to
+// [ClusterLabel]; its value is the driver under test.
+const ClusterDriverLabel = "conformance.drakit.dev/cluster-driver"
 
 // ClusterConfig says which installed driver to check, and where, for
 // [RunCluster]. Cluster mode needs only a client: it runs real pods with
@@ -75,9 +83,11 @@ type ClusterConfig struct {
 	// PodTimeout bounds the wait for a pod to run, or to be gone
 	// (default 2 minutes).
 	PodTimeout time.Duration
-	// Skip names checks or categories not to run; Only, when set, the
-	// only ones to run (the pods a check uses are started all the same
-	// when an earlier check would have started them).
+	// Skip names checks or categories not to run; a check that uses
+	// what a skipped one sets up skips too. Only, when set, names the
+	// only ones to report: an earlier check whose pods or restart a
+	// reported one uses still runs, unreported (pod.unprepare runs
+	// pod.starts first, for instance).
 	Skip, Only []string
 	// Progress receives one line per check as it finishes (nil: none).
 	Progress io.Writer
@@ -113,8 +123,11 @@ func (c *ClusterConfig) validate() error {
 // scheduler, kubelet and container runtime, with nothing but a client:
 // it creates pods with claims on cfg.NodeName (see [ClusterChecks]),
 // checks what their containers see, and deletes everything it created
-// (a namespace, a DeviceClass, all labeled [ClusterLabel]) before it
-// returns, also when ctx is canceled (e.g. by SIGINT). It returns an
+// (a namespace, a DeviceClass, all labeled [ClusterLabel] and
+// [ClusterDriverLabel]) before it returns, also when ctx is canceled
+// (e.g. by SIGINT): its pods are gone by then, so the driver has
+// unprepared their claims, and the namespace controller finishes
+// deleting the namespace's claims and templates. It returns an
 // error only when it could not start (bad config, no API server, a busy
 // node: [ErrNodeBusy]).
 func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
@@ -144,16 +157,40 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}
+	run, reported := c.plan()
+	setup := map[string]outcome{} // outcomes of the unreported checks
 	for _, e := range clusterCatalogue {
-		if c.skipped(e.Check) {
+		if !run[e.ID] {
 			continue
 		}
 		t0 := time.Now()
 		var o outcome
-		if ctx.Err() != nil {
+		var missing []string
+		for _, n := range e.Needs {
+			if !run[n] {
+				missing = append(missing, n)
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
 			o = skip("run canceled")
-		} else {
+		case len(missing) > 0:
+			o = skip("needs %s, which is skipped", strings.Join(missing, ", "))
+		default:
 			o = e.run(c, ctx)
+		}
+		if o.status == Skip {
+			// Say what happened in the unreported checks it needs.
+			for _, n := range e.Needs {
+				if so, ok := setup[n]; ok && so.status != Pass {
+					o.msg += fmt.Sprintf("; %s (run for it, not reported): %s: %s", n, so.status, so.msg)
+				}
+			}
+		}
+		if !reported[e.ID] {
+			c.logger.V(2).Info("Set up for a later check", "check", e.ID, "status", o.status, "message", o.msg)
+			setup[e.ID] = o
+			continue
 		}
 		if o.status == Fail && e.Level == Should {
 			o.status = Warn
@@ -167,6 +204,44 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 	return c.report, nil
 }
 
+// plan returns the checks to run and those to report: the checks that
+// Only and Skip select, and, unreported, the earlier checks they need
+// that Only left out (a check named in Skip never runs).
+func (c *clusterRun) plan() (run, reported map[string]bool) {
+	run, reported = map[string]bool{}, map[string]bool{}
+	skipped := func(ch Check) bool {
+		for _, s := range c.cfg.Skip {
+			if s == ch.ID || s == ch.Category {
+				return true
+			}
+		}
+		return false
+	}
+	// Backwards: a check needs only earlier ones.
+	for i := len(clusterCatalogue) - 1; i >= 0; i-- {
+		e := clusterCatalogue[i]
+		if skipped(e.Check) {
+			continue
+		}
+		if !c.skipped(e.Check) {
+			reported[e.ID] = true
+			run[e.ID] = true
+		}
+		if run[e.ID] {
+			for _, n := range e.Needs {
+				run[n] = true
+			}
+		}
+	}
+	for _, e := range clusterCatalogue {
+		if skipped(e.Check) {
+			delete(run, e.ID)
+		}
+	}
+	return run, reported
+}
+
+// skipped reports whether Only or Skip leave ch out of the report.
 func (c *clusterRun) skipped(ch Check) bool {
 	if len(c.cfg.Only) > 0 {
 		only := false
@@ -203,13 +278,38 @@ type clusterRun struct {
 	freed string
 	// stoppedMade are the CDI devices of pods deleted so far.
 	stoppedMade []string
+	// restart is what pod.driver-restart saw, for the checks after it.
+	restart *restartSeen
+	// claimCollisions are the variables that pod.two-claims saw set to
+	// two values by the two claims' devices (nil: not judged).
+	claimCollisions []string
+	// namesDevices is set once a container's environment named its
+	// device by name or attribute value.
+	namesDevices bool
+}
+
+// restartSeen is what pod.driver-restart saw.
+type restartSeen struct {
+	// keep runs since before the restart with claim "keep" (nil when it
+	// did not start: keepErr).
+	keep    *podRun
+	keepErr error
+	// allocated are the devices (pool/name) of the claims of pods that
+	// ran through the restart.
+	allocated []string
+	// generations are the pools' generations before the restart.
+	generations map[string]int64
+	// next is the new driver pod and started when its container started.
+	next    string
+	started time.Time
 }
 
 // podRun is one of the suite's pods, once it runs.
 type podRun struct {
 	name    string
 	pod     *corev1.Pod
-	env     map[string]string
+	env     map[string]string            // the first container's environment
+	envs    map[string]map[string]string // every container's, by name
 	claims  []*resourceapi.ResourceClaim
 	devices []string                     // allocated devices of the driver, pool/name
 	made    cdiMade                      // CDI devices defined while it started
@@ -217,20 +317,16 @@ type podRun struct {
 }
 
 func (c *clusterRun) removeLeftovers(ctx context.Context) error {
-	sel := ClusterLabel + "=" + c.cfg.NodeName
+	sel := labels.SelectorFromSet(c.labels()).String()
 	nss, err := c.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return fmt.Errorf("list namespaces of earlier runs: %w", err)
 	}
 	for _, ns := range nss.Items {
 		c.logger.Info("Deleting what an earlier run left", "namespace", ns.Name)
-		if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete namespace %s of an earlier run: %w", ns.Name, err)
-		}
-		if err := c.waitGone(ctx, func(ctx context.Context) error {
-			_, err := c.cfg.Client.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
-			return err
-		}); err != nil {
+		// Its pods must be gone (their devices free); the namespace
+		// itself may take its time.
+		if err := c.deleteNamespace(ctx, ns.Name); err != nil {
 			return fmt.Errorf("namespace %s of an earlier run: %w", ns.Name, err)
 		}
 	}
@@ -238,6 +334,11 @@ func (c *clusterRun) removeLeftovers(ctx context.Context) error {
 		return fmt.Errorf("delete DeviceClasses of earlier runs: %w", err)
 	}
 	return nil
+}
+
+// labels returns the labels of every object the run creates.
+func (c *clusterRun) labels() map[string]string {
+	return map[string]string{ClusterLabel: c.cfg.NodeName, ClusterDriverLabel: c.cfg.DriverName}
 }
 
 // refuseBusyNode fails with ErrNodeBusy when a pod on the node has a
@@ -252,11 +353,8 @@ func (c *clusterRun) refuseBusyNode(ctx context.Context) error {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		for _, s := range p.Status.ResourceClaimStatuses {
-			if s.ResourceClaimName == nil {
-				continue
-			}
-			claim, err := c.cfg.Client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+		for _, name := range podClaimNames(&p) {
+			claim, err := c.cfg.Client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				continue
 			}
@@ -276,9 +374,10 @@ func (c *clusterRun) refuseBusyNode(ctx context.Context) error {
 // begin creates the namespace and the class and reads the driver's
 // devices on the node.
 func (c *clusterRun) begin(ctx context.Context) error {
-	labels := map[string]string{ClusterLabel: c.cfg.NodeName, adminAccessLabel: "true"}
+	nsLabels := c.labels()
+	nsLabels[adminAccessLabel] = "true"
 	ns, err := c.cfg.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: "drakit-conformance-cluster-", Labels: labels}}, metav1.CreateOptions{})
+		GenerateName: "drakit-conformance-cluster-", Labels: nsLabels}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
@@ -287,7 +386,7 @@ func (c *clusterRun) begin(ctx context.Context) error {
 	c.class = c.cfg.DeviceClassName
 	if c.class == "" {
 		cl, err := c.cfg.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "drakit-conformance-", Labels: map[string]string{ClusterLabel: c.cfg.NodeName}},
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "drakit-conformance-", Labels: c.labels()},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 				Expression: fmt.Sprintf("device.driver == %q", c.cfg.DriverName)}}}},
 		}, metav1.CreateOptions{})
@@ -316,25 +415,51 @@ func (c *clusterRun) begin(ctx context.Context) error {
 	return nil
 }
 
-// cleanup deletes the namespace (pods, claims, templates) and the class,
-// and waits until the pods are gone, so that the driver has unprepared
-// their claims when RunCluster returns.
+// cleanup deletes the suite's pods and waits until they are gone, so
+// that the driver has unprepared their claims when RunCluster returns,
+// then the namespace (claims, templates: the namespace controller
+// finishes that) and the class.
 func (c *clusterRun) cleanup(ctx context.Context) {
 	if c.ns != "" {
-		if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, c.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.deleteNamespace(ctx, c.ns); err != nil {
 			c.logger.Error(err, "Delete namespace", "namespace", c.ns)
 		}
-		_ = c.cfg.Client.CoreV1().Pods(c.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-		_ = c.waitGone(ctx, func(ctx context.Context) error {
-			_, err := c.cfg.Client.CoreV1().Namespaces().Get(ctx, c.ns, metav1.GetOptions{})
-			return err
-		})
 	}
 	if c.cfg.DeviceClassName == "" && c.class != "" {
 		if err := c.cfg.Client.ResourceV1().DeviceClasses().Delete(ctx, c.class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			c.logger.Error(err, "Delete DeviceClass", "class", c.class)
 		}
 	}
+}
+
+// deleteNamespace deletes the pods in ns, waits until they are gone (up
+// to PodTimeout), and deletes ns.
+func (c *clusterRun) deleteNamespace(ctx context.Context, ns string) error {
+	// Gracefully (the pods' 1 s), not forced: the kubelet keeps a
+	// deleted pod's object until it has had its claims unprepared
+	// (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers); a
+	// forced deletion removes it at once.
+	pods := c.cfg.Client.CoreV1().Pods(ns)
+	var errs []error
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete pods: %w", err))
+	}
+	if err := c.waitGone(ctx, func(ctx context.Context) error {
+		l, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(l.Items))
+		}
+		return apierrors.NewNotFound(corev1.Resource("pods"), "")
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("pods: %w", err))
+	}
+	if err := c.cfg.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete namespace: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // waitGone polls get until it reports NotFound, up to PodTimeout.
@@ -359,17 +484,37 @@ func (c *clusterRun) waitGone(ctx context.Context, get func(context.Context) err
 // envScript prints the container's environment once, then waits.
 const envScript = `env; echo ---drakit-env-end---; exec sleep 3600`
 
+// container is one container of a suite pod and the claim references
+// it names (corev1.ResourceClaim: a pod claim's name, and a request of
+// it or none for all).
+type container struct {
+	name   string
+	claims []corev1.ResourceClaim
+}
+
 // podSpec is one of the suite's pods: bound to the node by node affinity
 // (the scheduler allocates its claims), tolerating every taint, on the
-// host's network (a node needs no CNI for it), one container that prints
-// its environment, and the claims given.
-func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim) *corev1.Pod {
-	var refs []corev1.ResourceClaim
-	for _, pc := range claims {
-		refs = append(refs, corev1.ResourceClaim{Name: pc.Name})
+// host's network (a node needs no CNI for it), with the claims given and
+// containers that print their environment: by default one, "c", that
+// names every claim.
+func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim, containers []container) *corev1.Pod {
+	if len(containers) == 0 {
+		var refs []corev1.ResourceClaim
+		for _, pc := range claims {
+			refs = append(refs, corev1.ResourceClaim{Name: pc.Name})
+		}
+		containers = []container{{name: "c", claims: refs}}
+	}
+	var cs []corev1.Container
+	for _, ct := range containers {
+		cs = append(cs, corev1.Container{
+			Name: ct.name, Image: c.cfg.Image, ImagePullPolicy: c.cfg.ImagePullPolicy,
+			Command:   []string{"sh", "-c", envScript},
+			Resources: corev1.ResourceRequirements{Claims: ct.claims},
+		})
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{ClusterLabel: c.cfg.NodeName}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: c.labels()},
 		Spec: corev1.PodSpec{
 			// The scheduler must place the pod (it allocates the claims),
 			// so no spec.nodeName: node affinity to the node's name.
@@ -381,19 +526,16 @@ func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim) *cor
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			HostNetwork:                   true,
 			ResourceClaims:                claims,
-			Containers: []corev1.Container{{
-				Name: "c", Image: c.cfg.Image, ImagePullPolicy: c.cfg.ImagePullPolicy,
-				Command:   []string{"sh", "-c", envScript},
-				Resources: corev1.ResourceRequirements{Claims: refs},
-			}},
+			Containers:                    cs,
 		},
 	}
 }
 
-// template creates a ResourceClaimTemplate with spec.
+// template creates a ResourceClaimTemplate with spec, for a pod claim
+// named "claim".
 func (c *clusterRun) template(ctx context.Context, name string, spec resourceapi.ResourceClaimSpec) (corev1.PodResourceClaim, error) {
 	t, err := c.cfg.Client.ResourceV1().ResourceClaimTemplates(c.ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{ClusterLabel: c.cfg.NodeName}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: c.labels()},
 		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -405,7 +547,7 @@ func (c *clusterRun) template(ctx context.Context, name string, spec resourceapi
 // claim creates a ResourceClaim with spec, for pods to share.
 func (c *clusterRun) claim(ctx context.Context, name string, spec resourceapi.ResourceClaimSpec) (corev1.PodResourceClaim, error) {
 	cl, err := c.cfg.Client.ResourceV1().ResourceClaims(c.ns).Create(ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: map[string]string{ClusterLabel: c.cfg.NodeName}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns, Labels: c.labels()},
 		Spec:       spec,
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -414,19 +556,27 @@ func (c *clusterRun) claim(ctx context.Context, name string, spec resourceapi.Re
 	return corev1.PodResourceClaim{Name: "claim", ResourceClaimName: &cl.Name}, nil
 }
 
-// start creates a pod with claims, waits until its container has
-// printed its environment, and records what it got. The CDI devices
-// that appear on the node meanwhile are the pod's (pods start one at a
-// time).
+// start creates a pod with claims and one container that names them
+// all; see startWith.
 func (c *clusterRun) start(ctx context.Context, name string, claims ...corev1.PodResourceClaim) (*podRun, error) {
+	return c.startWith(ctx, name, claims, nil)
+}
+
+// startWith creates a pod with claims and containers, waits until every
+// container has printed its environment, and records what it got. The
+// CDI devices that appear on the node meanwhile are the pod's (pods of
+// a run start one at a time), except those that carry another claim's
+// UID (see ownMade), so that runs for other drivers on the node are not
+// blamed on this one.
+func (c *clusterRun) startWith(ctx context.Context, name string, claims []corev1.PodResourceClaim, containers []container) (*podRun, error) {
 	before := c.socket.snapshotCDI(ctx)
-	pod, err := c.cfg.Client.CoreV1().Pods(c.ns).Create(ctx, c.podSpec(name, claims), metav1.CreateOptions{})
+	spec := c.podSpec(name, claims, containers)
+	pod, err := c.cfg.Client.CoreV1().Pods(c.ns).Create(ctx, spec, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s: %w", name, err)
 	}
-	pr := &podRun{name: name}
+	pr := &podRun{name: name, envs: map[string]map[string]string{}}
 	deadline := time.Now().Add(c.cfg.PodTimeout)
-	var logs string
 	for {
 		pod, err = c.cfg.Client.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -435,10 +585,20 @@ func (c *clusterRun) start(ctx context.Context, name string, claims ...corev1.Po
 		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 			return nil, fmt.Errorf("pod %s ended (%s): %s", name, pod.Status.Phase, podWhy(pod))
 		}
+		if why := createFailed(pod); why != "" {
+			return nil, fmt.Errorf("pod %s: the container runtime cannot create its container (the kubelet prepared its claims; CDI IDs the runtime cannot resolve or apply?): %s", name, why)
+		}
 		if pod.Status.Phase == corev1.PodRunning {
-			data, err := c.cfg.Client.CoreV1().Pods(c.ns).GetLogs(name, &corev1.PodLogOptions{Container: "c"}).DoRaw(ctx)
-			if err == nil && strings.Contains(string(data), "---drakit-env-end---") {
-				logs = string(data)
+			for _, ct := range spec.Spec.Containers {
+				if pr.envs[ct.Name] != nil {
+					continue
+				}
+				data, err := c.cfg.Client.CoreV1().Pods(c.ns).GetLogs(name, &corev1.PodLogOptions{Container: ct.Name}).DoRaw(ctx)
+				if err == nil && strings.Contains(string(data), "---drakit-env-end---") {
+					pr.envs[ct.Name] = parseEnv(string(data))
+				}
+			}
+			if len(pr.envs) == len(spec.Spec.Containers) {
 				break
 			}
 		}
@@ -452,22 +612,11 @@ func (c *clusterRun) start(ctx context.Context, name string, claims ...corev1.Po
 		}
 	}
 	pr.pod = pod
-	pr.env = map[string]string{}
-	for _, l := range strings.Split(logs, "\n") {
-		if l == "---drakit-env-end---" {
-			break
-		}
-		if k, v, ok := strings.Cut(l, "="); ok {
-			pr.env[k] = v
-		}
-	}
-	for _, s := range pod.Status.ResourceClaimStatuses {
-		if s.ResourceClaimName == nil {
-			continue
-		}
-		cl, err := c.cfg.Client.ResourceV1().ResourceClaims(c.ns).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+	pr.env = pr.envs[spec.Spec.Containers[0].Name]
+	for _, claimName := range podClaimNames(pod) {
+		cl, err := c.cfg.Client.ResourceV1().ResourceClaims(c.ns).Get(ctx, claimName, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("get claim %s of pod %s: %w", *s.ResourceClaimName, name, err)
+			return nil, fmt.Errorf("get claim %s of pod %s: %w", claimName, name, err)
 		}
 		pr.claims = append(pr.claims, cl)
 		for _, a := range ownResults(c.cfg.DriverName, cl) {
@@ -475,7 +624,8 @@ func (c *clusterRun) start(ctx context.Context, name string, claims ...corev1.Po
 		}
 	}
 	if before != nil {
-		pr.made = created(before, c.socket.snapshotCDI(ctx))
+		after := c.socket.snapshotCDI(ctx)
+		pr.made = ownMade(created(before, after), after, pr.claims)
 		if len(pr.made.devices) > 0 {
 			cache, _, err := c.socket.cdiCache(ctx)
 			if err == nil {
@@ -488,8 +638,100 @@ func (c *clusterRun) start(ctx context.Context, name string, claims ...corev1.Po
 			}
 		}
 	}
+	for _, d := range pr.devices {
+		c.namesDevices = c.namesDevices || c.seen(pr.env, d)
+	}
 	c.pods[name] = pr
 	return pr, nil
+}
+
+// podClaimNames returns the names of a pod's ResourceClaims: those it
+// names, and those generated from its templates (pod status).
+func podClaimNames(pod *corev1.Pod) []string {
+	var out []string
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			out = append(out, *pc.ResourceClaimName)
+		}
+	}
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			out = append(out, *s.ResourceClaimName)
+		}
+	}
+	return out
+}
+
+// parseEnv reads the environment a container printed (envScript).
+func parseEnv(logs string) map[string]string {
+	env := map[string]string{}
+	for _, l := range strings.Split(logs, "\n") {
+		if l == "---drakit-env-end---" {
+			break
+		}
+		if k, v, ok := strings.Cut(l, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// uidPattern matches an object UID (a UUID) inside a CDI device or file
+// name.
+var uidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// ownMade keeps of made the CDI devices that belong to claims: those
+// whose names, or the names of the spec files in after that define them,
+// carry the UID of one of claims; when there are none, those that carry
+// no UID at all. A device that carries only other UIDs belongs to
+// another claim (a run for another driver on the node, say).
+func ownMade(made cdiMade, after *cdiState, claims []*resourceapi.ResourceClaim) cdiMade {
+	if after == nil {
+		return made
+	}
+	ours := func(s string) bool {
+		for _, cl := range claims {
+			if cl.UID != "" && strings.Contains(s, string(cl.UID)) {
+				return true
+			}
+		}
+		return false
+	}
+	var own, anonymous []string
+	for _, d := range made.devices {
+		switch {
+		case ours(d) || ours(after.devices[d]):
+			own = append(own, d)
+		case !uidPattern.MatchString(d) && !uidPattern.MatchString(after.devices[d]):
+			anonymous = append(anonymous, d)
+		}
+	}
+	if len(own) == 0 {
+		own = anonymous
+	}
+	var files []string
+	for _, f := range made.files {
+		if ours(f) || !uidPattern.MatchString(f) {
+			files = append(files, f)
+		}
+	}
+	return cdiMade{devices: own, files: files}
+}
+
+// createFailed returns why the container runtime refused to create a
+// container of the pod for its CDI devices (waiting reason
+// CreateContainerError, naming CDI), or "". That comes after the kubelet
+// prepared the pod's claims, and retries fail the same way, so the suite
+// does not wait for the pod any longer. Other create errors can be
+// passing (containerd's "name is reserved" under load): those it waits
+// out.
+func createFailed(p *corev1.Pod) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil && w.Reason == "CreateContainerError" && strings.Contains(strings.ToLower(w.Message), "cdi") {
+			return fmt.Sprintf("container %s waiting: %s %s", s.Name, w.Reason, w.Message)
+		}
+	}
+	return ""
 }
 
 // podWhy summarizes why a pod does not run.

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 )
 
@@ -20,43 +22,61 @@ type clusterEntry struct {
 	run func(c *clusterRun, ctx context.Context) outcome
 }
 
-func ck(id string, level Level, desc, rule string, run func(*clusterRun, context.Context) outcome) clusterEntry {
+// ck makes a cluster check; needs are the earlier checks whose pods or
+// driver restart it uses (run, unreported, when Only leaves them out).
+func ck(id string, level Level, desc, rule string, run func(*clusterRun, context.Context) outcome, needs ...string) clusterEntry {
 	cat, _, _ := strings.Cut(id, ".")
-	return clusterEntry{Check: Check{ID: id, Category: cat, Description: desc, Rule: rule, Level: level}, run: run}
+	return clusterEntry{Check: Check{ID: id, Category: cat, Description: desc, Rule: rule, Level: level, Needs: needs}, run: run}
 }
 
 // clusterCatalogue lists cluster mode's checks in run order. Later checks
-// use the pods earlier ones started, and skip when those did not start.
+// use the pods earlier ones started (Check.Needs), and skip when those
+// did not start.
 var clusterCatalogue = []clusterEntry{
 	ck("pod.starts", Must, "a pod with a claim from a ResourceClaimTemplate runs on the node",
-		"kubelet (pkg/kubelet/cm/dra/manager.go PrepareResources): a pod's containers start only once the driver prepared every claim of the pod",
+		"kubelet (pkg/kubelet/cm/dra/manager.go PrepareResources): a pod's containers start only once the driver prepared every claim of the pod; the container runtime then resolves and applies each CDI ID the driver returned (CDI spec: an ID is vendor/class=name and must be defined by a spec on the node), or the container is not created",
 		(*clusterRun).checkStarts),
 	ck("pod.cdi-edits", Must, "the container sees its device's CDI edits (environment)",
 		"kubelet hands the CDI IDs from NodePrepareResources to the runtime (pkg/kubelet/cm/dra/manager.go GetResources); the runtime applies their edits to the container (CDI spec). Judged by the spec's environment where the node's CDI specs are readable, else by the device's name or attribute values in the environment",
-		(*clusterRun).checkCDIEdits),
+		(*clusterRun).checkCDIEdits, "pod.starts"),
 	ck("pod.isolation", Must, "a container sees none of another claim's device edits",
 		"kubelet: a container gets the CDI devices of its own claims only (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList); edits of another claim's device hand it a device the scheduler gave someone else",
-		(*clusterRun).checkIsolation),
+		(*clusterRun).checkIsolation, "pod.starts"),
 	ck("pod.two-devices", Must, "a container with two devices of one claim sees both devices' edits",
 		"container runtime (CDI library): a variable set by two devices keeps the later value, so a container with both loses the first device's setting; with a matchAttribute constraint where two devices share an attribute",
 		(*clusterRun).checkTwoDevices),
+	ck("pod.request-names", Must, "two containers, each naming one request of a claim with two, see each its own request's device",
+		"api.proto Device.request_names: \"If empty, the device is associated with all requests\"; the kubelet gives a container that names a request the devices whose request names contain it or are empty (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList), so a wrong name hides the device and a missing one hands it to the other request's container too",
+		(*clusterRun).checkRequestNames, "pod.starts"),
+	ck("pod.two-claims", Must, "a pod with two claims of the driver runs and its container sees both claims' devices",
+		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): a pod's claims of one driver go in one NodePrepareResources call; a result for each is required (\"NodePrepareResources skipped %d ResourceClaims\" otherwise) and the pod does not start",
+		(*clusterRun).checkTwoClaims),
+	ck("pod.two-claims-env", Should, "the devices of a pod's two claims set no environment variable to two values",
+		"container runtime (CDI library): a variable set by two CDI devices keeps the later value, so a container with both claims loses the other claim's setting; each claim is prepared on its own (api.proto NodePrepareResources), so only names of its own per device avoid that: advice, where pod.two-devices is a MUST inside one claim",
+		(*clusterRun).checkTwoClaimsEnv, "pod.two-claims"),
 	ck("pod.shared-claim", Must, "a claim shared by two pods gives both the same device edits",
 		"kubelet: a claim reserved for several pods is prepared once and its CDI devices go to every pod that uses it (pkg/kubelet/cm/dra/manager.go)",
 		(*clusterRun).checkSharedClaim),
-	ck("pod.unprepare", Must, "deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again",
-		"kubelet unprepares a claim when no pod on the node uses it any more (pkg/kubelet/cm/dra/manager.go UnprepareResources); a driver that keeps the device marked in use refuses its next claim",
-		(*clusterRun).checkUnprepare),
 	ck("pod.first-available", Must, "a claim with firstAvailable subrequests runs with the subrequest the scheduler chose",
 		"KEP-4816: the kubelet matches the device to containers by the base request name (pkg/kubelet/cm/dra/claiminfo.go)",
 		(*clusterRun).checkFirstAvailable),
+	ck("pod.unprepare", Must, "deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again",
+		"kubelet unprepares a claim when no pod on the node uses it any more (pkg/kubelet/cm/dra/manager.go UnprepareResources); api.proto NodeUnprepareResources: the driver frees what prepare set up, its CDI devices included (a spec left behind hands the device to whatever names its ID); a driver that keeps the device marked in use refuses its next claim",
+		(*clusterRun).checkUnprepare, "pod.starts"),
 	ck("pod.admin-access", Must, "an admin-access claim on a device in use runs",
 		"KEP-5018: admin access grants a device that is in use (namespace labeled resource.kubernetes.io/admin-access=true); the driver must not refuse it as double use",
-		(*clusterRun).checkAdminAccess),
+		(*clusterRun).checkAdminAccess, "pod.unprepare"),
 	ck("pod.driver-restart", Must, "pods keep running while the driver's pod is replaced, and the new one unprepares their claims",
-		"kubeletplugin DRAPlugin contract: prepared claims survive a driver restart (rolling update, crash); the kubelet does not restart running containers for it",
-		(*clusterRun).checkDriverRestart),
+		"kubeletplugin DRAPlugin contract: prepared claims survive a driver restart (rolling update, crash); the kubelet does not restart running containers for it, and it unprepares claims prepared before the restart with the new driver (pkg/kubelet/cm/dra/manager.go UnprepareResources), which must then remove their CDI devices",
+		(*clusterRun).checkDriverRestart, "pod.unprepare"),
+	ck("pod.restart-same-edits", Must, "a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees",
+		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): a claim already prepared is not prepared again for a new pod, which gets the CDI IDs the driver returned before its restart; the runtime resolves them against the specs as they are now, so after a restart an ID must inject what it did before",
+		(*clusterRun).checkRestartSameEdits, "pod.driver-restart"),
+	ck("pod.restart-device-names", Must, "the devices that running pods were allocated are still published under their names after the driver's restart",
+		"resource.k8s.io/v1 DeviceRequestAllocationResult names a device by pool and name, and the scheduler counts a device as allocated by that name (k8s.io/dynamic-resource-allocation/structured): a device published under a new name looks free and is handed to a second claim while a pod uses it",
+		(*clusterRun).checkRestartDeviceNames, "pod.driver-restart"),
 	ck("pod.health", Should, "device health reaches the pod status",
-		"KEP-4680: with feature gate ResourceHealthStatus the kubelet puts the health the driver streams into status.containerStatuses[].allocatedResourcesStatus; skipped where the cluster shows none",
+		"KEP-4680: with feature gate ResourceHealthStatus (beta, on by default since 1.36) the kubelet puts the health the driver streams into status.containerStatuses[].allocatedResourcesStatus (pkg/kubelet/cm/dra/manager.go UpdateAllocatedResourcesStatus); skipped where the status shows none or only Unknown (the driver streams no health, or the feature is off)",
 		(*clusterRun).checkHealth),
 }
 
@@ -345,8 +365,8 @@ func (c *clusterRun) checkTwoDevices(ctx context.Context) outcome {
 	if err != nil {
 		return fail("%v", err)
 	}
-	// Two devices may not be free with pods one and two running.
-	_ = c.stop(ctx, "two")
+	// Two devices may not be free with other pods running.
+	c.stopAll(ctx)
 	pr, err := c.start(ctx, "pair", tpl)
 	if err != nil {
 		if constraint != "" {
@@ -379,12 +399,221 @@ func (c *clusterRun) checkTwoDevices(ctx context.Context) outcome {
 	return pass("the container names both devices %s%s (CDI specs not readable: judged by names and attributes)", strings.Join(pr.devices, ", "), with)
 }
 
+// stopAll deletes the suite's running pods (so that their devices are
+// free for the next check's pod) and waits until they are gone.
+func (c *clusterRun) stopAll(ctx context.Context) {
+	names := make([]string, 0, len(c.pods))
+	for n := range c.pods {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	_ = c.stop(ctx, names...)
+}
+
+func (c *clusterRun) checkRequestNames(ctx context.Context) outcome {
+	if len(c.devices) < 2 {
+		return skip("the driver publishes one device on the node: no claim with two requests")
+	}
+	tpl, err := c.template(ctx, "names", claimSpec(exactRequest("a", c.class, 1), exactRequest("b", c.class, 1)))
+	if err != nil {
+		return fail("%v", err)
+	}
+	c.stopAll(ctx)
+	pr, err := c.startWith(ctx, "names", []corev1.PodResourceClaim{tpl}, []container{
+		{name: "a", claims: []corev1.ResourceClaim{{Name: tpl.Name, Request: "a"}}},
+		{name: "b", claims: []corev1.ResourceClaim{{Name: tpl.Name, Request: "b"}}},
+	})
+	if err != nil {
+		return fail("a pod whose containers a and b each name one request (a, b) of a claim: %v", err)
+	}
+	byReq := map[string][]string{}
+	for _, cl := range pr.claims {
+		for _, a := range ownResults(c.cfg.DriverName, cl) {
+			byReq[a.Request] = append(byReq[a.Request], a.Device)
+		}
+	}
+	alloc := fmt.Sprintf("request a: %s, request b: %s", strings.Join(byReq["a"], ","), strings.Join(byReq["b"], ","))
+	var f failures
+	if ids := distinctEdits(pr.edits); len(ids) > 0 {
+		for _, id := range ids {
+			var seenBy []string
+			for _, ct := range []string{"a", "b"} {
+				if contains(pr.envs[ct], pr.edits[id]) {
+					seenBy = append(seenBy, ct)
+				}
+			}
+			switch len(seenBy) {
+			case 0:
+				f.add("neither container sees CDI device %s (%s): the kubelet gives a container the devices whose request names contain the request it names; were they returned with another request's name?", id, envList(pr.edits[id]))
+			case 2:
+				f.add("both containers see CDI device %s (%s), though each names another request and each request has its own device: it was returned with no request names (the kubelet reads none as all requests) or with both", id, envList(pr.edits[id]))
+			}
+		}
+		return f.outcome("containers a and b each see only the CDI device of their own request (%s)", alloc)
+	}
+	if len(byReq["a"]) != 1 || len(byReq["b"]) != 1 || byReq["a"][0] == byReq["b"][0] {
+		return skip("without the node's CDI specs the suite tells devices apart by name only, and the requests did not get one distinct device each (%s)", alloc)
+	}
+	named := 0
+	for _, ct := range []string{"a", "b"} {
+		other := "b"
+		if ct == "b" {
+			other = "a"
+		}
+		if c.seen(pr.envs[ct], byReq[ct][0]) {
+			named++
+		} else {
+			f.add("container %s does not name its request's device %s", ct, byReq[ct][0])
+		}
+		if c.seen(pr.envs[ct], byReq[other][0]) {
+			named++
+			f.add("container %s names device %s of request %s, which it does not name (request names missing?)", ct, byReq[other][0], other)
+		}
+	}
+	if named == 0 && !c.namesDevices {
+		return skip("without the node's CDI specs the suite cannot tell what the containers should see, and neither names a device of the claim (%s)", alloc)
+	}
+	return f.outcome("containers a and b each name only their own request's device (%s; CDI specs not readable: judged by names and attributes)", alloc)
+}
+
+// distinctEdits returns the CDI devices of edits, sorted, whose
+// environment another one's does not contain (those can be told apart in
+// a container).
+func distinctEdits(edits map[string]map[string]string) []string {
+	var out []string
+	for id, env := range edits {
+		if len(env) == 0 {
+			continue
+		}
+		distinct := true
+		for other, oenv := range edits {
+			if other != id && contains(oenv, env) {
+				distinct = false
+				break
+			}
+		}
+		if distinct {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// contains reports whether env has every variable of sub, with its value.
+func contains(env, sub map[string]string) bool {
+	for k, v := range sub {
+		if got, ok := env[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// envList shows an environment as sorted K=V.
+func envList(env map[string]string) string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func (c *clusterRun) checkTwoClaims(ctx context.Context) outcome {
+	if len(c.devices) < 2 {
+		return skip("the driver publishes one device on the node: no second claim")
+	}
+	first, err := c.template(ctx, "claims-a", c.oneDevice(""))
+	if err != nil {
+		return fail("%v", err)
+	}
+	second, err := c.template(ctx, "claims-b", c.oneDevice(""))
+	if err != nil {
+		return fail("%v", err)
+	}
+	first.Name, second.Name = "a", "b"
+	c.stopAll(ctx)
+	pr, err := c.start(ctx, "claims", first, second)
+	if err != nil {
+		return fail("a pod with two claims of the driver: %v", err)
+	}
+	if len(pr.claims) != 2 {
+		return fail("pod claims runs with %d claims, want 2", len(pr.claims))
+	}
+	if pr.edits != nil {
+		// A variable that both claims' devices set, to different
+		// values, is pod.two-claims-env's matter: the container sees
+		// one of them either way.
+		collide := collisions(pr.edits)
+		c.claimCollisions = []string{}
+		for _, k := range collide {
+			c.claimCollisions = append(c.claimCollisions, fmt.Sprintf("%s (the container has %s)", k, shown(pr.env, k)))
+		}
+		perDevice := map[string]map[string]string{}
+		for id, env := range pr.edits {
+			perDevice[id] = map[string]string{}
+			for k, v := range env {
+				if !slices.Contains(collide, k) {
+					perDevice[id][k] = v
+				}
+			}
+		}
+		if miss := missingEdits(pr, perDevice); len(miss) > 0 {
+			return fail("the container with two claims (devices %s) lacks some of their CDI edits: %s", strings.Join(pr.devices, ", "), strings.Join(miss, "; "))
+		}
+		return pass("the container with two claims (devices %s) sees the environment of all %d CDI devices (variables both set aside: see pod.two-claims-env)", strings.Join(pr.devices, ", "), len(pr.edits))
+	}
+	var unseen []string
+	for _, d := range pr.devices {
+		if !c.seen(pr.env, d) {
+			unseen = append(unseen, d)
+		}
+	}
+	if len(unseen) > 0 && (len(unseen) < len(pr.devices) || c.namesDevices) {
+		return fail("the container with two claims (devices %s) does not name %s (CDI specs not readable: judged by names and attributes)", strings.Join(pr.devices, ", "), strings.Join(unseen, ", "))
+	}
+	return pass("a pod with two claims (devices %s) runs (CDI specs not readable: judged by names and attributes where the environment shows them)", strings.Join(pr.devices, ", "))
+}
+
+// collisions returns the variables that two CDI devices of edits set to
+// different values, sorted.
+func collisions(edits map[string]map[string]string) []string {
+	values := map[string]map[string]bool{}
+	for _, env := range edits {
+		for k, v := range env {
+			if values[k] == nil {
+				values[k] = map[string]bool{}
+			}
+			values[k][v] = true
+		}
+	}
+	var out []string
+	for k, vs := range values {
+		if len(vs) > 1 {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *clusterRun) checkTwoClaimsEnv(ctx context.Context) outcome {
+	switch {
+	case c.claimCollisions == nil:
+		return skip("needs pod claims with the node's CDI specs readable (see pod.two-claims)")
+	case len(c.claimCollisions) > 0:
+		return fail("the devices of the two claims of pod claims set the same variables to different values, so its container sees only one claim's: %s; give each device its own variable names (a claim-wide variable is right for a container with one claim only)", strings.Join(c.claimCollisions, "; "))
+	}
+	return pass("the devices of the two claims of pod claims set no variable to two values")
+}
+
 func (c *clusterRun) checkSharedClaim(ctx context.Context) outcome {
 	cl, err := c.claim(ctx, "shared", c.oneDevice(""))
 	if err != nil {
 		return fail("%v", err)
 	}
-	_ = c.stop(ctx, "pair")
+	c.stopAll(ctx)
 	s1, err := c.start(ctx, "shared-1", cl)
 	if err != nil {
 		return fail("the first pod of a shared claim: %v", err)
@@ -491,6 +720,7 @@ func (c *clusterRun) checkFirstAvailable(ctx context.Context) outcome {
 	if err != nil {
 		return fail("%v", err)
 	}
+	c.stopAll(ctx)
 	pr, err := c.start(ctx, "first", tpl)
 	if err != nil {
 		return fail("a pod with a firstAvailable claim: %v", err)
@@ -541,11 +771,7 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	if c.cfg.DriverPodSelector == "" {
 		return skip("needs the driver's pod (ClusterConfig.DriverNamespace and DriverPodSelector, --driver-namespace, --driver-pod-selector)")
 	}
-	var running []*podRun
-	for _, pr := range c.pods {
-		running = append(running, pr)
-	}
-	if len(running) == 0 {
+	if len(c.pods) == 0 {
 		return skip("no pod of the suite runs")
 	}
 	pods := c.cfg.Client.CoreV1().Pods(c.cfg.DriverNamespace)
@@ -553,6 +779,29 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	if err != nil || len(list.Items) == 0 {
 		return skip("no driver pod on the node matches %s in namespace %s (%v)", c.cfg.DriverPodSelector, c.cfg.DriverNamespace, err)
 	}
+	seen := &restartSeen{}
+	c.restart = seen
+	// A pod with a claim of its own (not from a template), so that a
+	// second pod can use the claim after the restart
+	// (pod.restart-same-edits).
+	if keep, err := c.claim(ctx, "keep", c.oneDevice("")); err != nil {
+		seen.keepErr = err
+	} else if seen.keep, err = c.start(ctx, "keep", keep); err != nil {
+		seen.keepErr = err
+		_ = c.stop(ctx, "keep")
+	}
+	var running []*podRun
+	for _, pr := range c.pods {
+		running = append(running, pr)
+		for _, cl := range pr.claims {
+			for _, a := range ownResults(c.cfg.DriverName, cl) {
+				seen.allocated = append(seen.allocated, a.Pool+"/"+a.Device)
+			}
+		}
+	}
+	sort.Strings(seen.allocated)
+	seen.allocated = slices.Compact(seen.allocated)
+	seen.generations, _ = c.poolGenerations(ctx)
 	for _, p := range list.Items {
 		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 			return fail("delete driver pod %s: %v", p.Name, err)
@@ -575,6 +824,7 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 				for _, cond := range p.Status.Conditions {
 					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 						next = p.Name
+						seen.next, seen.started = p.Name, cond.LastTransitionTime.Time
 					}
 				}
 			}
@@ -628,6 +878,117 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	return f.outcome("driver pod %s replaced by %s; %d pods kept running; device %s unprepared and prepared again by the new driver", list.Items[0].Name, next, len(running), c.freed)
 }
 
+// poolGenerations returns the generation of each of the driver's pools
+// on the node, and the devices they publish (pool/name).
+func (c *clusterRun) poolGenerations(ctx context.Context) (map[string]int64, map[string]bool) {
+	list, err := c.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", c.cfg.DriverName).String()})
+	if err != nil {
+		return nil, nil
+	}
+	gens, devices := map[string]int64{}, map[string]bool{}
+	for _, sl := range list.Items {
+		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != c.cfg.NodeName {
+			continue
+		}
+		if g := sl.Spec.Pool.Generation; g > gens[sl.Spec.Pool.Name] {
+			gens[sl.Spec.Pool.Name] = g
+		}
+	}
+	for _, sl := range list.Items {
+		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != c.cfg.NodeName || sl.Spec.Pool.Generation != gens[sl.Spec.Pool.Name] {
+			continue
+		}
+		for _, d := range sl.Spec.Devices {
+			devices[sl.Spec.Pool.Name+"/"+d.Name] = true
+		}
+	}
+	return gens, devices
+}
+
+func (c *clusterRun) checkRestartSameEdits(ctx context.Context) outcome {
+	seen := c.restart
+	if seen == nil {
+		return skip("the driver's pod was not replaced (see pod.driver-restart)")
+	}
+	if seen.keep == nil {
+		return skip("pod keep, with a claim of its own, did not start before the restart: %v", seen.keepErr)
+	}
+	name := *seen.keep.pod.Spec.ResourceClaims[0].ResourceClaimName
+	pr, err := c.start(ctx, "keep-2", corev1.PodResourceClaim{Name: "claim", ResourceClaimName: &name})
+	if err != nil {
+		return fail("a second pod for claim %s, prepared before the driver's restart, does not run: %v", name, err)
+	}
+	var f failures
+	keys := map[string]bool{}
+	for k := range seen.keep.env {
+		keys[k] = true
+	}
+	for k := range pr.env {
+		keys[k] = true
+	}
+	var sorted []string
+	for k := range keys {
+		if k != "HOSTNAME" {
+			sorted = append(sorted, k)
+		}
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		if before, after := shown(seen.keep.env, k), shown(pr.env, k); before != after {
+			f.add("%s in pod keep (started before the restart), %s in pod keep-2 (after)", before, after)
+		}
+	}
+	if len(f) > 0 {
+		return fail("pods keep and keep-2 use one claim (device %s) but their containers differ: %s; the kubelet did not prepare the claim again, so the driver's CDI specs now inject something else for the same CDI IDs (keep what an ID injects across restarts)", strings.Join(seen.keep.devices, ","), strings.Join(f, "; "))
+	}
+	return pass("pod keep-2, started after the restart with claim %s (device %s), sees what pod keep saw before it", name, strings.Join(seen.keep.devices, ","))
+}
+
+// republishWait is how long after the new driver pod is ready
+// pod.restart-device-names waits for it to publish, when its pools'
+// generations do not change (a driver that publishes the same slices
+// leaves them alone).
+const republishWait = 10 * time.Second
+
+func (c *clusterRun) checkRestartDeviceNames(ctx context.Context) outcome {
+	seen := c.restart
+	if seen == nil || seen.next == "" {
+		return skip("the driver's pod was not replaced (see pod.driver-restart)")
+	}
+	if len(seen.allocated) == 0 {
+		return skip("no pod that ran through the restart has a device of the driver")
+	}
+	// Judge the slices once the new driver has published: its pools'
+	// generations changed, or republishWait passed.
+	deadline := seen.started.Add(republishWait)
+	var missing []string
+	for {
+		gens, devices := c.poolGenerations(ctx)
+		changed := false
+		for pool, g := range gens {
+			changed = changed || g != seen.generations[pool]
+		}
+		missing = missing[:0]
+		for _, d := range seen.allocated {
+			if !devices[d] {
+				missing = append(missing, d)
+			}
+		}
+		if changed && len(missing) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if len(missing) > 0 {
+		return fail("after the driver's pod was replaced (by %s), its slices no longer publish %s, allocated to pods that still run: the scheduler now sees those devices under other names as free and can give them to another claim (publish stable device names)", seen.next, strings.Join(limit(missing, 10), ", "))
+	}
+	return pass("the %d devices allocated to pods that ran through the restart are still published under their names", len(seen.allocated))
+}
+
 func (c *clusterRun) checkHealth(ctx context.Context) outcome {
 	var pr *podRun
 	for _, p := range c.pods {
@@ -644,18 +1005,23 @@ func (c *clusterRun) checkHealth(ctx context.Context) outcome {
 			return skip("%v", err)
 		}
 		var seen []string
+		known := false
 		for _, s := range p.Status.ContainerStatuses {
 			for _, rs := range s.AllocatedResourcesStatus {
 				for _, r := range rs.Resources {
 					seen = append(seen, fmt.Sprintf("%s %s", r.ResourceID, r.Health))
+					known = known || r.Health != corev1.ResourceHealthStatusUnknown
 				}
 			}
 		}
-		if len(seen) > 0 {
+		if known {
 			return pass("pod %s's status shows device health: %s", pr.name, strings.Join(seen, ", "))
 		}
 		if time.Now().After(deadline) {
-			return skip("pod %s's status shows no device health within 10 s: the cluster has feature gate ResourceHealthStatus off, or the driver streams no health", pr.name)
+			if len(seen) > 0 {
+				return skip("pod %s's status shows only Unknown device health within 10 s (%s): the driver streams no health for its devices (no health service, or it stopped reporting; a pod cannot tell which)", pr.name, strings.Join(seen, ", "))
+			}
+			return skip("pod %s's status shows no device health within 10 s: the cluster has feature gate ResourceHealthStatus off", pr.name)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

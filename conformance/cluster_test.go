@@ -2,10 +2,16 @@ package conformance_test
 
 import (
 	"context"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drakit/drakit/conformance"
@@ -13,96 +19,234 @@ import (
 	"github.com/drakit/drakit/internal/cluster/clustertest"
 )
 
+// clusterCases are the test driver's variants that cluster mode is run
+// against, each deployed as a DaemonSet of its own driver name on the
+// real node. For a defect, cluster mode must fail the check named in
+// want (only the checks in only are reported), and socket mode, run
+// against the same deployed driver, must catch it with check socket; a
+// correct variant must get exactly want (a defect too, where want is
+// set). Defects that no pod can show
+// are listed, with the reason, in doc.go. Keep in sync with the table
+// there.
+var clusterCases = []struct {
+	name   string
+	args   []string // test driver flags
+	only   []string // cluster checks reported; nil: all
+	want   map[string]conformance.Status
+	socket string // defects: the socket-mode check that catches it
+	// noCDI: cluster mode also catches it without the node's CDI specs.
+	noCDI bool
+	// ci: run in the README's test command; the others only with
+	// DRAKIT_CONFORMANCE_MATRIX=1.
+	ci bool
+}{
+	// Correct drivers.
+	{name: "correct", ci: true},
+	{name: "names-if-needed", args: []string{"-names-if-needed"}, only: []string{"pod.request-names", "pod.two-claims"}, ci: true},
+	{name: "shared-spec", args: []string{"-shared-spec"}, only: []string{"pod.unprepare", "pod.driver-restart", "pod.restart-same-edits"}},
+	{name: "no-cdi", args: []string{"-no-cdi"}, only: []string{"pod.starts", "pod.cdi-edits", "pod.two-devices", "pod.request-names", "pod.unprepare"},
+		want: map[string]conformance.Status{"pod.cdi-edits": conformance.Skip, "pod.two-devices": conformance.Skip, "pod.request-names": conformance.Skip}},
+	{name: "pods-only", args: []string{"-pods-only"}, only: []string{"pod.starts", "pod.shared-claim", "pod.two-claims"}},
+	{name: "health-empty", args: []string{"-health-empty"}, only: []string{"pod.starts", "pod.health"},
+		want: map[string]conformance.Status{"pod.health": conformance.Skip}},
+	{name: "one-device", args: []string{"-devices", "1", "-partitionable=false", "-shared=false", "-health=false"},
+		want: map[string]conformance.Status{
+			"pod.isolation": conformance.Skip, "pod.two-devices": conformance.Skip, "pod.request-names": conformance.Skip,
+			"pod.two-claims": conformance.Skip, "pod.two-claims-env": conformance.Skip, "pod.restart-same-edits": conformance.Skip, "pod.health": conformance.Skip,
+		}},
+
+	// Defects a pod shows.
+	// Its devices collide across claims too (pod.two-claims-env, SHOULD,
+	// judged with the CDI specs only).
+	{name: "colliding-env", args: []string{"-defect", "colliding-env"}, only: []string{"pod.two-devices"}, socket: "prepare.cdi-env", noCDI: true, ci: true},
+	{name: "colliding-env-claims", args: []string{"-defect", "colliding-env"}, only: []string{"pod.two-claims-env"}, socket: "prepare.cdi-env",
+		want: map[string]conformance.Status{"pod.two-claims-env": conformance.Warn}},
+	{name: "cdi-unresolvable", args: []string{"-defect", "cdi-unresolvable"}, only: []string{"pod.starts"}, socket: "prepare.cdi-resolve", noCDI: true},
+	{name: "bad-cdi-id", args: []string{"-defect", "bad-cdi-id"}, only: []string{"pod.starts"}, socket: "prepare.cdi-ids-format"},
+	{name: "wrong-request-names", args: []string{"-defect", "wrong-request-names"}, only: []string{"pod.request-names"}, socket: "prepare.request-names", noCDI: true, ci: true},
+	{name: "missing-request-names", args: []string{"-defect", "missing-request-names"}, only: []string{"pod.request-names"}, socket: "prepare.request-names"},
+	{name: "skip-claim", args: []string{"-defect", "skip-claim"}, only: []string{"pod.two-claims"}, socket: "prepare.result-per-claim"},
+	{name: "leak-cdi", args: []string{"-defect", "leak-cdi"}, only: []string{"pod.unprepare"}, socket: "unprepare.cleanup"},
+	{name: "leak-cdi-entry", args: []string{"-defect", "leak-cdi-entry", "-shared-spec"}, only: []string{"pod.unprepare"}, socket: "unprepare.cleanup"},
+	{name: "admin-guard", args: []string{"-defect", "admin-guard"}, only: []string{"pod.admin-access"}, socket: "allocation.admin-access"},
+	{name: "forget-on-restart", args: []string{"-defect", "forget-on-restart"}, only: []string{"pod.driver-restart"}, socket: "restart.unprepare", ci: true},
+	{name: "restart-new-edits", args: []string{"-defect", "restart-new-edits"}, only: []string{"pod.restart-same-edits"}, socket: "restart.still-prepared", noCDI: true},
+	{name: "unstable-names", args: []string{"-defect", "unstable-names"}, only: []string{"pod.restart-device-names"}, socket: "restart.device-names"},
+}
+
 // TestCluster runs cluster mode on the local real node against the test
-// driver deployed as a DaemonSet: the correct driver passes every check
-// it can set up, and one whose devices overwrite each other's
-// environment variable (colliding-env) is caught by cluster mode
-// (pod.two-devices, with and without the node's CDI specs) and by socket
-// mode (prepare.cdi-env) run against the same deployed driver.
+// driver deployed as DaemonSets, one per case of clusterCases, side by
+// side: the correct variants get the results they should, and each
+// defect is caught by cluster mode and by socket mode run against the
+// same deployed driver, so that both modes agree. The README's test
+// command runs the cases marked ci; DRAKIT_CONFORMANCE_MATRIX=1 runs all.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster with a real node")
 	}
+	all := os.Getenv("DRAKIT_CONFORMANCE_MATRIX") == "1"
 	bin := buildStaticTestDriver(t)
 	c := clustertest.Start(t, cluster.WithNode())
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
-	const good, bad = "good.cluster.drakit.dev", "env.cluster.drakit.dev"
-	goodSet := deployTestDriver(t, ctx, c, bin, good, "cluster-good")
-	deployTestDriver(t, ctx, c, bin, bad, "cluster-env", "-defect", "colliding-env")
-	for _, driver := range []string{good, bad} {
-		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+
+	type deployed struct {
+		driver string
+		set    testDriverSet
+	}
+	drivers := map[string]deployed{}
+	for _, tc := range clusterCases {
+		if !tc.ci && !all {
+			continue
+		}
+		driver := tc.name + ".cluster.drakit.dev"
+		drivers[tc.name] = deployed{driver, deployTestDriver(t, ctx, c, bin, driver, "cluster-"+tc.name, tc.args...)}
+	}
+	for name, d := range drivers {
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + d.driver})
 			return err == nil && len(l.Items) > 0, nil
 		}); err != nil {
-			t.Fatalf("driver %s publishes no slices: %v", driver, err)
-		}
-	}
-	cfg := func(driver string) conformance.ClusterConfig {
-		return conformance.ClusterConfig{
-			DriverName: driver, NodeName: c.NodeName, Client: c.Client,
-			Image: c.Images.Busybox, CDIDirs: []string{c.CDIDir},
-			Progress: testWriter{t}, PodTimeout: time.Minute,
+			t.Fatalf("driver %s (%s) publishes no slices: %v", d.driver, name, err)
 		}
 	}
 
-	t.Run("correct", func(t *testing.T) {
-		cc := cfg(good)
-		cc.DriverNamespace, cc.DriverPodSelector = testDriverNS, goodSet.selector()
-		rep, err := conformance.RunCluster(ctx, cc)
-		if err != nil {
-			t.Fatalf("RunCluster: %v", err)
-		}
-		for _, res := range rep.Results {
-			switch {
-			case res.Status == conformance.Fail || res.Status == conformance.Warn:
-				t.Errorf("%s %s: %s", res.ID, res.Status, res.Message)
-			case res.Status == conformance.Skip && res.ID != "pod.health":
-				t.Errorf("%s skipped: %s", res.ID, res.Message)
-			default:
-				t.Logf("%s %s: %s", res.ID, res.Status, res.Message)
-			}
-		}
-		if len(rep.Results) != len(conformance.ClusterChecks()) {
-			t.Errorf("%d results, want one per check (%d)", len(rep.Results), len(conformance.ClusterChecks()))
-		}
-		left, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: conformance.ClusterLabel})
-		if err != nil || len(left.Items) > 0 {
-			t.Errorf("namespaces left after the run: %v %v", left, err)
+	// Lines of the agreement table, printed at the end.
+	var mu sync.Mutex
+	var table []string
+	row := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		table = append(table, line)
+	}
+	t.Cleanup(func() {
+		for _, l := range table {
+			t.Log(l)
 		}
 	})
 
-	t.Run("colliding-env", func(t *testing.T) {
-		// Cluster mode, with the node's CDI specs and without.
-		for _, cdi := range []bool{true, false} {
-			cc := cfg(bad)
-			if !cdi {
-				cc.CDIDirs = nil
-			}
-			cc.Only = []string{"pod.two-devices"}
-			rep, err := conformance.RunCluster(ctx, cc)
-			if err != nil {
-				t.Fatalf("RunCluster: %v", err)
-			}
-			if res, _ := rep.Result("pod.two-devices"); res.Status != conformance.Fail {
-				t.Errorf("cluster mode (CDI specs read: %v): pod.two-devices %s (%s), want fail", cdi, res.Status, res.Message)
-			} else {
-				t.Logf("cluster mode (CDI specs read: %v) caught it: %s", cdi, res.Message)
-			}
+	// All cases at once, each subtest in a goroutine of its own (not
+	// t.Parallel, which go test limits to GOMAXPROCS at a time): the
+	// runs mostly wait for pods and the driver restarts.
+	var wg sync.WaitGroup
+	for _, tc := range clusterCases {
+		d, ok := drivers[tc.name]
+		if !ok {
+			continue
 		}
-		// Socket mode against the same deployed driver.
-		rep, err := conformance.Run(ctx, conformance.Config{
-			DriverName: bad, NodeName: c.NodeName, Client: c.Client,
-			RegistrationPath: c.PluginRegistryDir, CDIDirs: []string{c.CDIDir},
-			Only: []string{"prepare.cdi-env"}, PublishTimeout: time.Minute,
-		})
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if res, _ := rep.Result("prepare.cdi-env"); res.Status != conformance.Fail {
-			t.Errorf("socket mode: prepare.cdi-env %s (%s), want fail", res.Status, res.Message)
-		} else {
-			t.Logf("socket mode caught it: %s", res.Message)
-		}
-	})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(tc.name, func(t *testing.T) {
+				cdiModes := []bool{true}
+				if tc.noCDI {
+					cdiModes = append(cdiModes, false)
+				}
+				var verdicts []string
+				for _, cdi := range cdiModes {
+					cc := conformance.ClusterConfig{
+						DriverName: d.driver, NodeName: c.NodeName, Client: c.Client,
+						Image: c.Images.Busybox, PodTimeout: time.Minute, Only: tc.only,
+						DriverNamespace: testDriverNS, DriverPodSelector: d.set.selector(),
+					}
+					if cdi {
+						cc.CDIDirs = []string{c.CDIDir}
+					}
+					if tc.socket != "" {
+						// A defect's pod may never start: wait less.
+						cc.PodTimeout = 40 * time.Second
+					}
+					rep, err := conformance.RunCluster(ctx, cc)
+					if err != nil {
+						t.Fatalf("RunCluster: %v", err)
+					}
+					got := map[string]conformance.Status{}
+					for _, res := range rep.Results {
+						t.Logf("cluster mode (CDI specs read: %v): %s %s: %s", cdi, res.ID, res.Status, res.Message)
+						if res.Status != conformance.Pass {
+							got[res.ID] = res.Status
+							verdicts = append(verdicts, res.ID+" "+string(res.Status))
+						}
+					}
+					want := tc.want
+					if tc.socket != "" && want == nil {
+						want = map[string]conformance.Status{tc.only[0]: conformance.Fail}
+					}
+					if want == nil {
+						want = map[string]conformance.Status{}
+					}
+					if diff := cmp.Diff(want, got); diff != "" {
+						t.Errorf("cluster mode (CDI specs read: %v): checks that did not pass (-want +got):\n%s", cdi, diff)
+					}
+					wantN := len(tc.only)
+					if tc.only == nil {
+						wantN = len(conformance.ClusterChecks())
+					}
+					if len(rep.Results) != wantN {
+						t.Errorf("%d results, want %d", len(rep.Results), wantN)
+					}
+				}
+				// Its pods are gone and its namespace is being deleted.
+				sel := labels.SelectorFromSet(map[string]string{conformance.ClusterDriverLabel: d.driver}).String()
+				left, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range left.Items {
+					t.Errorf("pod %s/%s left after the run", p.Namespace, p.Name)
+				}
+				nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: sel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ns := range nss.Items {
+					if ns.DeletionTimestamp == nil {
+						t.Errorf("namespace %s left after the run", ns.Name)
+					}
+				}
+				if tc.socket == "" {
+					row(tc.name + ": cluster mode " + verdictLine(verdicts))
+					return
+				}
+
+				// Socket mode against the same deployed driver.
+				pod, err := d.set.running(ctx, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep, err := conformance.Run(ctx, conformance.Config{
+					DriverName: d.driver, NodeName: c.NodeName, Client: c.Client,
+					RegistrationPath: c.PluginRegistryDir, CDIDirs: []string{c.CDIDir},
+					Only: []string{tc.socket}, PublishTimeout: time.Minute,
+					RestartDriver: func(ctx context.Context) error {
+						err := c.Client.CoreV1().Pods(testDriverNS).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+						if err != nil && !apierrors.IsNotFound(err) {
+							return err
+						}
+						pod, err = d.set.running(ctx, pod)
+						return err
+					},
+				})
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				res, _ := rep.Result(tc.socket)
+				if res.Status != conformance.Fail {
+					t.Errorf("socket mode: %s %s (%s), want fail", tc.socket, res.Status, res.Message)
+				} else {
+					t.Logf("socket mode caught it: %s", res.Message)
+				}
+				row(tc.name + ": cluster mode " + verdictLine(verdicts) + "; socket mode " + tc.socket + " " + string(res.Status))
+			})
+		}()
+	}
+	wg.Wait()
+}
+
+// verdictLine lists the checks that did not pass, or says all passed.
+func verdictLine(v []string) string {
+	if len(v) == 0 {
+		return "all pass"
+	}
+	return strings.Join(v, ", ")
 }

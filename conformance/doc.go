@@ -68,45 +68,105 @@
 // names it runs real pods (the node's busybox image, never pulled by
 // default) with claims from templates, a claim shared by two pods, a
 // claim for two devices (with a matchAttribute constraint where two
-// devices share an attribute), a firstAvailable claim and an
-// admin-access claim, so that the cluster's own scheduler allocates, its
-// kubelet has the driver prepare, and its container runtime applies the
-// CDI edits; each container prints its environment. [ClusterChecks] lists
-// what is judged: the pods run; each container sees its devices' edits
-// and no other claim's; two devices of a claim do not overwrite each
-// other's variables; both pods of a shared claim see the same; deleting
-// the pods unprepares (the CDI devices gone, a new pod on the freed
-// device runs); running pods keep running while the driver's pod is
-// replaced (ClusterConfig.DriverPodSelector), and the new driver
-// unprepares and prepares; device health reaches the pod status where
-// the cluster has the ResourceHealthStatus feature on. With the node's
-// CDI specs readable (CDIDirs, ReadCDI) the environment is compared with
-// what the driver's CDI devices set; otherwise a device is recognized by
-// its name or an attribute value in the environment, and a check that
-// cannot recognize it skips. Everything it creates is labeled
-// [ClusterLabel] and deleted before RunCluster returns, also when its
-// context is canceled; a later run deletes what a killed one left. It
-// refuses a node where other pods use the driver ([ErrNodeBusy]).
+// devices share an attribute), a claim with two requests whose two
+// containers each name one, a pod with two claims, a firstAvailable
+// claim and an admin-access claim, so that the cluster's own scheduler
+// allocates, its kubelet has the driver prepare, and its container
+// runtime applies the CDI edits; each container prints its environment.
+// [ClusterChecks] lists what is judged: the pods run; each container
+// sees its devices' edits and no other claim's or request's; two
+// devices of a claim do not overwrite each other's variables (nor, as
+// advice, the devices of a pod's two claims); both pods
+// of a shared claim see the same; deleting the pods unprepares (the CDI
+// devices gone, a new pod on the freed device runs); running pods keep
+// running while the driver's pod is replaced
+// (ClusterConfig.DriverPodSelector), the new driver unprepares and
+// prepares, a claim prepared before the restart injects the same into a
+// new pod after it, and the devices of running pods stay published under
+// their names; device health reaches the pod status where the cluster
+// has the ResourceHealthStatus feature on. With the node's CDI specs
+// readable (CDIDirs, ReadCDI) the environment is compared with what the
+// driver's CDI devices set; otherwise a device is recognized by its name
+// or an attribute value in the environment, and a check that cannot
+// recognize it skips. Everything it creates is labeled [ClusterLabel]
+// and [ClusterDriverLabel] and deleted before RunCluster returns, also
+// when its context is canceled; a later run for the same node and driver
+// deletes what a killed one left, and runs for different drivers may
+// share a node. It refuses a node where other pods use the driver
+// ([ErrNodeBusy]). ClusterConfig.Only reports some checks only; the
+// earlier checks they need (Check.Needs) still run, unreported.
 //
-// Seeded defects that no pod can show, so that only socket mode
-// catches them: missing request names (the suite's pods use claims with
-// one request, for which an empty list is right), non-idempotent prepare,
-// skip-claim, duplicate UIDs, crash-on-empty, garbage names, other
-// drivers' results and unprepare-unknown-fails (the kubelet prepares a
-// claim once, one pod's claims per call, and never sends such requests),
-// no-guard (the scheduler never allocates a device twice), wrong-device
-// (the kubelet does not compare the returned device names with the
-// allocation; the container still gets the edits), bad-attributes and
-// broken-counters (slice contents: pods only run or stay pending),
-// drop-share-id (only the PodResources API shows share IDs), the health
-// defects (the pod status shows the latest health, not its timing),
-// restart-new-edits and unstable-names (running containers keep what
-// they got; new pods get the new edits and names). TestCluster (on the host's
-// real node) runs
-// colliding-env in both modes; leak-cdi, forget-on-restart (with the CDI
-// specs readable), cdi-unresolvable, bad-cdi-id, wrong-request-names and
-// admin-guard are observable from pods (pod.unprepare,
-// pod.driver-restart, pod.starts, pod.cdi-edits, pod.admin-access).
+// # What each mode catches
+//
+// Both modes are run against every seeded broken driver (below) that a
+// pod can show, deployed as a DaemonSet on the local real node, and
+// agree: TestCluster (the cases marked ci in the README's test command,
+// all with DRAKIT_CONFORMANCE_MATRIX=1) runs cluster mode, then socket
+// mode against the same deployed driver. "(CDI)" marks a cluster check
+// that catches the defect only with the node's CDI specs readable:
+//
+//	defect                   socket mode                 cluster mode
+//	cdi-unresolvable         prepare.cdi-resolve         pod.starts (the runtime cannot resolve the ID)
+//	bad-cdi-id               prepare.cdi-ids-format      pod.starts (the runtime cannot parse the ID)
+//	colliding-env            prepare.cdi-env             pod.two-devices; pod.two-claims-env warns (CDI)
+//	wrong-request-names      prepare.request-names       pod.request-names (the container naming the
+//	                                                     request gets no device)
+//	missing-request-names    prepare.request-names       pod.request-names (each container gets both
+//	                                                     requests' devices)
+//	skip-claim               prepare.result-per-claim    pod.two-claims (the kubelet refuses the answer)
+//	leak-cdi                 unprepare.cleanup           pod.unprepare (CDI)
+//	leak-cdi-entry           unprepare.cleanup           pod.unprepare (CDI)
+//	admin-guard              allocation.admin-access     pod.admin-access
+//	forget-on-restart        restart.unprepare           pod.driver-restart (CDI)
+//	restart-new-edits        restart.still-prepared      pod.restart-same-edits
+//	unstable-names           restart.device-names        pod.restart-device-names
+//
+// The others no pod can show, so only socket mode catches them:
+//
+//	defect                   socket mode                 why no pod shows it
+//	non-idempotent           prepare.idempotent          the kubelet prepares a claim once while pods on
+//	                                                     the node use it (a second pod reuses the answer);
+//	                                                     it prepares again only after a kubelet restart,
+//	                                                     which a client cannot cause
+//	crash-on-empty           robust.empty-request        the kubelet never sends a request without claims
+//	unprepare-unknown-fails  unprepare.unknown-claim     the kubelet unprepares only claims it prepared
+//	other-driver             robust.other-driver         shows only in a claim with devices of two
+//	                                                     drivers; cluster mode checks one
+//	no-guard                 prepare.device-in-use       the scheduler never allocates a device in use
+//	                                                     to a second claim
+//	wrong-device             prepare.devices-match       the kubelet does not compare the names with the
+//	                                                     allocation and the container gets the edits;
+//	                                                     only the health lookup (Unknown in the pod
+//	                                                     status, as for a driver without health) and
+//	                                                     the node's PodResources API see the name
+//	drop-share-id            allocation.share-id         only the PodResources API shows share IDs
+//	missing-request-names    prepare.request-names       both requests get shares of the one device,
+//	  (one shared device)                                whose edits are the same
+//	bad-attributes           slices.standard-attributes  slice contents: the pods run either way
+//	broken-counters          slices.counters             the device is never allocated: a pod asking
+//	                                                     for it stays pending, as for a device taken
+//	health-unknown-device    health.initial-report       a pod's status shows only its own devices
+//	health-silent            health.coverage             the pod status says Unknown, as for a driver
+//	health-stale             health.refresh              without a health service (pod.health skips):
+//	health-unknown-refresh   health.refresh              a pod cannot tell a driver that stopped
+//	                                                     reporting from one that never reports
+//
+// pod.two-claims-env is advice (SHOULD): each claim is prepared on its
+// own, so a claim-wide variable (one value naming all of a claim's
+// devices, which pod.two-devices accepts) collides only in a container
+// that has two claims. The reference NVIDIA driver warns on it
+// (NVIDIA_VISIBLE_DEVICES and NVIDIA_DRAKIT_DEVICES_FILE are per claim).
+//
+// The correct variants pass cluster mode as they pass socket mode:
+// full (every check passes), names-if-needed (pod.request-names,
+// pod.two-claims), shared-spec (pod.unprepare, pod.driver-restart,
+// pod.restart-same-edits), pods-only (the suite's claims are reserved
+// for real pods), no-cdi (the CDI checks skip: no edits to see),
+// health-empty and one-device (pod.health skips; one-device also skips
+// what needs two devices or a free device during the restart). omit-share-id, no-request-policy,
+// counters-only and pcie-root-list change nothing a pod sees: no cluster
+// check allocates a device that allows multiple allocations on purpose,
+// and none reads slice contents.
 //
 // # Checks
 //
@@ -224,6 +284,14 @@
 // timeout (30 s) makes health.refresh wait up to 35 s (Config.HealthWait).
 //
 // # Limits
+//
+// Cluster mode compares environment variables only, not device nodes or
+// mounts, and its pods use the host's network. It tells a pod's CDI
+// devices from those of other pods starting at the same time by the
+// claim UIDs in their names or file names (a driver that names them
+// otherwise is judged by every CDI device that appeared meanwhile).
+// pod.restart-device-names judges the slices once the driver's pools
+// changed generation, or 10 s after the new driver pod is ready.
 //
 // The suite cannot tell a prepare that did real work from one that did
 // not: it checks what the protocol shows (answers, CDI specs, the devices

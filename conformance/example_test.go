@@ -31,19 +31,24 @@ func ExampleChecks() {
 // driver is installed; it needs only a client (RunCluster).
 func ExampleClusterChecks() {
 	for _, c := range conformance.ClusterChecks() {
-		fmt.Printf("%-20s %-6s %s\n", c.ID, c.Level, c.Description)
+		fmt.Printf("%-24s %-6s %s\n", c.ID, c.Level, c.Description)
 	}
 	// Output:
-	// pod.starts           MUST   a pod with a claim from a ResourceClaimTemplate runs on the node
-	// pod.cdi-edits        MUST   the container sees its device's CDI edits (environment)
-	// pod.isolation        MUST   a container sees none of another claim's device edits
-	// pod.two-devices      MUST   a container with two devices of one claim sees both devices' edits
-	// pod.shared-claim     MUST   a claim shared by two pods gives both the same device edits
-	// pod.unprepare        MUST   deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again
-	// pod.first-available  MUST   a claim with firstAvailable subrequests runs with the subrequest the scheduler chose
-	// pod.admin-access     MUST   an admin-access claim on a device in use runs
-	// pod.driver-restart   MUST   pods keep running while the driver's pod is replaced, and the new one unprepares their claims
-	// pod.health           SHOULD device health reaches the pod status
+	// pod.starts               MUST   a pod with a claim from a ResourceClaimTemplate runs on the node
+	// pod.cdi-edits            MUST   the container sees its device's CDI edits (environment)
+	// pod.isolation            MUST   a container sees none of another claim's device edits
+	// pod.two-devices          MUST   a container with two devices of one claim sees both devices' edits
+	// pod.request-names        MUST   two containers, each naming one request of a claim with two, see each its own request's device
+	// pod.two-claims           MUST   a pod with two claims of the driver runs and its container sees both claims' devices
+	// pod.two-claims-env       SHOULD the devices of a pod's two claims set no environment variable to two values
+	// pod.shared-claim         MUST   a claim shared by two pods gives both the same device edits
+	// pod.first-available      MUST   a claim with firstAvailable subrequests runs with the subrequest the scheduler chose
+	// pod.unprepare            MUST   deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again
+	// pod.admin-access         MUST   an admin-access claim on a device in use runs
+	// pod.driver-restart       MUST   pods keep running while the driver's pod is replaced, and the new one unprepares their claims
+	// pod.restart-same-edits   MUST   a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees
+	// pod.restart-device-names MUST   the devices that running pods were allocated are still published under their names after the driver's restart
+	// pod.health               SHOULD device health reaches the pod status
 }
 
 // A report prints as a table; a warning (SHOULD) does not fail the run.

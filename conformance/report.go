@@ -53,7 +53,9 @@ type Check struct {
 	Level Level `json:"level"`
 	// Needs names what the check needs (the driver registered, its
 	// slices published, the main claims prepared, ...); the runner sets
-	// that up first, and the check skips when it cannot.
+	// that up first, and the check skips when it cannot. In cluster mode
+	// ([ClusterChecks]) it names the earlier checks whose pods or driver
+	// restart the check uses.
 	Needs []string `json:"needs,omitempty"`
 }
 

@@ -537,3 +537,92 @@ func TestPinSelector(t *testing.T) {
 		t.Errorf("sharedAttribute = %q, want gpu.example.com/model", got)
 	}
 }
+
+// TestOwnMade: of the CDI devices that appeared while a pod started, the
+// pod's are those carrying its claims' UIDs; without such, those that
+// carry no UID; never those of another claim (a run for another driver).
+func TestOwnMade(t *testing.T) {
+	const mine, other = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
+	claims := []*resourceapi.ResourceClaim{{ObjectMeta: metav1.ObjectMeta{UID: mine}}}
+	after := &cdiState{devices: map[string]string{
+		"v/c=" + mine + "-dev-0":  "/cdi/a.json",
+		"v/c=" + other + "-dev-1": "/cdi/b.json",
+		"v/c=gpu-0":               "/cdi/claim_" + mine + ".json",
+		"v/c=gpu-1":               "/cdi/plain.json",
+		"v/c=gpu-2":               "/cdi/claim_" + other + ".json",
+	}}
+	tests := []struct {
+		name string
+		made []string
+		want []string
+	}{
+		{"by device name and file name", []string{"v/c=" + mine + "-dev-0", "v/c=" + other + "-dev-1", "v/c=gpu-0", "v/c=gpu-1"}, []string{"v/c=" + mine + "-dev-0", "v/c=gpu-0"}},
+		{"no UID of its own: those without a UID", []string{"v/c=" + other + "-dev-1", "v/c=gpu-1", "v/c=gpu-2"}, []string{"v/c=gpu-1"}},
+		{"only another claim's", []string{"v/c=" + other + "-dev-1", "v/c=gpu-2"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ownMade(cdiMade{devices: tc.made}, after, claims)
+			if diff := cmp.Diff(tc.want, got.devices); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestClusterCatalogue: cluster checks have unique IDs, a rule that
+// cites its source, and needs only earlier checks.
+func TestClusterCatalogue(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range ClusterChecks() {
+		if seen[c.ID] {
+			t.Errorf("duplicate check %s", c.ID)
+		}
+		for _, n := range c.Needs {
+			if !seen[n] {
+				t.Errorf("%s needs %s, which is not an earlier check", c.ID, n)
+			}
+		}
+		seen[c.ID] = true
+		if !strings.Contains(c.Rule, "pkg/kubelet") && !strings.Contains(c.Rule, "api.proto") && !strings.Contains(c.Rule, "KEP-") && !strings.Contains(c.Rule, "resource.k8s.io") && !strings.Contains(c.Rule, "CDI") {
+			t.Errorf("%s: rule cites no source (kubelet file, api.proto, KEP, API or CDI spec): %s", c.ID, c.Rule)
+		}
+	}
+}
+
+// TestClusterPlan: Only reports the checks it names and runs, unreported,
+// the earlier ones they need; Skip runs neither a check nor its needs.
+func TestClusterPlan(t *testing.T) {
+	keys := func(m map[string]bool) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	tests := []struct {
+		name          string
+		only, skip    []string
+		run, reported []string
+	}{
+		{"only admin access", []string{"pod.admin-access"}, nil,
+			[]string{"pod.admin-access", "pod.starts", "pod.unprepare"}, []string{"pod.admin-access"}},
+		{"only restart names", []string{"pod.restart-device-names"}, nil,
+			[]string{"pod.driver-restart", "pod.restart-device-names", "pod.starts", "pod.unprepare"}, []string{"pod.restart-device-names"}},
+		{"skip a need", []string{"pod.admin-access"}, []string{"pod.unprepare"},
+			[]string{"pod.admin-access"}, []string{"pod.admin-access"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clusterRun{cfg: ClusterConfig{Only: tc.only, Skip: tc.skip}}
+			run, reported := c.plan()
+			if diff := cmp.Diff(tc.run, keys(run)); diff != "" {
+				t.Errorf("run (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.reported, keys(reported)); diff != "" {
+				t.Errorf("reported (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -44,15 +44,21 @@ container runtime, with real pods on --node (image --image, which must
 be on the node unless --image-pull-policy lets it be pulled: busybox or
 any image with sh, env and sleep): claims from templates, a claim shared
 by two pods, two devices in one claim (with a matchAttribute constraint
-where two devices share an attribute), firstAvailable, admin access;
-what each container sees, unprepare on pod deletion, the driver's pod
-replaced (--driver-namespace, --driver-pod-selector), health in the pod
+where two devices share an attribute), a claim with two requests whose
+containers each name one, a pod with two claims, firstAvailable, admin
+access; what each container sees, unprepare on pod deletion, the
+driver's pod replaced (--driver-namespace, --driver-pod-selector: pods
+keep running, a claim prepared before the restart injects the same
+after it, allocated device names stay published), health in the pod
 status. With --cdi-dir or --read-cdi-command it compares the containers'
 environment with the CDI specs the driver wrote; without, with the
 devices' names and attributes. It refuses a node where other pods use
 the driver (--allow-other-pods), labels everything it creates
-(conformance.drakit.dev/cluster-node=NODE), deletes it at the end, on
-SIGINT and SIGTERM too, and removes what an interrupted run left.
+(conformance.drakit.dev/cluster-node=NODE,
+conformance.drakit.dev/cluster-driver=DRIVER), deletes it at the end, on
+SIGINT and SIGTERM too, and removes what an interrupted run for the same
+node and driver left. "drakit conformance --cluster --help" lists its
+checks.
 
 The driver: arguments after -- (or --start) start it, which enables the
 restart checks and keeps its output in --driver-log; without them the
@@ -142,6 +148,12 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Usage = func() {
 		fmt.Fprint(stderr, conformanceUsage)
 		fs.PrintDefaults()
+		if f.cluster {
+			fmt.Fprint(stderr, "\nCluster mode's checks, in run order (MUST fails the run, SHOULD warns; --only and --skip take IDs;\na check reported with --only still runs the earlier ones it needs, unreported):\n")
+			listChecks(stderr, conformance.ClusterChecks())
+		} else {
+			fmt.Fprint(stderr, "\n--list prints the checks (with --cluster, cluster mode's); --cluster --help lists cluster mode's here.\n")
+		}
 	}
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "admin kubeconfig of the cluster (default: start a local control plane and a fake node)")
 	fs.StringVar(&f.driver, "driver", "", "DRA driver name (required)")
@@ -309,13 +321,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		if f.cluster {
 			checks = conformance.ClusterChecks()
 		}
-		for _, c := range checks {
-			needs := ""
-			if len(c.Needs) > 0 {
-				needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
-			}
-			fmt.Fprintf(stdout, "%-32s %-6s %s%s\n", c.ID, c.Level, c.Description, needs)
-		}
+		listChecks(stdout, checks)
 		return nil
 	}
 	if f.cluster {
@@ -394,6 +400,18 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	return writeReports(rep, f, stdout)
+}
+
+// listChecks prints one line per check: ID, level, description and
+// what it needs.
+func listChecks(w io.Writer, checks []conformance.Check) {
+	for _, c := range checks {
+		needs := ""
+		if len(c.Needs) > 0 {
+			needs = " (needs " + strings.Join(c.Needs, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %-28s %-6s %s%s\n", c.ID, c.Level, c.Description, needs)
+	}
 }
 
 // runClusterConformance is --cluster: RunCluster with the flags.

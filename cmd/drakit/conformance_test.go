@@ -6,10 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/drakit/drakit/conformance"
 )
 
 func TestParseConformanceFlags(t *testing.T) {
@@ -79,6 +82,20 @@ func TestConformanceHelp(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// TestConformanceClusterHelp: --cluster --help lists every check of
+// cluster mode with its level.
+func TestConformanceClusterHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConformanceFlags([]string{"--cluster", "--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--cluster --help: %v", err)
+	}
+	for _, c := range conformance.ClusterChecks() {
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(c.ID) + ` +` + string(c.Level) + ` `).MatchString(out.String()) {
+			t.Errorf("--cluster --help does not list %s (%s)", c.ID, c.Level)
 		}
 	}
 }

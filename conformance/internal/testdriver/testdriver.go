@@ -15,11 +15,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,7 +185,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d := &driver{o: o, client: client, prepared: map[types.UID]*claimState{}}
 	if d.defect("unstable-names") {
-		d.suffix = fmt.Sprintf("-s%d", os.Getpid())
+		d.suffix = "-s" + instance
 	}
 	if o.Defect != "forget-on-restart" {
 		if err := d.load(); err != nil {
@@ -253,16 +255,17 @@ type driver struct {
 // name is the published name of the device called base.
 func (d *driver) name(base string) string { return base + d.suffix }
 
-// sharedSpecPath is the one spec file of -shared-spec.
+// sharedSpecPath is the one spec file of -shared-spec, named by the
+// driver so that test drivers of other names can share the CDI folder.
 func (d *driver) sharedSpecPath() string {
-	return filepath.Join(d.o.CDIDir, CDIVendor+"-shared.json")
+	return filepath.Join(d.o.CDIDir, CDIVendor+"-shared-"+d.o.DriverName+".json")
 }
 
 // writeShared writes the shared spec file: a static device and the
 // entries of every prepared claim; called with mu held or before serving.
 func (d *driver) writeShared() error {
 	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass, Devices: []cdispec.Device{
-		{Name: "static", ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC=1"}}},
+		{Name: "static-" + d.o.DriverName, ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC=1"}}},
 	}}
 	uids := make([]string, 0, len(d.prepared))
 	for uid := range d.prepared {
@@ -280,9 +283,13 @@ func (d *driver) writeShared() error {
 	return writeAtomic(d.sharedSpecPath(), data)
 }
 
+// instance differs in every process, also in containers, where the
+// process ID is the same at every start.
+var instance = strconv.FormatUint(rand.Uint64()>>16, 36)
+
 // instanceEnv is the environment entry of defect restart-new-edits: it
 // differs in every process, as a cpuset chosen anew at start would.
-func instanceEnv() string { return fmt.Sprintf("CONFORMANCE_INSTANCE=%d", os.Getpid()) }
+func instanceEnv() string { return "CONFORMANCE_INSTANCE=" + instance }
 
 // rewriteEdits gives the CDI devices of every claim in the checkpoint
 // this process's instanceEnv, keeping their names (defect
