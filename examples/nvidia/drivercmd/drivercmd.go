@@ -57,8 +57,13 @@ func WithContainerEditor(f EditorFunc) Option {
 }
 
 // Run parses the driver's command line (args without the program name)
-// and runs the driver until SIGINT or SIGTERM.
+// and runs the driver until SIGINT or SIGTERM. With DefragCommand as the
+// first argument it runs the MIG defragmenter instead (its flags are
+// package mig/defrag's Flags, plus --kubeconfig and klog's).
 func Run(args []string, opts ...Option) error {
+	if len(args) > 0 && args[0] == DefragCommand {
+		return runDefrag(args[1:])
+	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
