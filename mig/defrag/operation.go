@@ -146,7 +146,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 	}
 	target, ok := cl.devs[devKey{op.Pool, op.Device}]
 	if !ok {
-		c.abandon(ctx, op, "the driver no longer publishes device "+op.Device)
+		c.abandon(ctx, op, "device "+op.Device+" is not in the driver's model any more")
 		return nil
 	}
 	for _, h := range cl.snap.Claims {
@@ -159,6 +159,10 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 				return nil
 			}
 		}
+	}
+	if cl.unpublished[devKey{op.Pool, op.Device}] {
+		logger.V(2).Info("Waiting for the driver to publish the freed device", "pod", op.Pod.String(), "device", op.Device)
+		return nil
 	}
 	alloc, err := c.allocate(ctx, cl, claim, op.Node, map[devKey]bool{{op.Pool, op.Device}: true}, nil, false)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -143,6 +144,9 @@ type cluster struct {
 	pdbs    []policyv1.PodDisruptionBudget
 	gpusOf  map[string][]int // node -> dynamic GPU indexes, sorted
 	product map[gpuKey]*mig.Product
+	// unpublished are devices of the counter model the driver does not
+	// publish now (see completeModel).
+	unpublished map[devKey]bool
 }
 
 // waitingPods lists the pods that the scheduler found unschedulable,
@@ -187,7 +191,7 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
 	}
 	cl := &cluster{snap: snap, devs: map[devKey]devLoc{}, byLoc: map[locKey]devKey{}, held: map[locKey]*holder{},
-		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs.Items, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}}
+		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs.Items, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}, unpublished: map[devKey]bool{}}
 	for i := range pods.Items {
 		cl.pods[pods.Items[i].UID] = &pods.Items[i]
 	}
@@ -206,6 +210,7 @@ func (c *Controller) readDevices(cl *cluster) {
 			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
 		}
 	}
+	templates := map[gpuKey]devTemplate{}
 	for _, s := range cl.snap.Slices {
 		node := ptr.Deref(s.Spec.NodeName, "")
 		if s.Spec.Driver != c.driver || node == "" || s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
@@ -236,6 +241,9 @@ func (c *Controller) readDevices(cl *cluster) {
 					continue
 				}
 				loc.profile, loc.size = pr.Name, pr.MemorySlices
+				if _, ok := templates[gk]; !ok {
+					templates[gk] = devTemplate{s, d}
+				}
 			}
 			k := devKey{s.Spec.Pool.Name, d.Name}
 			cl.devs[k] = loc
@@ -245,6 +253,111 @@ func (c *Controller) readDevices(cl *cluster) {
 	for n := range cl.gpusOf {
 		sort.Ints(cl.gpusOf[n])
 	}
+	c.completeModel(cl, templates)
+}
+
+// completeModel adds to the snapshot the devices of the counter model
+// that the driver does not publish now. A dynamic-MIG driver may publish
+// only the devices that still fit (mig.WithFitOnly, what the reference
+// driver ships): a 4g device that four 1g instances overlap is then
+// absent, yet it is what a defragmentation frees, and the driver
+// publishes it once the region is free. Each missing device of a GPU is
+// the counter model's (its name and counter consumption) with the
+// attributes of a device the driver publishes on that GPU (its profile
+// and placement changed), so that class and claim selectors see it as
+// they will; the profiles are mig.DefaultProfiles of the product plus
+// those published on the node. Only the controller's own reasoning sees
+// them: a claim is allocated one only once the driver publishes it.
+func (c *Controller) completeModel(cl *cluster, templates map[gpuKey]devTemplate) {
+	published := map[string]map[string]bool{} // node -> profiles seen
+	for _, loc := range cl.devs {
+		if published[loc.node] == nil {
+			published[loc.node] = map[string]bool{}
+		}
+		published[loc.node][loc.profile] = true
+	}
+	keys := make([]gpuKey, 0, len(templates))
+	for gk := range templates {
+		keys = append(keys, gk)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].node < keys[j].node || keys[i].node == keys[j].node && keys[i].gpu < keys[j].gpu
+	})
+	copied := map[*resourceapi.ResourceSlice]*resourceapi.ResourceSlice{}
+	for _, gk := range keys {
+		tp := templates[gk]
+		p := cl.product[gk]
+		profiles := mig.DefaultProfiles(p)
+		for _, pr := range p.Profiles {
+			if published[gk.node][pr.Name] && !slices.Contains(profiles, pr.Name) {
+				profiles = append(profiles, pr.Name)
+			}
+		}
+		m, err := mig.NewCounterModel([]mig.GPU{{Index: gk.gpu, Product: p, Profiles: profiles}})
+		if err != nil {
+			continue
+		}
+		for _, md := range m.Devices {
+			ref, err := mig.ParseDeviceName(md.Name)
+			if err != nil || ref.Profile == "" {
+				continue // the full GPU: a driver in MIG mode need not offer it
+			}
+			k := devKey{tp.slice.Spec.Pool.Name, md.Name}
+			if _, ok := cl.devs[k]; ok {
+				continue
+			}
+			pr, err := p.Profile(ref.Profile)
+			if err != nil {
+				continue
+			}
+			s := copied[tp.slice]
+			if s == nil {
+				s = tp.slice.DeepCopy()
+				copied[tp.slice] = s
+			}
+			d := tp.dev.DeepCopy()
+			d.Name = md.Name
+			d.ConsumesCounters = md.ConsumesCounters
+			d.Taints = nil
+			setAttr(d, mig.AttrProfile, resourceapi.DeviceAttribute{StringValue: ptr.To(pr.Name)})
+			setAttr(d, mig.AttrPlacementStart, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(ref.Start))})
+			setAttr(d, mig.AttrProfileID, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.ID))})
+			setAttr(d, mig.AttrPlacementSize, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.MemorySlices))})
+			s.Spec.Devices = append(s.Spec.Devices, *d)
+			loc := devLoc{node: gk.node, gpu: gk.gpu, profile: pr.Name, start: ref.Start, size: pr.MemorySlices}
+			cl.devs[k] = loc
+			cl.byLoc[locKey{gk.node, gk.gpu, pr.Name, ref.Start}] = k
+			cl.unpublished[k] = true
+		}
+	}
+	if len(copied) == 0 {
+		return
+	}
+	snap := *cl.snap
+	snap.Slices = make([]*resourceapi.ResourceSlice, len(cl.snap.Slices))
+	for i, s := range cl.snap.Slices {
+		if cp := copied[s]; cp != nil {
+			s = cp
+		}
+		snap.Slices[i] = s
+	}
+	cl.snap = &snap
+}
+
+// setAttr sets a device attribute that the device already has (under its
+// plain or its qualified name).
+func setAttr(d *resourceapi.Device, name string, v resourceapi.DeviceAttribute) {
+	for k := range d.Attributes {
+		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
+			d.Attributes[k] = v
+		}
+	}
+}
+
+// devTemplate is a published MIG device of a GPU and its slice.
+type devTemplate struct {
+	slice *resourceapi.ResourceSlice
+	dev   *resourceapi.Device
 }
 
 // productOf reads a device's product name attribute (the driver's domain)
