@@ -178,6 +178,8 @@ func (s *defragScene) taintRules() int {
 // run again elsewhere, and nothing else is touched.
 func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	s := &defragScene{t: t, ctx: ctx, env: env}
+	t0 := time.Now()
+	defer func() { t.Logf("the defragmentation scenario took %s", time.Since(t0).Round(time.Second)) }()
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defragNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
