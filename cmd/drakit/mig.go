@@ -21,7 +21,7 @@ import (
 func init() {
 	register(command{
 		name:    "mig",
-		summary: "MIG profiles, partition planning and the planner benchmark (profiles, plan, bench)",
+		summary: "MIG profiles, partition planning, the defragmenter and the planner benchmark (profiles, plan, defrag, defrag-controller, bench)",
 		run:     runMIG,
 	})
 }
@@ -30,6 +30,7 @@ const migUsage = `usage:
   drakit mig profiles PRODUCT        profiles and placements of a GPU model ("H100-80GB", "NVIDIA A100-SXM4-40GB", ...)
   drakit mig plan [flags]            plan create/destroy operations for requests on a fleet
   drakit mig defrag [flags]          which restartable instances to move so that a request fits (a dry run: prints the plan)
+  drakit mig defrag-controller       on a cluster: evict opted-in pods so that a pod waiting for a large MIG profile gets it
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
   drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
@@ -47,6 +48,8 @@ func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return migBench(ctx, args[1:], stdout, stderr)
 	case "defrag":
 		return migDefrag(args[1:], stdout, stderr)
+	case "defrag-controller":
+		return migDefragController(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprintln(stderr, migUsage)
 		return flag.ErrHelp

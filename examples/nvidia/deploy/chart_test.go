@@ -123,6 +123,7 @@ type rendered struct {
 	classes      []*resourceapi.DeviceClass
 	policies     []*admissionv1.ValidatingAdmissionPolicy
 	bindings     []*admissionv1.ValidatingAdmissionPolicyBinding
+	deployments  []*appsv1.Deployment
 }
 
 func render(t *testing.T, args ...string) rendered {
@@ -150,6 +151,8 @@ func render(t *testing.T, args ...string) rendered {
 			r.policies = append(r.policies, o)
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
 			r.bindings = append(r.bindings, o)
+		case *appsv1.Deployment:
+			r.deployments = append(r.deployments, o)
 		default:
 			t.Errorf("the chart renders an unexpected %T", o)
 		}
@@ -190,7 +193,7 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule, ns string) []grant {
 // kubelet's; the driver root alone is mounted elsewhere, read-only.
 func TestChartObjects(t *testing.T) {
 	r := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace)
-	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 {
+	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 || len(r.deployments) != 0 {
 		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces, %d ValidatingAdmissionPolicies, %d bindings",
 			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces), len(r.policies), len(r.bindings))
 	}

@@ -261,6 +261,9 @@ func TestE2E(t *testing.T) {
 		t.Fatalf("after the pods: %d claims left, MIG devices %v (before the pods %v), CDI specs %v: %v",
 			len(l.Items), migInstances(t, stateFile), before, cdiSpecs(t, env), err)
 	}
+
+	// The MIG defragmenter on the same cluster and driver.
+	testDefrag(t, ctx, env)
 }
 
 // cdiSpecs lists the driver's CDI spec files on the node.

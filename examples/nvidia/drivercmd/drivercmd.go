@@ -69,8 +69,13 @@ func WithContainerEditor(f EditorFunc) Option {
 // driver's discovery read-only instead, prints what the driver would
 // publish and the CDI spec it would write per GPU, and returns (a non-nil
 // error when part of it failed); with -print-device-classes it prints the
-// DeviceClasses and returns.
+// DeviceClasses and returns. With DefragCommand as the first argument it
+// runs the MIG defragmenter instead (its flags are package mig/defrag's
+// Flags, plus --kubeconfig and klog's).
 func Run(args []string, opts ...Option) error {
+	if len(args) > 0 && args[0] == DefragCommand {
+		return runDefrag(args[1:])
+	}
 	o := options{out: os.Stdout}
 	for _, opt := range opts {
 		opt(&o)

@@ -1,0 +1,68 @@
+// Package defrag is a cluster controller that makes room for a large MIG
+// device by moving one or two restartable pods: mig.Defragment on a live
+// cluster.
+//
+// With dynamic MIG the scheduler picks the partition, and when instances
+// end out of order a GPU's free slices end up scattered: four 1g
+// instances at placements 0, 2, 4 and 6 leave three compute slices free,
+// yet no 3g or 4g fits. A pod that asks for the large profile then stays
+// Pending although moving one or two small instances would make room.
+// The controller does that move, with the workloads' consent:
+//
+//  1. It finds pods that are unschedulable because a MIG GPU's shared
+//     counters are exhausted (package explain: the scheduler's own
+//     allocator, reduced until the reason shows).
+//  2. It reads each node's dynamic MIG GPUs from the driver's
+//     ResourceSlices (the devices of mig's counter model, named as
+//     mig.ParseDeviceName reads them) and the allocated ResourceClaims.
+//  3. An instance may move when every pod that holds it opted in (the
+//     annotation [AnnotationDefrag] set to "allow"), has a controller that
+//     will start it again (a ReplicaSet, a StatefulSet, ...), holds no
+//     other MIG device, and every PodDisruptionBudget that selects it
+//     allows a disruption now. mig.Defragment finds the fewest such
+//     instances to move (at most [WithMaxMoves]) so that the large
+//     request fits, and the real allocator confirms that the waiting
+//     claim can have the freed device once they are gone.
+//  4. It taints every device of the region being freed (a
+//     DeviceTaintRule per device, effect NoSchedule, key [TaintKey]), so
+//     that the evicted pods' replacements, which the scheduler places
+//     while the old pods terminate, cannot take it back; then it evicts
+//     the pods through the Eviction API (policy/v1), which honours their
+//     PodDisruptionBudgets: a refusal (429) abandons the operation.
+//  5. Once the evicted claims have let go of the region, it allocates the
+//     waiting claim itself: it writes the claim's status.allocation with
+//     the allocator's result for the freed device (the device, the node
+//     selector, the class configuration), as a claim allocated ahead of
+//     scheduling. kube-scheduler honours an allocated claim: it only
+//     checks the node selector, reserves the claim for the pod and binds
+//     it. Every other decision, where the replacements go included,
+//     stays the scheduler's.
+//  6. When the pod is bound (or the operation times out, see
+//     [WithTimeout], or the pod or its claim is gone), it deletes the
+//     DeviceTaintRules.
+//
+// Why a taint plus a controller-written allocation rather than a taint
+// that only the waiting claim tolerates: tolerations are part of a
+// claim's spec, which is immutable once the claim exists, and the pod's
+// claim exists (made from its template) before the controller sees it.
+//
+// The operation's state lives in the cluster (labels and an annotation on
+// its DeviceTaintRules), so a restarted controller carries on where the
+// previous one stopped, and one operation runs at a time. Every decision
+// is an Event on the pods involved: the waiting pod is told which pods
+// are evicted to free which placement of which GPU, the evicted pods for
+// whom. With [WithDryRun] the controller prints what it would do and
+// touches nothing.
+//
+// What it needs from the API (the NVIDIA chart's ClusterRole grants
+// exactly this): list and watch pods, nodes, ResourceSlices,
+// DeviceClasses, ResourceClaims, ResourceClaimTemplates and
+// PodDisruptionBudgets; create pods/eviction; update
+// resourceclaims/status; create, list and delete DeviceTaintRules;
+// create events.
+//
+// `drakit mig defrag-controller` runs it from the command line, and the
+// reference NVIDIA driver's image runs it as `nvidia-dra-driver
+// defrag-controller` in the chart's Deployment (value defrag.enabled,
+// off by default).
+package defrag
