@@ -39,6 +39,9 @@ type schedShape struct {
 	gang int
 	// devices per node of a simple shape (upstream: 10).
 	devices int
+	// profiles the MIG nodes advertise (the driver's -mig-profiles);
+	// empty: its default, mig.DefaultProfiles.
+	profiles []string
 }
 
 var schedShapes = []schedShape{
@@ -50,6 +53,9 @@ var schedShapes = []schedShape{
 	// placements: upstream's devices, as many as a simulated DGX H200
 	// with dynamic MIG on every GPU publishes (8 GPUs x 14 placements).
 	{name: "upstream simple, 112 devices (a MIG node's count)", simple: true, devices: 112},
+	// The administrator's lever: advertise only the profile claims ask
+	// for (-mig-profiles 1g.18gb: 7 devices per GPU instead of 14).
+	{name: "nvidia 1g MIG, -mig-profiles 1g.18gb", mig: true, profiles: []string{"1g.18gb"}},
 }
 
 // simpleDriver is upstream's scheduler_perf DRA driver name.
@@ -84,7 +90,7 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	nodesFlag := fs.String("nodes", "100,500", "comma-separated fleet sizes")
 	podsPerNode := fs.Float64("pods-per-node", 2, "pods per node of each shape (upstream: 10 on 500 nodes)")
 	qps := fs.Int("qps", 5000, "kube-scheduler's client QPS and burst")
-	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (1: simple, 2: 1g MIG, 3: whole GPU, 4: gang, 5: simple with 112 devices); default all")
+	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (1: simple, 2: 1g MIG, 3: whole GPU, 4: gang, 5: simple with 112 devices, 6: 1g MIG with only 1g advertised); default all")
 	runs := fs.Int("runs", 3, "runs of every shape, interleaved (run 1 of every shape, then run 2, ...); the table gives the median and [min-max]")
 	profDir := fs.String("cpuprofile", "", "folder to write kube-scheduler CPU profiles to (sched-<nodes>-<shape>.pprof, first run only; read with go tool pprof -top)")
 	profSec := fs.Int("profile-seconds", 20, "seconds of each CPU profile, from the uncordon")
@@ -200,7 +206,7 @@ func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedSh
 	var profiles []string
 	var proto *device.Inventory
 	if !sh.simple {
-		if proto, profiles, err = fleetInventory("dgx-h200", "proto", sh.mig); err != nil {
+		if proto, profiles, err = fleetInventory("dgx-h200", "proto", sh.mig, sh.profiles...); err != nil {
 			return res, err
 		}
 	}
