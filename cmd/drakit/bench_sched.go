@@ -65,17 +65,29 @@ const schedUsage = `Usage: drakit bench sched [flags]
 
 Measures kube-scheduler 1.37's throughput on fake nodes of a local control
 plane, as upstream's scheduler_perf does for DRA
-(test/integration/scheduler_perf/dra): for each fleet size, a fresh
-control plane (kube-scheduler client QPS -qps), nodes created cordoned,
-the pods created, then the nodes uncordoned; the clock runs from the
-uncordon to the last pod bound. Each shape runs on its own nodes and pods
-in the same run: upstream's simple-device shape (10 devices per node, one
-attribute, one device per pod) and the reference driver's own slices for a
-simulated DGX H200: one 1g MIG device per pod on dynamic-MIG nodes, one
-whole GPU per pod on whole-GPU nodes, and the whole-GPU pods as gangs
-(PodGroups of 4 within one rack of 10 nodes). It prints pods/s and the
-scheduler's CPU time per pod (from /proc), and their ratios to the simple
-shape of the same run.
+(test/integration/scheduler_perf/dra): for each fleet size and shape, a
+fresh control plane (kube-scheduler client QPS -qps), nodes created
+cordoned, the pods and their claims created, then the nodes uncordoned;
+the clock runs from the uncordon to the last pod bound. The shapes, each
+on its own nodes and pods:
+
+  1  upstream's simple-device shape (10 devices per node, one attribute),
+     the base of the ratios
+  2  the reference driver's own slices for a simulated DGX H200 with
+     dynamic MIG on every GPU, one 1g MIG device per pod
+  3  its slices for 8 whole GPUs, one GPU per pod
+  4  shape 3's pods in gangs (PodGroups of 4 within one rack of 10 nodes)
+  5  the simple shape with 112 devices per node, as many as shape 2: the
+     ceiling of any shape that lists every placement
+  6  shape 2 with only the 1g profile advertised (the driver's
+     -mig-profiles 1g.18gb: 56 devices per node instead of 112)
+
+Every shape runs -runs times, interleaved (run 1 of every shape, then run
+2, ...), so that a change of the machine's load hits each run's shapes
+alike. It prints pods/s and the scheduler's CPU time per pod (from /proc),
+and their ratios to the simple shape of the same run: the median and
+[min-max] over the runs. With -cpuprofile it keeps a CPU profile of
+kube-scheduler for each shape's first run (go tool pprof -top FILE).
 
 Flags:
 `
