@@ -183,8 +183,12 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t\n", n, sh.name, res[0][si].pods, spread(rate, ""), v, spread(cpu, ""), vc)
 		}
+		// Each fleet size's rows as soon as they are measured.
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	return nil
 }
 
 type schedResult struct {
