@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,7 +34,10 @@ import (
 // the same iterations ("x-simple"). The rows split a dynamic-MIG node's
 // cost: the device count alone (simple, 112 devices), the counters
 // ("no counters" is not a valid MIG model, only the bound without them),
-// the pool per GPU (one pool), the profiles advertised.
+// the pool per GPU (one pool), the profiles advertised; "one counter per
+// device" (not a valid model either) and "4 attributes" (type, profile,
+// parentUUID, migMode) say whether the number of counters a device
+// consumes, or its attributes, matter.
 //
 //	go test ./cmd/drakit -run '^$' -bench SchedFilterShapes -count 3
 func BenchmarkSchedFilterShapes(b *testing.B) {
@@ -67,6 +72,8 @@ func BenchmarkSchedFilterShapes(b *testing.B) {
 		{"nvidia-1g-MIG-only-1g-advertised", driverSlices(only1g, nil), mig},
 		{"nvidia-1g-MIG-one-pool", driverSlices(proto, onePoolSlices), mig},
 		{"nvidia-1g-MIG-no-counters-bound", driverSlices(proto, noCounterSlices), mig},
+		{"nvidia-1g-MIG-one-counter-per-device", driverSlices(proto, oneCounterSlices), mig},
+		{"nvidia-1g-MIG-4-attributes", driverSlices(proto, keepAttributes("type", "profile", "parentUUID", "migMode")), mig},
 	} {
 		b.Run(sh.name, func(b *testing.B) {
 			f := benchFleet(b, sh.slices, sh.class, classes)
@@ -212,6 +219,39 @@ func noCounterSlices(ss []*resourceapi.ResourceSlice) []*resourceapi.ResourceSli
 		out = append(out, s)
 	}
 	return out
+}
+
+// oneCounterSlices leaves each device's counter consumption with one
+// counter (the first by name): not a valid MIG model.
+func oneCounterSlices(ss []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	for _, s := range ss {
+		for i := range s.Spec.Devices {
+			for _, cc := range s.Spec.Devices[i].ConsumesCounters {
+				names := slices.Sorted(maps.Keys(cc.Counters))
+				for _, n := range names[1:] {
+					delete(cc.Counters, n)
+				}
+			}
+		}
+	}
+	return ss
+}
+
+// keepAttributes drops every device attribute but the driver's keep
+// (the class selects on type and profile, which must stay).
+func keepAttributes(keep ...string) func([]*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	return func(ss []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+		for _, s := range ss {
+			for i := range s.Spec.Devices {
+				for name := range s.Spec.Devices[i].Attributes {
+					if !slices.Contains(keep, strings.TrimPrefix(string(name), nvdriver.DriverName+"/")) {
+						delete(s.Spec.Devices[i].Attributes, name)
+					}
+				}
+			}
+		}
+		return ss
+	}
 }
 
 type benchClasses map[string]*resourceapi.DeviceClass
