@@ -15,9 +15,11 @@ import (
 )
 
 // TestMain lets this test binary serve as the drivers bench prepare
-// starts ("<binary> bench floor ...", "<binary> bench driver ...").
+// starts ("<binary> bench floor ...", "<binary> bench driver ...") and
+// as the fleet demo's real-node driver ("<binary> demo fleet-driver ...").
 func TestMain(m *testing.M) {
-	if len(os.Args) > 2 && os.Args[1] == "bench" && (os.Args[2] == benchFloorCmd || os.Args[2] == benchDriverCmd) {
+	if len(os.Args) > 2 && (os.Args[1] == "bench" && (os.Args[2] == benchFloorCmd || os.Args[2] == benchDriverCmd) ||
+		os.Args[1] == "demo" && os.Args[2] == fleetDriverCmd) {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 	"github.com/drakit/drakit/internal/cluster"
 )
 
@@ -69,6 +70,10 @@ Flags:
 `
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == fleetDriverCmd {
+		// The fleet's real node's driver, a process of its own.
+		return drivercmd.Run(args[1:])
+	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -83,12 +88,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.driverBin, "driver-bin", "", "minimal: the examples/minimal driver binary (go build -o minimal ./examples/minimal); hack/demo.sh builds it")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(cluster.CacheDir(), "demo"), "folder of the demo cluster's state and logs (kept after the demo)")
 	fs.IntVar(&cfg.devices, "devices", 2, "minimal: number of simulated devices the driver publishes (2..16)")
-	fleet := fs.Bool("fleet", false, "run the fleet demo instead: fake nodes in racks with the reference driver's own slices, gang scheduling within a rack, MIG pods over the fleet, the scheduler's pods/s (no real node: pods are scheduled, not run)")
+	fleet := fs.Bool("fleet", false, "run the fleet demo instead: fake nodes in racks with the reference driver's own slices, gang scheduling within a rack, MIG pods over the fleet, the scheduler's pods/s (scheduled, not run), and the real node, where a MIG pod runs")
 	fc := fleetConfig{server: "dgx-h200"}
 	fs.IntVar(&fc.racks, "fleet-racks", 4, "-fleet: racks; the first half have whole GPUs, the rest dynamic MIG")
 	fs.IntVar(&fc.rackSize, "fleet-rack-size", 4, "-fleet: fake nodes per rack (at least 3)")
 	fs.IntVar(&fc.migPods, "fleet-mig-pods", 100, "-fleet: pods with one 1g MIG claim each")
 	fs.IntVar(&fc.schedQPS, "scheduler-qps", 5000, "-fleet: kube-scheduler's client QPS and burst (upstream's scheduler_perf uses 5000)")
+	fs.BoolVar(&fc.realNode, "fleet-real-node", true, "-fleet: add the real node (kubelet, containerd, the reference driver as a process on a simulated DGX H200) and run a MIG pod on it; false: fake nodes only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

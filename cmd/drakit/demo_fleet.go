@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,26 @@ type fleetConfig struct {
 	migPods int
 	// schedQPS is kube-scheduler's client QPS and burst.
 	schedQPS int
+	// realNode adds the real node (kubelet, containerd) with the
+	// reference driver as a process on a simulated server (fleetRealSim):
+	// the pods pinned to it run; runFleet needs a cluster started with
+	// cluster.WithNode.
+	realNode bool
 }
+
+// fleetFakeLabel marks the fleet's fake nodes; the pods that are only
+// scheduled (gangs, MIG pods over the fleet) select it, so none of them
+// lands on the real node, where it would be started.
+const fleetFakeLabel = "fleet.drakit.dev/fake-node"
+
+// fleetDriverCmd is "drakit demo fleet-driver ...": the reference driver
+// (examples/nvidia/drivercmd) in a process of its own, for the fleet's
+// real node. Not for people.
+const fleetDriverCmd = "fleet-driver"
+
+// fleetRealMIGGPUs are the simulated server's GPUs with dynamic MIG on
+// the real node; the others are whole GPUs.
+const fleetRealMIGGPUs = "4-7"
 
 // fleetNS is the fleet demo's namespace.
 const fleetNS = "fleet"
@@ -60,16 +81,27 @@ type fleetResult struct {
 	gangTooBig []string // pods of the gang that fits the fleet but no rack
 	migPods    []string
 	podsPerSec float64
+	// realPod ran on the real node; realEnv is what its container saw,
+	// realDevice the device its claim got.
+	realPod, realEnv, realDevice string
 }
 
 // demoFleet runs the fleet demo on a control plane of its own.
 func demoFleet(ctx context.Context, cfg fleetConfig, out, progress io.Writer) (err error) {
 	fmt.Fprintf(out, "drakit demo -fleet: the reference NVIDIA driver's slices on %d fake nodes in %d racks, gang scheduling, MIG at fleet scale (Kubernetes %s)\n",
 		cfg.racks*cfg.rackSize, cfg.racks, cluster.Version)
-	fmt.Fprintln(out, "Every node here is a fake node (a Node object, no kubelet): the real kube-scheduler allocates and binds, no pod runs.")
+	if cfg.realNode {
+		fmt.Fprintln(out, "One node is real (kubelet, containerd, the reference driver as a process on a simulated DGX H200): the pod pinned to it runs. Every other node is a fake node (a Node object, no kubelet): there the real kube-scheduler allocates and binds, and no pod runs.")
+	} else {
+		fmt.Fprintln(out, "Every node here is a fake node (a Node object, no kubelet): the real kube-scheduler allocates and binds, no pod runs.")
+	}
 	t0 := time.Now()
-	c, err := cluster.Start(ctx, cluster.WithDir(cfg.dir), cluster.WithLogWriter(progress), cluster.WithDieWithParent(),
-		cluster.WithGangScheduling(), cluster.WithSchedulerClient(float32(cfg.schedQPS), cfg.schedQPS))
+	opts := []cluster.Option{cluster.WithDir(cfg.dir), cluster.WithLogWriter(progress), cluster.WithDieWithParent(),
+		cluster.WithGangScheduling(), cluster.WithSchedulerClient(float32(cfg.schedQPS), cfg.schedQPS)}
+	if cfg.realNode {
+		opts = append(opts, cluster.WithNode())
+	}
+	c, err := cluster.Start(ctx, opts...)
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
 	}
@@ -79,6 +111,9 @@ func demoFleet(ctx context.Context, cfg fleetConfig, out, progress io.Writer) (e
 		fmt.Fprintf(out, "logs are kept in %s/logs\n", c.Dir)
 	}()
 	fmt.Fprintf(out, "control plane up in %s: gang and topology-aware scheduling on, kube-scheduler client QPS %d\n", since(t0), cfg.schedQPS)
+	if cfg.realNode {
+		fmt.Fprintf(out, "real node %s up (kubelet, containerd)\n", c.NodeName)
+	}
 	_, err = runFleet(ctx, c, cfg, out)
 	return err
 }
@@ -90,6 +125,21 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 	res := &fleetResult{rackOf: map[string]string{}}
 	step := func(format string, args ...any) { fmt.Fprintf(out, "- "+format+"\n", args...) }
 
+	if cfg.realNode {
+		if c.NodeName == "" {
+			return nil, fmt.Errorf("the fleet's real node: the cluster has none (start it with cluster.WithNode)")
+		}
+		drv, err := startFleetDriver(c)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := drv.stop(); err != nil {
+				fmt.Fprintf(out, "- stopping the real node's driver: %v\n", err)
+			}
+		}()
+	}
+
 	t0 := time.Now()
 	var profiles []string
 	for r := range cfg.racks {
@@ -97,7 +147,7 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 		isMIG := r >= (cfg.racks+1)/2
 		for i := range cfg.rackSize {
 			n := fleetNode{name: fmt.Sprintf("%s-%d", rack, i), rack: rack, mig: isMIG}
-			labels := map[string]string{topology.RackLabel: rack, topology.InterconnectDomainLabel: "nvl-" + rack[len(rack)-1:]}
+			labels := map[string]string{topology.RackLabel: rack, topology.InterconnectDomainLabel: "nvl-" + rack[len(rack)-1:], fleetFakeLabel: "true"}
 			if err := c.AddFakeNode(ctx, n.name, labels, nil); err != nil {
 				return nil, err
 			}
@@ -142,8 +192,11 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 		}
 		step("  %s: %d nodes of %s, %d devices in %d slices per node", n.rack, len(rack), kind, n.devices, n.slices)
 	}
-	_ = whole
-	_ = migN
+	if cfg.realNode {
+		if err := fleetRealPod(ctx, c, profiles, res, step); err != nil {
+			return nil, err
+		}
+	}
 
 	// A gang of whole-GPU pods that fits one rack: all land in one.
 	gpusPerNode := 8
@@ -279,8 +332,9 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 
 // fleetInventory is the reference driver's inventory for node on a fresh
 // simulated server, every GPU dynamic MIG or every GPU whole, and the
-// advertised profiles of its MIG GPUs.
-func fleetInventory(server, node string, isMIG bool) (*device.Inventory, []string, error) {
+// advertised profiles of its MIG GPUs: the driver's default
+// (mig.DefaultProfiles), or profiles when given (its -mig-profiles).
+func fleetInventory(server, node string, isMIG bool, profiles ...string) (*device.Inventory, []string, error) {
 	dir, err := os.MkdirTemp("", "drakit-fleet-")
 	if err != nil {
 		return nil, nil, err
@@ -291,7 +345,13 @@ func fleetInventory(server, node string, isMIG bool) (*device.Inventory, []strin
 		return nil, nil, err
 	}
 	defer sim.Close()
-	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	opts := []nvdriver.Option{nvdriver.WithStateDir(filepath.Join(dir, "state"))}
+	if len(profiles) > 0 {
+		opts = append(opts, nvdriver.WithProfiles(profiles))
+	} else {
+		profiles = mig.DefaultProfiles(sim.Product())
+	}
+	d, err := nvdriver.New(sim, node, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,7 +359,7 @@ func fleetInventory(server, node string, isMIG bool) (*device.Inventory, []strin
 	if err != nil {
 		return nil, nil, err
 	}
-	return inv, mig.DefaultProfiles(sim.Product()), nil
+	return inv, profiles, nil
 }
 
 // fleetGang creates a PodGroup of size pods constrained to one rack and
@@ -340,12 +400,14 @@ func fleetGang(ctx context.Context, cs kubernetes.Interface, name string, size i
 	return pods, nil
 }
 
-// fleetPod is a pod for a fake node: it is scheduled, never run.
+// fleetPod is a pod for a fake node (it selects fleetFakeLabel): it is
+// scheduled, never run.
 func fleetPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fleetNS, Labels: map[string]string{"fleet-demo": "mig"}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			NodeSelector:                  map[string]string{fleetFakeLabel: "true"},
 			Containers:                    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
@@ -431,4 +493,150 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// startFleetDriver starts the reference driver for the real node as a
+// child process ("drakit demo fleet-driver", its log in Dir/logs): a
+// simulated DGX H200 with whole GPUs and dynamic MIG on fleetRealMIGGPUs,
+// registered with the real kubelet, its CDI specs where containerd reads
+// them.
+func startFleetDriver(c *cluster.Cluster) (*demoDriverProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the fleet's real node: %w", err)
+	}
+	logPath := filepath.Join(c.Dir, "logs", "nvidia-driver.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("the fleet's real node: driver log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "demo", fleetDriverCmd,
+		"-kubeconfig", c.Kubeconfig,
+		"-node-name", c.NodeName,
+		"-registrar-dir", c.PluginRegistryDir,
+		"-plugin-data-dir", filepath.Join(c.PluginsDir, nvdriver.DriverName),
+		"-cdi-dir", c.CDIDir,
+		"-nvml-sim", "dgx-h200",
+		"-nvml-sim-state", filepath.Join(c.Dir, "real-node-gpus.json"),
+		"-nvml-sim-mig-gpus", fleetRealMIGGPUs,
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the fleet's real node: start the driver: %w", err)
+	}
+	p := &demoDriverProc{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// fleetRealPod runs one pod with a 1g MIG claim on the real node and
+// records what its container saw, then deletes it (the driver destroys
+// the MIG device it made).
+func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, res *fleetResult, step func(string, ...any)) error {
+	cs := c.Client
+	class := nvdriver.ProfileClass(profiles[0])
+	t0 := time.Now()
+	// The driver publishes its slices once it has registered.
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.NodeName})
+		if err != nil {
+			return false, err
+		}
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				if ref, err := mig.ParseDeviceName(d.Name); err == nil && ref.Profile == profiles[0] {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return fmt.Errorf("the real node's driver published no %s device: %w", profiles[0], err)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "real-1g", Namespace: fleetNS},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}},
+		}}},
+	}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates(fleetNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ResourceClaimTemplate: %w", err)
+	}
+	const env = "NVIDIA_VISIBLE_DEVICES"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "real-mig", Namespace: fleetNS},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": c.NodeName},
+			HostNetwork:                   true, // no CNI on the local node
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "mig", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
+			Containers: []corev1.Container{{
+				Name: "c", Image: c.Images.Busybox, ImagePullPolicy: corev1.PullNever,
+				Command:   []string{"sh", "-c", "env | grep " + env + "; sleep 3600"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "mig"}}},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(fleetNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pod %s: %w", pod.Name, err)
+	}
+	var got *corev1.Pod
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(fleetNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = p
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod %s failed: %s", pod.Name, p.Status.Message)
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		logs, err := cs.CoreV1().Pods(fleetNS).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, nil // the container may not have written yet
+		}
+		for l := range strings.Lines(string(logs)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), env+"="); ok {
+				res.realEnv = v
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		phase := "unknown"
+		if got != nil {
+			phase = string(got.Status.Phase)
+		}
+		return fmt.Errorf("pod %s not running with %s on the real node (phase %s): %w", pod.Name, env, phase, err)
+	}
+	res.realPod = pod.Name
+	for _, st := range got.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		claim, err := cs.ResourceV1().ResourceClaims(fleetNS).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get claim of pod %s: %w", pod.Name, err)
+		}
+		if a := claim.Status.Allocation; a != nil && len(a.Devices.Results) > 0 {
+			res.realDevice = a.Devices.Results[0].Device
+		}
+	}
+	step("pod %s (a claim for one %s) RUNS on the real node %s: the driver made the MIG device %s at prepare, the container saw %s=%s (%s)",
+		pod.Name, profiles[0], c.NodeName, res.realDevice, env, res.realEnv, since(t0))
+	if err := cs.CoreV1().Pods(fleetNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods(fleetNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		return fmt.Errorf("wait for pod %s to go: %w", pod.Name, err)
+	}
+	return nil
 }

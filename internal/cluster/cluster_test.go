@@ -1,9 +1,12 @@
 package cluster_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,6 +225,29 @@ func TestFakeNodes(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("pod not bound to fake-0: %v", err)
+	}
+
+	// The scheduler's CPU profile (what "drakit bench sched -cpuprofile"
+	// reads): a gzipped pprof profile of CPU samples.
+	prof, err := c.SchedulerCPUProfile(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(prof))
+	if err != nil {
+		t.Fatalf("scheduler profile is not gzipped (%d bytes): %v", len(prof), err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("read scheduler profile: %v", err)
+	}
+	for _, want := range []string{"samples", "cpu", "nanoseconds"} {
+		if !bytes.Contains(raw, []byte(want)) {
+			t.Errorf("scheduler profile's string table lacks %q", want)
+		}
+	}
+	if _, err := c.SchedulerCPUProfile(ctx, 0); err == nil {
+		t.Error("a profile of 0 s was not refused")
 	}
 }
 
