@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -22,11 +21,14 @@ import (
 //   - a GPU in MIG mode that is not dynamic (WithDynamicGPUs: the
 //     recorded decision) publishes its MIG devices (ModeStatic), named
 //     as in the counter model ("gpu-2-3g-71gb-4"), and never changes them;
-//   - a dynamic GPU in MIG mode (ModeDynamic):
+//   - a dynamic GPU (ModeDynamic), whatever its MIG mode now:
 //     every advertised profile x placement is a device consuming the
-//     GPU's counter set (mig.CounterModel), created at prepare. Their
-//     order is mig.Preference's for the node's current MIG devices, so
-//     the scheduler's first fit is the planner's choice.
+//     GPU's counter set (mig.CounterModel), created at prepare, and so is
+//     the GPU whole ("gpu-<index>", consuming all of the set, so the
+//     scheduler never gives it together with a MIG device of the GPU),
+//     served with MIG mode off while no MIG device of the GPU is in use.
+//     Their order is mig.Preference's for the node's current MIG
+//     devices, so the scheduler's first fit is the planner's choice.
 //
 // Full GPUs and static MIG devices come in GPU order, a dynamic GPU's
 // devices in the planner's order. A pool per dynamic GPU is what keeps
@@ -119,6 +121,9 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 	if err != nil {
 		return "", nil, nil, err
 	}
+	if !m.Current && g.dynamic {
+		return ModeDynamic, nil, nil, nil // used whole, or slicing again at the next MIG claim
+	}
 	if !m.Current {
 		return ModeFull, nil, nil, nil
 	}
@@ -153,8 +158,10 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 // dynamicPools is the counter model of the dynamic GPUs with the
 // advertised profiles as mig.CounterModel.GPUPools publishes it (a pool
 // per GPU, the planner's order, only the devices the scheduler can still
-// allocate: mig.WithFitOnly), without the full-GPU devices (a GPU in MIG
-// mode is used through MIG devices only).
+// allocate: mig.WithFitOnly). The GPU whole is listed while none of its
+// MIG devices is in use and carries a full GPU's attributes, so that
+// ClassGPU (and an unchanged nvidia.com/gpu pod) can get an idle dynamic
+// GPU.
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
@@ -168,12 +175,6 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	if err != nil {
 		return nil, err
 	}
-	for i := range pools { // no full-GPU device on a GPU in MIG mode
-		pools[i].Devices = slices.DeleteFunc(pools[i].Devices, func(dev *device.Device) bool {
-			ref, err := mig.ParseDeviceName(dev.Name())
-			return err == nil && ref.Profile == ""
-		})
-	}
 	for _, p := range pools {
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
@@ -181,6 +182,15 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 				return nil, err
 			}
 			g := byIndex[ref.GPU]
+			if ref.Profile == "" {
+				d.common(dev, g, TypeGPU, ModeDynamic).
+					StringAttribute(AttrUUID, g.UUID).
+					Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
+				info := d.wholeInfo(g)
+				info.pool = p.Name
+				devs[dev.Name()] = info
+				continue
+			}
 			pr, err := g.product.Profile(ref.Profile)
 			if err != nil {
 				return nil, err

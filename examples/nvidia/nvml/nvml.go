@@ -57,6 +57,25 @@ type Interface interface {
 	Close() error
 }
 
+// ModeSetter is implemented by a backend that can change a GPU's MIG
+// mode, as the reference driver does on a dynamic GPU to hand it out
+// whole (MIG mode off) and slice it again (on). The product's rules hold:
+// the mode changes only while the GPU has no GPU instance (ErrInUse),
+// and on some products (A100) a change stays pending until the GPU is
+// reset.
+type ModeSetter interface {
+	// SetMigMode requests MIG mode enabled on the GPU and returns the
+	// mode after the call: Pending is enabled, and Current too where
+	// the change applied at once (Hopper and later on an idle GPU);
+	// otherwise it waits for ResetGPU. It fails with ErrInUse while a
+	// GPU instance exists, and changes nothing then.
+	SetMigMode(gpu int, enabled bool) (MigMode, error)
+	// ResetGPU resets the GPU, which makes a pending MIG mode current;
+	// ErrInUse while a GPU instance exists (or, on hardware, a process
+	// uses the GPU).
+	ResetGPU(gpu int) error
+}
+
 // LivenessWatcher is implemented by a backend whose health stream can
 // also say that its event loop is running: WatchHealthLiveness streams
 // what WatchHealth does plus a HealthEvent with Alive set each time the
