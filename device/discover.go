@@ -57,6 +57,15 @@ type HealthReport struct {
 	// Unhealthy report has a taint: the Reason of a Healthy or Unknown
 	// report is ignored.
 	Reason string
+	// TaintEffect is the effect of the health taint of an Unhealthy
+	// report; empty means [NoSchedule] (no new allocations). Use
+	// [NoExecute] for a device that can run nothing any more (a GPU
+	// fallen off the bus), so that pods using it are evicted where the
+	// cluster runs device taint eviction, or [NoEffect] for a taint that
+	// only informs. Another value is refused by the API server when the
+	// slice is published, so the runtime publishes [NoSchedule] instead
+	// and logs the report. Ignored for a report that is not Unhealthy.
+	TaintEffect TaintEffect
 	// Message is a human-readable explanation, sent to the kubelet with
 	// every health value. A device that is degraded but still serves
 	// (corrected memory errors, a throttled link) is reported Healthy

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/device"
 )
@@ -127,6 +128,9 @@ func (h *healthState) update(reports []device.HealthReport, received time.Time) 
 		if r.Time.IsZero() {
 			r.Time = received
 		}
+		if r.Health == device.Unhealthy && r.TaintEffect != "" && taintEffect(r) != r.TaintEffect {
+			klog.Background().Error(nil, "Health report with an unknown taint effect; tainting NoSchedule", "device", r.Device, "effect", r.TaintEffect)
+		}
 		old := h.reports[r.Device]
 		h.reports[r.Device] = r
 		_, tainted := h.taintedAt[r.Device]
@@ -136,7 +140,7 @@ func (h *healthState) update(reports []device.HealthReport, received time.Time) 
 			// republishing from changing the slice.
 			h.taintedAt[r.Device] = r.Time.UTC().Truncate(time.Second)
 			taintsChanged = true
-		case r.Health == device.Unhealthy && old.Reason != r.Reason:
+		case r.Health == device.Unhealthy && (old.Reason != r.Reason || old.TaintEffect != r.TaintEffect):
 			taintsChanged = true // the taint's value is the reason
 		case r.Health != device.Unhealthy && tainted:
 			delete(h.taintedAt, r.Device)
@@ -176,7 +180,7 @@ func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory
 		}
 		r := h.reports[id]
 		r.Time = at
-		if t, ok := device.HealthTaint(h.driver, r, device.NoSchedule); ok {
+		if t, ok := device.HealthTaint(h.driver, r, taintEffect(r)); ok {
 			taints[id] = []device.Taint{t}
 		}
 	}
@@ -185,6 +189,16 @@ func (h *healthState) taintedInventory(inv *device.Inventory) (*device.Inventory
 		return nil, fmt.Errorf("taint unhealthy devices: %w", err)
 	}
 	return out, nil
+}
+
+// taintEffect is the effect of r's health taint: its TaintEffect when
+// that is one the API knows (update logged any other), else NoSchedule.
+func taintEffect(r device.HealthReport) device.TaintEffect {
+	switch r.TaintEffect {
+	case device.NoSchedule, device.NoExecute, device.NoEffect:
+		return r.TaintEffect
+	}
+	return device.NoSchedule
 }
 
 func devicesOf(inv *device.Inventory) map[device.DeviceID]bool {
