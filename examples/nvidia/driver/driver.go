@@ -48,6 +48,7 @@ type Driver struct {
 
 	mu           sync.Mutex
 	devs         map[string]devInfo // the last inventory's devices by name
+	last         *device.Inventory  // the last inventory, for the devices of a GPU lost since
 	republishing bool               // a republish is scheduled
 }
 

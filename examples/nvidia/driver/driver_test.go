@@ -303,7 +303,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("XID 79 on GPU 3 reported %+v, want its 3 MIG devices", ev.Health)
 	}
 	for _, r := range ev.Health {
-		if r.Health != device.Unhealthy || r.Reason != "XID79" || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
+		if r.Health != device.Unhealthy || r.Reason != ReasonGPULost || r.TaintEffect != device.NoExecute || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
 			t.Errorf("report %+v", r)
 		}
 	}

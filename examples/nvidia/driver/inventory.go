@@ -2,7 +2,10 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -45,12 +48,18 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var fleet []mig.FleetGPU
 	var model []mig.GPU
 	var dynamic []*gpuInfo
+	var lost []int
 	for i := range d.gpus {
 		g := &d.gpus[i]
 		if g.broken != nil {
 			continue // unreadable at start: left out, the others serve
 		}
 		mode, static, owned, err := d.gpuMode(g)
+		if errors.Is(err, nvml.ErrGPULost) {
+			d.health.markLost(g.Index, err)
+			lost = append(lost, g.Index) // published as last seen, tainted
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
 		}
@@ -105,10 +114,55 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		}
 		pools = append(pools, mp...)
 	}
+	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
 	d.mu.Lock()
-	d.devs = devs
-	d.mu.Unlock()
-	return &device.Inventory{Driver: DriverName, Pools: pools}, nil
+	defer d.mu.Unlock()
+	pools = d.keepLost(pools, lost, devs)
+	for i := range pools {
+		for _, dev := range pools[i].Devices {
+			if unmonitored[devs[dev.Name()].gpu] {
+				dev.Taint(device.Taint{Key: TaintUnmonitored, Effect: device.NoEffect})
+			}
+		}
+	}
+	inv := &device.Inventory{Driver: DriverName, Pools: pools}
+	d.devs, d.last = devs, inv.Clone()
+	return inv, nil
+}
+
+// keepLost adds the devices of the lost GPUs as the last inventory had
+// them (a lost GPU cannot be read; its devices stay published, with the
+// health taint ReasonGPULost, so that what runs on them is seen and
+// evicted, not silently dropped). A GPU lost before any inventory is
+// left out. d.mu must be held.
+func (d *Driver) keepLost(pools []device.Pool, lost []int, devs map[string]devInfo) []device.Pool {
+	if len(lost) == 0 || d.last == nil {
+		return pools
+	}
+	isLost := map[int]bool{}
+	for _, g := range lost {
+		isLost[g] = true
+	}
+	for _, p := range d.last.Pools {
+		var keep []*device.Device
+		for _, dev := range p.Devices {
+			if info, ok := d.devs[dev.Name()]; ok && isLost[info.gpu] {
+				keep = append(keep, dev.Clone())
+				devs[dev.Name()] = info
+			}
+		}
+		if len(keep) == 0 {
+			continue
+		}
+		i := slices.IndexFunc(pools, func(q device.Pool) bool { return q.Name == p.Name })
+		if i < 0 {
+			pools = append(pools, device.Pool{Name: p.Name, CounterSets: p.CounterSets})
+			i = len(pools) - 1
+		}
+		pools[i].Devices = append(pools[i].Devices, keep...)
+	}
+	slices.SortStableFunc(pools, func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) })
+	return pools
 }
 
 // gpuMode tells how g is published now, with its static and owned MIG

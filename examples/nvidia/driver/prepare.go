@@ -99,8 +99,8 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		if _, err := decodeConfig(dev, info.typ); err != nil {
 			return err
 		}
-		if ev, bad := d.health.gpuEvent(info.gpu); bad && ev.XID == XIDFallenOffTheBus {
-			return fmt.Errorf("device %s: GPU %d (%s) fell off the bus (XID %d at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.XID, ev.Time.Format(time.RFC3339))
+		if ev, lost := d.health.lostEvent(info.gpu); lost {
+			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.Time.Format(time.RFC3339))
 		}
 		switch {
 		case info.mode != ModeDynamic || dev.AdminAccess:

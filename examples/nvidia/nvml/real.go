@@ -549,8 +549,9 @@ func (r *Real) DestroyGPUInstance(gpu, gpuInstance int) error {
 // when the event concerns the whole GPU.
 const noInstance = 0xFFFFFFFF
 
-// WatchHealth registers every GPU that supports it for critical XID
-// events and streams them until ctx is done.
+// WatchHealth registers every GPU for critical XID events and streams
+// them until ctx is done; a GPU that cannot be registered is reported
+// first with an Unmonitored event.
 func (r *Real) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 	return r.watchHealth(ctx, false)
 }
@@ -571,19 +572,17 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 		return nil, err
 	}
 	byUUID := map[string]int{}
+	var unmonitored []HealthEvent
 	for _, g := range gpus {
 		d, err := r.device(g.Index)
+		if err == nil {
+			err = nvErr(d.RegisterEvents(gonvml.EventTypeXidCriticalError, set), "register XID events of GPU %d", g.Index)
+		}
 		if err != nil {
-			set.Free()
-			return nil, err
-		}
-		ret := d.RegisterEvents(gonvml.EventTypeXidCriticalError, set)
-		if ret == gonvml.ERROR_NOT_SUPPORTED {
-			continue // e.g. a GPU behind a hypervisor that hides XIDs
-		}
-		if err := nvErr(ret, "register XID events of GPU %d", g.Index); err != nil {
-			set.Free()
-			return nil, err
+			// e.g. a GPU behind a hypervisor that hides XIDs: the others
+			// are watched, this one is reported unmonitored.
+			unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			continue
 		}
 		byUUID[g.UUID] = g.Index
 	}
@@ -591,6 +590,13 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 	go func() {
 		defer close(ch)
 		defer set.Free()
+		for _, ev := range unmonitored {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
 		for ctx.Err() == nil {
 			data, ret := set.Wait(500)
 			if ret == gonvml.ERROR_TIMEOUT {

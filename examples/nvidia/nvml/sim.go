@@ -37,7 +37,10 @@ func (ps *productSpec) product() (*mig.Product, error) {
 }
 
 type simGPU struct {
-	UUID      string        `json:"uuid"`
+	UUID string `json:"uuid"`
+	// Lost is set by XID 79 (fallen off the bus) and cleared by
+	// RecoverGPU: a lost GPU answers every query with ErrGPULost.
+	Lost      bool          `json:"lost,omitempty"`
 	Mig       MigMode       `json:"mig"`
 	Instances []GPUInstance `json:"instances,omitempty"`
 	TimeSlice TimeSlice     `json:"timeSlice,omitempty"`
@@ -312,6 +315,9 @@ func (s *Sim) change(fn func(st *simState) (bool, error)) error {
 func (st *simState) gpu(op string, i int) (*simGPU, error) {
 	if i < 0 || i >= len(st.GPUs) {
 		return nil, newError(ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
+	}
+	if st.GPUs[i].Lost {
+		return nil, newError(ErrorGPUIsLost, op, "GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)", i)
 	}
 	return &st.GPUs[i], nil
 }

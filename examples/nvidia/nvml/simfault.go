@@ -20,6 +20,10 @@ const (
 	// FaultResetGPU hits ResetGPU before the pending mode becomes
 	// current.
 	FaultResetGPU FaultOp = "reset-gpu"
+	// FaultRegisterEvents makes the next WatchHealth unable to register
+	// the GPU for XID events: the stream reports it Unmonitored (Code
+	// and Stall are ignored).
+	FaultRegisterEvents FaultOp = "register-events"
 )
 
 // Fault is an injected failure: the next call of Op on GPU (any GPU when
@@ -78,7 +82,7 @@ func (st *simState) fault(op string, fop FaultOp, gpu int) error {
 // shares the state.
 func (s *Sim) InjectFault(f Fault) error {
 	switch f.Op {
-	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance, FaultSetMigMode, FaultResetGPU:
+	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance, FaultSetMigMode, FaultResetGPU, FaultRegisterEvents:
 	default:
 		return fmt.Errorf("inject fault: unknown op %q", f.Op)
 	}

@@ -105,7 +105,9 @@ func checkXIDTaints(ctx context.Context, t *testing.T, env *testenv.Env, state s
 	if err := sim.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	want := "gpu-3-1g-18gb-6=XID79 gpu-3-2g-35gb-4=XID79 gpu-3-3g-71gb-0=XID79"
+	// The driver need not have subscribed yet: GPU 3 answers NVML
+	// GPU_IS_LOST after XID 79, and its devices are tainted for that.
+	want := "gpu-3-1g-18gb-6=GPULost gpu-3-2g-35gb-4=GPULost gpu-3-3g-71gb-0=GPULost"
 	var got []string
 	poll(ctx, t, "GPU 3's devices tainted", func(ctx context.Context) (bool, error) {
 		got, err = tainted(ctx)
