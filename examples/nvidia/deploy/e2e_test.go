@@ -320,12 +320,14 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 				t.Fatal(err)
 			}
 		}
-		// Gone once its claim is, its MIG devices destroyed and the GPU
-		// offered whole again (fit-only publishing lists it only then).
+		// Gone once its claim is, the kubelet unprepared it (its CDI spec
+		// is gone: a claim of an extended resource is deleted before
+		// that), its MIG devices are destroyed and the GPU is offered
+		// whole again (fit-only publishing lists it only then).
 		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
 			_, whole := deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
-			return err == nil && len(l.Items) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, err
+			return err == nil && len(l.Items) == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, err
 		}); err != nil {
 			t.Fatalf("after pod %s: claims left, MIG devices %v (want %v) or GPU %d whole not published: %v", ws[0].Name, migInstances(t, stateFile), static, gpu, err)
 		}

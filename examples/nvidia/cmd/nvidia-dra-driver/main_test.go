@@ -128,9 +128,9 @@ type proc struct {
 	done chan error
 }
 
-func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string) *proc {
+func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string, extra ...string) *proc {
 	t.Helper()
-	args := driverCommand(t, env, state)
+	args := append(driverCommand(t, env, state), extra...)
 	cmd := exec.Command(args[0], append(args[1:], "-v=3")...)
 	cmd.Env = append(os.Environ(), asDriverEnv+"=1")
 	log, err := os.Create(filepath.Join(t.TempDir(), "driver.log"))
@@ -500,6 +500,12 @@ func TestDriver(t *testing.T) {
 			t.Errorf("MIG instances after the checkpoint was wiped: %v, want the unheld device destroyed", inst)
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
+	})
+	t.Run("admin-access-across-kill-9", func(t *testing.T) {
+		drv = adminAccessAcrossKill(ctx, t, env, state, sim, drv)
+	})
+	t.Run("read-only-and-full-state-folder", func(t *testing.T) {
+		drv = brokenStateFolder(ctx, t, env, state, sim, drv)
 	})
 	drv.kill() // the suite starts its own
 
