@@ -501,11 +501,13 @@ func TestDriver(t *testing.T) {
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
 	})
+	// Each starts its own driver (the previous subtest's cleanup killed
+	// the one it had started).
 	t.Run("admin-access-across-kill-9", func(t *testing.T) {
-		drv = adminAccessAcrossKill(ctx, t, env, state, sim, drv)
+		adminAccessAcrossKill(ctx, t, env, state, sim)
 	})
 	t.Run("read-only-and-full-state-folder", func(t *testing.T) {
-		drv = brokenStateFolder(ctx, t, env, state, sim, drv)
+		brokenStateFolder(ctx, t, env, state, sim)
 	})
 	drv.kill() // the suite starts its own
 

@@ -76,8 +76,9 @@ func gpu5(t *testing.T, sim *nvml.Sim) []string {
 // reconcile sees both claims), not at its unprepare; the user's unprepare
 // destroys the device. An admin claim on a device no one made creates
 // nothing.
-func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim, drv *proc) *proc {
+func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim) {
 	const dev = "gpu-5-1g-18gb-0"
+	drv := startDriver(ctx, t, env, state)
 	// Admin access is for namespaces an administrator labelled so.
 	ns, err := env.Client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil {
@@ -125,7 +126,6 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 	if got := gpu5(t, sim); len(got) != 0 {
 		t.Errorf("GPU 5 after the user's unprepare: %v, want its device destroyed", got)
 	}
-	return drv
 }
 
 // brokenStateFolder (issue 25, item 7): the driver's state folder on a
@@ -134,7 +134,7 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 // no record of the claim and no MIG device is left; once the folder is
 // writable and has room, the same claim prepares, and its unprepare
 // destroys its device.
-func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim, drv *proc) *proc {
+func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs as the state folder")
 	}
@@ -149,8 +149,7 @@ func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, stat
 			t.Fatal(err)
 		}
 	}
-	drv.kill()
-	drv = startDriver(ctx, t, env, state, "-state-dir="+dir)
+	startDriver(ctx, t, env, state, "-state-dir="+dir)
 	kl := dialDriver(t, env)
 	c := dynamicClaim(ctx, t, env, "broken-state", "gpu-5-1g-18gb-0", false)
 	checkpoint := filepath.Join(env.PluginDataDir(nvdriver.DriverName), "checkpoint")
@@ -206,7 +205,4 @@ func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, stat
 	if got := gpu5(t, sim); len(got) != 0 {
 		t.Errorf("GPU 5 after the unprepare: %v", got)
 	}
-	// The driver goes back to its default state folder.
-	drv.kill()
-	return startDriver(ctx, t, env, state)
 }
