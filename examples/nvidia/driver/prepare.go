@@ -421,6 +421,9 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 			return cd, info, err
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
+			if dev.AdminAccess {
+				return cd, info, fmt.Errorf("MIG device %s (%s) does not exist: admin access never creates one, and no claim holds it now", dev.Device, info.key)
+			}
 			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.key)
 		}
 		cd.UUID = gi.ComputeInstances[0].UUID

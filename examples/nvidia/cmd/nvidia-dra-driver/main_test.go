@@ -502,11 +502,13 @@ func TestDriver(t *testing.T) {
 		deletePod(ctx, t, env, "lost-checkpoint-user")
 	})
 	// Each starts its own driver (the previous subtest's cleanup killed
-	// the one it had started).
+	// the one it had started; the first one is killed when only these run).
 	t.Run("admin-access-across-kill-9", func(t *testing.T) {
+		drv.kill()
 		adminAccessAcrossKill(ctx, t, env, state, sim)
 	})
 	t.Run("read-only-and-full-state-folder", func(t *testing.T) {
+		drv.kill()
 		brokenStateFolder(ctx, t, env, state, sim)
 	})
 	drv.kill() // the suite starts its own

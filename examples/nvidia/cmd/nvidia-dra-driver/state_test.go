@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,24 @@ func dynamicClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, dev
 		_ = env.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return c
+}
+
+// prepare prepares claims as the kubelet does, retrying while the driver
+// that just started has not published the devices yet (the kubelet
+// retries too).
+func prepare(ctx context.Context, kl *drivertest.Kubelet, claims ...*resourceapi.ResourceClaim) error {
+	var err error
+	for range 150 {
+		if _, err = kl.Prepare(ctx, claims...); err == nil || !strings.Contains(err.Error(), "is not published") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return err
 }
 
 func dialDriver(t *testing.T, env *testenv.Env) *drivertest.Kubelet {
@@ -95,15 +114,20 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 	admin := dynamicClaim(ctx, t, env, "aa-admin", dev, true)
 	idle := dynamicClaim(ctx, t, env, "aa-idle", "gpu-5-3g-71gb-4", true)
 	kl := dialDriver(t, env)
-	if _, err := kl.Prepare(ctx, user); err != nil {
+	if err := prepare(ctx, kl, user); err != nil {
 		t.Fatal(err)
 	}
 	made := gpu5(t, sim)
 	if len(made) != 1 {
 		t.Fatalf("GPU 5 after the user's prepare: %v, want one MIG device", made)
 	}
-	if _, err := kl.Prepare(ctx, admin, idle); err != nil {
+	if err := prepare(ctx, kl, admin); err != nil {
 		t.Fatal(err)
+	}
+	// Admin access never makes a MIG device: one no claim holds is
+	// refused, and nothing is created.
+	if err := prepare(ctx, kl, idle); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("admin-access prepare of a MIG device no one made: %v, want refused as not existing", err)
 	}
 	if got := gpu5(t, sim); strings.Join(got, " ") != made[0] {
 		t.Fatalf("GPU 5 after the admin claims' prepare: %v, want only the user's %s", got, made[0])
@@ -114,7 +138,7 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 		t.Fatalf("GPU 5 after kill -9 and restart with the admin claims held: %v, want only the user's %s", got, made[0])
 	}
 	kl = dialDriver(t, env)
-	if err := kl.Unprepare(ctx, admin, idle); err != nil {
+	if err := kl.Unprepare(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	if got := gpu5(t, sim); strings.Join(got, " ") != made[0] {
@@ -164,6 +188,12 @@ func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, stat
 		}
 	}
 
+	if err := prepare(ctx, kl, c); err != nil { // published, and the folder works
+		t.Fatal(err)
+	}
+	if err := kl.Unprepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	remount(syscall.MS_RDONLY)
 	_, err := kl.Prepare(ctx, c)
 	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
@@ -193,7 +223,7 @@ func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, stat
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kl.Prepare(ctx, c); err != nil {
+	if err := prepare(ctx, kl, c); err != nil {
 		t.Fatalf("prepare once the folder is writable with room: %v", err)
 	}
 	if got := gpu5(t, sim); len(got) != 1 {
