@@ -272,6 +272,8 @@ func TestE2E(t *testing.T) {
 // 3g pod gets a MIG device on GPU 4.
 func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile string, static map[string]string) {
 	const gpu = 4
+	t0 := time.Now()
+	defer func() { t.Logf("free-agent steps: %s", time.Since(t0).Round(100*time.Millisecond)) }()
 	story := map[string]deploy.Workload{}
 	for _, w := range deploy.Story(storyNS, env.BusyboxImage) {
 		story[w.Name] = w
