@@ -32,7 +32,7 @@ const XIDFallenOffTheBus = 79
 // NVML answers with GPU_IS_LOST (nvml.ErrGPULost). Its taint's effect is
 // NoExecute: the GPU runs nothing until it is reset, so the pods using
 // it are evicted where the cluster runs device taint eviction (NVIDIA's
-// driver taints NoSchedule only and leaves them). A prepare on a lost GPU
+// driver taints XIDs NoSchedule). A prepare on a lost GPU
 // is refused. The taint stays until the GPU is reported recovered (a
 // reset; on real hardware, a reset and a driver restart).
 const ReasonGPULost = "GPULost"
