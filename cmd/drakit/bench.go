@@ -45,7 +45,20 @@ type benchConfig struct {
 	burst int
 	// limitsGiven says whether -qps or -burst was on the command line.
 	limitsGiven bool
+	// baseline, when its exec or socket is set, is a second driver
+	// measured in place of the no-op floor (the first column), with the
+	// same parameters: another driver to compare with in one run.
+	baseline benchBaseline
 }
+
+// benchBaseline is the -baseline-* flags: the driver in the first column
+// instead of the floor.
+type benchBaseline struct {
+	exec, socket, driverName, pool, devicePrefix string
+	devices                                      int
+}
+
+func (b benchBaseline) set() bool { return b.exec != "" || b.socket != "" }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -81,8 +94,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.rssCycles, "rss-cycles", 0, "also run this many prepare+unprepare cycles and report the driver process's RSS before and after (0: skip)")
 	fs.Float64Var(&c.qps, "qps", driver.DefaultQPS, "client rate limit of the driver under test: given to the built-in driver; for -socket or -exec, what that driver was given (only printed, as the throughput ceiling); negative: none")
 	fs.IntVar(&c.burst, "burst", driver.DefaultBurst, "client burst of the driver under test (see -qps)")
+	fs.StringVar(&c.baseline.exec, "baseline-exec", "", "command line of a second driver measured in the first column instead of the no-op floor, with the same parameters (as -exec; needs -baseline-socket)")
+	fs.StringVar(&c.baseline.socket, "baseline-socket", "", "DRA socket of the baseline driver (as -socket)")
+	fs.StringVar(&c.baseline.driverName, "baseline-driver", "minimal.drakit.dev", "name of the baseline driver")
+	fs.StringVar(&c.baseline.pool, "baseline-pool", "", "pool of the baseline driver's devices (default: the node name)")
+	fs.StringVar(&c.baseline.devicePrefix, "baseline-device-prefix", "dev-", "the baseline driver's devices are <prefix>0, <prefix>1, ...")
+	fs.IntVar(&c.baseline.devices, "baseline-devices", -1, "the baseline driver's device count, as -devices (default: -devices)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if c.baseline.exec != "" && c.baseline.socket == "" {
+		return fmt.Errorf("%w: -baseline-exec needs -baseline-socket", errUsage)
+	}
+	if c.baseline.devices < 0 {
+		c.baseline.devices = c.devices
+	}
+	if c.baseline.devices > 0 && c.baseline.devices <= c.held+max(c.batch, c.callers) {
+		return fmt.Errorf("%w: -baseline-devices must exceed -held plus -batch and -callers", errUsage)
+	}
+	if c.baseline.pool == "" {
+		c.baseline.pool = c.node
 	}
 	fs.Visit(func(f *flag.Flag) { c.limitsGiven = c.limitsGiven || f.Name == "qps" || f.Name == "burst" })
 	if c.iterations < 10 || c.batch < 1 || c.callers < 1 || c.held < 0 || c.repeat < 1 || c.rssCycles < 0 {
@@ -152,15 +183,33 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 	}()
 
 	// The floor: a silent no-op driver on the same helper and API server,
-	// in its own process, with no client limit.
+	// in its own process, with no client limit; or the baseline driver.
 	floorName := "floor.bench.drakit.dev"
 	floorDir := filepath.Join(tmp, "floor")
-	floorProc, err := startBenchChild(ctx, filepath.Join(tmp, "floor.log"), benchFloorCmd,
-		"-kubeconfig", kubeconfig, "-node", c.node, "-dir", floorDir, "-driver", floorName)
-	if err != nil {
-		return fmt.Errorf("start floor driver: %w", err)
+	floorSocket := filepath.Join(floorDir, "dra.sock")
+	floorCfg := c
+	var floorProc *benchProc
+	switch b := c.baseline; {
+	case b.exec != "":
+		floorName, floorCfg.pool, floorCfg.devicePrefix, floorCfg.devices = b.driverName, b.pool, b.devicePrefix, b.devices
+		if err := os.MkdirAll(floorDir, 0o755); err != nil {
+			return err
+		}
+		floorSocket = strings.ReplaceAll(b.socket, "{dir}", floorDir)
+		floorProc, err = startProc(ctx, filepath.Join(tmp, "baseline.log"), strings.Fields(strings.ReplaceAll(b.exec, "{dir}", floorDir)), "KUBECONFIG="+kubeconfig, "NODE_NAME="+c.node)
+	case b.socket != "":
+		floorName, floorCfg.pool, floorCfg.devicePrefix, floorCfg.devices = b.driverName, b.pool, b.devicePrefix, b.devices
+		floorSocket = b.socket
+	default:
+		floorProc, err = startBenchChild(ctx, filepath.Join(tmp, "floor.log"), benchFloorCmd,
+			"-kubeconfig", kubeconfig, "-node", c.node, "-dir", floorDir, "-driver", floorName)
 	}
-	defer floorProc.stop()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", floorName, err)
+	}
+	if floorProc != nil {
+		defer floorProc.stop()
+	}
 
 	targetSocket := c.socket
 	var targetProc *benchProc
@@ -187,7 +236,7 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 		defer targetProc.stop()
 	}
 
-	floor := &benchTarget{name: floorName, socket: filepath.Join(floorDir, "dra.sock"), cfg: c, client: admin, ns: ns, settle: 0}
+	floor := &benchTarget{name: floorName, socket: floorSocket, cfg: floorCfg, client: admin, ns: ns, settle: 0}
 	target := &benchTarget{name: c.driverName, socket: targetSocket, cfg: c, client: admin, ns: ns}
 	if c.limited() {
 		// Before each measurement the driver's token bucket refills, so
@@ -240,8 +289,16 @@ func printBenchHeader(w io.Writer, c benchConfig, target *benchTarget) {
 	case c.socket != "":
 		what = "external driver"
 	}
-	fmt.Fprintf(w, "drakit bench prepare: %s = %s, socket %s, pid %d\n", target.name, what, target.socket, target.pid)
-	fmt.Fprintf(w, "floor: a no-op driver on the same kubeletplugin helper and API server, in its own process, no client limit, no logging; it writes, fsyncs and renames one 1 KiB file per prepare call\n")
+	fmt.Fprintf(w, "drakit bench prepare: %s = %s, socket %s, pid %d, pool %s, devices %s<n>\n", target.name, what, target.socket, target.pid, c.pool, c.devicePrefix)
+	if b := c.baseline; b.set() {
+		what := b.exec
+		if what == "" {
+			what = "a running driver, socket " + b.socket
+		}
+		fmt.Fprintf(w, "first column: baseline %s = %s, pool %s, devices %s<n>, with the same parameters\n", b.driverName, what, b.pool, b.devicePrefix)
+	} else {
+		fmt.Fprintf(w, "floor: a no-op driver on the same kubeletplugin helper and API server, in its own process, no client limit, no logging; it writes, fsyncs and renames one 1 KiB file per prepare call\n")
+	}
 	limits := "none known (give -qps and -burst)"
 	switch {
 	case c.limited():

@@ -261,9 +261,138 @@ func TestE2E(t *testing.T) {
 		t.Fatalf("after the pods: %d claims left, MIG devices %v (before the pods %v), CDI specs %v: %v",
 			len(l.Items), migInstances(t, stateFile), before, cdiSpecs(t, env), err)
 	}
+	freeAgent(t, ctx, env, stateFile, before)
 
 	// The MIG defragmenter on the same cluster and driver.
 	testDefrag(t, ctx, env)
+}
+
+// freeAgent is the end-to-end of a dynamic GPU that is a free agent
+// again (issue 25), on the cluster TestE2E started: a 1g pod on dynamic
+// GPU 4; after it ends, three unchanged nvidia.com/gpu: 1 pods, of which
+// the third gets GPU 4 whole (the node's two full GPUs come first) with
+// MIG mode off while it runs; after they end, MIG mode is on again and a
+// 3g pod gets a MIG device on GPU 4.
+func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile string, static map[string]string) {
+	const gpu = 4
+	t0 := time.Now()
+	defer func() { t.Logf("free-agent steps: %s", time.Since(t0).Round(100*time.Millisecond)) }()
+	story := map[string]deploy.Workload{}
+	for _, w := range deploy.Story(storyNS, env.BusyboxImage) {
+		story[w.Name] = w
+	}
+	sim, err := nvml.OpenSim(stateFile, nvml.WithServer("dgx-h200"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := sim.GPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := func() nvml.MigMode {
+		m, err := sim.MigMode(gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	run := func(ws ...deploy.Workload) map[string]deploy.Seen {
+		t.Helper()
+		for _, w := range ws {
+			if w.Template != nil {
+				if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, w.Template, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, w.Pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string]deploy.Seen{}
+		for _, w := range ws {
+			s, _, err := waitSeen(ctx, env, w.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[w.Name] = s
+		}
+		return out
+	}
+	end := func(ws ...deploy.Workload) {
+		t.Helper()
+		for _, w := range ws {
+			if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Gone once its claim is, the kubelet unprepared it (its CDI spec
+		// is gone: a claim of an extended resource is deleted before
+		// that), its MIG devices are destroyed and the GPU is offered
+		// whole again (fit-only publishing lists it only then).
+		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
+			_, whole := deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
+			return err == nil && len(l.Items) == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, err
+		}); err != nil {
+			t.Fatalf("after pod %s: claims left, MIG devices %v (want %v) or GPU %d whole not published: %v", ws[0].Name, migInstances(t, stateFile), static, gpu, err)
+		}
+	}
+
+	oneG := pinned(story["mig-1g"], "free-1g", gpu)
+	seen := run(oneG)
+	if u := seen["free-1g"].VisibleDevices; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d ", gpu)) {
+		t.Fatalf("free-1g saw %v, want a MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
+	}
+	end(oneG)
+
+	var legacy []deploy.Workload
+	for i := range 3 {
+		w := story["legacy-gpu"]
+		w.Pod = w.Pod.DeepCopy()
+		w.Name = fmt.Sprintf("free-gpu-%d", i)
+		w.Pod.Name = w.Name
+		legacy = append(legacy, w)
+	}
+	seen = run(legacy...)
+	var got []string
+	for _, w := range legacy {
+		got = append(got, seen[w.Name].VisibleDevices...)
+	}
+	if !slices.Contains(got, gpus[gpu].UUID) {
+		t.Errorf("three nvidia.com/gpu: 1 pods saw %v; none got idle dynamic GPU %d (%s)", got, gpu, gpus[gpu].UUID)
+	}
+	if m := mode(); m.Current || m.Pending {
+		t.Errorf("GPU %d's MIG mode while a pod has it whole: %+v, want off", gpu, m)
+	}
+	end(legacy...)
+	if m := mode(); !m.Current || !m.Pending {
+		t.Errorf("GPU %d's MIG mode after its whole-GPU pod: %+v, want on", gpu, m)
+	}
+
+	threeG := pinned(story["mig-3g"], "free-3g", gpu)
+	seen = run(threeG)
+	if u := seen["free-3g"].VisibleDevices; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d profile 9 ", gpu)) {
+		t.Errorf("free-3g saw %v, want a 3g MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
+	}
+	end(threeG)
+}
+
+// pinned is a copy of a story workload with a claim template, named
+// name, whose requests ask for a device of GPU gpu.
+func pinned(w deploy.Workload, name string, gpu int) deploy.Workload {
+	w.Name = name
+	w.Pod = w.Pod.DeepCopy()
+	w.Pod.Name = name
+	w.Pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(name)
+	w.Template = w.Template.DeepCopy()
+	w.Template.Name = name
+	for i := range w.Template.Spec.Spec.Devices.Requests {
+		r := w.Template.Spec.Spec.Devices.Requests[i].Exactly
+		r.Selectors = append(r.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.attributes[%q].index == %d", nvdriver.DriverName, gpu),
+		}})
+	}
+	return w
 }
 
 // cdiSpecs lists the driver's CDI spec files on the node.

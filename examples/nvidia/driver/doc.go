@@ -16,7 +16,10 @@
 // created when a claim is prepared (kit.ClaimPreparer, after the runtime
 // and then the driver's MIG journal recorded that the claim holds it) and
 // destroyed when its last holder is unprepared, with the slices
-// republished in mig.Preference's order after every change. At start the
+// republished in mig.Preference's order after every change; while none of
+// its MIG devices is in use it is also offered whole on the same counter
+// set, served with MIG mode off (turned off at prepare, on again at
+// unprepare, by the product's rules). At start the
 // driver reconciles the dynamic GPUs with the claims the runtime holds
 // (kit.Reconciler): what no held claim names is destroyed. See examples/nvidia/README.md for attributes, container
 // edits, configuration (GPUConfig), DeviceClasses, health and the

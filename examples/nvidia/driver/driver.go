@@ -48,6 +48,7 @@ type Driver struct {
 
 	mu           sync.Mutex
 	devs         map[string]devInfo // the last inventory's devices by name
+	last         *device.Inventory  // the last inventory, for the devices of a GPU lost since
 	republishing bool               // a republish is scheduled
 }
 
@@ -425,8 +426,8 @@ func (d *Driver) deviceInfo(name string) (devInfo, bool) {
 }
 
 // lookup is the one judge of whether a device is this driver's: what the
-// last inventory said, or for a dynamic MIG device its name alone (an
-// advertised profile at one of its placements on a dynamic GPU). Fit-only
+// last inventory said, or for a device of a dynamic GPU its name alone
+// (the GPU whole, or an advertised profile at one of its placements). Fit-only
 // publishing withdraws and restores dynamic MIG devices on every create
 // and destroy, and the runtime counts a device withdrawn a moment ago as
 // published (the scheduler allocates from the slices it last saw): such a
@@ -437,18 +438,26 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return i, true
 	}
 	ref, err := mig.ParseDeviceName(name)
-	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) {
+	if err != nil || ref.GPU < 0 || ref.GPU >= len(d.gpus) {
 		return devInfo{}, false
 	}
 	g := &d.gpus[ref.GPU]
-	if !g.dynamic || g.product == nil {
+	if !g.dynamic || g.product == nil || g.broken != nil {
 		return devInfo{}, false
+	}
+	if ref.Profile == "" {
+		return d.wholeInfo(g), true
 	}
 	pr, err := g.product.Profile(ref.Profile)
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
 		return devInfo{}, false
 	}
 	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
+}
+
+// wholeInfo is the device of dynamic GPU g used whole (MIG mode off).
+func (d *Driver) wholeInfo(g *gpuInfo) devInfo {
+	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, key: nvml.WholeKey(g.Index, g.UUID)}
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

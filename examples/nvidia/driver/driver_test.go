@@ -84,14 +84,14 @@ func TestInventoryModes(t *testing.T) {
 	if len(got) < len(want) || strings.Join(got[:len(want)], ",") != strings.Join(want, ",") {
 		t.Fatalf("first devices %v, want %v", got, want)
 	}
-	// Dynamic: every profile x placement of GPUs 4-7, no full GPU.
+	// Dynamic: GPUs 4-7 whole, and every profile x placement of them.
 	dyn := got[len(want):]
-	perGPU := 0 // mig.DefaultProfiles: 1g.18gb x7, 2g.35gb x3, 3g.71gb x2, 4g.71gb, 7g.141gb
+	perGPU := 1 // the GPU whole; mig.DefaultProfiles: 1g.18gb x7, 2g.35gb x3, 3g.71gb x2, 4g.71gb, 7g.141gb
 	for _, n := range mig.DefaultProfiles(f.sim.Product()) {
 		pr, _ := f.sim.Product().Profile(n)
 		perGPU += len(pr.Starts)
 	}
-	if perGPU != 14 || len(dyn) != 4*perGPU {
+	if perGPU != 15 || len(dyn) != 4*perGPU {
 		t.Errorf("%d dynamic devices, want %d", len(dyn), 4*perGPU)
 	}
 	// Fit-only: a MIG device on GPU 5 removes what overlaps it, not
@@ -100,7 +100,7 @@ func TestInventoryModes(t *testing.T) {
 		if strings.Contains(n, "-me-") || strings.Contains(n, "1g-35gb") {
 			t.Errorf("device %s of a profile not advertised by default", n)
 		}
-		if !strings.HasPrefix(n, "gpu-4-") && !strings.HasPrefix(n, "gpu-5-") && !strings.HasPrefix(n, "gpu-6-") && !strings.HasPrefix(n, "gpu-7-") {
+		if gpu := strings.Join(strings.SplitN(n, "-", 3)[:2], "-"); gpu != "gpu-4" && gpu != "gpu-5" && gpu != "gpu-6" && gpu != "gpu-7" {
 			t.Errorf("dynamic device %s on a GPU that is not dynamic", n)
 		}
 	}
@@ -303,7 +303,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("XID 79 on GPU 3 reported %+v, want its 3 MIG devices", ev.Health)
 	}
 	for _, r := range ev.Health {
-		if r.Health != device.Unhealthy || r.Reason != "XID79" || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
+		if r.Health != device.Unhealthy || r.Reason != ReasonGPULost || r.TaintEffect != device.NoExecute || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
 			t.Errorf("report %+v", r)
 		}
 	}
@@ -419,7 +419,7 @@ func TestMIGAttributes(t *testing.T) {
 			for _, d := range sl.Spec.Devices {
 				i, _ := f.d.deviceInfo(d.Name)
 				_, hasArch := d.Attributes[AttrArchitecture]
-				if i.mode != ModeDynamic {
+				if i.mode != ModeDynamic || i.typ == TypeGPU {
 					if !hasArch {
 						t.Errorf("full=%v: %s (%s) lacks the GPU facts", full, d.Name, i.mode)
 					}

@@ -29,9 +29,10 @@ func ExampleDeviceClasses() {
 
 // A simulated DGX H200 with GPU 0 whole, GPU 1 holding an
 // administrator's MIG devices and GPU 2 dynamic (the rest whole too): the
-// node's pool, then GPU 2's own pool of every placement of the advertised
-// profiles in the planner's order (1g devices where they fragment least
-// first).
+// node's pool, then GPU 2's own pool: the GPU whole (served with MIG
+// mode off while none of its MIG devices is in use), then every placement
+// of the advertised profiles in the planner's order (1g devices where
+// they fragment least first).
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "nvidia-example")
 	defer os.RemoveAll(dir)
@@ -56,5 +57,5 @@ func ExampleNew() {
 	}
 	// Output:
 	// pool node-1: 8 devices: gpu-0 gpu-1-4g-71gb-0 gpu-1-3g-71gb-4 ... gpu-7
-	// pool node-1/gpu-02: 14 devices: gpu-2-1g-18gb-6 gpu-2-1g-18gb-4 gpu-2-1g-18gb-5 ... gpu-2-7g-141gb-0
+	// pool node-1/gpu-02: 15 devices: gpu-2 gpu-2-1g-18gb-6 gpu-2-1g-18gb-4 ... gpu-2-7g-141gb-0
 }

@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -21,9 +23,26 @@ import (
 // the GPU unhealthy. WithIgnoredXIDs replaces the list.
 func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
 
-// XIDFallenOffTheBus is XID 79: the GPU fell off the bus. A prepare of a
-// device on such a GPU is refused.
+// XIDFallenOffTheBus is XID 79: the GPU fell off the bus. The GPU is
+// lost (see ReasonGPULost).
 const XIDFallenOffTheBus = 79
+
+// ReasonGPULost is the health reason (and the health taint's value) of
+// every device of a lost GPU: one that fell off the bus (XID 79) or that
+// NVML answers with GPU_IS_LOST (nvml.ErrGPULost). Its taint's effect is
+// NoExecute: the GPU runs nothing until it is reset, so the pods using
+// it are evicted where the cluster runs device taint eviction (NVIDIA's
+// driver taints XIDs NoSchedule). A prepare on a lost GPU
+// is refused. The taint stays until the GPU is reported recovered (a
+// reset; on real hardware, a reset and a driver restart).
+const ReasonGPULost = "GPULost"
+
+// TaintUnmonitored is the key of the informational taint (effect None)
+// on every device of a GPU that NVML could not register for XID events
+// (nvml.HealthEvent.Unmonitored): its health cannot be told, so it is
+// reported Unknown and the taint lets users and tools see why, without
+// keeping pods off it.
+const TaintUnmonitored = DriverName + "/unmonitored"
 
 // WithIgnoredXIDs sets the XIDs that leave a GPU healthy (default
 // DefaultIgnoredXIDs); every other XID makes its GPU's devices
@@ -97,6 +116,7 @@ func (d *Driver) startMonitor(ctx context.Context) error {
 	}
 	m.gen++
 	m.running, m.liveness, m.answered, m.done = true, live, time.Now(), ctx.Done()
+	m.book.unmonitored = nil // the new stream reports its own
 	go d.monitorLoop(ctx, ch, m.gen)
 	return nil
 }
@@ -114,6 +134,13 @@ func (d *Driver) monitorLoop(ctx context.Context, ch <-chan nvml.HealthEvent, ge
 		m.answered = time.Now()
 		if ev.Alive {
 			m.mu.Unlock()
+			continue
+		}
+		if ev.Unmonitored {
+			m.book.setUnmonitored(ev.GPU)
+			m.mu.Unlock()
+			logger.Error(nil, "GPU not monitored: NVML could not register it for XID events; its health is reported Unknown", "gpu", ev.GPU, "uuid", ev.UUID)
+			d.changed() // its devices get the TaintUnmonitored taint
 			continue
 		}
 		if !ev.Recovered && d.o.ignoredXIDs[ev.XID] {
@@ -167,12 +194,56 @@ func (m *monitor) takePending() ([]int, bool) {
 	return gpus, m.running
 }
 
-// gpuEvent is the XID that made a whole GPU unhealthy, if one did.
-func (m *monitor) gpuEvent(gpu int) (nvml.HealthEvent, bool) {
+// lostEvent is what made the GPU lost, if it is.
+func (m *monitor) lostEvent(gpu int) (nvml.HealthEvent, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ev, bad := m.book.gpus[gpu]
-	return ev, bad
+	ev, lost := m.book.lost[gpu]
+	return ev, lost
+}
+
+// markLost records that NVML answered a query of the GPU with
+// GPU_IS_LOST; true when that is news.
+func (m *monitor) markLost(gpu int, err error) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.book.lost[gpu]; ok {
+		return false
+	}
+	m.book.init()
+	m.book.lost[gpu] = nvml.HealthEvent{GPU: gpu, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+	m.book.lostWhy[gpu] = err.Error()
+	if m.pending == nil {
+		m.pending = map[int]bool{}
+	}
+	m.pending[gpu] = true
+	return true
+}
+
+// unmonitoredGPUs are the GPUs the running stream could not watch.
+func (m *monitor) unmonitoredGPUs() map[int]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.book.unmonitored)
+}
+
+// probeLost asks NVML about every GPU that serves and records the lost
+// ones: a GPU that fell off the bus before the event stream was
+// subscribed (an XID is not replayed) or without an XID still answers
+// GPU_IS_LOST. True when a GPU was found lost now.
+func (d *Driver) probeLost(ctx context.Context) bool {
+	found := false
+	for i := range d.gpus {
+		g := &d.gpus[i]
+		if g.broken != nil {
+			continue
+		}
+		if _, err := d.nv.MigMode(g.Index); errors.Is(err, nvml.ErrGPULost) && d.health.markLost(g.Index, err) {
+			klog.FromContext(ctx).Error(err, "GPU is lost", "gpu", g.Index, "uuid", g.UUID)
+			found = true
+		}
+	}
+	return found
 }
 
 // Watch reports the devices' health and the inventory's changes until ctx
@@ -202,6 +273,7 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 		return err
 	}
 	m := &d.health
+	d.probeLost(ctx)
 	m.takePending() // the first report covers every device
 	send := func(ev device.Event) bool {
 		select {
@@ -230,6 +302,9 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 				continue
 			}
 			silent = false
+			if d.probeLost(ctx) {
+				m.wake() // its devices are reported at once below, and again with the pending batch
+			}
 			batch := d.reports(nil)
 			for i := range batch {
 				batch[i].Time = time.Time{} // observed now, by the runtime's clock
@@ -259,19 +334,37 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 	}
 }
 
-// healthBook is what the XID events said: unhealthy GPUs and MIG devices.
+// healthBook is what the XID events and NVML said: unhealthy GPUs and MIG
+// devices, lost GPUs, and the GPUs the running stream cannot watch.
 type healthBook struct {
-	gpus map[int]nvml.HealthEvent
-	migs map[nvml.Key]nvml.HealthEvent
+	gpus        map[int]nvml.HealthEvent
+	migs        map[nvml.Key]nvml.HealthEvent
+	lost        map[int]nvml.HealthEvent
+	lostWhy     map[int]string // the NVML error that found a GPU lost without an XID
+	unmonitored map[int]bool
+}
+
+func (h *healthBook) setUnmonitored(gpu int) {
+	if h.unmonitored == nil {
+		h.unmonitored = map[int]bool{}
+	}
+	h.unmonitored[gpu] = true
+}
+
+func (h *healthBook) init() {
+	if h.gpus == nil {
+		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[nvml.Key]nvml.HealthEvent{}
+		h.lost, h.lostWhy = map[int]nvml.HealthEvent{}, map[int]string{}
+	}
 }
 
 // apply records an event; key is the MIG device it is confined to, if any.
 func (h *healthBook) apply(ev nvml.HealthEvent, key *nvml.Key) {
-	if h.gpus == nil {
-		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[nvml.Key]nvml.HealthEvent{}
-	}
+	h.init()
 	switch {
 	case ev.Recovered:
+		delete(h.lost, ev.GPU)
+		delete(h.lostWhy, ev.GPU)
 		delete(h.gpus, ev.GPU)
 		for k := range h.migs {
 			if k.GPU == ev.GPU {
@@ -280,7 +373,10 @@ func (h *healthBook) apply(ev nvml.HealthEvent, key *nvml.Key) {
 		}
 	case key != nil:
 		h.migs[*key] = ev
-	default:
+	case ev.XID == XIDFallenOffTheBus:
+		h.lost[ev.GPU] = ev
+		delete(h.lostWhy, ev.GPU)
+	case ev.XID != 0:
 		h.gpus[ev.GPU] = ev
 	}
 }
@@ -305,8 +401,17 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 			k.UUID = "" // the book's keys are this process's, by index
 			ev, bad = h.migs[k]
 		}
-		if bad {
+		switch lost, isLost := h.lost[info.gpu]; {
+		case isLost:
+			why := "NVML reported " + lost.String() + " (fallen off the bus)"
+			if w, ok := h.lostWhy[info.gpu]; ok {
+				why = "NVML answers " + w
+			}
+			r.Health, r.Reason, r.TaintEffect, r.Message, r.Time = device.Unhealthy, ReasonGPULost, device.NoExecute, fmt.Sprintf("GPU %d is lost: %s; it runs nothing until it is reset", info.gpu, why), lost.Time
+		case bad:
 			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String(), ev.Time
+		case h.unmonitored[info.gpu]:
+			r.Health, r.Message = device.Unknown, fmt.Sprintf("GPU %d is not monitored: NVML could not register it for XID events", info.gpu)
 		}
 		out = append(out, r)
 	}

@@ -3,9 +3,12 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/drakit/drakit/device"
 	kit "github.com/drakit/drakit/driver"
@@ -55,7 +58,7 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	for got := unhealthy(nextEvent(t, events, "XID report")); strings.Join(got, " ") != "gpu-0=XID79"; got = unhealthy(nextEvent(t, events, "XID report")) {
+	for got := unhealthy(nextEvent(t, events, "XID report")); strings.Join(got, " ") != "gpu-0=GPULost"; got = unhealthy(nextEvent(t, events, "XID report")) {
 	}
 	stop() // Watch ends, as when it failed
 
@@ -66,8 +69,8 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 		if ev.Type != device.EventHealth {
 			continue
 		}
-		if got := unhealthy(ev); strings.Join(got, " ") != "gpu-0=XID79" {
-			t.Fatalf("report after Watch restarted: unhealthy %v, want gpu-0=XID79 (XID 48 on GPU 1 ignored)", got)
+		if got := unhealthy(ev); strings.Join(got, " ") != "gpu-0=GPULost" {
+			t.Fatalf("report after Watch restarted: unhealthy %v, want gpu-0=GPULost (XID 48 on GPU 1 ignored)", got)
 		}
 		break
 	}
@@ -190,5 +193,77 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 	}
 	if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
 		t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
+	}
+}
+
+// A GPU that fell off the bus before Watch subscribed (an XID is not
+// replayed to a later subscriber, on hardware as in the simulator) is
+// still found lost: NVML answers it GPU_IS_LOST. Every device of it is
+// Unhealthy with ReasonGPULost and a NoExecute taint, stays published as
+// last seen, and is refused at prepare. A GPU that NVML could not
+// register for events is reported Unknown, and its devices carry the
+// informational TaintUnmonitored taint (effect None).
+func TestLostAndUnmonitoredGPUs(t *testing.T) {
+	f := newFixture(t, WithRepublishDelay(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := f.d.Inventory(ctx); err != nil { // published before the XID
+		t.Fatal(err)
+	}
+	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sim.InjectFault(nvml.Fault{Op: nvml.FaultRegisterEvents, GPU: 6}); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan device.Event, 100)
+	go func() { _ = f.d.Watch(ctx, events) }()
+	first := nextEvent(t, events, "first report")
+	var lost []string
+	for _, r := range first.Health {
+		if r.Health == device.Unhealthy {
+			lost = append(lost, fmt.Sprintf("%s=%s:%s", r.Device.Device, r.Reason, r.TaintEffect))
+		}
+	}
+	if got := strings.Join(lost, " "); got != "gpu-0=GPULost:NoExecute" {
+		t.Errorf("first report after XID 79 before the subscription: unhealthy %q, want gpu-0=GPULost:NoExecute", got)
+	}
+	err := f.d.PrepareClaim(ctx, claim("p"), []kit.AllocatedDevice{alloc("gpu-0")})
+	if err == nil || !strings.Contains(err.Error(), "is lost") {
+		t.Errorf("prepare on lost GPU 0: %v", err)
+	}
+	// Unmonitored GPU 6: republished with the taint, reported Unknown.
+	for ev := nextEvent(t, events, "report"); ; ev = nextEvent(t, events, "report") {
+		unknown := 0
+		for _, r := range ev.Health {
+			if r.Health == device.Unknown {
+				unknown++
+				if !strings.HasPrefix(r.Device.Device, "gpu-6") || !strings.Contains(r.Message, "not monitored") {
+					t.Errorf("Unknown report %+v, want only GPU 6's, not monitored", r)
+				}
+			}
+		}
+		if unknown > 0 {
+			break
+		}
+	}
+	inv, err := f.d.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, sl := range inv.ResourceSlices("node-1") {
+		for _, d := range sl.Spec.Devices {
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintUnmonitored && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
+			if on6 := strings.HasPrefix(d.Name, "gpu-6"); on6 != tainted {
+				t.Errorf("device %s taints %+v", d.Name, d.Taints)
+			}
+			if d.Name == "gpu-0" {
+				n++
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("lost GPU 0 published %d times, want once, as last seen", n)
 	}
 }

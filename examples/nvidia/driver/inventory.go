@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -22,11 +24,14 @@ import (
 //   - a GPU in MIG mode that is not dynamic (WithDynamicGPUs: the
 //     recorded decision) publishes its MIG devices (ModeStatic), named
 //     as in the counter model ("gpu-2-3g-71gb-4"), and never changes them;
-//   - a dynamic GPU in MIG mode (ModeDynamic):
+//   - a dynamic GPU (ModeDynamic), whatever its MIG mode now:
 //     every advertised profile x placement is a device consuming the
-//     GPU's counter set (mig.CounterModel), created at prepare. Their
-//     order is mig.Preference's for the node's current MIG devices, so
-//     the scheduler's first fit is the planner's choice.
+//     GPU's counter set (mig.CounterModel), created at prepare, and so is
+//     the GPU whole ("gpu-<index>", consuming all of the set, so the
+//     scheduler never gives it together with a MIG device of the GPU),
+//     served with MIG mode off while no MIG device of the GPU is in use.
+//     Their order is mig.Preference's for the node's current MIG
+//     devices, so the scheduler's first fit is the planner's choice.
 //
 // Full GPUs and static MIG devices come in GPU order, a dynamic GPU's
 // devices in the planner's order. A pool per dynamic GPU is what keeps
@@ -43,12 +48,18 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var fleet []mig.FleetGPU
 	var model []mig.GPU
 	var dynamic []*gpuInfo
+	var lost []int
 	for i := range d.gpus {
 		g := &d.gpus[i]
 		if g.broken != nil {
 			continue // unreadable at start: left out, the others serve
 		}
 		mode, static, owned, err := d.gpuMode(g)
+		if errors.Is(err, nvml.ErrGPULost) {
+			d.health.markLost(g.Index, err)
+			lost = append(lost, g.Index) // published as last seen, tainted
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
 		}
@@ -106,10 +117,55 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		}
 		pools = append(pools, mp...)
 	}
+	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
 	d.mu.Lock()
-	d.devs = devs
-	d.mu.Unlock()
-	return &device.Inventory{Driver: DriverName, Pools: pools}, nil
+	defer d.mu.Unlock()
+	pools = d.keepLost(pools, lost, devs)
+	for i := range pools {
+		for _, dev := range pools[i].Devices {
+			if unmonitored[devs[dev.Name()].gpu] {
+				dev.Taint(device.Taint{Key: TaintUnmonitored, Effect: device.NoEffect})
+			}
+		}
+	}
+	inv := &device.Inventory{Driver: DriverName, Pools: pools}
+	d.devs, d.last = devs, inv.Clone()
+	return inv, nil
+}
+
+// keepLost adds the devices of the lost GPUs as the last inventory had
+// them (a lost GPU cannot be read; its devices stay published, with the
+// health taint ReasonGPULost, so that what runs on them is seen and
+// evicted, not silently dropped). A GPU lost before any inventory is
+// left out. d.mu must be held.
+func (d *Driver) keepLost(pools []device.Pool, lost []int, devs map[string]devInfo) []device.Pool {
+	if len(lost) == 0 || d.last == nil {
+		return pools
+	}
+	isLost := map[int]bool{}
+	for _, g := range lost {
+		isLost[g] = true
+	}
+	for _, p := range d.last.Pools {
+		var keep []*device.Device
+		for _, dev := range p.Devices {
+			if info, ok := d.devs[dev.Name()]; ok && isLost[info.gpu] {
+				keep = append(keep, dev.Clone())
+				devs[dev.Name()] = info
+			}
+		}
+		if len(keep) == 0 {
+			continue
+		}
+		i := slices.IndexFunc(pools, func(q device.Pool) bool { return q.Name == p.Name })
+		if i < 0 {
+			pools = append(pools, device.Pool{Name: p.Name, CounterSets: p.CounterSets})
+			i = len(pools) - 1
+		}
+		pools[i].Devices = append(pools[i].Devices, keep...)
+	}
+	slices.SortStableFunc(pools, func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) })
+	return pools
 }
 
 // gpuMode tells how g is published now, with its static and owned MIG
@@ -121,6 +177,9 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 	m, err := d.nv.MigMode(g.Index)
 	if err != nil {
 		return "", nil, nil, err
+	}
+	if !m.Current && g.dynamic {
+		return ModeDynamic, nil, nil, nil // used whole, or slicing again at the next MIG claim
 	}
 	if !m.Current {
 		return ModeFull, nil, nil, nil
@@ -156,8 +215,10 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 // dynamicPools is the counter model of the dynamic GPUs with the
 // advertised profiles as mig.CounterModel.GPUPools publishes it (a pool
 // per GPU, the planner's order, only the devices the scheduler can still
-// allocate: mig.WithFitOnly), without the full-GPU devices (a GPU in MIG
-// mode is used through MIG devices only).
+// allocate: mig.WithFitOnly). The GPU whole is listed while none of its
+// MIG devices is in use and carries a full GPU's attributes, so that
+// ClassGPU (and an unchanged nvidia.com/gpu pod) can get an idle dynamic
+// GPU.
 func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
@@ -171,12 +232,6 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	if err != nil {
 		return nil, err
 	}
-	for i := range pools { // no full-GPU device on a GPU in MIG mode
-		pools[i].Devices = slices.DeleteFunc(pools[i].Devices, func(dev *device.Device) bool {
-			ref, err := mig.ParseDeviceName(dev.Name())
-			return err == nil && ref.Profile == ""
-		})
-	}
 	for _, p := range pools {
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
@@ -184,6 +239,15 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 				return nil, err
 			}
 			g := byIndex[ref.GPU]
+			if ref.Profile == "" {
+				d.common(dev, g, TypeGPU, ModeDynamic).
+					StringAttribute(AttrUUID, g.UUID).
+					Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
+				info := d.wholeInfo(g)
+				info.pool = p.Name
+				devs[dev.Name()] = info
+				continue
+			}
 			pr, err := g.product.Profile(ref.Profile)
 			if err != nil {
 				return nil, err

@@ -183,7 +183,11 @@ func (d *Driver) locate(k nvml.Key) (nvml.Key, bool) {
 // match the claims the runtime holds (kit.Reconciler): a device that a
 // held claim names is kept and recorded as that claim's (also when the
 // journal lost it), a device no held claim names is destroyed, and an
-// intent whose device is gone is forgotten. A lost claim (its checkpoint
+// intent whose device is gone is forgotten. A dynamic GPU that a held
+// claim has whole keeps MIG mode off; one that no claim has whole gets
+// MIG mode on again (a crash between a whole-GPU claim's release and
+// the mode change), or keeps it off with the error logged when that
+// fails (the next MIG prepare tries again). A lost claim (its checkpoint
 // record was corrupt) keeps what the journal says it holds.
 func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 	d.migMu.Lock()
@@ -229,6 +233,15 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 		g := &d.gpus[i]
 		if !g.dynamic {
 			continue
+		}
+		wk := nvml.WholeKey(g.Index, g.UUID)
+		if claims := holders[norm(wk)]; len(claims) > 0 {
+			slices.Sort(claims)
+			keep = append(keep, nvml.Intent{Key: wk, Claims: slices.Compact(claims)})
+		} else if err := d.lifecycle.SetMode(wk, true); err != nil {
+			// A whole-GPU claim's release that crashed or failed before
+			// MIG mode was on again: the next MIG prepare tries again.
+			logger.Error(err, "Could not turn MIG mode on again on a dynamic GPU no claim holds whole", "gpu", wk.String())
 		}
 		gis, err := d.nv.GPUInstances(g.Index)
 		if errors.Is(err, nvml.ErrNotSupported) {

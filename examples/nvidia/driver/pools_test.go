@@ -209,8 +209,8 @@ func (pw *poolWatch) report() (episodes []poolEpisode, pools []string, events in
 	return episodes, pools, pw.events
 }
 
-// dynamicDevices is how many devices of the pools hold MIG devices of
-// dynamic GPUs, when every pool is complete; -1 otherwise.
+// dynamicDevices is how many devices the pools hold (dynamic GPUs whole
+// and their MIG devices), when every pool is complete; -1 otherwise.
 func dynamicDevices(pools map[string]poolState) int {
 	n := 0
 	for _, st := range pools {
@@ -272,7 +272,7 @@ func TestPoolsStayCompleteAcrossMIGChanges(t *testing.T) {
 	}
 	defer kl.Close()
 
-	const empty = 8 * 14 // mig.DefaultProfiles on an H200: 14 placements per GPU
+	const empty = 8 * 15 // each GPU whole, and mig.DefaultProfiles on an H200: 14 placements
 	if !pw.waitFor(time.Minute, func(p map[string]poolState) bool { return dynamicDevices(p) == empty }) {
 		t.Fatalf("the node's %d dynamic MIG devices were not published", empty)
 	}

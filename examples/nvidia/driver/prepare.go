@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,8 @@ type preparedData struct {
 	GPUUUID   string         `json:"gpuUUID,omitempty"`
 	UUID      string         `json:"uuid"`
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
-	// MIG is a dynamic MIG device's key, with its GPU's UUID: what
+	// MIG is a dynamic MIG device's key, with its GPU's UUID, or a
+	// dynamic GPU's nvml.WholeKey when the claim has it whole: what
 	// Reconcile finds the device by when the journal lost it.
 	MIG *nvml.Key `json:"mig,omitempty"`
 }
@@ -69,19 +71,27 @@ type ClaimFile struct {
 
 // PrepareClaim runs after the runtime recorded the claim's intent: it
 // checks the opaque configuration of every device (nothing is made for a
-// claim that cannot be prepared) and creates the claim's dynamic MIG
-// devices, each after recording in the MIG journal that the claim holds
-// it (nvml.Journal.Hold, keyed by the GPU's UUID, then
-// nvml.Lifecycle.Create), so that a crash at any point is undone: by
-// UnprepareClaim when the runtime undoes the half-way claim, and by
-// nvml.Lifecycle.Recover at the next start for a GPU instance left without
-// its compute instance. A device allocated with admin access is never
-// created: admin access changes nothing on the device.
+// claim that cannot be prepared) and makes the claim's dynamic devices,
+// each after recording in the MIG journal that the claim holds it
+// (nvml.Journal.Hold, keyed by the GPU's UUID), so that a crash at any
+// point is undone: by UnprepareClaim when the runtime undoes the half-way
+// claim, and by nvml.Lifecycle.Recover and Reconcile at the next start.
+//
+// A dynamic MIG device is created (nvml.Lifecycle.Create) on a GPU whose
+// MIG mode is turned on first if it is off (a GPU that was used whole).
+// A dynamic GPU claimed whole gets MIG mode off (nvml.Lifecycle.SetMode,
+// with the GPU reset an A100 needs) after the MIG devices no claim holds
+// are destroyed; it is refused while a claim holds one of its MIG devices,
+// and a MIG device is refused while a claim holds its GPU whole (the
+// scheduler never allocates both: they share the GPU's counter set; the
+// refusal covers an unprepare the kubelet has not sent yet). A device
+// allocated with admin access is never created or changed: admin access
+// changes nothing on the device.
 func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) error {
 	if err := d.ensureInventory(ctx); err != nil {
 		return err
 	}
-	var create []nvml.Key
+	var create, whole []nvml.Key
 	for _, dev := range devs {
 		info, ok := d.lookup(dev.Device)
 		if !ok {
@@ -90,20 +100,37 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		if _, err := decodeConfig(dev, info.typ); err != nil {
 			return err
 		}
-		if ev, bad := d.health.gpuEvent(info.gpu); bad && ev.XID == XIDFallenOffTheBus {
-			return fmt.Errorf("device %s: GPU %d (%s) fell off the bus (XID %d at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.XID, ev.Time.Format(time.RFC3339))
+		if ev, lost := d.health.lostEvent(info.gpu); lost {
+			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.Time.Format(time.RFC3339))
 		}
-		if info.mode == ModeDynamic && !dev.AdminAccess {
+		switch {
+		case info.mode != ModeDynamic || dev.AdminAccess:
+		case info.typ == TypeGPU:
+			whole = append(whole, info.key)
+		default:
 			create = append(create, d.withUUID(info.key))
 		}
 	}
-	if len(create) == 0 {
+	if len(create) == 0 && len(whole) == 0 {
 		return nil
 	}
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
+	uid := string(claim.UID)
+	for _, k := range whole {
+		if err := d.takeWhole(ctx, k, uid); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Turned MIG mode off for a whole-GPU claim", "claim", claim.ClaimRef.String(), "gpu", k.String())
+	}
 	for _, k := range create {
-		if err := d.journal.Hold(k, string(claim.UID)); err != nil {
+		if held := d.holders(k.UUID, true); len(held) > 0 {
+			return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
+		}
+		if err := d.journal.Hold(k, uid); err != nil {
+			return err
+		}
+		if err := d.lifecycle.SetMode(nvml.WholeKey(k.GPU, k.UUID), true); err != nil {
 			return err
 		}
 		md, err := d.lifecycle.Create(k)
@@ -112,8 +139,69 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		}
 		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
 	}
-	d.changed()
+	if len(create) > 0 {
+		d.changed()
+	}
 	return nil
+}
+
+// holders lists the claims that hold the GPU with the UUID whole (whole)
+// or one of its MIG devices (!whole), from the journal; a journal that
+// cannot be read holds nothing here (the following Hold reports it).
+func (d *Driver) holders(uuid string, whole bool) []string {
+	intents, err := d.journal.Intents()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, in := range intents {
+		if in.Whole != whole || d.withUUIDIfMissing(in.Key).UUID != uuid {
+			continue
+		}
+		for _, c := range in.Claims {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// takeWhole gives claim uid the dynamic GPU of k whole: the hold is
+// recorded first, then the GPU's MIG devices that no claim holds (an
+// earlier destroy that failed) are destroyed, then MIG mode is turned
+// off. Every step is idempotent; a crash between them is undone by the
+// runtime's unprepare of the half-prepared claim (release turns MIG mode
+// on again).
+func (d *Driver) takeWhole(ctx context.Context, k nvml.Key, uid string) error {
+	if held := d.holders(k.UUID, false); len(held) > 0 {
+		return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
+	}
+	if err := d.journal.Hold(k, uid); err != nil {
+		return err
+	}
+	m, err := d.nv.MigMode(k.GPU)
+	if err != nil {
+		return fmt.Errorf("%s: %w", k, err)
+	}
+	if m.Current {
+		gis, err := d.nv.GPUInstances(k.GPU)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		for _, gi := range gis {
+			mk := nvml.Key{GPU: k.GPU, UUID: k.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+			if err := d.lifecycle.Destroy(mk); err != nil {
+				return err
+			}
+			if err := d.journal.Forget(mk); err != nil {
+				return err
+			}
+			klog.FromContext(ctx).Info("Destroyed a MIG device no claim holds before using its GPU whole", "key", mk.String())
+		}
+	}
+	return d.lifecycle.SetMode(k, false)
 }
 
 // PrepareDevice applies the device's configuration (a full GPU's
@@ -137,7 +225,7 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+suffix, cd.UUID)
 	data := preparedData{GPU: cd.GPU, GPUUUID: d.gpus[cd.GPU].UUID, UUID: cd.UUID}
 	if info.mode == ModeDynamic && !dev.AdminAccess {
-		k := d.withUUID(info.key)
+		k := d.withUUID(info.key) // a MIG device, or the GPU whole
 		data.MIG = &k
 	}
 	if ts := cfg.timeSlice(); ts != "" && !dev.AdminAccess {
@@ -228,11 +316,13 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 }
 
 // UnprepareClaim releases the claim's hold on the dynamic MIG devices
-// the journal says it holds (nvml.Journal.Release, by claim UID: the
-// devices' names are not needed, so a lost claim whose devices are
-// unknown is released too) and destroys each device whose last holder
-// went (nvml.Lifecycle.Destroy, then Journal.Forget), then removes the
-// claim's devices file and republishes. A static device, or one held with
+// and whole GPUs the journal says it holds (nvml.Journal.Release, by
+// claim UID: the devices' names are not needed, so a lost claim whose
+// devices are unknown is released too), destroys each MIG device whose
+// last holder went (nvml.Lifecycle.Destroy, then Journal.Forget) and
+// turns MIG mode on again on a GPU it held whole (nvml.Lifecycle.SetMode;
+// a failure is logged, not returned, and the GPU's next MIG prepare
+// tries again), then removes the claim's devices file and republishes. A static device, or one held with
 // admin access, is never touched. It is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
 	destroyed, err := d.release(ctx, claim)
@@ -265,6 +355,20 @@ func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) 
 	destroyed := false
 	for _, k := range free {
 		at, ok := d.locate(k)
+		if ok && k.Whole {
+			// The GPU is sliced again now, while it is known idle (the
+			// kubelet unprepares after the claim's containers are gone),
+			// so the next MIG claim pays no mode change. A failure (an A100
+			// NVML cannot reset) must not keep the claim: the next MIG
+			// prepare and the next start try again.
+			if err := d.lifecycle.SetMode(at, true); err != nil {
+				klog.FromContext(ctx).Error(err, "Could not turn MIG mode on again after a whole-GPU claim; the next MIG claim on the GPU tries again", "claim", claim.String(), "gpu", at.String())
+			}
+			if err := d.journal.Forget(k); err != nil {
+				return destroyed, err
+			}
+			continue
+		}
 		if !ok {
 			// The GPU is not on the node now (unbound, lost): its MIG
 			// devices went with it.
@@ -296,7 +400,7 @@ func (d *Driver) keyOf(name string) (nvml.Key, bool) {
 }
 
 // describe is the device as its container sees it; a dynamic MIG device
-// must exist (PrepareClaim made it).
+// must exist (PrepareClaim made it); a dynamic GPU whole is its GPU.
 func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error) {
 	info, ok := d.lookup(dev.Device)
 	if !ok {
@@ -312,12 +416,15 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 		cd.ParentUUID, cd.Profile = g.UUID, pr.Name
 		cd.Placement = &mig.Placement{Start: info.key.Start, Size: pr.MemorySlices}
 	}
-	if info.mode == ModeDynamic {
+	if info.mode == ModeDynamic && info.typ == TypeMIG {
 		gi, found, err := d.lifecycle.Find(info.key)
 		if err != nil {
 			return cd, info, err
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
+			if dev.AdminAccess {
+				return cd, info, fmt.Errorf("MIG device %s (%s) does not exist: admin access never creates one, and no claim holds it now", dev.Device, info.key)
+			}
 			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.key)
 		}
 		cd.UUID = gi.ComputeInstances[0].UUID

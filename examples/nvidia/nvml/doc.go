@@ -15,7 +15,7 @@
 // events. A failed call returns an *Error that keeps NVML's return code
 // (CodeOf) and matches its sentinel: errors.Is(err,
 // ErrInsufficientResources), ErrNotSupported, ErrInUse, ErrNotFound,
-// ErrInvalidArgument, ErrNoPermission.
+// ErrInvalidArgument, ErrNoPermission, ErrGPULost.
 //
 // # Backends
 //
@@ -65,7 +65,12 @@
 // Faults can be injected for the next matching call of any process
 // (Sim.InjectFault): a create or destroy fails with a chosen code, or
 // stalls until the process is killed (a crash between the two create
-// calls); Sim.RaiseXID delivers an XID to every WatchHealth on the state.
+// calls); Sim.RaiseXID delivers an XID to every WatchHealth on the state
+// (XID 79 also makes the GPU lost: it answers ErrGPULost until
+// Sim.RecoverGPU, as a GPU that fell off the bus answers
+// NVML_ERROR_GPU_IS_LOST until its reset), and FaultRegisterEvents makes
+// the next WatchHealth report a GPU Unmonitored. SetMigMode and ResetGPU
+// (ModeSetter) change a GPU's MIG mode by the product's rules.
 // Tests check rules 2-6 against the mig package's validator and
 // enumeration: every valid layout can be created, every invalid one is
 // refused at its first offending instance, and random creates and

@@ -77,6 +77,9 @@ var (
 	ErrNoPermission = errors.New("no permission")
 	// ErrLibraryNotFound: libnvidia-ml.so.1 could not be loaded.
 	ErrLibraryNotFound = errors.New("NVML library not found")
+	// ErrGPULost: the GPU is lost (NVML_ERROR_GPU_IS_LOST: fallen off
+	// the bus, XID 79); it answers nothing until it is reset.
+	ErrGPULost = errors.New("GPU is lost")
 )
 
 var sentinelOf = map[Return]error{
@@ -87,6 +90,7 @@ var sentinelOf = map[Return]error{
 	ErrorInvalidArgument:       ErrInvalidArgument,
 	ErrorNoPermission:          ErrNoPermission,
 	ErrorLibraryNotFound:       ErrLibraryNotFound,
+	ErrorGPUIsLost:             ErrGPULost,
 }
 
 // Error is a failed NVML call: the operation, the return code, and a

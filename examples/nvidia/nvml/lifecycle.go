@@ -31,11 +31,25 @@ type Key struct {
 	ProfileID int `json:"profileID"`
 	// Start is the placement's first memory slice.
 	Start int `json:"start"`
+	// Whole names the GPU itself, used whole with MIG mode off, instead
+	// of a MIG device (ProfileID and Start are then zero): what a
+	// driver records before turning MIG mode off for a full-GPU claim
+	// on a GPU it slices otherwise (Lifecycle.SetMode).
+	Whole bool `json:"whole,omitempty"`
 }
 
+// WholeKey is the key of GPU gpu (with its UUID) used whole.
+func WholeKey(gpu int, uuid string) Key { return Key{GPU: gpu, UUID: uuid, Whole: true} }
+
 // String prints e.g. "GPU 0 profile 9 at 4", with the GPU's UUID when
-// the key has one.
+// the key has one, or "GPU 0 whole".
 func (k Key) String() string {
+	if k.Whole {
+		if k.UUID != "" {
+			return fmt.Sprintf("GPU %d (%s) whole", k.GPU, k.UUID)
+		}
+		return fmt.Sprintf("GPU %d whole", k.GPU)
+	}
 	if k.UUID != "" {
 		return fmt.Sprintf("GPU %d (%s) profile %d at %d", k.GPU, k.UUID, k.ProfileID, k.Start)
 	}
@@ -46,7 +60,7 @@ func (k Key) String() string {
 // and placement start on the same GPU, by UUID when both keys have one
 // and by NVML index otherwise.
 func (k Key) Same(o Key) bool {
-	if k.ProfileID != o.ProfileID || k.Start != o.Start {
+	if k.Whole != o.Whole || k.ProfileID != o.ProfileID || k.Start != o.Start {
 		return false
 	}
 	if k.UUID != "" && o.UUID != "" {
@@ -211,6 +225,9 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 		return MigDevice{}, err
 	}
 	defer unlock()
+	if k.Whole {
+		return MigDevice{}, fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, ErrInvalidArgument)
+	}
 	if err := l.owned(op, k); err != nil {
 		return MigDevice{}, err
 	}
@@ -281,6 +298,9 @@ func (l *Lifecycle) Destroy(k Key) error {
 		return err
 	}
 	defer unlock()
+	if k.Whole {
+		return fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, ErrInvalidArgument)
+	}
 	if err := l.owned(op, k); err != nil {
 		return err
 	}
@@ -289,6 +309,61 @@ func (l *Lifecycle) Destroy(k Key) error {
 		return err
 	}
 	return l.destroy(op, gi)
+}
+
+// SetMode makes MIG mode enabled current on the GPU of k (a WholeKey the
+// Owner claims; ErrNotOwned otherwise), obeying the product's rules:
+// a GPU that already is in that mode is left alone (SetMode is
+// idempotent, so a driver that crashed half-way runs it again); the mode
+// changes only while the GPU has no GPU instance (ErrInUse, naming
+// them); and a change that stays pending (A100, or a GPU NVML could not
+// activate) is made current by a GPU reset. The backend must be a
+// ModeSetter (ErrNotSupported otherwise). Each step reads the GPU's
+// mode afresh, so a crash between the request and the reset is finished
+// by the next call.
+func (l *Lifecycle) SetMode(k Key, enabled bool) error {
+	op := fmt.Sprintf("turn MIG mode %s", map[bool]string{true: "on", false: "off"}[enabled])
+	unlock, err := l.lock(op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := l.owned(op, k); err != nil {
+		return err
+	}
+	m, err := l.nv.MigMode(k.GPU)
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w", op, k, err)
+	}
+	if m.Current == enabled && m.Pending == enabled {
+		return nil
+	}
+	ms, ok := l.nv.(ModeSetter)
+	if !ok {
+		return fmt.Errorf("%s on %s: %w: this NVML backend cannot change MIG mode", op, k, ErrNotSupported)
+	}
+	if m.Pending != enabled {
+		if m, err = ms.SetMigMode(k.GPU, enabled); err != nil {
+			if errors.Is(err, ErrInUse) {
+				if gis, lerr := l.nv.GPUInstances(k.GPU); lerr == nil && len(gis) > 0 {
+					return fmt.Errorf("%s on %s: %w (its %d GPU instances must be destroyed first)", op, k, err, len(gis))
+				}
+			}
+			return fmt.Errorf("%s on %s: %w", op, k, err)
+		}
+	}
+	if m.Current != enabled {
+		if err := ms.ResetGPU(k.GPU); err != nil {
+			return fmt.Errorf("%s on %s: the change is pending until a GPU reset: %w", op, k, err)
+		}
+		if m, err = l.nv.MigMode(k.GPU); err != nil {
+			return fmt.Errorf("%s on %s: %w", op, k, err)
+		}
+		if m.Current != enabled {
+			return fmt.Errorf("%s on %s: still %+v after the GPU reset", op, k, m)
+		}
+	}
+	return nil
 }
 
 func (l *Lifecycle) destroy(op string, gi GPUInstance) error {

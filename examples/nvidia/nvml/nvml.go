@@ -51,10 +51,31 @@ type Interface interface {
 	// has a compute instance, ErrNotFound when it does not exist.
 	DestroyGPUInstance(gpu, gpuInstance int) error
 	// WatchHealth streams health events (XID errors) of all GPUs until ctx
-	// is done; the channel is closed then.
+	// is done; the channel is closed then. A GPU that cannot be
+	// registered for events does not fail the stream: it is reported
+	// with an Unmonitored event first.
 	WatchHealth(ctx context.Context) (<-chan HealthEvent, error)
 	// Close releases the backend. Instances stay, as on hardware.
 	Close() error
+}
+
+// ModeSetter is implemented by a backend that can change a GPU's MIG
+// mode, as the reference driver does on a dynamic GPU to hand it out
+// whole (MIG mode off) and slice it again (on). The product's rules hold:
+// the mode changes only while the GPU has no GPU instance (ErrInUse),
+// and on some products (A100) a change stays pending until the GPU is
+// reset.
+type ModeSetter interface {
+	// SetMigMode requests MIG mode enabled on the GPU and returns the
+	// mode after the call: Pending is enabled, and Current too where
+	// the change applied at once (Hopper and later on an idle GPU);
+	// otherwise it waits for ResetGPU. It fails with ErrInUse while a
+	// GPU instance exists, and changes nothing then.
+	SetMigMode(gpu int, enabled bool) (MigMode, error)
+	// ResetGPU resets the GPU, which makes a pending MIG mode current;
+	// ErrInUse while a GPU instance exists (or, on hardware, a process
+	// uses the GPU).
+	ResetGPU(gpu int) error
 }
 
 // LivenessWatcher is implemented by a backend whose health stream can
@@ -202,10 +223,17 @@ type HealthEvent struct {
 	// Alive marks a liveness tick of WatchHealthLiveness (LivenessWatcher):
 	// no event, the loop is running. Its other fields are zero, GPU -1.
 	Alive bool `json:"alive,omitempty"`
+	// Unmonitored is sent once at the start of a stream for each GPU
+	// that could not be registered for XID events (XID is then 0): the
+	// stream cannot tell that GPU's health.
+	Unmonitored bool `json:"unmonitored,omitempty"`
 }
 
 // String prints e.g. "GPU 3: XID 79" or "GPU 3 GI 5 CI 0: XID 94".
 func (e HealthEvent) String() string {
+	if e.Unmonitored {
+		return fmt.Sprintf("GPU %d: not monitored", e.GPU)
+	}
 	if e.Recovered {
 		return fmt.Sprintf("GPU %d: recovered", e.GPU)
 	}

@@ -21,7 +21,10 @@ type Real struct {
 	lib gonvml.Interface
 }
 
-var _ Interface = (*Real)(nil)
+var (
+	_ Interface  = (*Real)(nil)
+	_ ModeSetter = (*Real)(nil)
+)
 
 // Library returns the go-nvml library Real calls, initialized, for code
 // that needs more of NVML than Interface has (nvidia-container-toolkit's
@@ -188,6 +191,52 @@ func (r *Real) MigMode(gpu int) (MigMode, error) {
 		return MigMode{}, err
 	}
 	return MigMode{Current: cur == gonvml.DEVICE_MIG_ENABLE, Pending: pend == gonvml.DEVICE_MIG_ENABLE}, nil
+}
+
+// SetMigMode requests MIG mode enabled (nvmlDeviceSetMigMode, which
+// also tries to activate it by resetting the GPU) and returns the mode
+// after the call. A change NVML could not activate (the GPU is busy, an
+// A100 that needs a reset, a passthrough GPU that needs a VM reboot)
+// stays pending: Pending is enabled and Current is not.
+func (r *Real) SetMigMode(gpu int, enabled bool) (MigMode, error) {
+	d, err := r.device(gpu)
+	if err != nil {
+		return MigMode{}, err
+	}
+	mode := gonvml.DEVICE_MIG_DISABLE
+	if enabled {
+		mode = gonvml.DEVICE_MIG_ENABLE
+	}
+	// The activation status says why a change is still pending; the
+	// mode read back says whether it is, which is what the caller acts on.
+	_, ret := d.SetMigMode(mode)
+	if err := nvErr(ret, "set MIG mode of GPU %d to %v", gpu, enabled); err != nil {
+		return MigMode{}, err
+	}
+	return r.MigMode(gpu)
+}
+
+// ResetGPU cannot reset a GPU through NVML (nvidia-smi does it with
+// privileges NVML does not expose): a pending MIG mode on a real GPU is
+// made current by an administrator. It retries the activation once
+// (nvmlDeviceSetMigMode with the pending mode resets the GPU when it is
+// idle) and fails with ErrNotSupported, saying what to do, when the mode
+// is still pending.
+func (r *Real) ResetGPU(gpu int) error {
+	m, err := r.MigMode(gpu)
+	if err != nil {
+		return err
+	}
+	if m.Current == m.Pending {
+		return nil
+	}
+	if m, err = r.SetMigMode(gpu, m.Pending); err != nil {
+		return err
+	}
+	if m.Current != m.Pending {
+		return newError(ErrorNotSupported, fmt.Sprintf("reset GPU %d", gpu), "MIG mode %v is pending and NVML could not activate it: stop the processes that use the GPU, then reset it (nvidia-smi -r -i %d) or reboot the node", m.Pending, gpu)
+	}
+	return nil
 }
 
 // giProfile is a GPU instance profile with the NVML info struct the
@@ -502,8 +551,9 @@ func (r *Real) DestroyGPUInstance(gpu, gpuInstance int) error {
 // when the event concerns the whole GPU.
 const noInstance = 0xFFFFFFFF
 
-// WatchHealth registers every GPU that supports it for critical XID
-// events and streams them until ctx is done.
+// WatchHealth registers every GPU for critical XID events and streams
+// them until ctx is done; a GPU that cannot be registered is reported
+// first with an Unmonitored event.
 func (r *Real) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 	return r.watchHealth(ctx, false)
 }
@@ -524,19 +574,17 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 		return nil, err
 	}
 	byUUID := map[string]int{}
+	var unmonitored []HealthEvent
 	for _, g := range gpus {
 		d, err := r.device(g.Index)
+		if err == nil {
+			err = nvErr(d.RegisterEvents(gonvml.EventTypeXidCriticalError, set), "register XID events of GPU %d", g.Index)
+		}
 		if err != nil {
-			set.Free()
-			return nil, err
-		}
-		ret := d.RegisterEvents(gonvml.EventTypeXidCriticalError, set)
-		if ret == gonvml.ERROR_NOT_SUPPORTED {
-			continue // e.g. a GPU behind a hypervisor that hides XIDs
-		}
-		if err := nvErr(ret, "register XID events of GPU %d", g.Index); err != nil {
-			set.Free()
-			return nil, err
+			// e.g. a GPU behind a hypervisor that hides XIDs: the others
+			// are watched, this one is reported unmonitored.
+			unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			continue
 		}
 		byUUID[g.UUID] = g.Index
 	}
@@ -544,6 +592,13 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 	go func() {
 		defer close(ch)
 		defer set.Free()
+		for _, ev := range unmonitored {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
 		for ctx.Err() == nil {
 			data, ret := set.Wait(500)
 			if ret == gonvml.ERROR_TIMEOUT {

@@ -37,7 +37,10 @@ func (ps *productSpec) product() (*mig.Product, error) {
 }
 
 type simGPU struct {
-	UUID      string        `json:"uuid"`
+	UUID string `json:"uuid"`
+	// Lost is set by XID 79 (fallen off the bus) and cleared by
+	// RecoverGPU: a lost GPU answers every query with ErrGPULost.
+	Lost      bool          `json:"lost,omitempty"`
 	Mig       MigMode       `json:"mig"`
 	Instances []GPUInstance `json:"instances,omitempty"`
 	TimeSlice TimeSlice     `json:"timeSlice,omitempty"`
@@ -59,7 +62,10 @@ type Sim struct {
 	mem *simState
 }
 
-var _ Interface = (*Sim)(nil)
+var (
+	_ Interface  = (*Sim)(nil)
+	_ ModeSetter = (*Sim)(nil)
+)
 
 // SimOption configures OpenSim.
 type SimOption func(*simOptions) error
@@ -310,6 +316,9 @@ func (st *simState) gpu(op string, i int) (*simGPU, error) {
 	if i < 0 || i >= len(st.GPUs) {
 		return nil, newError(ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
 	}
+	if st.GPUs[i].Lost {
+		return nil, newError(ErrorGPUIsLost, op, "GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)", i)
+	}
 	return &st.GPUs[i], nil
 }
 
@@ -364,15 +373,18 @@ func (s *Sim) MigMode(gpu int) (MigMode, error) {
 }
 
 // SetMigMode requests a MIG mode, as an administrator does with
-// nvidia-smi: it becomes pending, and current at once unless the model
-// needs a GPU reset (ResetGPU). It fails with ErrInUse while GPU
-// instances exist. The driver never calls it.
-func (s *Sim) SetMigMode(gpu int, enabled bool) error {
+// nvidia-smi or the reference driver on a dynamic GPU (ModeSetter): it
+// becomes pending, and current at once unless the model needs a GPU
+// reset (SimServer.ModeChangeNeedsReset: A100; then ResetGPU). It fails
+// with ErrInUse while GPU instances exist, changing nothing, and returns
+// the mode after the call.
+func (s *Sim) SetMigMode(gpu int, enabled bool) (MigMode, error) {
 	op := fmt.Sprintf("set MIG mode on GPU %d", gpu)
-	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+	var m MigMode
+	err := s.change(func(st *simState) (bool, error) {
+		g, commit, err := st.enter(op, FaultSetMigMode, gpu, false)
 		if err != nil {
-			return false, err
+			return commit, err
 		}
 		if len(g.Instances) > 0 {
 			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
@@ -381,8 +393,10 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) error {
 		if !s.server.ModeChangeNeedsReset {
 			g.Mig.Current = enabled
 		}
+		m = g.Mig
 		return true, nil
 	})
+	return m, err
 }
 
 // ResetGPU resets the GPU, which makes a pending MIG mode current. It
@@ -390,9 +404,9 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) error {
 func (s *Sim) ResetGPU(gpu int) error {
 	op := fmt.Sprintf("reset GPU %d", gpu)
 	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
+		g, commit, err := st.enter(op, FaultResetGPU, gpu, false)
 		if err != nil {
-			return false, err
+			return commit, err
 		}
 		if len(g.Instances) > 0 {
 			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))

@@ -313,7 +313,7 @@ func TestSimMIGModeOffIsNotSupported(t *testing.T) {
 			if gis, err := s.GPUInstances(0); err != nil || len(gis) != 0 {
 				t.Fatalf("GPU instances with MIG off: %v, %v", gis, err)
 			}
-			if err := s.SetMigMode(0, true); err != nil {
+			if _, err := s.SetMigMode(0, true); err != nil {
 				t.Fatal(err)
 			}
 			m, _ := s.MigMode(0)
@@ -331,7 +331,7 @@ func TestSimMIGModeOffIsNotSupported(t *testing.T) {
 			if _, err := s.CreateGPUInstance(0, 0, at); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.SetMigMode(0, false); !errors.Is(err, ErrInUse) {
+			if _, err := s.SetMigMode(0, false); !errors.Is(err, ErrInUse) {
 				t.Fatalf("disable MIG with an instance: got %v, want in use", err)
 			}
 		})

@@ -15,6 +15,15 @@ const (
 	FaultCreateComputeInstance  FaultOp = "create-compute-instance"
 	FaultDestroyComputeInstance FaultOp = "destroy-compute-instance"
 	FaultDestroyGPUInstance     FaultOp = "destroy-gpu-instance"
+	// FaultSetMigMode hits SetMigMode before the mode changes.
+	FaultSetMigMode FaultOp = "set-mig-mode"
+	// FaultResetGPU hits ResetGPU before the pending mode becomes
+	// current.
+	FaultResetGPU FaultOp = "reset-gpu"
+	// FaultRegisterEvents makes the next WatchHealth unable to register
+	// the GPU for XID events: the stream reports it Unmonitored (Code
+	// and Stall are ignored).
+	FaultRegisterEvents FaultOp = "register-events"
 )
 
 // Fault is an injected failure: the next call of Op on GPU (any GPU when
@@ -73,7 +82,7 @@ func (st *simState) fault(op string, fop FaultOp, gpu int) error {
 // shares the state.
 func (s *Sim) InjectFault(f Fault) error {
 	switch f.Op {
-	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance:
+	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance, FaultSetMigMode, FaultResetGPU, FaultRegisterEvents:
 	default:
 		return fmt.Errorf("inject fault: unknown op %q", f.Op)
 	}

@@ -19,13 +19,20 @@ const maxSimEvents = 1024
 
 // RaiseXID reports an XID error on a GPU (gpuInstance and computeInstance
 // -1 for the whole GPU) to every WatchHealth of every process sharing the
-// state.
+// state. XID 79 (fallen off the bus) also makes the GPU lost, as on
+// hardware: every later query of it fails with ErrGPULost until
+// RecoverGPU, so a driver that was not watching when it happened still
+// finds out.
 func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) error {
 	op := fmt.Sprintf("raise XID %d on GPU %d", xid, gpu)
 	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
-		if err != nil {
+		if gpu < 0 || gpu >= len(st.GPUs) {
+			_, err := st.gpu(op, gpu)
 			return false, err
+		}
+		g := &st.GPUs[gpu]
+		if xid == 79 && gpuInstance < 0 {
+			g.Lost = true
 		}
 		st.NextEvent++
 		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
@@ -39,7 +46,8 @@ func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) er
 }
 
 // WatchHealth streams the XID events raised (by RaiseXID in any process
-// sharing the state) after it returns, polling the state.
+// sharing the state) after it returns, polling the state, after an
+// Unmonitored event for each GPU an armed FaultRegisterEvents hit.
 func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
 	return s.watchHealth(ctx, false)
 }
@@ -52,12 +60,31 @@ func (s *Sim) WatchHealthLiveness(ctx context.Context) (<-chan HealthEvent, erro
 
 func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, error) {
 	var cursor uint64
-	if err := s.view(func(st *simState) error { cursor = st.NextEvent; return nil }); err != nil {
+	var unmonitored []HealthEvent
+	err := s.change(func(st *simState) (bool, error) {
+		cursor = st.NextEvent
+		commit := false
+		for i, g := range st.GPUs { // FaultRegisterEvents: this GPU is not watched
+			if st.fault("register events", FaultRegisterEvents, i) != nil {
+				commit = true
+				unmonitored = append(unmonitored, HealthEvent{GPU: i, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			}
+		}
+		return commit, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("watch health: %w", err)
 	}
 	ch := make(chan HealthEvent)
 	go func() {
 		defer close(ch)
+		for _, e := range unmonitored {
+			select {
+			case ch <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
 		t := time.NewTicker(s.poll)
 		defer t.Stop()
 		for {
@@ -93,14 +120,17 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, 
 
 // RecoverGPU reports that the GPU works again (a HealthEvent with
 // Recovered set) to every WatchHealth of every process sharing the state,
-// as a GPU reset after an XID would on a real machine.
+// as a GPU reset after an XID would on a real machine; a lost GPU answers
+// again.
 func (s *Sim) RecoverGPU(gpu int) error {
 	op := fmt.Sprintf("recover GPU %d", gpu)
 	return s.change(func(st *simState) (bool, error) {
-		g, err := st.gpu(op, gpu)
-		if err != nil {
+		if gpu < 0 || gpu >= len(st.GPUs) {
+			_, err := st.gpu(op, gpu)
 			return false, err
 		}
+		g := &st.GPUs[gpu]
+		g.Lost = false
 		st.NextEvent++
 		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
 			GPU: gpu, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Recovered: true,

@@ -113,7 +113,7 @@ func (su SimSetup) apply(s *Sim) error {
 			on[g] = true
 		}
 		for i := range s.mem.GPUs {
-			if err := s.SetMigMode(i, on[i]); err != nil {
+			if _, err := s.SetMigMode(i, on[i]); err != nil {
 				return fmt.Errorf("set up simulated NVML: %w", err)
 			}
 			if err := s.ResetGPU(i); err != nil {

@@ -107,14 +107,49 @@ func TestSimRecoverGPU(t *testing.T) {
 	if err := s.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
+	// Fallen off the bus: the GPU answers nothing until its reset, so a
+	// driver that missed the event still finds it lost.
+	if _, err := s.MigMode(3); !errors.Is(err, ErrGPULost) || CodeOf(err) != ErrorGPUIsLost {
+		t.Errorf("MIG mode of GPU 3 after XID 79: %v, want GPU is lost", err)
+	}
+	if _, err := s.GPUInstances(2); err != nil {
+		t.Errorf("GPU 2 beside a lost GPU 3: %v", err)
+	}
 	if err := s.RecoverGPU(3); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.MigMode(3); err != nil {
+		t.Errorf("MIG mode of GPU 3 after its recovery: %v", err)
 	}
 	if e := <-ch; e.XID != 79 || e.Recovered {
 		t.Errorf("first event %v", e)
 	}
 	if e := <-ch; !e.Recovered || e.GPU != 3 {
 		t.Errorf("second event %v, want GPU 3 recovered", e)
+	}
+}
+
+// A GPU that cannot be registered for XID events does not fail the
+// stream: it is reported Unmonitored first, then events flow.
+func TestSimUnmonitoredGPU(t *testing.T) {
+	s := memSim(t, "dgx-h200", WithPollInterval(time.Millisecond))
+	if err := s.InjectFault(Fault{Op: FaultRegisterEvents, GPU: 5}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := s.WatchHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := <-ch; !e.Unmonitored || e.GPU != 5 {
+		t.Errorf("first event %v, want GPU 5 unmonitored", e)
+	}
+	if err := s.RaiseXID(1, 48, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-ch; e.XID != 48 || e.GPU != 1 {
+		t.Errorf("second event %v, want XID 48 on GPU 1", e)
 	}
 }
 

@@ -105,7 +105,9 @@ func checkXIDTaints(ctx context.Context, t *testing.T, env *testenv.Env, state s
 	if err := sim.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	want := "gpu-3-1g-18gb-6=XID79 gpu-3-2g-35gb-4=XID79 gpu-3-3g-71gb-0=XID79"
+	// The driver need not have subscribed yet: GPU 3 answers NVML
+	// GPU_IS_LOST after XID 79, and its devices are tainted for that.
+	want := "gpu-3-1g-18gb-6=GPULost gpu-3-2g-35gb-4=GPULost gpu-3-3g-71gb-0=GPULost"
 	var got []string
 	poll(ctx, t, "GPU 3's devices tainted", func(ctx context.Context) (bool, error) {
 		got, err = tainted(ctx)
@@ -126,9 +128,9 @@ type proc struct {
 	done chan error
 }
 
-func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string) *proc {
+func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string, extra ...string) *proc {
 	t.Helper()
-	args := driverCommand(t, env, state)
+	args := append(driverCommand(t, env, state), extra...)
 	cmd := exec.Command(args[0], append(args[1:], "-v=3")...)
 	cmd.Env = append(os.Environ(), asDriverEnv+"=1")
 	log, err := os.Create(filepath.Join(t.TempDir(), "driver.log"))
@@ -498,6 +500,16 @@ func TestDriver(t *testing.T) {
 			t.Errorf("MIG instances after the checkpoint was wiped: %v, want the unheld device destroyed", inst)
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
+	})
+	// Each starts its own driver (the previous subtest's cleanup killed
+	// the one it had started; the first one is killed when only these run).
+	t.Run("admin-access-across-kill-9", func(t *testing.T) {
+		drv.kill()
+		adminAccessAcrossKill(ctx, t, env, state, sim)
+	})
+	t.Run("read-only-and-full-state-folder", func(t *testing.T) {
+		drv.kill()
+		brokenStateFolder(ctx, t, env, state, sim)
 	})
 	drv.kill() // the suite starts its own
 
