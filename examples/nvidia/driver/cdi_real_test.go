@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -25,31 +23,8 @@ func TestDriverRootEdits(t *testing.T) {
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
-	base := filepath.Join(mounted, "proc/driver/nvidia/capabilities/gpu2/mig", "gi"+strconv.Itoa(info.gi))
-	if err := os.MkdirAll(filepath.Join(base, "ci"+strconv.Itoa(info.ci)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []struct{ file, minor string }{{"access", "31"}, {"ci" + strconv.Itoa(info.ci) + "/access", "32"}} {
-		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+w.minor+"\nDeviceFileMode: 292\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := claim("r1")
-	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
-	var all string
-	for _, dev := range devs {
-		pd, err := f.d.PrepareDevice(ctx, c, dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all += specString(t, pd.Edits)
-	}
-	edits, err := f.d.ClaimEdits(ctx, c, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all += specString(t, edits)
+	writeMIGCaps(t, f, filepath.Join(mounted, "proc"), 2, "gpu-2-3g-71gb-4", 31, 32)
+	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
 	for _, n := range []string{"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap31", "/dev/nvidia-caps/nvidia-cap32", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
 		if want := fmt.Sprintf(`"path":%q,"hostPath":"/run/nvidia/driver%s"`, n, n); !strings.Contains(all, want) {
 			t.Errorf("edits lack %s: %s", want, all)
@@ -82,21 +57,7 @@ func TestContainerEditor(t *testing.T) {
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := claim("r1")
-	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
-	var all string
-	for _, dev := range devs {
-		pd, err := f.d.PrepareDevice(ctx, c, dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all += specString(t, pd.Edits)
-	}
-	edits, err := f.d.ClaimEdits(ctx, c, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all += specString(t, edits)
+	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
 	mig, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
 	if len(rec.devs) != 2 || !rec.devs[0].MIG || rec.devs[0].Minor != f.d.gpus[2].Minor || rec.devs[0].GI != mig.gi || rec.devs[0].CI != mig.ci ||
 		!strings.HasPrefix(rec.devs[0].UUID, "MIG-") || rec.devs[1].MIG || rec.devs[1].UUID != f.d.gpus[1].UUID {

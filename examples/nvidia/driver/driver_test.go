@@ -400,6 +400,47 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	return string(b)
 }
 
+// writeMIGCaps writes, under procRoot, the capability files of MIG device
+// dev of GPU gpu as the NVIDIA kernel driver has them, with the GPU
+// instance's and the compute instance's device file minors.
+func writeMIGCaps(t *testing.T, f *fixture, procRoot string, gpu int, dev string, giMinor, ciMinor int) {
+	t.Helper()
+	info, _ := f.d.deviceInfo(dev)
+	base := filepath.Join(procRoot, "driver/nvidia/capabilities", "gpu"+strconv.Itoa(gpu), "mig", "gi"+strconv.Itoa(info.gi))
+	ci := "ci" + strconv.Itoa(info.ci)
+	if err := os.MkdirAll(filepath.Join(base, ci), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		file  string
+		minor int
+	}{{"access", giMinor}, {ci + "/access", ciMinor}} {
+		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+strconv.Itoa(w.minor)+"\nDeviceFileMode: 292\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// claimSpecs prepares devs for claim c and returns the CDI specs of each
+// device's edits and of the claim's common edits, joined.
+func claimSpecs(t *testing.T, f *fixture, c kit.Claim, devs []kit.AllocatedDevice) string {
+	t.Helper()
+	ctx := context.Background()
+	var all string
+	for _, dev := range devs {
+		pd, err := f.d.PrepareDevice(ctx, c, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all += specString(t, pd.Edits)
+	}
+	edits, err := f.d.ClaimEdits(ctx, c, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all + specString(t, edits)
+}
+
 // Dynamic MIG devices carry 8 attributes by default, migMode, profile,
 // parentUUID and pcieRoot among them and no GPU facts; with
 // WithFullMIGAttributes they carry the GPU facts too. Full GPUs and static
@@ -452,28 +493,8 @@ func TestRealHardwareEdits(t *testing.T) {
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
-	base := filepath.Join(proc, "driver/nvidia/capabilities/gpu2/mig", "gi"+strconv.Itoa(info.gi))
-	if err := os.MkdirAll(filepath.Join(base, "ci"+strconv.Itoa(info.ci)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(base, "access"), []byte("DeviceFileMinor: 21\nDeviceFileMode: 292\n"), 0o644)
-	os.WriteFile(filepath.Join(base, "ci"+strconv.Itoa(info.ci), "access"), []byte("DeviceFileMinor: 22\nDeviceFileMode: 292\n"), 0o644)
-	c := claim("r1")
-	devs := []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")}
-	var all string
-	for _, dev := range devs {
-		pd, err := f.d.PrepareDevice(ctx, c, dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all += specString(t, pd.Edits)
-	}
-	edits, err := f.d.ClaimEdits(ctx, c, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all += specString(t, edits)
+	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 21, 22)
+	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
 	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21"`, `"path":"/dev/nvidia-caps/nvidia-cap22"`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("edits lack %s: %s", want, all)
