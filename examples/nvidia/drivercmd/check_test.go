@@ -35,7 +35,7 @@ func TestCheck(t *testing.T) {
 		"# inventory: 6 pools, 11 ResourceSlices, valid;",
 		"# GPU 0: NVIDIA H200 GPU-", ": full, 1 devices",
 		"# GPU 2: NVIDIA H200 GPU-", ": static, 2 devices",
-		"# GPU 7: NVIDIA H200 GPU-", ": dynamic, 14 devices",
+		"# GPU 7: NVIDIA H200 GPU-", ": dynamic, 15 devices",
 		"name: gpu-2-3g-71gb-4", "name: gpu-7-7g-141gb-0", "name: gpu-7-counters",
 		"decoders:", "multiprocessors:", "memory-slice-0:",
 		"# no CDI spec: a dynamic MIG device is made at prepare",
@@ -112,7 +112,7 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 		t.Fatalf("check: %v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 14 devices",
+	for _, want := range []string{"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 15 devices",
 		"# GPU 7: NVIDIA H200 " + gpus[7].UUID + " at 0000:df:00.0, minor 7: static MIG without MIG devices"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
