@@ -3,7 +3,8 @@
 // a process started after a crash, sees the old content or the new one,
 // never a torn file; [Acquire] and [TryAcquire] take an advisory lock
 // (flock) that the kernel releases when its holder dies, so a killed
-// process never blocks the next one.
+// process never blocks the next one; [Document] joins the two into a
+// JSON file that processes read and change in turn.
 //
 // The drakit runtime keeps its checkpoint, CDI specs and instance locks
 // with it, and so can a vendor's driver for state of its own (the NVIDIA

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // Journal is an Owner backed by a file of intent records: Record (or
@@ -19,7 +21,7 @@ import (
 // device shared by several claims is destroyed only when its last holder
 // goes. The reference driver uses one (see Owner).
 type Journal struct {
-	file jsonFile
+	file statefile.Document
 }
 
 var _ Owner = (*Journal)(nil)
@@ -52,7 +54,7 @@ type JournalOption func(*Journal)
 // without MIG devices), and saves the journal's two fsyncs per change on
 // the prepare path.
 func WithoutFsync() JournalOption {
-	return func(j *Journal) { j.file.volatile = true }
+	return func(j *Journal) { j.file.Volatile = true }
 }
 
 // OpenJournal opens the journal at path, creating its folder; the file is
@@ -65,7 +67,7 @@ func OpenJournal(path string, opts ...JournalOption) (*Journal, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open MIG intent journal: %w", err)
 	}
-	j := &Journal{file: jsonFile{path: path}}
+	j := &Journal{file: statefile.Document{Path: path}}
 	for _, o := range opts {
 		o(j)
 	}
@@ -76,20 +78,20 @@ func OpenJournal(path string, opts ...JournalOption) (*Journal, error) {
 }
 
 // Path is the journal's file.
-func (j *Journal) Path() string { return j.file.path }
+func (j *Journal) Path() string { return j.file.Path }
 
 // update changes the journal document under its lock.
 func (j *Journal) update(fn func(d *journalDoc) bool) error {
 	var d journalDoc
-	err := j.file.update(&d, func(bool) (bool, error) { return fn(&d), nil })
+	err := j.file.Update(&d, func(bool) (bool, error) { return fn(&d), nil })
 	return j.corrupt(err)
 }
 
 // corrupt wraps a decode error with ErrCorruptJournal and what to do.
 func (j *Journal) corrupt(err error) error {
-	var de *decodeError
+	var de *statefile.DecodeError
 	if errors.As(err, &de) {
-		return fmt.Errorf("%w: %s cannot be decoded (%v): move it away and restart the driver; the driver then rebuilds it from the MIG devices on its GPUs and the claims it holds: %w", ErrCorruptJournal, j.file.path, de.err, err)
+		return fmt.Errorf("%w: %s cannot be decoded (%v): move it away and restart the driver; the driver then rebuilds it from the MIG devices on its GPUs and the claims it holds: %w", ErrCorruptJournal, j.file.Path, de.Err, err)
 	}
 	return err
 }
@@ -222,7 +224,7 @@ func (j *Journal) Keys() ([]Key, error) {
 // Intents returns the recorded intents by GPU, start and profile.
 func (j *Journal) Intents() ([]Intent, error) {
 	var d journalDoc
-	if _, err := j.file.read(&d); err != nil {
+	if _, err := j.file.Read(&d); err != nil {
 		return nil, fmt.Errorf("read MIG intent journal: %w", j.corrupt(err))
 	}
 	sort.SliceStable(d.Intents, func(a, b int) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/statefile"
 )
 
 // ErrNotOwned is returned (wrapped) when the lifecycle is asked to create
@@ -163,11 +164,11 @@ func (l *Lifecycle) lock(op string) (func(), error) {
 	if l.lockPath == "" {
 		return func() {}, nil
 	}
-	unlock, err := lockFile(l.lockPath, true)
+	lk, err := statefile.Acquire(l.lockPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	return unlock, nil
+	return func() { _ = lk.Release() }, nil
 }
 
 func (l *Lifecycle) owned(op string, k Key) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/statefile"
 )
 
 // simState is the simulated hardware: what outlives any process.
@@ -55,7 +56,7 @@ type simGPU struct {
 type Sim struct {
 	server  SimServer
 	product *mig.Product
-	file    jsonFile // path "" keeps the state in memory
+	file    statefile.Document // path "" keeps the state in memory
 	poll    time.Duration
 
 	mu  sync.Mutex // guards mem
@@ -141,7 +142,7 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 			return nil, fmt.Errorf("open simulated NVML: %w", err)
 		}
 	}
-	s := &Sim{file: jsonFile{path: path, volatile: true}, poll: o.poll}
+	s := &Sim{file: statefile.Document{Path: path, Volatile: true}, poll: o.poll}
 	fresh := func(server string) (*simState, error) {
 		if server == "" {
 			server = "dgx-h100"
@@ -184,7 +185,7 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 		s.mem, server, spec = st, st.Server, st.Product
 	} else {
 		var st simState
-		err := s.file.update(&st, func(exists bool) (bool, error) {
+		err := s.file.Update(&st, func(exists bool) (bool, error) {
 			if exists {
 				if err := st.check(); err != nil {
 					return false, err
@@ -255,18 +256,18 @@ func (s *Sim) Product() *mig.Product { return s.product }
 
 // view runs fn on the current state.
 func (s *Sim) view(fn func(st *simState) error) error {
-	if s.file.path == "" {
+	if s.file.Path == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return fn(s.mem)
 	}
 	var st simState
-	exists, err := s.file.read(&st)
+	exists, err := s.file.Read(&st)
 	if err != nil {
 		return s.corrupt(err)
 	}
 	if !exists {
-		return fmt.Errorf("simulated NVML state %s is gone", s.file.path)
+		return fmt.Errorf("simulated NVML state %s is gone", s.file.Path)
 	}
 	return fn(&st)
 }
@@ -278,11 +279,11 @@ var ErrCorruptState = errors.New("simulated NVML state is corrupt")
 // corrupt wraps a decode error of the state file with ErrCorruptState,
 // what the file is, and what to do.
 func (s *Sim) corrupt(err error) error {
-	var de *decodeError
+	var de *statefile.DecodeError
 	if !errors.As(err, &de) {
 		return err
 	}
-	return fmt.Errorf("%w: %s holds the simulated GPUs and their MIG devices (no real GPU's state) and cannot be decoded: %v; restore it, or delete it to start again from the simulator's setup (its simulated MIG devices are then gone, so restart the driver after deleting it)", ErrCorruptState, s.file.path, de.err)
+	return fmt.Errorf("%w: %s holds the simulated GPUs and their MIG devices (no real GPU's state) and cannot be decoded: %v; restore it, or delete it to start again from the simulator's setup (its simulated MIG devices are then gone, so restart the driver after deleting it)", ErrCorruptState, s.file.Path, de.Err)
 }
 
 // change runs fn on the current state and keeps its changes when fn says
@@ -290,15 +291,15 @@ func (s *Sim) corrupt(err error) error {
 // stalling fault hit blocks here forever, its lock released.
 func (s *Sim) change(fn func(st *simState) (bool, error)) error {
 	var err error
-	if s.file.path == "" {
+	if s.file.Path == "" {
 		s.mu.Lock()
 		_, err = fn(s.mem)
 		s.mu.Unlock()
 	} else {
 		var st simState
-		err = s.file.update(&st, func(exists bool) (bool, error) {
+		err = s.file.Update(&st, func(exists bool) (bool, error) {
 			if !exists {
-				return false, fmt.Errorf("simulated NVML state %s is gone", s.file.path)
+				return false, fmt.Errorf("simulated NVML state %s is gone", s.file.Path)
 			}
 			return fn(&st)
 		})
