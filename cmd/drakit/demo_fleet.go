@@ -23,7 +23,7 @@ import (
 
 	"github.com/drakit/drakit/device"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/internal/cluster"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/topology"
@@ -35,7 +35,7 @@ type fleetConfig struct {
 	// racks of rackSize fake nodes each; the first half of the racks
 	// (rounded up) have whole GPUs, the others dynamic MIG.
 	racks, rackSize int
-	// server is the simulated server of every node (nvml.SimServers).
+	// server is the simulated server of every node (nvmlsim.Servers).
 	server string
 	// migPods is the number of one-1g pods spread over the MIG racks.
 	migPods int
@@ -340,7 +340,7 @@ func fleetInventory(server, node string, isMIG bool, profiles ...string) (*devic
 		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer(server), nvml.WithMIGEnabled(isMIG))
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer(server), nvmlsim.WithMIGEnabled(isMIG))
 	if err != nil {
 		return nil, nil, err
 	}

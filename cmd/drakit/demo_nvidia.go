@@ -23,7 +23,7 @@ import (
 	"github.com/drakit/drakit/conformance"
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/internal/cluster"
 	"github.com/drakit/drakit/mig"
 )
@@ -497,7 +497,7 @@ func oneLine(s string, max int) string {
 
 // migUUIDs returns the UUIDs of the simulator's MIG devices.
 func (d *nvidiaDemo) migUUIDs() (map[string]bool, error) {
-	sim, err := nvml.OpenSim(d.stateFile, nvml.WithServer("dgx-h200"))
+	sim, err := nvmlsim.Open(d.stateFile, nvmlsim.WithServer("dgx-h200"))
 	if err != nil {
 		return nil, fmt.Errorf("read the simulator's state: %w", err)
 	}
@@ -529,7 +529,7 @@ func (d *nvidiaDemo) migUUIDs() (map[string]bool, error) {
 // slices (mig.Product.Picture), "*" and the pod's name on what a pod
 // uses.
 func (d *nvidiaDemo) picture(title string) error {
-	sim, err := nvml.OpenSim(d.stateFile, nvml.WithServer("dgx-h200"))
+	sim, err := nvmlsim.Open(d.stateFile, nvmlsim.WithServer("dgx-h200"))
 	if err != nil {
 		return fmt.Errorf("read the simulator's state: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/drakit/drakit/device"
 	kit "github.com/drakit/drakit/driver"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/mig/bench"
 )
@@ -23,7 +23,7 @@ import (
 // prepare, and its Inventory published as it is.
 func shippedFleetModel(p *mig.Product) (bench.FleetModel, error) {
 	server := ""
-	for _, s := range nvml.SimServers() {
+	for _, s := range nvmlsim.Servers() {
 		if s.Product == p.Name {
 			server = s.Name
 		}
@@ -49,7 +49,7 @@ func shippedInventory(server, node string, st []mig.FleetGPU) (*device.Inventory
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer(server), nvml.WithMIGEnabled(true))
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer(server), nvmlsim.WithMIGEnabled(true))
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -33,7 +34,7 @@ const storyNS = "default"
 // host can.
 func migInstances(t *testing.T, stateFile string) map[string]string {
 	t.Helper()
-	sim, err := nvml.OpenSim(stateFile, nvml.WithServer("dgx-h200"))
+	sim, err := nvmlsim.Open(stateFile, nvmlsim.WithServer("dgx-h200"))
 	if err != nil {
 		t.Fatalf("open the simulator's state: %v", err)
 	}
@@ -281,7 +282,7 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 	for _, w := range deploy.Story(storyNS, env.BusyboxImage) {
 		story[w.Name] = w
 	}
-	sim, err := nvml.OpenSim(stateFile, nvml.WithServer("dgx-h200"))
+	sim, err := nvmlsim.Open(stateFile, nvmlsim.WithServer("dgx-h200"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/driver/drivertest"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -99,7 +99,7 @@ func nvidiaStart(b testing.TB, migGPUs []int, tmpfs bool) func(node string) ([]k
 		if tmpfs {
 			dir = shmDir(b)
 		}
-		sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{MIGGPUs: migGPUs}))
+		sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}))
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +345,7 @@ func BenchmarkDriver(b *testing.B) {
 func inventorySlices(b *testing.B, node string, migGPUs []int) []*resourceapi.ResourceSlice {
 	b.Helper()
 	dir := b.TempDir()
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{MIGGPUs: migGPUs}))
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	kit "github.com/drakit/drakit/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // roStateDir is a state folder on a tmpfs that remount makes read-only;
@@ -43,7 +43,7 @@ func roStateDir(t *testing.T) (dir string, remount func(mode string)) {
 func TestReadOnlyStateDir(t *testing.T) {
 	ctx := context.Background()
 	state, remount := roStateDir(t)
-	sim, err := nvml.OpenSim(filepath.Join(t.TempDir(), "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(testSetup), nvml.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(filepath.Join(t.TempDir(), "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(testSetup), nvmlsim.WithPollInterval(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,11 @@ func TestCorruptState(t *testing.T) {
 	if err := os.WriteFile(f.state, []byte(`{"server":"dgx-h2`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := nvml.OpenSim(f.state)
-	if !errors.Is(err, nvml.ErrCorruptState) || !strings.Contains(err.Error(), f.state) || !strings.Contains(err.Error(), "delete it") {
+	_, err := nvmlsim.Open(f.state)
+	if !errors.Is(err, nvmlsim.ErrCorruptState) || !strings.Contains(err.Error(), f.state) || !strings.Contains(err.Error(), "delete it") {
 		t.Errorf("opening a corrupt simulator state: %v, want ErrCorruptState naming the file and what to do", err)
 	}
-	if _, err := f.sim.GPUs(); !errors.Is(err, nvml.ErrCorruptState) {
+	if _, err := f.sim.GPUs(); !errors.Is(err, nvmlsim.ErrCorruptState) {
 		t.Errorf("reading a corrupt simulator state: %v, want ErrCorruptState", err)
 	}
 }

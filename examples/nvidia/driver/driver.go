@@ -32,8 +32,8 @@ type Driver struct {
 	nv        nvml.Interface
 	node      string
 	o         options
-	journal   *nvml.Journal
-	lifecycle *nvml.Lifecycle
+	journal   *Journal
+	lifecycle *Lifecycle
 	versions  versions
 	gpus      []gpuInfo
 
@@ -86,7 +86,7 @@ type devInfo struct {
 	typ     string // TypeGPU, TypeMIG
 	uuid    string // full GPU and static MIG
 	profile string // MIG
-	key     nvml.Key
+	key     Key
 	gi, ci  int // NVML's GPU and compute instance IDs of a MIG device that exists
 }
 
@@ -205,17 +205,25 @@ func WithSysfsRoot(dir string) Option {
 	return func(o *options) error { o.sysfsRoot = dir; return nil }
 }
 
+// simulatedMachine is an NVML backend that models a whole machine, the
+// simulator (nvmlsim.Sim): the driver writes the machine's fake sysfs
+// from it and, by default, runs containers without real device files.
+type simulatedMachine interface {
+	WriteSysfs(dir string) error
+}
+
 // WithSimulatedContainers chooses the container edits: true gives
 // containers only environment variables and the devices file (no device
 // nodes, which do not exist); false adds /dev/nvidia* nodes. The default
-// is true exactly for the simulated NVML (*nvml.Sim).
+// is true exactly for a simulated NVML (one with a WriteSysfs method, as
+// nvmlsim.Sim has).
 func WithSimulatedContainers(simulated bool) Option {
 	return func(o *options) error { o.simulated = &simulated; return nil }
 }
 
 // New reads the GPUs from nv, decides or reads which are dynamic
 // (WithDynamicGPUs), recovers MIG devices a crashed earlier process left
-// half-made on them (nvml.Lifecycle.Recover), and returns the driver for
+// half-made on them (Lifecycle.Recover), and returns the driver for
 // node. MIG devices on the dynamic GPUs are the driver's: once the
 // runtime has recovered its checkpoint, Reconcile destroys those no held
 // claim names. The driver never touches a MIG device on another GPU.
@@ -237,7 +245,7 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	case o.stateDir == "":
 		return nil, errors.New("new NVIDIA driver: WithStateDir is required")
 	}
-	sim, isSim := nv.(*nvml.Sim)
+	sim, isSim := nv.(simulatedMachine)
 	if o.simulated == nil {
 		o.simulated = &isSim
 	}
@@ -248,7 +256,7 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		o.sysfsRoot = filepath.Join(o.stateDir, "sim-sysfs")
 		err := os.RemoveAll(o.sysfsRoot)
 		if err == nil {
-			err = sim.Server().WriteSysfs(o.sysfsRoot)
+			err = sim.WriteSysfs(o.sysfsRoot)
 		}
 		if err != nil {
 			if _, serr := os.Stat(o.sysfsRoot); serr != nil {
@@ -272,7 +280,7 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	if d.journal, err = openJournal(filepath.Join(o.stateDir, "mig-intents.json")); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	if d.lifecycle, err = nvml.NewLifecycle(nv, nvml.OwnerFunc(d.owns), nvml.WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
+	if d.lifecycle, err = NewLifecycle(nv, OwnerFunc(d.owns), WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
 	rec, err := d.lifecycle.Recover()
@@ -289,9 +297,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 // aside (its name + ".corrupt") and a new one started: it only says which
 // claims hold which device, which Reconcile rebuilds from the runtime's
 // checkpoint, so a torn file never makes the driver crash-loop.
-func openJournal(path string) (*nvml.Journal, error) {
-	j, err := nvml.OpenJournal(path, nvml.WithoutFsync())
-	if !errors.Is(err, nvml.ErrCorruptJournal) {
+func openJournal(path string) (*Journal, error) {
+	j, err := OpenJournal(path, WithoutFsync())
+	if !errors.Is(err, ErrCorruptJournal) {
 		return j, err
 	}
 	aside := path + ".corrupt"
@@ -299,7 +307,7 @@ func openJournal(path string) (*nvml.Journal, error) {
 		return nil, errors.Join(err, fmt.Errorf("move the corrupt journal aside: %w", rerr))
 	}
 	klog.Background().Error(err, "Moved the corrupt MIG intent journal aside; rebuilding it from the GPUs and the claims the runtime holds", "movedTo", aside)
-	return nvml.OpenJournal(path, nvml.WithoutFsync())
+	return OpenJournal(path, WithoutFsync())
 }
 
 // readHardware reads what does not change: versions, GPUs, MIG
@@ -452,12 +460,12 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
 		return devInfo{}, false
 	}
-	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
+	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
 }
 
 // wholeInfo is the device of dynamic GPU g used whole (MIG mode off).
 func (d *Driver) wholeInfo(g *gpuInfo) devInfo {
-	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, key: nvml.WholeKey(g.Index, g.UUID)}
+	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, key: WholeKey(g.Index, g.UUID)}
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

@@ -18,21 +18,22 @@ import (
 	"github.com/drakit/drakit/device"
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
 // testSetup is the simulated DGX H200 of the README: GPUs 0-1 full, 2-3
 // static MIG, 4-7 dynamic MIG.
-var testSetup = nvml.SimSetup{
+var testSetup = nvmlsim.Setup{
 	MIGGPUs: []int{2, 3, 4, 5, 6, 7},
-	Instances: []nvml.SimInstance{
+	Instances: []nvmlsim.Instance{
 		{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4},
 		{GPU: 3, Profile: "3g.71gb", Start: 0}, {GPU: 3, Profile: "2g.35gb", Start: 4}, {GPU: 3, Profile: "1g.18gb", Start: 6},
 	},
 }
 
 type fixture struct {
-	sim   *nvml.Sim
+	sim   *nvmlsim.Sim
 	state string
 	dir   string
 	d     *Driver
@@ -42,7 +43,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "gpus.json")
-	sim, err := nvml.OpenSim(state, nvml.WithServer("dgx-h200"), nvml.WithSetup(testSetup), nvml.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(state, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(testSetup), nvmlsim.WithPollInterval(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

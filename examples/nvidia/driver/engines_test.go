@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -24,9 +24,9 @@ func TestMIGEngineCapacities(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	// A DGX H200: GPUs 0-1 full, 2 static MIG (4g + 3g), 3-7 dynamic MIG.
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{
 		MIGGPUs:   []int{2, 3, 4, 5, 6, 7},
-		Instances: []nvml.SimInstance{{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4}},
+		Instances: []nvmlsim.Instance{{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4}},
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestMIGEngineCapacities(t *testing.T) {
 // The scheduler's memory for them is the fleet benchmark's "slices
 // KiB/node" (drakit mig bench -fleet -models shipped).
 func BenchmarkMIGEngineSliceBytes(b *testing.B) {
-	sim, err := nvml.OpenSim("", nvml.WithServer("dgx-h100"))
+	sim, err := nvmlsim.Open("", nvmlsim.WithServer("dgx-h100"))
 	if err != nil {
 		b.Fatal(err)
 	}

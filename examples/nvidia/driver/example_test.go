@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // The DeviceClasses for full GPUs, any MIG device and two profiles, with
@@ -36,9 +36,9 @@ func ExampleDeviceClasses() {
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "nvidia-example")
 	defer os.RemoveAll(dir)
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{
 		MIGGPUs:   []int{1, 2},
-		Instances: []nvml.SimInstance{{GPU: 1, Profile: "4g.71gb", Start: 0}, {GPU: 1, Profile: "3g.71gb", Start: 4}},
+		Instances: []nvmlsim.Instance{{GPU: 1, Profile: "4g.71gb", Start: 0}, {GPU: 1, Profile: "3g.71gb", Start: 4}},
 	}))
 	if err != nil {
 		panic(err)

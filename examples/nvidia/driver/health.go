@@ -338,7 +338,7 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 // devices, lost GPUs, and the GPUs the running stream cannot watch.
 type healthBook struct {
 	gpus        map[int]nvml.HealthEvent
-	migs        map[nvml.Key]nvml.HealthEvent
+	migs        map[Key]nvml.HealthEvent
 	lost        map[int]nvml.HealthEvent
 	lostWhy     map[int]string // the NVML error that found a GPU lost without an XID
 	unmonitored map[int]bool
@@ -353,13 +353,13 @@ func (h *healthBook) setUnmonitored(gpu int) {
 
 func (h *healthBook) init() {
 	if h.gpus == nil {
-		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[nvml.Key]nvml.HealthEvent{}
+		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[Key]nvml.HealthEvent{}
 		h.lost, h.lostWhy = map[int]nvml.HealthEvent{}, map[int]string{}
 	}
 }
 
 // apply records an event; key is the MIG device it is confined to, if any.
-func (h *healthBook) apply(ev nvml.HealthEvent, key *nvml.Key) {
+func (h *healthBook) apply(ev nvml.HealthEvent, key *Key) {
 	h.init()
 	switch {
 	case ev.Recovered:
@@ -421,7 +421,7 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 
 // instanceKey is the MIG device an XID is confined to; nil for the whole
 // GPU (or an instance that is gone).
-func (d *Driver) instanceKey(ev nvml.HealthEvent) *nvml.Key {
+func (d *Driver) instanceKey(ev nvml.HealthEvent) *Key {
 	if ev.GPUInstance < 0 || ev.Recovered {
 		return nil
 	}
@@ -431,7 +431,7 @@ func (d *Driver) instanceKey(ev nvml.HealthEvent) *nvml.Key {
 	}
 	for _, gi := range gis {
 		if gi.ID == ev.GPUInstance {
-			return &nvml.Key{GPU: ev.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+			return &Key{GPU: ev.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
 		}
 	}
 	return nil

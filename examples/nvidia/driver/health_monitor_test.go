@@ -13,6 +13,7 @@ import (
 	"github.com/drakit/drakit/device"
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // nextEvent waits for Watch's next event.
@@ -86,7 +87,7 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 // stalledNVML is the simulator with a health stream the test drives: it
 // answers (liveness ticks) only when the test says so.
 type stalledNVML struct {
-	*nvml.Sim
+	*nvmlsim.Sim
 	ch chan nvml.HealthEvent
 }
 
@@ -152,7 +153,7 @@ func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
 
 // brokenGPU is the simulator with one GPU whose queries fail.
 type brokenGPU struct {
-	*nvml.Sim
+	*nvmlsim.Sim
 	gpu int
 }
 
@@ -213,7 +214,7 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.sim.InjectFault(nvml.Fault{Op: nvml.FaultRegisterEvents, GPU: 6}); err != nil {
+	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultRegisterEvents, GPU: 6}); err != nil {
 		t.Fatal(err)
 	}
 	events := make(chan device.Event, 100)

@@ -170,7 +170,7 @@ func (d *Driver) keepLost(pools []device.Pool, lost []int, devs map[string]devIn
 
 // gpuMode tells how g is published now, with its static and owned MIG
 // devices.
-func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevice, err error) {
+func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []MigDevice, err error) {
 	if g.product == nil {
 		return ModeFull, nil, nil, nil
 	}
@@ -189,9 +189,9 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []nvml.MigDevic
 		return "", nil, nil, err
 	}
 	for _, gi := range gis {
-		k := nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+		k := Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
 		own := g.dynamic // the recorded decision, never re-inferred
-		md := nvml.MigDevice{Key: k, GPUInstance: gi, Owned: own}
+		md := MigDevice{Key: k, GPUInstance: gi, Owned: own}
 		if len(gi.ComputeInstances) > 0 {
 			md.UUID = gi.ComputeInstances[0].UUID
 		}
@@ -257,7 +257,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			} else {
 				d.lean(dev, g)
 			}
-			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
+			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
 		}
 	}
 	return pools, nil

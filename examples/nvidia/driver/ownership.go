@@ -149,7 +149,7 @@ func (d *Driver) gpuByUUID(uuid string) *gpuInfo {
 
 // Owns is the lifecycle's Owner: every MIG device on a dynamic GPU is the
 // driver's, none on another.
-func (d *Driver) owns(k nvml.Key) (bool, error) {
+func (d *Driver) owns(k Key) (bool, error) {
 	if k.GPU < 0 || k.GPU >= len(d.gpus) {
 		return false, nil
 	}
@@ -158,7 +158,7 @@ func (d *Driver) owns(k nvml.Key) (bool, error) {
 }
 
 // withUUID fills in the key's GPU UUID from its index.
-func (d *Driver) withUUID(k nvml.Key) nvml.Key {
+func (d *Driver) withUUID(k Key) Key {
 	if k.GPU >= 0 && k.GPU < len(d.gpus) {
 		k.UUID = d.gpus[k.GPU].UUID
 	}
@@ -167,7 +167,7 @@ func (d *Driver) withUUID(k nvml.Key) nvml.Key {
 
 // locate gives a recorded key the GPU's NVML index of this process;
 // false when the GPU is not on the node now.
-func (d *Driver) locate(k nvml.Key) (nvml.Key, bool) {
+func (d *Driver) locate(k Key) (Key, bool) {
 	if k.UUID == "" {
 		return k, k.GPU >= 0 && k.GPU < len(d.gpus)
 	}
@@ -193,9 +193,9 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
 	logger := klog.FromContext(ctx)
-	holders := map[nvml.Key][]string{} // by key without the index
+	holders := map[Key][]string{} // by key without the index
 	lost := map[string]bool{}
-	norm := func(k nvml.Key) nvml.Key { k.GPU = -1; return k }
+	norm := func(k Key) Key { k.GPU = -1; return k }
 	for _, c := range held {
 		if c.Lost {
 			lost[string(c.UID)] = true
@@ -212,7 +212,7 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 		}
 	}
 	intents, err := d.journal.Intents()
-	if err != nil && !errors.Is(err, nvml.ErrCorruptJournal) {
+	if err != nil && !errors.Is(err, ErrCorruptJournal) {
 		return fmt.Errorf("reconcile MIG devices: %w", err)
 	}
 	if err != nil {
@@ -227,17 +227,17 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 			}
 		}
 	}
-	var keep []nvml.Intent
+	var keep []Intent
 	var destroyed []string
 	for i := range d.gpus {
 		g := &d.gpus[i]
 		if !g.dynamic {
 			continue
 		}
-		wk := nvml.WholeKey(g.Index, g.UUID)
+		wk := WholeKey(g.Index, g.UUID)
 		if claims := holders[norm(wk)]; len(claims) > 0 {
 			slices.Sort(claims)
-			keep = append(keep, nvml.Intent{Key: wk, Claims: slices.Compact(claims)})
+			keep = append(keep, Intent{Key: wk, Claims: slices.Compact(claims)})
 		} else if err := d.lifecycle.SetMode(wk, true); err != nil {
 			// A whole-GPU claim's release that crashed or failed before
 			// MIG mode was on again: the next MIG prepare tries again.
@@ -251,11 +251,11 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 			return fmt.Errorf("reconcile MIG devices on GPU %d: %w", g.Index, err)
 		}
 		for _, gi := range gis {
-			k := nvml.Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+			k := Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
 			claims := holders[norm(k)]
 			if len(claims) > 0 {
 				slices.Sort(claims)
-				keep = append(keep, nvml.Intent{Key: k, Claims: slices.Compact(claims)})
+				keep = append(keep, Intent{Key: k, Claims: slices.Compact(claims)})
 				continue
 			}
 			if err := d.lifecycle.Destroy(k); err != nil {
@@ -277,7 +277,7 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
 
 // withUUIDIfMissing fills in a recorded key's UUID from its index (a
 // journal written before keys had UUIDs).
-func (d *Driver) withUUIDIfMissing(k nvml.Key) nvml.Key {
+func (d *Driver) withUUIDIfMissing(k Key) Key {
 	if k.UUID == "" {
 		return d.withUUID(k)
 	}
@@ -287,7 +287,7 @@ func (d *Driver) withUUIDIfMissing(k nvml.Key) nvml.Key {
 // heldKey is the key of a held dynamic MIG device: from its prepared
 // data, which names the GPU by UUID, or for data without it from its
 // name with this process's NVML indexes.
-func (d *Driver) heldKey(dev kit.HeldDevice) (nvml.Key, bool) {
+func (d *Driver) heldKey(dev kit.HeldDevice) (Key, bool) {
 	if len(dev.Data) > 0 {
 		var pd preparedData
 		if err := json.Unmarshal(dev.Data, &pd); err == nil && pd.MIG != nil {
@@ -296,7 +296,7 @@ func (d *Driver) heldKey(dev kit.HeldDevice) (nvml.Key, bool) {
 	}
 	k, ok := d.keyOf(dev.Device)
 	if !ok || !d.gpus[k.GPU].dynamic {
-		return nvml.Key{}, false
+		return Key{}, false
 	}
 	return d.withUUID(k), true
 }

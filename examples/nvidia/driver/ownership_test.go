@@ -12,6 +12,7 @@ import (
 
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -141,7 +142,7 @@ func TestLostCheckpointDestroysUnheldDevices(t *testing.T) {
 // where a GPU was bound to vfio-pci: the GPUs after it move down one
 // index.
 type shiftedNVML struct {
-	*nvml.Sim
+	*nvmlsim.Sim
 	gone int
 }
 

@@ -32,9 +32,9 @@ type preparedData struct {
 	UUID      string         `json:"uuid"`
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
 	// MIG is a dynamic MIG device's key, with its GPU's UUID, or a
-	// dynamic GPU's nvml.WholeKey when the claim has it whole: what
+	// dynamic GPU's WholeKey when the claim has it whole: what
 	// Reconcile finds the device by when the journal lost it.
-	MIG *nvml.Key `json:"mig,omitempty"`
+	MIG *Key `json:"mig,omitempty"`
 }
 
 // ClaimDevice is one device in a claim's devices file.
@@ -73,13 +73,13 @@ type ClaimFile struct {
 // checks the opaque configuration of every device (nothing is made for a
 // claim that cannot be prepared) and makes the claim's dynamic devices,
 // each after recording in the MIG journal that the claim holds it
-// (nvml.Journal.Hold, keyed by the GPU's UUID), so that a crash at any
+// (Journal.Hold, keyed by the GPU's UUID), so that a crash at any
 // point is undone: by UnprepareClaim when the runtime undoes the half-way
-// claim, and by nvml.Lifecycle.Recover and Reconcile at the next start.
+// claim, and by Lifecycle.Recover and Reconcile at the next start.
 //
-// A dynamic MIG device is created (nvml.Lifecycle.Create) on a GPU whose
+// A dynamic MIG device is created (Lifecycle.Create) on a GPU whose
 // MIG mode is turned on first if it is off (a GPU that was used whole).
-// A dynamic GPU claimed whole gets MIG mode off (nvml.Lifecycle.SetMode,
+// A dynamic GPU claimed whole gets MIG mode off (Lifecycle.SetMode,
 // with the GPU reset an A100 needs) after the MIG devices no claim holds
 // are destroyed; it is refused while a claim holds one of its MIG devices,
 // and a MIG device is refused while a claim holds its GPU whole (the
@@ -91,7 +91,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 	if err := d.ensureInventory(ctx); err != nil {
 		return err
 	}
-	var create, whole []nvml.Key
+	var create, whole []Key
 	for _, dev := range devs {
 		info, ok := d.lookup(dev.Device)
 		if !ok {
@@ -130,7 +130,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		if err := d.journal.Hold(k, uid); err != nil {
 			return err
 		}
-		if err := d.lifecycle.SetMode(nvml.WholeKey(k.GPU, k.UUID), true); err != nil {
+		if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
 			return err
 		}
 		md, err := d.lifecycle.Create(k)
@@ -174,7 +174,7 @@ func (d *Driver) holders(uuid string, whole bool) []string {
 // off. Every step is idempotent; a crash between them is undone by the
 // runtime's unprepare of the half-prepared claim (release turns MIG mode
 // on again).
-func (d *Driver) takeWhole(ctx context.Context, k nvml.Key, uid string) error {
+func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
 	if held := d.holders(k.UUID, false); len(held) > 0 {
 		return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
 	}
@@ -191,7 +191,7 @@ func (d *Driver) takeWhole(ctx context.Context, k nvml.Key, uid string) error {
 			return fmt.Errorf("%s: %w", k, err)
 		}
 		for _, gi := range gis {
-			mk := nvml.Key{GPU: k.GPU, UUID: k.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
+			mk := Key{GPU: k.GPU, UUID: k.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
 			if err := d.lifecycle.Destroy(mk); err != nil {
 				return err
 			}
@@ -316,11 +316,11 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 }
 
 // UnprepareClaim releases the claim's hold on the dynamic MIG devices
-// and whole GPUs the journal says it holds (nvml.Journal.Release, by
+// and whole GPUs the journal says it holds (Journal.Release, by
 // claim UID: the devices' names are not needed, so a lost claim whose
 // devices are unknown is released too), destroys each MIG device whose
-// last holder went (nvml.Lifecycle.Destroy, then Journal.Forget) and
-// turns MIG mode on again on a GPU it held whole (nvml.Lifecycle.SetMode;
+// last holder went (Lifecycle.Destroy, then Journal.Forget) and
+// turns MIG mode on again on a GPU it held whole (Lifecycle.SetMode;
 // a failure is logged, not returned, and the GPU's next MIG prepare
 // tries again), then removes the claim's devices file and republishes. A static device, or one held with
 // admin access, is never touched. It is idempotent.
@@ -387,16 +387,16 @@ func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) 
 
 // keyOf maps a MIG device name to its key; false for a full GPU or a
 // name that is not a MIG device of this node.
-func (d *Driver) keyOf(name string) (nvml.Key, bool) {
+func (d *Driver) keyOf(name string) (Key, bool) {
 	ref, err := mig.ParseDeviceName(name)
 	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) || d.gpus[ref.GPU].product == nil {
-		return nvml.Key{}, false
+		return Key{}, false
 	}
 	pr, err := d.gpus[ref.GPU].product.Profile(ref.Profile)
 	if err != nil {
-		return nvml.Key{}, false
+		return Key{}, false
 	}
-	return nvml.Key{GPU: ref.GPU, ProfileID: pr.ID, Start: ref.Start}, true
+	return Key{GPU: ref.GPU, ProfileID: pr.ID, Start: ref.Start}, true
 }
 
 // describe is the device as its container sees it; a dynamic MIG device

@@ -20,6 +20,7 @@ import (
 
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // scheduler allocates claims from the driver's published slices with the
@@ -192,7 +193,7 @@ func TestWholeDynamicGPU(t *testing.T) {
 func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	sim, err := nvml.OpenSim(filepath.Join(dir, "gpus.json"), nvml.WithServer("dgx-a100-80gb"), nvml.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-a100-80gb"), nvmlsim.WithPollInterval(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 
 	// The reset fails: the prepare fails with the mode pending; the
 	// driver dies before the runtime undoes the claim.
-	if err := sim.InjectFault(nvml.Fault{Op: nvml.FaultResetGPU, GPU: 2, Code: nvml.ErrorInUse}); err != nil {
+	if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultResetGPU, GPU: 2, Code: nvml.ErrorInUse}); err != nil {
 		t.Fatal(err)
 	}
 	err = f.d.PrepareClaim(ctx, claim("crashed"), []kit.AllocatedDevice{alloc("gpu-2")})
@@ -232,13 +233,13 @@ func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 }
 
 // The simulator's MIG mode rules, as the driver meets them through
-// nvml.Lifecycle.SetMode: no change with a GPU instance (ErrInUse, the
+// Lifecycle.SetMode: no change with a GPU instance (ErrInUse, the
 // instances named), and a whole-GPU prepare destroys the GPU's MIG
 // devices that no claim holds first.
 func TestWholeDestroysUnheldFirst(t *testing.T) {
 	f := newFixture(t, WithRepublishDelay(0))
-	k := nvml.WholeKey(5, "")
-	if _, err := f.d.lifecycle.Create(nvml.Key{GPU: 5, ProfileID: 19, Start: 0}); err != nil {
+	k := WholeKey(5, "")
+	if _, err := f.d.lifecycle.Create(Key{GPU: 5, ProfileID: 19, Start: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.d.lifecycle.SetMode(k, false); !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "must be destroyed first") {
@@ -253,7 +254,7 @@ func TestWholeDestroysUnheldFirst(t *testing.T) {
 	}
 	// A static GPU is never changed: its full device is not offered, and
 	// the lifecycle refuses it.
-	if err := f.d.lifecycle.SetMode(nvml.WholeKey(3, ""), false); !errors.Is(err, nvml.ErrNotOwned) {
+	if err := f.d.lifecycle.SetMode(WholeKey(3, ""), false); !errors.Is(err, ErrNotOwned) {
 		t.Errorf("MIG mode off on static GPU 3: %v", err)
 	}
 	if _, ok := f.d.lookup("gpu-3"); ok {

@@ -18,6 +18,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -36,7 +37,7 @@ type checkRun struct {
 // newCheck prepares a -check of node (the host name when empty) whose
 // driver keeps its state in dir; it points nv's simulator state, if any,
 // at a copy.
-func newCheck(node, dir string, nv *nvml.Flags) (*checkRun, error) {
+func newCheck(node, dir string, nv *nvmlflag.Flags) (*checkRun, error) {
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // TestCheck runs -check on the simulated DGX H200 of the README (GPUs 0-1
@@ -84,7 +84,7 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	simState := filepath.Join(dir, "gpus.json")
-	sim, err := nvml.OpenSim(simState, nvml.WithServer("dgx-h200"), nvml.WithSetup(nvml.SimSetup{MIGGPUs: []int{6, 7}}))
+	sim, err := nvmlsim.Open(simState, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{6, 7}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,8 @@ import (
 	"github.com/drakit/drakit/driver/driverflag"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -82,7 +84,7 @@ func Run(args []string, opts ...Option) error {
 	}
 	fs := flag.NewFlagSet("nvidia-dra-driver", flag.ExitOnError)
 	std := driverflag.Register(fs)
-	var nv nvml.Flags
+	var nv nvmlflag.Flags
 	nv.Register(fs)
 	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
 	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
@@ -204,7 +206,7 @@ func Run(args []string, opts ...Option) error {
 // printClasses prints the DeviceClasses as a YAML stream.
 func printClasses(w io.Writer, profiles []string, sim string) error {
 	if profiles == nil && sim != "" {
-		s, err := nvml.OpenSim("", nvml.WithServer(sim))
+		s, err := nvmlsim.Open("", nvmlsim.WithServer(sim))
 		if err != nil {
 			return err
 		}

@@ -1,24 +1,26 @@
-package nvml
+package nvml_test
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
 func TestCatalogDiffAgreesOnEverySimulatedServer(t *testing.T) {
-	for _, srv := range SimServers() {
+	for _, srv := range nvmlsim.Servers() {
 		s := memSim(t, srv.Name)
 		profs, err := s.GPUInstanceProfiles(0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		diffs, err := CatalogDiff(srv.ProductName, profs)
+		diffs, err := nvml.CatalogDiff(srv.ProductName, profs)
 		if err != nil || len(diffs) != 0 {
 			t.Errorf("%s: %v %v", srv.Name, diffs, err)
 		}
-		p, err := MigProduct(srv.ProductName, profs)
+		p, err := nvml.MigProduct(srv.ProductName, profs)
 		if err != nil || p.Name != srv.Product {
 			t.Errorf("%s: MigProduct = %v, %v; want %s", srv.Name, p, err, srv.Product)
 		}
@@ -39,8 +41,8 @@ func TestCatalogDiffReportsDifferences(t *testing.T) {
 			profs[i].Engines.Multiprocessors = 14
 		}
 	}
-	profs = append(profs, GPUInstanceProfile{ID: 47, Name: "1g.20gb+gfx", SliceCount: 1, InstanceCount: 4, MemoryMiB: 20480, Placements: []mig.Placement{{Start: 0, Size: 2}}})
-	diffs, err := CatalogDiff("NVIDIA H100 80GB HBM3", profs)
+	profs = append(profs, nvml.GPUInstanceProfile{ID: 47, Name: "1g.20gb+gfx", SliceCount: 1, InstanceCount: 4, MemoryMiB: 20480, Placements: []mig.Placement{{Start: 0, Size: 2}}})
+	diffs, err := nvml.CatalogDiff("NVIDIA H100 80GB HBM3", profs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestCatalogDiffReportsDifferences(t *testing.T) {
 		!strings.Contains(joined, "1g.10gb: NVML engines {Multiprocessors:14 ") {
 		t.Fatalf("differences:\n%s", joined)
 	}
-	if _, err := CatalogDiff("NVIDIA H100 80GB HBM3", nil); err == nil {
+	if _, err := nvml.CatalogDiff("NVIDIA H100 80GB HBM3", nil); err == nil {
 		t.Fatal("no profiles compared as equal")
 	}
 }

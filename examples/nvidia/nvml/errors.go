@@ -134,7 +134,11 @@ func CodeOf(err error) Return {
 	return ErrorUnknown
 }
 
-func newError(code Return, op string, detail string, args ...any) *Error {
+// NewError returns the *Error of a failed call op with code, detail
+// formatted with args when there are any. A backend other than the real
+// library (the simulator, a wrapper) returns its failures with it, so
+// that callers match them with the same sentinels.
+func NewError(code Return, op string, detail string, args ...any) *Error {
 	if len(args) > 0 {
 		detail = fmt.Sprintf(detail, args...)
 	}
@@ -144,4 +148,4 @@ func newError(code Return, op string, detail string, args ...any) *Error {
 // simulatorHint ends the error OpenReal returns when libnvidia-ml cannot
 // be loaded.
 const simulatorHint = "no NVIDIA driver on this machine? To run without a GPU, use the simulated backend: " +
-	"the -nvml-sim flag (e.g. -nvml-sim=dgx-h100, see nvml.Flags) or nvml.OpenSim in Go"
+	"the -nvml-sim flag (e.g. -nvml-sim=dgx-h100, see nvmlflag.Flags) or nvmlsim.Open in Go"

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
 // A check that must leave the GPUs as it found them reads through
 // ReadOnly: reads pass, every create and destroy is refused.
 func ExampleReadOnly() {
-	sim, err := nvml.OpenSim("", nvml.WithServer("dgx-h100"))
+	sim, err := nvmlsim.Open("", nvmlsim.WithServer("dgx-h100"))
 	if err != nil {
 		fmt.Println(err)
 		return

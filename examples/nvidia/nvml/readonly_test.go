@@ -1,4 +1,4 @@
-package nvml
+package nvml_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -13,18 +15,18 @@ import (
 // ErrReadOnly and changes nothing; reads pass through; the simulator's
 // extra powers are not reachable through it.
 func TestReadOnly(t *testing.T) {
-	s := memSim(t, "dgx-h200", WithSetup(SimSetup{MIGGPUs: []int{0}, Instances: []SimInstance{{GPU: 0, Profile: "3g.71gb", Start: 4}}}))
+	s := memSim(t, "dgx-h200", nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0}, Instances: []nvmlsim.Instance{{GPU: 0, Profile: "3g.71gb", Start: 4}}}))
 	before, err := s.GPUInstances(0)
 	if err != nil || len(before) != 1 {
 		t.Fatalf("instances %v, %v", before, err)
 	}
-	ro := ReadOnly(s)
+	ro := nvml.ReadOnly(s)
 	_, err1 := ro.CreateGPUInstance(0, 9, mig.Placement{Start: 0, Size: 4})
 	_, err2 := ro.CreateComputeInstance(0, before[0].ID, 2)
 	err3 := ro.DestroyComputeInstance(0, before[0].ID, before[0].ComputeInstances[0].ID)
 	err4 := ro.DestroyGPUInstance(0, before[0].ID)
 	for i, err := range []error{err1, err2, err3, err4} {
-		if !errors.Is(err, ErrReadOnly) {
+		if !errors.Is(err, nvml.ErrReadOnly) {
 			t.Errorf("call %d: error %v, want ErrReadOnly", i+1, err)
 		}
 	}
@@ -36,7 +38,7 @@ func TestReadOnly(t *testing.T) {
 		t.Errorf("instances changed (-before +after):\n%s", diff)
 	}
 	if _, ok := ro.(interface {
-		SetTimeSlice(int, TimeSlice) error
+		SetTimeSlice(int, nvml.TimeSlice) error
 	}); ok {
 		t.Error("the simulator's time-slices are reachable through ReadOnly")
 	}

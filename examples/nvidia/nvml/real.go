@@ -234,7 +234,7 @@ func (r *Real) ResetGPU(gpu int) error {
 		return err
 	}
 	if m.Current != m.Pending {
-		return newError(ErrorNotSupported, fmt.Sprintf("reset GPU %d", gpu), "MIG mode %v is pending and NVML could not activate it: stop the processes that use the GPU, then reset it (nvidia-smi -r -i %d) or reboot the node", m.Pending, gpu)
+		return NewError(ErrorNotSupported, fmt.Sprintf("reset GPU %d", gpu), "MIG mode %v is pending and NVML could not activate it: stop the processes that use the GPU, then reset it (nvidia-smi -r -i %d) or reboot the node", m.Pending, gpu)
 	}
 	return nil
 }

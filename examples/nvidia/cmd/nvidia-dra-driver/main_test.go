@@ -24,6 +24,7 @@ import (
 	"github.com/drakit/drakit/conformance"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/testenv"
 )
@@ -80,7 +81,7 @@ func extraClaims() []resourceapi.ResourceClaimSpec {
 // taints to go.
 func checkXIDTaints(ctx context.Context, t *testing.T, env *testenv.Env, state string) {
 	t.Helper()
-	sim, err := nvml.OpenSim(state)
+	sim, err := nvmlsim.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func containerLog(ctx context.Context, t *testing.T, env *testenv.Env, pod strin
 // migInstances lists the simulator's GPU instances on the dynamic GPUs
 // 4-7, as "gpu:profileID@start" with "(half)" for one without a compute
 // instance.
-func migInstances(t *testing.T, sim *nvml.Sim) []string {
+func migInstances(t *testing.T, sim *nvmlsim.Sim) []string {
 	t.Helper()
 	var out []string
 	for gpu := 4; gpu < 8; gpu++ {
@@ -306,7 +307,7 @@ func TestDriver(t *testing.T) {
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "gpus.json")
 	drv := startDriver(ctx, t, env, state)
-	sim, err := nvml.OpenSim(state) // the driver's simulated GPUs, shared through the file
+	sim, err := nvmlsim.Open(state) // the driver's simulated GPUs, shared through the file
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func TestDriver(t *testing.T) {
 	t.Run("kill-9-during-MIG-creation", func(t *testing.T) {
 		// The next compute instance create stalls: the GPU instance then
 		// exists without it, the state a crash between the two calls leaves.
-		if err := sim.InjectFault(nvml.Fault{Op: nvml.FaultCreateComputeInstance, GPU: -1, Stall: true}); err != nil {
+		if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Stall: true}); err != nil {
 			t.Fatal(err)
 		}
 		createClaim(ctx, t, env, "mig2", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)

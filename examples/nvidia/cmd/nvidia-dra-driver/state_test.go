@@ -14,7 +14,7 @@ import (
 
 	"github.com/drakit/drakit/driver/drivertest"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/testenv"
 )
@@ -74,7 +74,7 @@ func dialDriver(t *testing.T, env *testenv.Env) *drivertest.Kubelet {
 }
 
 // gpu5 lists GPU 5's MIG devices by UUID.
-func gpu5(t *testing.T, sim *nvml.Sim) []string {
+func gpu5(t *testing.T, sim *nvmlsim.Sim) []string {
 	t.Helper()
 	gis, err := sim.GPUInstances(5)
 	if err != nil {
@@ -95,7 +95,7 @@ func gpu5(t *testing.T, sim *nvml.Sim) []string {
 // reconcile sees both claims), not at its unprepare; the user's unprepare
 // destroys the device. An admin claim on a device no one made creates
 // nothing.
-func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim) {
+func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvmlsim.Sim) {
 	const dev = "gpu-5-1g-18gb-0"
 	drv := startDriver(ctx, t, env, state)
 	// Admin access is for namespaces an administrator labelled so.
@@ -158,7 +158,7 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 // no record of the claim and no MIG device is left; once the folder is
 // writable and has room, the same claim prepares, and its unprepare
 // destroys its device.
-func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvml.Sim) {
+func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvmlsim.Sim) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs as the state folder")
 	}

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
 )
 
 // reader is the read-only part of nvml.Interface the probe uses: holding
@@ -34,7 +35,7 @@ type reader interface {
 }
 
 func main() {
-	var f nvml.Flags
+	var f nvmlflag.Flags
 	f.Register(flag.CommandLine)
 	flag.Parse()
 	nv, err := f.Open()

@@ -5,15 +5,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
 // TestProbeMatchesTheCatalogOnEverySimulatedServer runs the probe on each
 // simulated server: every GPU's profiles match the catalog.
 func TestProbeMatchesTheCatalogOnEverySimulatedServer(t *testing.T) {
-	for _, srv := range nvml.SimServers() {
-		s, err := nvml.OpenSim("", nvml.WithServer(srv.Name))
+	for _, srv := range nvmlsim.Servers() {
+		s, err := nvmlsim.Open("", nvmlsim.WithServer(srv.Name))
 		if err != nil {
 			t.Fatal(err)
 		}

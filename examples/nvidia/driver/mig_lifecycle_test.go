@@ -1,13 +1,14 @@
-package nvml
+package driver
 
 import (
 	"errors"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -20,7 +21,7 @@ func journal(t testing.TB) *Journal {
 	return j
 }
 
-func lifecycle(t testing.TB, nv Interface, o Owner, opts ...LifecycleOption) *Lifecycle {
+func lifecycle(t testing.TB, nv nvml.Interface, o Owner, opts ...LifecycleOption) *Lifecycle {
 	t.Helper()
 	l, err := NewLifecycle(nv, o, opts...)
 	if err != nil {
@@ -76,11 +77,11 @@ func TestLifecycleRollsBackTheGPUInstanceWhenTheComputeInstanceFails(t *testing.
 	l := lifecycle(t, s, j)
 	k := Key{GPU: 0, ProfileID: 19, Start: 3}
 	_ = j.Record(k)
-	if err := s.InjectFault(Fault{Op: FaultCreateComputeInstance, GPU: -1, Code: ErrorInsufficientResources}); err != nil {
+	if err := s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Code: nvml.ErrorInsufficientResources}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.Create(k)
-	if !errors.Is(err, ErrInsufficientResources) || !strings.Contains(err.Error(), "rolled back") {
+	if !errors.Is(err, nvml.ErrInsufficientResources) || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("create with a failing compute instance: %v", err)
 	}
 	if gis, _ := s.GPUInstances(0); len(gis) != 0 {
@@ -97,10 +98,10 @@ func TestLifecycleFailedRollbackIsUndoneByRecover(t *testing.T) {
 	l := lifecycle(t, s, j)
 	k := Key{GPU: 1, ProfileID: 14, Start: 2}
 	_ = j.Record(k)
-	_ = s.InjectFault(Fault{Op: FaultCreateComputeInstance, GPU: 1})
-	_ = s.InjectFault(Fault{Op: FaultDestroyGPUInstance, GPU: 1, Code: ErrorGPUIsLost})
+	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 1})
+	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 1, Code: nvml.ErrorGPUIsLost})
 	_, err := l.Create(k)
-	if err == nil || !strings.Contains(err.Error(), "Recover undoes it") || CodeOf(err) != ErrorUnknown {
+	if err == nil || !strings.Contains(err.Error(), "Recover undoes it") || nvml.CodeOf(err) != nvml.ErrorUnknown {
 		t.Fatalf("create with failing compute instance and rollback: %v", err)
 	}
 	r, err := l.Recover()
@@ -124,8 +125,8 @@ func TestLifecycleDestroyFailureIsReported(t *testing.T) {
 	if _, err := l.Create(k); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.InjectFault(Fault{Op: FaultDestroyComputeInstance, GPU: 0, Code: ErrorInUse})
-	if err := l.Destroy(k); !errors.Is(err, ErrInUse) {
+	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyComputeInstance, GPU: 0, Code: nvml.ErrorInUse})
+	if err := l.Destroy(k); !errors.Is(err, nvml.ErrInUse) {
 		t.Fatalf("destroy with a failing compute instance destroy: %v", err)
 	}
 	if _, found, _ := l.Find(k); !found {
@@ -146,7 +147,7 @@ func TestLifecycleFullGPUIsInsufficientResources(t *testing.T) {
 	if _, err := l.Create(Key{GPU: 0, ProfileID: 5, Start: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Create(Key{GPU: 0, ProfileID: 9, Start: 0}); !errors.Is(err, ErrInsufficientResources) {
+	if _, err := l.Create(Key{GPU: 0, ProfileID: 9, Start: 0}); !errors.Is(err, nvml.ErrInsufficientResources) {
 		t.Fatalf("3g over 4g: %v", err)
 	}
 }
@@ -218,113 +219,12 @@ func TestLifecycleCompletesAHalfMadeOwnDevice(t *testing.T) {
 	}
 }
 
-// TestSimUUIDsAreUniqueAndStable creates many MIG devices, checks the
-// UUIDs' form and uniqueness, and reads them back from the state file
-// through a second simulator.
-func TestSimUUIDsAreUniqueAndStable(t *testing.T) {
-	mem := memSim(t, "dgx-a100-40gb")
-	seen := map[string]bool{}
-	makeAll := func(s *Sim, gpus, rounds int) {
-		for round := range rounds {
-			for g := range gpus {
-				destroyAll(t, s, g)
-				for start := range 7 {
-					gi, err := s.CreateGPUInstance(g, 19, mig.Placement{Start: start, Size: 1})
-					if err != nil {
-						t.Fatal(err)
-					}
-					ci, err := s.CreateComputeInstance(g, gi.ID, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !migUUID.MatchString(ci.UUID) || seen[ci.UUID] {
-						t.Fatalf("round %d: MIG UUID %q malformed or repeated", round, ci.UUID)
-					}
-					seen[ci.UUID] = true
-				}
-			}
-		}
-	}
-	makeAll(mem, 8, 20)
-	t.Logf("%d MIG UUIDs, all distinct", len(seen))
-
-	path := filepath.Join(t.TempDir(), "state.json")
-	s, err := OpenSim(path, WithServer("dgx-a100-40gb"))
+// memSim is a simulated server whose state lives in memory.
+func memSim(t testing.TB, server string, opts ...nvmlsim.Option) *nvmlsim.Sim {
+	t.Helper()
+	s, err := nvmlsim.Open("", append([]nvmlsim.Option{nvmlsim.WithServer(server)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	makeAll(s, 2, 1)
-	gpus1, _ := s.GPUs()
-	s2, err := OpenSim(path, WithServer("dgx-a100-40gb"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus2, _ := s2.GPUs()
-	for g := range 8 {
-		a, _ := s.GPUInstances(g)
-		b, _ := s2.GPUInstances(g)
-		if want := map[bool]int{true: 7, false: 0}[g < 2]; len(a) != want || len(b) != want {
-			t.Fatalf("GPU %d: %d instances, reopened %d, want %d", g, len(a), len(b), want)
-		}
-		for i := range a {
-			if a[i].ComputeInstances[0].UUID != b[i].ComputeInstances[0].UUID {
-				t.Fatalf("GPU %d: UUID changed on reopen", g)
-			}
-		}
-		if gpus1[g].UUID != gpus2[g].UUID || !strings.HasPrefix(gpus1[g].UUID, "GPU-") {
-			t.Fatalf("GPU UUID %q vs %q", gpus1[g].UUID, gpus2[g].UUID)
-		}
-	}
-	if _, err := OpenSim(path, WithServer("dgx-h100")); err == nil {
-		t.Fatal("opening an A100 state as an H100 succeeded")
-	}
-}
-
-// TestSimStateIsSafeForConcurrentProcesses: simulators sharing a state
-// file (each call takes its own flock, as separate processes do) race to
-// create 1g instances at every start of GPU 0; every start must be won
-// exactly once and no update lost.
-func TestSimStateIsSafeForConcurrentProcesses(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
-	if _, err := OpenSim(path, WithServer("dgx-h100")); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wins := make([][]int, 4)
-	for w := range 4 {
-		s, err := OpenSim(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for start := range 7 {
-				_, err := s.CreateGPUInstance(0, 19, mig.Placement{Start: start, Size: 1})
-				switch {
-				case err == nil:
-					wins[w] = append(wins[w], start)
-				case !errors.Is(err, ErrInsufficientResources):
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	won := map[int]int{}
-	for _, ws := range wins {
-		for _, st := range ws {
-			won[st]++
-		}
-	}
-	s, _ := OpenSim(path)
-	gis, _ := s.GPUInstances(0)
-	if len(gis) != 7 || len(won) != 7 {
-		t.Fatalf("%d instances exist, starts won: %v", len(gis), won)
-	}
-	for st, n := range won {
-		if n != 1 {
-			t.Fatalf("start %d won %d times", st, n)
-		}
-	}
+	return s
 }

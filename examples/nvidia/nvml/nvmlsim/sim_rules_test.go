@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"errors"
@@ -9,13 +9,14 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
 )
 
 // memSim opens an in-memory simulator of the named server.
-func memSim(t testing.TB, server string, opts ...SimOption) *Sim {
+func memSim(t testing.TB, server string, opts ...Option) *Sim {
 	t.Helper()
-	s, err := OpenSim("", append([]SimOption{WithServer(server)}, opts...)...)
+	s, err := Open("", append([]Option{WithServer(server)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func syntheticProduct(t testing.TB) *mig.Product {
 // and the synthetic product.
 func ruleCases(t *testing.T) map[string]func() *Sim {
 	cases := map[string]func() *Sim{}
-	for _, srv := range SimServers() {
+	for _, srv := range Servers() {
 		cases[srv.Name] = func() *Sim { return memSim(t, srv.Name) }
 	}
 	cases["synthetic"] = func() *Sim { return memSim(t, "dgx-h100", WithProduct(syntheticProduct(t))) }
@@ -66,7 +67,7 @@ func geometry(p *mig.Product) string {
 }
 
 // layoutOf reads the simulator's GPU instances on gpu as a mig.Layout.
-func layoutOf(t testing.TB, nv Interface, p *mig.Product, gpu int) mig.Layout {
+func layoutOf(t testing.TB, nv nvml.Interface, p *mig.Product, gpu int) mig.Layout {
 	t.Helper()
 	gis, err := nv.GPUInstances(gpu)
 	if err != nil {
@@ -90,10 +91,10 @@ func profileName(t testing.TB, p *mig.Product, id int) string {
 }
 
 // createInstance creates in on gpu through the Interface.
-func createInstance(nv Interface, p *mig.Product, gpu int, in mig.Instance) (GPUInstance, error) {
+func createInstance(nv nvml.Interface, p *mig.Product, gpu int, in mig.Instance) (nvml.GPUInstance, error) {
 	pr, err := p.Profile(in.Profile)
 	if err != nil {
-		return GPUInstance{}, err
+		return nvml.GPUInstance{}, err
 	}
 	return nv.CreateGPUInstance(gpu, pr.ID, mig.Placement{Start: in.Start, Size: pr.MemorySlices})
 }
@@ -103,14 +104,14 @@ func createInstance(nv Interface, p *mig.Product, gpu int, in mig.Instance) (GPU
 func classOf(verr error) error {
 	switch {
 	case errors.Is(verr, mig.ErrPlacement), errors.Is(verr, mig.ErrUnknownProfile):
-		return ErrInvalidArgument
+		return nvml.ErrInvalidArgument
 	case errors.Is(verr, mig.ErrOverlap), errors.Is(verr, mig.ErrMaxCount), errors.Is(verr, mig.ErrMediaExtensions), errors.Is(verr, mig.ErrCompute):
-		return ErrInsufficientResources
+		return nvml.ErrInsufficientResources
 	}
 	return fmt.Errorf("unexpected validator error %w", verr)
 }
 
-func destroyAll(t testing.TB, nv Interface, gpu int) {
+func destroyAll(t testing.TB, nv nvml.Interface, gpu int) {
 	t.Helper()
 	gis, err := nv.GPUInstances(gpu)
 	if err != nil {
@@ -230,7 +231,7 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 				destroyAll(t, s, 0)
 			}
 			t.Logf("%s: over %d valid prefixes, %d extensions accepted, refused %d as insufficient resources and %d as invalid argument",
-				name, len(layouts), accepted, refused[ErrInsufficientResources], refused[ErrInvalidArgument])
+				name, len(layouts), accepted, refused[nvml.ErrInsufficientResources], refused[nvml.ErrInvalidArgument])
 			t.Logf("%s: refused by rule: placement %d, overlap %d, max count %d, +me %d, compute %d", name,
 				byRule[mig.ErrPlacement], byRule[mig.ErrOverlap], byRule[mig.ErrMaxCount], byRule[mig.ErrMediaExtensions], byRule[mig.ErrCompute])
 			if name == "synthetic" {
@@ -287,11 +288,11 @@ func TestSimWrongPlacementSizeIsInvalid(t *testing.T) {
 		{42, mig.Placement{Start: 0, Size: 1}}, // no such profile
 	} {
 		_, err := s.CreateGPUInstance(0, c.profile, c.at)
-		if !errors.Is(err, ErrInvalidArgument) {
+		if !errors.Is(err, nvml.ErrInvalidArgument) {
 			t.Errorf("profile %d at %+v: got %v, want invalid argument", c.profile, c.at, err)
 		}
 	}
-	if _, err := s.CreateGPUInstance(8, 19, mig.Placement{Start: 0, Size: 1}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.CreateGPUInstance(8, 19, mig.Placement{Start: 0, Size: 1}); !errors.Is(err, nvml.ErrInvalidArgument) {
 		t.Errorf("GPU 8 of 8: got %v, want invalid argument", err)
 	}
 }
@@ -302,12 +303,12 @@ func TestSimMIGModeOffIsNotSupported(t *testing.T) {
 		needsReset bool
 	}{{"dgx-a100-80gb", true}, {"dgx-h100", false}} {
 		t.Run(c.server, func(t *testing.T) {
-			s, err := OpenSim("", WithServer(c.server), WithMIGEnabled(false))
+			s, err := Open("", WithServer(c.server), WithMIGEnabled(false))
 			if err != nil {
 				t.Fatal(err)
 			}
 			at := mig.Placement{Start: 0, Size: 8}
-			if _, err := s.CreateGPUInstance(0, 0, at); !errors.Is(err, ErrNotSupported) {
+			if _, err := s.CreateGPUInstance(0, 0, at); !errors.Is(err, nvml.ErrNotSupported) {
 				t.Fatalf("create with MIG off: got %v, want not supported", err)
 			}
 			if gis, err := s.GPUInstances(0); err != nil || len(gis) != 0 {
@@ -321,7 +322,7 @@ func TestSimMIGModeOffIsNotSupported(t *testing.T) {
 				t.Fatalf("after enabling: %+v (needs reset: %v)", m, c.needsReset)
 			}
 			if c.needsReset {
-				if _, err := s.CreateGPUInstance(0, 0, at); !errors.Is(err, ErrNotSupported) {
+				if _, err := s.CreateGPUInstance(0, 0, at); !errors.Is(err, nvml.ErrNotSupported) {
 					t.Fatalf("create with MIG pending: got %v, want not supported", err)
 				}
 				if err := s.ResetGPU(0); err != nil {
@@ -331,7 +332,7 @@ func TestSimMIGModeOffIsNotSupported(t *testing.T) {
 			if _, err := s.CreateGPUInstance(0, 0, at); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.SetMigMode(0, false); !errors.Is(err, ErrInUse) {
+			if _, err := s.SetMigMode(0, false); !errors.Is(err, nvml.ErrInUse) {
 				t.Fatalf("disable MIG with an instance: got %v, want in use", err)
 			}
 		})
@@ -362,28 +363,28 @@ func TestSimHalfMadeAndInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(err, ErrInsufficientResources) {
+	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(err, nvml.ErrInsufficientResources) {
 		t.Fatalf("second compute instance in a full GPU instance: got %v, want insufficient resources", err)
 	}
-	if _, err := s.CreateComputeInstance(3, gi.ID, 4); !errors.Is(err, ErrNotSupported) {
+	if _, err := s.CreateComputeInstance(3, gi.ID, 4); !errors.Is(err, nvml.ErrNotSupported) {
 		t.Fatalf("7-slice compute instance in 3g: got %v, want not supported", err)
 	}
-	if err := s.DestroyGPUInstance(3, gi.ID); !errors.Is(err, ErrInUse) {
+	if err := s.DestroyGPUInstance(3, gi.ID); !errors.Is(err, nvml.ErrInUse) {
 		t.Fatalf("destroy GPU instance with a compute instance: got %v, want in use", err)
 	}
 	if err := s.DestroyComputeInstance(3, gi.ID, ci.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DestroyComputeInstance(3, gi.ID, ci.ID); !errors.Is(err, ErrNotFound) {
+	if err := s.DestroyComputeInstance(3, gi.ID, ci.ID); !errors.Is(err, nvml.ErrNotFound) {
 		t.Fatalf("destroy compute instance twice: got %v, want not found", err)
 	}
 	if err := s.DestroyGPUInstance(3, gi.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DestroyGPUInstance(3, gi.ID); !errors.Is(err, ErrNotFound) {
+	if err := s.DestroyGPUInstance(3, gi.ID); !errors.Is(err, nvml.ErrNotFound) {
 		t.Fatalf("destroy GPU instance twice: got %v, want not found", err)
 	}
-	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(err, ErrNotFound) {
+	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(err, nvml.ErrNotFound) {
 		t.Fatalf("compute instance in a destroyed GPU instance: got %v, want not found", err)
 	}
 }
@@ -400,11 +401,11 @@ func TestSimComputeInstancesShareAGPUInstance(t *testing.T) {
 		profile int
 		want    error
 	}{
-		{2, nil},                      // 3 slices: 0-2
-		{2, nil},                      // 3 slices: 3-5
-		{2, ErrInsufficientResources}, // count 7/3 = 2
-		{0, nil},                      // 1 slice: 6
-		{0, ErrInsufficientResources}, // no slice left
+		{2, nil},                           // 3 slices: 0-2
+		{2, nil},                           // 3 slices: 3-5
+		{2, nvml.ErrInsufficientResources}, // count 7/3 = 2
+		{0, nil},                           // 1 slice: 6
+		{0, nvml.ErrInsufficientResources}, // no slice left
 	}
 	for i, st := range steps {
 		_, err := s.CreateComputeInstance(0, gi.ID, st.profile)
@@ -429,12 +430,12 @@ func TestSimRandomOperationsMatchTheValidator(t *testing.T) {
 // step.
 func TestSimRandomOperationsSurviveRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
-	s, err := OpenSim(path, WithServer("dgx-a100-40gb"))
+	s, err := Open(path, WithServer("dgx-a100-40gb"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := randomOps(t, s, s.Product(), rand.New(rand.NewSource(3)), 300, func() Interface {
-		s2, err := OpenSim(path)
+	n := randomOps(t, s, s.Product(), rand.New(rand.NewSource(3)), 300, func() nvml.Interface {
+		s2, err := Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +447,7 @@ func TestSimRandomOperationsSurviveRestarts(t *testing.T) {
 // randomOps performs steps random operations and checks them against a
 // model kept with the mig validator; reopen, when set, gives a fresh
 // Interface before each step. It returns counts by outcome.
-func randomOps(t *testing.T, nv Interface, p *mig.Product, rng *rand.Rand, steps int, reopen func() Interface) map[string]int {
+func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, steps int, reopen func() nvml.Interface) map[string]int {
 	t.Helper()
 	model := make([]mig.Layout, 8)
 	full := make([]map[int]bool, 8) // GPU instance ID -> has a compute instance
@@ -488,7 +489,7 @@ func randomOps(t *testing.T, nv Interface, p *mig.Product, rng *rand.Rand, steps
 				t.Fatal(err)
 			}
 			_, err = nv.CreateComputeInstance(g, gi.ID, cps[len(cps)-1].ID) // the full one
-			if full[g][gi.ID] != errors.Is(err, ErrInsufficientResources) || (!full[g][gi.ID] && err != nil) {
+			if full[g][gi.ID] != errors.Is(err, nvml.ErrInsufficientResources) || (!full[g][gi.ID] && err != nil) {
 				t.Fatalf("step %d GPU %d: full compute instance in %s (has one: %v): %v", step, g, pr.Name, full[g][gi.ID], err)
 			}
 			if err == nil {
@@ -513,7 +514,7 @@ func randomOps(t *testing.T, nv Interface, p *mig.Product, rng *rand.Rand, steps
 		default: // destroy a GPU instance
 			gi := gis[rng.Intn(len(gis))]
 			err := nv.DestroyGPUInstance(g, gi.ID)
-			if full[g][gi.ID] != errors.Is(err, ErrInUse) || (!full[g][gi.ID] && err != nil) {
+			if full[g][gi.ID] != errors.Is(err, nvml.ErrInUse) || (!full[g][gi.ID] && err != nil) {
 				t.Fatalf("step %d GPU %d: destroy GPU instance %d (has a compute instance: %v): %v", step, g, gi.ID, full[g][gi.ID], err)
 			}
 			if err != nil {

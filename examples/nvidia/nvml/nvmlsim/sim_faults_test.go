@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -15,22 +16,22 @@ import (
 // and the failed call changes nothing.
 func TestSimFaultsAreSharedAndFireOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
-	s1, err := OpenSim(path, WithServer("dgx-a100-80gb"))
+	s1, err := Open(path, WithServer("dgx-a100-80gb"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := OpenSim(path)
+	s2, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.InjectFault(Fault{Op: FaultCreateGPUInstance, GPU: -1, Code: ErrorInsufficientResources}); err != nil {
+	if err := s1.InjectFault(Fault{Op: FaultCreateGPUInstance, GPU: -1, Code: nvml.ErrorInsufficientResources}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.InjectFault(Fault{Op: FaultDestroyGPUInstance, GPU: 2, Code: ErrorGPUIsLost}); err != nil {
+	if err := s1.InjectFault(Fault{Op: FaultDestroyGPUInstance, GPU: 2, Code: nvml.ErrorGPUIsLost}); err != nil {
 		t.Fatal(err)
 	}
 	at := mig.Placement{Start: 0, Size: 8}
-	if _, err := s2.CreateGPUInstance(2, 0, at); !errors.Is(err, ErrInsufficientResources) {
+	if _, err := s2.CreateGPUInstance(2, 0, at); !errors.Is(err, nvml.ErrInsufficientResources) {
 		t.Fatalf("create with an armed fault: %v", err)
 	}
 	if gis, _ := s1.GPUInstances(2); len(gis) != 0 {
@@ -40,7 +41,7 @@ func TestSimFaultsAreSharedAndFireOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the fault fires once: %v", err)
 	}
-	if err := s2.DestroyGPUInstance(2, gi.ID); CodeOf(err) != ErrorGPUIsLost {
+	if err := s2.DestroyGPUInstance(2, gi.ID); nvml.CodeOf(err) != nvml.ErrorGPUIsLost {
 		t.Fatalf("destroy with an armed fault: %v", err)
 	}
 	if gis, _ := s1.GPUInstances(2); len(gis) != 1 {
@@ -59,7 +60,7 @@ func TestSimFaultsAreSharedAndFireOnce(t *testing.T) {
 // from before the watch are not replayed.
 func TestSimXIDReachesEveryWatcher(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
-	raiser, err := OpenSim(path, WithServer("dgx-b200"))
+	raiser, err := Open(path, WithServer("dgx-b200"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +69,9 @@ func TestSimXIDReachesEveryWatcher(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var streams []<-chan HealthEvent
+	var streams []<-chan nvml.HealthEvent
 	for range 2 {
-		w, err := OpenSim(path, WithPollInterval(5*time.Millisecond))
+		w, err := Open(path, WithPollInterval(5*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestSimXIDReachesEveryWatcher(t *testing.T) {
 	}
 	gpus, _ := raiser.GPUs()
 	for i, ch := range streams {
-		for _, want := range []HealthEvent{{GPU: 3, XID: 79, GPUInstance: -1, ComputeInstance: -1}, {GPU: 4, XID: 94, GPUInstance: 2, ComputeInstance: 0}} {
+		for _, want := range []nvml.HealthEvent{{GPU: 3, XID: 79, GPUInstance: -1, ComputeInstance: -1}, {GPU: 4, XID: 94, GPUInstance: 2, ComputeInstance: 0}} {
 			select {
 			case got := <-ch:
 				if got.GPU != want.GPU || got.XID != want.XID || got.GPUInstance != want.GPUInstance || got.ComputeInstance != want.ComputeInstance || got.UUID != gpus[want.GPU].UUID {

@@ -1,18 +1,17 @@
-package nvml
+package driver
 
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -37,7 +36,7 @@ func TestCrashHelperProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &job); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenSim(job.State)
+	s, err := nvmlsim.Open(job.State)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +63,7 @@ func TestCrashHelperProcess(t *testing.T) {
 func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	dir := t.TempDir()
 	state, jpath, lock := filepath.Join(dir, "nvml-state.json"), filepath.Join(dir, "journal.json"), filepath.Join(dir, "mig.lock")
-	s, err := OpenSim(state, WithServer("dgx-h100"))
+	s, err := nvmlsim.Open(state, nvmlsim.WithServer("dgx-h100"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +81,7 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	adminBefore, _ := s.GPUInstances(0)
 
 	k := Key{GPU: 0, ProfileID: 14, Start: 4} // 2g.20gb@4
-	if err := s.InjectFault(Fault{Op: FaultCreateComputeInstance, GPU: 0, Stall: true}); err != nil {
+	if err := s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 0, Stall: true}); err != nil {
 		t.Fatal(err)
 	}
 	job, _ := json.Marshal(crashJob{State: state, Journal: jpath, Lock: lock, Key: k})
@@ -109,7 +108,7 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(stalls) == 1 && stalls[0].PID == pid && stalls[0].Op == FaultCreateComputeInstance {
+		if len(stalls) == 1 && stalls[0].PID == pid && stalls[0].Op == nvmlsim.FaultCreateComputeInstance {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -125,7 +124,7 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	// A new driver process starts while the old one is still inside
 	// Create: its Recover waits for the lock instead of taking the live
 	// create for a crash's leftovers.
-	s2, err := OpenSim(state)
+	s2, err := nvmlsim.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,76 +207,4 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
-}
-
-// raceEnv carries the state file path to TestRaceHelperProcess.
-const raceEnv = "DRAKIT_NVML_RACE_STATE"
-
-// TestRaceHelperProcess is a child of TestProcessesShareTheStateSafely: it
-// tries to create a 1g instance at every start of GPU 0 and prints the
-// starts it won.
-func TestRaceHelperProcess(t *testing.T) {
-	path := os.Getenv(raceEnv)
-	if path == "" {
-		t.Skip("runs only as the child of TestProcessesShareTheStateSafely")
-	}
-	s, err := OpenSim(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for start := range 7 {
-		_, err := s.CreateGPUInstance(0, 19, mig.Placement{Start: start, Size: 1})
-		switch {
-		case err == nil:
-			fmt.Printf("won %d\n", start)
-		case !errors.Is(err, ErrInsufficientResources):
-			t.Fatal(err)
-		}
-	}
-}
-
-// TestProcessesShareTheStateSafely: four processes race for the seven 1g
-// placements of one GPU through one state file; each placement is won
-// exactly once and the state holds all seven.
-func TestProcessesShareTheStateSafely(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
-	s, err := OpenSim(path, WithServer("dgx-h200"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cmds []*exec.Cmd
-	var outs []*lockedBuffer
-	for range 4 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRaceHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), raceEnv+"="+path)
-		out := &lockedBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds, outs = append(cmds, cmd), append(outs, out)
-	}
-	won := map[string]int{}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("child %d (pid %d): %v\n%s", i, cmd.Process.Pid, err, outs[i].String())
-		}
-		for _, line := range strings.Split(outs[i].String(), "\n") {
-			if strings.HasPrefix(line, "won ") {
-				won[line]++
-			}
-		}
-	}
-	gis, err := s.GPUInstances(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gis) != 7 || len(won) != 7 {
-		t.Fatalf("%d instances exist; wins: %v", len(gis), won)
-	}
-	for w, n := range won {
-		if n != 1 {
-			t.Fatalf("%s by %d processes", w, n)
-		}
-	}
 }

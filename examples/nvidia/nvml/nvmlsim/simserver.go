@@ -1,14 +1,14 @@
-package nvml
+package nvmlsim
 
 import (
 	"fmt"
 	"strings"
 )
 
-// SimServer is a server model the simulator can play: eight GPUs of one
+// Server is a server model the simulator can play: eight GPUs of one
 // product from the mig catalog.
-type SimServer struct {
-	// Name is what OpenSim takes, e.g. "dgx-h100".
+type Server struct {
+	// Name is what Open takes, e.g. "dgx-h100".
 	Name string
 	// Product is the mig catalog product, e.g. "H100-80GB".
 	Product string
@@ -30,7 +30,7 @@ var (
 	dgxH100Bus = [8]string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"}
 )
 
-var simServers = []SimServer{
+var simServers = []Server{
 	{"dgx-a100-40gb", "A100-40GB", "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960, dgxA100Bus, true},
 	{"dgx-a100-80gb", "A100-80GB", "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", 81920, dgxA100Bus, true},
 	{"dgx-h100", "H100-80GB", "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559, dgxH100Bus, false},
@@ -38,12 +38,12 @@ var simServers = []SimServer{
 	{"dgx-b200", "B200-180GB", "NVIDIA B200", "Blackwell", "10.0", 183359, dgxH100Bus, false},
 }
 
-// SimServers returns the server models the simulator knows, in a fixed
+// Servers returns the server models the simulator knows, in a fixed
 // order.
-func SimServers() []SimServer { return append([]SimServer(nil), simServers...) }
+func Servers() []Server { return append([]Server(nil), simServers...) }
 
-// SimServerNames returns the names OpenSim accepts.
-func SimServerNames() []string {
+// ServerNames returns the names Open accepts.
+func ServerNames() []string {
 	var out []string
 	for _, s := range simServers {
 		out = append(out, s.Name)
@@ -51,17 +51,22 @@ func SimServerNames() []string {
 	return out
 }
 
-func simServer(name string) (SimServer, error) {
+func simServer(name string) (Server, error) {
 	for _, s := range simServers {
 		if s.Name == name {
 			return s, nil
 		}
 	}
-	return SimServer{}, fmt.Errorf("unknown simulated server %q (known: %s)", name, strings.Join(SimServerNames(), ", "))
+	return Server{}, fmt.Errorf("unknown simulated server %q (known: %s)", name, strings.Join(ServerNames(), ", "))
 }
 
 // Simulated driver and CUDA versions.
 const (
-	SimDriverVersion = "580.95.05"
-	SimCUDAVersion   = "13.0"
+	DriverVersion = "580.95.05"
+	CUDAVersion   = "13.0"
 )
+
+// WriteSysfs writes the fake sysfs tree of the simulated server into dir,
+// as Server.WriteSysfs does: a driver that finds this method on its NVML
+// backend knows the machine is simulated.
+func (s *Sim) WriteSysfs(dir string) error { return s.server.WriteSysfs(dir) }

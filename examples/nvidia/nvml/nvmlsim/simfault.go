@@ -1,9 +1,11 @@
-package nvml
+package nvmlsim
 
 import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 )
 
 // FaultOp names the call a Fault hits.
@@ -38,7 +40,7 @@ type Fault struct {
 	// GPU is the GPU index the call must be for; -1 matches any GPU.
 	GPU int `json:"gpu"`
 	// Code is the return code; zero means ErrorUnknown.
-	Code Return `json:"code,omitempty"`
+	Code nvml.Return `json:"code,omitempty"`
 	// Stall makes the call block instead of failing (see Fault).
 	Stall bool `json:"stall,omitempty"`
 }
@@ -70,10 +72,10 @@ func (st *simState) fault(op string, fop FaultOp, gpu int) error {
 			return errStall
 		}
 		code := f.Code
-		if code == Success {
-			code = ErrorUnknown
+		if code == nvml.Success {
+			code = nvml.ErrorUnknown
 		}
-		return newError(code, op, "injected fault")
+		return nvml.NewError(code, op, "injected fault")
 	}
 	return nil
 }

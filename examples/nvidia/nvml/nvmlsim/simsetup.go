@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"errors"
@@ -10,23 +10,23 @@ import (
 	"github.com/drakit/drakit/mig"
 )
 
-// SimSetup is the initial state of a new simulated server, what an
+// Setup is the initial state of a new simulated server, what an
 // administrator did before the driver first started: which GPUs have MIG
 // mode enabled and which MIG devices (GPU instance plus a compute instance
 // over all of its slices) exist on them. It applies only when the state is
 // created; an existing state file keeps its own. Every instance is made
 // through the simulator's own create calls, so a setup the real rules
 // refuse is refused with NVML's error.
-type SimSetup struct {
+type Setup struct {
 	// MIGGPUs lists the GPUs with MIG mode enabled; the others have it
 	// disabled. nil keeps the WithMIGEnabled default for every GPU.
 	MIGGPUs []int
 	// Instances are the administrator's MIG devices, made in this order.
-	Instances []SimInstance
+	Instances []Instance
 }
 
-// SimInstance is one MIG device of a SimSetup.
-type SimInstance struct {
+// Instance is one MIG device of a Setup.
+type Instance struct {
 	// GPU is the GPU's index.
 	GPU int
 	// Profile is the GPU instance profile name, e.g. "3g.71gb".
@@ -35,8 +35,8 @@ type SimInstance struct {
 	Start int
 }
 
-// String prints "gpu:profile@start", the form ParseSimInstances reads.
-func (in SimInstance) String() string {
+// String prints "gpu:profile@start", the form ParseInstances reads.
+func (in Instance) String() string {
 	return fmt.Sprintf("%d:%s@%d", in.GPU, in.Profile, in.Start)
 }
 
@@ -75,11 +75,11 @@ func ParseGPUList(s string) ([]int, error) {
 	return out, nil
 }
 
-// ParseSimInstances reads MIG devices as the -nvml-sim-instances flag
+// ParseInstances reads MIG devices as the -nvml-sim-instances flag
 // takes them: comma-separated "gpu:profile@start", e.g.
 // "2:4g.71gb@0,2:3g.71gb@4". The empty string is no instances.
-func ParseSimInstances(s string) ([]SimInstance, error) {
-	var out []SimInstance
+func ParseInstances(s string) ([]Instance, error) {
+	var out []Instance
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
@@ -96,14 +96,14 @@ func ParseSimInstances(s string) ([]SimInstance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse MIG instances %q: %w", s, err)
 		}
-		out = append(out, SimInstance{GPU: gpu, Profile: name.String(), Start: st})
+		out = append(out, Instance{GPU: gpu, Profile: name.String(), Start: st})
 	}
 	return out, nil
 }
 
 // apply makes the setup on a fresh in-memory simulator: MIG modes first
 // (with a reset where the model needs one), then the instances.
-func (su SimSetup) apply(s *Sim) error {
+func (su Setup) apply(s *Sim) error {
 	if su.MIGGPUs != nil {
 		on := map[int]bool{}
 		for _, g := range su.MIGGPUs {

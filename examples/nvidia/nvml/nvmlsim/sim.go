@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"crypto/rand"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/statefile"
 )
@@ -41,10 +42,10 @@ type simGPU struct {
 	UUID string `json:"uuid"`
 	// Lost is set by XID 79 (fallen off the bus) and cleared by
 	// RecoverGPU: a lost GPU answers every query with ErrGPULost.
-	Lost      bool          `json:"lost,omitempty"`
-	Mig       MigMode       `json:"mig"`
-	Instances []GPUInstance `json:"instances,omitempty"`
-	TimeSlice TimeSlice     `json:"timeSlice,omitempty"`
+	Lost      bool               `json:"lost,omitempty"`
+	Mig       nvml.MigMode       `json:"mig"`
+	Instances []nvml.GPUInstance `json:"instances,omitempty"`
+	TimeSlice nvml.TimeSlice     `json:"timeSlice,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -54,7 +55,7 @@ type simGPU struct {
 // written atomically, as one GPU serves many processes. A Sim is safe for
 // concurrent use.
 type Sim struct {
-	server  SimServer
+	server  Server
 	product *mig.Product
 	file    statefile.Document // path "" keeps the state in memory
 	poll    time.Duration
@@ -64,25 +65,25 @@ type Sim struct {
 }
 
 var (
-	_ Interface  = (*Sim)(nil)
-	_ ModeSetter = (*Sim)(nil)
+	_ nvml.Interface  = (*Sim)(nil)
+	_ nvml.ModeSetter = (*Sim)(nil)
 )
 
-// SimOption configures OpenSim.
-type SimOption func(*simOptions) error
+// Option configures Open.
+type Option func(*simOptions) error
 
 type simOptions struct {
 	server     string
 	product    *mig.Product
 	migEnabled bool
 	poll       time.Duration
-	setup      *SimSetup
+	setup      *Setup
 }
 
 // WithServer selects the server model for a new state (default
 // "dgx-h100"). An existing state file keeps its model; naming a different
 // one is an error.
-func WithServer(name string) SimOption {
+func WithServer(name string) Option {
 	return func(o *simOptions) error {
 		if _, err := simServer(name); err != nil {
 			return err
@@ -96,7 +97,7 @@ func WithServer(name string) SimOption {
 // the server's catalog product: another GPU's profiles (e.g. mig.FromNVML
 // of what a real GPU reported) or a made-up geometry for tests. The state
 // file keeps it.
-func WithProduct(p *mig.Product) SimOption {
+func WithProduct(p *mig.Product) Option {
 	return func(o *simOptions) error {
 		if p == nil {
 			return errors.New("product is nil")
@@ -109,19 +110,19 @@ func WithProduct(p *mig.Product) SimOption {
 // WithMIGEnabled sets the MIG mode of every GPU of a new state (default
 // enabled, the state a MIG driver works on; DGX systems ship with MIG
 // disabled).
-func WithMIGEnabled(enabled bool) SimOption {
+func WithMIGEnabled(enabled bool) Option {
 	return func(o *simOptions) error { o.migEnabled = enabled; return nil }
 }
 
 // WithSetup makes a new state start as su says (MIG modes and an
 // administrator's MIG devices); an existing state is left as it is.
-func WithSetup(su SimSetup) SimOption {
+func WithSetup(su Setup) Option {
 	return func(o *simOptions) error { o.setup = &su; return nil }
 }
 
 // WithPollInterval sets how often WatchHealth reads the state for new
 // events (default 100ms).
-func WithPollInterval(d time.Duration) SimOption {
+func WithPollInterval(d time.Duration) Option {
 	return func(o *simOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("poll interval %v must be positive", d)
@@ -131,11 +132,11 @@ func WithPollInterval(d time.Duration) SimOption {
 	}
 }
 
-// OpenSim opens the simulated server whose state is in the file at path,
+// Open opens the simulated server whose state is in the file at path,
 // creating a fresh one (all GPUs empty) when the file does not exist. An
 // empty path keeps the state in memory, for one process only. The state
 // file's folder must exist.
-func OpenSim(path string, opts ...SimOption) (*Sim, error) {
+func Open(path string, opts ...Option) (*Sim, error) {
 	o := simOptions{migEnabled: true, poll: 100 * time.Millisecond}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -160,7 +161,7 @@ func OpenSim(path string, opts ...SimOption) (*Sim, error) {
 			if err != nil {
 				return nil, err
 			}
-			st.GPUs = append(st.GPUs, simGPU{UUID: "GPU-" + u, Mig: MigMode{Current: o.migEnabled, Pending: o.migEnabled}})
+			st.GPUs = append(st.GPUs, simGPU{UUID: "GPU-" + u, Mig: nvml.MigMode{Current: o.migEnabled, Pending: o.migEnabled}})
 		}
 		if o.setup != nil {
 			p := o.product
@@ -248,7 +249,7 @@ func newUUID() (string, error) {
 
 // Server returns the simulated server model (with Product and
 // ProductName of the WithProduct product, if one was given).
-func (s *Sim) Server() SimServer { return s.server }
+func (s *Sim) Server() Server { return s.server }
 
 // Product returns the product the simulated GPUs are: the server's
 // catalog product or the WithProduct one.
@@ -315,10 +316,10 @@ func (s *Sim) change(fn func(st *simState) (bool, error)) error {
 
 func (st *simState) gpu(op string, i int) (*simGPU, error) {
 	if i < 0 || i >= len(st.GPUs) {
-		return nil, newError(ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
+		return nil, nvml.NewError(nvml.ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
 	}
 	if st.GPUs[i].Lost {
-		return nil, newError(ErrorGPUIsLost, op, "GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)", i)
+		return nil, nvml.NewError(nvml.ErrorGPUIsLost, op, "GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)", i)
 	}
 	return &st.GPUs[i], nil
 }
@@ -334,22 +335,22 @@ func (st *simState) enter(op string, fop FaultOp, gpu int, needMIG bool) (g *sim
 		return nil, true, err
 	}
 	if needMIG && !g.Mig.Current {
-		return nil, false, newError(ErrorNotSupported, op, "MIG mode is disabled")
+		return nil, false, nvml.NewError(nvml.ErrorNotSupported, op, "MIG mode is disabled")
 	}
 	return g, false, nil
 }
 
 // System reports the simulated driver and CUDA versions.
-func (s *Sim) System() (System, error) {
-	return System{DriverVersion: SimDriverVersion, CUDAVersion: SimCUDAVersion}, nil
+func (s *Sim) System() (nvml.System, error) {
+	return nvml.System{DriverVersion: DriverVersion, CUDAVersion: CUDAVersion}, nil
 }
 
 // GPUs lists the eight simulated GPUs.
-func (s *Sim) GPUs() ([]GPU, error) {
-	var out []GPU
+func (s *Sim) GPUs() ([]nvml.GPU, error) {
+	var out []nvml.GPU
 	err := s.view(func(st *simState) error {
 		for i, g := range st.GPUs {
-			out = append(out, GPU{
+			out = append(out, nvml.GPU{
 				Index: i, UUID: g.UUID, ProductName: s.server.ProductName, Brand: "NVIDIA",
 				Architecture: s.server.Architecture, CUDAComputeCapability: s.server.ComputeCapability,
 				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[i], Minor: i,
@@ -361,8 +362,8 @@ func (s *Sim) GPUs() ([]GPU, error) {
 }
 
 // MigMode reports the GPU's MIG mode.
-func (s *Sim) MigMode(gpu int) (MigMode, error) {
-	var m MigMode
+func (s *Sim) MigMode(gpu int) (nvml.MigMode, error) {
+	var m nvml.MigMode
 	err := s.view(func(st *simState) error {
 		g, err := st.gpu("get MIG mode", gpu)
 		if err == nil {
@@ -376,19 +377,19 @@ func (s *Sim) MigMode(gpu int) (MigMode, error) {
 // SetMigMode requests a MIG mode, as an administrator does with
 // nvidia-smi or the reference driver on a dynamic GPU (ModeSetter): it
 // becomes pending, and current at once unless the model needs a GPU
-// reset (SimServer.ModeChangeNeedsReset: A100; then ResetGPU). It fails
+// reset (Server.ModeChangeNeedsReset: A100; then ResetGPU). It fails
 // with ErrInUse while GPU instances exist, changing nothing, and returns
 // the mode after the call.
-func (s *Sim) SetMigMode(gpu int, enabled bool) (MigMode, error) {
+func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 	op := fmt.Sprintf("set MIG mode on GPU %d", gpu)
-	var m MigMode
+	var m nvml.MigMode
 	err := s.change(func(st *simState) (bool, error) {
 		g, commit, err := st.enter(op, FaultSetMigMode, gpu, false)
 		if err != nil {
 			return commit, err
 		}
 		if len(g.Instances) > 0 {
-			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
 		}
 		g.Mig.Pending = enabled
 		if !s.server.ModeChangeNeedsReset {
@@ -410,17 +411,17 @@ func (s *Sim) ResetGPU(gpu int) error {
 			return commit, err
 		}
 		if len(g.Instances) > 0 {
-			return false, newError(ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
 		}
 		g.Mig.Current = g.Mig.Pending
 		return true, nil
 	})
 }
 
-func (s *Sim) giProfiles() []GPUInstanceProfile {
-	var out []GPUInstanceProfile
+func (s *Sim) giProfiles() []nvml.GPUInstanceProfile {
+	var out []nvml.GPUInstanceProfile
 	for _, pr := range s.product.Profiles {
-		out = append(out, GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements(), Engines: pr.Engines})
+		out = append(out, nvml.GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements(), Engines: pr.Engines})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -437,7 +438,7 @@ func (s *Sim) giProfile(id int) (mig.Profile, bool) {
 
 // GPUInstanceProfiles lists the catalog's profiles of the simulated
 // product, as NVML reports them whatever the MIG mode.
-func (s *Sim) GPUInstanceProfiles(gpu int) ([]GPUInstanceProfile, error) {
+func (s *Sim) GPUInstanceProfiles(gpu int) ([]nvml.GPUInstanceProfile, error) {
 	err := s.view(func(st *simState) error {
 		_, err := st.gpu("get GPU instance profiles", gpu)
 		return err
@@ -454,8 +455,8 @@ var ciSizes = []int{1, 2, 3, 4, 7}
 
 // ciProfiles returns the compute instance profiles of a GPU instance of pr:
 // every size up to its compute slices.
-func ciProfiles(pr mig.Profile) []ComputeInstanceProfile {
-	var out []ComputeInstanceProfile
+func ciProfiles(pr mig.Profile) []nvml.ComputeInstanceProfile {
+	var out []nvml.ComputeInstanceProfile
 	for id, n := range ciSizes {
 		if n > pr.ComputeSlices {
 			break
@@ -464,16 +465,16 @@ func ciProfiles(pr mig.Profile) []ComputeInstanceProfile {
 		if n < pr.ComputeSlices {
 			name = fmt.Sprintf("%dc.%s", n, pr.Name)
 		}
-		out = append(out, ComputeInstanceProfile{ID: id, Name: name, SliceCount: n, InstanceCount: pr.ComputeSlices / n})
+		out = append(out, nvml.ComputeInstanceProfile{ID: id, Name: name, SliceCount: n, InstanceCount: pr.ComputeSlices / n})
 	}
 	return out
 }
 
 // ComputeInstanceProfiles lists the compute instance profiles of a GPU
 // instance: one per size up to the instance's compute slices.
-func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]ComputeInstanceProfile, error) {
+func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]nvml.ComputeInstanceProfile, error) {
 	op := fmt.Sprintf("get compute instance profiles of GPU instance %d on GPU %d", gpuInstance, gpu)
-	var out []ComputeInstanceProfile
+	var out []nvml.ComputeInstanceProfile
 	err := s.view(func(st *simState) error {
 		g, err := st.gpu(op, gpu)
 		if err != nil {
@@ -481,7 +482,7 @@ func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]ComputeInstancePr
 		}
 		gi := findGI(g, gpuInstance)
 		if gi == nil {
-			return newError(ErrorNotFound, op, "no such GPU instance")
+			return nvml.NewError(nvml.ErrorNotFound, op, "no such GPU instance")
 		}
 		pr, _ := s.giProfile(gi.ProfileID)
 		out = ciProfiles(pr)
@@ -490,7 +491,7 @@ func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]ComputeInstancePr
 	return out, err
 }
 
-func findGI(g *simGPU, id int) *GPUInstance {
+func findGI(g *simGPU, id int) *nvml.GPUInstance {
 	for i := range g.Instances {
 		if g.Instances[i].ID == id {
 			return &g.Instances[i]
@@ -499,14 +500,14 @@ func findGI(g *simGPU, id int) *GPUInstance {
 	return nil
 }
 
-func cloneGI(gi GPUInstance) GPUInstance {
-	gi.ComputeInstances = append([]ComputeInstance(nil), gi.ComputeInstances...)
+func cloneGI(gi nvml.GPUInstance) nvml.GPUInstance {
+	gi.ComputeInstances = append([]nvml.ComputeInstance(nil), gi.ComputeInstances...)
 	return gi
 }
 
 // GPUInstances lists the GPU instances on the GPU, by placement start.
-func (s *Sim) GPUInstances(gpu int) ([]GPUInstance, error) {
-	var out []GPUInstance
+func (s *Sim) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
+	var out []nvml.GPUInstance
 	err := s.view(func(st *simState) error {
 		g, err := st.gpu("get GPU instances", gpu)
 		if err != nil {
@@ -527,9 +528,9 @@ func (s *Sim) GPUInstances(gpu int) ([]GPUInstance, error) {
 // shares no memory slice with another instance, the profile's instance
 // count stays within its maximum, at most one "+me" instance exists, and
 // the compute slices suffice. The new instance gets the lowest free ID.
-func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstance, error) {
+func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (nvml.GPUInstance, error) {
 	op := fmt.Sprintf("create GPU instance of profile %d at %d:%d on GPU %d", profileID, at.Start, at.Size, gpu)
-	var out GPUInstance
+	var out nvml.GPUInstance
 	err := s.change(func(st *simState) (bool, error) {
 		g, commit, err := st.enter(op, FaultCreateGPUInstance, gpu, true)
 		if err != nil {
@@ -537,15 +538,15 @@ func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstan
 		}
 		pr, ok := s.giProfile(profileID)
 		if !ok {
-			return false, newError(ErrorInvalidArgument, op, "no GPU instance profile %d on %s", profileID, s.product.Name)
+			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "no GPU instance profile %d on %s", profileID, s.product.Name)
 		}
 		if at.Size != pr.MemorySlices || !containsInt(pr.Starts, at.Start) {
-			return false, newError(ErrorInvalidArgument, op, "%s may be placed at %s", pr.Name, placementsString(pr.Placements()))
+			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "%s may be placed at %s", pr.Name, placementsString(pr.Placements()))
 		}
 		if err := s.fits(g, pr, at); err != nil {
-			return false, newError(ErrorInsufficientResources, op, "%s", err)
+			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "%s", err)
 		}
-		out = GPUInstance{GPU: gpu, ID: lowestFree(g.Instances, func(gi GPUInstance) int { return gi.ID }, 1), ProfileID: profileID, Placement: at}
+		out = nvml.GPUInstance{GPU: gpu, ID: lowestFree(g.Instances, func(gi nvml.GPUInstance) int { return gi.ID }, 1), ProfileID: profileID, Placement: at}
 		g.Instances = append(g.Instances, out)
 		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].Placement.Start < g.Instances[j].Placement.Start })
 		return true, nil
@@ -613,13 +614,13 @@ func lowestFree[T any](xs []T, id func(T) int, from int) int {
 // It fails with ErrNotFound for a missing GPU instance, ErrNotSupported
 // for a profile the GPU instance lacks, and ErrInsufficientResources when
 // the profile's count or the GPU instance's compute slices are used up.
-func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeInstance, error) {
+func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.ComputeInstance, error) {
 	op := fmt.Sprintf("create compute instance of profile %d in GPU instance %d on GPU %d", profileID, gpuInstance, gpu)
 	uuid, err := newUUID()
 	if err != nil {
-		return ComputeInstance{}, err
+		return nvml.ComputeInstance{}, err
 	}
-	var out ComputeInstance
+	var out nvml.ComputeInstance
 	err = s.change(func(st *simState) (bool, error) {
 		g, commit, err := st.enter(op, FaultCreateComputeInstance, gpu, true)
 		if err != nil {
@@ -627,20 +628,20 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIns
 		}
 		gi := findGI(g, gpuInstance)
 		if gi == nil {
-			return false, newError(ErrorNotFound, op, "no such GPU instance")
+			return false, nvml.NewError(nvml.ErrorNotFound, op, "no such GPU instance")
 		}
 		if profileID < 0 || profileID >= 9 {
-			return false, newError(ErrorInvalidArgument, op, "no compute instance profile %d", profileID)
+			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "no compute instance profile %d", profileID)
 		}
 		pr, _ := s.giProfile(gi.ProfileID)
-		var cp *ComputeInstanceProfile
+		var cp *nvml.ComputeInstanceProfile
 		for _, c := range ciProfiles(pr) {
 			if c.ID == profileID {
 				cp = &c
 			}
 		}
 		if cp == nil {
-			return false, newError(ErrorNotSupported, op, "%s has no compute instance profile %d", pr.Name, profileID)
+			return false, nvml.NewError(nvml.ErrorNotSupported, op, "%s has no compute instance profile %d", pr.Name, profileID)
 		}
 		var used uint32
 		count := 0
@@ -651,7 +652,7 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIns
 			}
 		}
 		if count >= cp.InstanceCount {
-			return false, newError(ErrorInsufficientResources, op, "%d compute instances of profile %d exist, the most %s holds", count, profileID, pr.Name)
+			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "%d compute instances of profile %d exist, the most %s holds", count, profileID, pr.Name)
 		}
 		start := -1
 		mask := uint32(1)<<cp.SliceCount - 1
@@ -662,10 +663,10 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIns
 			}
 		}
 		if start < 0 {
-			return false, newError(ErrorInsufficientResources, op, "no %d free compute slices in %s", cp.SliceCount, pr.Name)
+			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "no %d free compute slices in %s", cp.SliceCount, pr.Name)
 		}
-		out = ComputeInstance{
-			ID:        lowestFree(gi.ComputeInstances, func(c ComputeInstance) int { return c.ID }, 0),
+		out = nvml.ComputeInstance{
+			ID:        lowestFree(gi.ComputeInstances, func(c nvml.ComputeInstance) int { return c.ID }, 0),
 			ProfileID: profileID, Placement: mig.Placement{Start: start, Size: cp.SliceCount}, UUID: "MIG-" + uuid,
 		}
 		gi.ComputeInstances = append(gi.ComputeInstances, out)
@@ -686,7 +687,7 @@ func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) erro
 		}
 		gi := findGI(g, gpuInstance)
 		if gi == nil {
-			return false, newError(ErrorNotFound, op, "no such GPU instance")
+			return false, nvml.NewError(nvml.ErrorNotFound, op, "no such GPU instance")
 		}
 		for i, ci := range gi.ComputeInstances {
 			if ci.ID == computeInstance {
@@ -694,7 +695,7 @@ func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) erro
 				return true, nil
 			}
 		}
-		return false, newError(ErrorNotFound, op, "no such compute instance")
+		return false, nvml.NewError(nvml.ErrorNotFound, op, "no such compute instance")
 	})
 }
 
@@ -712,12 +713,12 @@ func (s *Sim) DestroyGPUInstance(gpu, gpuInstance int) error {
 				continue
 			}
 			if n := len(gi.ComputeInstances); n > 0 {
-				return false, newError(ErrorInUse, op, "%d compute instances exist in it", n)
+				return false, nvml.NewError(nvml.ErrorInUse, op, "%d compute instances exist in it", n)
 			}
 			g.Instances = append(g.Instances[:i:i], g.Instances[i+1:]...)
 			return true, nil
 		}
-		return false, newError(ErrorNotFound, op, "no such GPU instance")
+		return false, nvml.NewError(nvml.ErrorNotFound, op, "no such GPU instance")
 	})
 }
 

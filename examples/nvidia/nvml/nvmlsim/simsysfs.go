@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // the shape of a DGX's PCIe tree), GPUs 0-3 on NUMA node 0 and 4-7 on
 // node 1, as on DGX A100, H100, H200 and B200. The numbers are
 // illustrative, not a copy of a particular machine's.
-func (s SimServer) WriteSysfs(dir string) error {
+func (s Server) WriteSysfs(dir string) error {
 	fs, err := topologytest.New(dir)
 	if err != nil {
 		return fmt.Errorf("write simulated sysfs: %w", err)

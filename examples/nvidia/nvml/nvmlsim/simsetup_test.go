@@ -1,4 +1,4 @@
-package nvml
+package nvmlsim
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/topology"
 )
 
@@ -27,14 +28,14 @@ func TestParseGPUList(t *testing.T) {
 }
 
 func TestParseSimInstances(t *testing.T) {
-	got, err := ParseSimInstances("2:4g.71gb@0, 3:MIG 1g.18gb+me@6")
-	want := []SimInstance{{2, "4g.71gb", 0}, {3, "1g.18gb+me", 6}}
+	got, err := ParseInstances("2:4g.71gb@0, 3:MIG 1g.18gb+me@6")
+	want := []Instance{{2, "4g.71gb", 0}, {3, "1g.18gb+me", 6}}
 	if err != nil || !cmp.Equal(got, want) {
 		t.Fatalf("got %v, %v; want %v", got, err, want)
 	}
 	for _, bad := range []string{"2:4g.71gb", "x:4g.71gb@0", "2@0", "2:bogus@0"} {
-		if _, err := ParseSimInstances(bad); err == nil {
-			t.Errorf("ParseSimInstances(%q) succeeded", bad)
+		if _, err := ParseInstances(bad); err == nil {
+			t.Errorf("ParseInstances(%q) succeeded", bad)
 		}
 	}
 }
@@ -42,8 +43,8 @@ func TestParseSimInstances(t *testing.T) {
 // The setup is made through the simulator's rules, only for a new state.
 func TestSimSetup(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.json")
-	su := SimSetup{MIGGPUs: []int{2, 3}, Instances: []SimInstance{{2, "4g.71gb", 0}, {2, "3g.71gb", 4}}}
-	s, err := OpenSim(path, WithServer("dgx-h200"), WithSetup(su))
+	su := Setup{MIGGPUs: []int{2, 3}, Instances: []Instance{{2, "4g.71gb", 0}, {2, "3g.71gb", 4}}}
+	s, err := Open(path, WithServer("dgx-h200"), WithSetup(su))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestSimSetup(t *testing.T) {
 		t.Fatalf("GPU 2 instances %+v, want two complete ones", gis)
 	}
 	// Reopening with another setup keeps the state.
-	s2, err := OpenSim(path, WithServer("dgx-h200"), WithSetup(SimSetup{MIGGPUs: []int{}}))
+	s2, err := Open(path, WithServer("dgx-h200"), WithSetup(Setup{MIGGPUs: []int{}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +66,13 @@ func TestSimSetup(t *testing.T) {
 		t.Errorf("reopen changed GPU 2: %v, want %v", gis2, gis)
 	}
 	// The real rules apply: 3g.71gb@2 is no placement; two overlap; MIG off.
-	for _, bad := range []SimSetup{
-		{Instances: []SimInstance{{0, "3g.71gb", 2}}},
-		{Instances: []SimInstance{{0, "4g.71gb", 0}, {0, "3g.71gb", 0}}},
-		{MIGGPUs: []int{1}, Instances: []SimInstance{{0, "1g.18gb", 0}}},
+	for _, bad := range []Setup{
+		{Instances: []Instance{{0, "3g.71gb", 2}}},
+		{Instances: []Instance{{0, "4g.71gb", 0}, {0, "3g.71gb", 0}}},
+		{MIGGPUs: []int{1}, Instances: []Instance{{0, "1g.18gb", 0}}},
 		{MIGGPUs: []int{8}},
 	} {
-		if _, err := OpenSim("", WithServer("dgx-h200"), WithSetup(bad)); err == nil {
+		if _, err := Open("", WithServer("dgx-h200"), WithSetup(bad)); err == nil {
 			t.Errorf("setup %+v accepted", bad)
 		}
 	}
@@ -79,19 +80,19 @@ func TestSimSetup(t *testing.T) {
 
 func TestSimTimeSlice(t *testing.T) {
 	s := memSim(t, "dgx-h200")
-	if got, _ := s.TimeSlice(1); got != TimeSliceDefault {
+	if got, _ := s.TimeSlice(1); got != nvml.TimeSliceDefault {
 		t.Fatalf("initial time-slice %q", got)
 	}
-	if err := s.SetTimeSlice(1, TimeSliceLong); err != nil {
+	if err := s.SetTimeSlice(1, nvml.TimeSliceLong); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.TimeSlice(1); got != TimeSliceLong {
+	if got, _ := s.TimeSlice(1); got != nvml.TimeSliceLong {
 		t.Errorf("time-slice %q, want Long", got)
 	}
-	if got, _ := s.TimeSlice(0); got != TimeSliceDefault {
+	if got, _ := s.TimeSlice(0); got != nvml.TimeSliceDefault {
 		t.Errorf("GPU 0 time-slice %q, want Default", got)
 	}
-	if err := s.SetTimeSlice(1, "Forever"); !errors.Is(err, ErrInvalidArgument) {
+	if err := s.SetTimeSlice(1, "Forever"); !errors.Is(err, nvml.ErrInvalidArgument) {
 		t.Errorf("unknown time-slice: %v", err)
 	}
 }
@@ -109,7 +110,7 @@ func TestSimRecoverGPU(t *testing.T) {
 	}
 	// Fallen off the bus: the GPU answers nothing until its reset, so a
 	// driver that missed the event still finds it lost.
-	if _, err := s.MigMode(3); !errors.Is(err, ErrGPULost) || CodeOf(err) != ErrorGPUIsLost {
+	if _, err := s.MigMode(3); !errors.Is(err, nvml.ErrGPULost) || nvml.CodeOf(err) != nvml.ErrorGPUIsLost {
 		t.Errorf("MIG mode of GPU 3 after XID 79: %v, want GPU is lost", err)
 	}
 	if _, err := s.GPUInstances(2); err != nil {

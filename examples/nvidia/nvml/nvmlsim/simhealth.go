@@ -1,16 +1,18 @@
-package nvml
+package nvmlsim
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 )
 
 // simEvent is an XID event in the state, numbered so that each watcher
 // delivers each event once.
 type simEvent struct {
-	Seq   uint64      `json:"seq"`
-	Event HealthEvent `json:"event"`
+	Seq   uint64           `json:"seq"`
+	Event nvml.HealthEvent `json:"event"`
 }
 
 // maxSimEvents bounds the events kept in the state file; a watcher that
@@ -35,7 +37,7 @@ func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) er
 			g.Lost = true
 		}
 		st.NextEvent++
-		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
+		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: nvml.HealthEvent{
 			GPU: gpu, UUID: g.UUID, XID: xid, GPUInstance: gpuInstance, ComputeInstance: computeInstance, Time: time.Now().UTC(),
 		}})
 		if n := len(st.Events); n > maxSimEvents {
@@ -48,26 +50,26 @@ func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) er
 // WatchHealth streams the XID events raised (by RaiseXID in any process
 // sharing the state) after it returns, polling the state, after an
 // Unmonitored event for each GPU an armed FaultRegisterEvents hit.
-func (s *Sim) WatchHealth(ctx context.Context) (<-chan HealthEvent, error) {
+func (s *Sim) WatchHealth(ctx context.Context) (<-chan nvml.HealthEvent, error) {
 	return s.watchHealth(ctx, false)
 }
 
 // WatchHealthLiveness is WatchHealth plus an Alive tick at every poll that
 // found no event (LivenessWatcher).
-func (s *Sim) WatchHealthLiveness(ctx context.Context) (<-chan HealthEvent, error) {
+func (s *Sim) WatchHealthLiveness(ctx context.Context) (<-chan nvml.HealthEvent, error) {
 	return s.watchHealth(ctx, true)
 }
 
-func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, error) {
+func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan nvml.HealthEvent, error) {
 	var cursor uint64
-	var unmonitored []HealthEvent
+	var unmonitored []nvml.HealthEvent
 	err := s.change(func(st *simState) (bool, error) {
 		cursor = st.NextEvent
 		commit := false
 		for i, g := range st.GPUs { // FaultRegisterEvents: this GPU is not watched
 			if st.fault("register events", FaultRegisterEvents, i) != nil {
 				commit = true
-				unmonitored = append(unmonitored, HealthEvent{GPU: i, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+				unmonitored = append(unmonitored, nvml.HealthEvent{GPU: i, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
 			}
 		}
 		return commit, nil
@@ -75,7 +77,7 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, 
 	if err != nil {
 		return nil, fmt.Errorf("watch health: %w", err)
 	}
-	ch := make(chan HealthEvent)
+	ch := make(chan nvml.HealthEvent)
 	go func() {
 		defer close(ch)
 		for _, e := range unmonitored {
@@ -93,7 +95,7 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, 
 				return
 			case <-t.C:
 			}
-			var evs []HealthEvent
+			var evs []nvml.HealthEvent
 			_ = s.view(func(st *simState) error { // a failed read is retried at the next tick
 				for _, e := range st.Events {
 					if e.Seq > cursor {
@@ -104,7 +106,7 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent, 
 				return nil
 			})
 			if alive && len(evs) == 0 {
-				evs = append(evs, HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true})
+				evs = append(evs, nvml.HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true})
 			}
 			for _, e := range evs {
 				select {
@@ -132,7 +134,7 @@ func (s *Sim) RecoverGPU(gpu int) error {
 		g := &st.GPUs[gpu]
 		g.Lost = false
 		st.NextEvent++
-		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: HealthEvent{
+		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: nvml.HealthEvent{
 			GPU: gpu, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Recovered: true,
 		}})
 		if n := len(st.Events); n > maxSimEvents {

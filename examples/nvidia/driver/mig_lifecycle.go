@@ -1,9 +1,10 @@
-package nvml
+package driver
 
 import (
 	"errors"
 	"fmt"
 
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/statefile"
 )
@@ -98,7 +99,7 @@ type MigDevice struct {
 	// Profile is the GPU instance profile name, e.g. "3g.40gb".
 	Profile string `json:"profile"`
 	// GPUInstance is the instance with its compute instances.
-	GPUInstance GPUInstance `json:"gpuInstance"`
+	GPUInstance nvml.GPUInstance `json:"gpuInstance"`
 	// UUID is the MIG device UUID of its first compute instance; empty for
 	// a GPU instance without one.
 	UUID string `json:"uuid,omitempty"`
@@ -121,7 +122,7 @@ func (d MigDevice) Static() bool { return !d.Owned }
 // idempotent; devices are found by Key; and only devices the Owner claims
 // are ever created or destroyed.
 type Lifecycle struct {
-	nv       Interface
+	nv       nvml.Interface
 	owner    Owner
 	lockPath string
 }
@@ -146,7 +147,7 @@ func WithLockFile(path string) LifecycleOption {
 }
 
 // NewLifecycle returns a lifecycle on nv that consults owner.
-func NewLifecycle(nv Interface, owner Owner, opts ...LifecycleOption) (*Lifecycle, error) {
+func NewLifecycle(nv nvml.Interface, owner Owner, opts ...LifecycleOption) (*Lifecycle, error) {
 	if nv == nil || owner == nil {
 		return nil, errors.New("new MIG lifecycle: NVML interface and owner are required")
 	}
@@ -184,31 +185,31 @@ func (l *Lifecycle) owned(op string, k Key) error {
 
 // Find returns the GPU instance at k, if one exists (with or without a
 // compute instance).
-func (l *Lifecycle) Find(k Key) (GPUInstance, bool, error) {
+func (l *Lifecycle) Find(k Key) (nvml.GPUInstance, bool, error) {
 	gis, err := l.nv.GPUInstances(k.GPU)
 	if err != nil {
-		return GPUInstance{}, false, fmt.Errorf("find MIG device %s: %w", k, err)
+		return nvml.GPUInstance{}, false, fmt.Errorf("find MIG device %s: %w", k, err)
 	}
 	for _, gi := range gis {
 		if gi.ProfileID == k.ProfileID && gi.Placement.Start == k.Start {
 			return gi, true, nil
 		}
 	}
-	return GPUInstance{}, false, nil
+	return nvml.GPUInstance{}, false, nil
 }
 
 // profile returns the GPU instance profile k names.
-func (l *Lifecycle) profile(op string, k Key) (GPUInstanceProfile, error) {
+func (l *Lifecycle) profile(op string, k Key) (nvml.GPUInstanceProfile, error) {
 	ps, err := l.nv.GPUInstanceProfiles(k.GPU)
 	if err != nil {
-		return GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
+		return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
 	}
 	for _, p := range ps {
 		if p.ID == k.ProfileID {
 			return p, nil
 		}
 	}
-	return GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, newError(ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", k.GPU, k.ProfileID))
+	return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, nvml.NewError(nvml.ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", k.GPU, k.ProfileID))
 }
 
 // Create makes the MIG device at k: the GPU instance at the placement,
@@ -227,7 +228,7 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 	}
 	defer unlock()
 	if k.Whole {
-		return MigDevice{}, fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, ErrInvalidArgument)
+		return MigDevice{}, fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, nvml.ErrInvalidArgument)
 	}
 	if err := l.owned(op, k); err != nil {
 		return MigDevice{}, err
@@ -257,7 +258,7 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 	}
 	ci, err := l.createCI(gi, prof)
 	if err != nil {
-		if rerr := l.nv.DestroyGPUInstance(k.GPU, gi.ID); rerr != nil && !errors.Is(rerr, ErrNotFound) {
+		if rerr := l.nv.DestroyGPUInstance(k.GPU, gi.ID); rerr != nil && !errors.Is(rerr, nvml.ErrNotFound) {
 			return MigDevice{}, fmt.Errorf("%s %s: %w; roll back GPU instance %d: %w (Recover undoes it)", op, k, err, gi.ID, rerr)
 		}
 		return MigDevice{}, fmt.Errorf("%s %s (GPU instance rolled back): %w", op, k, err)
@@ -270,10 +271,10 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 // createCI creates the compute instance that covers all of gi's compute
 // slices: of the compute instance profiles with the GPU instance's slice
 // count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
-func (l *Lifecycle) createCI(gi GPUInstance, prof GPUInstanceProfile) (ComputeInstance, error) {
+func (l *Lifecycle) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
 	cps, err := l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
 	if err != nil {
-		return ComputeInstance{}, err
+		return nvml.ComputeInstance{}, err
 	}
 	best := -1
 	for _, c := range cps {
@@ -282,7 +283,7 @@ func (l *Lifecycle) createCI(gi GPUInstance, prof GPUInstanceProfile) (ComputeIn
 		}
 	}
 	if best < 0 {
-		return ComputeInstance{}, newError(ErrorNotSupported, fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU), "no compute instance profile with %d slices", prof.SliceCount)
+		return nvml.ComputeInstance{}, nvml.NewError(nvml.ErrorNotSupported, fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU), "no compute instance profile with %d slices", prof.SliceCount)
 	}
 	return l.nv.CreateComputeInstance(gi.GPU, gi.ID, best)
 }
@@ -300,7 +301,7 @@ func (l *Lifecycle) Destroy(k Key) error {
 	}
 	defer unlock()
 	if k.Whole {
-		return fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, ErrInvalidArgument)
+		return fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, nvml.ErrInvalidArgument)
 	}
 	if err := l.owned(op, k); err != nil {
 		return err
@@ -339,13 +340,13 @@ func (l *Lifecycle) SetMode(k Key, enabled bool) error {
 	if m.Current == enabled && m.Pending == enabled {
 		return nil
 	}
-	ms, ok := l.nv.(ModeSetter)
+	ms, ok := l.nv.(nvml.ModeSetter)
 	if !ok {
-		return fmt.Errorf("%s on %s: %w: this NVML backend cannot change MIG mode", op, k, ErrNotSupported)
+		return fmt.Errorf("%s on %s: %w: this NVML backend cannot change MIG mode", op, k, nvml.ErrNotSupported)
 	}
 	if m.Pending != enabled {
 		if m, err = ms.SetMigMode(k.GPU, enabled); err != nil {
-			if errors.Is(err, ErrInUse) {
+			if errors.Is(err, nvml.ErrInUse) {
 				if gis, lerr := l.nv.GPUInstances(k.GPU); lerr == nil && len(gis) > 0 {
 					return fmt.Errorf("%s on %s: %w (its %d GPU instances must be destroyed first)", op, k, err, len(gis))
 				}
@@ -367,14 +368,14 @@ func (l *Lifecycle) SetMode(k Key, enabled bool) error {
 	return nil
 }
 
-func (l *Lifecycle) destroy(op string, gi GPUInstance) error {
+func (l *Lifecycle) destroy(op string, gi nvml.GPUInstance) error {
 	k := Key{GPU: gi.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
 	for _, ci := range gi.ComputeInstances {
-		if err := l.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := l.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
 			return fmt.Errorf("%s %s: %w", op, k, err)
 		}
 	}
-	if err := l.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := l.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
 		return fmt.Errorf("%s %s: %w", op, k, err)
 	}
 	return nil
@@ -393,7 +394,7 @@ func (l *Lifecycle) List() ([]MigDevice, error) {
 	var unread error
 	for _, g := range gpus {
 		mode, err := l.nv.MigMode(g.Index)
-		if errors.Is(err, ErrNotSupported) || (err == nil && !mode.Current) {
+		if errors.Is(err, nvml.ErrNotSupported) || (err == nil && !mode.Current) {
 			continue
 		}
 		if err != nil {
