@@ -30,6 +30,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/drakit/drakit/statefile"
 )
 
 // Media types of the OCI image specification v1.
@@ -265,35 +267,17 @@ func Write(w io.Writer, img Image) (Descriptor, error) {
 }
 
 // WriteFile writes img to the file at path (mode 0644, replaced
-// atomically).
+// atomically with statefile.WriteFile).
 func WriteFile(path string, img Image) (Descriptor, error) {
-	tmp, err := os.CreateTemp(pathDir(path), ".ociimage-*")
+	var buf bytes.Buffer
+	desc, err := Write(&buf, img)
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("create image file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	desc, err := Write(tmp, img)
-	if err != nil {
-		_ = tmp.Close()
 		return Descriptor{}, err
 	}
-	if err := tmp.Close(); err != nil {
-		return Descriptor{}, fmt.Errorf("write image file: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return Descriptor{}, fmt.Errorf("write image file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := statefile.WriteFile(path, buf.Bytes(), statefile.WithMode(0o644)); err != nil {
 		return Descriptor{}, fmt.Errorf("write image file: %w", err)
 	}
 	return desc, nil
-}
-
-func pathDir(p string) string {
-	if i := strings.LastIndex(p, "/"); i >= 0 {
-		return p[:i+1]
-	}
-	return "."
 }
 
 func blobPath(digest string) string { return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:") }
