@@ -20,10 +20,9 @@ var chmod = (*os.File).Chmod
 
 // Acquire takes the lock on path, creating the file if it is missing and
 // setting its mode to 0600 if it has another, and waits until it is
-// granted. On a read-only file system an
-// existing lock file still locks (flock needs no write access), so
-// readers keep working and a change fails where it writes, with the
-// error that says why.
+// granted. On a read-only file system an existing lock file still locks
+// (flock needs no write access), so readers keep working and a change
+// fails where it writes, with the error that says why.
 func Acquire(path string, opts ...LockOption) (*Lock, error) {
 	return acquire(path, false, opts)
 }
