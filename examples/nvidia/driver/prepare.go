@@ -449,8 +449,11 @@ func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
 
 // claimFile is the host path of a claim's devices file.
 func (d *Driver) claimFile(uid string) string {
-	return filepath.Join(d.o.stateDir, "claims", uid+".json")
+	return filepath.Join(d.claimDir(), uid+".json")
 }
+
+// claimDir is the host folder of the claims' devices files.
+func (d *Driver) claimDir() string { return filepath.Join(d.o.stateDir, "claims") }
 
 // deviceNodes are a device's nodes on real hardware: the GPU's
 // /dev/nvidia<minor> and, for a MIG device, the capability nodes of its
