@@ -154,8 +154,8 @@
 // pod.two-claims-env is advice (SHOULD): each claim is prepared on its
 // own, so a claim-wide variable (one value naming all of a claim's
 // devices, which pod.two-devices accepts) collides only in a container
-// that has two claims. The reference NVIDIA driver warns on it
-// (NVIDIA_VISIBLE_DEVICES and NVIDIA_DRAKIT_DEVICES_FILE are per claim).
+// that has two claims. The reference NVIDIA driver passes it: its
+// claim-wide variables have the same value in every claim.
 //
 // The correct variants pass cluster mode as they pass socket mode:
 // full (every check passes), names-if-needed (pod.request-names,

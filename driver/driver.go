@@ -251,8 +251,8 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	if _, err := inv.DriverResources(); err != nil {
 		return fmt.Errorf("run driver: publish devices: %w", err)
 	}
-	d.health = health.New(d.name, d.o.healthTimeout)
 	d.published = publication.New()
+	d.health = health.New(d.name, d.o.healthTimeout, d.published)
 	d.setInventory(inv)
 	eng.published = func(pool, dev string) bool {
 		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev)

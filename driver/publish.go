@@ -95,8 +95,9 @@ func (d *Runtime) publish(ctx context.Context, inv *device.Inventory) error {
 }
 
 // setInventory makes inv the inventory the slices and the health streams
-// are built from.
+// are built from: the publication set keeps it, the health streams read
+// it from there.
 func (d *Runtime) setInventory(inv *device.Inventory) {
 	d.published.Store(inv)
-	d.health.SetInventory(inv)
+	d.health.InventoryChanged()
 }

@@ -11,15 +11,18 @@ import (
 	"syscall"
 )
 
-// lockMode is the lock file's mode, whatever the umask: a lock file that
-// others may write could be replaced under its holders.
+// lockMode is the lock file's mode, whatever the umask: a lock file
+// others may open is a lock others may take and hold.
 const lockMode = 0o600
 
-// Acquire takes the lock on path, creating the file (mode 0600) if it is
-// missing, and waits until it is granted. On a read-only file system an
-// existing lock file still locks (flock needs no write access), so
-// readers keep working and a change fails where it writes, with the
-// error that says why.
+// chmod sets an open file's mode; a test counts its calls.
+var chmod = (*os.File).Chmod
+
+// Acquire takes the lock on path, creating the file if it is missing and
+// setting its mode to 0600 if it has another, and waits until it is
+// granted. On a read-only file system an existing lock file still locks
+// (flock needs no write access), so readers keep working and a change
+// fails where it writes, with the error that says why.
 func Acquire(path string, opts ...LockOption) (*Lock, error) {
 	return acquire(path, false, opts)
 }
@@ -71,8 +74,10 @@ func acquire(path string, try bool, opts []LockOption) (*Lock, error) {
 }
 
 // openLock opens path read-write (created with lockMode, and set to it
-// whatever the umask or an earlier creator chose), or read-only on a
-// read-only file system.
+// when the umask or an earlier creator chose another mode), or read-only
+// on a read-only file system. A file that has lockMode already is not
+// changed: a lock taken on every access (the NVIDIA simulator's store
+// takes one several times per prepare) costs no inode write.
 func openLock(path string) (f *os.File, writable bool, err error) {
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, lockMode)
 	if errors.Is(err, syscall.EROFS) {
@@ -82,7 +87,11 @@ func openLock(path string) (f *os.File, writable bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := f.Chmod(lockMode); err != nil {
+	st, err := f.Stat()
+	if err == nil && st.Mode().Perm() != lockMode {
+		err = chmod(f, lockMode)
+	}
+	if err != nil {
 		_ = f.Close()
 		return nil, false, err
 	}

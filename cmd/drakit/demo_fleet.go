@@ -564,7 +564,8 @@ func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, re
 	if _, err := cs.ResourceV1().ResourceClaimTemplates(fleetNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create ResourceClaimTemplate: %w", err)
 	}
-	const env = "NVIDIA_VISIBLE_DEVICES"
+	// The device's UUID, in the variable the driver names after it.
+	const env = nvdriver.EnvDevicePrefix
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "real-mig", Namespace: fleetNS},
 		Spec: corev1.PodSpec{
@@ -575,7 +576,7 @@ func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, re
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: "mig", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
 			Containers: []corev1.Container{{
 				Name: "c", Image: c.Images.Busybox, ImagePullPolicy: corev1.PullNever,
-				Command:   []string{"sh", "-c", "env | grep " + env + "; sleep 3600"},
+				Command:   []string{"sh", "-c", "env | grep ^" + env + "; sleep 3600"},
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "mig"}}},
 			}},
 		},
@@ -601,8 +602,8 @@ func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, re
 			return false, nil // the container may not have written yet
 		}
 		for l := range strings.Lines(string(logs)) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), env+"="); ok {
-				res.realEnv = v
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, env) {
+				res.realEnv = l
 				return true, nil
 			}
 		}
@@ -612,7 +613,7 @@ func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, re
 		if got != nil {
 			phase = string(got.Status.Phase)
 		}
-		return fmt.Errorf("pod %s not running with %s on the real node (phase %s): %w", pod.Name, env, phase, err)
+		return fmt.Errorf("pod %s not running with a %s* variable on the real node (phase %s): %w", pod.Name, env, phase, err)
 	}
 	res.realPod = pod.Name
 	for _, st := range got.Status.ResourceClaimStatuses {
@@ -627,8 +628,8 @@ func fleetRealPod(ctx context.Context, c *cluster.Cluster, profiles []string, re
 			res.realDevice = a.Devices.Results[0].Device
 		}
 	}
-	step("pod %s (a claim for one %s) RUNS on the real node %s: the driver made the MIG device %s at prepare, the container saw %s=%s (%s)",
-		pod.Name, profiles[0], c.NodeName, res.realDevice, env, res.realEnv, since(t0))
+	step("pod %s (a claim for one %s) RUNS on the real node %s: the driver made the MIG device %s at prepare, the container saw %s (%s)",
+		pod.Name, profiles[0], c.NodeName, res.realDevice, res.realEnv, since(t0))
 	if err := cs.CoreV1().Pods(fleetNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
 	}

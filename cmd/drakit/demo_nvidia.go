@@ -467,10 +467,10 @@ func (d *nvidiaDemo) runWorkload(ctx context.Context, w deploy.Workload) error {
 	}
 	d.stepf("pod %s asks for %s", w.Name, w.Ask)
 	d.linef("Running in %s; claim %s (%s) got %s", since(t0), claim.Name, how, strings.Join(got, " + "))
-	d.linef("the container saw NVIDIA_VISIBLE_DEVICES=%s", strings.Join(seen.VisibleDevices, ","))
+	d.linef("the container saw devices %s (%s=%s: they come from CDI, not the legacy hook)", strings.Join(seen.UUIDs, ","), nvdriver.EnvVisibleDevices, seen.VisibleDevices)
 	var env []string
 	for k, v := range seen.Env {
-		if k != nvdriver.EnvDevicesFile {
+		if k != nvdriver.EnvClaimFileDir {
 			env = append(env, k+"="+v)
 		}
 	}
@@ -478,10 +478,10 @@ func (d *nvidiaDemo) runWorkload(ctx context.Context, w deploy.Workload) error {
 	for _, e := range env {
 		d.linef("                  %s", e)
 	}
-	if f := seen.Env[nvdriver.EnvDevicesFile]; f != "" {
-		d.linef("and its devices file %s: %s", f, oneLine(seen.DevicesFile, 160))
+	if f := seen.Env[nvdriver.EnvClaimFileDir]; f != "" {
+		d.linef("and its claim's devices file in %s: %s", f, oneLine(seen.DevicesFiles, 160))
 	}
-	for _, u := range seen.VisibleDevices {
+	for _, u := range seen.UUIDs {
 		d.users[u] = w.Name
 	}
 	return d.picture("the GPUs now")

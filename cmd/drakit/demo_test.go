@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -88,11 +89,16 @@ func TestDemoNVIDIA(t *testing.T) {
 	if !strings.Contains(text, "conformance suite in cluster mode") {
 		t.Errorf("demo output lacks the cluster mode step")
 	}
-	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=GPU-"); n != 2 {
+	if n := strings.Count(text, "the container saw devices GPU-"); n != 2 {
 		t.Errorf("%d pods saw a full GPU, want 2", n)
 	}
-	if n := strings.Count(text, "the container saw NVIDIA_VISIBLE_DEVICES=MIG-"); n != 4 {
+	if n := strings.Count(text, "the container saw devices MIG-"); n != 4 {
 		t.Errorf("%d pods saw MIG devices, want 4", n)
+	}
+	// A container with two claims of the reference driver sees both
+	// claims' devices.
+	if !regexp.MustCompile(`(?m)^pod\.two-claims-env +SHOULD +pass `).MatchString(text) {
+		t.Errorf("cluster mode's pod.two-claims-env did not pass for the reference driver")
 	}
 }
 

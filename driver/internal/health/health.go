@@ -27,11 +27,12 @@ import (
 // a timer: the kubelet hears from the runtime when the vendor reports, when
 // the inventory changes and when a report goes stale.
 type State struct {
-	driver  string
-	timeout time.Duration
+	driver    string
+	timeout   time.Duration
+	published Published
 
+	// mu is taken before published's own lock, never after it.
 	mu        sync.Mutex
-	inv       *device.Inventory
 	reports   map[device.DeviceID]device.HealthReport
 	taintedAt map[device.DeviceID]time.Time
 	// reporting is set by the vendor's first health report: from then on
@@ -43,11 +44,17 @@ type State struct {
 	changed     chan struct{} // closed and replaced on every change
 }
 
-// New returns the health state of driver's devices; a report is valid for
-// timeout from its time.
-func New(driver string, timeout time.Duration) *State {
+// Published gives the inventory whose devices the health streams carry:
+// the one the driver published last. [publication.Set] implements it.
+type Published interface {
+	Inventory() *device.Inventory
+}
+
+// New returns the health state of driver's devices, which published
+// gives; a report is valid for timeout from its time.
+func New(driver string, timeout time.Duration, published Published) *State {
 	return &State{
-		driver: driver, timeout: timeout,
+		driver: driver, timeout: timeout, published: published,
 		reports:   map[device.DeviceID]device.HealthReport{},
 		taintedAt: map[device.DeviceID]time.Time{},
 		changed:   make(chan struct{}),
@@ -59,12 +66,11 @@ func (h *State) notifyLocked() {
 	h.changed = make(chan struct{})
 }
 
-// SetInventory sets the devices whose health the streams carry and tells
-// the streams.
-func (h *State) SetInventory(inv *device.Inventory) {
+// InventoryChanged tells the streams that the published inventory
+// changed: each sends a report on its devices. Call it after the change.
+func (h *State) InventoryChanged() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.inv = inv
 	h.notifyLocked()
 }
 
@@ -164,15 +170,18 @@ func taintEffect(r device.HealthReport) device.TaintEffect {
 	return device.NoSchedule
 }
 
-// snapshot is the health of every device of the inventory at now, as the
-// vendor last reported it: Unknown for a device never reported on or
-// whose report is older than the timeout. stale is when the next fresh
-// report goes stale (zero if none will).
+// snapshot is the health of every device of the published inventory at
+// now, as the vendor last reported it: Unknown for a device never
+// reported on or whose report is older than the timeout. stale is when
+// the next fresh report goes stale (zero if none will). The caller holds
+// mu, and read the changed channel before: an inventory stored after
+// this read closes that channel.
 func (h *State) snapshot(now time.Time) (rep kubeletplugin.DeviceHealthReport, stale time.Time) {
-	if h.inv == nil {
+	inv := h.published.Inventory()
+	if inv == nil {
 		return rep, stale
 	}
-	for _, p := range h.inv.Pools {
+	for _, p := range inv.Pools {
 		for _, d := range p.Devices {
 			id := device.DeviceID{Pool: p.Name, Device: d.Name()}
 			dh := kubeletplugin.DeviceHealth{PoolName: p.Name, DeviceName: d.Name(), Health: kubeletplugin.HealthStatusUnknown, HealthCheckTimeout: h.timeout}

@@ -1,12 +1,16 @@
 package health
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
 	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver/internal/publication"
 )
 
 // An Unhealthy report's TaintEffect sets its taint's effect (empty:
@@ -19,8 +23,9 @@ func TestHealthTaintEffectPerReport(t *testing.T) {
 		p.Devices = append(p.Devices, device.New(n))
 	}
 	inv := &device.Inventory{Driver: drv, Pools: []device.Pool{p}}
-	h := New(drv, time.Minute)
-	h.SetInventory(inv)
+	published := publication.New()
+	published.Store(inv)
+	h := New(drv, time.Minute, published)
 	report := func(dev string, effect device.TaintEffect) device.HealthReport {
 		return device.HealthReport{Device: device.DeviceID{Pool: "node-1", Device: dev}, Health: device.Unhealthy, Reason: "R" + dev, TaintEffect: effect}
 	}
@@ -50,5 +55,46 @@ func TestHealthTaintEffectPerReport(t *testing.T) {
 	}
 	if got := taints(); !strings.Contains(got, "xid=Rxid:NoExecute") {
 		t.Errorf("taints after the effect changed: %q", got)
+	}
+}
+
+// The streams report on the inventory the publication set holds: after
+// InventoryChanged, on the new one's devices.
+func TestStreamReadsThePublishedInventory(t *testing.T) {
+	const drv = "gpu.example.com"
+	inv := func(devs ...string) *device.Inventory {
+		p := device.Pool{Name: "node-1"}
+		for _, n := range devs {
+			p.Devices = append(p.Devices, device.New(n))
+		}
+		return &device.Inventory{Driver: drv, Pools: []device.Pool{p}}
+	}
+	published := publication.New()
+	published.Store(inv("a"))
+	h := New(drv, time.Hour, published)
+	h.Update([]device.HealthReport{{Device: device.DeviceID{Pool: "node-1", Device: "a"}, Health: device.Healthy}}, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error, 1)
+	go func() { done <- h.Stream(ctx, reports) }()
+	names := func(r kubeletplugin.DeviceHealthReport) string {
+		var out []string
+		for _, d := range r.Devices {
+			out = append(out, d.DeviceName+"="+string(d.Health))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := names(<-reports); got != "a=Healthy" {
+		t.Errorf("first report %q, want a=Healthy", got)
+	}
+	published.Store(inv("a", "b"))
+	h.InventoryChanged()
+	if got := names(<-reports); got != "a=Healthy b=Unknown" {
+		t.Errorf("report after the inventory changed %q, want a=Healthy b=Unknown", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Stream: %v", err)
 	}
 }

@@ -170,22 +170,25 @@ func TestE2E(t *testing.T) {
 		}
 		s, claim := seen[w.Name], claims[w.Name]
 		results := claim.Status.Allocation.Devices.Results
-		if len(s.VisibleDevices) != w.Devices || len(results) != w.Devices {
-			t.Errorf("pod %s (%s): allocated %d devices, the container saw %v; want %d", w.Name, w.Ask, len(results), s.VisibleDevices, w.Devices)
+		if len(s.UUIDs) != w.Devices || len(results) != w.Devices {
+			t.Errorf("pod %s (%s): allocated %d devices, the container saw %v; want %d", w.Name, w.Ask, len(results), s.UUIDs, w.Devices)
 			continue
 		}
-		if s.Env[nvdriver.EnvDevicesFile] == "" || !strings.Contains(s.DevicesFile, claim.Name) {
-			t.Errorf("pod %s: devices file %q (env %v) does not name claim %s", w.Name, s.DevicesFile, s.Env, claim.Name)
+		if s.VisibleDevices != nvdriver.VisibleDevicesVoid {
+			t.Errorf("pod %s: the container saw %s=%q, want %q", w.Name, nvdriver.EnvVisibleDevices, s.VisibleDevices, nvdriver.VisibleDevicesVoid)
+		}
+		if s.Env[nvdriver.EnvClaimFileDir] == "" || !strings.Contains(s.DevicesFiles, claim.Name) {
+			t.Errorf("pod %s: devices file %q (env %v) does not name claim %s", w.Name, s.DevicesFiles, s.Env, claim.Name)
 		}
 		for _, r := range results {
 			if r.Driver != nvdriver.DriverName {
 				t.Errorf("pod %s got a device of driver %s", w.Name, r.Driver)
 			}
-			if u, ok := uuids[r.Device]; ok && !slices.Contains(s.VisibleDevices, u) {
-				t.Errorf("pod %s: allocated %s (UUID %s), the container saw %v", w.Name, r.Device, u, s.VisibleDevices)
+			if u, ok := uuids[r.Device]; ok && !slices.Contains(s.UUIDs, u) {
+				t.Errorf("pod %s: allocated %s (UUID %s), the container saw %v", w.Name, r.Device, u, s.UUIDs)
 			}
 		}
-		for _, u := range s.VisibleDevices {
+		for _, u := range s.UUIDs {
 			switch {
 			case strings.HasPrefix(u, "MIG-"):
 				if _, ok := during[u]; !ok {
@@ -209,7 +212,7 @@ func TestE2E(t *testing.T) {
 	// The two devices of mig-pair are on one GPU.
 	if pair := claims["mig-pair"]; pair != nil {
 		var gpus []string
-		for _, u := range seen["mig-pair"].VisibleDevices {
+		for _, u := range seen["mig-pair"].UUIDs {
 			gpus = append(gpus, strings.SplitN(during[u], " profile", 2)[0])
 		}
 		if len(gpus) != 2 || gpus[0] != gpus[1] {
@@ -341,7 +344,7 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 
 	oneG := pinned(story["mig-1g"], "free-1g", gpu)
 	seen := run(oneG)
-	if u := seen["free-1g"].VisibleDevices; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d ", gpu)) {
+	if u := seen["free-1g"].UUIDs; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d ", gpu)) {
 		t.Fatalf("free-1g saw %v, want a MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
 	}
 	end(oneG)
@@ -357,7 +360,7 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 	seen = run(legacy...)
 	var got []string
 	for _, w := range legacy {
-		got = append(got, seen[w.Name].VisibleDevices...)
+		got = append(got, seen[w.Name].UUIDs...)
 	}
 	if !slices.Contains(got, gpus[gpu].UUID) {
 		t.Errorf("three nvidia.com/gpu: 1 pods saw %v; none got idle dynamic GPU %d (%s)", got, gpu, gpus[gpu].UUID)
@@ -372,7 +375,7 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 
 	threeG := pinned(story["mig-3g"], "free-3g", gpu)
 	seen = run(threeG)
-	if u := seen["free-3g"].VisibleDevices; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d profile 9 ", gpu)) {
+	if u := seen["free-3g"].UUIDs; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d profile 9 ", gpu)) {
 		t.Errorf("free-3g saw %v, want a 3g MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
 	}
 	end(threeG)

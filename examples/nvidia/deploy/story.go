@@ -26,7 +26,8 @@ type Workload struct {
 	// scheduler.
 	Template *resourceapi.ResourceClaimTemplate
 	// Pod runs busybox and prints what it received: NVIDIA_VISIBLE_DEVICES,
-	// the driver's NVIDIA_DRAKIT_* variables and the claim's devices file.
+	// the driver's NVIDIA_DRAKIT_* variables and its claim's devices file
+	// (ContainerScript).
 	Pod *corev1.Pod
 	// Devices is how many devices the pod gets.
 	Devices int
@@ -36,9 +37,10 @@ type Workload struct {
 }
 
 // ContainerScript is what every story pod's container runs: it prints
-// the devices it received, then sleeps until deleted.
-const ContainerScript = `echo "NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"; env | grep '^NVIDIA_DRAKIT_' | sort; ` +
-	`[ -n "$NVIDIA_DRAKIT_DEVICES_FILE" ] && cat "$NVIDIA_DRAKIT_DEVICES_FILE"; echo; echo END; sleep 3600`
+// the devices it received (the driver's variables and its claims' devices
+// files), then sleeps until deleted.
+const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.EnvVisibleDevices + `"; env | grep '^NVIDIA_DRAKIT_' | sort; ` +
+	`[ -n "$` + nvdriver.EnvClaimFileDir + `" ] && cat "$` + nvdriver.EnvClaimFileDir + `"/*.json; echo; echo END; sleep 3600`
 
 // Story returns the workloads, in the demo's order, for pods in namespace
 // ns running image (a busybox with sh, env, grep, cat, sleep; pull policy
@@ -113,12 +115,19 @@ func limitsWorkload(ns, image, name, extended string) Workload {
 
 // Seen is what a story pod's container printed, parsed.
 type Seen struct {
-	// VisibleDevices are the UUIDs in NVIDIA_VISIBLE_DEVICES.
-	VisibleDevices []string
+	// VisibleDevices is NVIDIA_VISIBLE_DEVICES as the container saw it:
+	// nvdriver.VisibleDevicesVoid from the driver (its devices come from
+	// CDI).
+	VisibleDevices string
+	// UUIDs are the device UUIDs the driver gave the container, one per
+	// device variable (nvdriver.EnvDevicePrefix), in the variables'
+	// order.
+	UUIDs []string
 	// Env are the NVIDIA_DRAKIT_* variables.
 	Env map[string]string
-	// DevicesFile is the content of the claim's devices file.
-	DevicesFile string
+	// DevicesFiles is the content of the devices files of the
+	// container's claims.
+	DevicesFiles string
 	// Complete is true once the container printed everything (END).
 	Complete bool
 }
@@ -129,19 +138,20 @@ func ParseSeen(log string) Seen {
 	var file []string
 	for _, line := range strings.Split(log, "\n") {
 		switch {
-		case strings.HasPrefix(line, "NVIDIA_VISIBLE_DEVICES="):
-			if v := strings.TrimPrefix(line, "NVIDIA_VISIBLE_DEVICES="); v != "" {
-				s.VisibleDevices = strings.Split(v, ",")
-			}
+		case strings.HasPrefix(line, nvdriver.EnvVisibleDevices+"="):
+			s.VisibleDevices = strings.TrimPrefix(line, nvdriver.EnvVisibleDevices+"=")
 		case strings.HasPrefix(line, "NVIDIA_DRAKIT_"):
 			k, v, _ := strings.Cut(line, "=")
 			s.Env[k] = v
+			if strings.HasPrefix(k, nvdriver.EnvDevicePrefix) {
+				s.UUIDs = append(s.UUIDs, v)
+			}
 		case line == "END":
 			s.Complete = true
 		default:
 			file = append(file, line)
 		}
 	}
-	s.DevicesFile = strings.TrimSpace(strings.Join(file, "\n"))
+	s.DevicesFiles = strings.TrimSpace(strings.Join(file, "\n"))
 	return s
 }

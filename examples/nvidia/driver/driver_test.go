@@ -146,7 +146,7 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	edits, _ := f.d.ClaimEdits(ctx, c, devs)
-	if s := specString(t, pd.Edits) + specString(t, edits); !strings.Contains(s, EnvDevicePrefix+"GPU_5_1G_18GB_3="+uuid) || !strings.Contains(s, EnvVisibleDevices+"="+uuid) || strings.Contains(s, "/dev/nvidia") {
+	if s := specString(t, pd.Edits) + specString(t, edits); !strings.Contains(s, EnvDevicePrefix+"GPU_5_1G_18GB_3="+uuid) || !strings.Contains(s, EnvVisibleDevices+"="+VisibleDevicesVoid) || strings.Contains(s, "/dev/nvidia") {
 		t.Errorf("edits %s: want the MIG UUID and no device nodes", s)
 	}
 	var file ClaimFile
@@ -521,24 +521,22 @@ func TestTwoMIGDevicesInOneClaim(t *testing.T) {
 	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
 		t.Fatal(err)
 	}
-	edits, err := f.d.ClaimEdits(ctx, c, devs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := claimSpecs(t, f, c, devs)
 	gis, _ := f.sim.GPUInstances(6)
 	if len(gis) != 2 {
 		t.Fatalf("GPU 6 instances %+v, want two", gis)
 	}
-	want := EnvVisibleDevices + "=" + gis[0].ComputeInstances[0].UUID + "," + gis[1].ComputeInstances[0].UUID
-	if s := specString(t, edits); !strings.Contains(s, want) {
-		t.Errorf("claim edits %s lack %s", s, want)
+	for i, dev := range devs {
+		if want := EnvDevicePrefix + envSuffix(dev.Device) + "=" + gis[i].ComputeInstances[0].UUID; !strings.Contains(s, want) {
+			t.Errorf("the claim's edits %s lack %s", s, want)
+		}
 	}
 	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, devs); err != nil {
 		t.Fatal(err)
 	}
 
 	bad := []kit.AllocatedDevice{alloc("gpu-7-3g-71gb-0"), alloc("gpu-7-4g-71gb-0")}
-	err = f.d.PrepareClaim(ctx, claim("bad"), bad)
+	err := f.d.PrepareClaim(ctx, claim("bad"), bad)
 	if !errors.Is(err, nvml.ErrInsufficientResources) {
 		t.Errorf("overlapping devices: %v, want ErrInsufficientResources", err)
 	}

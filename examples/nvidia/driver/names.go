@@ -60,23 +60,35 @@ const (
 	ModeDynamic = "dynamic"
 )
 
-// Environment variables and files a container of a claim gets.
+// Environment variables and files a container of a claim gets. Each
+// variable either names one device or has the same value in every claim,
+// so a container with several claims (each prepared on its own, each with
+// its own CDI spec) sees every device of all of them: a claim-wide
+// variable that lists the claim's devices would keep only the last
+// claim's.
 const (
-	// EnvVisibleDevices lists the UUIDs of the claim's devices (GPU and
-	// MIG UUIDs), comma-separated, as the NVIDIA container toolkit reads
-	// it.
+	// EnvVisibleDevices is the NVIDIA container toolkit's device
+	// selector. Every claim sets it to VisibleDevicesVoid: the devices,
+	// and on real hardware the driver's libraries, come from the claim's
+	// CDI specs.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// VisibleDevicesVoid is EnvVisibleDevices' value. It keeps an
+	// nvidia-container-runtime in legacy mode (or its hook) from
+	// injecting GPUs itself, also when the image sets
+	// NVIDIA_VISIBLE_DEVICES=all, as CUDA images do: such a container
+	// would otherwise get every GPU of the node.
+	VisibleDevicesVoid = "void"
 	// EnvDevicePrefix + the device name in upper case with '-' as '_'
 	// (e.g. NVIDIA_DRAKIT_DEVICE_GPU_4_1G_18GB_0) is the device's UUID.
 	EnvDevicePrefix = "NVIDIA_DRAKIT_DEVICE_"
 	// EnvTimeSlicePrefix + the same suffix is a time-sliced GPU's
 	// interval (Default, Short, Medium, Long).
 	EnvTimeSlicePrefix = "NVIDIA_DRAKIT_TIMESLICE_"
-	// EnvDevicesFile is the path of the claim's devices file in the
-	// container (of the last claim, when a container has several).
-	EnvDevicesFile = "NVIDIA_DRAKIT_DEVICES_FILE"
-	// ClaimFileDir is the container folder holding one devices file per
-	// claim, "<namespace>_<claim name>.json" (see ClaimFile).
+	// EnvClaimFileDir is ClaimFileDir, set by every claim.
+	EnvClaimFileDir = "NVIDIA_DRAKIT_CLAIM_FILE_DIR"
+	// ClaimFileDir is the container folder holding the devices file of
+	// each of the container's claims, "<namespace>_<claim name>.json"
+	// (see ClaimFile).
 	ClaimFileDir = "/var/run/nvidia-drakit/claims"
 )
 

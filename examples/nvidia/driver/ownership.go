@@ -14,6 +14,7 @@ import (
 
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
+	"github.com/drakit/drakit/statefile"
 )
 
 // ownershipFile is the record, in the state folder, of how each
@@ -188,11 +189,21 @@ func (d *Driver) locate(k Key) (Key, bool) {
 // MIG mode on again (a crash between a whole-GPU claim's release and
 // the mode change), or keeps it off with the error logged when that
 // fails (the next MIG prepare tries again). A lost claim (its checkpoint
-// record was corrupt) keeps what the journal says it holds.
-func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) error {
+// record was corrupt) keeps what the journal says it holds. The
+// temporary files that crashed writes left in the claims' devices folder
+// are removed.
+func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error) {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
 	logger := klog.FromContext(ctx)
+	// Only a prepare writes a devices file, and none runs during
+	// Reconcile: not in this process, nor (under the runtime's
+	// cross-instance lock) in the other instance of a rolling update.
+	if n, terr := statefile.RemoveTemp(d.claimDir()); terr != nil {
+		defer func() { err = errors.Join(err, fmt.Errorf("reconcile devices files: %w", terr)) }()
+	} else if n > 0 {
+		logger.Info("Removed the temporary files of interrupted devices file writes", "files", n)
+	}
 	holders := map[Key][]string{} // by key without the index
 	lost := map[string]bool{}
 	norm := func(k Key) Key { k.GPU = -1; return k }

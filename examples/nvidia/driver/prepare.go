@@ -61,7 +61,7 @@ type ClaimDevice struct {
 }
 
 // ClaimFile is the devices file a claim's containers get, at
-// ClaimFileDir/<namespace>_<claim name>.json and in EnvDevicesFile.
+// ClaimFileDir/<namespace>_<claim name>.json.
 type ClaimFile struct {
 	Namespace string        `json:"namespace"`
 	Claim     string        `json:"claim"`
@@ -250,14 +250,15 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	return kit.PreparedDevice{Edits: edits, Data: raw, Metadata: meta}, nil
 }
 
-// ClaimEdits gives every container of the claim NVIDIA_VISIBLE_DEVICES
-// (the UUIDs of the claim's devices), the claim's devices file (ClaimFile)
-// mounted read-only with its path in EnvDevicesFile, and on real hardware
-// the ContainerEditor's CommonEdits (by default the control nodes
-// /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools).
+// ClaimEdits gives every container of the claim EnvVisibleDevices=
+// VisibleDevicesVoid, the claim's devices file (ClaimFile) mounted
+// read-only in ClaimFileDir with the folder in EnvClaimFileDir, and on
+// real hardware the ContainerEditor's CommonEdits (by default the control
+// nodes /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools). It
+// sets no variable to a value of its own claim: a container with two
+// claims gets both claims' edits, and would see one value only.
 func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) (*cdi.Edits, error) {
 	f := ClaimFile{Namespace: claim.Namespace, Claim: claim.Name, UID: string(claim.UID)}
-	var uuids []string
 	for _, dev := range devs {
 		cd, info, err := d.describe(dev)
 		if err != nil {
@@ -269,7 +270,6 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		}
 		cd.TimeSlice = cfg.timeSlice()
 		f.Devices = append(f.Devices, cd)
-		uuids = append(uuids, cd.UUID)
 	}
 	host := d.claimFile(string(claim.UID))
 	if err := writeJSON(host, f); err != nil {
@@ -277,8 +277,8 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 	}
 	in := filepath.Join(ClaimFileDir, claim.Namespace+"_"+claim.Name+".json")
 	edits := (&cdi.Edits{}).
-		Env(EnvVisibleDevices, strings.Join(uuids, ",")).
-		Env(EnvDevicesFile, in).
+		Env(EnvVisibleDevices, VisibleDevicesVoid).
+		Env(EnvClaimFileDir, ClaimFileDir).
 		Mount(host, in, "ro", "nosuid", "nodev", "bind")
 	if !*d.o.simulated {
 		e, err := d.o.editor.CommonEdits()
@@ -449,8 +449,11 @@ func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
 
 // claimFile is the host path of a claim's devices file.
 func (d *Driver) claimFile(uid string) string {
-	return filepath.Join(d.o.stateDir, "claims", uid+".json")
+	return filepath.Join(d.claimDir(), uid+".json")
 }
+
+// claimDir is the host folder of the claims' devices files.
+func (d *Driver) claimDir() string { return filepath.Join(d.o.stateDir, "claims") }
 
 // deviceNodes are a device's nodes on real hardware: the GPU's
 // /dev/nvidia<minor> and, for a MIG device, the capability nodes of its

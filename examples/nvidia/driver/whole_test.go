@@ -137,13 +137,8 @@ func TestWholeDynamicGPU(t *testing.T) {
 	if m := migMode(t, f.sim, 4); m.Current || m.Pending {
 		t.Fatalf("MIG mode of GPU 4 with the GPU prepared whole: %+v, want off", m)
 	}
-	c := claim("whole")
-	edits, err := f.d.ClaimEdits(ctx, c, []kit.AllocatedDevice{alloc("gpu-4")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	gpus, _ := f.sim.GPUs()
-	if spec := specString(t, edits); !strings.Contains(spec, EnvVisibleDevices+"="+gpus[4].UUID) {
+	if spec := claimSpecs(t, f, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")}); !strings.Contains(spec, EnvDevicePrefix+"GPU_4="+gpus[4].UUID) {
 		t.Errorf("whole GPU 4's container edits %s lack its UUID %s", spec, gpus[4].UUID)
 	}
 	// The scheduler gives no MIG device of the GPU meanwhile (one counter

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -193,10 +194,22 @@ func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWit
 	}
 }
 
+// deviceUUIDs returns the values of the device variables
+// (nvdriver.EnvDevicePrefix) in a podWith container's log.
+func deviceUUIDs(log string) []string {
+	var out []string
+	for l := range strings.Lines(log) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.HasPrefix(k, nvdriver.EnvDevicePrefix) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // podWith runs a pod whose container prints its environment's NVIDIA
 // variables and the claim's devices file, then sleeps.
 func podWith(env *testenv.Env, name, claim string) *corev1.Pod {
-	script := `env | grep '^NVIDIA' | sort; cat $` + nvdriver.EnvDevicesFile + ` | tr -d ' \n'; echo; sleep 3600`
+	script := `env | grep '^NVIDIA' | sort; cat $` + nvdriver.EnvClaimFileDir + `/*.json | tr -d ' \n'; echo; sleep 3600`
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
@@ -346,21 +359,22 @@ func TestDriver(t *testing.T) {
 		}
 		gpu, _ := sim.GPUInstances(ref.GPU)
 		uuid := gpu[0].ComputeInstances[0].UUID
-		for _, want := range []string{nvdriver.EnvVisibleDevices + "=" + uuid, `"profile":"1g.18gb"`, `"uuid":"` + uuid + `"`, `"mode":"dynamic"`} {
+		for _, want := range []string{nvdriver.EnvDevicePrefix + strings.ToUpper(strings.ReplaceAll(dev, "-", "_")) + "=" + uuid, nvdriver.EnvVisibleDevices + "=" + nvdriver.VisibleDevicesVoid, `"profile":"1g.18gb"`, `"uuid":"` + uuid + `"`, `"mode":"dynamic"`} {
 			if !strings.Contains(migLog, want) {
 				t.Errorf("mig-user did not see %s", want)
 			}
 		}
 		gpus, _ := sim.GPUs()
-		if !strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"=GPU-") || !strings.Contains(gpuLog, `"type":"gpu"`) {
-			t.Errorf("gpu-user did not see a GPU UUID and its devices file")
+		seen := deviceUUIDs(gpuLog)
+		if len(seen) != 1 || !strings.Contains(gpuLog, `"type":"gpu"`) {
+			t.Errorf("gpu-user did not see one GPU UUID (%v) and its devices file", seen)
 		}
 		found := false
 		for _, g := range gpus {
-			found = found || strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"="+g.UUID)
+			found = found || slices.Contains(seen, g.UUID)
 		}
 		if !found {
-			t.Errorf("gpu-user's NVIDIA_VISIBLE_DEVICES is no simulated GPU's UUID")
+			t.Errorf("gpu-user's device variable %v holds no simulated GPU's UUID", seen)
 		}
 		full, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, "full", metav1.GetOptions{})
 		if err != nil {
@@ -397,7 +411,8 @@ func TestDriver(t *testing.T) {
 		waitRunning(ctx, t, env, "old-mig")
 		gpuLog, migLog := containerLog(ctx, t, env, "old-gpu"), containerLog(ctx, t, env, "old-mig")
 		t.Logf("old-gpu saw:\n%s\nold-mig saw:\n%s", gpuLog, migLog)
-		if !strings.Contains(gpuLog, nvdriver.EnvVisibleDevices+"=GPU-") || !strings.Contains(migLog, nvdriver.EnvVisibleDevices+"=MIG-") || !strings.Contains(migLog, `"profile":"1g.18gb"`) {
+		g, m := deviceUUIDs(gpuLog), deviceUUIDs(migLog)
+		if len(g) != 1 || !strings.HasPrefix(g[0], "GPU-") || len(m) != 1 || !strings.HasPrefix(m[0], "MIG-") || !strings.Contains(migLog, `"profile":"1g.18gb"`) {
 			t.Errorf("old-style pods did not get a GPU and a 1g.18gb MIG device")
 		}
 		deletePod(ctx, t, env, "old-gpu")
