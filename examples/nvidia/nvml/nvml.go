@@ -195,8 +195,8 @@ type ComputeInstance struct {
 	// Placement is the compute slices the instance covers in its GPU
 	// instance.
 	Placement mig.Placement `json:"placement"`
-	// UUID is the MIG device's UUID, "MIG-" followed by a UUID; containers
-	// select the device with it (NVIDIA_VISIBLE_DEVICES).
+	// UUID is the MIG device's UUID, "MIG-" followed by a UUID, by which
+	// CUDA, nvidia-smi and CDI specs name the device.
 	UUID string `json:"uuid"`
 }
 
