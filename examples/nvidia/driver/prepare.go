@@ -78,7 +78,8 @@ type ClaimFile struct {
 // claim, and by Lifecycle.Recover and Reconcile at the next start.
 //
 // A dynamic MIG device is created (Lifecycle.Create) on a GPU whose
-// MIG mode is turned on first if it is off (a GPU that was used whole).
+// MIG mode is turned on first if Create finds it off (a GPU that was
+// used whole).
 // A dynamic GPU claimed whole gets MIG mode off (Lifecycle.SetMode,
 // with the GPU reset an A100 needs) after the MIG devices no claim holds
 // are destroyed; it is refused while a claim holds one of its MIG devices,
@@ -130,10 +131,15 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		if err := d.journal.Hold(k, uid); err != nil {
 			return err
 		}
-		if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
-			return err
-		}
 		md, err := d.lifecycle.Create(k)
+		if errors.Is(err, nvml.ErrNotSupported) {
+			// MIG mode is off: the GPU was used whole last (its release
+			// could not turn MIG mode on again) or by an earlier process.
+			if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
+				return err
+			}
+			md, err = d.lifecycle.Create(k)
+		}
 		if err != nil {
 			return err
 		}
