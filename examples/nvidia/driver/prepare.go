@@ -73,7 +73,7 @@ type ClaimFile struct {
 // checks the opaque configuration of every device (nothing is made for a
 // claim that cannot be prepared) and makes the claim's dynamic devices,
 // each after recording in the MIG journal that the claim holds it
-// (Journal.Hold, keyed by the GPU's UUID), so that a crash at any
+// (Journal.HoldUnless, keyed by the GPU's UUID), so that a crash at any
 // point is undone: by UnprepareClaim when the runtime undoes the half-way
 // claim, and by Lifecycle.Recover and Reconcile at the next start.
 //
@@ -125,10 +125,13 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		klog.FromContext(ctx).V(2).Info("Turned MIG mode off for a whole-GPU claim", "claim", claim.ClaimRef.String(), "gpu", k.String())
 	}
 	for _, k := range create {
-		if held := d.holders(k.UUID, true); len(held) > 0 {
-			return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
-		}
-		if err := d.journal.Hold(k, uid); err != nil {
+		err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
+			if held := d.holders(intents, k.UUID, true); len(held) > 0 {
+				return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
+			}
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		md, err := d.lifecycle.Create(k)
@@ -152,13 +155,8 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 }
 
 // holders lists the claims that hold the GPU with the UUID whole (whole)
-// or one of its MIG devices (!whole), from the journal; a journal that
-// cannot be read holds nothing here (the following Hold reports it).
-func (d *Driver) holders(uuid string, whole bool) []string {
-	intents, err := d.journal.Intents()
-	if err != nil {
-		return nil
-	}
+// or one of its MIG devices (!whole), from the journal's intents.
+func (d *Driver) holders(intents []Intent, uuid string, whole bool) []string {
 	var out []string
 	for _, in := range intents {
 		if in.Whole != whole || d.withUUIDIfMissing(in.Key).UUID != uuid {
@@ -181,10 +179,13 @@ func (d *Driver) holders(uuid string, whole bool) []string {
 // runtime's unprepare of the half-prepared claim (release turns MIG mode
 // on again).
 func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
-	if held := d.holders(k.UUID, false); len(held) > 0 {
-		return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
-	}
-	if err := d.journal.Hold(k, uid); err != nil {
+	err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
+		if held := d.holders(intents, k.UUID, false); len(held) > 0 {
+			return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	m, err := d.nv.MigMode(k.GPU)
@@ -322,14 +323,15 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 }
 
 // UnprepareClaim releases the claim's hold on the dynamic MIG devices
-// and whole GPUs the journal says it holds (Journal.Release, by
-// claim UID: the devices' names are not needed, so a lost claim whose
-// devices are unknown is released too), destroys each MIG device whose
-// last holder went (Lifecycle.Destroy, then Journal.Forget) and
-// turns MIG mode on again on a GPU it held whole (Lifecycle.SetMode;
-// a failure is logged, not returned, and the GPU's next MIG prepare
-// tries again), then removes the claim's devices file and republishes. A static device, or one held with
-// admin access, is never touched. It is idempotent.
+// and whole GPUs the journal says it holds (Journal.Drop, by claim UID:
+// the devices' names are not needed, so a lost claim whose devices are
+// unknown is released too), destroys each MIG device whose last holder
+// went (Lifecycle.Destroy; the journal forgets it after, in the same
+// write as the release) and turns MIG mode on again on a GPU it held
+// whole (Lifecycle.SetMode; a failure is logged, not returned, and the
+// GPU's next MIG prepare tries again), then removes the claim's devices
+// file and republishes. A static device, or one held with admin access,
+// is never touched. It is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
 	destroyed, err := d.release(ctx, claim)
 	if err != nil {
@@ -354,12 +356,8 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
-	free, err := d.journal.Release(string(claim.UID))
-	if err != nil {
-		return false, err
-	}
 	destroyed := false
-	for _, k := range free {
+	_, err := d.journal.Drop(string(claim.UID), func(k Key) error {
 		at, ok := d.locate(k)
 		if ok && k.Whole {
 			// The GPU is sliced again now, while it is known idle (the
@@ -370,25 +368,20 @@ func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) 
 			if err := d.lifecycle.SetMode(at, true); err != nil {
 				klog.FromContext(ctx).Error(err, "Could not turn MIG mode on again after a whole-GPU claim; the next MIG claim on the GPU tries again", "claim", claim.String(), "gpu", at.String())
 			}
-			if err := d.journal.Forget(k); err != nil {
-				return destroyed, err
-			}
-			continue
+			return nil
 		}
 		if !ok {
 			// The GPU is not on the node now (unbound, lost): its MIG
 			// devices went with it.
 			klog.FromContext(ctx).Info("MIG device's GPU is gone; forgetting it", "claim", claim.String(), "key", k.String())
 		} else if err := d.lifecycle.Destroy(at); err != nil {
-			return destroyed, err
-		}
-		if err := d.journal.Forget(k); err != nil {
-			return destroyed, err
+			return err
 		}
 		destroyed = true
 		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", at.String())
-	}
-	return destroyed, nil
+		return nil
+	})
+	return destroyed, err
 }
 
 // keyOf maps a MIG device name to its key; false for a full GPU or a
