@@ -50,6 +50,11 @@ type Driver struct {
 	devs         map[string]devInfo // the last inventory's devices by name
 	last         *device.Inventory  // the last inventory, for the devices of a GPU lost since
 	republishing bool               // a republish is scheduled
+	// made are the dynamic MIG devices PrepareClaim made (or found
+	// made), by GPU index, profile and start, until they are destroyed:
+	// what describe gives the claim's containers without asking NVML
+	// again. Changed under migMu.
+	made map[Key]nvml.GPUInstance
 }
 
 var (

@@ -146,6 +146,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		if err != nil {
 			return err
 		}
+		d.remember(k, &md.GPUInstance)
 		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
 	}
 	if len(create) > 0 {
@@ -202,6 +203,7 @@ func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
 			if err := d.lifecycle.Destroy(mk); err != nil {
 				return err
 			}
+			d.remember(mk, nil)
 			if err := d.journal.Forget(mk); err != nil {
 				return err
 			}
@@ -377,11 +379,37 @@ func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) 
 		} else if err := d.lifecycle.Destroy(at); err != nil {
 			return err
 		}
+		d.remember(at, nil)
 		destroyed = true
 		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", at.String())
 		return nil
 	})
 	return destroyed, err
+}
+
+// remember records the MIG device at k that PrepareClaim made (gi), or
+// that it is destroyed (nil), for describe. migMu must be held.
+func (d *Driver) remember(k Key, gi *nvml.GPUInstance) {
+	at := Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if gi == nil {
+		delete(d.made, at)
+		return
+	}
+	if d.made == nil {
+		d.made = map[Key]nvml.GPUInstance{}
+	}
+	d.made[at] = *gi
+}
+
+// madeDevice is the MIG device at k as PrepareClaim made it, if it has
+// not been destroyed since.
+func (d *Driver) madeDevice(k Key) (nvml.GPUInstance, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gi, ok := d.made[Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}]
+	return gi, ok
 }
 
 // keyOf maps a MIG device name to its key; false for a full GPU or a
@@ -416,9 +444,14 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 		cd.Placement = &mig.Placement{Start: info.key.Start, Size: pr.MemorySlices}
 	}
 	if info.mode == ModeDynamic && info.typ == TypeMIG {
-		gi, found, err := d.lifecycle.Find(info.key)
-		if err != nil {
-			return cd, info, err
+		// The device PrepareClaim just made for this claim, or for an
+		// admin-access claim (which makes nothing) what NVML says now.
+		gi, found := d.madeDevice(info.key)
+		if !found || dev.AdminAccess {
+			var err error
+			if gi, found, err = d.lifecycle.Find(info.key); err != nil {
+				return cd, info, err
+			}
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
 			if dev.AdminAccess {
