@@ -335,7 +335,11 @@ func (d *Driver) readHardware() error {
 	anyMIG, anyProfile := false, false
 	for _, g := range gpus {
 		gi := gpuInfo{GPU: g}
-		if err := d.readGPU(&gi, &anyMIG, &anyProfile); err != nil {
+		err := g.Err // NVML could not read it
+		if err == nil {
+			err = d.readGPU(&gi, &anyMIG, &anyProfile)
+		}
+		if err != nil {
 			// One unreadable GPU must not stop the node's driver (pods on
 			// the others could not even be unprepared): it is left out.
 			gi.broken, gi.product, gi.profiles = err, nil, nil

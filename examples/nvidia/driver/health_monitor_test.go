@@ -268,3 +268,50 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 		t.Errorf("lost GPU 0 published %d times, want once, as last seen", n)
 	}
 }
+
+// unlistedGPU is a backend whose GPUs reports one GPU unreadable
+// (nvml.GPU.Err), as the real backend does for a GPU NVML cannot read.
+type unlistedGPU struct {
+	*nvmlsim.Sim
+	gpu int
+}
+
+func (u unlistedGPU) GPUs() ([]nvml.GPU, error) {
+	gpus, err := u.Sim.GPUs()
+	for i := range gpus {
+		if gpus[i].Index == u.gpu {
+			// The facts read before the failing query stay.
+			gpus[i].Err = &nvml.Error{Op: fmt.Sprintf("get minor number of GPU %d", u.gpu), Code: nvml.ErrorGPUIsLost}
+		}
+	}
+	return gpus, err
+}
+
+// A GPU the backend lists as unreadable (nvml.GPU.Err) is left out while
+// the others serve, as one whose queries fail.
+func TestGPUListedUnreadableLeftOut(t *testing.T) {
+	f := newFixture(t)
+	d, err := New(unlistedGPU{Sim: f.sim, gpu: 6}, "node-1", WithStateDir(f.dir+"/state2"))
+	if err != nil {
+		t.Fatalf("start with GPU 6 unreadable: %v", err)
+	}
+	inv, err := d.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := " " + strings.Join(names(inv), " ")
+	if strings.Contains(all, " gpu-6") {
+		t.Errorf("unreadable GPU 6 published: %s", all)
+	}
+	for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-7-7g-141gb-0"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("%s missing beside an unreadable GPU 6: %s", want, all)
+		}
+	}
+	if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
+		t.Errorf("prepare on GPU 4 beside an unreadable GPU 6: %v", err)
+	}
+	if err := d.PrepareClaim(context.Background(), claim("y"), []kit.AllocatedDevice{alloc("gpu-6-1g-18gb-0")}); err == nil {
+		t.Error("prepare on the unreadable GPU 6 succeeded")
+	}
+}

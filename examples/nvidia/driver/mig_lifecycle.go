@@ -451,6 +451,10 @@ func (l *Lifecycle) List() ([]MigDevice, error) {
 	var out []MigDevice
 	var unread error
 	for _, g := range gpus {
+		if g.Err != nil {
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, g.Err))
+			continue
+		}
 		mode, err := l.nv.MigMode(g.Index)
 		if errors.Is(err, nvml.ErrNotSupported) || (err == nil && !mode.Current) {
 			continue
