@@ -287,3 +287,31 @@ func TestMIGPrepareTurnsMIGModeOnAgain(t *testing.T) {
 		t.Errorf("GPU 5 after a 1g prepare at 6: %v", got)
 	}
 }
+
+// Under churn the MIG changes of one republish interval share one
+// republish: the first change after a quiet interval is reported after
+// the delay, the next ones wait for the interval (an hour here: never
+// within the test) and are then reported once.
+func TestRepublishInterval(t *testing.T) {
+	f := newFixture(t, WithRepublishDelay(0), WithRepublishInterval(time.Hour))
+	f.d.changed()
+	select {
+	case <-f.d.kick:
+	case <-time.After(time.Minute):
+		t.Fatal("the first change was never republished")
+	}
+	for range 5 {
+		f.d.changed()
+	}
+	select {
+	case <-f.d.kick:
+		t.Fatal("a change within the republish interval was republished at once")
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.d.mu.Lock()
+	pending := f.d.republishing
+	f.d.mu.Unlock()
+	if !pending {
+		t.Error("no republish pending for the changes within the interval")
+	}
+}
