@@ -50,6 +50,12 @@ type Driver struct {
 	devs         map[string]devInfo // the last inventory's devices by name
 	last         *device.Inventory  // the last inventory, for the devices of a GPU lost since
 	republishing bool               // a republish is scheduled
+	republished  time.Time          // when the last scheduled republish was kicked
+	// made are the dynamic MIG devices PrepareClaim made (or found
+	// made), by GPU index, profile and start, until they are destroyed:
+	// what describe gives the claim's containers without asking NVML
+	// again. Changed under migMu.
+	made map[Key]nvml.GPUInstance
 }
 
 var (
@@ -99,14 +105,15 @@ type options struct {
 	sysfsRoot string
 	simulated *bool
 
-	republishDelay time.Duration
-	heartbeat      time.Duration
-	fullMIG        bool
-	procRoot       string // "/proc"; tests use a fake one
-	dynamicGPUs    []string
-	ignoredXIDs    map[uint64]bool
-	root           DriverRoot
-	editor         ContainerEditor // nil: nodeEditor
+	republishDelay    time.Duration
+	republishInterval time.Duration
+	heartbeat         time.Duration
+	fullMIG           bool
+	procRoot          string // "/proc"; tests use a fake one
+	dynamicGPUs       []string
+	ignoredXIDs       map[uint64]bool
+	root              DriverRoot
+	editor            ContainerEditor // nil: nodeEditor
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
@@ -148,6 +155,31 @@ func WithRepublishDelay(d time.Duration) Option {
 			return fmt.Errorf("republish delay %v is negative", d)
 		}
 		o.republishDelay = d
+		return nil
+	}
+}
+
+// DefaultRepublishInterval is the least time between two republishes
+// that MIG changes cause (WithRepublishInterval).
+const DefaultRepublishInterval = time.Second
+
+// WithRepublishInterval sets the least time between two republishes
+// that MIG changes cause (default DefaultRepublishInterval; zero: no
+// bound beyond the republish delay). The first change after a quiet
+// interval is republished after the republish delay; under sustained
+// churn the changes of one interval share one republish. Each republish
+// reads every GPU, rewrites the changed GPU's slice through the API
+// server and reaches every watcher of ResourceSlices, the scheduler
+// included: at 150 MIG prepare+unprepare cycles a second on one node,
+// the delay alone made ten slice writes a second. A device a change
+// frees is allocatable when its republish comes (fit-only publishing),
+// so the interval bounds that wait under churn.
+func WithRepublishInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("republish interval %v is negative", d)
+		}
+		o.republishInterval = d
 		return nil
 	}
 }
@@ -228,7 +260,7 @@ func WithSimulatedContainers(simulated bool) Option {
 // runtime has recovered its checkpoint, Reconcile destroys those no held
 // claim names. The driver never touches a MIG device on another GPU.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -330,7 +362,11 @@ func (d *Driver) readHardware() error {
 	anyMIG, anyProfile := false, false
 	for _, g := range gpus {
 		gi := gpuInfo{GPU: g}
-		if err := d.readGPU(&gi, &anyMIG, &anyProfile); err != nil {
+		err := g.Err // NVML could not read it
+		if err == nil {
+			err = d.readGPU(&gi, &anyMIG, &anyProfile)
+		}
+		if err != nil {
 			// One unreadable GPU must not stop the node's driver (pods on
 			// the others could not even be unprepared): it is left out.
 			gi.broken, gi.product, gi.profiles = err, nil, nil
@@ -406,7 +442,8 @@ func (d *Driver) Options() []kit.Option {
 
 // changed makes Watch report an inventory change (MIG devices were made or
 // destroyed: the slices' order follows mig.Preference) after the
-// republish delay; changes within it share one republish.
+// republish delay, and no sooner than the republish interval after the
+// last one; changes until then share one republish.
 func (d *Driver) changed() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -414,9 +451,13 @@ func (d *Driver) changed() {
 		return // the pending republish reads the state after this change
 	}
 	d.republishing = true
-	time.AfterFunc(d.o.republishDelay, func() {
+	wait := d.o.republishDelay
+	if next := time.Until(d.republished.Add(d.o.republishInterval)); next > wait {
+		wait = next
+	}
+	time.AfterFunc(wait, func() {
 		d.mu.Lock()
-		d.republishing = false
+		d.republishing, d.republished = false, time.Now()
 		d.mu.Unlock()
 		select {
 		case d.kick <- struct{}{}:

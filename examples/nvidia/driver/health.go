@@ -256,7 +256,7 @@ func (d *Driver) probeLost(ctx context.Context) bool {
 // the runtime turns into a taint; a recovery (nvml.HealthEvent.Recovered)
 // makes them Healthy again; the XIDs of WithIgnoredXIDs change nothing.
 // After every MIG device the driver makes or destroys it reports
-// EventInventoryChanged, so that the slices are published again in
+// EventInventoryChanged with the new inventory, so that the slices are published again in
 // mig.Preference's new order, and then the health of every device again
 // (devices that appear on an unhealthy GPU are Unhealthy at once). Every
 // heartbeat (WithHealthHeartbeat) it reports every device's health again,
@@ -313,10 +313,13 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 				return nil
 			}
 		case <-d.kick:
-			if _, err := d.Inventory(ctx); err != nil {
+			inv, err := d.Inventory(ctx)
+			if err != nil {
 				return err
 			}
-			if !send(device.Event{Type: device.EventInventoryChanged}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
+			// The event carries the inventory, so the runtime publishes
+			// it as it is rather than reading every GPU again.
+			if !send(device.Event{Type: device.EventInventoryChanged, Inventory: inv}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
 				return nil
 			}
 		case <-m.notify:

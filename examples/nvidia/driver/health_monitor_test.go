@@ -171,30 +171,63 @@ func (b brokenGPU) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
 	return b.Sim.GPUInstances(gpu)
 }
 
-// Item 8: one GPU whose NVML queries fail is left out while the others
-// serve (it used to stop the whole node's driver at start).
+// Item 8: one GPU whose NVML queries fail, or that the backend lists as
+// unreadable (nvml.GPU.Err, as the real backend does for a GPU NVML
+// cannot read), is left out while the others serve (it used to stop the
+// whole node's driver at start).
 func TestUnreadableGPULeftOut(t *testing.T) {
-	f := newFixture(t)
-	d, err := New(brokenGPU{Sim: f.sim, gpu: 5}, "node-1", WithStateDir(f.dir+"/state2"))
-	if err != nil {
-		t.Fatalf("start with GPU 5 unreadable: %v", err)
+	for _, tc := range []struct {
+		name string
+		nv   func(*nvmlsim.Sim) nvml.Interface
+	}{
+		{"queries fail", func(s *nvmlsim.Sim) nvml.Interface { return brokenGPU{Sim: s, gpu: 5} }},
+		{"listed unreadable", func(s *nvmlsim.Sim) nvml.Interface { return unlistedGPU{Sim: s, gpu: 5} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			d, err := New(tc.nv(f.sim), "node-1", WithStateDir(f.dir+"/state2"))
+			if err != nil {
+				t.Fatalf("start with GPU 5 unreadable: %v", err)
+			}
+			inv, err := d.Inventory(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := " " + strings.Join(names(inv), " ")
+			if strings.Contains(all, " gpu-5") {
+				t.Errorf("unreadable GPU 5 published: %s", all)
+			}
+			for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
+				if !strings.Contains(all, want) {
+					t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
+				}
+			}
+			if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
+				t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
+			}
+			if err := d.PrepareClaim(context.Background(), claim("y"), []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-0")}); err == nil {
+				t.Error("prepare on the unreadable GPU 5 succeeded")
+			}
+		})
 	}
-	inv, err := d.Inventory(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := " " + strings.Join(names(inv), " ")
-	if strings.Contains(all, " gpu-5") {
-		t.Errorf("unreadable GPU 5 published: %s", all)
-	}
-	for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
+}
+
+// unlistedGPU is a backend whose GPUs reports one GPU unreadable
+// (nvml.GPU.Err), as the real backend does for a GPU NVML cannot read.
+type unlistedGPU struct {
+	*nvmlsim.Sim
+	gpu int
+}
+
+func (u unlistedGPU) GPUs() ([]nvml.GPU, error) {
+	gpus, err := u.Sim.GPUs()
+	for i := range gpus {
+		if gpus[i].Index == u.gpu {
+			// The facts read before the failing query stay.
+			gpus[i].Err = &nvml.Error{Op: fmt.Sprintf("get minor number of GPU %d", u.gpu), Code: nvml.ErrorGPUIsLost}
 		}
 	}
-	if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
-		t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
-	}
+	return gpus, err
 }
 
 // A GPU that fell off the bus before Watch subscribed (an XID is not

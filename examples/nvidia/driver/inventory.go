@@ -129,7 +129,10 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		}
 	}
 	inv := &device.Inventory{Driver: DriverName, Pools: pools}
-	d.devs, d.last = devs, inv.Clone()
+	// Kept without a copy: neither the runtime nor this driver modifies
+	// an inventory once returned (kit.Discoverer), and keepLost clones
+	// what it takes from it.
+	d.devs, d.last = devs, inv
 	return inv, nil
 }
 

@@ -13,7 +13,8 @@ import (
 
 // Journal is an Owner backed by a file of intent records: Record (or
 // Hold) a key before Lifecycle.Create, Forget it after Lifecycle.Destroy
-// returned nil. Each change is durable (fsynced; see WithoutFsync) before
+// returned nil (Drop releases a claim, destroys and forgets in one
+// write). Each change is durable (fsynced; see WithoutFsync) before
 // it returns and safe against other processes using the same file
 // (flock). Keys are matched with Key.Same, so a key with the GPU's UUID
 // still names its device after the GPU's NVML index changed. An intent
@@ -30,10 +31,11 @@ var _ Owner = (*Journal)(nil)
 // about to make, and the claims (UIDs) that hold it.
 type Intent struct {
 	Key
-	// Claims are the UIDs of the claims holding the device; empty when
-	// the intent was recorded without one (Record) or its last holder
-	// was released and the device is yet to be destroyed.
-	Claims []string `json:"claims,omitempty"`
+	// Claims are the UIDs of the claims holding the device: nil (null in
+	// the file) when the intent was recorded without one (Record), empty
+	// (not nil; [] in the file) when its last holder was released and
+	// the device is yet to be destroyed.
+	Claims []string `json:"claims"`
 }
 
 type journalDoc struct {
@@ -117,26 +119,40 @@ func (j *Journal) Record(k Key) error {
 
 // Hold records that claim holds the device at k, recording the intent to
 // create it if there is none.
-func (j *Journal) Hold(k Key, claim string) error {
-	err := j.update(func(d *journalDoc) bool {
+func (j *Journal) Hold(k Key, claim string) error { return j.HoldUnless(k, claim, nil) }
+
+// HoldUnless is Hold after a check: refuse (nil: none) is called with the
+// recorded intents under the journal's lock, and when it returns an
+// error nothing is written and that error is returned as it is. The
+// check and the hold are one read-modify-write, so no other process's
+// change comes between them.
+func (j *Journal) HoldUnless(k Key, claim string, refuse func([]Intent) error) error {
+	var d journalDoc
+	var refused error
+	err := j.file.Update(&d, func(bool) (bool, error) {
+		if refuse != nil {
+			if refused = refuse(d.Intents); refused != nil {
+				return false, nil
+			}
+		}
 		i := d.find(k)
 		if i < 0 {
 			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}})
-			return true
+			return true, nil
 		}
 		if slices.Contains(d.Intents[i].Claims, claim) {
-			return false
+			return false, nil
 		}
 		d.Intents[i].Claims = append(d.Intents[i].Claims, claim)
 		if d.Intents[i].UUID == "" {
 			d.Intents[i].Key = k
 		}
-		return true
+		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("record MIG intent %s for claim %s: %w", k, claim, err)
+		return fmt.Errorf("record MIG intent %s for claim %s: %w", k, claim, j.corrupt(err))
 	}
-	return nil
+	return refused
 }
 
 // Release removes claim from every intent it holds and returns the
@@ -168,6 +184,74 @@ func (j *Journal) Release(claim string) ([]Key, error) {
 		return nil, fmt.Errorf("release MIG intents of claim %s: %w", claim, err)
 	}
 	return free, nil
+}
+
+// Drop is Release, the destroys and Forget in one write, made after the
+// destroys: claim is removed from every intent, and every intent then
+// left without a holder (those only claim held, and any an earlier
+// Release or Drop left undone) is passed to undo (its device's destroy)
+// and forgotten when undo returned nil. An intent whose undo failed stays,
+// released, for the next Drop or Release; the errors of undo are returned
+// joined, with the keys that were undone. A claim that holds nothing costs
+// one read of the journal and no write.
+//
+// Until that one write the journal still names claim as a holder of
+// every device being destroyed, so a process killed at any point leaves
+// each device that may still exist recorded: the runtime, which still
+// holds the claim, unprepares it again, and undo finds the device gone or
+// destroys it. undo runs outside the journal's lock and may read the
+// journal; Drop calls must not overlap for one claim (the reference
+// driver serializes its MIG changes).
+func (j *Journal) Drop(claim string, undo func(Key) error) ([]Key, error) {
+	intents, err := j.Intents()
+	if err != nil {
+		return nil, fmt.Errorf("release MIG intents of claim %s: %w", claim, err)
+	}
+	var free []Key
+	holds := false
+	for _, in := range intents {
+		n := slices.Index(in.Claims, claim)
+		holds = holds || n >= 0
+		if (n >= 0 && len(in.Claims) == 1) || (in.Claims != nil && len(in.Claims) == 0) {
+			free = append(free, in.Key)
+		}
+	}
+	if !holds && len(free) == 0 {
+		return nil, nil
+	}
+	var done []Key
+	var undoErr error
+	for _, k := range free {
+		if err := undo(k); err != nil {
+			undoErr = errors.Join(undoErr, err)
+			continue
+		}
+		done = append(done, k)
+	}
+	err = j.update(func(d *journalDoc) bool {
+		changed := false
+		kept := d.Intents[:0]
+		for _, in := range d.Intents {
+			if n := slices.Index(in.Claims, claim); n >= 0 {
+				in.Claims = slices.Delete(slices.Clone(in.Claims), n, n+1)
+				changed = true
+			}
+			if in.Claims != nil && len(in.Claims) == 0 {
+				if slices.ContainsFunc(done, in.Same) {
+					changed = true
+					continue
+				}
+				in.Claims = []string{} // released: distinct from never held
+			}
+			kept = append(kept, in)
+		}
+		d.Intents = kept
+		return changed
+	})
+	if err != nil {
+		return done, errors.Join(undoErr, fmt.Errorf("release MIG intents of claim %s: %w", claim, err))
+	}
+	return done, undoErr
 }
 
 // Forget removes the intent for k; forgetting an unknown key succeeds.

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
@@ -125,7 +126,18 @@ type Lifecycle struct {
 	nv       nvml.Interface
 	owner    Owner
 	lockPath string
+
+	// The profiles NVML reports are the GPU product's and never change
+	// while the process runs (SetMode drops a GPU's when it changes its
+	// mode, to be safe): they are asked once, not at every Create.
+	profMu     sync.Mutex
+	giProfiles map[int][]nvml.GPUInstanceProfile              // by GPU index
+	ciProfiles map[ciProfileKey][]nvml.ComputeInstanceProfile // by GPU index and GPU instance profile
 }
+
+// ciProfileKey names the compute instance profiles of every GPU instance
+// of one profile on one GPU.
+type ciProfileKey struct{ gpu, giProfile int }
 
 // LifecycleOption configures NewLifecycle.
 type LifecycleOption func(*Lifecycle) error
@@ -200,9 +212,20 @@ func (l *Lifecycle) Find(k Key) (nvml.GPUInstance, bool, error) {
 
 // profile returns the GPU instance profile k names.
 func (l *Lifecycle) profile(op string, k Key) (nvml.GPUInstanceProfile, error) {
-	ps, err := l.nv.GPUInstanceProfiles(k.GPU)
-	if err != nil {
-		return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
+	l.profMu.Lock()
+	ps, ok := l.giProfiles[k.GPU]
+	l.profMu.Unlock()
+	if !ok {
+		var err error
+		if ps, err = l.nv.GPUInstanceProfiles(k.GPU); err != nil {
+			return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
+		}
+		l.profMu.Lock()
+		if l.giProfiles == nil {
+			l.giProfiles = map[int][]nvml.GPUInstanceProfile{}
+		}
+		l.giProfiles[k.GPU] = ps
+		l.profMu.Unlock()
 	}
 	for _, p := range ps {
 		if p.ID == k.ProfileID {
@@ -219,7 +242,12 @@ func (l *Lifecycle) profile(op string, k Key) (nvml.GPUInstanceProfile, error) {
 // nothing. Create is idempotent: a complete device at k is returned as
 // is, and a GPU instance left without its compute instance (a crash in an
 // earlier Create) is completed. NVML's errors come through wrapped, so
-// errors.Is(err, ErrInsufficientResources) tells a full GPU.
+// errors.Is(err, ErrInsufficientResources) tells a full GPU and
+// errors.Is(err, ErrNotSupported) a GPU with MIG mode off.
+//
+// The GPU instance is created first and looked for only when NVML
+// refuses the placement as taken (ErrInsufficientResources), so the
+// common case costs NVML the two creates.
 func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 	const op = "create MIG device"
 	unlock, err := l.lock(op)
@@ -238,23 +266,27 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 		return MigDevice{}, err
 	}
 	dev := MigDevice{Key: k, Profile: prof.Name, Owned: true}
-	gi, found, err := l.Find(k)
+	size := 0
+	if len(prof.Placements) > 0 {
+		size = prof.Placements[0].Size
+	}
+	gi, err := l.nv.CreateGPUInstance(k.GPU, k.ProfileID, mig.Placement{Start: k.Start, Size: size})
+	if errors.Is(err, nvml.ErrInsufficientResources) {
+		// Taken: by this device (an earlier Create, complete or cut
+		// short by a crash) or by another, which is the error.
+		found, ok, ferr := l.Find(k)
+		switch {
+		case ferr != nil:
+			return MigDevice{}, errors.Join(fmt.Errorf("%s %s: %w", op, k, err), ferr)
+		case ok && len(found.ComputeInstances) > 0:
+			dev.GPUInstance, dev.UUID = found, found.ComputeInstances[0].UUID
+			return dev, nil
+		case ok:
+			gi, err = found, nil
+		}
+	}
 	if err != nil {
-		return MigDevice{}, err
-	}
-	if found && len(gi.ComputeInstances) > 0 {
-		dev.GPUInstance, dev.UUID = gi, gi.ComputeInstances[0].UUID
-		return dev, nil
-	}
-	if !found {
-		size := 0
-		if len(prof.Placements) > 0 {
-			size = prof.Placements[0].Size
-		}
-		at := mig.Placement{Start: k.Start, Size: size}
-		if gi, err = l.nv.CreateGPUInstance(k.GPU, k.ProfileID, at); err != nil {
-			return MigDevice{}, fmt.Errorf("%s %s: %w", op, k, err)
-		}
+		return MigDevice{}, fmt.Errorf("%s %s: %w", op, k, err)
 	}
 	ci, err := l.createCI(gi, prof)
 	if err != nil {
@@ -272,9 +304,21 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 // slices: of the compute instance profiles with the GPU instance's slice
 // count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
 func (l *Lifecycle) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
-	cps, err := l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
-	if err != nil {
-		return nvml.ComputeInstance{}, err
+	ck := ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID}
+	l.profMu.Lock()
+	cps, ok := l.ciProfiles[ck]
+	l.profMu.Unlock()
+	if !ok {
+		var err error
+		if cps, err = l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID); err != nil {
+			return nvml.ComputeInstance{}, err
+		}
+		l.profMu.Lock()
+		if l.ciProfiles == nil {
+			l.ciProfiles = map[ciProfileKey][]nvml.ComputeInstanceProfile{}
+		}
+		l.ciProfiles[ck] = cps
+		l.profMu.Unlock()
 	}
 	best := -1
 	for _, c := range cps {
@@ -344,6 +388,7 @@ func (l *Lifecycle) SetMode(k Key, enabled bool) error {
 	if !ok {
 		return fmt.Errorf("%s on %s: %w: this NVML backend cannot change MIG mode", op, k, nvml.ErrNotSupported)
 	}
+	l.forgetProfiles(k.GPU)
 	if m.Pending != enabled {
 		if m, err = ms.SetMigMode(k.GPU, enabled); err != nil {
 			if errors.Is(err, nvml.ErrInUse) {
@@ -366,6 +411,19 @@ func (l *Lifecycle) SetMode(k Key, enabled bool) error {
 		}
 	}
 	return nil
+}
+
+// forgetProfiles drops what NVML said of the GPU's profiles: its MIG
+// mode changes.
+func (l *Lifecycle) forgetProfiles(gpu int) {
+	l.profMu.Lock()
+	defer l.profMu.Unlock()
+	delete(l.giProfiles, gpu)
+	for ck := range l.ciProfiles {
+		if ck.gpu == gpu {
+			delete(l.ciProfiles, ck)
+		}
+	}
 }
 
 func (l *Lifecycle) destroy(op string, gi nvml.GPUInstance) error {
@@ -393,6 +451,10 @@ func (l *Lifecycle) List() ([]MigDevice, error) {
 	var out []MigDevice
 	var unread error
 	for _, g := range gpus {
+		if g.Err != nil {
+			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, g.Err))
+			continue
+		}
 		mode, err := l.nv.MigMode(g.Index)
 		if errors.Is(err, nvml.ErrNotSupported) || (err == nil && !mode.Current) {
 			continue

@@ -272,6 +272,7 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 			if err := d.lifecycle.Destroy(k); err != nil {
 				return fmt.Errorf("reconcile MIG devices: %w", err)
 			}
+			d.remember(k, nil)
 			destroyed = append(destroyed, k.String())
 		}
 	}

@@ -73,12 +73,13 @@ type ClaimFile struct {
 // checks the opaque configuration of every device (nothing is made for a
 // claim that cannot be prepared) and makes the claim's dynamic devices,
 // each after recording in the MIG journal that the claim holds it
-// (Journal.Hold, keyed by the GPU's UUID), so that a crash at any
+// (Journal.HoldUnless, keyed by the GPU's UUID), so that a crash at any
 // point is undone: by UnprepareClaim when the runtime undoes the half-way
 // claim, and by Lifecycle.Recover and Reconcile at the next start.
 //
 // A dynamic MIG device is created (Lifecycle.Create) on a GPU whose
-// MIG mode is turned on first if it is off (a GPU that was used whole).
+// MIG mode is turned on first if Create finds it off (a GPU that was
+// used whole).
 // A dynamic GPU claimed whole gets MIG mode off (Lifecycle.SetMode,
 // with the GPU reset an A100 needs) after the MIG devices no claim holds
 // are destroyed; it is refused while a claim holds one of its MIG devices,
@@ -124,19 +125,28 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		klog.FromContext(ctx).V(2).Info("Turned MIG mode off for a whole-GPU claim", "claim", claim.ClaimRef.String(), "gpu", k.String())
 	}
 	for _, k := range create {
-		if held := d.holders(k.UUID, true); len(held) > 0 {
-			return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
-		}
-		if err := d.journal.Hold(k, uid); err != nil {
-			return err
-		}
-		if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
-			return err
-		}
-		md, err := d.lifecycle.Create(k)
+		err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
+			if held := d.holders(intents, k.UUID, true); len(held) > 0 {
+				return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
+		md, err := d.lifecycle.Create(k)
+		if errors.Is(err, nvml.ErrNotSupported) {
+			// MIG mode is off: the GPU was used whole last (its release
+			// could not turn MIG mode on again) or by an earlier process.
+			if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
+				return err
+			}
+			md, err = d.lifecycle.Create(k)
+		}
+		if err != nil {
+			return err
+		}
+		d.remember(k, &md.GPUInstance)
 		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
 	}
 	if len(create) > 0 {
@@ -146,13 +156,8 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 }
 
 // holders lists the claims that hold the GPU with the UUID whole (whole)
-// or one of its MIG devices (!whole), from the journal; a journal that
-// cannot be read holds nothing here (the following Hold reports it).
-func (d *Driver) holders(uuid string, whole bool) []string {
-	intents, err := d.journal.Intents()
-	if err != nil {
-		return nil
-	}
+// or one of its MIG devices (!whole), from the journal's intents.
+func (d *Driver) holders(intents []Intent, uuid string, whole bool) []string {
 	var out []string
 	for _, in := range intents {
 		if in.Whole != whole || d.withUUIDIfMissing(in.Key).UUID != uuid {
@@ -175,10 +180,13 @@ func (d *Driver) holders(uuid string, whole bool) []string {
 // runtime's unprepare of the half-prepared claim (release turns MIG mode
 // on again).
 func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
-	if held := d.holders(k.UUID, false); len(held) > 0 {
-		return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
-	}
-	if err := d.journal.Hold(k, uid); err != nil {
+	err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
+		if held := d.holders(intents, k.UUID, false); len(held) > 0 {
+			return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	m, err := d.nv.MigMode(k.GPU)
@@ -195,6 +203,7 @@ func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
 			if err := d.lifecycle.Destroy(mk); err != nil {
 				return err
 			}
+			d.remember(mk, nil)
 			if err := d.journal.Forget(mk); err != nil {
 				return err
 			}
@@ -316,14 +325,15 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 }
 
 // UnprepareClaim releases the claim's hold on the dynamic MIG devices
-// and whole GPUs the journal says it holds (Journal.Release, by
-// claim UID: the devices' names are not needed, so a lost claim whose
-// devices are unknown is released too), destroys each MIG device whose
-// last holder went (Lifecycle.Destroy, then Journal.Forget) and
-// turns MIG mode on again on a GPU it held whole (Lifecycle.SetMode;
-// a failure is logged, not returned, and the GPU's next MIG prepare
-// tries again), then removes the claim's devices file and republishes. A static device, or one held with
-// admin access, is never touched. It is idempotent.
+// and whole GPUs the journal says it holds (Journal.Drop, by claim UID:
+// the devices' names are not needed, so a lost claim whose devices are
+// unknown is released too), destroys each MIG device whose last holder
+// went (Lifecycle.Destroy; the journal forgets it after, in the same
+// write as the release) and turns MIG mode on again on a GPU it held
+// whole (Lifecycle.SetMode; a failure is logged, not returned, and the
+// GPU's next MIG prepare tries again), then removes the claim's devices
+// file and republishes. A static device, or one held with admin access,
+// is never touched. It is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
 	destroyed, err := d.release(ctx, claim)
 	if err != nil {
@@ -348,12 +358,8 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
-	free, err := d.journal.Release(string(claim.UID))
-	if err != nil {
-		return false, err
-	}
 	destroyed := false
-	for _, k := range free {
+	_, err := d.journal.Drop(string(claim.UID), func(k Key) error {
 		at, ok := d.locate(k)
 		if ok && k.Whole {
 			// The GPU is sliced again now, while it is known idle (the
@@ -364,25 +370,46 @@ func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) 
 			if err := d.lifecycle.SetMode(at, true); err != nil {
 				klog.FromContext(ctx).Error(err, "Could not turn MIG mode on again after a whole-GPU claim; the next MIG claim on the GPU tries again", "claim", claim.String(), "gpu", at.String())
 			}
-			if err := d.journal.Forget(k); err != nil {
-				return destroyed, err
-			}
-			continue
+			return nil
 		}
 		if !ok {
 			// The GPU is not on the node now (unbound, lost): its MIG
 			// devices went with it.
 			klog.FromContext(ctx).Info("MIG device's GPU is gone; forgetting it", "claim", claim.String(), "key", k.String())
 		} else if err := d.lifecycle.Destroy(at); err != nil {
-			return destroyed, err
+			return err
 		}
-		if err := d.journal.Forget(k); err != nil {
-			return destroyed, err
-		}
+		d.remember(at, nil)
 		destroyed = true
 		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", at.String())
+		return nil
+	})
+	return destroyed, err
+}
+
+// remember records the MIG device at k that PrepareClaim made (gi), or
+// that it is destroyed (nil), for describe. migMu must be held.
+func (d *Driver) remember(k Key, gi *nvml.GPUInstance) {
+	at := Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if gi == nil {
+		delete(d.made, at)
+		return
 	}
-	return destroyed, nil
+	if d.made == nil {
+		d.made = map[Key]nvml.GPUInstance{}
+	}
+	d.made[at] = *gi
+}
+
+// madeDevice is the MIG device at k as PrepareClaim made it, if it has
+// not been destroyed since.
+func (d *Driver) madeDevice(k Key) (nvml.GPUInstance, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gi, ok := d.made[Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}]
+	return gi, ok
 }
 
 // keyOf maps a MIG device name to its key; false for a full GPU or a
@@ -417,9 +444,14 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 		cd.Placement = &mig.Placement{Start: info.key.Start, Size: pr.MemorySlices}
 	}
 	if info.mode == ModeDynamic && info.typ == TypeMIG {
-		gi, found, err := d.lifecycle.Find(info.key)
-		if err != nil {
-			return cd, info, err
+		// The device PrepareClaim just made for this claim, or for an
+		// admin-access claim (which makes nothing) what NVML says now.
+		gi, found := d.madeDevice(info.key)
+		if !found || dev.AdminAccess {
+			var err error
+			if gi, found, err = d.lifecycle.Find(info.key); err != nil {
+				return cd, info, err
+			}
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
 			if dev.AdminAccess {

@@ -256,3 +256,57 @@ func TestWholeDestroysUnheldFirst(t *testing.T) {
 		t.Error("static GPU 3 is offered whole")
 	}
 }
+
+// A MIG prepare on a dynamic GPU left with MIG mode off (the whole-GPU
+// claim's release could not turn it on again) turns it on and makes the
+// device: Create says the mode is off, the driver turns it on, and
+// creates again.
+func TestMIGPrepareTurnsMIGModeOnAgain(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, WithRepublishDelay(0))
+	whole := f.prepared(t, "whole", alloc("gpu-5"))
+	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultSetMigMode, GPU: 5, Code: nvml.ErrorUnknown}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.UnprepareClaim(ctx, whole.ClaimRef, nil); err != nil {
+		t.Fatal(err)
+	}
+	if m := migMode(t, f.sim, 5); m.Current {
+		t.Fatalf("GPU 5 after a release whose mode change failed: %+v, want MIG still off", m)
+	}
+	f.prepared(t, "mig", alloc("gpu-5-1g-18gb-6"))
+	if m := migMode(t, f.sim, 5); !m.Current {
+		t.Errorf("GPU 5 after a MIG prepare: %+v, want MIG on", m)
+	}
+	if got := instances(t, f.sim, 5); len(got) != 1 || got[0] != "1g.18gb@6" {
+		t.Errorf("GPU 5 after a 1g prepare at 6: %v", got)
+	}
+}
+
+// Under churn the MIG changes of one republish interval share one
+// republish: the first change after a quiet interval is reported after
+// the delay, the next ones wait for the interval (an hour here: never
+// within the test) and are then reported once.
+func TestRepublishInterval(t *testing.T) {
+	f := newFixture(t, WithRepublishDelay(0), WithRepublishInterval(time.Hour))
+	f.d.changed()
+	select {
+	case <-f.d.kick:
+	case <-time.After(time.Minute):
+		t.Fatal("the first change was never republished")
+	}
+	for range 5 {
+		f.d.changed()
+	}
+	select {
+	case <-f.d.kick:
+		t.Fatal("a change within the republish interval was republished at once")
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.d.mu.Lock()
+	pending := f.d.republishing
+	f.d.mu.Unlock()
+	if !pending {
+		t.Error("no republish pending for the changes within the interval")
+	}
+}

@@ -114,6 +114,11 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		return fmt.Errorf("check: %w", err)
 	}
 	for _, g := range gpus {
+		if g.Err != nil {
+			fmt.Fprintf(w, "---\n# GPU %d: %s cannot be read, left out: %v\n", g.Index, g.UUID, g.Err)
+			errs = append(errs, fmt.Errorf("check: GPU %d: %w", g.Index, g.Err))
+			continue
+		}
 		devs, pools, sets := gpuDevices(rs, g.Index)
 		mode := noDevices(nv, g.Index)
 		if len(devs) > 0 {

@@ -19,7 +19,10 @@ import (
 type Interface interface {
 	// System reports the driver and CUDA versions.
 	System() (System, error)
-	// GPUs lists the GPUs in index order.
+	// GPUs lists the GPUs in index order: every GPU NVML counts, one
+	// that cannot be read too, with what could be read and GPU.Err, so
+	// that one broken GPU does not hide the others. It fails only when
+	// the GPUs cannot be listed at all.
 	GPUs() ([]GPU, error)
 	// MigMode reports the GPU's current and pending MIG mode;
 	// ErrNotSupported for a GPU without MIG.
@@ -121,6 +124,12 @@ type GPU struct {
 	PCIBusID string `json:"pciBusID"`
 	// Minor is the device minor number (/dev/nvidia<Minor>).
 	Minor int `json:"minor"`
+	// Err is why the GPU could not be read (it fell off the bus, NVML
+	// cannot get its handle or one of the facts above); nil for a GPU
+	// read whole. Such a GPU has its Index and the facts read before
+	// the failure; a driver leaves it out or publishes it unhealthy, and
+	// serves the others.
+	Err error `json:"-"`
 }
 
 // MigMode is a GPU's MIG mode. Pending differs from Current after a mode

@@ -130,7 +130,9 @@ var architectures = map[gonvml.DeviceArchitecture]string{
 	gonvml.DEVICE_ARCH_RUBIN: "Rubin",
 }
 
-// GPUs lists the GPUs NVML sees, in index order.
+// GPUs lists the GPUs NVML sees, in index order. A GPU NVML cannot
+// read (GPU_IS_LOST, a failed query) is listed with GPU.Err set and the
+// facts read before the failure; only a failed count fails the call.
 func (r *Real) GPUs() ([]GPU, error) {
 	n, ret := r.lib.DeviceGetCount()
 	if err := nvErr(ret, "count GPUs"); err != nil {
@@ -138,45 +140,52 @@ func (r *Real) GPUs() ([]GPU, error) {
 	}
 	out := make([]GPU, 0, n)
 	for i := range n {
-		d, err := r.device(i)
-		if err != nil {
-			return nil, err
-		}
-		g := GPU{Index: i}
-		var ret gonvml.Return
-		if g.UUID, ret = d.GetUUID(); ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get UUID of GPU %d", i)
-		}
-		if g.ProductName, ret = d.GetName(); ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get name of GPU %d", i)
-		}
-		if b, ret := d.GetBrand(); ret == gonvml.SUCCESS {
-			g.Brand = brands[b]
-		}
-		if a, ret := d.GetArchitecture(); ret == gonvml.SUCCESS {
-			g.Architecture = architectures[a]
-		}
-		major, minor, ret := d.GetCudaComputeCapability()
-		if ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get compute capability of GPU %d", i)
-		}
-		g.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-		mem, ret := d.GetMemoryInfo()
-		if ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get memory of GPU %d", i)
-		}
-		g.MemoryMiB = int64(mem.Total / (1 << 20))
-		pci, ret := d.GetPciInfo()
-		if ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get PCI info of GPU %d", i)
-		}
-		g.PCIBusID = PCIBusID(cString(pci.BusId[:]))
-		if g.Minor, ret = d.GetMinorNumber(); ret != gonvml.SUCCESS {
-			return nil, nvErr(ret, "get minor number of GPU %d", i)
-		}
+		g, err := r.gpu(i)
+		g.Index, g.Err = i, err
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+// gpu reads GPU i's facts; on an error it returns those read before.
+func (r *Real) gpu(i int) (GPU, error) {
+	g := GPU{Index: i}
+	d, err := r.device(i)
+	if err != nil {
+		return g, err
+	}
+	var ret gonvml.Return
+	if g.UUID, ret = d.GetUUID(); ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get UUID of GPU %d", i)
+	}
+	if g.ProductName, ret = d.GetName(); ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get name of GPU %d", i)
+	}
+	if b, ret := d.GetBrand(); ret == gonvml.SUCCESS {
+		g.Brand = brands[b]
+	}
+	if a, ret := d.GetArchitecture(); ret == gonvml.SUCCESS {
+		g.Architecture = architectures[a]
+	}
+	major, minor, ret := d.GetCudaComputeCapability()
+	if ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get compute capability of GPU %d", i)
+	}
+	g.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	mem, ret := d.GetMemoryInfo()
+	if ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get memory of GPU %d", i)
+	}
+	g.MemoryMiB = int64(mem.Total / (1 << 20))
+	pci, ret := d.GetPciInfo()
+	if ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get PCI info of GPU %d", i)
+	}
+	g.PCIBusID = PCIBusID(cString(pci.BusId[:]))
+	if g.Minor, ret = d.GetMinorNumber(); ret != gonvml.SUCCESS {
+		return g, nvErr(ret, "get minor number of GPU %d", i)
+	}
+	return g, nil
 }
 
 // MigMode reports the GPU's MIG mode; ErrNotSupported on a GPU without
@@ -576,6 +585,12 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 	byUUID := map[string]int{}
 	var unmonitored []HealthEvent
 	for _, g := range gpus {
+		if g.Err != nil {
+			// Unreadable: not watched, reported so; the driver has left
+			// it out already.
+			unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			continue
+		}
 		d, err := r.device(g.Index)
 		if err == nil {
 			err = nvErr(d.RegisterEvents(gonvml.EventTypeXidCriticalError, set), "register XID events of GPU %d", g.Index)

@@ -70,6 +70,11 @@ func probe(w io.Writer, nv reader) int {
 		return problems
 	}
 	for _, g := range gpus {
+		if g.Err != nil {
+			fmt.Fprintf(w, "\nGPU %d: %s\n", g.Index, g.UUID)
+			fail("GPU %d cannot be read: %v", g.Index, g.Err)
+			continue
+		}
 		fmt.Fprintf(w, "\nGPU %d: %s (%s, brand %s, compute capability %s, %d MiB)\n  %s  bus %s  minor %d\n",
 			g.Index, g.ProductName, g.Architecture, g.Brand, g.CUDAComputeCapability, g.MemoryMiB, g.UUID, g.PCIBusID, g.Minor)
 		mode, err := nv.MigMode(g.Index)
