@@ -13,7 +13,7 @@ import (
 // the driver needs from NVML and nothing more. GPUs are named by their
 // NVML index; GPU instances by (GPU, GPU instance ID); compute instances
 // by (GPU, GPU instance ID, compute instance ID). Implementations are
-// OpenReal (libnvidia-ml through go-nvml) and OpenSim (a simulated 8-GPU
+// OpenReal (libnvidia-ml through go-nvml) and nvmlsim.Open (a simulated 8-GPU
 // server that enforces the real rules). All methods are safe for
 // concurrent use. Failed calls return an *Error carrying the NVML code.
 type Interface interface {

@@ -63,7 +63,7 @@ func (f *Flags) Open() (nvml.Interface, error) {
 	return r, nil
 }
 
-// simOptions turns the simulator flags into OpenSim options.
+// simOptions turns the simulator flags into nvmlsim.Open options.
 func (f *Flags) simOptions() ([]nvmlsim.Option, error) {
 	opts := []nvmlsim.Option{nvmlsim.WithServer(f.Sim)}
 	var su nvmlsim.Setup
