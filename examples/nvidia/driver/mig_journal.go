@@ -1,12 +1,13 @@
 package driver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/drakit/drakit/statefile"
 )
@@ -37,6 +38,26 @@ type Intent struct {
 	// the device is yet to be destroyed.
 	Claims []string `json:"claims"`
 }
+
+// drop removes claim from the intent's holders; an intent whose last
+// holder goes is released (Claims empty, not nil). It reports whether
+// claim held the intent, and never changes the slice it was given.
+func (in *Intent) drop(claim string) bool {
+	n := slices.Index(in.Claims, claim)
+	if n < 0 {
+		return false
+	}
+	in.Claims = slices.Delete(slices.Clone(in.Claims), n, n+1)
+	if len(in.Claims) == 0 {
+		in.Claims = []string{} // released: distinct from never held
+	}
+	return true
+}
+
+// released reports whether the intent's last holder went: its device is
+// to be destroyed, then the intent forgotten. An intent recorded without
+// holders (Record) is not released.
+func (in Intent) released() bool { return in.Claims != nil && len(in.Claims) == 0 }
 
 type journalDoc struct {
 	Intents []Intent `json:"intents"`
@@ -167,14 +188,10 @@ func (j *Journal) Release(claim string) ([]Key, error) {
 		changed := false
 		for i := range d.Intents {
 			in := &d.Intents[i]
-			if n := slices.Index(in.Claims, claim); n >= 0 {
-				in.Claims = slices.Delete(in.Claims, n, n+1)
-				if len(in.Claims) == 0 {
-					in.Claims = []string{} // released: distinct from never held
-				}
+			if in.drop(claim) {
 				changed = true
 			}
-			if in.Claims != nil && len(in.Claims) == 0 {
+			if in.released() {
 				free = append(free, in.Key)
 			}
 		}
@@ -210,9 +227,10 @@ func (j *Journal) Drop(claim string, undo func(Key) error) ([]Key, error) {
 	var free []Key
 	holds := false
 	for _, in := range intents {
-		n := slices.Index(in.Claims, claim)
-		holds = holds || n >= 0
-		if (n >= 0 && len(in.Claims) == 1) || (in.Claims != nil && len(in.Claims) == 0) {
+		if in.drop(claim) {
+			holds = true
+		}
+		if in.released() {
 			free = append(free, in.Key)
 		}
 	}
@@ -232,16 +250,12 @@ func (j *Journal) Drop(claim string, undo func(Key) error) ([]Key, error) {
 		changed := false
 		kept := d.Intents[:0]
 		for _, in := range d.Intents {
-			if n := slices.Index(in.Claims, claim); n >= 0 {
-				in.Claims = slices.Delete(slices.Clone(in.Claims), n, n+1)
+			if in.drop(claim) {
 				changed = true
 			}
-			if in.Claims != nil && len(in.Claims) == 0 {
-				if slices.ContainsFunc(done, in.Same) {
-					changed = true
-					continue
-				}
-				in.Claims = []string{} // released: distinct from never held
+			if in.released() && slices.ContainsFunc(done, in.Same) {
+				changed = true
+				continue
 			}
 			kept = append(kept, in)
 		}
@@ -311,18 +325,8 @@ func (j *Journal) Intents() ([]Intent, error) {
 	if _, err := j.file.Read(&d); err != nil {
 		return nil, fmt.Errorf("read MIG intent journal: %w", j.corrupt(err))
 	}
-	sort.SliceStable(d.Intents, func(a, b int) bool {
-		x, y := d.Intents[a], d.Intents[b]
-		if x.UUID != y.UUID {
-			return x.UUID < y.UUID
-		}
-		if x.GPU != y.GPU {
-			return x.GPU < y.GPU
-		}
-		if x.Start != y.Start {
-			return x.Start < y.Start
-		}
-		return x.ProfileID < y.ProfileID
+	slices.SortStableFunc(d.Intents, func(x, y Intent) int {
+		return cmp.Or(strings.Compare(x.UUID, y.UUID), cmp.Compare(x.GPU, y.GPU), cmp.Compare(x.Start, y.Start), cmp.Compare(x.ProfileID, y.ProfileID))
 	})
 	return d.Intents, nil
 }

@@ -212,20 +212,11 @@ func (l *Lifecycle) Find(k Key) (nvml.GPUInstance, bool, error) {
 
 // profile returns the GPU instance profile k names.
 func (l *Lifecycle) profile(op string, k Key) (nvml.GPUInstanceProfile, error) {
-	l.profMu.Lock()
-	ps, ok := l.giProfiles[k.GPU]
-	l.profMu.Unlock()
-	if !ok {
-		var err error
-		if ps, err = l.nv.GPUInstanceProfiles(k.GPU); err != nil {
-			return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
-		}
-		l.profMu.Lock()
-		if l.giProfiles == nil {
-			l.giProfiles = map[int][]nvml.GPUInstanceProfile{}
-		}
-		l.giProfiles[k.GPU] = ps
-		l.profMu.Unlock()
+	ps, err := cached(&l.profMu, &l.giProfiles, k.GPU, func() ([]nvml.GPUInstanceProfile, error) {
+		return l.nv.GPUInstanceProfiles(k.GPU)
+	})
+	if err != nil {
+		return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
 	}
 	for _, p := range ps {
 		if p.ID == k.ProfileID {
@@ -305,20 +296,11 @@ func (l *Lifecycle) Create(k Key) (MigDevice, error) {
 // count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
 func (l *Lifecycle) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
 	ck := ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID}
-	l.profMu.Lock()
-	cps, ok := l.ciProfiles[ck]
-	l.profMu.Unlock()
-	if !ok {
-		var err error
-		if cps, err = l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID); err != nil {
-			return nvml.ComputeInstance{}, err
-		}
-		l.profMu.Lock()
-		if l.ciProfiles == nil {
-			l.ciProfiles = map[ciProfileKey][]nvml.ComputeInstanceProfile{}
-		}
-		l.ciProfiles[ck] = cps
-		l.profMu.Unlock()
+	cps, err := cached(&l.profMu, &l.ciProfiles, ck, func() ([]nvml.ComputeInstanceProfile, error) {
+		return l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
+	})
+	if err != nil {
+		return nvml.ComputeInstance{}, err
 	}
 	best := -1
 	for _, c := range cps {
@@ -411,6 +393,28 @@ func (l *Lifecycle) SetMode(k Key, enabled bool) error {
 		}
 	}
 	return nil
+}
+
+// cached returns (*m)[k], asking fetch and keeping its answer when there
+// is none; mu guards *m, and is not held while fetch runs.
+func cached[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K, fetch func() (V, error)) (V, error) {
+	mu.Lock()
+	v, ok := (*m)[k]
+	mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := fetch()
+	if err != nil {
+		return v, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if *m == nil {
+		*m = map[K]V{}
+	}
+	(*m)[k] = v
+	return v, nil
 }
 
 // forgetProfiles drops what NVML said of the GPU's profiles: its MIG
