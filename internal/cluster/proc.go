@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -114,8 +115,12 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners
-// are held until all ports are chosen so that the n are distinct.
+// freePorts returns n distinct free TCP ports on 127.0.0.1, taken below
+// the kernel's ephemeral port range where there is room: a port of that
+// range that is free now may be given to any outgoing connection (a test's
+// API client, another cluster's) before the component binds it, which
+// failed a kube-controller-manager start with "address already in use".
+// The listeners are held until all n are chosen, so the n are distinct.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
@@ -124,15 +129,44 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := portsBelowEphemeral()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0" // the kernel's pick: no room below the range, or none free there
+		if hi > lo && tries < 50*n {
+			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			if addr == "127.0.0.1:0" {
+				return nil, fmt.Errorf("find a free port: %w", err)
+			}
+			continue // taken: try another
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portsBelowEphemeral is the range [lo, hi) that freePorts draws from: from
+// 10000 up to the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range); empty (lo == hi) when that leaves fewer
+// than 1000 ports or the range cannot be read.
+func portsBelowEphemeral() (lo, hi int) {
+	const floor, least = 10000, 1000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-floor < least {
+		return 0, 0
+	}
+	return floor, first
 }
 
 // waitFor polls check until it returns nil, the process dies, or the
