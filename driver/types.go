@@ -205,12 +205,12 @@ var ErrInvalidConfig = errors.New("invalid opaque device configuration")
 // precedence order, so that fields of a claim config override those of a
 // class config. Unknown fields are an error (a typo in a claim must not be
 // ignored silently). The error wraps [ErrInvalidConfig] and names the
-// request and the source.
+// request and the source. A driver with typed configurations (apiVersion
+// and kind), or one that validates them at admission too (package
+// admission), registers them in a [ConfigScheme] instead.
 func DecodeConfig(dev AllocatedDevice, into any) error {
 	for i, c := range dev.Config {
-		dec := json.NewDecoder(strings.NewReader(string(c.Parameters)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(into); err != nil {
+		if err := decodeStrict(c.Parameters, into); err != nil {
 			src := "claim"
 			if c.FromClass {
 				src = "class"

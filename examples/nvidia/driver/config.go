@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 
 	kit "github.com/drakit/drakit/driver"
@@ -30,8 +31,8 @@ const (
 )
 
 // GPUConfig is the driver's opaque device configuration. Unknown fields
-// are an error that names them (driver.DecodeConfig); a claim's config
-// overrides its class's field by field.
+// are an error that names them (ConfigScheme); a claim's config overrides
+// its class's field by field.
 type GPUConfig struct {
 	// APIVersion must be ConfigAPIVersion.
 	APIVersion string `json:"apiVersion"`
@@ -79,35 +80,50 @@ type TimeSlicingConfig struct {
 	Interval nvml.TimeSlice `json:"interval"`
 }
 
-// decodeConfig decodes and checks the device's opaque configurations. An
-// error wraps kit.ErrInvalidConfig. devType is TypeGPU or TypeMIG.
+// ConfigScheme is the driver's opaque configuration types (GPUConfig),
+// the decoder its prepare and its admission webhook (package admission,
+// `nvidia-dra-driver webhook`) share: a claim refused at admission gets
+// the message its prepare would give.
+func ConfigScheme() *kit.ConfigScheme { return configScheme }
+
+var configScheme = func() *kit.ConfigScheme {
+	s, err := kit.NewConfigScheme(DriverName, kit.NewConfigType(ConfigAPIVersion, ConfigKind, (*GPUConfig).validate))
+	if err != nil {
+		panic(err) // a constant scheme: every test of the package would fail
+	}
+	return s
+}()
+
+// validate checks what a GPUConfig means on its own, at prepare and at
+// admission; decodeConfig checks what depends on the device.
+func (c *GPUConfig) validate() error {
+	s := c.Sharing
+	switch {
+	case s == nil:
+	case s.Strategy != TimeSlicing:
+		return fmt.Errorf("sharing.strategy %q: want %s", s.Strategy, TimeSlicing)
+	case s.TimeSlicing != nil && s.TimeSlicingConfig != nil:
+		return errors.New("sharing.timeSlicing and sharing.timeSlicingConfig are both set: keep timeSlicingConfig")
+	case s.timeSlicing() != nil && !s.timeSlicing().Interval.Valid():
+		return fmt.Errorf("sharing.timeSlicingConfig.interval %q: want Default, Short, Medium or Long", s.timeSlicing().Interval)
+	}
+	return nil
+}
+
+// decodeConfig decodes and checks the device's opaque configurations
+// (ConfigScheme), then what depends on the device: a MIG device is not
+// time-sliced. An error wraps kit.ErrInvalidConfig. devType is TypeGPU or
+// TypeMIG.
 func decodeConfig(dev kit.AllocatedDevice, devType string) (GPUConfig, error) {
-	var c GPUConfig
-	if len(dev.Config) == 0 {
-		return c, nil
+	c, err := kit.DecodeAs[GPUConfig](configScheme, dev)
+	if err != nil || c == nil {
+		return GPUConfig{}, err
 	}
-	if err := kit.DecodeConfig(dev, &c); err != nil {
-		return c, err
+	if s := c.Sharing; s != nil && devType != TypeGPU {
+		return *c, &kit.ConfigError{Request: dev.Request, Type: configScheme.Types()[0].String(),
+			Err: fmt.Errorf("sharing.strategy %s: only full GPUs are time-sliced, %s is a MIG device", s.Strategy, dev.Device)}
 	}
-	bad := func(format string, args ...any) (GPUConfig, error) {
-		return c, fmt.Errorf("%w: request %q: %s", kit.ErrInvalidConfig, dev.Request, fmt.Sprintf(format, args...))
-	}
-	if c.APIVersion != ConfigAPIVersion || c.Kind != ConfigKind {
-		return bad("apiVersion %q, kind %q: want %s, %s", c.APIVersion, c.Kind, ConfigAPIVersion, ConfigKind)
-	}
-	if s := c.Sharing; s != nil {
-		switch {
-		case s.Strategy != TimeSlicing:
-			return bad("sharing.strategy %q: want %s", s.Strategy, TimeSlicing)
-		case devType != TypeGPU:
-			return bad("sharing.strategy %s: only full GPUs are time-sliced, %s is a MIG device", s.Strategy, dev.Device)
-		case s.TimeSlicing != nil && s.TimeSlicingConfig != nil:
-			return bad("sharing.timeSlicing and sharing.timeSlicingConfig are both set: keep timeSlicingConfig")
-		case s.timeSlicing() != nil && !s.timeSlicing().Interval.Valid():
-			return bad("sharing.timeSlicingConfig.interval %q: want Default, Short, Medium or Long", s.timeSlicing().Interval)
-		}
-	}
-	return c, nil
+	return *c, nil
 }
 
 // timeSlice is the configured interval; "" when time-slicing is not
