@@ -10,8 +10,9 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/driver"
 )
@@ -118,12 +119,26 @@ type Flags struct {
 	// zero means the runtime's default of 30s, the kubelet's. A driver
 	// whose monitor reports every N seconds needs a timeout above N.
 	HealthTimeout time.Duration
+	// Logging is component-base's logging configuration: --logging-format
+	// (text or json), -v, --vmodule, --log-flush-frequency and the
+	// formats' options, as every Kubernetes component has them (see
+	// [Flags.ApplyLogging]). nil when the flag set had its own "v" flag.
+	Logging *logsapi.LoggingConfiguration
+	// FeatureGate is the program's feature gates (--feature-gates),
+	// component-base's, holding the logging gates (ContextualLogging,
+	// LoggingAlphaOptions, LoggingBetaOptions); a driver adds its own
+	// with [Flags.AddFeatureGates] before parsing and asks
+	// FeatureGate.Enabled after.
+	FeatureGate featuregate.MutableVersionedFeatureGate
+
+	fs *flag.FlagSet
 }
 
 // Register adds the standard driver flags to fs (flag.CommandLine for a
 // program's own) and returns the Flags they are parsed into. It also adds
-// klog's flags (-v and friends) unless fs already has a "v" flag, e.g.
-// from an earlier klog.InitFlags(fs).
+// --feature-gates and component-base's logging flags (--logging-format,
+// -v, --vmodule, ...) unless fs already has a "v" flag, e.g. from an
+// earlier klog.InitFlags(fs).
 func Register(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.StringVar(&f.NodeName, "node-name", os.Getenv(NodeNameEnv), "name of the node this driver serves (default $"+NodeNameEnv+")")
@@ -135,9 +150,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
 	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
 	fs.DurationVar(&f.HealthTimeout, "health-timeout", 0, "how long a device health report stays valid before the device shows as Unknown; must exceed the health monitor's report interval (default 30s)")
-	if fs.Lookup("v") == nil {
-		klog.InitFlags(fs)
-	}
+	f.registerLogging(fs)
 	return f
 }
 
@@ -169,8 +182,12 @@ func (f *Flags) RESTConfig() (*rest.Config, error) {
 // a client built from [LoadRESTConfig] with the client limits of
 // --kube-api-qps and --kube-api-burst (zero fields: the runtime's
 // defaults), and the folders, HTTP address and health timeout that are
-// set. Errors name the flag to fix.
+// set. Errors name the flag to fix. It applies the logging flags first
+// ([Flags.ApplyLogging]).
 func (f *Flags) Options() ([]driver.Option, error) {
+	if err := f.ApplyLogging(); err != nil {
+		return nil, err
+	}
 	if f.NodeName == "" {
 		return nil, fmt.Errorf("driver flags: --node-name is empty and $%s is not set", NodeNameEnv)
 	}

@@ -131,7 +131,7 @@ func TestOptions(t *testing.T) {
 		args       []string
 		wantSocket string
 	}{
-		{"folders reach the driver", []string{"--plugin-data-dir", dir, "-v", "3"}, filepath.Join(dir, "dra.sock")},
+		{"folders reach the driver", []string{"--plugin-data-dir", dir}, filepath.Join(dir, "dra.sock")},
 		{"default plugin folder", nil, filepath.Join(driverflag.DefaultPluginDataDir("x.example.com"), "dra.sock")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
