@@ -138,7 +138,8 @@ func (d *Runtime) Name() string { return d.name }
 func (d *Runtime) Ready() <-chan struct{} { return d.ready }
 
 // HTTPAddr is the address the metrics and health server listens on,
-// valid after Ready ("" without [WithHTTPAddress]).
+// valid after Ready ("" without [WithHTTPAddress], and during a rolling
+// update while the other instance holds the address).
 func (d *Runtime) HTTPAddr() string { return d.httpAddr }
 
 // Gatherer returns the driver's Prometheus metrics (drakit_driver_*), e.g.
@@ -267,7 +268,7 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	d.mu.Unlock()
 	defer helper.Stop()
 
-	if d.o.httpAddress != "" {
+	if d.o.httpAddress != "" || d.o.probeSocket != "" {
 		srv, err := d.startHTTP(ctx)
 		if err != nil {
 			return fmt.Errorf("run driver: %w", err)

@@ -44,6 +44,7 @@ type options struct {
 	lockDir              string
 	registerer           prometheus.Registerer
 	httpAddress          string
+	probeSocket          string
 	rollingUpdateUID     types.UID
 	serialize            bool
 	healthTimeout        time.Duration
@@ -196,13 +197,32 @@ func WithHTTPAddress(addr string) Option {
 	}
 }
 
+// WithProbeSocket serves the HTTP server's paths (/healthz, /readyz,
+// /metrics) also on a unix socket at path, created with mode 0600 (a
+// stale file there is replaced). Give it a path private to the pod (its
+// /tmp): an exec probe through it (see driverflag.Probe) asks this
+// instance, also while the other pod of a rolling update holds the TCP
+// address of [WithHTTPAddress] on the host's network, where an httpGet
+// probe would reach the other instance.
+func WithProbeSocket(path string) Option {
+	return func(o *options) error {
+		if path == "" {
+			return errors.New("WithProbeSocket: empty path")
+		}
+		o.probeSocket = path
+		return nil
+	}
+}
+
 // WithRollingUpdate lets a new driver pod run beside the old one during a
 // DaemonSet rolling update. podUID must be the pod's UID (downward API).
 // Both instances must share the plugin data, checkpoint and lock
 // ([WithLockDir]) folders; calls are then serialized across the two
 // through a file lock in the lock folder and each call
 // reads the checkpoint from disk, so that either instance can unprepare
-// what the other prepared. Both must run with WithRollingUpdate: they
+// what the other prepared. The HTTP address ([WithHTTPAddress]) the
+// other instance holds is taken when it lets go (the two pods share the
+// host's network): use [WithProbeSocket] for the pod's probes. Both must run with WithRollingUpdate: they
 // share the folders' instance lock, which a driver without it holds
 // alone (see [ErrFoldersInUse]). So the rollout that turns rolling
 // updates on must replace the old pods before it starts new ones

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,17 +28,47 @@ func (d *Runtime) startHTTP(ctx context.Context) (*http.Server, error) {
 	}
 	mux.HandleFunc("/healthz", probe(d.live))
 	mux.HandleFunc("/readyz", probe(d.readyCheck))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	serve := func(ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Metrics server failed", "address", ln.Addr().String())
+		}
+	}
+	if d.o.probeSocket != "" {
+		ln, err := listenUnix(ctx, d.o.probeSocket)
+		if err != nil {
+			return nil, fmt.Errorf("probe socket: %w", err)
+		}
+		go serve(ln)
+	}
+	if d.o.httpAddress == "" {
+		return srv, nil
+	}
 	ln, err := net.Listen("tcp", d.o.httpAddress)
-	if err != nil {
+	switch {
+	case err == nil:
+		d.httpAddr = ln.Addr().String()
+		go serve(ln)
+	case errors.Is(err, syscall.EADDRINUSE) && d.o.rollingUpdateUID != "":
+		// The other pod of a rolling update, on the host's network,
+		// holds it: take it when it lets go.
+		klog.FromContext(ctx).Info("HTTP address in use, by the other instance of a rolling update: waiting for it", "address", d.o.httpAddress)
+		go func() {
+			for ctx.Err() == nil {
+				if ln, err := net.Listen("tcp", d.o.httpAddress); err == nil {
+					klog.FromContext(ctx).Info("HTTP address taken over", "address", d.o.httpAddress)
+					serve(ln)
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	default:
 		return nil, fmt.Errorf("listen for metrics: %w", err)
 	}
-	d.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Metrics server failed")
-		}
-	}()
 	return srv, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
@@ -38,6 +39,10 @@ func DefaultPluginDataDir(driverName string) string {
 // NodeNameEnv is the environment variable --node-name defaults to; set it
 // from the downward API (spec.nodeName) in the driver's DaemonSet.
 const NodeNameEnv = "NODE_NAME"
+
+// PodUIDEnv is the environment variable --pod-uid defaults to; set it
+// from the downward API (metadata.uid) in the driver's DaemonSet.
+const PodUIDEnv = "POD_UID"
 
 // ErrNoConfig is returned (wrapped) by [LoadRESTConfig] when no
 // kubeconfig is given and the program does not run in a pod.
@@ -119,6 +124,16 @@ type Flags struct {
 	// zero means the runtime's default of 30s, the kubelet's. A driver
 	// whose monitor reports every N seconds needs a timeout above N.
 	HealthTimeout time.Duration
+	// PodUID is the driver pod's UID (--pod-uid, default $POD_UID from the
+	// downward API's metadata.uid). Set, the driver runs for a seamless
+	// rolling update ([driver.WithRollingUpdate]): a DaemonSet with
+	// maxSurge starts the new pod beside the old one, and the kubelet
+	// (1.33+) moves to the new one without a gap.
+	PodUID string
+	// ProbeSocket is a unix socket, private to the pod, on which the
+	// driver also serves /healthz and /readyz (--probe-socket, see
+	// [driver.WithProbeSocket] and [Probe]); empty: none.
+	ProbeSocket string
 	// Logging is component-base's logging configuration: --logging-format
 	// (text or json), -v, --vmodule, --log-flush-frequency and the
 	// formats' options, as every Kubernetes component has them (see
@@ -149,6 +164,8 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.HTTPAddress, "http-address", "", "address for /metrics and /healthz, e.g. :8080 (default: none)")
 	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
 	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
+	fs.StringVar(&f.PodUID, "pod-uid", os.Getenv(PodUIDEnv), "the driver pod's UID (default $"+PodUIDEnv+"); set: the driver supports a seamless rolling update, a new pod beside the old one (DaemonSet maxSurge)")
+	fs.StringVar(&f.ProbeSocket, "probe-socket", "", "a unix socket, private to the pod, that also serves /healthz and /readyz, for exec probes (the `probe` command) that must reach this instance while another holds --http-address")
 	fs.DurationVar(&f.HealthTimeout, "health-timeout", 0, "how long a device health report stays valid before the device shows as Unknown; must exceed the health monitor's report interval (default 30s)")
 	f.registerLogging(fs)
 	return f
@@ -204,6 +221,8 @@ func (f *Flags) Options() ([]driver.Option, error) {
 		{f.PluginDataDir, driver.WithPluginDataDir},
 		{f.CDIDir, driver.WithCDIDir},
 		{f.HTTPAddress, driver.WithHTTPAddress},
+		{f.ProbeSocket, driver.WithProbeSocket},
+		{f.PodUID, func(uid string) driver.Option { return driver.WithRollingUpdate(types.UID(uid)) }},
 	} {
 		if o.value != "" {
 			opts = append(opts, o.opt(o.value))

@@ -33,7 +33,9 @@ func (f *Flags) registerLogging(fs *flag.FlagSet) {
 }
 
 // gatesValue is a feature gate as a flag.Value: "A=true,B=false".
-type gatesValue struct{ g featuregate.MutableFeatureGate }
+type gatesValue struct {
+	g featuregate.MutableFeatureGate
+}
 
 func (v gatesValue) String() string {
 	if s, ok := v.g.(fmt.Stringer); ok {
