@@ -120,6 +120,11 @@ func New(name string, opts ...Option) (*Runtime, error) {
 		o.lockDir = o.pluginDataDir
 	}
 	m := newMetrics(name)
+	for _, c := range o.collectors {
+		if err := m.registry.Register(c); err != nil {
+			return nil, fmt.Errorf("new driver %s: WithCollectors: %w", name, err)
+		}
+	}
 	if o.registerer != nil {
 		if err := m.register(o.registerer); err != nil {
 			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
@@ -255,6 +260,7 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	d.published = publication.New()
 	d.health = health.New(d.name, d.o.healthTimeout, d.published)
 	d.setInventory(inv)
+	d.metrics.state.src.Store(&stateSource{published: d.published, health: d.health, engine: eng, kind: d.o.deviceKind})
 	eng.published = func(pool, dev string) bool {
 		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev)
 	}

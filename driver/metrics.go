@@ -1,10 +1,14 @@
 package driver
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/driver/internal/checkpoint"
 )
 
 // Error reasons: the reason label of drakit_driver_errors_total, the
@@ -44,6 +48,8 @@ const (
 // server adds them to what it serves).
 type metrics struct {
 	registry         *prometheus.Registry
+	inFlight         *prometheus.GaugeVec
+	state            *stateCollector
 	prepareSeconds   prometheus.Histogram
 	unprepareSeconds prometheus.Histogram
 	errors           *prometheus.CounterVec
@@ -91,13 +97,18 @@ func newMetrics(driverName string) *metrics {
 			Namespace: "drakit", Subsystem: "driver", Name: "orphaned_cdi_specs",
 			Help: "CDI specs of claims not prepared that the last collection could not remove.", ConstLabels: labels,
 		}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "drakit", Subsystem: "driver", Name: "requests_in_flight",
+			Help: "The kubelet's NodePrepareResources (operation=prepare) and NodeUnprepareResources (unprepare) calls being served, waiting for their turn included.", ConstLabels: labels,
+		}, []string{"operation"}),
+		state: newStateCollector(labels),
 	}
 	m.registry.MustRegister(m.collectors()...)
 	return m
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices, m.apiReachable, m.orphanedSpecs}
+	return []prometheus.Collector{m.prepareSeconds, m.unprepareSeconds, m.errors, m.preparedClaims, m.publishedDevices, m.unhealthyDevices, m.apiReachable, m.orphanedSpecs, m.inFlight, m.state}
 }
 
 // register registers the metrics in r too; on failure none stays there.
@@ -129,4 +140,96 @@ func (m *metrics) observe(h prometheus.Histogram, start time.Time) {
 
 func (m *metrics) error(op, reason string) {
 	m.errors.WithLabelValues(op, reason).Inc()
+}
+
+// request counts a kubelet call of operation in flight until the
+// returned function runs.
+func (m *metrics) request(operation string) (done func()) {
+	g := m.inFlight.WithLabelValues(operation)
+	g.Inc()
+	return g.Dec
+}
+
+// stateCollector reports, at each scrape, the published devices by
+// health and kind and the prepared claims' devices by kind, from the
+// runtime's own state (no vendor call, no API request).
+type stateCollector struct {
+	devices, prepared *prometheus.Desc
+	src               atomic.Pointer[stateSource]
+}
+
+// stateSource is what the collector reads, set once Run has it.
+type stateSource struct {
+	published interface{ Inventory() *device.Inventory }
+	health    interface {
+		Healths(now time.Time) map[device.DeviceID]string
+	}
+	engine *engine
+	kind   func(device.DeviceID) string
+}
+
+func newStateCollector(labels prometheus.Labels) *stateCollector {
+	return &stateCollector{
+		devices: prometheus.NewDesc("drakit_driver_devices",
+			"Published devices by health (Healthy, Unhealthy, Unknown: as the kubelet hears it) and kind (WithDeviceKind, e.g. a MIG profile; empty without it).",
+			[]string{"health", "kind"}, labels),
+		prepared: prometheus.NewDesc("drakit_driver_prepared_devices",
+			"Devices of prepared claims by kind (WithDeviceKind); a device shared by several claims counts once per claim.",
+			[]string{"kind"}, labels),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.devices
+	ch <- c.prepared
+}
+
+// Collect implements prometheus.Collector. Before Run has its state
+// there is nothing to report.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	kind := src.kind
+	if kind == nil {
+		kind = func(device.DeviceID) string { return "" }
+	}
+	byHealth := map[[2]string]int{}
+	if inv := src.published.Inventory(); inv != nil {
+		health := src.health.Healths(time.Now())
+		for _, p := range inv.Pools {
+			for _, d := range p.Devices {
+				id := device.DeviceID{Pool: p.Name, Device: d.Name()}
+				byHealth[[2]string{health[id], kind(id)}]++
+			}
+		}
+	}
+	for k, n := range byHealth {
+		ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	byKind := map[string]int{}
+	for _, id := range src.engine.preparedDevices() {
+		byKind[kind(id)]++
+	}
+	for k, n := range byKind {
+		ch <- prometheus.MustNewConstMetric(c.prepared, prometheus.GaugeValue, float64(n), k)
+	}
+}
+
+// preparedDevices are the devices of the prepared claims.
+func (e *engine) preparedDevices() []device.DeviceID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []device.DeviceID
+	for _, r := range e.records {
+		if r.State != checkpoint.StatePrepared {
+			continue
+		}
+		for _, d := range r.Devices {
+			out = append(out, device.DeviceID{Pool: d.Pool, Device: d.Device})
+		}
+	}
+	return out
 }

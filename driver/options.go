@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/drakit/drakit/cdi"
+	"github.com/drakit/drakit/device"
 )
 
 // Default client rate limits set on a REST config given to
@@ -45,6 +46,8 @@ type options struct {
 	registerer           prometheus.Registerer
 	httpAddress          string
 	probeSocket          string
+	deviceKind           func(device.DeviceID) string
+	collectors           []prometheus.Collector
 	rollingUpdateUID     types.UID
 	serialize            bool
 	healthTimeout        time.Duration
@@ -364,6 +367,31 @@ func WithRegisterer(r prometheus.Registerer) Option {
 			return errors.New("WithRegisterer: nil registerer")
 		}
 		o.registerer = r
+		return nil
+	}
+}
+
+// WithDeviceKind names each device's kind for the runtime's metrics
+// (drakit_driver_devices{health,kind}, drakit_driver_prepared_devices{kind}):
+// a profile, a model, "half" or "whole", whatever an operator graphs
+// devices by. Keep the kinds few: each is a time series. kind is called
+// at each scrape for every published and prepared device, also for a
+// device no longer published; it must be fast and safe for concurrent
+// use. Default: every device's kind is "".
+func WithDeviceKind(kind func(device.DeviceID) string) Option {
+	return func(o *options) error {
+		o.deviceKind = kind
+		return nil
+	}
+}
+
+// WithCollectors adds the vendor's own Prometheus collectors to the
+// runtime's registry: they are served on its /metrics ([WithHTTPAddress])
+// and returned by [Runtime.Gatherer]. [New] fails when one collides with
+// the runtime's or another's.
+func WithCollectors(cs ...prometheus.Collector) Option {
+	return func(o *options) error {
+		o.collectors = append(o.collectors, cs...)
 		return nil
 	}
 }

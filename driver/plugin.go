@@ -19,11 +19,13 @@ var _ kubeletplugin.DRAPlugin = (*plugin)(nil)
 
 // PrepareResourceClaims prepares each claim (concurrently for a batch).
 func (p *plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	defer p.metrics.request("prepare")()
 	return each(ctx, p, claims, func(c *resourceapi.ResourceClaim) types.UID { return c.UID }, p.engine.prepare)
 }
 
 // UnprepareResourceClaims unprepares each claim from the checkpoint.
 func (p *plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	defer p.metrics.request("unprepare")()
 	return each(ctx, p, claims, func(c kubeletplugin.NamespacedObject) types.UID { return c.UID },
 		func(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 			return p.engine.unprepare(ctx, ClaimRef{UID: c.UID, Namespace: c.Namespace, Name: c.Name})

@@ -250,3 +250,17 @@ func (h *State) Stream(ctx context.Context, reports chan<- kubeletplugin.DeviceH
 		timer.Stop()
 	}
 }
+
+// Healths is each published device's health as the kubelet hears it at
+// now: the vendor's last report, or Unknown when there is none or it is
+// older than the timeout.
+func (h *State) Healths(now time.Time) map[device.DeviceID]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rep, _ := h.snapshot(now)
+	out := make(map[device.DeviceID]string, len(rep.Devices))
+	for _, d := range rep.Devices {
+		out[device.DeviceID{Pool: d.PoolName, Device: d.DeviceName}] = string(d.Health)
+	}
+	return out
+}
