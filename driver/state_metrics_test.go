@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
@@ -56,20 +55,10 @@ func samples(t *testing.T, g prometheus.Gatherer, name string) map[string]float6
 				}
 			}
 			sort.Strings(labels)
-			out[strings.Join(labels, ",")] = value(m)
+			out[strings.Join(labels, ",")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
 	return out
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	}
-	return 0
 }
 
 // TestStateMetrics: the kubelet's calls in flight, the published

@@ -434,10 +434,12 @@ func advertised(p *mig.Product, want []string) []string {
 }
 
 // Options returns the drakit runtime options that make it run this
-// driver on its node: discoverer, preparer and node name. Add the
+// driver on its node: discoverer, preparer, node name, device kinds
+// (DeviceKind) and its own metrics (Collector). Add the
 // client, folders and anything else (driverflag's Options, a test's).
 func (d *Driver) Options() []kit.Option {
-	return []kit.Option{kit.WithDiscoverer(d), kit.WithPreparer(d), kit.WithNodeName(d.node)}
+	return []kit.Option{kit.WithDiscoverer(d), kit.WithPreparer(d), kit.WithNodeName(d.node),
+		kit.WithDeviceKind(DeviceKind), kit.WithCollectors(d.Collector())}
 }
 
 // changed makes Watch report an inventory change (MIG devices were made or
