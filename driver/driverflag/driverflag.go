@@ -165,7 +165,7 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
 	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
 	fs.StringVar(&f.PodUID, "pod-uid", os.Getenv(PodUIDEnv), "the driver pod's UID (default $"+PodUIDEnv+"); set: the driver supports a seamless rolling update, a new pod beside the old one (DaemonSet maxSurge)")
-	fs.StringVar(&f.ProbeSocket, "probe-socket", "", "a unix socket, private to the pod, that also serves /healthz and /readyz, for exec probes (the `probe` command) that must reach this instance while another holds --http-address")
+	fs.StringVar(&f.ProbeSocket, "probe-socket", "", "a unix socket, private to the pod, that also serves /healthz and /readyz, for exec probes (driverflag.Probe) that must reach this instance while another holds --http-address")
 	fs.DurationVar(&f.HealthTimeout, "health-timeout", 0, "how long a device health report stays valid before the device shows as Unknown; must exceed the health monitor's report interval (default 30s)")
 	f.registerLogging(fs)
 	return f

@@ -14,6 +14,16 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
 
+// RegisterLogging adds only --feature-gates and the logging flags of
+// [Register] to fs, for a program that runs beside a driver (an
+// admission webhook, a controller) and logs like it. Its Flags have
+// Logging and FeatureGate; [Flags.ApplyLogging] applies them.
+func RegisterLogging(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	f.registerLogging(fs)
+	return f
+}
+
 // registerLogging adds component-base's logging flags (--logging-format,
 // -v, --vmodule, --log-flush-frequency and the formats' options) and
 // --feature-gates to fs. A fs that already has "v" keeps it and gets no

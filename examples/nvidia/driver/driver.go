@@ -109,6 +109,7 @@ type options struct {
 	republishInterval time.Duration
 	heartbeat         time.Duration
 	fullMIG           bool
+	noWholeDynamic    bool
 	procRoot          string // "/proc"; tests use a fake one
 	dynamicGPUs       []string
 	ignoredXIDs       map[uint64]bool
@@ -497,7 +498,7 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return devInfo{}, false
 	}
 	if ref.Profile == "" {
-		return d.wholeInfo(g), true
+		return d.wholeInfo(g), !d.o.noWholeDynamic
 	}
 	pr, err := g.product.Profile(ref.Profile)
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {

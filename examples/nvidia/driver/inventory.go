@@ -235,7 +235,11 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range pools {
+	for i := range pools {
+		p := &pools[i]
+		if d.o.noWholeDynamic {
+			p.Devices = slices.DeleteFunc(p.Devices, isWhole)
+		}
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
 			if err != nil {

@@ -22,17 +22,22 @@ import (
 const DefragCommand = "defrag-controller"
 
 // runDefrag runs the MIG defragmenter for the driver's devices until
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM, when the MIGDefragmenter feature gate is on.
 func runDefrag(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+DefragCommand, flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
 	var f defrag.Flags
 	f.Register(fs, nvdriver.DriverName)
-	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	klogFlags.VisitAll(func(kf *flag.Flag) { fs.Var(kf.Value, kf.Name, kf.Usage) })
+	std := driverflag.RegisterLogging(fs)
+	addGates(std)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := std.ApplyLogging(); err != nil {
+		return err
+	}
+	if !std.FeatureGate.Enabled(MIGDefragmenter) {
+		return fmt.Errorf("%s: the %s feature gate (alpha) is off: it evicts pods; pass --feature-gates=%s=true to run it: %w", DefragCommand, MIGDefragmenter, MIGDefragmenter, errGateOff)
 	}
 	cfg, err := driverflag.LoadRESTConfig(*kubeconfig)
 	if err != nil {

@@ -73,10 +73,20 @@ func WithContainerEditor(f EditorFunc) Option {
 // error when part of it failed); with -print-device-classes it prints the
 // DeviceClasses and returns. With DefragCommand as the first argument it
 // runs the MIG defragmenter instead (its flags are package mig/defrag's
-// Flags, plus --kubeconfig and klog's).
+// Flags, plus --kubeconfig, --feature-gates and the logging flags), with
+// WebhookCommand the admission webhook, with ProbeCommand a probe of the
+// driver's probe socket. The driver's experimental parts are behind
+// feature gates (FeatureGates).
 func Run(args []string, opts ...Option) error {
-	if len(args) > 0 && args[0] == DefragCommand {
-		return runDefrag(args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case DefragCommand:
+			return runDefrag(args[1:])
+		case WebhookCommand:
+			return runWebhook(args[1:])
+		case ProbeCommand:
+			return runProbe(args[1:])
+		}
 	}
 	o := options{out: os.Stdout}
 	for _, opt := range opts {
@@ -84,6 +94,7 @@ func Run(args []string, opts ...Option) error {
 	}
 	fs := flag.NewFlagSet("nvidia-dra-driver", flag.ExitOnError)
 	std := driverflag.Register(fs)
+	addGates(std)
 	var nv nvmlflag.Flags
 	nv.Register(fs)
 	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
@@ -100,6 +111,13 @@ func Run(args []string, opts ...Option) error {
 		f(fs)
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := std.ApplyLogging(); err != nil {
+		return err
+	}
+	gated, err := gateOptions(std.FeatureGate, *dynamicGPUs)
+	if err != nil {
 		return err
 	}
 	var names []string
@@ -148,7 +166,7 @@ func Run(args []string, opts ...Option) error {
 		return err
 	}
 	defer backend.Close()
-	dopts := []nvdriver.Option{nvdriver.WithStateDir(dir)}
+	dopts := append([]nvdriver.Option{nvdriver.WithStateDir(dir)}, gated...)
 	if nv.Sim == "" {
 		dopts = append(dopts, nvdriver.WithDriverRoot(root))
 		if o.editor != nil {

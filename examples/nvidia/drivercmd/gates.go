@@ -1,0 +1,68 @@
+package drivercmd
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/component-base/featuregate"
+
+	"github.com/drakit/drakit/driver/driverflag"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+)
+
+// The driver's feature gates (--feature-gates, the chart's featureGates):
+// its experimental parts, each with a stage as Kubernetes' gates have
+// one. An alpha gate is off by default, a beta gate on.
+const (
+	// DynamicMIG (beta, on): the driver owns the MIG devices of dynamic
+	// GPUs, makes them at prepare and destroys them at unprepare. Off,
+	// no GPU is dynamic: the same as -dynamic-mig-gpus=none, recorded in
+	// the state folder like it (turning the gate on again needs
+	// -dynamic-mig-gpus to name the dynamic GPUs), and -dynamic-mig-gpus
+	// naming GPUs is refused.
+	DynamicMIG featuregate.Feature = "DynamicMIG"
+	// DynamicMIGWholeGPU (beta, on): a dynamic GPU none of whose MIG
+	// devices is in use is also offered whole, the driver turning its
+	// MIG mode off while a claim holds it. Off, dynamic GPUs are offered
+	// as MIG devices only (nvdriver.WithoutWholeDynamicGPUs).
+	DynamicMIGWholeGPU featuregate.Feature = "DynamicMIGWholeGPU"
+	// MIGDefragmenter (alpha, off): the defrag-controller command (the
+	// chart's defragmenter Deployment) runs; it evicts pods. Off, it
+	// refuses to start, and the chart does not deploy it.
+	MIGDefragmenter featuregate.Feature = "MIGDefragmenter"
+)
+
+// FeatureGates are the driver's gates with their stage and default.
+func FeatureGates() map[featuregate.Feature]featuregate.FeatureSpec {
+	return map[featuregate.Feature]featuregate.FeatureSpec{
+		DynamicMIG:         {Default: true, PreRelease: featuregate.Beta},
+		DynamicMIGWholeGPU: {Default: true, PreRelease: featuregate.Beta},
+		MIGDefragmenter:    {Default: false, PreRelease: featuregate.Alpha},
+	}
+}
+
+// addGates adds the driver's gates to the standard flags.
+func addGates(std *driverflag.Flags) {
+	if err := std.AddFeatureGates(FeatureGates()); err != nil {
+		panic(err) // constant gates on a fresh gate set
+	}
+}
+
+// gateOptions are the driver options the gates stand for, given
+// -dynamic-mig-gpus' value.
+func gateOptions(gates featuregate.FeatureGate, dynamicGPUs string) ([]nvdriver.Option, error) {
+	var opts []nvdriver.Option
+	if !gates.Enabled(DynamicMIG) {
+		if dynamicGPUs != "" && dynamicGPUs != "none" {
+			return nil, fmt.Errorf("-dynamic-mig-gpus=%s: the %s feature gate is off, so no GPU is dynamic: leave -dynamic-mig-gpus empty (or none), or turn the gate on", dynamicGPUs, DynamicMIG)
+		}
+		opts = append(opts, nvdriver.WithDynamicGPUs())
+	}
+	if !gates.Enabled(DynamicMIGWholeGPU) {
+		opts = append(opts, nvdriver.WithoutWholeDynamicGPUs())
+	}
+	return opts, nil
+}
+
+// errGateOff is returned by a command whose feature gate is off.
+var errGateOff = errors.New("feature gate is off")

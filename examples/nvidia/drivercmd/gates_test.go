@@ -1,0 +1,89 @@
+package drivercmd_test
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/drakit/drakit/driver/driverflag"
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+)
+
+// check runs -check on the README's simulated DGX H200 (GPUs 0-1 full,
+// 2 static MIG, 3-7 MIG mode without MIG devices) with args added.
+func check(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	err := drivercmd.Run(append([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(dir, "state"),
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + filepath.Join(dir, "gpus.json"), "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4"}, args...),
+		drivercmd.WithOutput(&out))
+	return out.String(), err
+}
+
+var gpuLine = regexp.MustCompile(`(?m)^# GPU (\d): .*: (full|static|dynamic)[^,]*, (\d+) devices`)
+
+// modes is "GPU: mode devices" per GPU of a -check output.
+func modes(out string) []string {
+	var m []string
+	for _, g := range gpuLine.FindAllStringSubmatch(out, -1) {
+		m = append(m, g[1]+": "+g[2]+" "+g[3])
+	}
+	return m
+}
+
+// TestGates: each experimental part of the driver is behind a feature
+// gate with a stage, and switching the gate off removes it: no dynamic
+// GPU without DynamicMIG, no dynamic GPU offered whole without
+// DynamicMIGWholeGPU, no defragmenter without MIGDefragmenter (alpha,
+// off by default).
+func TestGates(t *testing.T) {
+	out, err := check(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 15, 4: dynamic 15, 5: dynamic 15, 6: dynamic 15, 7: dynamic 15"; got != want {
+		t.Errorf("default gates: %s\nwant %s", got, want)
+	}
+
+	out, err = check(t, "--feature-gates=DynamicMIG=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: static 0, 4: static 0, 5: static 0, 6: static 0, 7: static 0"; got != want {
+		t.Errorf("DynamicMIG=false: %s\nwant %s", got, want)
+	}
+	if strings.Contains(out, "-counters") {
+		t.Error("DynamicMIG=false: a dynamic GPU's counter set is published")
+	}
+	if _, err := check(t, "--feature-gates=DynamicMIG=false", "-dynamic-mig-gpus=4"); err == nil || !strings.Contains(err.Error(), "DynamicMIG") {
+		t.Errorf("-dynamic-mig-gpus=4 with DynamicMIG=false: %v, want an error naming the gate", err)
+	}
+
+	out, err = check(t, "--feature-gates=DynamicMIGWholeGPU=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 14, 4: dynamic 14, 5: dynamic 14, 6: dynamic 14, 7: dynamic 14"; got != want {
+		t.Errorf("DynamicMIGWholeGPU=false: %s\nwant %s", got, want)
+	}
+	if strings.Contains(out, "name: gpu-7\n") {
+		t.Error("DynamicMIGWholeGPU=false: dynamic GPU 7 is offered whole")
+	}
+}
+
+func TestDefragGate(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	err := drivercmd.Run([]string{drivercmd.DefragCommand})
+	if err == nil || !strings.Contains(err.Error(), "MIGDefragmenter") {
+		t.Errorf("defragmenter with its gate off (the default): %v, want a refusal naming the gate", err)
+	}
+	// On, it goes on to reach the cluster (none here).
+	err = drivercmd.Run([]string{drivercmd.DefragCommand, "--feature-gates=MIGDefragmenter=true"})
+	if err == nil || strings.Contains(err.Error(), "MIGDefragmenter") || !strings.Contains(err.Error(), driverflag.ErrNoConfig.Error()) {
+		t.Errorf("defragmenter with its gate on, no cluster: %v, want the client configuration error", err)
+	}
+}
