@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/device"
+	kit "github.com/drakit/drakit/driver"
 )
 
 // TestMIGMetrics: drakit_nvidia_mig_devices counts the MIG devices on
