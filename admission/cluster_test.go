@@ -133,7 +133,7 @@ func TestOnAPIServer(t *testing.T) {
 			t.Fatalf("%s: create without the webhook: %v", tc.name, err)
 		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "prepare-" + tc.name, Namespace: ns}, Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "c", Image: env.BusyboxImage, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			Containers:     []corev1.Container{{Name: "c", Image: "registry.example/none:1", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}},
 		}}
 		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
