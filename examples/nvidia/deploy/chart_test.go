@@ -124,6 +124,11 @@ type rendered struct {
 	policies     []*admissionv1.ValidatingAdmissionPolicy
 	bindings     []*admissionv1.ValidatingAdmissionPolicyBinding
 	deployments  []*appsv1.Deployment
+	// The chart's operating objects (operations_chart_test.go).
+	services []*corev1.Service
+	configs  []*corev1.ConfigMap
+	secrets  []*corev1.Secret
+	webhooks []*admissionv1.ValidatingWebhookConfiguration
 }
 
 func render(t *testing.T, args ...string) rendered {
@@ -153,6 +158,14 @@ func render(t *testing.T, args ...string) rendered {
 			r.bindings = append(r.bindings, o)
 		case *appsv1.Deployment:
 			r.deployments = append(r.deployments, o)
+		case *corev1.Service:
+			r.services = append(r.services, o)
+		case *corev1.ConfigMap:
+			r.configs = append(r.configs, o)
+		case *corev1.Secret:
+			r.secrets = append(r.secrets, o)
+		case *admissionv1.ValidatingWebhookConfiguration:
+			r.webhooks = append(r.webhooks, o)
 		default:
 			t.Errorf("the chart renders an unexpected %T", o)
 		}

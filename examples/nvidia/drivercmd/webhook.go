@@ -5,13 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/admission"
@@ -23,7 +20,8 @@ import (
 // admission webhook (package admission, with nvdriver.ConfigScheme): what
 // the chart's webhook Deployment runs, from the driver's own image. It
 // refuses a ResourceClaim or ResourceClaimTemplate whose GpuConfig is bad
-// with the message prepare would give.
+// with the message prepare would give. Its flags are admission.Flags',
+// --feature-gates and the logging flags.
 const WebhookCommand = "webhook"
 
 // ProbeCommand is the first argument that makes Run ask the driver's
@@ -35,14 +33,8 @@ const ProbeCommand = "probe"
 // runWebhook serves the admission webhook until SIGINT or SIGTERM.
 func runWebhook(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+WebhookCommand, flag.ExitOnError)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
-	address := fs.String("address", admission.DefaultAddress, "HTTPS address the API server calls")
-	certFile := fs.String("tls-cert-file", "", "serving certificate (PEM), e.g. cert-manager's Secret mounted; with -tls-private-key-file, instead of -self-signed-secret")
-	keyFile := fs.String("tls-private-key-file", "", "the certificate's key (PEM)")
-	secret := fs.String("self-signed-secret", "", "namespace/name of the Secret where the webhook keeps the certificate authority and serving certificate it makes itself (and sets as -webhook-configuration's caBundle)")
-	config := fs.String("webhook-configuration", "", "the ValidatingWebhookConfiguration whose caBundle the webhook sets (with -self-signed-secret)")
-	dnsNames := fs.String("dns-names", "", "comma-separated names of the self-made certificate: the Service's (svc, svc.namespace, svc.namespace.svc)")
-	ips := fs.String("ip-addresses", "", "comma-separated IP addresses of the self-made certificate: the host of a webhook reached by URL")
+	var wf admission.Flags
+	wf.Register(fs)
 	std := driverflag.RegisterLogging(fs)
 	addGates(std)
 	if err := fs.Parse(args); err != nil {
@@ -55,64 +47,24 @@ func runWebhook(args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := []admission.Option{admission.WithAddress(*address)}
-	switch {
-	case *certFile != "" || *keyFile != "":
-		opts = append(opts, admission.WithCertFiles(*certFile, *keyFile))
-	case *secret != "":
-		ns, name, ok := strings.Cut(*secret, "/")
-		if !ok {
-			return fmt.Errorf("%s: -self-signed-secret=%s: want namespace/name", WebhookCommand, *secret)
-		}
-		cfg, err := driverflag.LoadRESTConfig(*kubeconfig)
-		if err != nil {
-			return fmt.Errorf("%s: %w", WebhookCommand, err)
-		}
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("%s: %w", WebhookCommand, err)
-		}
-		self := admission.SelfSigned{Client: client, Namespace: ns, Secret: name, WebhookConfiguration: *config, DNSNames: split(*dnsNames)}
-		for _, s := range split(*ips) {
-			ip := net.ParseIP(s)
-			if ip == nil {
-				return fmt.Errorf("%s: -ip-addresses: %q is not an IP address", WebhookCommand, s)
-			}
-			self.IPAddresses = append(self.IPAddresses, ip)
-		}
-		opts = append(opts, admission.WithSelfSignedCert(self))
-	default:
-		return fmt.Errorf("%s: give -tls-cert-file and -tls-private-key-file, or -self-signed-secret", WebhookCommand)
-	}
-	srv, err := admission.NewServer(v, opts...)
+	srv, err := wf.Server(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", WebhookCommand, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background().WithName("webhook"))
-	return srv.Run(ctx)
-}
-
-func split(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
+	return srv.Run(klog.NewContext(ctx, klog.Background().WithName("webhook")))
 }
 
 // runProbe asks the probe socket for one path.
 func runProbe(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+ProbeCommand, flag.ContinueOnError)
-	socket := fs.String("socket", "", "the driver's -probe-socket")
+	socket := fs.String("socket", "", "the driver's --probe-socket")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *socket == "" || fs.NArg() != 1 {
-		return errors.New("usage: nvidia-dra-driver probe -socket=PATH /healthz|/readyz")
+		return errors.New("usage: nvidia-dra-driver probe --socket=PATH /healthz|/readyz")
 	}
 	return driverflag.Probe(context.Background(), *socket, fs.Arg(0))
 }

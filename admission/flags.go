@@ -1,0 +1,100 @@
+package admission
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/drakit/drakit/driver/driverflag"
+)
+
+// Flags are a webhook program's command line, so that every driver's
+// webhook takes the same flags: --address, the certificate files
+// (--tls-cert-file, --tls-private-key-file: cert-manager's), or a
+// self-kept certificate (--self-signed-secret, --webhook-configuration,
+// --dns-names, --ip-addresses, --kubeconfig). [Flags.Register] adds them;
+// [Flags.Server] makes the Server they describe.
+type Flags struct {
+	Address               string
+	CertFile, KeyFile     string
+	SelfSignedSecret      string // namespace/name
+	WebhookConfiguration  string
+	DNSNames, IPAddresses string // comma-separated
+	Kubeconfig            string
+	newClient             func(kubeconfig string) (kubernetes.Interface, error)
+}
+
+// Register adds the flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Address, "address", DefaultAddress, "HTTPS address the API server calls")
+	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serving certificate (PEM), e.g. cert-manager's Secret mounted; with --tls-private-key-file, instead of --self-signed-secret")
+	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "the serving certificate's key (PEM)")
+	fs.StringVar(&f.SelfSignedSecret, "self-signed-secret", "", "namespace/name of the Secret where the webhook keeps the certificate authority and serving certificate it makes itself, and sets as --webhook-configuration's caBundle")
+	fs.StringVar(&f.WebhookConfiguration, "webhook-configuration", "", "the ValidatingWebhookConfiguration whose caBundle the webhook sets (with --self-signed-secret)")
+	fs.StringVar(&f.DNSNames, "dns-names", "", "comma-separated names of the self-made certificate: the Service's (svc, svc.namespace, svc.namespace.svc)")
+	fs.StringVar(&f.IPAddresses, "ip-addresses", "", "comma-separated IP addresses of the self-made certificate: the host of a webhook reached by URL")
+	if fs.Lookup("kubeconfig") == nil {
+		fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account), for --self-signed-secret")
+	}
+}
+
+// Server returns the Server of v that the flags describe. Errors name
+// the flag to fix.
+func (f *Flags) Server(v *Validator) (*Server, error) {
+	opts := []Option{WithAddress(f.Address)}
+	switch {
+	case f.CertFile != "" || f.KeyFile != "":
+		if f.SelfSignedSecret != "" {
+			return nil, errors.New("webhook flags: --tls-cert-file and --self-signed-secret are exclusive")
+		}
+		opts = append(opts, WithCertFiles(f.CertFile, f.KeyFile))
+	case f.SelfSignedSecret != "":
+		ns, name, ok := strings.Cut(f.SelfSignedSecret, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("webhook flags: --self-signed-secret=%s: want namespace/name", f.SelfSignedSecret)
+		}
+		newClient := f.newClient
+		if newClient == nil {
+			newClient = loadClient
+		}
+		client, err := newClient(f.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("webhook flags: %w", err)
+		}
+		self := SelfSigned{Client: client, Namespace: ns, Secret: name, WebhookConfiguration: f.WebhookConfiguration, DNSNames: split(f.DNSNames)}
+		for _, s := range split(f.IPAddresses) {
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return nil, fmt.Errorf("webhook flags: --ip-addresses: %q is not an IP address", s)
+			}
+			self.IPAddresses = append(self.IPAddresses, ip)
+		}
+		opts = append(opts, WithSelfSignedCert(self))
+	default:
+		return nil, errors.New("webhook flags: give --tls-cert-file and --tls-private-key-file, or --self-signed-secret")
+	}
+	return NewServer(v, opts...)
+}
+
+// loadClient is the client of driverflag.LoadRESTConfig.
+func loadClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := driverflag.LoadRESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
