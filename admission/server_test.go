@@ -9,13 +9,19 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/drakit/drakit/driver"
 )
 
 // TestCertFilesReloaded: a Server of certificate files serves them and
 // the renewed ones once the files change (cert-manager renews its Secret,
 // the kubelet updates the mounted files).
 func TestCertFilesReloaded(t *testing.T) {
-	v := &Validator{}
+	scheme, err := driver.NewConfigScheme("g.example.com", driver.NewConfigType[struct{}]("", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &Validator{scheme: scheme}
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ips := []net.IP{net.ParseIP("127.0.0.1")}
