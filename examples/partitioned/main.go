@@ -9,6 +9,11 @@
 // (pcieRoot, pciBusID, numaNode) comes from sysfs, its health from a
 // polled monitor (here: a file per card in --health-dir naming what is
 // wrong), applied to the whole card and both halves.
+//
+// A claim may configure a card's clock (CardConfig, in Scheme); `partitioned
+// webhook` is the driver's admission webhook (package admission), which
+// refuses a claim with a bad CardConfig when it is created, with the
+// message the driver's prepare would give.
 package main
 
 import (
@@ -27,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/drakit/drakit/admission"
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
@@ -107,11 +113,44 @@ func monitor(node string, cards int, dir string) func(context.Context) ([]device
 	}
 }
 
+// webhook serves the driver's admission webhook (`partitioned webhook
+// --self-signed-secret=ns/name --webhook-configuration=... --dns-names=...`):
+// a claim whose CardConfig prepare would refuse is refused when it is
+// created, with prepare's message.
+func webhook(args []string) error {
+	fs := flag.NewFlagSet("partitioned webhook", flag.ExitOnError)
+	var wf admission.Flags
+	wf.Register(fs)
+	std := driverflag.RegisterLogging(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := std.ApplyLogging(); err != nil {
+		return err
+	}
+	v, err := admission.NewValidator(Scheme)
+	if err != nil {
+		return err
+	}
+	srv, err := wf.Server(v)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}
+
 // cards prepares a device by handing its name to the container.
 type cards struct{}
 
 func (cards) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
-	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device)}, nil
+	clk, err := clock(dev)
+	if err != nil {
+		return driver.PreparedDevice{}, err
+	}
+	suffix := strings.TrimPrefix(EnvName(dev.Device), EnvVar)
+	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device).Env(ClockEnvVar+suffix, clk)}, nil
 }
 
 func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
@@ -133,6 +172,12 @@ func New(node string, cfg Config, opts ...driver.Option) (*driver.Runtime, error
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "webhook" {
+		if err := webhook(os.Args[2:]); err != nil {
+			klog.Fatal(err)
+		}
+		return
+	}
 	std := driverflag.Register(flag.CommandLine)
 	var cfg Config
 	busIDs := flag.String("cards", "", "comma-separated PCI addresses of the cards")
