@@ -18,8 +18,8 @@ import (
 
 	"github.com/drakit/drakit/admission"
 	"github.com/drakit/drakit/examples/nvidia/deploy"
-	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 )
 
 // template renders the chart with set values.
