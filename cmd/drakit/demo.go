@@ -85,6 +85,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	driverKind := fs.String("driver", "nvidia", "the demo's driver: nvidia (examples/nvidia, with Helm) or minimal (examples/minimal, a process)")
 	fs.StringVar(&nv.helm, "helm", cluster.HelmBinary(), "helm binary (drakit setup builds it)")
 	fs.BoolVar(&nv.conformance, "conformance", true, "nvidia: end with the conformance suite against the installed driver")
+	fs.Func("set", "nvidia: a chart value (helm --set), repeatable, e.g. -set logging.format=json (the driver's log, in <dir>/pod-logs, in JSON lines)", func(v string) error {
+		nv.set = append(nv.set, v)
+		return nil
+	})
 	fs.StringVar(&cfg.driverBin, "driver-bin", "", "minimal: the examples/minimal driver binary (go build -o minimal ./examples/minimal); hack/demo.sh builds it")
 	fs.StringVar(&cfg.dir, "dir", filepath.Join(cluster.CacheDir(), "demo"), "folder of the demo cluster's state and logs (kept after the demo)")
 	fs.IntVar(&cfg.devices, "devices", 2, "minimal: number of simulated devices the driver publishes (2..16)")

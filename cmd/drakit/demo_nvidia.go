@@ -36,6 +36,8 @@ type nvidiaDemoConfig struct {
 	// clusterConformance runs the suite's cluster mode after socket mode
 	// (needs conformance).
 	clusterConformance bool
+	// set are more chart values (helm --set), e.g. logging.format=json.
+	set []string
 }
 
 // nvidiaDemo is the state of a running NVIDIA demo.
@@ -93,7 +95,7 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	d.linef("built from %s and imported into the node's containerd in %s (%s)", deploy.DriverPackage, since(t0), desc.Digest[:19])
 
 	t0 = time.Now()
-	if err := d.helmInstall(ctx, cfg.helm); err != nil {
+	if err := d.helmInstall(ctx, cfg.helm, cfg.set); err != nil {
 		return err
 	}
 	pod, err := d.driverPod(ctx, "")
@@ -234,8 +236,8 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 }
 
 // helmInstall writes the chart out and installs it with the local
-// cluster's values, waiting for the driver to be ready.
-func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string) error {
+// cluster's values and set, waiting for the driver to be ready.
+func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string, set []string) error {
 	chart := filepath.Join(d.c.Dir, "chart")
 	_ = os.RemoveAll(chart)
 	if err := deploy.WriteChart(chart); err != nil {
@@ -249,7 +251,7 @@ func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string) error {
 	d.stateFile = filepath.Join(stateDir, "state.json")
 	args := []string{"install", deploy.Release, chart, "--kubeconfig", d.c.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m"}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir), deploy.SimulatorValues()...) {
+	for _, v := range append(append(deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir), deploy.SimulatorValues()...), set...) {
 		args = append(args, "--set", v)
 	}
 	out, err := exec.CommandContext(ctx, helm, args...).CombinedOutput()
