@@ -28,12 +28,8 @@ func runDefrag(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
 	var f defrag.Flags
 	f.Register(fs, nvdriver.DriverName)
-	std := driverflag.RegisterLogging(fs)
-	addGates(std)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := std.ApplyLogging(); err != nil {
+	std, err := parseComponent(fs, args)
+	if err != nil {
 		return err
 	}
 	if !std.FeatureGate.Enabled(MIGDefragmenter) {

@@ -2,6 +2,7 @@ package drivercmd
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 
 	"k8s.io/component-base/featuregate"
@@ -62,6 +63,21 @@ func gateOptions(gates featuregate.FeatureGate, dynamicGPUs string) ([]nvdriver.
 		opts = append(opts, nvdriver.WithoutWholeDynamicGPUs())
 	}
 	return opts, nil
+}
+
+// parseComponent adds --feature-gates (with the driver's gates) and the
+// logging flags to the flag set of a command beside the driver (the
+// webhook, the defragmenter), parses args and applies the logging flags.
+func parseComponent(fs *flag.FlagSet, args []string) (*driverflag.Flags, error) {
+	std := driverflag.RegisterLogging(fs)
+	addGates(std)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := std.ApplyLogging(); err != nil {
+		return nil, err
+	}
+	return std, nil
 }
 
 // errGateOff is returned by a command whose feature gate is off.

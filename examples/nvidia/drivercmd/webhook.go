@@ -35,12 +35,7 @@ func runWebhook(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+WebhookCommand, flag.ExitOnError)
 	var wf admission.Flags
 	wf.Register(fs)
-	std := driverflag.RegisterLogging(fs)
-	addGates(std)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := std.ApplyLogging(); err != nil {
+	if _, err := parseComponent(fs, args); err != nil {
 		return err
 	}
 	v, err := admission.NewValidator(nvdriver.ConfigScheme())
