@@ -75,7 +75,8 @@ func WithContainerEditor(f EditorFunc) Option {
 // runs the MIG defragmenter instead (its flags are package mig/defrag's
 // Flags, plus --kubeconfig, --feature-gates and the logging flags), with
 // WebhookCommand the admission webhook, with ProbeCommand a probe of the
-// driver's probe socket. The driver's experimental parts are behind
+// driver's probe socket (it then exits the process: 0 when the driver
+// answers, 1 with its answer on stderr when not). The driver's experimental parts are behind
 // feature gates (FeatureGates).
 func Run(args []string, opts ...Option) error {
 	if len(args) > 0 {
@@ -85,7 +86,13 @@ func Run(args []string, opts ...Option) error {
 		case WebhookCommand:
 			return runWebhook(args[1:])
 		case ProbeCommand:
-			return runProbe(args[1:])
+			// An exec probe's status: no klog.Fatal stack traces in the
+			// pod's events.
+			if err := runProbe(args[1:]); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
 	}
 	o := options{out: os.Stdout}
