@@ -157,7 +157,9 @@ func (d *Runtime) Gatherer() prometheus.Gatherer { return d.metrics.registry }
 
 // DRASocket is the path of the driver's DRA gRPC socket:
 // <plugin data dir>/dra.sock, or dra-<pod UID>.sock with
-// [WithRollingUpdate]. The runtime names it and tells the helper.
+// [WithRollingUpdate] (dra-<hash of the UID>.sock where the UID would make
+// the path too long for a unix socket). The runtime names it and tells
+// the helper.
 func (d *Runtime) DRASocket() string {
 	return filepath.Join(d.o.pluginDataDir, d.pluginSocket())
 }

@@ -1,6 +1,10 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"path/filepath"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
@@ -11,12 +15,23 @@ import (
 // folder. The runtime names it, and tells the helper, so that liveness
 // dials the socket the helper serves.
 func (d *Runtime) pluginSocket() string {
-	if d.o.rollingUpdateUID != "" {
-		// Two instances share the folder during a rolling update.
-		return "dra-" + string(d.o.rollingUpdateUID) + ".sock"
+	if d.o.rollingUpdateUID == "" {
+		return "dra.sock"
 	}
-	return "dra.sock"
+	// Two instances share the folder during a rolling update: a name per
+	// pod, a hash of the UID where the UID would make the path longer
+	// than a unix socket takes (as the helper names registration sockets).
+	name := "dra-" + string(d.o.rollingUpdateUID) + ".sock"
+	if len(filepath.Join(d.o.pluginDataDir, name)) > maxSocketPath {
+		sum := sha256.Sum256([]byte(d.o.rollingUpdateUID))
+		name = "dra-" + base64.RawURLEncoding.EncodeToString(sum[:8]) + ".sock"
+	}
+	return name
 }
+
+// maxSocketPath is the longest path of a unix socket on Linux: 108 bytes
+// with the terminating NUL.
+const maxSocketPath = 107
 
 // namedHelperOption is a kubelet plugin helper option with the name of
 // the kubeletplugin function that made it (for tests and logs).
