@@ -88,8 +88,10 @@ func (in *installed) dumpDriver(t *testing.T) {
 	}
 	for _, p := range pods.Items {
 		t.Logf("driver pod %s: phase %s, conditions %+v, container statuses %+v", p.Name, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
-		log, err := in.env.ContainerLog(ctx, p.Namespace, p.Name, "driver")
-		t.Logf("driver log (%v):\n%s", err, log)
+		// The DaemonSet's container is "driver", the webhook's "webhook".
+		c := p.Spec.Containers[0].Name
+		log, err := in.env.ContainerLog(ctx, p.Namespace, p.Name, c)
+		t.Logf("%s log (%v):\n%s", c, err, log)
 	}
 }
 

@@ -92,10 +92,61 @@ func podEvents(ctx context.Context, env *testenv.Env, pod, reason string) []stri
 	return out
 }
 
+// deletePod deletes a story pod as a workload's controller would,
+// gracefully: the kubelet stops its containers and unprepares its claim
+// before the pod leaves the API server, and only then is the claim's
+// device given to another (the resourceclaim controller releases the
+// claims of terminated pods). A forced deletion (grace 0) releases the
+// device at once, while the node may still hold it for the old claim:
+// the next claim's prepare is then refused ("device already prepared for
+// another claim") until the kubelet has unprepared the old one.
+func deletePod(ctx context.Context, env *testenv.Env, name string) error {
+	err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// waitPodsGone waits until no pod in the story namespace has a name with
+// prefix: the kubelet has unprepared their claims.
+func waitPodsGone(ctx context.Context, env *testenv.Env, prefix string) error {
+	return poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := env.Client.CoreV1().Pods(storyNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range l.Items {
+			if strings.HasPrefix(p.Name, prefix) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// failedPrepares are the FailedPrepareDynamicResources events of the
+// story pods whose names start with prefix (events outlive their pods).
+func failedPrepares(ctx context.Context, env *testenv.Env, prefix string) ([]string, error) {
+	l, err := env.Client.CoreV1().Events(storyNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range l.Items {
+		if strings.HasPrefix(e.InvolvedObject.Name, prefix) {
+			out = append(out, e.InvolvedObject.Name+": "+e.Message)
+		}
+	}
+	return out, nil
+}
+
 // arrivals keeps pods arriving, one after the other, each with a 1g MIG
-// device made for it at prepare, until stop: each runs, prints its
-// device and is deleted. It records when each ran and which failed.
+// device made for it at prepare, until stop: each (<prefix>-<i>) runs,
+// prints its device and is deleted (gracefully, as its controller
+// would). It records when each ran and which failed.
 type arrivals struct {
+	prefix string
 	mu     sync.Mutex
 	ran    []time.Time // when each pod's container printed its device
 	failed []string
@@ -103,24 +154,24 @@ type arrivals struct {
 	done   chan struct{}
 }
 
-func startArrivals(t *testing.T, ctx context.Context, env *testenv.Env, w deploy.Workload, from int) *arrivals {
+func startArrivals(t *testing.T, ctx context.Context, env *testenv.Env, w deploy.Workload, prefix string) *arrivals {
 	t.Helper()
 	tmpl := w.Template.DeepCopy()
-	tmpl.Name = fmt.Sprintf("arrive-%d", from)
+	tmpl.Name = prefix
 	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	a := &arrivals{stop: make(chan struct{}), done: make(chan struct{})}
+	a := &arrivals{prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		for i := from; ; i++ {
+		for i := 0; ; i++ {
 			select {
 			case <-a.stop:
 				return
 			default:
 			}
 			pod := w.Pod.DeepCopy()
-			pod.Name = fmt.Sprintf("arrive-%d", i)
+			pod.Name = fmt.Sprintf("%s-%d", prefix, i)
 			pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(tmpl.Name)
 			if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				a.fail(fmt.Sprintf("%s: create: %v", pod.Name, err))
@@ -137,7 +188,7 @@ func startArrivals(t *testing.T, ctx context.Context, env *testenv.Env, w deploy
 				a.ran = append(a.ran, time.Now())
 				a.mu.Unlock()
 			}
-			if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if err := deletePod(ctx, env, pod.Name); err != nil {
 				a.fail(fmt.Sprintf("%s: delete: %v", pod.Name, err))
 			}
 		}
@@ -151,11 +202,24 @@ func (a *arrivals) fail(msg string) {
 	a.failed = append(a.failed, msg)
 }
 
-// end stops the arrivals after the one running and returns when each ran
-// and what failed.
-func (a *arrivals) end() ([]time.Time, []string) {
+// end stops the arrivals after the one running, waits until the last
+// ones are gone (their claims unprepared), and returns when each ran and
+// what failed, a failed prepare included (the kubelet retries one, so a
+// pod that ran may have had one).
+func (a *arrivals) end(ctx context.Context, env *testenv.Env) ([]time.Time, []string) {
 	close(a.stop)
 	<-a.done
+	prefix := a.prefix + "-"
+	if err := waitPodsGone(ctx, env, prefix); err != nil {
+		a.fail(fmt.Sprintf("the arrivals are not gone: %v", err))
+	}
+	if f, err := failedPrepares(ctx, env, prefix); err != nil {
+		a.fail(fmt.Sprintf("list events: %v", err))
+	} else {
+		for _, m := range f {
+			a.fail("failed prepare: " + m)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.ran), slices.Clone(a.failed)
@@ -328,8 +392,13 @@ func TestUpgrade(t *testing.T) {
 		}); err != nil {
 			t.Errorf("%s: no FailedPrepareDynamicResources event: %v", c.name, err)
 		}
-		if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		// Gone before the next case, so that each case's prepare meets
+		// a node that holds no other claim's device.
+		if err := deletePod(ctx, env, name); err != nil {
 			t.Fatal(err)
+		}
+		if err := waitPodsGone(ctx, env, name); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 
@@ -365,14 +434,14 @@ func TestUpgrade(t *testing.T) {
 	ln.Close()
 	webhook := []string{"webhook.enabled=true", fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port),
 		"webhook.hostNetwork=true", "webhook.failurePolicy=Fail"}
-	upgrade := func(to string, from int) (ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration) {
+	upgrade := func(to, prefix string) (ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration) {
 		t.Helper()
 		old, err := in.driverPod(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		oldLogOf := watchPod(ctx, env, old)
-		arr := startArrivals(t, ctx, env, story["mig-1g"], from)
+		arr := startArrivals(t, ctx, env, story["mig-1g"], prefix)
 		// A few arrivals before, served by the old pod.
 		if err := poll(ctx, 3*time.Minute, func(context.Context) (bool, error) {
 			arr.mu.Lock()
@@ -405,7 +474,7 @@ func TestUpgrade(t *testing.T) {
 		}); err != nil {
 			t.Errorf("arrivals after the upgrade: %v", err)
 		}
-		ran, failed = arr.end()
+		ran, failed = arr.end(ctx, env)
 		for _, r := range ran {
 			if r.After(t0) && r.Before(t1) {
 				during = append(during, r)
@@ -424,7 +493,7 @@ func TestUpgrade(t *testing.T) {
 		return ran, during, failed, oldLogOf(), newLog, took
 	}
 
-	ran, during, failed, oldLog, newLog, took := upgrade(nextImage, 0)
+	ran, during, failed, oldLog, newLog, took := upgrade(nextImage, "arrive-up")
 	t.Logf("upgrade to %s: helm upgrade --wait %s; %d pods arrived and ran (a prepare and an unprepare each), %d of them while both driver pods ran or the old one stopped; failed: %d",
 		nextImage, took.Round(time.Second), len(ran), len(during), len(failed))
 	for _, f := range failed {
@@ -472,7 +541,7 @@ func TestUpgrade(t *testing.T) {
 	}
 
 	// The downgrade: the previous image reads what the new one wrote.
-	ran, during, failed, oldLog, _, took = upgrade(deploy.Image, 1000)
+	ran, during, failed, oldLog, _, took = upgrade(deploy.Image, "arrive-down")
 	t.Logf("downgrade to %s: helm upgrade --wait %s; %d pods arrived and ran, %d of them during the downgrade; failed: %d",
 		deploy.Image, took.Round(time.Second), len(ran), len(during), len(failed))
 	for _, f := range failed {
@@ -484,7 +553,7 @@ func TestUpgrade(t *testing.T) {
 	}
 	// The previous image unprepares what the upgraded one prepared.
 	for _, w := range holders {
-		if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := deletePod(ctx, env, w.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
