@@ -158,8 +158,8 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var sizes []int
 	for _, f := range strings.Split(*nodesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 10 {
-			return fmt.Errorf("%w: -nodes: %q is not a number of at least 10", errUsage, f)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%w: -nodes: %q is not a positive number", errUsage, f)
 		}
 		sizes = append(sizes, n)
 	}
