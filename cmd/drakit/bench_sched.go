@@ -186,6 +186,11 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *podsPerNode <= 0 || *qps < 1 || *runs < 1 || *profSec < 1 {
 		return fmt.Errorf("%w: -pods-per-node, -qps, -runs and -profile-seconds must be positive", errUsage)
 	}
+	for _, sh := range shapes {
+		if sh.simple && *podsPerNode > float64(sh.devices) {
+			return fmt.Errorf("%w: -pods-per-node %g exceeds the %d devices of a node of shape %q", errUsage, *podsPerNode, sh.devices, sh.name)
+		}
+	}
 	if *profDir != "" {
 		if err := os.MkdirAll(*profDir, 0o755); err != nil {
 			return fmt.Errorf("-cpuprofile: %w", err)
