@@ -25,6 +25,7 @@ import (
 	"github.com/drakit/drakit/device"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/internal/cluster"
+	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/topology"
 )
 
@@ -42,11 +43,17 @@ type schedShape struct {
 	// profiles the MIG nodes advertise (the driver's -mig-profiles);
 	// empty: its default, mig.DefaultProfiles.
 	profiles []string
+	// synth, when set, builds the shape in the bench (another driver's
+	// published shape, or a candidate publication), in place of the
+	// reference driver's slices.
+	synth func() (*synthFleet, error)
+	// standard: run when -shapes is not given.
+	standard bool
 }
 
 var schedShapes = []schedShape{
-	{name: "upstream simple (10 devices, 1 attribute)", simple: true, devices: 10},
-	{name: "nvidia 1g MIG (as shipped)", mig: true},
+	{name: "upstream simple (10 devices, 1 attribute)", simple: true, devices: 10, standard: true},
+	{name: "nvidia 1g MIG (as shipped)", mig: true, standard: true},
 	{name: "nvidia whole GPU (as shipped)"},
 	{name: "nvidia whole GPU, gangs of 4 in one rack", gang: 4},
 	// The ceiling of any shape that lists a dynamic-MIG node's
@@ -56,6 +63,22 @@ var schedShapes = []schedShape{
 	// The administrator's lever: advertise only the profile claims ask
 	// for (-mig-profiles 1g.18gb: 7 devices per GPU instead of 14).
 	{name: "nvidia 1g MIG, -mig-profiles 1g.18gb", mig: true, profiles: []string{"1g.18gb"}},
+	// The peer: NVIDIA's own driver with DynamicMIG, from its published
+	// shape (bench_sched_shapes.go).
+	{name: "NVIDIA DynamicMIG (its shape: 208 devices, 15 counters/GPU)", synth: nvidiaDynamicMIG, standard: true},
+	// Candidate publications (issue 38), on the reference driver's
+	// devices: (a) the planner's layout without counters, ...
+	{name: "layout, no counters (56 devices, 1 pool)", synth: drakitFleet(layoutSlices(true)), standard: true},
+	{name: "layout, no counters, a pool per GPU", synth: drakitFleet(layoutSlices(false))},
+	{name: "layout, no counters, 4 attributes, 2 capacities", synth: drakitFleet(edits(layoutSlices(true),
+		keepAttributes(mig.AttrType, mig.AttrProfile, nvdriver.AttrParentUUID, topology.PCIeRootAttribute),
+		keepCapacities("memory", "computeSlices")))},
+	// ... (b) the next placement per profile, (c) with fewer counters,
+	// (d) with fewer attributes.
+	{name: "next placement per profile (48 devices, counters)", synth: drakitFleet(nextPlacementSlices)},
+	{name: "next placement, memory-slice counters only", synth: drakitFleet(edits(nextPlacementSlices, memorySliceCountersOnly))},
+	{name: "next placement, memory-slice counters, 2 attributes", synth: drakitFleet(edits(nextPlacementSlices, memorySliceCountersOnly,
+		keepAttributes(mig.AttrType, mig.AttrProfile)))},
 }
 
 // simpleDriver is upstream's scheduler_perf DRA driver name.
@@ -69,25 +92,46 @@ plane, as upstream's scheduler_perf does for DRA
 fresh control plane (kube-scheduler client QPS -qps), nodes created
 cordoned, the pods and their claims created, then the nodes uncordoned;
 the clock runs from the uncordon to the last pod bound. The shapes, each
-on its own nodes and pods:
+on its own nodes and pods (* the standard ones, run when -shapes is not
+given):
 
-  1  upstream's simple-device shape (10 devices per node, one attribute),
+  1* upstream's simple-device shape (10 devices per node, one attribute),
      the base of the ratios
-  2  the reference driver's own slices for a simulated DGX H200 with
+  2* the reference driver's own slices for a simulated DGX H200 with
      dynamic MIG on every GPU, one 1g MIG device per pod
   3  its slices for 8 whole GPUs, one GPU per pod
   4  shape 3's pods in gangs (PodGroups of 4 within one rack of 10 nodes)
-  5  the simple shape with 112 devices per node, as many as shape 2: the
-     ceiling of any shape that lists every placement
+  5  the simple shape with 112 devices per node, as many as shape 2 lists
+     MIG placements: the ceiling of any shape that lists every placement
   6  shape 2 with only the 1g profile advertised (the driver's
-     -mig-profiles 1g.18gb: 56 devices per node instead of 112)
+     -mig-profiles 1g.18gb: 56 MIG devices per node instead of 112)
+  7* NVIDIA's DRA driver with DynamicMIG, built from its published shape:
+     one pool per node, 26 devices per H200 (208 per node), 15 counters
+     per GPU, 13 attributes and 7 capacities per MIG device; its class
+     mig.nvidia.com with the profile selected in the request
+  Candidate publications of a dynamic-MIG node (issue 38), built from
+  shape 2's devices:
+  8* each GPU's free space laid out by the planner (seven 1g devices for
+     1g demand) and published without counters: 56 devices, one pool of
+     one slice per node
+  9  shape 8 with a pool (of one slice) per GPU
+  10 shape 8 with 4 attributes (type, profile, parentUUID, pcieRoot) and
+     2 capacities (memory, computeSlices)
+  11 the full GPU and the next placement of each profile, with the
+     shipped counters: 48 devices, a pool per GPU
+  12 shape 11 consuming only memory-slice counters
+  13 shape 12 with 2 attributes (type, profile)
 
 Every shape runs -runs times, interleaved (run 1 of every shape, then run
 2, ...), so that a change of the machine's load hits each run's shapes
 alike. It prints pods/s and the scheduler's CPU time per pod (from /proc),
 and their ratios to the simple shape of the same run: the median and
-[min-max] over the runs. With -cpuprofile it keeps a CPU profile of
-kube-scheduler for each shape's first run (go tool pprof -top FILE).
+[min-max] over the runs. With -pool-cache every shape also runs, right
+after itself, on kube-scheduler-poolcache (kube-scheduler with a cache of
+the pools GatherPools converts and validates; "drakit setup
+-scheduler-pool-cache" builds it), with its ratio to the same shape on the
+stock scheduler. With -cpuprofile it keeps a CPU profile of kube-scheduler
+for each shape's first run (go tool pprof -top FILE).
 
 Flags:
 `
@@ -102,7 +146,8 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	nodesFlag := fs.String("nodes", "100,500", "comma-separated fleet sizes")
 	podsPerNode := fs.Float64("pods-per-node", 2, "pods per node of each shape (upstream: 10 on 500 nodes)")
 	qps := fs.Int("qps", 5000, "kube-scheduler's client QPS and burst")
-	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (1: simple, 2: 1g MIG, 3: whole GPU, 4: gang, 5: simple with 112 devices, 6: 1g MIG with only 1g advertised); default all")
+	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (see above), or \"all\"; default the standard ones (1,2,7,8)")
+	poolCache := fs.Bool("pool-cache", false, "also run every shape on "+poolCacheScheduler+" (built by drakit setup -scheduler-pool-cache), right after the stock scheduler")
 	runs := fs.Int("runs", 3, "runs of every shape, interleaved (run 1 of every shape, then run 2, ...); the table gives the median and [min-max]")
 	profDir := fs.String("cpuprofile", "", "folder to write kube-scheduler CPU profiles to (sched-<nodes>-<shape>.pprof, first run only; read with go tool pprof -top)")
 	profSec := fs.Int("profile-seconds", 20, "seconds of each CPU profile, from the uncordon")
@@ -113,15 +158,22 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var sizes []int
 	for _, f := range strings.Split(*nodesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 10 {
-			return fmt.Errorf("%w: -nodes: %q is not a number of at least 10", errUsage, f)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%w: -nodes: %q is not a positive number", errUsage, f)
 		}
 		sizes = append(sizes, n)
 	}
-	shapes := schedShapes
+	var shapes []schedShape
 	var ids []int
-	if *shapesFlag != "" {
-		shapes = nil
+	switch *shapesFlag {
+	case "", "all":
+		for i, sh := range schedShapes {
+			if sh.standard || *shapesFlag == "all" {
+				shapes = append(shapes, sh)
+				ids = append(ids, i+1)
+			}
+		}
+	default:
 		for _, f := range strings.Split(*shapesFlag, ",") {
 			i, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || i < 1 || i > len(schedShapes) {
@@ -130,58 +182,109 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 			shapes = append(shapes, schedShapes[i-1])
 			ids = append(ids, i)
 		}
-	} else {
-		for i := range schedShapes {
-			ids = append(ids, i+1)
-		}
 	}
 	if *podsPerNode <= 0 || *qps < 1 || *runs < 1 || *profSec < 1 {
 		return fmt.Errorf("%w: -pods-per-node, -qps, -runs and -profile-seconds must be positive", errUsage)
+	}
+	for _, sh := range shapes {
+		if sh.simple && *podsPerNode > float64(sh.devices) {
+			return fmt.Errorf("%w: -pods-per-node %g exceeds the %d devices of a node of shape %q", errUsage, *podsPerNode, sh.devices, sh.name)
+		}
 	}
 	if *profDir != "" {
 		if err := os.MkdirAll(*profDir, 0o755); err != nil {
 			return fmt.Errorf("-cpuprofile: %w", err)
 		}
 	}
+	// rows: every shape, and with -pool-cache each shape again on the
+	// patched scheduler right after it.
+	type row struct {
+		shape     schedShape
+		id        int
+		poolCache bool
+	}
+	var rows []row
+	binDir := ""
+	if *poolCache {
+		var cleanup func()
+		var err error
+		if binDir, cleanup, err = poolCacheBinDir(); err != nil {
+			return err
+		}
+		defer cleanup()
+	}
+	for i, sh := range shapes {
+		rows = append(rows, row{sh, ids[i], false})
+		if *poolCache {
+			rows = append(rows, row{sh, ids[i], true})
+		}
+	}
 	tw := tabwriter.NewWriter(stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "nodes\tshape\tpods\tpods/s\tvs simple\tscheduler CPU ms/pod\tvs simple\t\n")
+	header := "nodes\tshape\tpods\tpods/s\tvs simple\tscheduler CPU ms/pod\tvs simple\t"
+	if *poolCache {
+		header += "pods/s vs stock\tCPU/pod vs stock\t"
+	}
+	fmt.Fprintln(tw, header)
 	for _, n := range sizes {
-		// res[run][shape]: the shapes of one run follow each other, so a
-		// change of the machine's load hits every shape of that run.
+		// res[run][row]: the rows of one run follow each other, so a
+		// change of the machine's load hits every row of that run.
 		res := make([][]schedResult, *runs)
 		for run := range *runs {
-			for si, sh := range shapes {
-				prof := ""
+			for _, r := range rows {
+				prof, bins, name := "", "", r.shape.name
+				if r.poolCache {
+					bins, name = binDir, name+" [pool cache]"
+				}
 				if *profDir != "" && run == 0 {
-					prof = filepath.Join(*profDir, fmt.Sprintf("sched-%d-%d.pprof", n, ids[si]))
+					suffix := ""
+					if r.poolCache {
+						suffix = "-poolcache"
+					}
+					prof = filepath.Join(*profDir, fmt.Sprintf("sched-%d-%d%s.pprof", n, r.id, suffix))
 				}
-				fmt.Fprintf(stderr, "bench sched: %d nodes, %s, run %d of %d\n", n, sh.name, run+1, *runs)
-				r, err := benchSchedOne(ctx, *dir, n, int(float64(n)**podsPerNode), *qps, sh, prof, time.Duration(*profSec)*time.Second, stderr)
+				fmt.Fprintf(stderr, "bench sched: %d nodes, %s, run %d of %d\n", n, name, run+1, *runs)
+				out, err := benchSchedOne(ctx, *dir, bins, n, int(float64(n)**podsPerNode), *qps, r.shape, prof, time.Duration(*profSec)*time.Second, stderr)
 				if err != nil {
-					return fmt.Errorf("%d nodes, %s, run %d: %w", n, sh.name, run+1, err)
+					return fmt.Errorf("%d nodes, %s, run %d: %w", n, name, run+1, err)
 				}
-				fmt.Fprintf(stderr, "bench sched: %d nodes, %s, run %d: %.1f pods/s, %.1f ms scheduler CPU per pod\n", n, sh.name, run+1, r.podsPerSec, r.cpuPerPod*1000)
-				res[run] = append(res[run], r)
+				fmt.Fprintf(stderr, "bench sched: %d nodes, %s, run %d: %.1f pods/s, %.1f ms scheduler CPU per pod\n", n, name, run+1, out.podsPerSec, out.cpuPerPod*1000)
+				res[run] = append(res[run], out)
 			}
 		}
-		base := slices.IndexFunc(shapes, func(s schedShape) bool { return s.simple && s.devices == 10 })
-		for si, sh := range shapes {
-			var rate, cpu, vs, vsCPU []float64
+		base := slices.IndexFunc(rows, func(r row) bool { return r.shape.simple && r.shape.devices == 10 && !r.poolCache })
+		for ri, r := range rows {
+			var rate, cpu, vs, vsCPU, vsStock, vsStockCPU []float64
 			for run := range *runs {
-				r := res[run][si]
-				rate = append(rate, r.podsPerSec)
-				cpu = append(cpu, r.cpuPerPod*1000)
+				o := res[run][ri]
+				rate = append(rate, o.podsPerSec)
+				cpu = append(cpu, o.cpuPerPod*1000)
 				if base >= 0 {
 					b := res[run][base]
-					vs = append(vs, r.podsPerSec/b.podsPerSec)
-					vsCPU = append(vsCPU, r.cpuPerPod/b.cpuPerPod)
+					vs = append(vs, o.podsPerSec/b.podsPerSec)
+					vsCPU = append(vsCPU, o.cpuPerPod/b.cpuPerPod)
+				}
+				if r.poolCache {
+					stock := res[run][ri-1]
+					vsStock = append(vsStock, o.podsPerSec/stock.podsPerSec)
+					vsStockCPU = append(vsStockCPU, o.cpuPerPod/stock.cpuPerPod)
 				}
 			}
 			v, vc := "-", "-"
 			if base >= 0 {
 				v, vc = spread(vs, "x"), spread(vsCPU, "x")
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t\n", n, sh.name, res[0][si].pods, spread(rate, ""), v, spread(cpu, ""), vc)
+			name := r.shape.name
+			if r.poolCache {
+				name += " [pool cache]"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t", n, name, res[0][ri].pods, spread(rate, ""), v, spread(cpu, ""), vc)
+			switch {
+			case r.poolCache:
+				fmt.Fprintf(tw, "%s\t%s\t", spread(vsStock, "x"), spread(vsStockCPU, "x"))
+			case *poolCache:
+				fmt.Fprint(tw, "-\t-\t")
+			}
+			fmt.Fprintln(tw)
 		}
 		// Each fleet size's rows as soon as they are measured.
 		if err := tw.Flush(); err != nil {
@@ -191,19 +294,55 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
+// poolCacheBinDir makes a folder with the cluster's binaries in which
+// kube-scheduler is kube-scheduler-poolcache, for cluster.WithBinDir; the
+// function it returns removes it.
+func poolCacheBinDir() (string, func(), error) {
+	src := cluster.BinDir()
+	patched := filepath.Join(src, poolCacheScheduler)
+	if _, err := os.Stat(patched); err != nil {
+		return "", nil, fmt.Errorf("-pool-cache needs %s: run drakit setup -scheduler-pool-cache first: %w", patched, err)
+	}
+	dir, err := os.MkdirTemp("", "drakit-poolcache-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("read %s: %w", src, err)
+	}
+	for _, e := range entries {
+		target := filepath.Join(src, e.Name())
+		if e.Name() == "kube-scheduler" {
+			target = patched
+		}
+		if err := os.Symlink(target, filepath.Join(dir, e.Name())); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("link %s: %w", e.Name(), err)
+		}
+	}
+	return dir, cleanup, nil
+}
+
 type schedResult struct {
 	pods       int
 	podsPerSec float64
 	cpuPerPod  float64 // seconds
 }
 
-// benchSchedOne runs one shape on n fresh nodes of a fresh control plane.
-// With prof set, it writes a CPU profile of kube-scheduler to that file,
-// sampled for profDur from the uncordon.
-func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedShape, prof string, profDur time.Duration, progress io.Writer) (res schedResult, err error) {
+// benchSchedOne runs one shape on n fresh nodes of a fresh control plane,
+// with the binaries of binDir (empty: cluster.BinDir()). With prof set,
+// it writes a CPU profile of kube-scheduler to that file, sampled for
+// profDur from the uncordon.
+func benchSchedOne(ctx context.Context, dir, binDir string, n, pods, qps int, sh schedShape, prof string, profDur time.Duration, progress io.Writer) (res schedResult, err error) {
 	opts := []cluster.Option{cluster.WithSchedulerClient(float32(qps), qps), cluster.WithDieWithParent(), cluster.WithLogWriter(io.Discard)}
 	if dir != "" {
 		opts = append(opts, cluster.WithDir(dir))
+	}
+	if binDir != "" {
+		opts = append(opts, cluster.WithBinDir(binDir))
 	}
 	if sh.gang > 0 {
 		opts = append(opts, cluster.WithGangScheduling())
@@ -221,7 +360,13 @@ func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedSh
 	// node of a model but for the pool and node names).
 	var profiles []string
 	var proto *device.Inventory
-	if !sh.simple {
+	var synth *synthFleet
+	switch {
+	case sh.synth != nil:
+		if synth, err = sh.synth(); err != nil {
+			return res, err
+		}
+	case !sh.simple:
 		if proto, profiles, err = fleetInventory("dgx-h200", "proto", sh.mig, sh.profiles...); err != nil {
 			return res, err
 		}
@@ -235,20 +380,20 @@ func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedSh
 		if err := setUnschedulable(ctx, cs, name, true); err != nil {
 			return err
 		}
-		var inv *device.Inventory
-		if sh.simple {
+		var ss []*resourceapi.ResourceSlice
+		switch {
+		case synth != nil:
+			ss = synth.slices(name)
+		case sh.simple:
 			p := device.Pool{Name: name}
 			for d := range sh.devices {
 				p.Devices = append(p.Devices, device.New(fmt.Sprintf("dev-%d", d)).StringAttribute("dra.example.com/slice", "big"))
 			}
-			inv = &device.Inventory{Driver: simpleDriver, Pools: []device.Pool{p}}
-		} else {
-			inv = proto.Clone()
-			for pi := range inv.Pools {
-				inv.Pools[pi].Name = strings.Replace(inv.Pools[pi].Name, "proto", name, 1)
-			}
+			ss = (&device.Inventory{Driver: simpleDriver, Pools: []device.Pool{p}}).ResourceSlices(name)
+		default:
+			ss = driverSlices(proto, nil)(name)
 		}
-		for _, s := range inv.ResourceSlices(name) {
+		for _, s := range ss {
 			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("publish slice %s: %w", s.Name, err)
 			}
@@ -262,21 +407,24 @@ func benchSchedOne(ctx context.Context, dir string, n, pods, qps int, sh schedSh
 	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
-	for _, cl := range nvdriver.DeviceClasses(profiles) {
+	classes := nvdriver.DeviceClasses(profiles)
+	request := resourceapi.ExactDeviceRequest{DeviceClassName: "simple"}
+	switch {
+	case synth != nil:
+		classes, request = synth.classes, synth.request
+	case sh.mig:
+		request.DeviceClassName = nvdriver.ProfileClass(profiles[0])
+	case !sh.simple:
+		request.DeviceClassName = nvdriver.ClassGPU
+	}
+	for _, cl := range classes {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, cl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return res, err
 		}
 	}
-	className := "simple"
-	switch {
-	case sh.mig:
-		className = nvdriver.ProfileClass(profiles[0])
-	case !sh.simple:
-		className = nvdriver.ClassGPU
-	}
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "d", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: className}}}}}}}
+			Requests: []resourceapi.DeviceRequest{{Name: "d", Exactly: &request}}}}}}
 	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return res, err
 	}

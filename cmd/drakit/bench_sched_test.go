@@ -6,7 +6,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func BenchmarkSchedFilterShapes(b *testing.B) {
 		classes[c.Name] = c
 	}
 	mig := nvdriver.ProfileClass(profiles[0])
-	simple := benchFleet(b, simpleSlices(10), "simple", classes)
+	simple := benchFleet(b, simpleSlices(10), resourceapi.ExactDeviceRequest{DeviceClassName: "simple"}, classes)
 	for _, sh := range []struct {
 		name   string
 		slices func(node string) []*resourceapi.ResourceSlice
@@ -76,16 +75,39 @@ func BenchmarkSchedFilterShapes(b *testing.B) {
 		{"nvidia-1g-MIG-4-attributes", driverSlices(proto, keepAttributes("type", "profile", "parentUUID", "migMode")), mig},
 	} {
 		b.Run(sh.name, func(b *testing.B) {
-			f := benchFleet(b, sh.slices, sh.class, classes)
-			var cpu, base time.Duration
-			for b.Loop() {
-				base += simple.pod(b)
-				cpu += f.pod(b)
-			}
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*len(f.nodes)), "cpu-ns/node")
-			b.ReportMetric(float64(cpu)/float64(base), "x-simple")
+			simple.versus(b, benchFleet(b, sh.slices, resourceapi.ExactDeviceRequest{DeviceClassName: sh.class}, classes))
 		})
 	}
+	// The shapes "drakit bench sched" builds itself (NVIDIA's DynamicMIG,
+	// the candidate publications), by their number there.
+	for i, sh := range schedShapes {
+		if sh.synth == nil {
+			continue
+		}
+		b.Run(fmt.Sprintf("shape-%d", i+1), func(b *testing.B) {
+			f, err := sh.synth()
+			if err != nil {
+				b.Fatal(err)
+			}
+			own := benchClasses{}
+			for _, c := range f.classes {
+				own[c.Name] = c
+			}
+			simple.versus(b, benchFleet(b, f.slices, f.request, own))
+		})
+	}
+}
+
+// versus runs f and s (upstream's simple shape) one after the other in
+// each iteration and reports f's CPU per node and its ratio to s's.
+func (s *benchFleetState) versus(b *testing.B, f *benchFleetState) {
+	var cpu, base time.Duration
+	for b.Loop() {
+		base += s.pod(b)
+		cpu += f.pod(b)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*len(f.nodes)), "cpu-ns/node")
+	b.ReportMetric(float64(cpu)/float64(base), "x-simple")
 }
 
 // benchFleetNodes is the fleet size of BenchmarkSchedFilterShapes.
@@ -99,7 +121,7 @@ type benchFleetState struct {
 	class  benchClasses
 }
 
-func benchFleet(b *testing.B, perNode func(node string) []*resourceapi.ResourceSlice, class string, classes benchClasses) *benchFleetState {
+func benchFleet(b *testing.B, perNode func(node string) []*resourceapi.ResourceSlice, req resourceapi.ExactDeviceRequest, classes benchClasses) *benchFleetState {
 	f := &benchFleetState{cache: cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}), class: classes}
 	for i := range benchFleetNodes {
 		name := fmt.Sprintf("node-%04d", i)
@@ -107,8 +129,8 @@ func benchFleet(b *testing.B, perNode func(node string) []*resourceapi.ResourceS
 		f.slices = append(f.slices, perNode(name)...)
 	}
 	f.claim = &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "uid"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}}}}}
+	req.AllocationMode, req.Count = resourceapi.DeviceAllocationModeExactCount, 1
 	f.pod(b) // compile the CEL programs once
 	return f
 }
@@ -156,21 +178,6 @@ func simpleSlices(n int) func(node string) []*resourceapi.ResourceSlice {
 			p.Devices = append(p.Devices, device.New(fmt.Sprintf("dev-%d", d)).StringAttribute("dra.example.com/slice", "big"))
 		}
 		return (&device.Inventory{Driver: simpleDriver, Pools: []device.Pool{p}}).ResourceSlices(node)
-	}
-}
-
-// driverSlices is the driver's inventory renamed for node, then edited.
-func driverSlices(proto *device.Inventory, edit func([]*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice) func(node string) []*resourceapi.ResourceSlice {
-	return func(node string) []*resourceapi.ResourceSlice {
-		inv := proto.Clone()
-		for i := range inv.Pools {
-			inv.Pools[i].Name = strings.Replace(inv.Pools[i].Name, "proto", node, 1)
-		}
-		s := inv.ResourceSlices(node)
-		if edit != nil {
-			s = edit(s)
-		}
-		return s
 	}
 }
 
@@ -235,23 +242,6 @@ func oneCounterSlices(ss []*resourceapi.ResourceSlice) []*resourceapi.ResourceSl
 		}
 	}
 	return ss
-}
-
-// keepAttributes drops every device attribute but the driver's keep
-// (the class selects on type and profile, which must stay).
-func keepAttributes(keep ...string) func([]*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
-	return func(ss []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
-		for _, s := range ss {
-			for i := range s.Spec.Devices {
-				for name := range s.Spec.Devices[i].Attributes {
-					if !slices.Contains(keep, strings.TrimPrefix(string(name), nvdriver.DriverName+"/")) {
-						delete(s.Spec.Devices[i].Attributes, name)
-					}
-				}
-			}
-		}
-		return ss
-	}
 }
 
 type benchClasses map[string]*resourceapi.DeviceClass

@@ -25,7 +25,16 @@ var (
 	toolsSum []byte
 	//go:embed setup/tools.go.txt
 	toolsGo []byte
+	//go:embed setup/poolcache.sh
+	poolCacheScript []byte
+	//go:embed setup/poolcache.patch
+	poolCachePatch []byte
 )
+
+// poolCacheScheduler is the opt-in kube-scheduler with poolcache.patch
+// ("drakit setup -scheduler-pool-cache"), in cluster.BinDir() beside the
+// default one, which it never replaces.
+const poolCacheScheduler = "kube-scheduler-poolcache"
 
 func init() {
 	register(command{
@@ -39,6 +48,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	writeTools := fs.String("write-tools-module", "", "only write the module that pins the components' versions to `DIR` (to change a version)")
+	poolCache := fs.Bool("scheduler-pool-cache", false, "only build "+poolCacheScheduler+": kube-scheduler with a prototype cache of the pools GatherPools converts and validates (setup/poolcache.patch on a copy of k8s.io/dynamic-resource-allocation in the cache), for \"drakit bench sched -pool-cache\"; never part of the default setup")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: drakit setup [flags]\n\n"+
 			"Installs, once and idempotently, what drakit's local cluster (drakit cluster, package testenv)\n"+
@@ -72,6 +82,16 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cmd := exec.CommandContext(ctx, "bash", script)
 	cmd.Env = append(os.Environ(), "K8S_VERSION="+cluster.Version, "BIN="+cluster.BinDir(), "IMAGES="+cluster.ImageDir(), "TOOLS="+tools, "HELM_VERSION="+cluster.HelmVersion)
+	if *poolCache {
+		patch := filepath.Join(work, "poolcache.patch")
+		if err := os.WriteFile(script, poolCacheScript, 0o700); err != nil {
+			return fmt.Errorf("write setup script: %w", err)
+		}
+		if err := os.WriteFile(patch, poolCachePatch, 0o644); err != nil {
+			return fmt.Errorf("write setup patch: %w", err)
+		}
+		cmd.Env = append(cmd.Env, "SRC="+filepath.Join(filepath.Dir(cluster.BinDir()), "src"), "PATCH="+patch)
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("setup: %w", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,5 +87,38 @@ func TestHelmInstalled(t *testing.T) {
 func TestSetupUsage(t *testing.T) {
 	if code := run(context.Background(), []string{"setup", "extra"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
 		t.Errorf("drakit setup extra: exit %d, want 2", code)
+	}
+}
+
+// TestPoolCachePatchApplies checks that setup/poolcache.patch (the opt-in
+// kube-scheduler-poolcache) still applies to the
+// k8s.io/dynamic-resource-allocation the tools module requires: a version
+// bump that breaks it fails here, without building anything.
+func TestPoolCachePatchApplies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads the tools module's k8s.io/dynamic-resource-allocation from the module cache")
+	}
+	if _, err := exec.LookPath("patch"); err != nil {
+		t.Skip("patch is not installed")
+	}
+	dir := t.TempDir()
+	if err := writeToolsModule(dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", "k8s.io/dynamic-resource-allocation")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod download k8s.io/dynamic-resource-allocation: %v", err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download: no folder in %s (%v)", out, err)
+	}
+	p := exec.Command("patch", "--dry-run", "-p1", "-d", mod.Dir)
+	p.Stdin = bytes.NewReader(poolCachePatch)
+	if out, err := p.CombinedOutput(); err != nil {
+		t.Fatalf("poolcache.patch does not apply to %s: %v\n%s", mod.Dir, err, out)
 	}
 }
