@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 const testDriver = "gpu.drakit.io"

@@ -19,7 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 // Config sizes a benchmark run.

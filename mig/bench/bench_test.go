@@ -15,7 +15,7 @@ import (
 
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 func ExampleSimulate() {

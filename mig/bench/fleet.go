@@ -29,7 +29,7 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 // FleetDriver is the driver name of the fleet benchmark's slices.
