@@ -94,7 +94,7 @@ func tiles(t testing.TB) *partition.Scheme {
 			{Name: "half", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 * gib, MaxCount: 2, Placements: []partition.Placement{{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}}},
 			{Name: "wide", ID: 3, Compute: 2, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 2, Placements: wide},
 			{Name: "quarter", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: quarter},
-			{Name: "quarter+codec", ID: 5, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 1, Placements: quarter,
+			{Name: "quarter+codec", ID: 5, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: quarter,
 				Extras: map[string]int{"codec": 1}, Capacities: map[string]resource.Quantity{"codecs": resource.MustParse("1")}},
 		},
 		Names: partition.Names{
