@@ -3,7 +3,6 @@ package mig
 import (
 	"fmt"
 
-
 	"github.com/drakit/drakit/partition"
 )
 
@@ -86,4 +85,3 @@ func productOf(s *partition.Scheme) *Product {
 	}
 	return p
 }
-

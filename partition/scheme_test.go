@@ -93,7 +93,10 @@ func TestNewSchemeErrors(t *testing.T) {
 		{"max count", func(s *partition.Scheme) { s.Profiles[0].MaxCount = 0 }, "maxCount 0"},
 		{"device name", func(s *partition.Scheme) { s.Names.Device = "GPU" }, "names.device"},
 		{"attribute name", func(s *partition.Scheme) { s.Names.ProfileAttribute = "profile-name" }, "names.profileAttribute"},
-		{"nothing placed", func(s *partition.Scheme) { s.Compute.Placed = false; s.Profiles[0].Placements = []partition.Placement{{}} }, "covers no placed unit"},
+		{"nothing placed", func(s *partition.Scheme) {
+			s.Compute.Placed = false
+			s.Profiles[0].Placements = []partition.Placement{{}}
+		}, "covers no placed unit"},
 		{"modes without a placed dimension", func(s *partition.Scheme) {
 			s.Compute.Placed, s.Memory.Placed = false, true
 			s.Profiles[0].Placements = []partition.Placement{{Start: 0}, {Start: 1, Memory: 1}}
