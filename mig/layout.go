@@ -2,8 +2,6 @@ package mig
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/drakit/drakit/partition"
 )
@@ -33,36 +31,20 @@ type Instance = partition.Instance
 type Layout = partition.Layout
 
 // ParseLayout reads a comma-separated list of "profile@start" items, each
-// optionally followed by "*" for in use; "" and "-" are the empty layout.
-// Profile names must parse (ParseProfileName) and are kept in canonical
-// form.
+// optionally followed by "*" for in use; "" and "-" are the empty layout
+// (partition.ParseLayout). Profile names must parse (ParseProfileName)
+// and are kept in canonical form.
 func ParseLayout(s string) (Layout, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "-" {
-		return Layout{}, nil
+	l, err := partition.ParseLayout(s)
+	if err != nil {
+		return nil, err
 	}
-	var l Layout
-	for i, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		in := Instance{}
-		if strings.HasSuffix(item, "*") {
-			in.InUse = true
-			item = strings.TrimSuffix(item, "*")
-		}
-		name, start, ok := strings.Cut(item, "@")
-		if !ok {
-			return nil, fmt.Errorf("parse layout item %d %q: want profile@start, e.g. 3g.40gb@4", i, item)
-		}
-		pn, err := ParseProfileName(name)
+	for i, in := range l {
+		pn, err := ParseProfileName(in.Profile)
 		if err != nil {
 			return nil, fmt.Errorf("parse layout item %d: %w", i, err)
 		}
-		st, err := strconv.Atoi(start)
-		if err != nil || st < 0 {
-			return nil, fmt.Errorf("parse layout item %d %q: start %q is not a non-negative integer", i, item, start)
-		}
-		in.Profile, in.Start = pn.String(), st
-		l = append(l, in)
+		l[i].Profile = pn.String()
 	}
 	return l, nil
 }

@@ -12,9 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/partition"
@@ -55,54 +53,18 @@ func selectorFor(t testing.TB, a *alloc.Allocator, s *partition.Scheme, name str
 
 // allocatorFamily enumerates, with the real allocator, every set of
 // devices it accepts when they are requested one at a time in the given
-// order, with the devices held already allocated: for each accepted set S
-// and each later device d, one claim asks for d with S allocated. Because
-// counter consumption only grows, this is the whole family of accepted
-// sets.
+// order, with the devices held already allocated (alloc.Family).
 func allocatorFamily(t *testing.T, s *partition.Scheme, slices []*resourceapi.ResourceSlice, names, held []string) []string {
 	t.Helper()
-	ctx := context.Background()
 	a := alloc.New(testDriver, alloc.Features)
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-	var rest []string
-	for _, n := range names {
-		if !contains(held, n) {
-			rest = append(rest, n)
-		}
-	}
-	sels := make([]string, len(rest))
-	for i, n := range rest {
+	sels := make([]string, len(names))
+	for i, n := range names {
 		sels[i] = selectorFor(t, a, s, n)
 	}
-	allocated := sets.New[structured.DeviceID]()
-	for _, h := range held {
-		allocated.Insert(structured.MakeDeviceID(testDriver, "node-a", h))
+	family, err := a.Family(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, slices, names, sels, held)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var family, chosen []string
-	var rec func(from int)
-	rec = func(from int) {
-		for i := from; i < len(rest); i++ {
-			got, err := a.One(ctx, node, slices, allocated, sels[i])
-			if err != nil {
-				t.Fatalf("allocate %s after %v: %v", rest[i], chosen, err)
-			}
-			if got == "" {
-				continue
-			}
-			if got != rest[i] {
-				t.Fatalf("asked for %s, allocator gave %s", rest[i], got)
-			}
-			id := structured.MakeDeviceID(testDriver, "node-a", rest[i])
-			allocated.Insert(id)
-			chosen = append(chosen, rest[i])
-			family = append(family, key(chosen))
-			rec(i + 1)
-			chosen = chosen[:len(chosen)-1]
-			allocated.Delete(id)
-		}
-	}
-	rec(0)
-	sort.Strings(family)
 	return family
 }
 
