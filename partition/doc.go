@@ -19,8 +19,8 @@
 // capacity and type names, and the nouns of its messages. NewScheme
 // checks it and builds the tables the rest needs.
 //
-// Schemes it expresses, among others: memory placed and compute counted
-// (NVIDIA MIG: package mig builds its products' schemes); compute placed
+// Schemes it expresses, among others: memory placed at aligned starts and
+// compute counted, with a media engine as an extra; compute placed
 // in partition modes set for the whole card, memory placed in a second
 // mode, or shared (modes such as SPX/DPX/QPX/CPX with NPS1/NPS4, each
 // profile one combination); compute and memory placed independently,

@@ -71,7 +71,7 @@ type xvec [maxProfiles]uint16
 type xkind struct {
 	name    string
 	node    string
-	gpu     int // -1: any index
+	card    int // -1: any index
 	compute int
 	mem     int   // memory units, the fewest of the schemes that offer it
 	reqs    []int // requests of the kind, ascending
@@ -142,20 +142,20 @@ func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim search
 	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1}
 	type kindKey struct {
 		name, node string
-		gpu        int
+		card       int
 	}
 	kindOf := map[kindKey]int{}
 	for ri, r := range requests {
 		pr, _ := resolve(fleet, r.Profile)
-		k := kindKey{name: canonicalIn(fleet, r.Profile), node: r.Node, gpu: -1}
+		k := kindKey{name: canonicalIn(fleet, r.Profile), node: r.Node, card: -1}
 		if r.Card != nil {
-			k.gpu = *r.Card
+			k.card = *r.Card
 		}
 		i, ok := kindOf[k]
 		if !ok {
 			i = len(xs.kinds)
 			kindOf[k] = i
-			xs.kinds = append(xs.kinds, xkind{name: k.name, node: k.node, gpu: k.gpu, compute: pr.Compute})
+			xs.kinds = append(xs.kinds, xkind{name: k.name, node: k.node, card: k.card, compute: pr.Compute})
 		}
 		xs.kinds[i].reqs = append(xs.kinds[i].reqs, ri)
 	}

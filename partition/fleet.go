@@ -8,7 +8,7 @@ type FleetCard struct {
 	Index int `json:"index"`
 	// Scheme is the card's partition scheme, built by NewScheme. It must
 	// not be nil. JSON leaves it out: a vendor's fleet format names its
-	// card models its own way (mig.FleetGPU does it for NVIDIA).
+	// card models its own way.
 	Scheme *Scheme `json:"-"`
 	// Layout is the card's current partitions; in-use ones are never
 	// touched.

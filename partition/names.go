@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -229,7 +230,7 @@ type DeviceRef struct {
 
 // ErrDeviceName is returned (wrapped) by ParseDeviceName for a name that
 // is not one of the scheme's devices.
-var ErrDeviceName = fmt.Errorf("not a device name of the scheme")
+var ErrDeviceName = errors.New("not a device name of the scheme")
 
 // ParseDeviceName reads back a device name of the scheme's counter model
 // (see Names.Device); the card index is any non-negative number.

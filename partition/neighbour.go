@@ -8,7 +8,7 @@ import (
 // Neighbourhood search: PlanFleet's step between the per-card repair and
 // the exact search over the whole fleet. Past one node the whole-fleet
 // search meets too many cards to finish, yet what the heuristic leaves out
-// is nearly always a matter of two or three cards: one has the free slices
+// is nearly always a matter of two or three cards: one has the free units
 // in the wrong places, another holds the partitions that would fit there.
 // So for pairs, then triples, of cards (each with a card that has room),
 // the exact search re-packs their requests together with the unplaced

@@ -203,10 +203,10 @@ func WithFitOnly() Option {
 }
 
 // WithCardsFirst makes Preference list each whole card's device before
-// the partitions (empty cards first, then the others), the order of a
-// driver whose classes keep whole cards and partitions apart (NVIDIA's
-// gpu and mig types): a claim for a whole card then names its class and
-// gets the same device either way. Preference only.
+// the partitions (empty cards first, then the others), an order for a
+// driver whose device classes keep whole cards and partitions apart by
+// type, so that no claim sees both kinds and each gets the same device
+// in either order. Preference only.
 func WithCardsFirst() Option {
 	return func(o *options) error {
 		o.cardsFirst = true

@@ -80,8 +80,7 @@ func fromAPI(d *resourceapi.Device) *device.Device {
 // units) among those that take no extra counter. Every advertised
 // profile x placement is a device the scheduler converts, evaluates and
 // stores on every node for every pod, so each extra profile adds its
-// placements to every node's cost (see the mig package for NVIDIA's
-// numbers). A nil s has no profiles.
+// placements to every node's cost. A nil s has no profiles.
 func DefaultProfiles(s *Scheme) []string {
 	if s == nil {
 		return nil

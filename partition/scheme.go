@@ -26,18 +26,18 @@ var ErrInvalidScheme = errors.New("invalid partition scheme")
 // Limits of a scheme, set by the planner's compact state of a card.
 const (
 	// MaxProfiles is the most profiles a scheme may have.
-	MaxProfiles = maxProfiles
+	MaxProfiles = 16
 	// MaxPlacedUnits is the most units a placed dimension may have.
 	MaxPlacedUnits = 32
 	// MaxCountedUnits is the most units a counted dimension may have.
 	MaxCountedUnits = 255
 	// MaxExtras is the most extra counters a scheme may have.
-	MaxExtras = maxExtras
+	MaxExtras = 4
 )
 
 const (
-	maxProfiles = 16
-	maxExtras   = 4
+	maxProfiles = MaxProfiles
+	maxExtras   = MaxExtras
 )
 
 // Units is one of a card's two resources, memory or compute, as the
@@ -150,7 +150,7 @@ type Scheme struct {
 	// neutral defaults (see Names).
 	Names Names `json:"names"`
 	// Canonical, when set, maps a profile name as users or the hardware
-	// spell it to the scheme's own ("MIG 1g.10GB" to "1g.10gb", say);
+	// spell it to the scheme's own ("Half " to "half", say);
 	// every lookup of a profile by name tries the name as given first.
 	Canonical func(name string) string `json:"-"`
 
