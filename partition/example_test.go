@@ -80,3 +80,58 @@ func Example() {
 	// acme-0       |solo*   |solo*   |........|........|
 	//              |solo*   |solo*   |........|........|
 }
+
+// A card whose compute partition mode (how many partitions its 8 compute
+// dies form) is set for the whole card, independently of its memory mode
+// (NPS1: memory interleaved over every HBM stack and shared; NPS4: each
+// die's stack its own). Each profile is one combination and names it as
+// its Mode, so a card holds partitions of one combination only; the
+// counter model keeps it so with one mode counter per die.
+func Example_modes() {
+	const gib = int64(1) << 30
+	parts := func(n int, stacks bool) []partition.Placement {
+		var out []partition.Placement
+		for i := 0; i < n; i++ {
+			pl := partition.Placement{Start: i, Compute: i * 8 / n}
+			if stacks {
+				pl.Memory = i
+			}
+			out = append(out, pl)
+		}
+		return out
+	}
+	profile := func(name string, n int, stacks bool) partition.Profile {
+		pr := partition.Profile{Name: name, Mode: name, Compute: 8 / n, MemoryBytes: 192 * gib / int64(n), MaxCount: n, Placements: parts(n, stacks)}
+		if stacks {
+			pr.Memory = 1
+		}
+		return pr
+	}
+	s, err := partition.NewScheme(partition.Scheme{
+		Name:    "accel-192g",
+		Compute: partition.Units{Count: 8, Placed: true},
+		Memory:  partition.Units{Count: 8, Placed: true},
+		Profiles: []partition.Profile{
+			profile("SPX/NPS1", 1, false), profile("DPX/NPS1", 2, false), profile("QPX/NPS1", 4, false),
+			profile("CPX/NPS1", 8, false), profile("CPX/NPS4", 8, true),
+		},
+		Names: partition.Names{Device: "xcp", ComputeUnit: "XCD", MemoryUnit: "HBM stack", ComputeCounter: "xcd-", MemoryCounter: "hbm-"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(s.Modes())
+	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
+	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
+	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}})
+	if err != nil {
+		panic(err)
+	}
+	mode := m.CounterSets[0].Counters["mode-0"]
+	fmt.Println(len(m.CounterSets[0].Counters), "counters, mode-0 holds", mode.Value.String())
+	// Output:
+	// [CPX/NPS1 CPX/NPS4 QPX/NPS1 DPX/NPS1 SPX/NPS1]
+	// <nil>
+	// validate layout on accel-192g: instances[1] (CPX/NPS1@7): card-wide modes differ: CPX/NPS1 needs mode CPX/NPS1, instances[0] (CPX/NPS4) mode CPX/NPS4
+	// 24 counters, mode-0 holds 344
+}
