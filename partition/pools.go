@@ -87,8 +87,8 @@ func DefaultProfiles(s *Scheme) []string {
 	}
 	var out []string
 	seen := map[int]bool{}
-	for pi, pr := range s.Profiles {
-		if (s.info != nil && s.info[pi].hasExtra) || len(pr.Extras) > 0 || seen[pr.Compute] {
+	for _, pr := range s.Profiles {
+		if len(pr.Extras) > 0 || seen[pr.Compute] {
 			continue
 		}
 		seen[pr.Compute] = true
