@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/drakit/drakit/partition"
 )
 
 // ErrUnknownProduct is returned (wrapped) by Lookup when a product name
@@ -16,8 +18,8 @@ import (
 var ErrUnknownProduct = errors.New("unknown MIG product")
 
 // ErrUnknownProfile is returned (wrapped) when a profile name is not one of
-// a product's profiles.
-var ErrUnknownProfile = errors.New("unknown profile")
+// a product's profiles: partition.ErrUnknownProfile.
+var ErrUnknownProfile = partition.ErrUnknownProfile
 
 // Placement is where a GPU instance may sit: Size memory slices starting at
 // memory slice Start (NVML's nvmlGpuInstancePlacement_t).
@@ -127,17 +129,21 @@ type Product struct {
 	// before "+me".
 	Profiles []Profile `json:"profiles"`
 
-	index      map[string]int
-	slots      []slot   // every profile x placement, in profile then start order
-	slotSuffix []string // device name suffix of each slot, "-3g-40gb-4"
-	sc         *scorer  // the product's fragmentation scores, memoized
+	index  map[string]int
+	scheme *partition.Scheme // the product as a partition scheme
 }
 
-// slot is one profile x placement with its memory-slice bit mask.
-type slot struct {
-	prof  int
-	start int
-	mask  uint32
+// Scheme returns the product as a partition scheme: memory slices placed,
+// compute slices counted, the media engines an extra counter
+// (CounterMediaExtensions) that "+me" profiles take, the engines as
+// capacities, and NVIDIA's names (SchemeNames). Its profiles are the
+// product's, in the same order. nil for a product not built by
+// NewProduct, Lookup or FromNVML.
+func (p *Product) Scheme() *partition.Scheme {
+	if p == nil {
+		return nil
+	}
+	return p.scheme
 }
 
 // Profile returns the named profile. The name is parsed, so "MIG 1g.10gb"
@@ -235,8 +241,8 @@ func NewProduct(name string, memorySlices, computeSlices int, profiles []Profile
 	if computeSlices < 1 || computeSlices > 64 {
 		return nil, fmt.Errorf("build product %s: computeSlices %d out of range 1..64", name, computeSlices)
 	}
-	if len(profiles) > maxProfiles {
-		return nil, fmt.Errorf("build product %s: %d profiles, at most %d", name, len(profiles), maxProfiles)
+	if len(profiles) > partition.MaxProfiles {
+		return nil, fmt.Errorf("build product %s: %d profiles, at most %d", name, len(profiles), partition.MaxProfiles)
 	}
 	p := &Product{Name: name, MemorySlices: memorySlices, ComputeSlices: computeSlices, index: map[string]int{}}
 	for i, pr := range profiles {
@@ -291,13 +297,71 @@ func NewProduct(name string, memorySlices, computeSlices int, profiles []Profile
 			return nil, fmt.Errorf("build product %s: duplicate profile %s", name, pr.Name)
 		}
 		p.index[pr.Name] = i
-		for _, s := range pr.Starts {
-			p.slots = append(p.slots, slot{prof: i, start: s, mask: rangeMask(s, pr.MemorySlices)})
-			p.slotSuffix = append(p.slotSuffix, "-"+dnsProfile(pr.Name)+"-"+strconv.Itoa(s))
-		}
 	}
-	p.sc = newScorer(p)
+	s, err := partition.NewScheme(p.schemeDef())
+	if err != nil {
+		return nil, fmt.Errorf("build product %s: %w", name, err)
+	}
+	p.scheme = s
 	return p, nil
+}
+
+// schemeDef is the product as a partition scheme definition.
+func (p *Product) schemeDef() partition.Scheme {
+	def := partition.Scheme{
+		Name:      p.Name,
+		Memory:    partition.Units{Count: p.MemorySlices, Placed: true},
+		Compute:   partition.Units{Count: p.ComputeSlices},
+		Names:     SchemeNames(),
+		Canonical: canonicalProfile,
+	}
+	for _, pr := range p.Profiles {
+		sp := partition.Profile{
+			Name: pr.Name, ID: pr.ID, Compute: pr.ComputeSlices, Memory: pr.MemorySlices,
+			MemoryBytes: pr.MemoryMiB << 20, MaxCount: pr.MaxCount, Capacities: pr.Engines.Capacities(),
+		}
+		for _, st := range pr.Starts {
+			sp.Placements = append(sp.Placements, partition.Placement{Start: st, Memory: st})
+		}
+		if pr.MediaExtensions {
+			sp.Extras = map[string]int{CounterMediaExtensions: 1}
+			def.Extras = []partition.Extra{{Name: CounterMediaExtensions, Capacity: 1}}
+		}
+		def.Profiles = append(def.Profiles, sp)
+	}
+	return def
+}
+
+// canonicalProfile is a MIG profile name in canonical form, or the name
+// itself when it does not parse.
+func canonicalProfile(name string) string {
+	pn, err := ParseProfileName(name)
+	if err != nil {
+		return name
+	}
+	return pn.String()
+}
+
+// SchemeNames are NVIDIA's names for the partition scheme of a MIG
+// product (Product.Scheme): devices "gpu-<index>" of type "gpu" and
+// "gpu-<index>-<c>g-<m>gb[-me]-<start>" of type "mig", counter set
+// "gpu-<index>-counters", counters CounterMemorySlicePrefix<i>,
+// CounterComputeSlices, CounterMediaExtensions and
+// CounterProfileInstancesPrefix<ID>, the Attr* attributes and the Cap*
+// capacities, and "GPU", "instance", "memory slice" and "compute slice"
+// in messages.
+func SchemeNames() partition.Names {
+	return partition.Names{
+		Card: "GPU", Partition: "instance", MemoryUnit: "memory slice", ComputeUnit: "compute slice",
+		Device: "gpu", CounterSet: "counters",
+		MemoryCounter: CounterMemorySlicePrefix, ComputeCounter: CounterComputeSlices,
+		InstancesCounter: CounterProfileInstancesPrefix,
+		CardType:         "gpu", PartitionType: "mig",
+		TypeAttribute: AttrType, IndexAttribute: AttrIndex, ModelAttribute: AttrProduct, UUIDAttribute: AttrUUID,
+		ProfileAttribute: AttrProfile, ProfileIDAttribute: AttrProfileID,
+		MemoryStartAttribute: AttrPlacementStart, MemorySizeAttribute: AttrPlacementSize,
+		MemoryCapacity: CapMemory, ComputeCapacity: CapComputeSlices,
+	}
 }
 
 // ErrProductNotBuilt is returned (wrapped) for a nil Product or one not
@@ -310,13 +374,11 @@ func (p *Product) check() error {
 	if p == nil {
 		return fmt.Errorf("%w: product is nil", ErrProductNotBuilt)
 	}
-	if p.index == nil || p.sc == nil {
+	if p.index == nil || p.scheme == nil {
 		return fmt.Errorf("%w: %q", ErrProductNotBuilt, p.Name)
 	}
 	return nil
 }
-
-func rangeMask(start, size int) uint32 { return ((1 << size) - 1) << start }
 
 // stdGeometry is the 8-memory/7-compute slice geometry of A100, H100, H200,
 // GH200, B200 and GB200: class, GI profile ID, compute, memory, max, starts.

@@ -247,6 +247,16 @@ func TestCatalogEngines(t *testing.T) {
 // compute slices, each profile at most MaxCount times, one "+me"
 // instance at most.
 func eachLayout(p *Product, fn func([]Profile)) {
+	type slot struct {
+		prof int
+		mask uint32
+	}
+	var slots []slot // every profile x start, from the product's own table
+	for i, pr := range p.Profiles {
+		for _, s := range pr.Starts {
+			slots = append(slots, slot{prof: i, mask: ((1 << pr.MemorySlices) - 1) << s})
+		}
+	}
 	count := make([]int, len(p.Profiles))
 	var cur []Profile
 	var rec func(from int, mask uint32, compute int, me bool)
@@ -254,8 +264,8 @@ func eachLayout(p *Product, fn func([]Profile)) {
 		if len(cur) > 0 {
 			fn(cur)
 		}
-		for i := from; i < len(p.slots); i++ {
-			s := p.slots[i]
+		for i := from; i < len(slots); i++ {
+			s := slots[i]
 			pr := p.Profiles[s.prof]
 			if s.mask&mask != 0 || compute+pr.ComputeSlices > p.ComputeSlices || count[s.prof] >= pr.MaxCount || (me && pr.MediaExtensions) {
 				continue

@@ -3,7 +3,6 @@ package mig
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -12,11 +11,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 const testDriver = "gpu.drakit.io"
@@ -50,44 +48,16 @@ func allocatorFamily(t *testing.T, m CounterModel, features structured.Features)
 // devices, in order, are names, with the devices held already allocated
 // (they are not part of the sets).
 func allocatorFamilyOf(t *testing.T, slices []*resourceapi.ResourceSlice, names, held []string, features structured.Features) []string {
-	ctx := context.Background()
+	t.Helper()
 	a := alloc.New(testDriver, features)
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-	names = without(names, held)
 	sels := make([]string, len(names))
 	for i, n := range names {
 		sels[i] = selectorFor(a, n)
 	}
-	var family []string
-	var chosen []string
-	allocated := sets.New[structured.DeviceID]()
-	for _, h := range held {
-		allocated.Insert(structured.MakeDeviceID(testDriver, "node-a", h))
+	family, err := a.Family(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, slices, names, sels, held)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var rec func(from int)
-	rec = func(from int) {
-		for i := from; i < len(names); i++ {
-			got, err := a.One(ctx, node, slices, allocated, sels[i])
-			if err != nil {
-				t.Fatalf("allocate %s after %v: %v", names[i], chosen, err)
-			}
-			if got == "" {
-				continue
-			}
-			if got != names[i] {
-				t.Fatalf("asked for %s, allocator gave %s", names[i], got)
-			}
-			id := structured.MakeDeviceID(testDriver, "node-a", names[i])
-			allocated.Insert(id)
-			chosen = append(chosen, names[i])
-			family = append(family, key(chosen))
-			rec(i + 1)
-			chosen = chosen[:len(chosen)-1]
-			allocated.Delete(id)
-		}
-	}
-	rec(0)
-	sort.Strings(family)
 	return family
 }
 
@@ -254,15 +224,4 @@ func TestCounterModelProofDetectsBrokenModel(t *testing.T) {
 func containsKey(family []string, k string) bool {
 	i := sort.SearchStrings(family, k)
 	return i < len(family) && family[i] == k
-}
-
-// without returns names without the ones in drop, in order.
-func without(names, drop []string) []string {
-	var out []string
-	for _, n := range names {
-		if !slices.Contains(drop, n) {
-			out = append(out, n)
-		}
-	}
-	return out
 }

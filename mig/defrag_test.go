@@ -296,8 +296,7 @@ func checkDefrag(t testing.TB, fleet []FleetGPU, req Request, d *Defrag) {
 				used = append(used, in)
 			}
 		}
-		st, _ := g.Product.stateOf(used)
-		score += g.Product.sc.score(st)
+		score += layoutScore(t, g.Product, used)
 	}
 	for k, n := range want {
 		if n == 0 {

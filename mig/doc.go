@@ -1,6 +1,14 @@
-// Package mig holds NVIDIA Multi-Instance GPU knowledge with no NVML
-// dependency: the profile catalog, layouts, the counter model for
-// partitionable devices, and a fragmentation-aware partition planner.
+// Package mig is NVIDIA Multi-Instance GPU as one scheme on package
+// partition, with no NVML dependency: the profile catalog per GPU model
+// (placements per profile, engines), NVIDIA's names for devices,
+// counters and attributes, the mapping from what NVML reports, and
+// pictures of a GPU's layout. A Product is a MIG-capable GPU model;
+// Product.Scheme is it as a partition.Scheme (memory slices placed,
+// compute slices counted, the media engines an extra counter, names from
+// SchemeNames). The layouts, the counter model, the planner's order,
+// PlanFleet, Optimum and Defragment are partition's, here under
+// NVIDIA's names (GPU, FleetGPU, Product) with unchanged behaviour; the
+// figures below are theirs on NVIDIA's products.
 //
 // # Catalog
 //

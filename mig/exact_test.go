@@ -19,29 +19,22 @@ import (
 // planner.
 func fullCorpus(t *testing.T, p *Product, names []string, n, maxReqs int) [][]int {
 	t.Helper()
-	allow, err := p.profileFilter(names)
-	if err != nil {
-		t.Fatal(err)
-	}
 	idx := map[string]int{}
 	for i, name := range names {
 		idx[name] = i
 	}
 	seen := map[[maxProfiles]int]bool{}
 	var comps [][maxProfiles]int
-	p.walk(allow, func(chosen []int, st *state) {
-		if int(st.compute) != p.ComputeSlices {
-			return
-		}
+	for _, l := range fullLayouts(p, names) {
 		var v [maxProfiles]int
-		for _, si := range chosen {
-			v[idx[p.Profiles[p.slots[si].prof].Name]]++
+		for _, in := range l {
+			v[idx[in.Profile]]++
 		}
 		if !seen[v] {
 			seen[v] = true
 			comps = append(comps, v)
 		}
-	})
+	}
 	corpus := map[[maxProfiles]int]bool{}
 	var order [][maxProfiles]int
 	var sum [maxProfiles]int
@@ -344,12 +337,7 @@ func randomFill(rng *rand.Rand, ps []*Product, n int) ([]FleetGPU, []Request) {
 				plain = append(plain, pr.Name)
 			}
 		}
-		allow, _ := p.profileFilter(plain)
-		p.walk(allow, func(chosen []int, st *state) {
-			if int(st.compute) == p.ComputeSlices {
-				full[p] = append(full[p], p.layoutOf(chosen))
-			}
-		})
+		full[p] = fullLayouts(p, plain)
 	}
 	var fleet []FleetGPU
 	var reqs []Request

@@ -1,11 +1,11 @@
 package mig
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
+
+	"github.com/drakit/drakit/partition"
 )
 
 // Request asks for one GPU instance of a profile.
@@ -22,13 +22,13 @@ type Request struct {
 	GPU *int `json:"gpu,omitempty"`
 }
 
-// OpKind is the kind of a plan operation.
-type OpKind string
+// OpKind is the kind of a plan operation: partition.OpKind.
+type OpKind = partition.OpKind
 
 // Operation kinds.
 const (
-	OpDestroy OpKind = "destroy"
-	OpCreate  OpKind = "create"
+	OpDestroy = partition.OpDestroy
+	OpCreate  = partition.OpCreate
 )
 
 // Operation is one step of a plan: create or destroy one GPU instance.
@@ -62,11 +62,8 @@ type Assignment struct {
 	Reused bool `json:"reused,omitempty"`
 }
 
-// Unplaced is a request the plan could not place.
-type Unplaced struct {
-	Request int    `json:"request"`
-	Reason  string `json:"reason"`
-}
+// Unplaced is a request the plan could not place: partition.Unplaced.
+type Unplaced = partition.Unplaced
 
 // Plan is the planner's result. Applying Operations in order (destroys
 // first, then creates) turns the fleet into After.
@@ -86,669 +83,111 @@ type Plan struct {
 	Search Search `json:"search"`
 }
 
-// ErrFleet is wrapped by errors about the fleet or request input.
-var ErrFleet = errors.New("invalid planner input")
+// ErrFleet is wrapped by errors about the fleet or request input:
+// partition.ErrFleet.
+var ErrFleet = partition.ErrFleet
 
-// pgpu is the planner's working state of one GPU.
-type pgpu struct {
-	fi       int
-	prod     *Product
-	sc       *scorer
-	fixed    state
-	inUse    []int // slots of in-use instances
-	idle     []int // slots of idle instances, ascending
-	idleKey  string
-	assigned [maxProfiles]uint8
-	reqs     []int // assigned requests, in assignment order
-}
-
-type evalKey struct {
-	prod     *Product
-	fixed    state
-	idle     string
-	assigned [maxProfiles]uint8
-}
-
-type evalResult struct {
-	ok    bool
-	score int
-	ops   int
-	used  uint32 // memory slices used after
-	slots []int  // chosen slots, one per assigned instance, by profile
-}
-
-// planner holds the caches of one planning run. Scores are memoized by
-// each product (Product.sc), so nothing outlives the run but what the
-// products themselves hold.
-type planner struct {
-	evals   map[evalKey]evalResult
-	repairs map[repairKey][maxProfiles]uint8
-}
-
-func newPlanner() *planner {
-	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
-}
-
-// load turns the fleet into working GPUs, checking it.
-func (pl *planner) load(fleet []FleetGPU) ([]*pgpu, error) {
-	seen := map[string]int{}
-	gpus := make([]*pgpu, len(fleet))
-	for i, f := range fleet {
-		id := f.Node + "/" + strconv.Itoa(f.Index)
-		if j, dup := seen[id]; dup {
-			return nil, fmt.Errorf("%w: fleet[%d]: node %q GPU %d repeats fleet[%d]", ErrFleet, i, f.Node, f.Index, j)
-		}
-		seen[id] = i
-		p := f.Product
-		if err := p.check(); err != nil {
-			return nil, fmt.Errorf("%w: fleet[%d].product: %w", ErrFleet, i, err)
-		}
-		if _, err := p.stateOf(f.Layout); err != nil {
-			return nil, fmt.Errorf("%w: fleet[%d].layout: %w", ErrFleet, i, err)
-		}
-		g := &pgpu{fi: i, prod: p, sc: p.sc}
-		for _, in := range f.Layout {
-			pi, _ := p.profileIndex(in.Profile)
-			si := p.slotIndex(pi, in.Start)
-			if in.InUse {
-				g.inUse = append(g.inUse, si)
-				p.add(&g.fixed, si)
-			} else {
-				g.idle = append(g.idle, si)
-			}
-		}
-		sort.Ints(g.idle)
-		for _, si := range g.idle {
-			g.idleKey += string(rune(si + 1))
-		}
-		gpus[i] = g
-	}
-	return gpus, nil
-}
-
-func (g *pgpu) key() evalKey {
-	return evalKey{prod: g.prod, fixed: g.fixed, idle: g.idleKey, assigned: g.assigned}
-}
-
-// eval finds the best placement of the assigned multiset on a GPU: valid,
-// highest fragmentation score, then fewest create/destroy operations.
-func (pl *planner) eval(k evalKey) evalResult {
-	if r, ok := pl.evals[k]; ok {
-		return r
-	}
-	p := k.prod
-	sc := p.sc
-	// Profiles to place, largest first (fewest placements, most pruning).
-	var order []int
-	for pi := range p.Profiles {
-		for n := 0; n < int(k.assigned[pi]); n++ {
-			order = append(order, pi)
-		}
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		return p.Profiles[order[a]].MemorySlices > p.Profiles[order[b]].MemorySlices
-	})
-	idle := map[int]bool{}
-	for _, r := range k.idle {
-		idle[int(r)-1] = true
-	}
-	best := evalResult{}
-	st := k.fixed
-	chosen := make([]int, len(order))
-	var rec func(i, minSlot int)
-	rec = func(i, minSlot int) {
-		if i == len(order) {
-			ops := 0
-			reused := 0
-			for _, si := range chosen {
-				if idle[si] {
-					reused++
-				} else {
-					ops++
-				}
-			}
-			ops += len(idle) - reused
-			s := sc.score(st)
-			if !best.ok || s > best.score || (s == best.score && ops < best.ops) {
-				best = evalResult{ok: true, score: s, ops: ops, used: st.used, slots: append([]int(nil), chosen...)}
-			}
-			return
-		}
-		pi := order[i]
-		from := 0
-		if i > 0 && order[i-1] == pi {
-			from = minSlot + 1
-		}
-		for si := from; si < len(p.slots); si++ {
-			if p.slots[si].prof != pi || !p.fits(&st, si) {
-				continue
-			}
-			p.add(&st, si)
-			chosen[i] = si
-			rec(i+1, si)
-			p.remove(&st, si)
-		}
-	}
-	rec(0, 0)
-	pl.evals[k] = best
-	return best
-}
-
-// reqInfo is a request resolved against the fleet.
-type reqInfo struct {
-	i       int
-	compute int
-	memGB   int
-	pinned  bool
-}
-
-// Plan computes a deterministic plan that places as many of the requests
-// as it can, measured first in compute slices and then in count, on the
-// fleet: it never touches an in-use instance; idle instances are reused
-// when one has the requested profile at a placement the plan chooses, and
-// destroyed otherwise (the result holds only in-use instances and placed
-// requests). Requests are placed largest first; each goes to the GPU and
-// placement that lose the least fragmentation score (see FreeGPUBonus), so
-// whole GPUs stay free and free space stays in large aligned blocks; ties
-// go to fewer operations, then fleet order. The placements of one GPU are
-// chosen exactly, by enumeration, and a repair pass trades each GPU's
-// requests and the unplaced ones for the best set the GPU can hold, so a
-// one-GPU fleet always gets an optimal plan.
-//
-// When the heuristic leaves requests unplaced, three searches follow,
-// all bounded by one work budget (WithWorkBudget, DefaultSearchWork:
-// search nodes counted, so the plan is the same on a busy and an idle
-// machine; WithSearchBudget adds a time limit): on a fleet of two
-// products that share one profile name and no pins, a plan per product
-// with the shared requests split between them; a neighbourhood search
-// that re-packs pairs and triples of GPUs with the unplaced requests
-// exactly; then an exact search over the whole fleet (branch and bound
-// over per-GPU maximal patterns, interchangeable GPUs taken as one
-// class, memoized). Plan.Search reports them. Exact fills of 64 GPUs
-// (H100-80GB, or H100-80GB with A100-40GB) are placed completely within
-// the default budget (TestPlanFleetCompleteBeyondOneNode); when the
-// budget runs out first, Plan.Search says so (Optimal false). Options
-// other than WithSearchBudget and WithWorkBudget do not apply to
-// PlanFleet and are ignored. PlanFleet is safe for concurrent use.
+// PlanFleet computes a deterministic plan that places as many of the
+// requests as it can, measured first in compute slices and then in count,
+// on the fleet (partition.PlanFleet on the products' schemes): it never
+// touches an in-use instance; idle instances are reused when one has the
+// requested profile at a placement the plan chooses, and destroyed
+// otherwise. Requests are placed largest first; each goes to the GPU and
+// placement that lose the least fragmentation score (see FreeGPUBonus),
+// so whole GPUs stay free and free space stays in large aligned blocks;
+// a one-GPU fleet always gets an optimal plan. When the heuristic leaves
+// requests unplaced, a split by product (two products that share a
+// profile name), a neighbourhood search and an exact search follow, all
+// within one work budget (WithWorkBudget, DefaultSearchWork;
+// WithSearchBudget adds a time limit); Plan.Search reports them. Exact
+// fills of 64 GPUs (H100-80GB, or H100-80GB with A100-40GB) are placed
+// completely within the default budget
+// (TestPlanFleetCompleteBeyondOneNode). Profile names must parse
+// (ParseProfileName). PlanFleet is safe for concurrent use.
 func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
-	o := options{work: DefaultSearchWork}
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, fmt.Errorf("plan: %w", err)
-		}
-	}
-	searchOff := o.budgetSet && o.budget == 0
-	pl := newPlanner()
-	gpus, err := pl.load(fleet)
+	cards, err := toCards("plan", fleet)
 	if err != nil {
-		return nil, fmt.Errorf("plan: %w", err)
+		return nil, err
 	}
-	nodes := map[string]bool{}
-	for _, f := range fleet {
-		nodes[f.Node] = true
-	}
-	reqs := make([]reqInfo, len(requests))
+	reqs := make([]partition.Request, len(requests))
 	for i, r := range requests {
-		pn, err := ParseProfileName(r.Profile)
-		if err != nil {
+		if _, err := ParseProfileName(r.Profile); err != nil {
 			return nil, fmt.Errorf("plan: %w: requests[%d].profile: %w", ErrFleet, i, err)
-		}
-		if r.Node != "" && !nodes[r.Node] {
-			return nil, fmt.Errorf("plan: %w: requests[%d].node %q is not in the fleet", ErrFleet, i, r.Node)
 		}
 		if r.GPU != nil && *r.GPU < 0 {
 			return nil, fmt.Errorf("plan: %w: requests[%d].gpu %d is negative", ErrFleet, i, *r.GPU)
 		}
-		reqs[i] = reqInfo{i: i, compute: pn.Compute, memGB: pn.MemoryGB, pinned: r.Node != "" || r.GPU != nil}
+		reqs[i] = toRequest(r)
 	}
-	order := append([]reqInfo(nil), reqs...)
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := order[a], order[b]
-		if x.compute != y.compute {
-			return x.compute > y.compute
-		}
-		if x.memGB != y.memGB {
-			return x.memGB > y.memGB
-		}
-		if x.pinned != y.pinned {
-			return x.pinned
-		}
-		return x.i < y.i
-	})
-
-	// Group GPUs with equal keys so that a request evaluates each distinct
-	// GPU state once; a group's GPUs are in fleet order and a group caches
-	// its candidate per profile (a key's evaluation never changes).
-	groups := map[evalKey]*group{}
-	var glist []*group
-	gpuGroup := make([]*group, len(gpus))
-	join := func(gi int) {
-		k := gpus[gi].key()
-		gr := groups[k]
-		if gr == nil {
-			gr = &group{key: k}
-			groups[k] = gr
-			glist = append(glist, gr)
-		}
-		gr.members = insertInt(gr.members, gi)
-		gpuGroup[gi] = gr
+	p, err := partition.PlanFleet(cards, reqs, opts...)
+	if err != nil {
+		return nil, err
 	}
-	for gi := range gpus {
-		join(gi)
+	out := &Plan{Unplaced: p.Unplaced, After: fromCards(p.After, fleet), PlacedCompute: p.PlacedCompute, FreeGPUs: p.FreeCards, Search: p.Search}
+	for _, o := range p.Operations {
+		out.Operations = append(out.Operations, Operation{Kind: o.Kind, Node: o.Node, GPU: o.Card, Profile: o.Profile, Start: o.Start, Request: o.Request})
 	}
-	profIdx := map[*Product]map[string]int{}
-	for _, g := range gpus {
-		if profIdx[g.prod] == nil {
-			m := map[string]int{}
-			for _, r := range requests {
-				if pi, err := g.prod.profileIndex(r.Profile); err == nil {
-					m[r.Profile] = pi
-				}
-			}
-			profIdx[g.prod] = m
-		}
+	for _, a := range p.Assignments {
+		out.Assignments = append(out.Assignments, fromAssignment(a))
 	}
-	var unplaced []int
-	for _, r := range order {
-		req := requests[r.i]
-		var best *candidate
-		bestGPU := -1
-		consider := func(gr *group, gi int) {
-			pi, ok := profIdx[gpus[gi].prod][req.Profile]
-			if !ok {
-				return
-			}
-			c := pl.candidate(gr, pi)
-			if !c.ok {
-				return
-			}
-			if best == nil || c.delta > best.delta ||
-				(c.delta == best.delta && c.free < best.free) ||
-				(c.delta == best.delta && c.free == best.free && c.dops < best.dops) ||
-				(c.delta == best.delta && c.free == best.free && c.dops == best.dops && gi < bestGPU) {
-				best, bestGPU = c, gi
-			}
-		}
-		if r.pinned {
-			for gi := range gpus {
-				if pinOK(req, fleet[gi]) {
-					consider(gpuGroup[gi], gi)
-				}
-			}
-		} else {
-			live := glist[:0]
-			for _, gr := range glist {
-				if len(gr.members) > 0 {
-					live = append(live, gr)
-					consider(gr, gr.members[0])
-				}
-			}
-			glist = live
-		}
-		if best == nil {
-			unplaced = append(unplaced, r.i)
-			continue
-		}
-		g := gpus[bestGPU]
-		old := gpuGroup[bestGPU]
-		old.members = removeInt(old.members, bestGPU)
-		if len(old.members) == 0 {
-			delete(groups, old.key)
-		}
-		g.assigned[profIdx[g.prod][req.Profile]]++
-		g.reqs = append(g.reqs, r.i)
-		join(bestGPU)
-	}
-	// Repair: per GPU, exactly, trade its requests and the unplaced ones
-	// for the best set it can hold; repeat while something improves.
-	for pass := 0; pass < 3 && len(unplaced) > 0; pass++ {
-		improved := false
-		for gi, g := range gpus {
-			var ok bool
-			unplaced, ok = pl.repair(g, fleet[gi], requests, unplaced)
-			improved = improved || ok
-		}
-		if !improved {
-			break
-		}
-	}
-	search := Search{Budget: o.budget, Work: o.work, Optimal: len(unplaced) == 0}
-	if len(unplaced) > 0 && !searchOff {
-		start := time.Now()
-		lim := searchLimit{nodes: o.work}
-		if o.budget > 0 {
-			lim.deadline = start.Add(o.budget)
-		}
-		var spent int
-		var out bool
-		if take, n, ok := byProduct(fleet, requests, o.work); ok {
-			for gi, g := range gpus {
-				g.assigned = [maxProfiles]uint8{}
-				g.reqs = take[gi]
-				for _, ri := range g.reqs {
-					pi, _ := g.prod.profileIndex(requests[ri].Profile)
-					g.assigned[pi]++
-				}
-			}
-			unplaced, spent = nil, n
-		} else {
-			spent = n
-		}
-		if len(unplaced) > 0 && spent < o.work {
-			var more int
-			unplaced, more, out = pl.neighbourhood(gpus, fleet, requests, reqs, unplaced, o.work-spent)
-			spent += more
-		}
-		search.Neighbourhood = spent
-		switch {
-		case len(unplaced) == 0:
-			search.Ran, search.Optimal, search.Improved = true, true, true
-			search.Nodes = spent
-		case out:
-			search.Ran, search.Nodes = true, spent
-			search.Note = "work budget spent in the neighbourhood search; its plan is kept"
-		default:
-			// The whole-fleet search costs far more per node than the
-			// neighbourhood's small ones: it gets at most a hundredth of
-			// the budget, so that a fleet where nothing more fits is not
-			// searched for long.
-			lim.nodes = min(o.work-spent, max(o.work/100, 1))
-			var s Search
-			unplaced, s = pl.exact(gpus, fleet, requests, reqs, unplaced, lim)
-			s.Nodes += spent
-			s.Neighbourhood = spent
-			s.Budget, s.Work = o.budget, o.work
-			search = s
-		}
-		search.Elapsed = time.Since(start)
-	}
-	sort.Ints(unplaced)
-	var up []Unplaced
-	for _, ri := range unplaced {
-		r := requests[ri]
-		reason := "no GPU has room for " + r.Profile + " without touching in-use instances"
-		offered := false
-		for gi, g := range gpus {
-			if _, ok := profIdx[g.prod][r.Profile]; ok && pinOK(r, fleet[gi]) {
-				offered = true
-				break
-			}
-		}
-		if !offered {
-			reason = "no GPU the request may use offers profile " + r.Profile
-		}
-		up = append(up, Unplaced{Request: ri, Reason: reason})
-	}
-	plan := pl.build(fleet, requests, gpus, up)
-	plan.Search = search
-	return plan, nil
+	return out, nil
 }
 
-// exact runs the exact search after the heuristic and, when it places
-// more, replaces the heuristic's assignment. It returns the unplaced
-// requests and the search report.
-func (pl *planner) exact(gpus []*pgpu, fleet []FleetGPU, requests []Request, reqs []reqInfo, unplaced []int, lim searchLimit) ([]int, Search) {
-	res := exactPlan(gpus, fleet, requests, lim)
-	s := Search{Ran: true, Nodes: res.nodes, Note: res.note, Optimal: res.finished}
-	if !res.finished {
-		return unplaced, s
-	}
-	w := int64(len(requests)) + 1
-	var heur int64
-	for _, g := range gpus {
-		for _, ri := range g.reqs {
-			heur += int64(reqs[ri].compute)*w + 1
-		}
-	}
-	if res.value <= heur {
-		return unplaced, s
-	}
-	s.Improved = true
-	placed := make([]bool, len(requests))
-	for gi, g := range gpus {
-		g.assigned = [maxProfiles]uint8{}
-		g.reqs = append([]int(nil), res.take[gi]...)
-		for _, ri := range g.reqs {
-			pi, _ := g.prod.profileIndex(requests[ri].Profile)
-			g.assigned[pi]++
-			placed[ri] = true
-		}
-	}
-	unplaced = unplaced[:0]
-	for ri, ok := range placed {
-		if !ok {
-			unplaced = append(unplaced, ri)
-		}
-	}
-	return unplaced, s
-}
+// Search reports PlanFleet's exact search: partition.Search.
+type Search = partition.Search
 
-func pinOK(r Request, f FleetGPU) bool {
-	return (r.Node == "" || f.Node == r.Node) && (r.GPU == nil || f.Index == *r.GPU)
-}
+// DefaultSearchBudget was the time PlanFleet's exact search could take
+// by default; PlanFleet is bounded by work (DefaultSearchWork) and
+// applies a time limit only when WithSearchBudget asks for one, such as
+// this one.
+const DefaultSearchBudget = 500 * time.Millisecond
 
-type repairKey struct {
-	prod  *Product
-	fixed state
-	avail [maxProfiles]uint8
-}
+// DefaultSearchWork is the work (search nodes) PlanFleet's searches may
+// do when WithWorkBudget does not say otherwise:
+// partition.DefaultSearchWork.
+const DefaultSearchWork = partition.DefaultSearchWork
 
-// repair replaces the requests assigned to g by the best multiset, by
-// value, that g's completions can serve from its own and the unplaced
-// requests. It returns the new unplaced list and whether g improved.
-func (pl *planner) repair(g *pgpu, f FleetGPU, requests []Request, unplaced []int) ([]int, bool) {
-	p := g.prod
-	avail := g.assigned
-	cand := map[int][]int{} // profile -> unplaced requests that fit g
-	for _, ri := range unplaced {
-		r := requests[ri]
-		if !pinOK(r, f) {
-			continue
-		}
-		pi, err := p.profileIndex(r.Profile)
-		if err != nil || avail[pi] == 255 {
-			continue
-		}
-		avail[pi]++
-		cand[pi] = append(cand[pi], ri)
+// Limits of Optimum: beyond them exhaustive search is not cheap.
+const (
+	OptimumMaxGPUs     = partition.OptimumMaxCards
+	OptimumMaxRequests = partition.OptimumMaxRequests
+)
+
+// Value is the planner's objective: compute slices placed, then count
+// (partition.Value).
+type Value = partition.Value
+
+// Value returns the plan's objective value.
+func (p *Plan) Value() Value { return Value{Compute: p.PlacedCompute, Count: len(p.Assignments)} }
+
+// Optimum computes, exhaustively, the best value any plan can reach on a
+// small fleet (at most OptimumMaxGPUs GPUs and OptimumMaxRequests
+// requests, none pinned; partition.Optimum): for every GPU it enumerates
+// every valid completion of its in-use instances, then searches every
+// combination. It is the yardstick for PlanFleet in tests and benchmarks.
+func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
+	if len(fleet) > OptimumMaxGPUs || len(requests) > OptimumMaxRequests {
+		return Value{}, fmt.Errorf("optimum: %w: %d GPUs and %d requests exceed the limits %d and %d", ErrFleet, len(fleet), len(requests), OptimumMaxGPUs, OptimumMaxRequests)
 	}
-	if len(cand) == 0 {
-		return unplaced, false
+	cards, err := toCards("optimum", fleet)
+	if err != nil {
+		return Value{}, err
 	}
-	val := func(v [maxProfiles]uint8) int {
-		x := 0
-		for pi := range p.Profiles {
-			x += int(v[pi]) * (p.Profiles[pi].ComputeSlices*64 + 1)
-		}
-		return x
-	}
-	cur := val(g.assigned)
-	rk := repairKey{prod: p, fixed: g.fixed, avail: avail}
-	best, ok := pl.repairs[rk]
-	if !ok {
-		var v [maxProfiles]uint8
-		st := g.fixed
-		bestVal := -1
-		var bestScore int
-		var rec func(from int)
-		rec = func(from int) {
-			if x := val(v); x >= bestVal {
-				k := evalKey{prod: p, fixed: g.fixed, idle: g.idleKey, assigned: v}
-				res := pl.eval(k)
-				if x > bestVal || res.score > bestScore {
-					bestVal, bestScore, best = x, res.score, v
-				}
-			}
-			for si := from; si < len(p.slots); si++ {
-				pi := p.slots[si].prof
-				if v[pi] >= avail[pi] || !p.fits(&st, si) {
-					continue
-				}
-				p.add(&st, si)
-				v[pi]++
-				rec(si + 1)
-				v[pi]--
-				p.remove(&st, si)
+	reqs := make([]partition.Request, len(requests))
+	for i, r := range requests {
+		if r.Node == "" && r.GPU == nil {
+			if _, err := ParseProfileName(r.Profile); err != nil {
+				return Value{}, fmt.Errorf("optimum: %w: requests[%d].profile: %w", ErrFleet, i, err)
 			}
 		}
-		rec(0)
-		pl.repairs[rk] = best
+		reqs[i] = toRequest(r)
 	}
-	if val(best) <= cur {
-		return unplaced, false
-	}
-	// Keep already assigned requests first, then take unplaced ones by index.
-	var keep, drop []int
-	have := [maxProfiles]uint8{}
-	for _, ri := range g.reqs {
-		pi, _ := p.profileIndex(requests[ri].Profile)
-		if have[pi] < best[pi] {
-			have[pi]++
-			keep = append(keep, ri)
-		} else {
-			drop = append(drop, ri)
-		}
-	}
-	taken := map[int]bool{}
-	for pi, l := range cand {
-		for _, ri := range l {
-			if have[pi] >= best[pi] {
-				break
-			}
-			have[pi]++
-			keep = append(keep, ri)
-			taken[ri] = true
-		}
-	}
-	var rest []int
-	for _, ri := range unplaced {
-		if !taken[ri] {
-			rest = append(rest, ri)
-		}
-	}
-	rest = append(rest, drop...)
-	sort.Ints(rest)
-	g.reqs = keep
-	g.assigned = best
-	return rest, true
+	return partition.Optimum(cards, reqs)
 }
 
-// group is the GPUs that share one evaluation key.
-type group struct {
-	key     evalKey
-	members []int
-	cands   [maxProfiles]*candidate
-}
-
-// candidate is what adding one instance of a profile to a group's GPUs
-// does: feasible, score change, memory slices left free, operations added.
-type candidate struct {
-	ok                bool
-	delta, free, dops int
-}
-
-func (pl *planner) candidate(gr *group, pi int) *candidate {
-	if c := gr.cands[pi]; c != nil {
-		return c
-	}
-	cur := pl.eval(gr.key)
-	k := gr.key
-	k.assigned[pi]++
-	res := pl.eval(k)
-	c := &candidate{ok: res.ok}
-	if res.ok {
-		c.delta = res.score - cur.score
-		c.dops = res.ops - cur.ops
-		c.free = k.prod.MemorySlices - popcount(res.used)
-	}
-	gr.cands[pi] = c
-	return c
-}
-
-func popcount(x uint32) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
-}
-
-func removeInt(s []int, v int) []int {
-	i := sort.SearchInts(s, v)
-	if i < len(s) && s[i] == v {
-		return append(s[:i:i], s[i+1:]...)
-	}
-	return s
-}
-
-func insertInt(s []int, v int) []int {
-	i := sort.SearchInts(s, v)
-	s = append(s, 0)
-	copy(s[i+1:], s[i:])
-	s[i] = v
-	return s
-}
-
-// build turns the per-GPU assignments into operations and the result.
-func (pl *planner) build(fleet []FleetGPU, requests []Request, gpus []*pgpu, unplaced []Unplaced) *Plan {
-	plan := &Plan{Unplaced: unplaced}
-	var creates []Operation
-	for gi, g := range gpus {
-		f := fleet[gi]
-		res := pl.eval(g.key())
-		// res.slots follow the eval order (largest profile first, slots
-		// ascending within a profile); hand them to requests in the same
-		// profile order, requests by index.
-		byProf := map[int][]int{}
-		for _, ri := range g.reqs {
-			pi, _ := g.prod.profileIndex(requests[ri].Profile)
-			byProf[pi] = append(byProf[pi], ri)
-		}
-		for _, l := range byProf {
-			sort.Ints(l)
-		}
-		target := map[int]int{} // slot -> request
-		for _, si := range res.slots {
-			pi := g.prod.slots[si].prof
-			target[si] = byProf[pi][0]
-			byProf[pi] = byProf[pi][1:]
-		}
-		idle := map[int]bool{}
-		for _, si := range g.idle {
-			idle[si] = true
-			if _, keep := target[si]; !keep {
-				sl := g.prod.slots[si]
-				plan.Operations = append(plan.Operations, Operation{Kind: OpDestroy, Node: f.Node, GPU: f.Index, Profile: g.prod.Profiles[sl.prof].Name, Start: sl.start, Request: -1})
-			}
-		}
-		after := FleetGPU{Node: f.Node, Index: f.Index, Product: f.Product}
-		for _, si := range g.inUse {
-			sl := g.prod.slots[si]
-			after.Layout = append(after.Layout, Instance{Profile: g.prod.Profiles[sl.prof].Name, Start: sl.start, InUse: true})
-		}
-		slots := make([]int, 0, len(target))
-		for si := range target {
-			slots = append(slots, si)
-		}
-		sort.Slice(slots, func(a, b int) bool { return g.prod.slots[slots[a]].start < g.prod.slots[slots[b]].start })
-		for _, si := range slots {
-			sl := g.prod.slots[si]
-			name := g.prod.Profiles[sl.prof].Name
-			ri := target[si]
-			after.Layout = append(after.Layout, Instance{Profile: name, Start: sl.start, InUse: true})
-			plan.Assignments = append(plan.Assignments, Assignment{Request: ri, Node: f.Node, GPU: f.Index, Profile: name, Start: sl.start, Reused: idle[si]})
-			plan.PlacedCompute += g.prod.Profiles[sl.prof].ComputeSlices
-			if !idle[si] {
-				creates = append(creates, Operation{Kind: OpCreate, Node: f.Node, GPU: f.Index, Profile: name, Start: sl.start, Request: ri})
-			}
-		}
-		after.Layout = after.Layout.Sorted()
-		if len(after.Layout) == 0 {
-			plan.FreeGPUs++
-		}
-		plan.After = append(plan.After, after)
-	}
-	plan.Operations = append(plan.Operations, creates...)
-	sort.Slice(plan.Assignments, func(a, b int) bool { return plan.Assignments[a].Request < plan.Assignments[b].Request })
-	return plan
-}
+// FreeGPUBonus is added to the score of a GPU with no instances
+// (partition.FreeCardBonus). With the whole-GPU profile's weight (49 for
+// 7g) it makes breaking a free GPU cost more than any placement on a
+// partly used one, so a planner breaks a free GPU only when no partly
+// used GPU can take the instance.
+const FreeGPUBonus = partition.FreeCardBonus

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 // planCmp compares plans: products by identity, search time ignored.
@@ -384,30 +384,33 @@ func TestPreferenceDrivesAllocator(t *testing.T) {
 // on any partly used GPU, so free GPUs are broken last.
 func TestFreeGPUBonusDominates(t *testing.T) {
 	for _, p := range Products() {
-		sc := p.sc
-		var empty state
+		var slots []Instance // every profile x placement
+		for _, pr := range p.Profiles {
+			for _, s := range pr.Starts {
+				slots = append(slots, Instance{Profile: pr.Name, Start: s})
+			}
+		}
+		empty := layoutScore(t, p, nil)
 		minEmptyLoss := -1
-		for si := range p.slots {
-			after := empty
-			p.add(&after, si)
-			if l := sc.score(empty) - sc.score(after); minEmptyLoss < 0 || l < minEmptyLoss {
+		for _, in := range slots {
+			if l := empty - layoutScore(t, p, Layout{in}); minEmptyLoss < 0 || l < minEmptyLoss {
 				minEmptyLoss = l
 			}
 		}
-		allow, _ := p.profileFilter(nil)
+		layouts, err := p.Layouts()
+		if err != nil {
+			t.Fatal(err)
+		}
 		maxPartialLoss := 0
-		p.walk(allow, func(chosen []int, st *state) {
-			if len(chosen) == 0 {
-				return
-			}
-			for si := range p.slots {
-				if p.fits(st, si) {
-					after := *st
-					p.add(&after, si)
-					maxPartialLoss = max(maxPartialLoss, sc.score(*st)-sc.score(after))
+		for _, l := range layouts {
+			before := layoutScore(t, p, l)
+			for _, in := range slots {
+				after := append(append(Layout(nil), l...), in)
+				if p.Validate(after) == nil {
+					maxPartialLoss = max(maxPartialLoss, before-layoutScore(t, p, after))
 				}
 			}
-		})
+		}
 		if maxPartialLoss >= minEmptyLoss {
 			t.Errorf("%s: a partly used GPU can lose %d, a free GPU only %d", p.Name, maxPartialLoss, minEmptyLoss)
 		}
@@ -455,26 +458,24 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 		for _, prof := range p.ProfileNames() {
 			// The planner's choice: the least loss over all fitting slots.
 			want, bestLoss, bestRunning, bestFree := "", 0, 0, 0
-			pl := newPlanner()
-			gs, _ := pl.load(fleet)
-			for gi, g := range gs {
-				pi, _ := p.profileIndex(prof)
-				st := g.fixed
-				for _, si := range g.idle {
-					p.add(&st, si)
-				}
-				for si, sl := range p.slots {
-					if sl.prof != pi || !p.fits(&st, si) {
+			pr, _ := p.Profile(prof)
+			for gi, g := range fleet {
+				st := g.Layout
+				for _, start := range pr.Starts {
+					after := append(append(Layout(nil), st...), Instance{Profile: prof, Start: start})
+					if p.Validate(after) != nil {
 						continue
 					}
-					after := st
-					p.add(&after, si)
-					loss := g.sc.score(st) - g.sc.score(after)
-					free := p.MemorySlices - popcount(after.used)
+					loss := layoutScore(t, p, st) - layoutScore(t, p, after)
+					free := p.MemorySlices
+					for _, in := range after {
+						q, _ := p.Profile(in.Profile)
+						free -= q.MemorySlices
+					}
 					running := len(fleet[gi].Layout)
 					if want == "" || loss < bestLoss || (loss == bestLoss && running > bestRunning) ||
 						(loss == bestLoss && running == bestRunning && free < bestFree) {
-						want, bestLoss, bestRunning, bestFree = DeviceRef{GPU: gi, Profile: prof, Start: sl.start}.String(), loss, running, free
+						want, bestLoss, bestRunning, bestFree = DeviceRef{GPU: gi, Profile: prof, Start: start}.String(), loss, running, free
 					}
 				}
 			}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/device"
-	"github.com/drakit/drakit/mig/internal/alloc"
+	"github.com/drakit/drakit/internal/alloc"
 )
 
 // TestPoolsMatchAllocator is TestCounterModelMatchesAllocator through

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
 )
 
 // Config sizes a benchmark run.

@@ -13,9 +13,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
 )
 
 func ExampleSimulate() {

@@ -27,9 +27,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/internal/alloc"
 )
 
 // FleetDriver is the driver name of the fleet benchmark's slices.

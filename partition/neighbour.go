@@ -1,18 +1,18 @@
-package mig
+package partition
 
 import (
 	"sort"
 	"strconv"
 )
 
-// Neighbourhood search: PlanFleet's step between the per-GPU repair and
+// Neighbourhood search: PlanFleet's step between the per-card repair and
 // the exact search over the whole fleet. Past one node the whole-fleet
-// search meets too many GPUs to finish, yet what the heuristic leaves out
-// is nearly always a matter of two or three GPUs: one has the free slices
-// in the wrong places, another holds the instances that would fit there.
-// So for pairs, then triples, of GPUs (each with a GPU that has room),
+// search meets too many cards to finish, yet what the heuristic leaves out
+// is nearly always a matter of two or three cards: one has the free units
+// in the wrong places, another holds the partitions that would fit there.
+// So for pairs, then triples, of cards (each with a card that has room),
 // the exact search re-packs their requests together with the unplaced
-// ones; whenever it places more, the new assignment is kept. GPUs in the
+// ones; whenever it places more, the new assignment is kept. cards in the
 // same state with the same assignment are tried once. Every search node
 // counts against the work budget, so the result does not depend on the
 // machine's load.
@@ -20,7 +20,7 @@ import (
 // neighbourhood improves the assignment in place; it returns the
 // unplaced requests, the work it did and whether it stopped on the
 // budget.
-func (pl *planner) neighbourhood(gpus []*pgpu, fleet []FleetGPU, requests []Request, reqs []reqInfo, unplaced []int, budget int) ([]int, int, bool) {
+func (pl *planner) neighbourhood(cards []*pcard, fleet []FleetCard, requests []Request, reqs []reqInfo, unplaced []int, budget int) ([]int, int, bool) {
 	work := 0
 	val := func(rs []int) int64 {
 		w := int64(len(requests)) + 1
@@ -36,30 +36,33 @@ func (pl *planner) neighbourhood(gpus []*pgpu, fleet []FleetGPU, requests []Requ
 	}
 	keyOf := func(gi int) gkey {
 		f := fleet[gi]
-		return gkey{k: gpus[gi].key(), pins: f.Node + "/" + strconv.Itoa(f.Index)}
+		return gkey{k: cards[gi].key(), pins: f.Node + "/" + strconv.Itoa(f.Index)}
 	}
 	for size := 2; size <= 3 && len(unplaced) > 0; size++ {
 		for pass := 0; pass < 8 && len(unplaced) > 0; pass++ {
 			improved := false
-			// GPUs with room, then every GPU, deduplicated by state.
+			// cards with room, then every card, deduplicated by state.
 			var room, all []int
 			seenRoom, seenAll := map[evalKey]bool{}, map[evalKey]int{}
 			pinned := false
 			for _, ri := range unplaced {
 				pinned = pinned || reqs[ri].pinned
 			}
-			for gi, g := range gpus {
+			for gi, g := range cards {
 				k := g.key()
 				r := pl.eval(k)
-				compute := int(g.fixed.compute)
+				compute, memory := int(g.fixed.compute), int(g.fixed.memory)
 				for pi, n := range g.assigned {
-					if pi < len(g.prod.Profiles) {
-						compute += int(n) * g.prod.Profiles[pi].ComputeSlices
+					if pi < len(g.s.Profiles) {
+						compute += int(n) * g.s.Profiles[pi].Compute
+						memory += int(n) * g.s.Profiles[pi].Memory
 					}
 				}
-				hasRoom := popcount(r.used) < g.prod.MemorySlices || compute < g.prod.ComputeSlices
-				// Pinned requests make equal GPUs differ; without pins, a
-				// set needs at most size GPUs of one state.
+				hasRoom := g.s.freeUnits(r.used) > 0 ||
+					(!g.s.Compute.Placed && compute < g.s.Compute.Count) ||
+					(!g.s.Memory.Placed && memory < g.s.Memory.Count)
+				// Pinned requests make equal cards differ; without pins, a
+				// set needs at most size cards of one state.
 				if !pinned && seenAll[k] >= size {
 					continue
 				}
@@ -88,7 +91,7 @@ func (pl *planner) neighbourhood(gpus []*pgpu, fleet []FleetGPU, requests []Requ
 					tried[ks] = true
 					var ok bool
 					var n int
-					unplaced, n, ok = pl.repack(gpus, fleet, requests, set, unplaced, val, budget-work)
+					unplaced, n, ok = pl.repack(cards, fleet, requests, set, unplaced, val, budget-work)
 					work += n
 					improved = improved || ok
 					return work < budget && len(unplaced) > 0
@@ -120,8 +123,8 @@ func (pl *planner) neighbourhood(gpus []*pgpu, fleet []FleetGPU, requests []Requ
 }
 
 func lessGKey(a, b evalKey, pa, pb string) bool {
-	if a.prod != b.prod {
-		return a.prod.Name < b.prod.Name || (a.prod.Name == b.prod.Name && pa < pb)
+	if a.s != b.s {
+		return a.s.Name < b.s.Name || (a.s.Name == b.s.Name && pa < pb)
 	}
 	if a.fixed != b.fixed {
 		return lessState(a.fixed, b.fixed)
@@ -148,10 +151,26 @@ func lessState(a, b state) bool {
 			return a.counts[i] < b.counts[i]
 		}
 	}
-	if a.me != b.me {
-		return a.me < b.me
+	if a.extra != b.extra {
+		for i := range a.extra {
+			if a.extra[i] != b.extra[i] {
+				return a.extra[i] < b.extra[i]
+			}
+		}
 	}
-	return a.compute < b.compute
+	if a.compute != b.compute {
+		return a.compute < b.compute
+	}
+	if a.memory != b.memory {
+		return a.memory < b.memory
+	}
+	if a.n != b.n {
+		return a.n < b.n
+	}
+	if a.mode != b.mode {
+		return a.mode < b.mode
+	}
+	return a.moded < b.moded
 }
 
 func containsInt(s []int, v int) bool {
@@ -163,21 +182,21 @@ func containsInt(s []int, v int) bool {
 	return false
 }
 
-// repack runs the exact search on the GPUs of set with their requests
+// repack runs the exact search on the cards of set with their requests
 // and the unplaced ones; when it places more, it takes the new
 // assignment. It returns the unplaced requests, the work and whether it
 // improved.
-func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, set []int, unplaced []int, val func([]int) int64, budget int) ([]int, int, bool) {
+func (pl *planner) repack(cards []*pcard, fleet []FleetCard, requests []Request, set []int, unplaced []int, val func([]int) int64, budget int) ([]int, int, bool) {
 	var mine []int
 	for _, gi := range set {
-		mine = append(mine, gpus[gi].reqs...)
+		mine = append(mine, cards[gi].reqs...)
 	}
 	cur := val(mine)
 	var cand []int
 	for _, ri := range unplaced {
 		for _, gi := range set {
 			if pinOK(requests[ri], fleet[gi]) {
-				if _, err := gpus[gi].prod.profileIndex(requests[ri].Profile); err == nil {
+				if _, err := cards[gi].s.profileIndex(requests[ri].Profile); err == nil {
 					cand = append(cand, ri)
 					break
 				}
@@ -192,13 +211,13 @@ func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, se
 	for i, ri := range all {
 		subReq[i] = requests[ri]
 	}
-	subGPUs := make([]*pgpu, len(set))
-	subFleet := make([]FleetGPU, len(set))
+	subCards := make([]*pcard, len(set))
+	subFleet := make([]FleetCard, len(set))
 	for i, gi := range set {
-		subGPUs[i] = gpus[gi]
+		subCards[i] = cards[gi]
 		subFleet[i] = fleet[gi]
 	}
-	res := exactPlan(subGPUs, subFleet, subReq, searchLimit{nodes: budget})
+	res := exactPlan(subCards, subFleet, subReq, searchLimit{nodes: budget})
 	if !res.finished {
 		return unplaced, res.nodes, false
 	}
@@ -207,7 +226,7 @@ func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, se
 	for i, gi := range set {
 		for _, si := range res.take[i] {
 			got = append(got, all[si])
-			pi, _ := gpus[gi].prod.profileIndex(subReq[si].Profile)
+			pi, _ := cards[gi].s.profileIndex(subReq[si].Profile)
 			newAssigned[i][pi]++
 		}
 	}
@@ -220,7 +239,7 @@ func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, se
 		// open room for an unplaced request in a later try.
 		before, after := 0, 0
 		for i, gi := range set {
-			g := gpus[gi]
+			g := cards[gi]
 			before += pl.eval(g.key()).score
 			k := g.key()
 			k.assigned = newAssigned[i]
@@ -232,12 +251,12 @@ func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, se
 	}
 	placed := map[int]bool{}
 	for i, gi := range set {
-		g := gpus[gi]
+		g := cards[gi]
 		g.assigned = [maxProfiles]uint8{}
 		g.reqs = g.reqs[:0:0]
 		for _, si := range res.take[i] {
 			ri := all[si]
-			pi, _ := g.prod.profileIndex(requests[ri].Profile)
+			pi, _ := g.s.profileIndex(requests[ri].Profile)
 			g.assigned[pi]++
 			g.reqs = append(g.reqs, ri)
 			placed[ri] = true
@@ -258,38 +277,38 @@ func (pl *planner) repack(gpus []*pgpu, fleet []FleetGPU, requests []Request, se
 	return rest, res.nodes, true
 }
 
-// byProduct plans a fleet of two products that share one profile name
+// byScheme plans a fleet of two schemes that share one profile name
 // (H100-80GB and A100-40GB share "1g.10gb", a 1g on one and a 1g large
-// on the other) product by product: the requests only one product
-// offers go to its GPUs, and the shared ones are split. One product's
-// GPUs that can take x of the shared requests beside their own can take
-// fewer, so a binary search finds the most the first product takes, and
-// the second takes the rest. Each half is a one-product plan, which the
+// on the other) scheme by scheme: the requests only one scheme
+// offers go to its cards, and the shared ones are split. One scheme's
+// cards that can take x of the shared requests beside their own can take
+// fewer, so a binary search finds the most the first scheme takes, and
+// the second takes the rest. Each half is a one-scheme plan, which the
 // neighbourhood search completes far more often than a search over both.
-// It returns, per GPU, the requests it takes, and ok when every request
-// is placed; pinned requests, other products and more shared names are
+// It returns, per card, the requests it takes, and ok when every request
+// is placed; pinned requests, other schemes and more shared names are
 // left to the other searches (ok false).
-func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]int, nodes int, ok bool) {
-	var prods []*Product
+func byScheme(fleet []FleetCard, requests []Request, work int) (take map[int][]int, nodes int, ok bool) {
+	var schemes []*Scheme
 	for _, f := range fleet {
-		if !containsProduct(prods, f.Product) {
-			prods = append(prods, f.Product)
+		if !containsScheme(schemes, f.Scheme) {
+			schemes = append(schemes, f.Scheme)
 		}
 	}
-	if len(prods) != 2 {
+	if len(schemes) != 2 {
 		return nil, 0, false
 	}
 	var own [2][]int
 	var shared []int
 	for ri, r := range requests {
-		if r.Node != "" || r.GPU != nil {
+		if r.Node != "" || r.Card != nil {
 			return nil, 0, false
 		}
-		_, e0 := prods[0].profileIndex(r.Profile)
-		_, e1 := prods[1].profileIndex(r.Profile)
+		_, e0 := schemes[0].profileIndex(r.Profile)
+		_, e1 := schemes[1].profileIndex(r.Profile)
 		switch {
 		case e0 == nil && e1 == nil:
-			if len(shared) > 0 && canonical(requests[shared[0]].Profile) != canonical(r.Profile) {
+			if len(shared) > 0 && canonicalIn(fleet, requests[shared[0]].Profile) != canonicalIn(fleet, r.Profile) {
 				return nil, 0, false
 			}
 			shared = append(shared, ri)
@@ -301,9 +320,9 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 			return nil, 0, false
 		}
 	}
-	var sub [2][]int // fleet indices per product
+	var sub [2][]int // fleet indices per scheme
 	for gi, f := range fleet {
-		if f.Product == prods[0] {
+		if f.Scheme == schemes[0] {
 			sub[0] = append(sub[0], gi)
 		} else {
 			sub[1] = append(sub[1], gi)
@@ -321,23 +340,23 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 			return nil, nil, false
 		}
 		rs := append(append([]int(nil), own[side]...), extra...)
-		// Cheap necessary conditions first: compute and memory slices.
-		pr := prods[side]
+		// Cheap necessary conditions first: compute and memory units.
+		pr := schemes[side]
 		needC, needM, haveC, haveM := 0, 0, 0, 0
 		for _, ri := range rs {
 			pi, _ := pr.profileIndex(requests[ri].Profile)
-			needC += pr.Profiles[pi].ComputeSlices
-			needM += pr.Profiles[pi].MemorySlices
+			needC += pr.Profiles[pi].Compute
+			needM += pr.Profiles[pi].Memory
 		}
 		for _, gi := range sub[side] {
 			st, _ := pr.stateOf(inUse(fleet[gi].Layout))
-			haveC += pr.ComputeSlices - int(st.compute)
-			haveM += pr.MemorySlices - popcount(st.used)
+			haveC += pr.Compute.Count - pr.computeUsed(&st)
+			haveM += pr.Memory.Count - pr.memoryUsed(&st)
 		}
 		if needC > haveC || needM > haveM {
 			return nil, nil, false
 		}
-		sf := make([]FleetGPU, len(sub[side]))
+		sf := make([]FleetCard, len(sub[side]))
 		for i, gi := range sub[side] {
 			sf[i] = fleet[gi]
 		}
@@ -352,7 +371,7 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 		nodes += p.Search.Nodes
 		return p, rs, len(p.Unplaced) == 0
 	}
-	// The most shared requests each product takes beside its own (at
+	// The most shared requests each scheme takes beside its own (at
 	// least that many: a half plan that runs out of work counts as
 	// failed); then the split that leaves both the same slack, which
 	// makes both halves easier than the tightest split.
@@ -376,7 +395,7 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 	if m1 < 0 {
 		return nil, nodes, false
 	}
-	// When the probes found too little room, product 0 takes the rest
+	// When the probes found too little room, scheme 0 takes the rest
 	// anyway: a probe gives up on its share of the work, the final plan
 	// has all the work left.
 	x := len(shared) - m1
@@ -399,7 +418,7 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 		for _, a := range pr.p.Assignments {
 			gi := -1
 			for _, g := range sub[side] {
-				if fleet[g].Node == a.Node && fleet[g].Index == a.GPU {
+				if fleet[g].Node == a.Node && fleet[g].Index == a.Card {
 					gi = g
 					break
 				}
@@ -410,7 +429,7 @@ func byProduct(fleet []FleetGPU, requests []Request, work int) (take map[int][]i
 	return take, nodes, true
 }
 
-func containsProduct(ps []*Product, p *Product) bool {
+func containsScheme(ps []*Scheme, p *Scheme) bool {
 	for _, q := range ps {
 		if q == p {
 			return true
@@ -419,15 +438,7 @@ func containsProduct(ps []*Product, p *Product) bool {
 	return false
 }
 
-func canonical(name string) string {
-	pn, err := ParseProfileName(name)
-	if err != nil {
-		return name
-	}
-	return pn.String()
-}
-
-// inUse returns the layout's in-use instances.
+// inUse returns the layout's in-use partitions.
 func inUse(l Layout) Layout {
 	var out Layout
 	for _, in := range l {

@@ -1,4 +1,4 @@
-package mig
+package partition
 
 import (
 	"fmt"
@@ -7,39 +7,28 @@ import (
 )
 
 // The exact search behind PlanFleet. PlanFleet's heuristic places
-// requests largest first, one at a time, and repairs each GPU alone; on
-// tight instances (the requests just fill the fleet) that can leave a
+// requests largest first, one at a time, and repairs each card alone; on
+// tight partitions (the requests just fill the fleet) that can leave a
 // request out that a complete packing would place. When the heuristic
 // leaves requests unplaced, PlanFleet runs this search, which finds the
-// best value any plan can reach (compute slices placed, then count) or
+// best value any plan can reach (compute units placed, then count) or
 // proves the heuristic's value best, within a time budget.
 //
 // The search works on request kinds (canonical profile and pin) and on
-// classes of interchangeable GPUs (one product, one set of in-use
-// instances, one set of kinds they may take). For every class it
+// classes of interchangeable cards (one scheme, one set of in-use
+// partitions, one set of kinds they may take). For every class it
 // enumerates, once, the maximal patterns: the multisets of kinds that a
-// completion of the in-use instances can hold and that no other such
-// multiset contains. A GPU takes a pattern cut down to what is still
+// completion of the in-use partitions can hold and that no other such
+// multiset contains. A card takes a pattern cut down to what is still
 // requested; taking maximal patterns cut down loses nothing, since any
-// sub-multiset of a valid layout is valid (drop instances) and a GPU that
-// takes more of a kind leaves later GPUs less to do. The GPUs of a class
+// sub-multiset of a valid layout is valid (drop partitions) and a card that
+// takes more of a kind leaves later cards less to do. The cards of a class
 // are interchangeable, so they take patterns in non-decreasing pattern
-// order and a GPU that takes nothing ends its class (symmetry breaking).
-// Subproblems (class, GPUs left in it, first pattern allowed, remaining
+// order and a card that takes nothing ends its class (symmetry breaking).
+// Subproblems (class, cards left in it, first pattern allowed, remaining
 // requests) are memoized with their exact value; a branch is cut when its
 // value plus a bound on the rest (remaining compute against the remaining
-// GPUs' capacity) cannot beat the best found in the same subproblem.
-
-// DefaultSearchBudget was the time PlanFleet's exact search could take
-// by default; PlanFleet is now bounded by work (DefaultSearchWork) and
-// applies a time limit only when WithSearchBudget asks for one, such as
-// this one. On 8 GPUs and up to 30
-// requests without pins it finishes in a few milliseconds (the slowest of
-// the 7,251 full H100 instances of the tests: about 0.1 s on a loaded
-// machine); many pinned requests (every profile and pin a kind of its
-// own) can take seconds, and then the heuristic's plan is kept and
-// Plan.Search says so.
-const DefaultSearchBudget = 500 * time.Millisecond
+// cards' capacity) cannot beat the best found in the same subproblem.
 
 // DefaultSearchWork is the work (search nodes) PlanFleet's searches may
 // do when WithWorkBudget does not say otherwise. Counting work, not time,
@@ -49,9 +38,9 @@ const DefaultSearchWork = 1_000_000
 // Search reports PlanFleet's exact search.
 type Search struct {
 	// Ran is true when the search ran: the heuristic left requests
-	// unplaced that some GPU offers, and the budget is positive.
+	// unplaced that some card offers, and the budget is positive.
 	Ran bool `json:"ran"`
-	// Optimal is true when no plan places more compute slices, then more
+	// Optimal is true when no plan places more compute units, then more
 	// requests, than this one: everything is placed, or the search
 	// finished.
 	Optimal bool `json:"optimal"`
@@ -69,7 +58,7 @@ type Search struct {
 	// (WithWorkBudget, DefaultSearchWork).
 	Work int `json:"work"`
 	// Neighbourhood is the search nodes spent re-packing pairs and
-	// triples of GPUs before the whole-fleet search (included in Nodes).
+	// triples of cards before the whole-fleet search (included in Nodes).
 	Neighbourhood int `json:"neighbourhood,omitempty"`
 	// Note says why the search did not run or did not finish, if so.
 	Note string `json:"note,omitempty"`
@@ -82,26 +71,26 @@ type xvec [maxProfiles]uint16
 type xkind struct {
 	name    string
 	node    string
-	gpu     int // -1: any index
+	card    int // -1: any index
 	compute int
-	mem     int   // memory slices, the fewest of the products that offer it
+	mem     int   // memory units, the fewest of the schemes that offer it
 	reqs    []int // requests of the kind, ascending
 }
 
-// xclass is a set of interchangeable GPUs.
+// xclass is a set of interchangeable cards.
 type xclass struct {
 	key     xclassKey
-	members []int  // GPU indices, fleet order
+	members []int  // card indices, fleet order
 	pats    []xvec // maximal patterns, best value first
-	cap     int    // the most compute slices one GPU of the class can take
-	memCap  int    // the most memory slices one GPU of the class can fill
-	most    xvec   // the most requests of each kind one GPU can take
+	cap     int    // the most compute units one card of the class can take
+	memCap  int    // the most memory units one card of the class can fill
+	most    xvec   // the most requests of each kind one card can take
 }
 
 type xclassKey struct {
-	prod  *Product
+	s     *Scheme
 	fixed state
-	prof  [maxProfiles]int8 // kind -> the product's profile index, -1 when the GPU may not take it
+	prof  [maxProfiles]int8 // kind -> the scheme's profile index, -1 when the card may not take it
 }
 
 type xkey struct {
@@ -111,7 +100,7 @@ type xkey struct {
 
 type xentry struct {
 	val    int64
-	choice int16 // pattern index; -1: the class's remaining GPUs take nothing
+	choice int16 // pattern index; -1: the class's remaining cards take nothing
 }
 
 type xsearch struct {
@@ -119,10 +108,10 @@ type xsearch struct {
 	classes []*xclass
 	w       int64   // value = compute*w + count
 	kval    []int64 // per kind, the value of one request
-	suffix  []int   // compute capacity of classes c.. (all their GPUs)
+	suffix  []int   // compute capacity of classes c.. (all their cards)
 	memSuf  []int   // memory capacity of classes c..
 	mostSuf []xvec  // per kind, the most requests classes c.. can take
-	valMem  int64   // a lower bound on value per memory slice of any kind
+	valMem  int64   // a lower bound on value per memory unit of any kind
 	memo    map[xkey]xentry
 	seen    [][]xvec // per depth, cut-down patterns tried
 	nodes   int
@@ -137,36 +126,36 @@ type searchLimit struct {
 	deadline time.Time
 }
 
-// exactResult is the search's outcome: per GPU, the requests it takes.
+// exactResult is the search's outcome: per card, the requests it takes.
 type exactResult struct {
 	value    int64
 	finished bool
-	take     map[int][]int // GPU index -> requests
+	take     map[int][]int // card index -> requests
 	nodes    int
 	note     string
 }
 
-// exactPlan searches for the best assignment of requests to GPUs. It
+// exactPlan searches for the best assignment of requests to cards. It
 // returns finished false when the budget ran out or the input is beyond
 // what the search handles (note says which).
-func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLimit) exactResult {
+func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim searchLimit) exactResult {
 	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1}
 	type kindKey struct {
 		name, node string
-		gpu        int
+		card       int
 	}
 	kindOf := map[kindKey]int{}
 	for ri, r := range requests {
-		pn, _ := ParseProfileName(r.Profile) // PlanFleet checked it
-		k := kindKey{name: pn.String(), node: r.Node, gpu: -1}
-		if r.GPU != nil {
-			k.gpu = *r.GPU
+		pr, _ := resolve(fleet, r.Profile)
+		k := kindKey{name: canonicalIn(fleet, r.Profile), node: r.Node, card: -1}
+		if r.Card != nil {
+			k.card = *r.Card
 		}
 		i, ok := kindOf[k]
 		if !ok {
 			i = len(xs.kinds)
 			kindOf[k] = i
-			xs.kinds = append(xs.kinds, xkind{name: k.name, node: k.node, gpu: k.gpu, compute: pn.Compute})
+			xs.kinds = append(xs.kinds, xkind{name: k.name, node: k.node, card: k.card, compute: pr.Compute})
 		}
 		xs.kinds[i].reqs = append(xs.kinds[i].reqs, ri)
 	}
@@ -181,18 +170,18 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLim
 			return exactResult{note: fmt.Sprintf("not run: %d requests of %s, the search handles %d", len(k.reqs), k.name, 0xffff)}
 		}
 	}
-	// Classes of interchangeable GPUs; partly used ones first, so that the
-	// search fills them before it breaks free GPUs.
+	// Classes of interchangeable cards; partly used ones first, so that the
+	// search fills them before it breaks free cards.
 	byKey := map[xclassKey]*xclass{}
-	for gi, g := range gpus {
-		key := xclassKey{prod: g.prod, fixed: g.fixed}
+	for gi, g := range cards {
+		key := xclassKey{s: g.s, fixed: g.fixed}
 		any := false
 		for ki, k := range xs.kinds {
 			key.prof[ki] = -1
 			if !pinOK(requests[k.reqs[0]], fleet[gi]) {
 				continue
 			}
-			if pi, err := g.prod.profileIndex(k.name); err == nil {
+			if pi, err := g.s.profileIndex(k.name); err == nil {
 				key.prof[ki] = int8(pi)
 				any = true
 			}
@@ -209,7 +198,7 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLim
 		c.members = append(c.members, gi)
 	}
 	sort.SliceStable(xs.classes, func(a, b int) bool {
-		return xs.classes[a].key.fixed.used != 0 && xs.classes[b].key.fixed.used == 0
+		return !xs.classes[a].key.fixed.empty() && xs.classes[b].key.fixed.empty()
 	})
 	var demand xvec
 	for ki, k := range xs.kinds {
@@ -222,7 +211,7 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLim
 	}
 	for _, c := range xs.classes {
 		if !xs.patterns(c, demand) {
-			return exactResult{nodes: xs.nodes, note: "budget exhausted while enumerating GPU patterns"}
+			return exactResult{nodes: xs.nodes, note: "budget exhausted while enumerating card patterns"}
 		}
 	}
 	xs.suffix = make([]int, len(xs.classes)+1)
@@ -263,7 +252,7 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLim
 		k, m := n, int16(0)
 		for k > 0 {
 			// A subproblem the search cut off by its bound has no entry:
-			// its GPUs take nothing.
+			// its cards take nothing.
 			e, ok := xs.memo[xkey{c: int16(c), k: k, m: m, rem: rem}]
 			if !ok || e.choice < 0 {
 				break
@@ -286,7 +275,7 @@ func exactPlan(gpus []*pgpu, fleet []FleetGPU, requests []Request, lim searchLim
 // patterns enumerates the maximal patterns of a class, within demand.
 // It returns false when the budget ran out.
 func (xs *xsearch) patterns(c *xclass, demand xvec) bool {
-	p := c.key.prod
+	p := c.key.s
 	kindsOf := make([][]int, len(p.Profiles)) // profile -> kinds it serves
 	for ki := range xs.kinds {
 		if pi := c.key.prof[ki]; pi >= 0 {
@@ -367,10 +356,10 @@ func (xs *xsearch) patterns(c *xclass, demand xvec) bool {
 		m := 0
 		for ki, x := range v {
 			if x > 0 {
-				pr := p.Profiles[c.key.prof[ki]]
-				m += int(x) * pr.MemorySlices
-				if k := &xs.kinds[ki]; k.mem == 0 || pr.MemorySlices < k.mem {
-					k.mem = pr.MemorySlices
+				size := p.info[c.key.prof[ki]].size
+				m += int(x) * size
+				if k := &xs.kinds[ki]; k.mem == 0 || size < k.mem {
+					k.mem = size
 				}
 			}
 			c.most[ki] = max(c.most[ki], x)
@@ -431,10 +420,10 @@ func (xs *xsearch) value(v xvec) int64 {
 	return n
 }
 
-// bound is an upper bound on the value the GPUs from class c (k of its
-// GPUs left) on can add with rem still requested: at most the capacity's
-// compute slices, no more of a kind than the GPUs can hold of it, and
-// what exceeds the memory slices is lost at the least value per slice.
+// bound is an upper bound on the value the cards from class c (k of its
+// cards left) on can add with rem still requested: at most the capacity's
+// compute units, no more of a kind than the cards can hold of it, and
+// what exceeds the memory units is lost at the least value per slice.
 func (xs *xsearch) bound(c int, k int16, rem xvec) int64 {
 	cl := xs.classes[c]
 	capC := xs.suffix[c+1] + int(k)*cl.cap
@@ -457,9 +446,9 @@ func (xs *xsearch) bound(c int, k int16, rem xvec) int64 {
 	return b
 }
 
-// solve returns the best value the GPUs from class c on can add, with k
-// GPUs of class c left, patterns from m on, rem still requested; depth is
-// the number of GPUs decided so far.
+// solve returns the best value the cards from class c on can add, with k
+// cards of class c left, patterns from m on, rem still requested; depth is
+// the number of cards decided so far.
 func (xs *xsearch) solve(c int, k, m int16, rem xvec, depth int) int64 {
 	for k == 0 {
 		c++
@@ -520,7 +509,7 @@ func (xs *xsearch) solve(c int, k, m int16, rem xvec, depth int) int64 {
 		}
 	}
 	xs.seen[depth] = xs.seen[depth][:0]
-	// The class's remaining GPUs take nothing.
+	// The class's remaining cards take nothing.
 	if best.val < remVal && c+1 < len(xs.classes) && xs.bound(c+1, int16(len(xs.classes[c+1].members)), rem) > best.val {
 		v := xs.solve(c+1, int16(len(xs.classes[c+1].members)), 0, rem, depth+int(k))
 		if xs.aborted {

@@ -7,6 +7,8 @@ package alloc
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -109,4 +111,59 @@ func (a *Allocator) One(ctx context.Context, node *v1.Node, slices []*resourceap
 // Attr is a CEL expression for the driver's attribute name.
 func (a *Allocator) Attr(name string) string {
 	return fmt.Sprintf("device.attributes[%q].%s", a.driver, name)
+}
+
+// Family enumerates every set of the node's devices the allocator accepts
+// when they are requested one at a time: names are the devices in the
+// order to request them, selectors one CEL selector per name that
+// matches exactly that device, held the devices already allocated (not
+// part of any set). For each accepted set S and each later device d, one
+// claim asks for d with S allocated; because counter consumption only
+// grows, this is the whole family of accepted sets. Each set is its
+// names sorted and joined by spaces; the family is sorted.
+func (a *Allocator) Family(ctx context.Context, node *v1.Node, slices []*resourceapi.ResourceSlice, names, selectors, held []string) ([]string, error) {
+	if len(names) != len(selectors) {
+		return nil, fmt.Errorf("family: %d names, %d selectors", len(names), len(selectors))
+	}
+	allocated := sets.New[structured.DeviceID]()
+	for _, h := range held {
+		allocated.Insert(structured.MakeDeviceID(a.driver, node.Name, h))
+	}
+	var family, chosen []string
+	var rec func(from int) error
+	rec = func(from int) error {
+		for i := from; i < len(names); i++ {
+			if allocated.Has(structured.MakeDeviceID(a.driver, node.Name, names[i])) {
+				continue
+			}
+			got, err := a.One(ctx, node, slices, allocated, selectors[i])
+			if err != nil {
+				return fmt.Errorf("allocate %s after %v: %w", names[i], chosen, err)
+			}
+			if got == "" {
+				continue
+			}
+			if got != names[i] {
+				return fmt.Errorf("asked for %s after %v, the allocator gave %s", names[i], chosen, got)
+			}
+			id := structured.MakeDeviceID(a.driver, node.Name, names[i])
+			allocated.Insert(id)
+			chosen = append(chosen, names[i])
+			set := append([]string(nil), chosen...)
+			sort.Strings(set)
+			family = append(family, strings.Join(set, " "))
+			err = rec(i + 1)
+			chosen = chosen[:len(chosen)-1]
+			allocated.Delete(id)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := rec(0); err != nil {
+		return nil, err
+	}
+	sort.Strings(family)
+	return family, nil
 }

@@ -1,4 +1,4 @@
-package mig
+package partition
 
 import (
 	"fmt"
@@ -7,11 +7,11 @@ import (
 
 // Limits of Optimum: beyond them exhaustive search is not cheap.
 const (
-	OptimumMaxGPUs     = 8
+	OptimumMaxCards    = 8
 	OptimumMaxRequests = 30
 )
 
-// Value is the planner's objective: compute slices placed, then count.
+// Value is the planner's objective: compute units placed, then count.
 type Value struct {
 	Compute int `json:"compute"`
 	Count   int `json:"count"`
@@ -26,16 +26,16 @@ func (v Value) Less(w Value) bool {
 func (p *Plan) Value() Value { return Value{Compute: p.PlacedCompute, Count: len(p.Assignments)} }
 
 // Optimum computes, exhaustively, the best value any plan can reach on a
-// small fleet (at most OptimumMaxGPUs GPUs and OptimumMaxRequests
-// requests, none pinned): for every GPU it enumerates every valid
-// completion of its in-use instances, then searches every combination.
+// small fleet (at most OptimumMaxCards cards and OptimumMaxRequests
+// requests, none pinned): for every card it enumerates every valid
+// completion of its in-use partitions, then searches every combination.
 // It is the yardstick for PlanFleet in tests and benchmarks.
-func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
-	if len(fleet) > OptimumMaxGPUs || len(requests) > OptimumMaxRequests {
-		return Value{}, fmt.Errorf("optimum: %w: %d GPUs and %d requests exceed the limits %d and %d", ErrFleet, len(fleet), len(requests), OptimumMaxGPUs, OptimumMaxRequests)
+func Optimum(fleet []FleetCard, requests []Request) (Value, error) {
+	if len(fleet) > OptimumMaxCards || len(requests) > OptimumMaxRequests {
+		return Value{}, fmt.Errorf("optimum: %w: %d %s and %d requests exceed the limits %d and %d", ErrFleet, len(fleet), plural(namesOf(fleet).Card), len(requests), OptimumMaxCards, OptimumMaxRequests)
 	}
 	pl := newPlanner()
-	gpus, err := pl.load(fleet)
+	cards, err := pl.load(fleet)
 	if err != nil {
 		return Value{}, fmt.Errorf("optimum: %w", err)
 	}
@@ -45,14 +45,14 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	var demand [maxProfiles]uint8
 	var compute []int
 	for i, r := range requests {
-		if r.Node != "" || r.GPU != nil {
+		if r.Node != "" || r.Card != nil {
 			return Value{}, fmt.Errorf("optimum: %w: requests[%d] is pinned; Optimum handles unpinned requests only", ErrFleet, i)
 		}
-		pn, err := ParseProfileName(r.Profile)
-		if err != nil {
-			return Value{}, fmt.Errorf("optimum: %w: requests[%d].profile: %w", ErrFleet, i, err)
+		if r.Profile == "" {
+			return Value{}, fmt.Errorf("optimum: %w: requests[%d].profile is empty", ErrFleet, i)
 		}
-		n := pn.String()
+		n := canonicalIn(fleet, r.Profile)
+		pr, _ := resolve(fleet, r.Profile)
 		j, ok := idx[n]
 		if !ok {
 			if len(names) == maxProfiles {
@@ -61,14 +61,14 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 			j = len(names)
 			idx[n] = j
 			names = append(names, n)
-			compute = append(compute, pn.Compute)
+			compute = append(compute, pr.Compute)
 		}
 		demand[j]++
 	}
-	// Per GPU: the distinct demand vectors its completions can serve.
-	vecs := make([][][maxProfiles]uint8, len(gpus))
-	for gi, g := range gpus {
-		p := g.prod
+	// Per card: the distinct demand vectors its completions can serve.
+	vecs := make([][][maxProfiles]uint8, len(cards))
+	for gi, g := range cards {
+		p := g.s
 		toName := make([]int, len(p.Profiles))
 		for pi, pr := range p.Profiles {
 			j, ok := idx[pr.Name]
@@ -109,7 +109,7 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	memo := map[mkey]int{}
 	var best func(g int, rem [maxProfiles]uint8) int
 	best = func(g int, rem [maxProfiles]uint8) int {
-		if g == len(gpus) {
+		if g == len(cards) {
 			return 0
 		}
 		k := mkey{g, rem}
