@@ -237,7 +237,7 @@ func TestWholeCard(t *testing.T) {
 // the administrator's partitions on a card not named are never touched.
 func TestReconcileAfterLostState(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(e *env)
 		// held: whether the runtime still holds a and b.
 		heldA, heldB bool
