@@ -149,10 +149,13 @@ func holdersOn(intents []Intent, card string, whole bool) []string {
 func (m *Manager) create(ctx context.Context, k Key, uid string) (Partition, error) {
 	err := m.journal.hold(k, uid, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, true); len(held) > 0 {
-			return fmt.Errorf("%w: %s: the card is in use whole by claim %s; it can be partitioned once that claim is unprepared", ErrCardBusy, k, strings.Join(held, ", "))
+			return fmt.Errorf("%s: %w whole by claim %s; it can be partitioned once that claim is unprepared", k, ErrCardBusy, strings.Join(held, ", "))
 		}
 		return nil
 	})
+	if errors.Is(err, ErrCardBusy) {
+		return Partition{}, err
+	}
 	if err != nil {
 		return Partition{}, fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
 	}
@@ -186,10 +189,13 @@ func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
 	}
 	err := m.journal.hold(k, uid, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, false); len(held) > 0 {
-			return fmt.Errorf("%w: %s: partitions of the card are held by claim %s; it can be used whole once they are unprepared", ErrCardBusy, k, strings.Join(held, ", "))
+			return fmt.Errorf("%s: %w: partitions of the card are held by claim %s; it can be used whole once they are unprepared", k, ErrCardBusy, strings.Join(held, ", "))
 		}
 		return nil
 	})
+	if errors.Is(err, ErrCardBusy) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
 	}
