@@ -64,7 +64,7 @@ func acquireFolder(dir string, shared bool) (*folder, error) {
 		opts = append(opts, statefile.Shared())
 	}
 	path := filepath.Join(abs, lockFile)
-	l, err := statefile.TryAcquire(path, opts...)
+	l, err := statefile.TryAcquire(path, append(opts, statefile.Held())...)
 	var locked *statefile.LockedError
 	if errors.As(err, &locked) {
 		holder := "processes running with WithSharedState"

@@ -85,10 +85,10 @@ type gpuInfo struct {
 type devInfo struct {
 	pool    string // the pool it is published in
 	gpu     int
-	mode    string // ModeFull, ModeStatic, ModeDynamic
-	typ     string // TypeGPU, TypeMIG
-	uuid    string // full GPU and static MIG
-	profile string // MIG
+	mode    string        // ModeFull, ModeStatic, ModeDynamic
+	typ     string        // TypeGPU, TypeMIG
+	uuid    string        // full GPU and static MIG
+	profile string        // MIG
 	key     Key           // a MIG device's place, by NVML index (the health book's)
 	part    lifecycle.Key // a dynamic device's key in the lifecycle
 	gi, ci  int           // NVML's GPU and compute instance IDs of a MIG device that exists
