@@ -12,8 +12,8 @@ import (
 	"github.com/drakit/drakit/statefile"
 )
 
-// cardsFile is the record of the cards' states in the state folder.
-const cardsFile = "cards.json"
+// CardsFile is the record of the cards' states in the state folder.
+const CardsFile = "cards.json"
 
 // CardState is how the lifecycle treats a card.
 type CardState string
@@ -46,7 +46,7 @@ type cardsDoc struct {
 // empty.
 func readCards(dir string) (map[string]CardState, error) {
 	var doc cardsDoc
-	b, err := os.ReadFile(filepath.Join(dir, cardsFile))
+	b, err := os.ReadFile(filepath.Join(dir, CardsFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return map[string]CardState{}, nil
@@ -54,11 +54,11 @@ func readCards(dir string) (map[string]CardState, error) {
 		return nil, fmt.Errorf("read card record: %w", err)
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errCorruptCards, filepath.Join(dir, cardsFile), err)
+		return nil, fmt.Errorf("%w: %s: %v", errCorruptCards, filepath.Join(dir, CardsFile), err)
 	}
 	for c, s := range doc.Cards {
 		if s != Dynamic && s != Draining {
-			return nil, fmt.Errorf("%w: %s: card %s has state %q", errCorruptCards, filepath.Join(dir, cardsFile), c, s)
+			return nil, fmt.Errorf("%w: %s: card %s has state %q", errCorruptCards, filepath.Join(dir, CardsFile), c, s)
 		}
 	}
 	if doc.Cards == nil {
@@ -81,7 +81,7 @@ func writeCards(dir string, cards map[string]CardState, opts ...statefile.WriteO
 	if err != nil {
 		return fmt.Errorf("record card states: %w", err)
 	}
-	if err := statefile.WriteFile(filepath.Join(dir, cardsFile), append(b, '\n'), opts...); err != nil {
+	if err := statefile.WriteFile(filepath.Join(dir, CardsFile), append(b, '\n'), opts...); err != nil {
 		return fmt.Errorf("record card states: %w", err)
 	}
 	return nil

@@ -8,8 +8,8 @@ import (
 	"github.com/drakit/drakit/statefile"
 )
 
-// journalFile is the intent journal's file in the state folder.
-const journalFile = "intents.json"
+// JournalFile is the intent journal's file in the state folder.
+const JournalFile = "intents.json"
 
 // Intent is one record of the intent journal: a partition the lifecycle
 // made or is about to make, and the claims that hold it.

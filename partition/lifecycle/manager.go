@@ -209,7 +209,7 @@ func Open(dir string, tool Tool, keyOf KeyFunc, opts ...Option) (*Manager, error
 		return nil, fmt.Errorf("open partition lifecycle: %w", err)
 	}
 	m := &Manager{dir: dir, tool: tool, keyOf: keyOf, o: o, folder: f, made: map[Key]Partition{}}
-	m.journal = journal{file: statefile.Document{Path: filepath.Join(dir, journalFile), Volatile: o.volatile}}
+	m.journal = journal{file: statefile.Document{Path: filepath.Join(dir, JournalFile), Volatile: o.volatile}}
 	m.rep = republisher{notify: o.notify, delay: o.delay, interval: o.interval}
 	if !o.volatile {
 		m.o.writeOption = []statefile.WriteOption{statefile.Durable()}

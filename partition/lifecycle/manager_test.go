@@ -242,8 +242,8 @@ func TestReconcileAfterLostState(t *testing.T) {
 		// held: whether the runtime still holds a and b.
 		heldA, heldB bool
 	}{
-		{"journal deleted", func(e *env) { rm(e.t, filepath.Join(e.state, journalFile)) }, true, true},
-		{"journal torn", func(e *env) { write(e.t, filepath.Join(e.state, journalFile), `{"intents":[{"card":"c1","prof`) }, true, true},
+		{"journal deleted", func(e *env) { rm(e.t, filepath.Join(e.state, JournalFile)) }, true, true},
+		{"journal torn", func(e *env) { write(e.t, filepath.Join(e.state, JournalFile), `{"intents":[{"card":"c1","prof`) }, true, true},
 		{"checkpoint wiped", func(e *env) {}, false, false},
 		{"state folder deleted", func(e *env) { rm(e.t, e.state) }, true, true},
 		{"state folder and checkpoint deleted", func(e *env) { rm(e.t, e.state) }, false, false},

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // simArgs are the README's simulated DGX H200 flags for a state file.
 func simArgs(state string) []string {
 	return []string{
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7",
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7", "-dynamic-mig-gpus=4,5,6,7",
 		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
 	}
 }
@@ -480,7 +480,7 @@ func TestDriver(t *testing.T) {
 		dev := runPod("lost-journal")
 		ref, _ := mig.ParseDeviceName(dev)
 		drv.kill()
-		if err := os.Remove(filepath.Join(plugin, "nvidia", "mig-intents.json")); err != nil {
+		if err := os.Remove(filepath.Join(plugin, "nvidia", "intents.json")); err != nil {
 			t.Fatal(err)
 		}
 		drv = startDriver(ctx, t, env, state)
