@@ -226,69 +226,6 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 	}
 }
 
-// Issue 35: a GPU lost before the driver starts (XID 79: it fell off the
-// bus) is published tainted, not withdrawn, and once it is reset the
-// driver publishes it as it is (a dynamic GPU here: its MIG devices),
-// healthy, without a restart.
-func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
-	f := newFixture(t)
-	if err := f.sim.RaiseXID(5, XIDFallenOffTheBus, -1, -1); err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(f.sim, "node-1", WithStateDir(f.dir+"/state2"), f.dynamicGPUs(t), WithHealthHeartbeat(20*time.Millisecond), WithRepublishDelay(0), WithRepublishInterval(0))
-	if err != nil {
-		t.Fatalf("start with GPU 5 lost: %v", err)
-	}
-	defer d.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events := make(chan device.Event, 100)
-	go func() { _ = d.Watch(ctx, events) }()
-	first := nextEvent(t, events, "first report")
-	var lost []string
-	for _, r := range first.Health {
-		if strings.HasPrefix(r.Device.Device, "gpu-5") && r.Health == device.Unhealthy && r.Reason == ReasonGPULost && r.TaintEffect == device.NoExecute {
-			lost = append(lost, r.Device.Device)
-		}
-	}
-	if strings.Join(lost, " ") != "gpu-5" {
-		t.Fatalf("first report on GPU 5 lost at start: %v, want gpu-5 Unhealthy %s NoExecute", lost, ReasonGPULost)
-	}
-	if err := f.sim.RecoverGPU(5); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev := nextEvent(t, events, "GPU 5 published again")
-		if ev.Type != device.EventInventoryChanged || ev.Inventory == nil {
-			continue
-		}
-		all := " " + strings.Join(names(ev.Inventory), " ") + " "
-		if !strings.Contains(all, " gpu-5-1g-18gb-0 ") {
-			continue
-		}
-		break
-	}
-	for {
-		ev := nextEvent(t, events, "GPU 5 healthy")
-		bad := 0
-		seen := 0
-		for _, r := range ev.Health {
-			if strings.HasPrefix(r.Device.Device, "gpu-5") {
-				seen++
-				if r.Health != device.Healthy {
-					bad++
-				}
-			}
-		}
-		if seen > 0 && bad == 0 {
-			break
-		}
-	}
-	if err := d.PrepareClaim(ctx, claim("after"), []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-0")}); err != nil {
-		t.Errorf("prepare on GPU 5 after its recovery: %v", err)
-	}
-}
-
 // unlistedGPU is a backend whose GPUs reports one GPU unreadable
 // (nvml.GPU.Err), as the real backend does for a GPU NVML cannot read.
 type unlistedGPU struct {
