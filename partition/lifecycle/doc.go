@@ -30,9 +30,10 @@
 //     rolling update share it with [WithSharedState].
 //   - Rollback: a failed prepare leaves nothing of its claim.
 //   - A lost card never blocks another card's prepare, unprepare or
-//     start: the work on each card is serialized on its own, and a
-//     partition left by a release that failed is retried without failing
-//     anyone else's.
+//     start: the work on each card is serialized on its own, a release
+//     calls the tool on its own partitions' cards only, and a partition
+//     whose destroy failed stays its claim's until the runtime's next
+//     unprepare of that claim (or the next start) destroys it.
 //   - Republish coalescing under churn ([WithRepublish]).
 //
 // The vendor's [driver.Preparer] calls [Manager.PrepareClaim],

@@ -118,23 +118,25 @@ func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
 	})
 }
 
-// settle removes claim (none when "") from every intent and forgets the
-// released intents whose partitions are gone (done), in one write.
-func (j *journal) settle(claim string, done []Key) error {
+// settle removes claim (none when "") from every intent but those in
+// kept (their destroy failed: the claim still holds them), and forgets
+// the intents whose partitions are gone (done) and that no claim holds
+// any more, in one write.
+func (j *journal) settle(claim string, done, kept []Key) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		changed := false
-		kept := d.Intents[:0]
+		out := d.Intents[:0]
 		for _, in := range d.Intents {
-			if claim != "" && in.drop(claim) {
+			if claim != "" && !slices.Contains(kept, in.Key) && in.drop(claim) {
 				changed = true
 			}
 			if in.Released() && slices.Contains(done, in.Key) {
 				changed = true
 				continue
 			}
-			kept = append(kept, in)
+			out = append(out, in)
 		}
-		d.Intents = kept
+		d.Intents = out
 		return changed, nil
 	})
 }

@@ -114,25 +114,12 @@ func (f *folder) lockCard(ctx context.Context, card string) (func(), error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for card %s: %w", card, context.Cause(ctx))
 	}
-	return f.fileLock(card, c, false)
+	return f.fileLock(card, c)
 }
 
-// tryLockCard takes card's lock if it is free; false when it is not.
-func (f *folder) tryLockCard(card string) (func(), bool) {
-	c := f.card(card)
-	select {
-	case c <- struct{}{}:
-	default:
-		return nil, false
-	}
-	unlock, err := f.fileLock(card, c, true)
-	return unlock, err == nil
-}
-
-// fileLock adds the cross-process lock of the shared mode (without
-// waiting for it when try) to the held in-process lock c, and returns the
-// function that releases both.
-func (f *folder) fileLock(card string, c chan struct{}, try bool) (func(), error) {
+// fileLock adds the cross-process lock of the shared mode to the held
+// in-process lock c, and returns the function that releases both.
+func (f *folder) fileLock(card string, c chan struct{}) (func(), error) {
 	if !f.shared {
 		return func() { <-c }, nil
 	}
@@ -142,11 +129,7 @@ func (f *folder) fileLock(card string, c chan struct{}, try bool) (func(), error
 		<-c
 		return nil, fmt.Errorf("lock card %s: %w", card, err)
 	}
-	acquire := statefile.Acquire
-	if try {
-		acquire = statefile.TryAcquire
-	}
-	l, err := acquire(filepath.Join(dir, hex.EncodeToString(sum[:8])+".lock"))
+	l, err := statefile.Acquire(filepath.Join(dir, hex.EncodeToString(sum[:8])+".lock"))
 	if err != nil {
 		<-c
 		return nil, fmt.Errorf("lock card %s: %w", card, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -415,8 +416,9 @@ func TestCardNamedLater(t *testing.T) {
 }
 
 // One lost card fails the release of its own partitions only: every
-// other claim is released (a released partition on the lost card is
-// retried without failing them), and a hung card never holds up the work
+// other claim is released without a call on the lost card, the failed
+// release destroys its partition once the card is back, and a hung card
+// never holds up the work
 // on another.
 func TestLostCardNeverBlocksAnother(t *testing.T) {
 	t.Run("fails", func(t *testing.T) {
@@ -429,19 +431,35 @@ func TestLostCardNeverBlocksAnother(t *testing.T) {
 		if err := e.release("a"); err == nil {
 			t.Fatal("release of a partition on a lost card succeeded")
 		}
+		// Another card's release never calls the tool on the lost card
+		// (a call there may hang until the card is reset).
+		var onLost []string
+		e.tool.fail = func(op string, k Key) error {
+			if k.Card == "c1" {
+				onLost = append(onLost, op+" "+k.String())
+			}
+			return nil
+		}
 		for _, uid := range []string{"b", "c"} {
 			if err := e.release(uid); err != nil {
 				t.Fatalf("release of %s on card c2 while c1 is lost: %v", uid, err)
 			}
 		}
+		if len(onLost) > 0 {
+			t.Errorf("releases on card c2 called the tool on lost card c1: %v", onLost)
+		}
+		e.tool.fail = nil
 		e.prepare("d", "c2-4u-4")
 		if got := e.parts("c2"); got != "4u@4" {
 			t.Errorf("card c2: %q", got)
 		}
-		// The card is reset: the leftover goes with the next release.
+		// The card is reset: the kubelet's next unprepare of a
+		// destroys its partition.
 		_ = e.tool.set("c1", func(c *fakeCard) { c.Lost = false })
-		if err := e.release("d"); err != nil {
-			t.Fatal(err)
+		for _, uid := range []string{"a", "d"} {
+			if err := e.release(uid); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if got := e.parts("c1") + e.parts("c2") + e.intents(); got != "" {
 			t.Errorf("after the lost card came back: %q", got)
@@ -531,4 +549,63 @@ func TestOpenRefusesBadInput(t *testing.T) {
 	}
 	bad([]string{"c1-2u--2"})
 	bad([]string{"-2u-0"})
+}
+
+// A release names the claim as a holder of every partition it destroys
+// until the destroys are done (a process killed meanwhile leaves each
+// partition that may still exist recorded); a partition another claim
+// holds is left; a destroy that fails keeps the partition recorded as the
+// claim's, and the claim's next release (the kubelet retries a failed
+// unprepare) destroys it (once, the retry found nothing to do and the
+// partition stayed until a restart).
+func TestReleaseKeepsTheHolderUntilTheDestroy(t *testing.T) {
+	e := newEnv(t, "c1")
+	e.open(WithDynamicCards("c1"))
+	e.prepare("a", "c1-1u-0", "c1-1u-1", "c1-1u-2")
+	e.prepare("b", "c1-1u-1")
+	var destroyed []string
+	failed := false
+	e.tool.fail = func(op string, k Key) error {
+		if op != "destroy" {
+			return nil
+		}
+		destroyed = append(destroyed, fmt.Sprint(k.Start))
+		in, err := e.m.Intents()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(in, func(i Intent) bool { return i.Key == k }); i < 0 || len(in[i].Claims) == 0 {
+			t.Errorf("while %s is destroyed the journal has %v: a crash now would lose it", k, in)
+		}
+		if k.Start == 2 && !failed {
+			failed = true
+			return errors.New("destroy failed")
+		}
+		return nil
+	}
+	if err := e.release("a"); err == nil || !strings.Contains(err.Error(), "destroy failed") {
+		t.Fatalf("release a: %v, want the destroy's error", err)
+	}
+	if got := strings.Join(destroyed, ","); got != "0,2" {
+		t.Errorf("release a destroyed %s, want 0,2 (not 1, which b holds)", got)
+	}
+	if got, want := e.intents(), "c1/1u@1:b c1/1u@2:a"; got != want {
+		t.Errorf("journal after a's failed release: %q, want %q (1u@2 still a's)", got, want)
+	}
+	destroyed = nil
+	e.prepare("c", "c1-4u-4")
+	if err := e.release("c"); err != nil || strings.Join(destroyed, ",") != "4" {
+		t.Fatalf("release c: %v, destroyed %v; want its own partition only", err, destroyed)
+	}
+	destroyed = nil
+	if err := e.release("a"); err != nil || strings.Join(destroyed, ",") != "2" {
+		t.Fatalf("a's release again: %v, destroyed %v; want 2", err, destroyed)
+	}
+	if got := e.parts("c1") + "|" + e.intents(); got != "1u@1|c1/1u@1:b" {
+		t.Errorf("after a's second release: %q", got)
+	}
+	destroyed = nil
+	if err := e.release("nobody"); err != nil || len(destroyed) > 0 {
+		t.Errorf("release of a claim that holds nothing: %v, destroyed %v", err, destroyed)
+	}
 }

@@ -40,8 +40,9 @@ func fault(point string) {
 // on in order, each one at a time.
 //
 // A failed PrepareClaim leaves nothing of the claim: what it holds is
-// released and destroyed again; what cannot be destroyed stays recorded,
-// released, and the next release or start destroys it. Repeating it for
+// released and destroyed again; what cannot be destroyed stays recorded
+// as the claim's, and the claim's next release (the runtime's rollback
+// calls UnprepareClaim) or the next start destroys it. Repeating it for
 // a prepared claim changes nothing (Create is idempotent).
 func (m *Manager) PrepareClaim(ctx context.Context, claim driver.Claim, devs []driver.AllocatedDevice) error {
 	keys, err := m.wanted(devs)
@@ -215,7 +216,7 @@ func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
 		gone = append(gone, p.Key)
 		klog.FromContext(ctx).Info("Destroyed a partition no claim holds before using its card whole", "key", p.Key.String())
 	}
-	if err := m.journal.settle("", gone); err != nil {
+	if err := m.journal.settle("", gone, nil); err != nil {
 		return fmt.Errorf("%s: %w", k, err)
 	}
 	if err := sw.SetWhole(ctx, k.Card, true); err != nil {

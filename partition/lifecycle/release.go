@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"k8s.io/klog/v2"
@@ -19,13 +20,15 @@ import (
 // journal still names the claim as a holder until the destroys are
 // done, in one write after them, so a process killed on the way leaves
 // every partition that may exist recorded and the runtime's next
-// unprepare finishes it. It is idempotent; a claim that holds nothing
-// costs one read of the journal.
+// unprepare finishes it. A partition whose destroy fails stays recorded
+// as the claim's, and the error is returned: the kubelet retries the
+// unprepare, which destroys it then. It is idempotent; a claim that holds
+// nothing costs one read of the journal.
 //
-// Partitions that an earlier release left undestroyed (a lost card) are
-// destroyed too when their card is free; their failures are logged and
-// never fail this claim: a lost card fails the unprepares of its own
-// partitions only.
+// A release works on the cards of the claim's own partitions only: a
+// lost card fails the unprepares of its own partitions and never
+// another's. On those cards it also destroys what an earlier start could
+// not (released intents), logging a failure.
 func (m *Manager) UnprepareClaim(ctx context.Context, claim driver.ClaimRef, devs []driver.AllocatedDevice) error {
 	if err := m.release(ctx, string(claim.UID), nil); err != nil {
 		return fmt.Errorf("release partitions of claim %s: %w", claim, err)
@@ -34,82 +37,93 @@ func (m *Manager) UnprepareClaim(ctx context.Context, claim driver.ClaimRef, dev
 }
 
 // release drops claim uid's holds and undoes what is left without a
-// holder. The locks of the cards in locked are held by the caller; for
-// those the caller's own claim left, release takes no lock (and in a
-// rollback, leaves the claim's keys on other cards to a later release).
+// holder. The locks of the cards in locked are held by the caller (a
+// failed prepare's rollback); keys of the claim on other cards are then
+// left to a later release.
 func (m *Manager) release(ctx context.Context, uid string, locked []string) error {
 	logger := klog.FromContext(ctx)
 	intents, err := m.journal.intents()
 	if err != nil {
 		return err
 	}
-	var mine, left []Key
+	var mine []Key // the claim is the last holder
+	cards := map[string]bool{}
 	holds := false
 	for _, in := range intents {
-		switch {
-		case in.drop(uid):
-			holds = true
-			if in.Released() {
-				mine = append(mine, in.Key)
-			}
-		case in.Released():
+		if !slices.Contains(in.Claims, uid) {
+			continue
+		}
+		holds = true
+		if len(in.Claims) == 1 {
+			mine = append(mine, in.Key)
+			cards[in.Card] = true
+		}
+	}
+	if !holds {
+		return nil
+	}
+	var left []Key // released on the claim's cards: an earlier start's failed destroy
+	for _, in := range intents {
+		if in.Released() && cards[in.Card] {
 			left = append(left, in.Key)
 		}
 	}
-	if !holds && len(left) == 0 {
-		return nil
-	}
-	var done []Key
+	var done, failed []Key
 	var errs error
 	changed := false
-	work := func(keys []Key, own bool) {
-		for len(keys) > 0 {
-			card := keys[0].Card
-			n := 1
-			for n < len(keys) && keys[n].Card == card {
-				n++
-			}
-			batch := keys[:n]
-			keys = keys[n:]
-			unlock := func() {}
-			switch {
-			case slices.Contains(locked, card):
-			case own && locked == nil:
-				u, err := m.folder.lockCard(ctx, card)
-				if err != nil {
-					errs = errors.Join(errs, err)
-					continue
-				}
-				unlock = u
-			default:
-				// Another claim's leftover, or a rollback's key on a card
-				// it does not hold: never wait for a card that may be
-				// lost or busy.
-				u, ok := m.folder.tryLockCard(card)
-				if !ok {
-					continue
-				}
-				unlock = u
-			}
-			for _, k := range batch {
-				if err := m.undo(ctx, k); err != nil {
-					if own {
-						errs = errors.Join(errs, err)
-					} else {
-						logger.Error(err, "Could not destroy a partition an earlier release left; the next release or start tries again", "key", k.String())
+	for _, card := range slices.Sorted(maps.Keys(cards)) {
+		unlock := func() {}
+		switch {
+		case slices.Contains(locked, card):
+		case locked == nil:
+			u, err := m.folder.lockCard(ctx, card)
+			if err != nil {
+				errs = errors.Join(errs, err)
+				for _, k := range mine {
+					if k.Card == card {
+						failed = append(failed, k)
 					}
-					continue
 				}
-				done = append(done, k)
-				changed = changed || !k.Whole
-				fault("release/undone")
+				continue
 			}
-			unlock()
+			unlock = u
+		default:
+			// A rollback's key on a card it does not hold: left, held by
+			// the claim, for the runtime's unprepare.
+			for _, k := range mine {
+				if k.Card == card {
+					failed = append(failed, k)
+				}
+			}
+			continue
 		}
+		for _, k := range mine {
+			if k.Card != card {
+				continue
+			}
+			if err := m.undo(ctx, k); err != nil {
+				errs = errors.Join(errs, err)
+				failed = append(failed, k)
+				continue
+			}
+			done = append(done, k)
+			changed = changed || !k.Whole
+			fault("release/undone")
+		}
+		for _, k := range left {
+			if k.Card != card {
+				continue
+			}
+			if err := m.undo(ctx, k); err != nil {
+				logger.Error(err, "Could not destroy a partition an earlier start left; the next release on its card or the next start tries again", "key", k.String())
+				continue
+			}
+			done = append(done, k)
+			changed = true
+		}
+		unlock()
 	}
-	work(mine, true)
-	work(left, false)
-	if err := m.journal.settle(uid, done); err != nil {
+	if err := m.journal.settle(uid, done, failed); err != nil {
 		errs = errors.Join(errs, err)
 	}
 	fault("release/settled")
