@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,6 +171,35 @@ func TestLostStateFolderKeepsOwnership(t *testing.T) {
 	}
 	if got := instances(t, n.sim, 5); len(got) != 0 {
 		t.Errorf("GPU 5 after the held claim's release: %v, want its device destroyed", got)
+	}
+}
+
+// The state folder lost with the default flags: the driver made no MIG
+// device of its own (no GPU is named dynamic, none is taken for dynamic
+// at first sight), so none is left behind looking like the
+// administrator's: its MIG device leaked, published as static for
+// anyone, after the folder was lost.
+func TestLostStateFolderLeaksNothingByDefault(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, "dgx-h200")
+	d := n.start(nil)
+	dev := alloc("gpu-4-1g-18gb-0")
+	if err := d.PrepareClaim(ctx, claim("mine"), []kit.AllocatedDevice{dev}); err == nil {
+		_, _ = d.PrepareDevice(ctx, claim("mine"), dev)
+	}
+	if err := os.RemoveAll(n.state); err != nil {
+		t.Fatal(err)
+	}
+	d = n.start(nil)
+	if got := instances(t, n.sim, 4); len(got) != 0 {
+		t.Errorf("GPU 4 after losing the state folder: %v, want no MIG device of the driver's left", got)
+	}
+	inv, err := d.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(all, " gpu-4-1g-18gb-0 ") {
+		t.Errorf("after losing the state folder the driver publishes %s: its own MIG device as the administrator's", all)
 	}
 }
 
@@ -368,57 +398,74 @@ func TestSecondDriverProcessIsRefused(t *testing.T) {
 
 // A GPU lost before the driver starts (XID 79: it fell off the bus) is
 // published tainted, not withdrawn (its pool was deleted about 30 s
-// later), and once it is reset the driver publishes it as it is (a
-// dynamic GPU here: its MIG devices), healthy, without a restart (it
-// stayed unpublished until one).
+// later), and once it is reset the driver publishes it as it is (a GPU
+// not named dynamic, as with the default flags: whole; a dynamic GPU:
+// its MIG devices), healthy, without a restart (it stayed unpublished
+// until one).
 func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
-	n := newNode(t, "dgx-h200")
-	if err := n.sim.RaiseXID(5, XIDFallenOffTheBus, -1, -1); err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(n.sim, "node-1", WithStateDir(n.state), WithDynamicGPUs(n.uuids[4], n.uuids[5]),
-		WithHealthHeartbeat(20*time.Millisecond), WithRepublishDelay(0), WithRepublishInterval(0))
-	if err != nil {
-		t.Fatalf("start with GPU 5 lost: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events := make(chan device.Event, 100)
-	go func() { _ = d.Watch(ctx, events) }()
-	first := nextEvent(t, events, "first report")
-	var lost []string
-	for _, r := range first.Health {
-		if strings.HasPrefix(r.Device.Device, "gpu-5") && r.Health == device.Unhealthy && r.Reason == ReasonGPULost && r.TaintEffect == device.NoExecute {
-			lost = append(lost, r.Device.Device)
-		}
-	}
-	if strings.Join(lost, " ") != "gpu-5" {
-		t.Fatalf("first report on GPU 5 lost at start: %v, want gpu-5 Unhealthy %s NoExecute", lost, ReasonGPULost)
-	}
-	if err := d.PrepareClaim(ctx, claim("lost"), []kit.AllocatedDevice{alloc("gpu-5")}); err == nil {
-		t.Error("prepare on the lost GPU 5 succeeded")
-	}
-	if err := n.sim.RecoverGPU(5); err != nil {
-		t.Fatal(err)
-	}
-	for published := false; !published; {
-		ev := nextEvent(t, events, "GPU 5 published again")
-		published = ev.Type == device.EventInventoryChanged && ev.Inventory != nil && strings.Contains(" "+strings.Join(names(ev.Inventory), " ")+" ", " gpu-5-1g-18gb-0 ")
-	}
-	for healthy := false; !healthy; {
-		ev := nextEvent(t, events, "GPU 5 healthy")
-		seen, bad := 0, 0
-		for _, r := range ev.Health {
-			if strings.HasPrefix(r.Device.Device, "gpu-5") {
-				seen++
-				if r.Health != device.Healthy {
-					bad++
+	for _, tc := range []struct {
+		name    string
+		gpu     int
+		dynamic bool
+		after   string // a device published once the GPU is reset
+	}{
+		{"default flags", 1, false, "gpu-1"},
+		{"dynamic", 5, true, "gpu-5-1g-18gb-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h200")
+			if err := n.sim.RaiseXID(tc.gpu, XIDFallenOffTheBus, -1, -1); err != nil {
+				t.Fatal(err)
+			}
+			opts := []Option{WithStateDir(n.state), WithHealthHeartbeat(20 * time.Millisecond), WithRepublishDelay(0), WithRepublishInterval(0)}
+			if tc.dynamic {
+				opts = append(opts, WithDynamicGPUs(n.uuids[4], n.uuids[tc.gpu]))
+			}
+			d, err := New(n.sim, "node-1", opts...)
+			if err != nil {
+				t.Fatalf("start with GPU %d lost: %v", tc.gpu, err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			events := make(chan device.Event, 100)
+			go func() { _ = d.Watch(ctx, events) }()
+			first := nextEvent(t, events, "first report")
+			whole := fmt.Sprintf("gpu-%d", tc.gpu)
+			var lost []string
+			for _, r := range first.Health {
+				if strings.HasPrefix(r.Device.Device, whole) && r.Health == device.Unhealthy && r.Reason == ReasonGPULost && r.TaintEffect == device.NoExecute {
+					lost = append(lost, r.Device.Device)
 				}
 			}
-		}
-		healthy = seen > 0 && bad == 0
-	}
-	if err := d.PrepareClaim(ctx, claim("after"), []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-0")}); err != nil {
-		t.Errorf("prepare on GPU 5 after its recovery: %v", err)
+			if strings.Join(lost, " ") != whole {
+				t.Fatalf("first report on GPU %d lost at start: %v, want %s Unhealthy %s NoExecute", tc.gpu, lost, whole, ReasonGPULost)
+			}
+			if err := d.PrepareClaim(ctx, claim("lost"), []kit.AllocatedDevice{alloc(whole)}); err == nil && tc.dynamic {
+				t.Error("prepare of the lost dynamic GPU whole succeeded")
+			}
+			if err := n.sim.RecoverGPU(tc.gpu); err != nil {
+				t.Fatal(err)
+			}
+			for published := false; !published; {
+				ev := nextEvent(t, events, "GPU published again")
+				published = ev.Type == device.EventInventoryChanged && ev.Inventory != nil && strings.Contains(" "+strings.Join(names(ev.Inventory), " ")+" ", " "+tc.after+" ")
+			}
+			for healthy := false; !healthy; {
+				ev := nextEvent(t, events, "GPU healthy")
+				seen, bad := 0, 0
+				for _, r := range ev.Health {
+					if strings.HasPrefix(r.Device.Device, whole) {
+						seen++
+						if r.Health != device.Healthy {
+							bad++
+						}
+					}
+				}
+				healthy = seen > 0 && bad == 0
+			}
+			if err := d.PrepareClaim(ctx, claim("after"), []kit.AllocatedDevice{alloc(tc.after)}); err != nil {
+				t.Errorf("prepare on GPU %d after its recovery: %v", tc.gpu, err)
+			}
+		})
 	}
 }
