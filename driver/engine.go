@@ -221,10 +221,11 @@ func (e *engine) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover checkpoint: %w", err)
 	}
-	// A prepared claim whose CDI spec is missing or unreadable (after a
-	// reboot with the CDI folder on tmpfs, or a power loss) cannot be
-	// used by a container: undo it, so that the kubelet's next prepare
-	// does it again, instead of handing out IDs that do not resolve.
+	// A prepared claim whose CDI spec is missing or unreadable cannot be
+	// used by a new container. After a reboot (the CDI folder on tmpfs,
+	// or a power loss) it is undone, so that the kubelet's next prepare
+	// does it afresh; without one its spec is written again from its
+	// record, as its devices still serve running containers.
 	rebooted, err := e.rebooted()
 	if err != nil {
 		return fmt.Errorf("recover checkpoint: %w", err)
