@@ -517,6 +517,46 @@ func TestDriver(t *testing.T) {
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
 	})
+	t.Run("lost-CDI-folder", func(t *testing.T) {
+		// The CDI folder deleted under a running pod with a dynamic MIG
+		// device, then the driver restarted (issue 35: the restart undid
+		// the claim and destroyed the MIG device the pod used). The
+		// claim stays prepared, its MIG device is kept, and its spec is
+		// written again, so a second pod on the claim runs on the same
+		// device.
+		drv.kill() // the first one's, when only this subtest runs
+		drv = startDriver(ctx, t, env, state)
+		createClaim(ctx, t, env, "cdi-lost", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-user", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(ctx, t, env, "cdi-lost-user")
+		before := migInstances(t, sim)
+		first := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-user"))
+		if len(before) != 1 || len(first) != 1 {
+			t.Fatalf("MIG instances %v and device UUIDs %v while cdi-lost-user runs, want one each", before, first)
+		}
+		if err := os.RemoveAll(env.CDIDir); err != nil {
+			t.Fatal(err)
+		}
+		drv.kill()
+		drv = startDriver(ctx, t, env, state)
+		if after := migInstances(t, sim); !slices.Equal(after, before) {
+			t.Fatalf("MIG instances after the restart: %v, want %v (the running pod's kept)", after, before)
+		}
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-second", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(ctx, t, env, "cdi-lost-second")
+		if second := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-second")); !slices.Equal(second, first) {
+			t.Errorf("the second pod on the claim got %v, want the first's %v", second, first)
+		}
+		deletePod(ctx, t, env, "cdi-lost-user")
+		deletePod(ctx, t, env, "cdi-lost-second")
+		poll(ctx, t, "MIG device destroyed after both pods", func(ctx context.Context) (bool, error) {
+			return len(migInstances(t, sim)) == 0, nil
+		})
+	})
 	// Each starts its own driver (the previous subtest's cleanup killed
 	// the one it had started; the first one is killed when only these run).
 	t.Run("admin-access-across-kill-9", func(t *testing.T) {
