@@ -7,9 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/drakit/drakit/statefile"
 )
@@ -36,6 +38,52 @@ func (w *Writer) Write(ctx context.Context, claim Claim) ([]string, error) {
 	}
 	klog.FromContext(ctx).V(5).Info("Wrote CDI spec", "path", path, "claimUID", claim.UID, "devices", len(ids))
 	return ids, nil
+}
+
+// WriteRecorded is Write that also returns the spec as written, for its
+// writer to keep (the driver runtime keeps it in its checkpoint) and to
+// write again with [Writer.Restore] when the file is lost while the
+// claim is prepared (the CDI folder deleted, or wiped by a tool).
+func (w *Writer) WriteRecorded(ctx context.Context, claim Claim) ([]string, []byte, error) {
+	_, ids, data, err := w.build(claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	path, err := w.SpecPath(claim.UID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := w.writeFile(path, data); err != nil {
+		return nil, nil, fmt.Errorf("write CDI spec of claim %q: %w", claim.UID, err)
+	}
+	return ids, data, nil
+}
+
+// Restore writes again the spec of claim claimUID that WriteRecorded
+// returned as data. It refuses data that the CDI library cannot read, of
+// another vendor and class, or whose devices are not the claim's.
+func (w *Writer) Restore(ctx context.Context, claimUID types.UID, data []byte) error {
+	path, err := w.SpecPath(claimUID)
+	if err != nil {
+		return err
+	}
+	spec, err := cdiapi.ParseSpec(data)
+	if err != nil {
+		return fmt.Errorf("restore CDI spec of claim %q: %w", claimUID, err)
+	}
+	if spec.Kind != w.Kind() {
+		return fmt.Errorf("restore CDI spec of claim %q: kind %q, want %q", claimUID, spec.Kind, w.Kind())
+	}
+	for _, d := range spec.Devices {
+		if !strings.HasPrefix(d.Name, string(claimUID)+"_") {
+			return fmt.Errorf("restore CDI spec of claim %q: device %q is not the claim's", claimUID, d.Name)
+		}
+	}
+	if err := w.writeFile(path, data); err != nil {
+		return fmt.Errorf("restore CDI spec of claim %q: %w", claimUID, err)
+	}
+	klog.FromContext(ctx).Info("Wrote a lost CDI spec again", "path", path, "claimUID", claimUID)
+	return nil
 }
 
 // writeFile writes data to path atomically: temp file in the same folder,

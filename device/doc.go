@@ -15,10 +15,13 @@
 // the inventory into the resourceslice.DriverResources that
 // kubeletplugin.Helper.PublishResources takes.
 //
-// Two discoverers are ready-made: [StaticDiscoverer] for an inventory that
-// never changes and has no health, and [NewHealthDiscoverer] for a fixed
-// inventory whose health a vendor's monitor reports, polled or pushed; a
-// report on a counter set (a card) applies to every partition of it.
+// Three discoverers are ready-made: [StaticDiscoverer] for an inventory
+// that never changes and has no health, [NewHealthDiscoverer] for a fixed
+// inventory whose health a vendor's monitor reports, polled or pushed, and
+// [NewDynamicDiscoverer] for an inventory that changes with every
+// partition made or destroyed, with health from the same sources. A
+// report on a counter set (a card) applies to every partition of it, and
+// in a dynamic inventory to the partitions made on it later too.
 //
 // The conversion respects every limit of resource.k8s.io/v1 in Kubernetes
 // 1.37 (128 devices per slice, 64 when a slice holds a device with taints

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -119,6 +120,54 @@ func ExampleNewHealthDiscoverer() {
 	// card-0 Unhealthy Overheat
 	// card-0-a Unhealthy Overheat
 	// card-0-b Unhealthy Overheat
+}
+
+// A card whose partitions are made at prepare: the inventory function
+// lists the partitions of the moment, Changed republishes, and a card's
+// health reaches the partitions made on it later.
+func ExampleNewDynamicDiscoverer() {
+	var mu sync.Mutex
+	parts := []string{}
+	mem := map[string]resource.Quantity{"mem": resource.MustParse("16Gi")}
+	half := map[string]resource.Quantity{"mem": resource.MustParse("8Gi")}
+	inventory := func(context.Context) (*device.Inventory, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		p := device.Pool{Name: "node-1", CounterSets: []device.CounterSet{{Name: "card-0", Counters: mem}}}
+		for _, name := range parts {
+			p.Devices = append(p.Devices, device.New(name).ConsumesCounters("card-0", half))
+		}
+		return &device.Inventory{Driver: "fpga.example.com", Pools: []device.Pool{p}}, nil
+	}
+	monitor := make(chan []device.HealthReport)
+	d, err := device.NewDynamicDiscoverer(inventory, device.HealthChannel(monitor))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan device.Event)
+	go func() { _ = d.Watch(ctx, events) }()
+	// The card overheats before any partition is made on it.
+	monitor <- []device.HealthReport{{Device: device.DeviceID{Pool: "node-1", Device: "card-0"}, Health: device.Unhealthy, Reason: "Overheat"}}
+	mu.Lock()
+	parts = append(parts, "card-0-a") // a partition made at prepare
+	mu.Unlock()
+	d.Changed()
+	for range 2 {
+		ev := <-events
+		if ev.Type == device.EventInventoryChanged {
+			fmt.Println("inventory changed:", len(ev.Inventory.Pools[0].Devices), "partition")
+			continue
+		}
+		for _, r := range ev.Health {
+			fmt.Println(r.Device.Device, r.Health, r.Reason)
+		}
+	}
+	// Output:
+	// inventory changed: 1 partition
+	// card-0-a Unhealthy Overheat
 }
 
 func ExampleDevice_String() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,26 +221,39 @@ func (e *engine) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover checkpoint: %w", err)
 	}
-	// A prepared claim whose CDI spec is missing or unreadable (after a
-	// reboot with the CDI folder on tmpfs, or a power loss) cannot be
-	// used by a container: undo it, so that the kubelet's next prepare
-	// does it again, instead of handing out IDs that do not resolve.
+	// A prepared claim whose CDI spec is missing or unreadable cannot be
+	// used by a new container. After a reboot (the CDI folder on tmpfs,
+	// or a power loss) it is undone, so that the kubelet's next prepare
+	// does it afresh; without one its spec is written again from its
+	// record, as its devices still serve running containers.
 	rebooted, err := e.rebooted()
 	if err != nil {
 		return fmt.Errorf("recover checkpoint: %w", err)
 	}
 	e.mu.Lock()
+	var lostSpec []*checkpoint.Record
 	for _, r := range e.records {
 		// After a reboot no prepared claim is: its devices were reset,
 		// and its CDI spec may name a device or file that is gone. Every
 		// record is undone (the vendor's unprepare is idempotent), so
 		// the kubelet's next prepare does it afresh instead of getting
 		// the recorded answer.
-		if r.State == checkpoint.StatePrepared && (rebooted || hasCDIDevices(r) && !e.specReadable(r.ClaimUID)) {
+		switch {
+		case r.State != checkpoint.StatePrepared:
+		case rebooted:
 			halfway = append(halfway, r)
+		case hasCDIDevices(r) && !e.specReadable(r.ClaimUID):
+			// Without a reboot the claim's devices still serve its
+			// containers: its spec is written again, never undone.
+			lostSpec = append(lostSpec, r)
 		}
 	}
 	e.mu.Unlock()
+	for _, r := range lostSpec {
+		if err := e.restoreSpec(ctx, r); err != nil {
+			logger.Error(err, "A prepared claim's CDI spec is lost; its next prepare fails until it is unprepared", "claim", refOf(r))
+		}
+	}
 	if rebooted {
 		logger.Info("The node rebooted since the checkpoint was written; undoing every claim it holds", "claims", len(halfway), "bootID", e.bootID)
 	}
@@ -350,6 +364,28 @@ func hasCDIDevices(r *checkpoint.Record) bool {
 	return false
 }
 
+// restoreSpec writes a prepared claim's lost CDI spec again from its
+// record. A record written before specs were kept cannot: the error says
+// what to do (unprepare the claim; undoing it here would take its devices
+// from the containers that use them).
+func (e *engine) restoreSpec(ctx context.Context, r *checkpoint.Record) error {
+	if len(r.CDISpec) == 0 {
+		return fmt.Errorf("the CDI spec of prepared claim %s is gone (the CDI folder was deleted?) and its checkpoint record, older than this driver, does not keep it: delete the claim's pods so that it is unprepared, then prepared again", refOf(r))
+	}
+	return e.specs.Restore(ctx, r.ClaimUID, r.CDISpec)
+}
+
+// specExists says whether the claim's CDI spec file is there (written
+// atomically, it is whole when it is there; recovery parses it too).
+func (e *engine) specExists(uid types.UID) bool {
+	path, err := e.specs.SpecPath(uid)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(path)
+	return err == nil
+}
+
 // specReadable says whether the claim's CDI spec parses.
 func (e *engine) specReadable(uid types.UID) bool {
 	path, err := e.specs.SpecPath(uid)
@@ -430,6 +466,13 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	if existing != nil {
 		if existing.State == checkpoint.StatePrepared {
 			logger.V(5).Info("Claim already prepared", "claim", klog.KObj(obj))
+			if hasCDIDevices(existing) && !e.specExists(existing.ClaimUID) {
+				// The CDI folder was deleted or wiped while the claim is
+				// in use: the IDs would not resolve.
+				if err := e.restoreSpec(ctx, existing); err != nil {
+					return kubeletplugin.PrepareResult{}, &ClaimError{reason: ReasonCDI, err: err}
+				}
+			}
 			return resultOf(existing), nil
 		}
 		// Left half-way by a failed rollback: finish undoing it first.
@@ -549,10 +592,11 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	}
 
 	if len(spec.Devices) > 0 {
-		ids, err := e.specs.Write(ctx, spec)
+		ids, data, err := e.specs.WriteRecorded(ctx, spec)
 		if err != nil {
 			return rollback(&ClaimError{reason: ReasonCDI, err: err})
 		}
+		rec.CDISpec = data
 		for j, id := range ids {
 			rd := &rec.Devices[specIndex[j]]
 			rd.CDIDeviceIDs = append([]string{id}, rd.CDIDeviceIDs...)

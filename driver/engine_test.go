@@ -527,44 +527,85 @@ func TestEngineConcurrent(t *testing.T) {
 	}
 }
 
-// TestRecoverLostSpec: a prepared claim whose CDI spec vanished (a CDI
-// folder on tmpfs after a reboot) or is torn is undone at start, so the
-// kubelet's next prepare does it again.
+// TestRecoverLostSpec: a prepared claim whose CDI spec vanished (the CDI
+// folder deleted or wiped without a reboot) or is torn gets its spec
+// written again at start, from its checkpoint record, with the same IDs:
+// its devices still serve the containers that use them, so it is never
+// undone for it (issue 35: a restart undid both claims and destroyed a
+// MIG device a running pod used). After a reboot, every claim is undone
+// (TestRebootUndoesClaims).
 func TestRecoverLostSpec(t *testing.T) {
-	for _, damage := range []string{"missing", "torn"} {
+	for _, damage := range []string{"missing", "torn", "folder deleted"} {
 		t.Run(damage, func(t *testing.T) {
 			e := newEnv(t)
 			ctx := ctxFor(t)
 			claim := testClaim("c1", alloc{request: "a", device: "dev-0"})
-			if r := e.eng.Prepare(ctx, claim); r.Err != nil {
-				t.Fatal(r.Err)
+			first := e.eng.Prepare(ctx, claim)
+			if first.Err != nil {
+				t.Fatal(first.Err)
 			}
 			path, err := e.eng.Specs().SpecPath("c1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if damage == "missing" {
+			switch damage {
+			case "missing":
 				err = os.Remove(path)
-			} else {
+			case "torn":
 				err = os.WriteFile(path, []byte(`{"cdiVersion":"0.`), 0o644)
+			default:
+				err = os.RemoveAll(e.cdiDir)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
+			holders, _ := e.hw.Holders()
 			e.restart(t)
-			if recs := e.records(t); len(recs) != 0 {
-				t.Errorf("records after recovery: %v", recs)
+			if recs := e.records(t); recs["c1"] != checkpoint.StatePrepared {
+				t.Errorf("records after recovery: %v, want c1 still prepared", recs)
 			}
-			if holders, _ := e.hw.Holders(); len(holders) != 0 {
-				t.Errorf("devices configured after recovery: %v", holders)
+			if after, _ := e.hw.Holders(); !cmp.Equal(after, holders) {
+				t.Errorf("devices configured after recovery: %v, want %v (not undone)", after, holders)
 			}
-			if r := e.eng.Prepare(ctx, claim); r.Err != nil {
-				t.Fatalf("prepare again: %v", r.Err)
-			}
-			if env := injectEnv(t, e.cdiDir, e.eng.Prepare(ctx, claim).Devices[0].CDIDeviceIDs...); len(env) != 1 {
-				t.Errorf("env after re-prepare: %v", env)
+			if env := injectEnv(t, e.cdiDir, first.Devices[0].CDIDeviceIDs...); len(env) != 1 {
+				t.Errorf("env of the claim's IDs after recovery: %v", env)
 			}
 		})
+	}
+}
+
+// A prepared claim whose CDI folder is deleted while the driver runs: the
+// kubelet's next prepare of it (a second pod, a restarted container)
+// writes the spec again and answers the same IDs, without undoing
+// anything (it answered success and the IDs did not resolve).
+func TestRePrepareWritesLostSpec(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	claim := testClaim("c1", alloc{request: "a", device: "dev-0"}, alloc{request: "b", device: "dev-1"})
+	first := e.eng.Prepare(ctx, claim)
+	if first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	holders, _ := e.hw.Holders()
+	if err := os.RemoveAll(e.cdiDir); err != nil {
+		t.Fatal(err)
+	}
+	again := e.eng.Prepare(ctx, claim)
+	if again.Err != nil {
+		t.Fatal(again.Err)
+	}
+	if !cmp.Equal(again.Devices, first.Devices) {
+		t.Errorf("re-prepare answered %+v, want %+v", again.Devices, first.Devices)
+	}
+	var ids []string
+	for _, d := range again.Devices {
+		ids = append(ids, d.CDIDeviceIDs...)
+	}
+	if env := injectEnv(t, e.cdiDir, ids...); len(env) == 0 { // injectEnv fails for an ID that does not resolve
+		t.Errorf("env of the claim's IDs after the re-prepare: %v", env)
+	}
+	if after, _ := e.hw.Holders(); !cmp.Equal(after, holders) {
+		t.Errorf("devices configured after the re-prepare: %v, want %v", after, holders)
 	}
 }
 

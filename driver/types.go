@@ -327,5 +327,15 @@ type Discoverer interface {
 	// reports on each of them within every timeout, also when nothing
 	// changed, so that a monitor that died (or a Watch that is down)
 	// shows as Unknown instead of as the health it last saw.
+	//
+	// A report on a device that is not published now (a partition not
+	// made yet, or withdrawn) is kept without effect: it is not sent to
+	// the kubelet, taints nothing and counts for nothing, and it takes
+	// effect (health, and for Unhealthy the taint) when the device is
+	// published, until a newer report on the device replaces it. So a
+	// discoverer whose devices come and go reports on each device again
+	// when it publishes it, as [device.DynamicDiscoverer] does: a
+	// partition made again must not be judged by its predecessor's
+	// report.
 	Watch(ctx context.Context, events chan<- device.Event) error
 }

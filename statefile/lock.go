@@ -32,11 +32,17 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 // LockOption configures [Acquire] and [TryAcquire].
 type LockOption func(*lockOptions)
 
-type lockOptions struct{ shared bool }
+type lockOptions struct{ shared, held bool }
 
 // Shared takes the lock shared: shared holders exclude exclusive ones but
 // not each other (readers of a file, the instances of a rolling update).
 func Shared() LockOption { return func(o *lockOptions) { o.shared = true } }
+
+// Held is for a lock held for a process's life (an instance lock): the
+// lock is taken through a read-only descriptor (the holder's PID is
+// written through another, closed at once), so that holding it never
+// keeps the file system from being remounted read-only.
+func Held() LockOption { return func(o *lockOptions) { o.held = true } }
 
 // Lock is a held advisory lock on a file. Locks taken through separate
 // opens of one file exclude each other also within one process; the

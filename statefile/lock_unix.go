@@ -45,6 +45,15 @@ func acquire(path string, try bool, opts []LockOption) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	var rw *os.File // Held: the writable descriptor, for the PID only
+	if o.held && writable {
+		rw = f
+		if f, err = os.Open(path); err != nil {
+			_ = rw.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		defer rw.Close()
+	}
 	how := syscall.LOCK_EX
 	if o.shared {
 		how = syscall.LOCK_SH
@@ -66,8 +75,12 @@ func acquire(path string, try bool, opts []LockOption) (*Lock, error) {
 		if !o.shared {
 			content = "pid=" + strconv.Itoa(os.Getpid()) + "\n"
 		}
-		if err := f.Truncate(0); err == nil {
-			_, _ = f.WriteAt([]byte(content), 0)
+		w := f
+		if rw != nil {
+			w = rw
+		}
+		if err := w.Truncate(0); err == nil {
+			_, _ = w.WriteAt([]byte(content), 0)
 		}
 	}
 	return &Lock{release: f.Close}, nil // closing releases the flock

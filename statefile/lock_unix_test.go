@@ -3,8 +3,11 @@
 package statefile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -59,5 +62,50 @@ func existing(t *testing.T, path string, mode os.FileMode) {
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Held lock is held through a read-only descriptor (a file open for
+// writing keeps a file system from being remounted read-only), and still
+// records its holder for the next one to name.
+func TestHeldLockHasNoWritableDescriptor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "instance.lock")
+	l, err := TryAcquire(path, Held())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	var locked *LockedError
+	if _, err := TryAcquire(path); !errors.As(err, &locked) || locked.HolderPID != os.Getpid() {
+		t.Fatalf("second TryAcquire: %v, want a LockedError naming this process", err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	open := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		open++
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				flags, err := strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+					t.Errorf("the held lock's descriptor %s has flags %o, want read-only", fd.Name(), flags)
+				}
+			}
+		}
+	}
+	if open != 1 {
+		t.Errorf("%d descriptors of the lock file open, want 1", open)
 	}
 }

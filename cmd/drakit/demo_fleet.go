@@ -62,6 +62,9 @@ const fleetDriverCmd = "fleet-driver"
 // the real node; the others are whole GPUs.
 const fleetRealMIGGPUs = "4-7"
 
+// fleetRealDynamicGPUs names them dynamic (-dynamic-mig-gpus).
+const fleetRealDynamicGPUs = "4,5,6,7"
+
 // fleetNS is the fleet demo's namespace.
 const fleetNS = "fleet"
 
@@ -346,6 +349,13 @@ func fleetInventory(server, node string, isMIG bool, profiles ...string) (*devic
 	}
 	defer sim.Close()
 	opts := []nvdriver.Option{nvdriver.WithStateDir(filepath.Join(dir, "state"))}
+	if isMIG {
+		dynamic, err := allGPUs(sim)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, nvdriver.WithDynamicGPUs(dynamic...))
+	}
 	if len(profiles) > 0 {
 		opts = append(opts, nvdriver.WithProfiles(profiles))
 	} else {
@@ -520,6 +530,7 @@ func startFleetDriver(c *cluster.Cluster) (*demoDriverProc, error) {
 		"-nvml-sim", "dgx-h200",
 		"-nvml-sim-state", filepath.Join(c.Dir, "real-node-gpus.json"),
 		"-nvml-sim-mig-gpus", fleetRealMIGGPUs,
+		"-dynamic-mig-gpus", fleetRealDynamicGPUs,
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

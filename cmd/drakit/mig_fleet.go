@@ -54,7 +54,11 @@ func shippedInventory(server, node string, st []mig.FleetGPU) (*device.Inventory
 		return nil, err
 	}
 	defer sim.Close()
-	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	dynamic, err := allGPUs(sim)
+	if err != nil {
+		return nil, err
+	}
+	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), nvdriver.WithDynamicGPUs(dynamic...))
 	if err != nil {
 		return nil, err
 	}
@@ -86,4 +90,18 @@ func shippedInventory(server, node string, st []mig.FleetGPU) (*device.Inventory
 		}
 	}
 	return d.Inventory(ctx)
+}
+
+// allGPUs names every GPU of the simulator by index: the dynamic MIG GPUs
+// of a node whose GPUs are all dynamic (-dynamic-mig-gpus).
+func allGPUs(sim *nvmlsim.Sim) ([]string, error) {
+	gpus, err := sim.GPUs()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, g := range gpus {
+		out = append(out, fmt.Sprint(g.Index))
+	}
+	return out, nil
 }

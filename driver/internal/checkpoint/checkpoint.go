@@ -102,6 +102,11 @@ type Record struct {
 	Name      string    `json:"name"`
 	State     State     `json:"state"`
 	Devices   []Device  `json:"devices,omitempty"`
+	// CDISpec is the claim's CDI spec as the prepare wrote it (the
+	// completed record's only), written again when the file is lost
+	// while the claim is prepared; empty in records written before it
+	// was kept.
+	CDISpec json.RawMessage `json:"cdiSpec,omitempty"`
 	// Updated is when the record was last written.
 	Updated time.Time `json:"updated"`
 }

@@ -215,6 +215,7 @@ func SimulatorValues() []string {
 		"nvml.sim=dgx-h200",
 		"nvml.simMIGGPUs=2-7",
 		`nvml.simInstances=2:4g.71gb@0\,2:3g.71gb@4\,3:3g.71gb@0\,3:2g.35gb@4\,3:1g.18gb@6`,
+		`dynamicMIGGPUs=4\,5\,6\,7`,
 		"gpuNodeLabel=",
 		"deviceClasses.migProfiles={1g.18gb,1g.18gb+me,1g.35gb,2g.35gb,3g.71gb,4g.71gb,7g.141gb}",
 		"deviceClasses.extendedResources=true",

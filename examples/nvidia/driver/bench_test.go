@@ -103,7 +103,7 @@ func nvidiaStart(b testing.TB, migGPUs []int, tmpfs bool) func(node string) ([]k
 		if err != nil {
 			return nil, err
 		}
-		d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")))
+		d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG(migGPUs))
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +349,7 @@ func inventorySlices(b *testing.B, node string, migGPUs []int) []*resourceapi.Re
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG(migGPUs))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -358,4 +358,17 @@ func inventorySlices(b *testing.B, node string, migGPUs []int) []*resourceapi.Re
 		b.Fatal(err)
 	}
 	return inv.ResourceSlices(node)
+}
+
+// dynamicMIG names the GPUs in MIG mode (nil: all eight) the dynamic MIG
+// GPUs, as a deployment's dynamicMIGGPUs value does.
+func dynamicMIG(migGPUs []int) nvdriver.Option {
+	if migGPUs == nil {
+		migGPUs = []int{0, 1, 2, 3, 4, 5, 6, 7}
+	}
+	var ids []string
+	for _, g := range migGPUs {
+		ids = append(ids, fmt.Sprint(g))
+	}
+	return nvdriver.WithDynamicGPUs(ids...)
 }

@@ -47,12 +47,14 @@ func TestReadOnlyStateDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dynamic := (&fixture{sim: sim}).dynamicGPUs(t)
 	open := func() *Driver {
 		t.Helper()
-		d, err := New(sim, "node-1", WithStateDir(state), WithRepublishDelay(0))
+		d, err := New(sim, "node-1", WithStateDir(state), WithRepublishDelay(0), dynamic)
 		if err != nil {
 			t.Fatalf("start on the state folder: %v", err)
 		}
+		t.Cleanup(func() { _ = d.Close() }) // its lock keeps the folder busy
 		if _, err := d.Inventory(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +109,7 @@ func TestReadOnlyStateDir(t *testing.T) {
 func TestCorruptState(t *testing.T) {
 	f := newFixture(t)
 	held := f.prepared(t, "c1", alloc("gpu-4-1g-18gb-0"))
-	journal := filepath.Join(f.dir, "state", "mig-intents.json")
+	journal := filepath.Join(f.dir, "state", "intents.json")
 	if err := os.WriteFile(journal, []byte(`{"intents":[{"gpu":4,"prof`), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/topology"
 )
 
@@ -29,33 +30,28 @@ import (
 //	k, err := kit.New(driver.DriverName, append(d.Options(), moreOptions...)...)
 //	err = k.Run(ctx)
 type Driver struct {
-	nv        nvml.Interface
-	node      string
-	o         options
-	journal   *Journal
-	lifecycle *Lifecycle
-	versions  versions
-	gpus      []gpuInfo
+	nv       nvml.Interface
+	node     string
+	o        options
+	versions versions
+	// lc is the lifecycle of the dynamic MIG devices (package
+	// partition/lifecycle) on tool, the NVML binding.
+	lc   *lifecycle.Manager
+	tool *migTool
+
+	// gpus are the GPUs (read through hw): replaced, never changed in
+	// place, when a GPU unreadable at start answers again.
+	gpuMu sync.Mutex
+	gpus  []gpuInfo
 
 	kick chan struct{} // inventory changed; capacity 1
-
-	// migMu serializes the journal and the MIG devices it describes:
-	// a claim's hold and create, a release and the destroy it allows,
-	// the reconcile.
-	migMu sync.Mutex
+	stop chan struct{} // closed by Close
 
 	health monitor
 
-	mu           sync.Mutex
-	devs         map[string]devInfo // the last inventory's devices by name
-	last         *device.Inventory  // the last inventory, for the devices of a GPU lost since
-	republishing bool               // a republish is scheduled
-	republished  time.Time          // when the last scheduled republish was kicked
-	// made are the dynamic MIG devices PrepareClaim made (or found
-	// made), by GPU index, profile and start, until they are destroyed:
-	// what describe gives the claim's containers without asking NVML
-	// again. Changed under migMu.
-	made map[Key]nvml.GPUInstance
+	mu   sync.Mutex
+	devs map[string]devInfo // the last inventory's devices by name
+	last *device.Inventory  // the last inventory, for the devices of a GPU lost since
 }
 
 var (
@@ -76,11 +72,12 @@ type gpuInfo struct {
 	product  *mig.Product
 	profiles []string // advertised profiles (dynamic MIG)
 	topo     *topology.PCIDevice
-	// dynamic is the recorded decision that the driver owns the GPU's
-	// MIG devices (decideOwnership).
-	dynamic bool
-	// broken is why the GPU could not be read at start; such a GPU is
-	// left out of the inventory while the others serve.
+	// vgpuGuest is set for a vGPU guest's GPU, which cannot change its
+	// MIG mode (see wholeOK).
+	vgpuGuest bool
+	// broken is why the GPU could not be read at start: it is published
+	// whole from what NVML did say, with the health taint of a lost GPU,
+	// and read again until it answers (lostgpu.go).
 	broken error
 }
 
@@ -88,12 +85,27 @@ type gpuInfo struct {
 type devInfo struct {
 	pool    string // the pool it is published in
 	gpu     int
-	mode    string // ModeFull, ModeStatic, ModeDynamic
-	typ     string // TypeGPU, TypeMIG
-	uuid    string // full GPU and static MIG
-	profile string // MIG
-	key     Key
-	gi, ci  int // NVML's GPU and compute instance IDs of a MIG device that exists
+	mode    string        // ModeFull, ModeStatic, ModeDynamic
+	typ     string        // TypeGPU, TypeMIG
+	uuid    string        // full GPU and static MIG
+	profile string        // MIG
+	key     Key           // a MIG device's place, by NVML index (the health book's)
+	part    lifecycle.Key // a dynamic device's key in the lifecycle
+	gi, ci  int           // NVML's GPU and compute instance IDs of a MIG device that exists
+}
+
+// Key is a MIG device's place on a GPU by this process's NVML index, as
+// an XID confined to a GPU instance names it (the health monitor's
+// book).
+type Key struct {
+	// GPU is the GPU's NVML index.
+	GPU int `json:"gpu"`
+	// UUID is the GPU's UUID; the health book's keys have none.
+	UUID string `json:"gpuUUID,omitempty"`
+	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
+	ProfileID int `json:"profileID"`
+	// Start is the placement's first memory slice.
+	Start int `json:"start"`
 }
 
 // Option configures New.
@@ -140,7 +152,7 @@ func WithLeanMIGAttributes() Option {
 
 // DefaultRepublishDelay is how long after a MIG device was made or
 // destroyed the slices are republished (WithRepublishDelay).
-const DefaultRepublishDelay = 100 * time.Millisecond
+const DefaultRepublishDelay = lifecycle.DefaultRepublishDelay
 
 // WithRepublishDelay sets how long after a MIG device was made or
 // destroyed the driver republishes its slices in the planner's new order
@@ -162,7 +174,7 @@ func WithRepublishDelay(d time.Duration) Option {
 
 // DefaultRepublishInterval is the least time between two republishes
 // that MIG changes cause (WithRepublishInterval).
-const DefaultRepublishInterval = time.Second
+const DefaultRepublishInterval = lifecycle.DefaultRepublishInterval
 
 // WithRepublishInterval sets the least time between two republishes
 // that MIG changes cause (default DefaultRepublishInterval; zero: no
@@ -216,11 +228,12 @@ func WithProfiles(names []string) Option {
 	}
 }
 
-// WithStateDir sets the driver's own folder (required): the MIG intent
-// journal, the lock that serializes MIG changes between driver processes,
-// the devices files mounted into containers and, in simulation, the fake
-// sysfs. It must be on the host (containers mount files from it) and
-// survive driver restarts.
+// WithStateDir sets the driver's own folder (required): the state of the
+// MIG devices' lifecycle (package partition/lifecycle: the intent
+// journal, the dynamic GPUs recorded, the lock that refuses a second
+// driver process on the folder), the devices files mounted into
+// containers and, in simulation, the fake sysfs. It must be on the host
+// (containers mount files from it) and survive driver restarts.
 func WithStateDir(dir string) Option {
 	return func(o *options) error {
 		if dir == "" {
@@ -254,12 +267,15 @@ func WithSimulatedContainers(simulated bool) Option {
 	return func(o *options) error { o.simulated = &simulated; return nil }
 }
 
-// New reads the GPUs from nv, decides or reads which are dynamic
-// (WithDynamicGPUs), recovers MIG devices a crashed earlier process left
-// half-made on them (Lifecycle.Recover), and returns the driver for
-// node. MIG devices on the dynamic GPUs are the driver's: once the
-// runtime has recovered its checkpoint, Reconcile destroys those no held
-// claim names. The driver never touches a MIG device on another GPU.
+// New reads the GPUs from nv, opens the MIG devices' lifecycle in the
+// state folder with the dynamic GPUs (WithDynamicGPUs; a second driver
+// process on the folder is refused with lifecycle.ErrStateInUse) and
+// returns the driver for node. MIG devices on the dynamic GPUs are the
+// driver's: once the runtime has recovered its checkpoint, Reconcile
+// destroys those no held claim names, half-made ones included. The driver
+// never touches a MIG device on another GPU, except those it made on a
+// GPU dropped from the list (see WithDynamicGPUs). Close releases the
+// state folder.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
@@ -299,48 +315,39 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 			klog.Background().Error(err, "Could not rewrite the simulated sysfs; using the one there", "path", o.sysfsRoot)
 		}
 	}
-	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), devs: map[string]devInfo{}}
+	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), stop: make(chan struct{}), devs: map[string]devInfo{}}
 	if d.o.editor == nil {
 		d.o.editor = nodeEditor{d}
 	}
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	if err := d.decideOwnership(); err != nil {
-		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
-	}
-	var err error
-	if d.journal, err = openJournal(filepath.Join(o.stateDir, "mig-intents.json")); err != nil {
-		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
-	}
-	if d.lifecycle, err = NewLifecycle(nv, OwnerFunc(d.owns), WithLockFile(filepath.Join(o.stateDir, "mig.lock"))); err != nil {
-		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
-	}
-	rec, err := d.lifecycle.Recover()
+	dynamic, err := d.dynamicUUIDs()
 	if err != nil {
-		// The GPUs that could be read were recovered; an unreadable one is
-		// left out of the inventory.
-		klog.Background().Error(err, "Could not recover the MIG devices of every GPU")
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	klog.Background().Info("Recovered MIG devices", "undone", rec.Undone, "owned", len(rec.Owned), "static", len(rec.Static))
+	d.tool = &migTool{nv: nv, d: d}
+	// The journal is not fsynced: a power loss destroys MIG devices too
+	// (a GPU comes up from a reset without them).
+	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lifecycle.WithDynamicCards(dynamic...), lifecycle.WithoutFsync(),
+		lifecycle.WithRepublish(d.kickWatch, o.republishDelay, o.republishInterval))
+	if err != nil {
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	d.watchBroken()
 	return d, nil
 }
 
-// openJournal opens the MIG intent journal; a corrupt one is moved
-// aside (its name + ".corrupt") and a new one started: it only says which
-// claims hold which device, which Reconcile rebuilds from the runtime's
-// checkpoint, so a torn file never makes the driver crash-loop.
-func openJournal(path string) (*Journal, error) {
-	j, err := OpenJournal(path, WithoutFsync())
-	if !errors.Is(err, ErrCorruptJournal) {
-		return j, err
+// Close stops the driver's background work and releases its state
+// folder; the driver must not be used after.
+func (d *Driver) Close() error {
+	select {
+	case <-d.stop:
+		return nil
+	default:
+		close(d.stop)
 	}
-	aside := path + ".corrupt"
-	if rerr := os.Rename(path, aside); rerr != nil {
-		return nil, errors.Join(err, fmt.Errorf("move the corrupt journal aside: %w", rerr))
-	}
-	klog.Background().Error(err, "Moved the corrupt MIG intent journal aside; rebuilding it from the GPUs and the claims the runtime holds", "movedTo", aside)
-	return OpenJournal(path, WithoutFsync())
+	return d.lc.Close()
 }
 
 // readHardware reads what does not change: versions, GPUs, MIG
@@ -369,9 +376,10 @@ func (d *Driver) readHardware() error {
 		}
 		if err != nil {
 			// One unreadable GPU must not stop the node's driver (pods on
-			// the others could not even be unprepared): it is left out.
-			gi.broken, gi.product, gi.profiles = err, nil, nil
-			klog.Background().Error(err, "GPU left out of the inventory: it cannot be read", "gpu", g.Index, "uuid", g.UUID)
+			// the others could not even be unprepared): it is published
+			// tainted and read again until it answers.
+			gi = gpuInfo{GPU: g, broken: err}
+			klog.Background().Error(err, "GPU cannot be read: published tainted until it answers", "gpu", g.Index, "uuid", g.UUID)
 		}
 		d.gpus = append(d.gpus, gi)
 	}
@@ -412,6 +420,11 @@ func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
 		if gi.product, err = nvml.MigProduct(g.ProductName, profs); err != nil {
 			return fmt.Errorf("GPU %d: %w", g.Index, err)
 		}
+		if v, ok := d.nv.(vgpuProbe); ok {
+			if gi.vgpuGuest, err = v.VGPUGuest(g.Index); err != nil {
+				return fmt.Errorf("GPU %d: %w", g.Index, err)
+			}
+		}
 		*anyMIG = true
 		gi.profiles = advertised(gi.product, d.o.profiles)
 		*anyProfile = *anyProfile || len(gi.profiles) > 0
@@ -443,30 +456,24 @@ func (d *Driver) Options() []kit.Option {
 		kit.WithDeviceKind(DeviceKind), kit.WithCollectors(d.Collector())}
 }
 
-// changed makes Watch report an inventory change (MIG devices were made or
-// destroyed: the slices' order follows mig.Preference) after the
-// republish delay, and no sooner than the republish interval after the
-// last one; changes until then share one republish.
-func (d *Driver) changed() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.republishing {
-		return // the pending republish reads the state after this change
+// vgpuProbe is a backend that tells a vGPU guest's GPU (nvml.Real).
+type vgpuProbe interface {
+	VGPUGuest(gpu int) (bool, error)
+}
+
+// changed makes Watch report an inventory change after the republish
+// delay, no sooner than the republish interval after the last one; the
+// changes until then share one republish (lifecycle.WithRepublish, which
+// also republishes after every MIG device made or destroyed: the slices'
+// order follows mig.Preference).
+func (d *Driver) changed() { d.lc.Changed() }
+
+// kickWatch makes Watch read the inventory and report it now.
+func (d *Driver) kickWatch() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
 	}
-	d.republishing = true
-	wait := d.o.republishDelay
-	if next := time.Until(d.republished.Add(d.o.republishInterval)); next > wait {
-		wait = next
-	}
-	time.AfterFunc(wait, func() {
-		d.mu.Lock()
-		d.republishing, d.republished = false, time.Now()
-		d.mu.Unlock()
-		select {
-		case d.kick <- struct{}{}:
-		default:
-		}
-	})
 }
 
 // deviceInfo returns what the last inventory said about a device.
@@ -490,26 +497,30 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return i, true
 	}
 	ref, err := mig.ParseDeviceName(name)
-	if err != nil || ref.GPU < 0 || ref.GPU >= len(d.gpus) {
+	gpus := d.hw()
+	if err != nil || ref.GPU < 0 || ref.GPU >= len(gpus) {
 		return devInfo{}, false
 	}
-	g := &d.gpus[ref.GPU]
-	if !g.dynamic || g.product == nil || g.broken != nil {
+	g := &gpus[ref.GPU]
+	if !d.dynamic(g) || g.product == nil || g.broken != nil {
 		return devInfo{}, false
 	}
 	if ref.Profile == "" {
+		if ok, _ := g.wholeOK(); !ok {
+			return devInfo{}, false
+		}
 		return d.wholeInfo(g), !d.o.noWholeDynamic
 	}
 	pr, err := g.product.Profile(ref.Profile)
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
 		return devInfo{}, false
 	}
-	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}, true
+	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}, true
 }
 
 // wholeInfo is the device of dynamic GPU g used whole (MIG mode off).
 func (d *Driver) wholeInfo(g *gpuInfo) devInfo {
-	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, key: WholeKey(g.Index, g.UUID)}
+	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, part: lifecycle.WholeCard(g.UUID)}
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

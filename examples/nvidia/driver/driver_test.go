@@ -37,6 +37,9 @@ type fixture struct {
 	state string
 	dir   string
 	d     *Driver
+	// dynamic are the UUIDs of the dynamic MIG GPUs, 4-7
+	// (WithDynamicGPUs, which every driver of the fixture gets).
+	dynamic []string
 }
 
 func newFixture(t *testing.T, opts ...Option) *fixture {
@@ -52,12 +55,29 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 	return f
 }
 
+// dynamicGPUs names GPUs 4-7 of f's simulator (by UUID, which stays when
+// the NVML indexes change) the dynamic MIG GPUs.
+func (f *fixture) dynamicGPUs(t *testing.T) Option {
+	t.Helper()
+	if f.dynamic == nil {
+		gpus, err := f.sim.GPUs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gpus[4:8] {
+			f.dynamic = append(f.dynamic, g.UUID)
+		}
+	}
+	return WithDynamicGPUs(f.dynamic...)
+}
+
 func (f *fixture) open(t *testing.T, opts ...Option) *Driver {
 	t.Helper()
-	d, err := New(f.sim, "node-1", append([]Option{WithStateDir(filepath.Join(f.dir, "state"))}, opts...)...)
+	d, err := New(f.sim, "node-1", append([]Option{WithStateDir(filepath.Join(f.dir, "state")), f.dynamicGPUs(t)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	return d
 }
 
@@ -548,7 +568,7 @@ func TestTwoMIGDevicesInOneClaim(t *testing.T) {
 			t.Errorf("GPU %d keeps %+v", g, gis)
 		}
 	}
-	if keys, _ := f.d.journal.Keys(); len(keys) != 0 {
+	if keys, _ := f.d.lc.Intents(); len(keys) != 0 {
 		t.Errorf("journal keeps %v", keys)
 	}
 }
@@ -612,7 +632,7 @@ type noTimeSlice struct{ nvml.Interface }
 func TestTimeSlicingRealRefused(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	d, err := New(noTimeSlice{f.sim}, "node-1", WithStateDir(filepath.Join(f.dir, "state2")), WithSimulatedContainers(false))
+	d, err := New(noTimeSlice{f.sim}, "node-1", WithStateDir(filepath.Join(f.dir, "state2")), WithSimulatedContainers(false), f.dynamicGPUs(t))
 	if err != nil {
 		t.Fatal(err)
 	}

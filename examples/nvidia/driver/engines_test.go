@@ -31,7 +31,7 @@ func TestMIGEngineCapacities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")), nvdriver.WithDynamicGPUs("3", "4", "5", "6", "7"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func BenchmarkMIGEngineSliceBytes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(b.TempDir()))
+	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(b.TempDir()), dynamicMIG(nil))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,7 +28,8 @@ func ExampleDeviceClasses() {
 }
 
 // A simulated DGX H200 with GPU 0 whole, GPU 1 holding an
-// administrator's MIG devices and GPU 2 dynamic (the rest whole too): the
+// administrator's MIG devices and GPU 2 named dynamic (the rest whole
+// too): the
 // node's pool, then GPU 2's own pool: the GPU whole (served with MIG
 // mode off while none of its MIG devices is in use), then every placement
 // of the advertised profiles in the planner's order (1g devices where
@@ -43,7 +44,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")))
+	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")), nvdriver.WithDynamicGPUs("2"))
 	if err != nil {
 		panic(err)
 	}

@@ -233,8 +233,9 @@ func (m *monitor) unmonitoredGPUs() map[int]bool {
 // GPU_IS_LOST. True when a GPU was found lost now.
 func (d *Driver) probeLost(ctx context.Context) bool {
 	found := false
-	for i := range d.gpus {
-		g := &d.gpus[i]
+	gpus := d.hw()
+	for i := range gpus {
+		g := &gpus[i]
 		if g.broken != nil {
 			continue
 		}

@@ -102,7 +102,7 @@ func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
 	f := newFixture(t)
 	const beat = 20 * time.Millisecond
 	nv := stalledNVML{Sim: f.sim, ch: make(chan nvml.HealthEvent)}
-	d, err := New(nv, "node-1", WithStateDir(f.dir+"/state2"), WithHealthHeartbeat(beat))
+	d, err := New(nv, "node-1", WithStateDir(f.dir+"/state2"), WithHealthHeartbeat(beat), f.dynamicGPUs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +173,10 @@ func (b brokenGPU) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
 
 // Item 8: one GPU whose NVML queries fail, or that the backend lists as
 // unreadable (nvml.GPU.Err, as the real backend does for a GPU NVML
-// cannot read), is left out while the others serve (it used to stop the
-// whole node's driver at start).
+// cannot read), does not stop the others (it used to stop the whole
+// node's driver at start): they serve, and the GPU is published whole,
+// tainted lost, and refused at prepare (issue 35: it was withdrawn from
+// the slices).
 func TestUnreadableGPULeftOut(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -185,28 +187,40 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			d, err := New(tc.nv(f.sim), "node-1", WithStateDir(f.dir+"/state2"))
+			d, err := New(tc.nv(f.sim), "node-1", WithStateDir(f.dir+"/state2"), f.dynamicGPUs(t))
 			if err != nil {
 				t.Fatalf("start with GPU 5 unreadable: %v", err)
 			}
+			defer d.Close()
 			inv, err := d.Inventory(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := " " + strings.Join(names(inv), " ")
-			if strings.Contains(all, " gpu-5") {
-				t.Errorf("unreadable GPU 5 published: %s", all)
+			all := " " + strings.Join(names(inv), " ") + " "
+			if !strings.Contains(all, " gpu-5 ") || strings.Contains(all, " gpu-5-") {
+				t.Errorf("unreadable GPU 5: published %s, want it whole only", all)
 			}
 			for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
 				if !strings.Contains(all, want) {
 					t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
 				}
 			}
+			var lost device.HealthReport
+			for _, r := range d.reports(nil) {
+				if r.Device.Device == "gpu-5" {
+					lost = r
+				}
+			}
+			if lost.Health != device.Unhealthy || lost.Reason != ReasonGPULost || lost.TaintEffect != device.NoExecute {
+				t.Errorf("unreadable GPU 5's health: %+v, want Unhealthy %s NoExecute", lost, ReasonGPULost)
+			}
 			if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
 				t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
 			}
-			if err := d.PrepareClaim(context.Background(), claim("y"), []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-0")}); err == nil {
-				t.Error("prepare on the unreadable GPU 5 succeeded")
+			for _, dev := range []string{"gpu-5-1g-18gb-0", "gpu-5"} {
+				if err := d.PrepareClaim(context.Background(), claim("y"), []kit.AllocatedDevice{alloc(dev)}); err == nil {
+					t.Errorf("prepare of %s on the unreadable GPU 5 succeeded", dev)
+				}
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/topology"
 )
 
@@ -49,10 +50,17 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var model []mig.GPU
 	var dynamic []*gpuInfo
 	var lost []int
-	for i := range d.gpus {
-		g := &d.gpus[i]
+	gpus := d.hw()
+	for i := range gpus {
+		g := &gpus[i]
 		if g.broken != nil {
-			continue // unreadable at start: left out, the others serve
+			// Unreadable since the start: published whole from what
+			// NVML said, tainted lost (the health monitor's book), until
+			// it answers (lostgpu.go).
+			name := mig.DeviceRef{GPU: g.Index}.String()
+			pool.Devices = append(pool.Devices, d.unreadable(device.New(name), g))
+			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+			continue
 		}
 		mode, static, owned, err := d.gpuMode(g)
 		if errors.Is(err, nvml.ErrGPULost) {
@@ -73,20 +81,20 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
 		case ModeStatic:
 			for _, md := range static {
-				if !md.Complete() {
+				if len(md.gi.ComputeInstances) == 0 {
 					continue // an administrator's half-made GPU instance: no device
 				}
-				pr, err := g.product.Profile(md.Profile)
+				pr, err := g.product.Profile(md.key.Profile)
 				if err != nil {
 					return nil, fmt.Errorf("inventory: GPU %d: %w", g.Index, err)
 				}
-				name := mig.DeviceRef{GPU: g.Index, Profile: pr.Name, Start: md.Key.Start}.String()
+				name := mig.DeviceRef{GPU: g.Index, Profile: pr.Name, Start: md.key.Start}.String()
 				dev := d.common(device.New(name), g, TypeMIG, ModeStatic).
-					StringAttribute(AttrUUID, md.UUID).
+					StringAttribute(AttrUUID, md.uuid).
 					StringAttribute(AttrParentUUID, g.UUID).
 					StringAttribute(mig.AttrProfile, pr.Name).
 					IntAttribute(mig.AttrProfileID, int64(pr.ID)).
-					IntAttribute(mig.AttrPlacementStart, int64(md.Key.Start)).
+					IntAttribute(mig.AttrPlacementStart, int64(md.key.Start)).
 					IntAttribute(mig.AttrPlacementSize, int64(pr.MemorySlices)).
 					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
 					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
@@ -94,12 +102,12 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 					dev.Capacity(n, q, nil)
 				}
 				pool.Devices = append(pool.Devices, dev)
-				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.UUID, profile: pr.Name, key: md.Key, gi: md.GPUInstance.ID, ci: md.GPUInstance.ComputeInstances[0].ID}
+				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.uuid, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: md.key.Start}, part: md.key, gi: md.gi.ID, ci: md.gi.ComputeInstances[0].ID}
 			}
 		case ModeDynamic:
 			var layout mig.Layout
 			for _, md := range owned {
-				layout = append(layout, mig.Instance{Profile: md.Profile, Start: md.Key.Start, InUse: true})
+				layout = append(layout, mig.Instance{Profile: md.key.Profile, Start: md.key.Start, InUse: true})
 			}
 			fleet = append(fleet, mig.FleetGPU{Node: d.node, Index: g.Index, Product: g.product, Layout: layout})
 			model = append(model, mig.GPU{Index: g.Index, Product: g.product, Profiles: g.profiles})
@@ -171,9 +179,20 @@ func (d *Driver) keepLost(pools []device.Pool, lost []int, devs map[string]devIn
 	return pools
 }
 
+// migDev is a GPU instance as the inventory sees it.
+type migDev struct {
+	key  lifecycle.Key
+	gi   nvml.GPUInstance
+	uuid string // the MIG device's, "" without a compute instance
+}
+
 // gpuMode tells how g is published now, with its static and owned MIG
-// devices.
-func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []MigDevice, err error) {
+// devices. Which GPUs are dynamic is the administrator's, recorded by
+// the lifecycle, never inferred from what a GPU holds. On a GPU being
+// drained (dropped from the dynamic GPUs while claims held its MIG
+// devices) the MIG devices the driver made are not published (they are
+// being given back), the others are static.
+func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []migDev, err error) {
 	if g.product == nil {
 		return ModeFull, nil, nil, nil
 	}
@@ -181,7 +200,9 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []MigDevice, er
 	if err != nil {
 		return "", nil, nil, err
 	}
-	if !m.Current && g.dynamic {
+	state := d.lc.State(g.UUID)
+	dyn := state == lifecycle.Dynamic
+	if !m.Current && dyn {
 		return ModeDynamic, nil, nil, nil // used whole, or slicing again at the next MIG claim
 	}
 	if !m.Current {
@@ -192,24 +213,24 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []MigDevice, er
 		return "", nil, nil, err
 	}
 	for _, gi := range gis {
-		k := Key{GPU: g.Index, UUID: g.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-		own := g.dynamic // the recorded decision, never re-inferred
-		md := MigDevice{Key: k, GPUInstance: gi, Owned: own}
+		md := migDev{key: lifecycle.Key{Card: g.UUID, Profile: g.profileName(gi.ProfileID), Start: gi.Placement.Start}, gi: gi}
 		if len(gi.ComputeInstances) > 0 {
-			md.UUID = gi.ComputeInstances[0].UUID
+			md.uuid = gi.ComputeInstances[0].UUID
 		}
-		for _, pr := range g.product.Profiles {
-			if pr.ID == gi.ProfileID {
-				md.Profile = pr.Name
-			}
-		}
-		if own {
+		switch {
+		case dyn:
 			owned = append(owned, md)
-		} else {
+		case state == lifecycle.Draining:
+			if own, err := d.lc.Owns(md.key); err != nil {
+				return "", nil, nil, err
+			} else if !own {
+				static = append(static, md)
+			}
+		default:
 			static = append(static, md)
 		}
 	}
-	if !g.dynamic {
+	if !dyn {
 		return ModeStatic, static, nil, nil
 	}
 	return ModeDynamic, nil, owned, nil
@@ -235,11 +256,18 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	if err != nil {
 		return nil, err
 	}
-	for i := range pools {
-		p := &pools[i]
-		if d.o.noWholeDynamic {
-			p.Devices = slices.DeleteFunc(p.Devices, isWhole)
-		}
+	for i, p := range pools {
+		// The GPU whole only where MIG mode can be left (gpuInfo.wholeOK).
+		pools[i].Devices = slices.DeleteFunc(p.Devices, func(dev *device.Device) bool {
+			ref, err := mig.ParseDeviceName(dev.Name())
+			if err != nil || ref.Profile != "" {
+				return false
+			}
+			ok, _ := byIndex[ref.GPU].wholeOK()
+			return !ok || d.o.noWholeDynamic
+		})
+	}
+	for _, p := range pools {
 		for _, dev := range p.Devices {
 			ref, err := mig.ParseDeviceName(dev.Name())
 			if err != nil {
@@ -264,7 +292,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 			} else {
 				d.lean(dev, g)
 			}
-			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}}
+			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}
 		}
 	}
 	return pools, nil

@@ -51,8 +51,9 @@ func (c *migCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 // Collect implements prometheus.Collector: one NVML query per MIG-capable
 // GPU. A GPU NVML cannot read is left out (and logged at V(4)).
 func (c *migCollector) Collect(ch chan<- prometheus.Metric) {
-	for i := range c.d.gpus {
-		g := &c.d.gpus[i]
+	gpus := c.d.hw()
+	for i := range gpus {
+		g := &gpus[i]
 		if g.product == nil || g.broken != nil {
 			continue
 		}
@@ -62,7 +63,7 @@ func (c *migCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		mode := ModeStatic
-		if g.dynamic {
+		if c.d.dynamic(g) {
 			mode = ModeDynamic
 		}
 		byProfile := map[string]int{}

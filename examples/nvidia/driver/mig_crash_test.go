@@ -1,18 +1,23 @@
 package driver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
 // The crash helper runs in a child process: the test binary re-executed
@@ -20,13 +25,12 @@ import (
 const crashEnv = "DRAKIT_NVML_CRASH_JOB"
 
 type crashJob struct {
-	State, Journal, Lock string
-	Key                  Key
+	SimState, StateDir, GPU, Device string
 }
 
-// TestCrashHelperProcess is the child: it records its intent and creates
-// the MIG device; the injected stall stops it between the GPU instance and
-// the compute instance, where the parent kills it.
+// TestCrashHelperProcess is the child: a driver that prepares a claim
+// with a dynamic MIG device; the injected stall stops it between the GPU
+// instance and the compute instance, where the parent kills it.
 func TestCrashHelperProcess(t *testing.T) {
 	raw := os.Getenv(crashEnv)
 	if raw == "" {
@@ -36,55 +40,52 @@ func TestCrashHelperProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &job); err != nil {
 		t.Fatal(err)
 	}
-	s, err := nvmlsim.Open(job.State)
+	s, err := nvmlsim.Open(job.SimState)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := OpenJournal(job.Journal)
+	d, err := New(s, "node-1", WithStateDir(job.StateDir), WithDynamicGPUs(job.GPU))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Record(job.Key); err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLifecycle(s, j, WithLockFile(job.Lock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = l.Create(job.Key)
-	t.Fatalf("Create returned (%v); the stall should have held it until the kill", err)
+	err = d.PrepareClaim(context.Background(), claim("c"), []kit.AllocatedDevice{alloc(job.Device)})
+	t.Fatalf("PrepareClaim returned (%v); the stall should have held it until the kill", err)
 }
 
 // TestKillBetweenCreateCallsLeavesNoHalfMadeInstance kills (SIGKILL) a
-// real process between its two create calls, then restarts: Recover
-// undoes the half-made GPU instance the journal owns, leaves the
-// administrator's devices (one complete, one half-made) untouched, and the
-// device can be created again.
+// real driver process between its two create calls. While it lives, a
+// second driver process on its state folder is refused (it would take the
+// live create for a crash's leftovers and destroy it). After the kill the
+// restart undoes the half-made GPU instance, leaves the administrator's
+// devices on a GPU that is not dynamic (one complete, one half-made)
+// untouched, and the device can be created again.
 func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
-	state, jpath, lock := filepath.Join(dir, "nvml-state.json"), filepath.Join(dir, "journal.json"), filepath.Join(dir, "mig.lock")
+	state, stateDir := filepath.Join(dir, "nvml-state.json"), filepath.Join(dir, "state")
 	s, err := nvmlsim.Open(state, nvmlsim.WithServer("dgx-h100"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The administrator's static MIG devices on GPU 0.
-	admin, err := s.CreateGPUInstance(0, 9, mig.Placement{Start: 0, Size: 4}) // 3g.40gb@0
+	// The administrator's static MIG devices on GPU 1.
+	admin, err := s.CreateGPUInstance(1, 9, mig.Placement{Start: 0, Size: 4}) // 3g.40gb@0
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateComputeInstance(0, admin.ID, 2); err != nil {
+	if _, err := s.CreateComputeInstance(1, admin.ID, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateGPUInstance(0, 19, mig.Placement{Start: 6, Size: 1}); err != nil { // half-made 1g@6
+	if _, err := s.CreateGPUInstance(1, 19, mig.Placement{Start: 6, Size: 1}); err != nil { // half-made 1g@6
 		t.Fatal(err)
 	}
-	adminBefore, _ := s.GPUInstances(0)
+	adminBefore, _ := s.GPUInstances(1)
+	gpus, _ := s.GPUs()
+	dev := "gpu-0-2g-20gb-4"
 
-	k := Key{GPU: 0, ProfileID: 14, Start: 4} // 2g.20gb@4
 	if err := s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 0, Stall: true}); err != nil {
 		t.Fatal(err)
 	}
-	job, _ := json.Marshal(crashJob{State: state, Journal: jpath, Lock: lock, Key: k})
+	job, _ := json.Marshal(crashJob{SimState: state, StateDir: stateDir, GPU: gpus[0].UUID, Device: dev})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(job))
 	out := &lockedBuffer{}
@@ -117,41 +118,21 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	gis, _ := s.GPUInstances(0)
-	if len(gis) != 3 || gis[1].ProfileID != 14 || len(gis[1].ComputeInstances) != 0 {
-		t.Fatalf("at the stall GPU 0 has %+v, want the admin's two and a half-made 2g@4", gis)
+	if len(gis) != 1 || gis[0].ProfileID != 14 || len(gis[0].ComputeInstances) != 0 {
+		t.Fatalf("at the stall GPU 0 has %+v, want a half-made 2g@4", gis)
 	}
 
-	// A new driver process starts while the old one is still inside
-	// Create: its Recover waits for the lock instead of taking the live
-	// create for a crash's leftovers.
+	// A second driver process on the state folder while the first is
+	// inside the create: refused, naming the first.
 	s2, err := nvmlsim.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := OpenJournal(jpath)
-	if err != nil {
-		t.Fatal(err)
+	_, err = New(s2, "node-1", WithStateDir(stateDir), WithDynamicGPUs(gpus[0].UUID))
+	if !errors.Is(err, lifecycle.ErrStateInUse) || !strings.Contains(err.Error(), "process "+strconv.Itoa(pid)) {
+		t.Fatalf("a second driver on the state folder: %v, want ErrStateInUse naming process %d", err, pid)
 	}
-	if owned, _ := j.Owns(k); !owned {
-		t.Fatal("the child's intent record is not in the journal")
-	}
-	l := lifecycle(t, s2, j, WithLockFile(lock))
-	type result struct {
-		r   Recovery
-		err error
-	}
-	recovered := make(chan result, 1)
-	go func() {
-		r, err := l.Recover()
-		recovered <- result{r, err}
-	}()
-	time.Sleep(300 * time.Millisecond) // time enough for an unlocked Recover to destroy it
-	select {
-	case res := <-recovered:
-		t.Fatalf("Recover ran while the child was inside Create: %+v, %v", res.r, res.err)
-	default:
-	}
-	if gis, _ := s.GPUInstances(0); len(gis) != 3 {
+	if gis, _ := s.GPUInstances(0); len(gis) != 1 {
 		t.Fatalf("the child's GPU instance was destroyed under it: %+v", gis)
 	}
 
@@ -165,27 +146,32 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		t.Fatalf("child ended with %v, want killed by SIGKILL; output:\n%s", err, out.String())
 	}
 
-	// The kernel released the dead child's lock: Recover runs now.
-	var res result
-	select {
-	case res = <-recovered:
-	case <-time.After(60 * time.Second):
-		t.Fatal("Recover still blocked after the child died")
-	}
-	r, err := res.r, res.err
+	// The kernel released the dead child's lock: the restart runs, and
+	// the runtime undoes the claim left half-way, then reconciles.
+	d, err := New(s2, "node-1", WithStateDir(stateDir), WithDynamicGPUs(gpus[0].UUID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Undone) != 1 || r.Undone[0] != k || len(r.Static) != 2 || len(r.Owned) != 0 {
-		t.Fatalf("recover: %+v", r)
+	defer d.Close()
+	if err := d.UnprepareClaim(ctx, claim("c").ClaimRef, []kit.AllocatedDevice{alloc(dev)}); err != nil {
+		t.Fatal(err)
 	}
-	after, _ := s2.GPUInstances(0)
+	if err := d.Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if gis, _ := s2.GPUInstances(0); len(gis) != 0 {
+		t.Fatalf("after the restart GPU 0 has %+v, want the half-made device undone", gis)
+	}
+	after, _ := s2.GPUInstances(1)
 	if len(after) != 2 || after[0].ID != adminBefore[0].ID || after[0].ComputeInstances[0].UUID != adminBefore[0].ComputeInstances[0].UUID || after[1].ID != adminBefore[1].ID {
-		t.Fatalf("after recover GPU 0 has %+v, want the admin's %+v untouched", after, adminBefore)
+		t.Fatalf("after the restart GPU 1 has %+v, want the admin's %+v untouched", after, adminBefore)
 	}
-	d, err := l.Create(k) // the prepare runs again
-	if err != nil || !d.Complete() {
-		t.Fatalf("create after recover: %+v, %v", d, err)
+	// The prepare runs again.
+	if err := d.PrepareClaim(ctx, claim("c"), []kit.AllocatedDevice{alloc(dev)}); err != nil {
+		t.Fatal(err)
+	}
+	if gis, _ := s2.GPUInstances(0); len(gis) != 1 || len(gis[0].ComputeInstances) != 1 {
+		t.Fatalf("create after the restart: %+v", gis)
 	}
 }
 

@@ -1,303 +1,188 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/statefile"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
-// ErrNotOwned is returned (wrapped) when the lifecycle is asked to create
-// or destroy a MIG device the driver has no intent record for: a device an
-// administrator made (static MIG) is never touched.
-var ErrNotOwned = errors.New("MIG device not owned by this driver")
-
-// Key names a MIG device by what is known before it exists and what
-// survives a crash: the GPU, the GPU instance profile and the placement
-// start. NVML's GPU instance IDs are reused and the MIG UUID is only known
-// after the create, so neither can identify a device in an intent record.
-//
-// The NVML index a Lifecycle works with changes when the set of GPUs NVML
-// sees changes (a GPU bound to vfio-pci, lost or reset away), so a key
-// that is kept beyond one process's life (an intent record) names the GPU
-// by its UUID as well: Same compares by UUID when both keys have one.
-type Key struct {
-	// GPU is the GPU's NVML index in the process that made the key.
-	GPU int `json:"gpu"`
-	// UUID is the GPU's UUID ("GPU-..."); empty in keys that only live
-	// in one process.
-	UUID string `json:"gpuUUID,omitempty"`
-	// ProfileID is the GPU instance profile ID (mig.Profile.ID).
-	ProfileID int `json:"profileID"`
-	// Start is the placement's first memory slice.
-	Start int `json:"start"`
-	// Whole names the GPU itself, used whole with MIG mode off, instead
-	// of a MIG device (ProfileID and Start are then zero): what a
-	// driver records before turning MIG mode off for a full-GPU claim
-	// on a GPU it slices otherwise (Lifecycle.SetMode).
-	Whole bool `json:"whole,omitempty"`
-}
-
-// WholeKey is the key of GPU gpu (with its UUID) used whole.
-func WholeKey(gpu int, uuid string) Key { return Key{GPU: gpu, UUID: uuid, Whole: true} }
-
-// String prints e.g. "GPU 0 profile 9 at 4", with the GPU's UUID when
-// the key has one, or "GPU 0 whole".
-func (k Key) String() string {
-	if k.Whole {
-		if k.UUID != "" {
-			return fmt.Sprintf("GPU %d (%s) whole", k.GPU, k.UUID)
-		}
-		return fmt.Sprintf("GPU %d whole", k.GPU)
-	}
-	if k.UUID != "" {
-		return fmt.Sprintf("GPU %d (%s) profile %d at %d", k.GPU, k.UUID, k.ProfileID, k.Start)
-	}
-	return fmt.Sprintf("GPU %d profile %d at %d", k.GPU, k.ProfileID, k.Start)
-}
-
-// Same reports whether k and o name the same device: the same profile
-// and placement start on the same GPU, by UUID when both keys have one
-// and by NVML index otherwise.
-func (k Key) Same(o Key) bool {
-	if k.Whole != o.Whole || k.ProfileID != o.ProfileID || k.Start != o.Start {
-		return false
-	}
-	if k.UUID != "" && o.UUID != "" {
-		return k.UUID == o.UUID
-	}
-	return k.GPU == o.GPU
-}
-
-// Owner tells the lifecycle which MIG devices are the driver's own. The
-// driver must make Owns true for a key before it creates the device (an
-// intent record, written durably) and keep it true until the device is
-// destroyed; everything else on the GPUs is an administrator's.
-//
-// A Journal is an Owner (an intent recorded before Create, forgotten
-// after Destroy). The reference driver (examples/nvidia/driver) owns
-// instead every MIG device on the GPUs an administrator made dynamic, a
-// decision it records, and uses a Journal for which claims hold which
-// device; at start it reconciles both with the claims the runtime holds
-// (driver.Reconciler).
-type Owner interface {
-	Owns(k Key) (bool, error)
-}
-
-// OwnerFunc adapts a function to Owner.
-type OwnerFunc func(k Key) (bool, error)
-
-// Owns calls f.
-func (f OwnerFunc) Owns(k Key) (bool, error) { return f(k) }
-
-// MigDevice is a GPU instance as the lifecycle sees it.
-type MigDevice struct {
-	// Key is where the device sits.
-	Key Key `json:"key"`
-	// Profile is the GPU instance profile name, e.g. "3g.40gb".
-	Profile string `json:"profile"`
-	// GPUInstance is the instance with its compute instances.
-	GPUInstance nvml.GPUInstance `json:"gpuInstance"`
-	// UUID is the MIG device UUID of its first compute instance; empty for
-	// a GPU instance without one.
-	UUID string `json:"uuid,omitempty"`
-	// Owned is true when the Owner claims it; false for a static device.
-	Owned bool `json:"owned"`
-}
-
-// Complete reports whether the GPU instance has a compute instance, i.e.
-// is a usable MIG device; false is the state a crash between the two
-// create calls leaves.
-func (d MigDevice) Complete() bool { return len(d.GPUInstance.ComputeInstances) > 0 }
-
-// Static reports whether the device is not the driver's: an
-// administrator's, to be published as is and never destroyed.
-func (d MigDevice) Static() bool { return !d.Owned }
-
-// Lifecycle creates and destroys MIG devices on an Interface, crash-safely:
-// a device is a GPU instance plus one compute instance covering all of its
-// compute slices; a failed create leaves nothing behind; destroy is
-// idempotent; devices are found by Key; and only devices the Owner claims
-// are ever created or destroyed.
-type Lifecycle struct {
-	nv       nvml.Interface
-	owner    Owner
-	lockPath string
+// migTool binds NVML to the partition lifecycle (lifecycle.Tool and
+// lifecycle.WholeSwitcher): a partition is a MIG device, a GPU instance
+// with one compute instance over all of its compute slices, keyed by its
+// GPU's UUID, the profile's name and the placement's start; a GPU used
+// whole is one with MIG mode off. The lifecycle (journal, ownership,
+// reconcile, admin access, locks) decides what is made and destroyed;
+// this is the NVML half.
+type migTool struct {
+	nv nvml.Interface
+	d  *Driver // the GPUs by UUID
 
 	// The profiles NVML reports are the GPU product's and never change
-	// while the process runs (SetMode drops a GPU's when it changes its
+	// while the process runs (SetWhole drops a GPU's when it changes its
 	// mode, to be safe): they are asked once, not at every Create.
 	profMu     sync.Mutex
 	giProfiles map[int][]nvml.GPUInstanceProfile              // by GPU index
 	ciProfiles map[ciProfileKey][]nvml.ComputeInstanceProfile // by GPU index and GPU instance profile
+
+	// made are the GPU instances Create made (or found), by key, until
+	// Destroy: what a container's device nodes need (the GPU and compute
+	// instance IDs) without asking NVML again.
+	mu   sync.Mutex
+	made map[lifecycle.Key]nvml.GPUInstance
 }
 
 // ciProfileKey names the compute instance profiles of every GPU instance
 // of one profile on one GPU.
 type ciProfileKey struct{ gpu, giProfile int }
 
-// LifecycleOption configures NewLifecycle.
-type LifecycleOption func(*Lifecycle) error
+var (
+	_ lifecycle.Tool          = (*migTool)(nil)
+	_ lifecycle.WholeSwitcher = (*migTool)(nil)
+)
 
-// WithLockFile makes every Create, Destroy and Recover, of all processes
-// that name the same file, hold an exclusive flock on it for the whole
-// operation. Without it, a Recover in a new driver process (a rolling
-// update) could take another live process's create in progress, between
-// its two calls, for a crash's leftovers and destroy it. The kernel
-// releases the lock of a killed process, so its leftovers are recovered.
-func WithLockFile(path string) LifecycleOption {
-	return func(l *Lifecycle) error {
-		if path == "" {
-			return errors.New("lock file path is empty")
-		}
-		l.lockPath = path
-		return nil
-	}
-}
-
-// NewLifecycle returns a lifecycle on nv that consults owner.
-func NewLifecycle(nv nvml.Interface, owner Owner, opts ...LifecycleOption) (*Lifecycle, error) {
-	if nv == nil || owner == nil {
-		return nil, errors.New("new MIG lifecycle: NVML interface and owner are required")
-	}
-	l := &Lifecycle{nv: nv, owner: owner}
-	for _, opt := range opts {
-		if err := opt(l); err != nil {
-			return nil, fmt.Errorf("new MIG lifecycle: %w", err)
-		}
-	}
-	return l, nil
-}
-
-// lock takes the WithLockFile lock; a no-op without one.
-func (l *Lifecycle) lock(op string) (func(), error) {
-	if l.lockPath == "" {
-		return func() {}, nil
-	}
-	lk, err := statefile.Acquire(l.lockPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	return func() { _ = lk.Release() }, nil
-}
-
-func (l *Lifecycle) owned(op string, k Key) error {
-	ok, err := l.owner.Owns(k)
-	if err != nil {
-		return fmt.Errorf("%s %s: check ownership: %w", op, k, err)
-	}
+// place is where k sits on this node now: the GPU's NVML index and the
+// profile's ID. A GPU not on the node is lifecycle.ErrCardGone.
+func (t *migTool) place(op string, k lifecycle.Key) (gpu, profile int, err error) {
+	g, ok := t.d.gpuByUUID(k.Card)
 	if !ok {
-		return fmt.Errorf("%s %s: %w (record the intent before creating it)", op, k, ErrNotOwned)
+		return 0, 0, fmt.Errorf("%s %s: GPU %w", op, k, lifecycle.ErrCardGone)
 	}
-	return nil
+	if k.Whole {
+		return g.Index, 0, nil
+	}
+	if g.product == nil {
+		return 0, 0, fmt.Errorf("%s %s: GPU %d has no MIG profiles (it could not be read)", op, k, g.Index)
+	}
+	pr, err := g.product.Profile(k.Profile)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s %s: %w", op, k, err)
+	}
+	return g.Index, pr.ID, nil
 }
 
-// Find returns the GPU instance at k, if one exists (with or without a
-// compute instance).
-func (l *Lifecycle) Find(k Key) (nvml.GPUInstance, bool, error) {
-	gis, err := l.nv.GPUInstances(k.GPU)
+// Find returns the GPU instance at k, with or without a compute
+// instance.
+func (t *migTool) Find(k lifecycle.Key) (nvml.GPUInstance, bool, error) {
+	gpu, profile, err := t.place("find MIG device", k)
+	if err != nil {
+		return nvml.GPUInstance{}, false, err
+	}
+	gis, err := t.nv.GPUInstances(gpu)
 	if err != nil {
 		return nvml.GPUInstance{}, false, fmt.Errorf("find MIG device %s: %w", k, err)
 	}
 	for _, gi := range gis {
-		if gi.ProfileID == k.ProfileID && gi.Placement.Start == k.Start {
+		if gi.ProfileID == profile && gi.Placement.Start == k.Start {
 			return gi, true, nil
 		}
 	}
 	return nvml.GPUInstance{}, false, nil
 }
 
-// profile returns the GPU instance profile k names.
-func (l *Lifecycle) profile(op string, k Key) (nvml.GPUInstanceProfile, error) {
-	ps, err := cached(&l.profMu, &l.giProfiles, k.GPU, func() ([]nvml.GPUInstanceProfile, error) {
-		return l.nv.GPUInstanceProfiles(k.GPU)
+// profile returns GPU gpu's GPU instance profile id.
+func (t *migTool) profile(gpu, id int) (nvml.GPUInstanceProfile, error) {
+	ps, err := cached(&t.profMu, &t.giProfiles, gpu, func() ([]nvml.GPUInstanceProfile, error) {
+		return t.nv.GPUInstanceProfiles(gpu)
 	})
 	if err != nil {
-		return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, err)
+		return nvml.GPUInstanceProfile{}, err
 	}
 	for _, p := range ps {
-		if p.ID == k.ProfileID {
+		if p.ID == id {
 			return p, nil
 		}
 	}
-	return nvml.GPUInstanceProfile{}, fmt.Errorf("%s %s: %w", op, k, nvml.NewError(nvml.ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", k.GPU, k.ProfileID))
+	return nvml.GPUInstanceProfile{}, nvml.NewError(nvml.ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", gpu, id)
 }
 
 // Create makes the MIG device at k: the GPU instance at the placement,
-// then a compute instance over all its compute slices. The Owner must
-// already claim k (ErrNotOwned otherwise). When the compute instance
-// fails, the GPU instance is destroyed again, so a failed Create leaves
-// nothing. Create is idempotent: a complete device at k is returned as
-// is, and a GPU instance left without its compute instance (a crash in an
-// earlier Create) is completed. NVML's errors come through wrapped, so
-// errors.Is(err, ErrInsufficientResources) tells a full GPU and
-// errors.Is(err, ErrNotSupported) a GPU with MIG mode off.
-//
-// The GPU instance is created first and looked for only when NVML
-// refuses the placement as taken (ErrInsufficientResources), so the
-// common case costs NVML the two creates.
-func (l *Lifecycle) Create(k Key) (MigDevice, error) {
+// then a compute instance over all its compute slices. When the compute
+// instance fails, the GPU instance is destroyed again. A complete device
+// at k is returned as is, and a GPU instance left without its compute
+// instance (a crash between the two calls) is completed. The GPU
+// instance is created first and looked for only when NVML refuses the
+// placement as taken, so the common case costs NVML the two creates.
+// NVML's errors come through wrapped: errors.Is(err,
+// nvml.ErrInsufficientResources) tells a full GPU; a GPU with MIG mode
+// off is lifecycle.ErrWholeMode.
+func (t *migTool) Create(_ context.Context, k lifecycle.Key) (lifecycle.Partition, error) {
 	const op = "create MIG device"
-	unlock, err := l.lock(op)
+	gpu, id, err := t.place(op, k)
 	if err != nil {
-		return MigDevice{}, err
+		return lifecycle.Partition{}, err
 	}
-	defer unlock()
-	if k.Whole {
-		return MigDevice{}, fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, nvml.ErrInvalidArgument)
-	}
-	if err := l.owned(op, k); err != nil {
-		return MigDevice{}, err
-	}
-	prof, err := l.profile(op, k)
+	prof, err := t.profile(gpu, id)
 	if err != nil {
-		return MigDevice{}, err
+		return lifecycle.Partition{}, fmt.Errorf("%s %s: %w", op, k, err)
 	}
-	dev := MigDevice{Key: k, Profile: prof.Name, Owned: true}
 	size := 0
 	if len(prof.Placements) > 0 {
 		size = prof.Placements[0].Size
 	}
-	gi, err := l.nv.CreateGPUInstance(k.GPU, k.ProfileID, mig.Placement{Start: k.Start, Size: size})
+	gi, err := t.nv.CreateGPUInstance(gpu, id, mig.Placement{Start: k.Start, Size: size})
 	if errors.Is(err, nvml.ErrInsufficientResources) {
 		// Taken: by this device (an earlier Create, complete or cut
 		// short by a crash) or by another, which is the error.
-		found, ok, ferr := l.Find(k)
+		found, ok, ferr := t.Find(k)
 		switch {
 		case ferr != nil:
-			return MigDevice{}, errors.Join(fmt.Errorf("%s %s: %w", op, k, err), ferr)
+			return lifecycle.Partition{}, errors.Join(fmt.Errorf("%s %s: %w", op, k, err), ferr)
 		case ok && len(found.ComputeInstances) > 0:
-			dev.GPUInstance, dev.UUID = found, found.ComputeInstances[0].UUID
-			return dev, nil
+			return t.remember(k, found), nil
 		case ok:
 			gi, err = found, nil
 		}
 	}
-	if err != nil {
-		return MigDevice{}, fmt.Errorf("%s %s: %w", op, k, err)
-	}
-	ci, err := l.createCI(gi, prof)
-	if err != nil {
-		if rerr := l.nv.DestroyGPUInstance(k.GPU, gi.ID); rerr != nil && !errors.Is(rerr, nvml.ErrNotFound) {
-			return MigDevice{}, fmt.Errorf("%s %s: %w; roll back GPU instance %d: %w (Recover undoes it)", op, k, err, gi.ID, rerr)
+	if errors.Is(err, nvml.ErrNotSupported) {
+		if m, merr := t.nv.MigMode(gpu); merr == nil && !m.Current {
+			err = fmt.Errorf("%w (MIG mode is off): %w", lifecycle.ErrWholeMode, err)
 		}
-		return MigDevice{}, fmt.Errorf("%s %s (GPU instance rolled back): %w", op, k, err)
+	}
+	if err != nil {
+		return lifecycle.Partition{}, fmt.Errorf("%s %s: %w", op, k, err)
+	}
+	ci, err := t.createCI(gi, prof)
+	if err != nil {
+		if rerr := t.nv.DestroyGPUInstance(gpu, gi.ID); rerr != nil && !errors.Is(rerr, nvml.ErrNotFound) {
+			return lifecycle.Partition{}, fmt.Errorf("%s %s: %w; roll back GPU instance %d: %w (the next release or start undoes it)", op, k, err, gi.ID, rerr)
+		}
+		return lifecycle.Partition{}, fmt.Errorf("%s %s (GPU instance rolled back): %w", op, k, err)
 	}
 	gi.ComputeInstances = append(gi.ComputeInstances, ci)
-	dev.GPUInstance, dev.UUID = gi, ci.UUID
-	return dev, nil
+	return t.remember(k, gi), nil
+}
+
+// remember keeps gi as the device at k and returns it as a partition.
+func (t *migTool) remember(k lifecycle.Key, gi nvml.GPUInstance) lifecycle.Partition {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.made == nil {
+		t.made = map[lifecycle.Key]nvml.GPUInstance{}
+	}
+	t.made[k] = gi
+	return lifecycle.Partition{Key: k, ID: gi.ComputeInstances[0].UUID, Complete: true}
+}
+
+// madeDevice is the GPU instance Create made at k, until its Destroy.
+func (t *migTool) madeDevice(k lifecycle.Key) (nvml.GPUInstance, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gi, ok := t.made[k]
+	return gi, ok
 }
 
 // createCI creates the compute instance that covers all of gi's compute
 // slices: of the compute instance profiles with the GPU instance's slice
 // count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
-func (l *Lifecycle) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
-	ck := ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID}
-	cps, err := cached(&l.profMu, &l.ciProfiles, ck, func() ([]nvml.ComputeInstanceProfile, error) {
-		return l.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
+func (t *migTool) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
+	cps, err := cached(&t.profMu, &t.ciProfiles, ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID}, func() ([]nvml.ComputeInstanceProfile, error) {
+		return t.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
 	})
 	if err != nil {
 		return nvml.ComputeInstance{}, err
@@ -311,89 +196,120 @@ func (l *Lifecycle) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) 
 	if best < 0 {
 		return nvml.ComputeInstance{}, nvml.NewError(nvml.ErrorNotSupported, fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU), "no compute instance profile with %d slices", prof.SliceCount)
 	}
-	return l.nv.CreateComputeInstance(gi.GPU, gi.ID, best)
+	return t.nv.CreateComputeInstance(gi.GPU, gi.ID, best)
 }
 
 // Destroy removes the MIG device at k: its compute instances, then its
 // GPU instance. A device that is already gone, wholly or in part, is
-// success. The Owner must claim k (ErrNotOwned otherwise), so an
-// administrator's device is never destroyed; forget the intent only after
-// Destroy returned nil.
-func (l *Lifecycle) Destroy(k Key) error {
+// success; so is a GPU with MIG mode off (it holds none).
+func (t *migTool) Destroy(_ context.Context, k lifecycle.Key) error {
 	const op = "destroy MIG device"
-	unlock, err := l.lock(op)
-	if err != nil {
-		return err
+	gi, found, err := t.Find(k)
+	if errors.Is(err, nvml.ErrNotSupported) {
+		return nil // MIG mode off: no MIG device
 	}
-	defer unlock()
-	if k.Whole {
-		return fmt.Errorf("%s %s: %w: a whole GPU is no MIG device (SetMode)", op, k, nvml.ErrInvalidArgument)
-	}
-	if err := l.owned(op, k); err != nil {
-		return err
-	}
-	gi, found, err := l.Find(k)
 	if err != nil || !found {
 		return err
 	}
-	return l.destroy(op, gi)
+	for _, ci := range gi.ComputeInstances {
+		if err := t.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
+			return fmt.Errorf("%s %s: %w", op, k, err)
+		}
+	}
+	if err := t.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
+		return fmt.Errorf("%s %s: %w", op, k, err)
+	}
+	t.mu.Lock()
+	delete(t.made, k)
+	t.mu.Unlock()
+	return nil
 }
 
-// SetMode makes MIG mode enabled current on the GPU of k (a WholeKey the
-// Owner claims; ErrNotOwned otherwise), obeying the product's rules:
-// a GPU that already is in that mode is left alone (SetMode is
-// idempotent, so a driver that crashed half-way runs it again); the mode
-// changes only while the GPU has no GPU instance (ErrInUse, naming
-// them); and a change that stays pending (A100, or a GPU NVML could not
-// activate) is made current by a GPU reset. The backend must be a
-// ModeSetter (ErrNotSupported otherwise). Each step reads the GPU's
-// mode afresh, so a crash between the request and the reset is finished
-// by the next call.
-func (l *Lifecycle) SetMode(k Key, enabled bool) error {
-	op := fmt.Sprintf("turn MIG mode %s", map[bool]string{true: "on", false: "off"}[enabled])
-	unlock, err := l.lock(op)
-	if err != nil {
-		return err
+// List returns the GPU's GPU instances, complete or not; none while its
+// MIG mode is off.
+func (t *migTool) List(_ context.Context, card string) ([]lifecycle.Partition, error) {
+	g, ok := t.d.gpuByUUID(card)
+	if !ok {
+		return nil, fmt.Errorf("list MIG devices of %s: GPU %w", card, lifecycle.ErrCardGone)
 	}
-	defer unlock()
-	if err := l.owned(op, k); err != nil {
-		return err
+	gis, err := t.nv.GPUInstances(g.Index)
+	if errors.Is(err, nvml.ErrNotSupported) {
+		return nil, nil // MIG mode off
 	}
-	m, err := l.nv.MigMode(k.GPU)
 	if err != nil {
-		return fmt.Errorf("%s on %s: %w", op, k, err)
+		return nil, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err)
+	}
+	var out []lifecycle.Partition
+	for _, gi := range gis {
+		p := lifecycle.Partition{Key: lifecycle.Key{Card: card, Profile: g.profileName(gi.ProfileID), Start: gi.Placement.Start}}
+		if len(gi.ComputeInstances) > 0 {
+			p.ID, p.Complete = gi.ComputeInstances[0].UUID, true
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// SetWhole makes MIG mode off (whole) or on current on the GPU, by the
+// product's rules: a GPU already in that mode is left alone; the mode
+// changes only while the GPU has no GPU instance; a change that stays
+// pending (NVML could not activate it) is made current by a GPU reset.
+// Each step reads the GPU's mode afresh, so a crash between the request
+// and the reset is finished by the next call. A change that other NVML
+// clients block (ErrInUse with no GPU instance left: DCGM,
+// dcgm-exporter, a monitoring agent) says so: that message is what the
+// kubelet shows in the pod's events.
+func (t *migTool) SetWhole(_ context.Context, card string, whole bool) error {
+	enabled := !whole
+	g, ok := t.d.gpuByUUID(card)
+	if !ok {
+		return fmt.Errorf("turn MIG mode %s on %s: GPU %w", onOff(enabled), card, lifecycle.ErrCardGone)
+	}
+	op := fmt.Sprintf("turn MIG mode %s on GPU %d (%s)", onOff(enabled), g.Index, card)
+	m, err := t.nv.MigMode(g.Index)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	if m.Current == enabled && m.Pending == enabled {
 		return nil
 	}
-	ms, ok := l.nv.(nvml.ModeSetter)
+	ms, ok := t.nv.(nvml.ModeSetter)
 	if !ok {
-		return fmt.Errorf("%s on %s: %w: this NVML backend cannot change MIG mode", op, k, nvml.ErrNotSupported)
+		return fmt.Errorf("%s: %w: this NVML backend cannot change MIG mode", op, nvml.ErrNotSupported)
 	}
-	l.forgetProfiles(k.GPU)
+	t.forgetProfiles(g.Index)
 	if m.Pending != enabled {
-		if m, err = ms.SetMigMode(k.GPU, enabled); err != nil {
-			if errors.Is(err, nvml.ErrInUse) {
-				if gis, lerr := l.nv.GPUInstances(k.GPU); lerr == nil && len(gis) > 0 {
-					return fmt.Errorf("%s on %s: %w (its %d GPU instances must be destroyed first)", op, k, err, len(gis))
-				}
-			}
-			return fmt.Errorf("%s on %s: %w", op, k, err)
+		if m, err = ms.SetMigMode(g.Index, enabled); err != nil {
+			return fmt.Errorf("%s: %w", op, t.inUse(g.Index, err))
 		}
 	}
 	if m.Current != enabled {
-		if err := ms.ResetGPU(k.GPU); err != nil {
-			return fmt.Errorf("%s on %s: the change is pending until a GPU reset: %w", op, k, err)
+		if err := ms.ResetGPU(g.Index); err != nil {
+			return fmt.Errorf("%s: the change is pending until a GPU reset: %w", op, t.inUse(g.Index, err))
 		}
-		if m, err = l.nv.MigMode(k.GPU); err != nil {
-			return fmt.Errorf("%s on %s: %w", op, k, err)
+		if m, err = t.nv.MigMode(g.Index); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
 		}
 		if m.Current != enabled {
-			return fmt.Errorf("%s on %s: still %+v after the GPU reset", op, k, m)
+			return fmt.Errorf("%s: still %+v after the GPU reset", op, m)
 		}
 	}
 	return nil
 }
+
+// inUse explains an ErrInUse of a mode change: GPU instances left, or
+// other processes holding the GPU.
+func (t *migTool) inUse(gpu int, err error) error {
+	if !errors.Is(err, nvml.ErrInUse) {
+		return err
+	}
+	if gis, lerr := t.nv.GPUInstances(gpu); lerr == nil && len(gis) > 0 {
+		return fmt.Errorf("%w (its %d GPU instances must be destroyed first)", err, len(gis))
+	}
+	return fmt.Errorf("%w: other NVML clients hold the GPU (DCGM or dcgm-exporter of the GPU Operator, nvidia-persistenced, a monitoring agent, a process on the host): stop them on this node, or use a MIG device of the GPU instead of the GPU whole", err)
+}
+
+func onOff(on bool) string { return map[bool]string{true: "on", false: "off"}[on] }
 
 // cached returns (*m)[k], asking fetch and keeping its answer when there
 // is none; mu guards *m, and is not held while fetch runs.
@@ -419,127 +335,42 @@ func cached[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K, fetch func() (
 
 // forgetProfiles drops what NVML said of the GPU's profiles: its MIG
 // mode changes.
-func (l *Lifecycle) forgetProfiles(gpu int) {
-	l.profMu.Lock()
-	defer l.profMu.Unlock()
-	delete(l.giProfiles, gpu)
-	for ck := range l.ciProfiles {
+func (t *migTool) forgetProfiles(gpu int) {
+	t.profMu.Lock()
+	defer t.profMu.Unlock()
+	delete(t.giProfiles, gpu)
+	for ck := range t.ciProfiles {
 		if ck.gpu == gpu {
-			delete(l.ciProfiles, ck)
+			delete(t.ciProfiles, ck)
 		}
 	}
 }
 
-func (l *Lifecycle) destroy(op string, gi nvml.GPUInstance) error {
-	k := Key{GPU: gi.GPU, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-	for _, ci := range gi.ComputeInstances {
-		if err := l.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
-			return fmt.Errorf("%s %s: %w", op, k, err)
+// profileName is the catalog name of GPU instance profile id on g ("" if
+// g has none of that ID).
+func (g *gpuInfo) profileName(id int) string {
+	if g.product == nil {
+		return ""
+	}
+	for _, pr := range g.product.Profiles {
+		if pr.ID == id {
+			return pr.Name
 		}
 	}
-	if err := l.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
-		return fmt.Errorf("%s %s: %w", op, k, err)
-	}
-	return nil
+	return ""
 }
 
-// List returns every GPU instance on every GPU in MIG mode, each marked
-// owned or static by the Owner, by GPU and placement. A GPU that cannot
-// be read is left out and its error returned, joined, with the devices of
-// the others.
-func (l *Lifecycle) List() ([]MigDevice, error) {
-	gpus, err := l.nv.GPUs()
-	if err != nil {
-		return nil, fmt.Errorf("list MIG devices: %w", err)
+// wholeOK says whether g can be served whole with MIG mode off, and why
+// not: leaving MIG mode needs a GPU reset on Ampere (A100, A30), which a
+// driver cannot do while other processes hold the GPU, and a vGPU guest
+// cannot change MIG mode at all. NVIDIA's driver offers it on Hopper and
+// later only, as this one does.
+func (g *gpuInfo) wholeOK() (bool, string) {
+	switch {
+	case g.vgpuGuest:
+		return false, "it is a vGPU guest's, which cannot change MIG mode"
+	case g.cc == "" || strings.HasPrefix(g.cc, "8.") || strings.HasPrefix(g.cc, "7."):
+		return false, fmt.Sprintf("it is %s (compute capability %s): leaving MIG mode needs a GPU reset, which needs the GPU idle of every other process; only Hopper and later GPUs are offered whole", g.Architecture, g.CUDAComputeCapability)
 	}
-	var out []MigDevice
-	var unread error
-	for _, g := range gpus {
-		if g.Err != nil {
-			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, g.Err))
-			continue
-		}
-		mode, err := l.nv.MigMode(g.Index)
-		if errors.Is(err, nvml.ErrNotSupported) || (err == nil && !mode.Current) {
-			continue
-		}
-		if err != nil {
-			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
-			continue
-		}
-		gis, err := l.nv.GPUInstances(g.Index)
-		if err != nil {
-			unread = errors.Join(unread, fmt.Errorf("list MIG devices of GPU %d: %w", g.Index, err))
-			continue
-		}
-		if len(gis) == 0 {
-			continue
-		}
-		profs, err := l.nv.GPUInstanceProfiles(g.Index)
-		if err != nil {
-			return nil, fmt.Errorf("list MIG devices: %w", err)
-		}
-		names := map[int]string{}
-		for _, p := range profs {
-			names[p.ID] = p.Name
-		}
-		for _, gi := range gis {
-			k := Key{GPU: g.Index, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-			owned, err := l.owner.Owns(k)
-			if err != nil {
-				return nil, fmt.Errorf("list MIG devices: check ownership of %s: %w", k, err)
-			}
-			d := MigDevice{Key: k, Profile: names[gi.ProfileID], GPUInstance: gi, Owned: owned}
-			if len(gi.ComputeInstances) > 0 {
-				d.UUID = gi.ComputeInstances[0].UUID
-			}
-			out = append(out, d)
-		}
-	}
-	return out, unread
-}
-
-// Recovery is what Recover found and did.
-type Recovery struct {
-	// Undone are the driver's half-made devices (GPU instance without a
-	// compute instance) that Recover destroyed.
-	Undone []Key `json:"undone,omitempty"`
-	// Owned are the driver's complete devices, left for the driver's
-	// checkpoint to keep or undo.
-	Owned []MigDevice `json:"owned,omitempty"`
-	// Static are the administrator's devices, complete or not, untouched.
-	Static []MigDevice `json:"static,omitempty"`
-}
-
-// Recover runs at driver start, before any Create: it destroys the
-// driver's own GPU instances that lack a compute instance (a crash between
-// the two create calls; the claim's prepare will run again) and leaves
-// everything else. A GPU that cannot be read does not stop the others'
-// recovery; its error is returned after it. It never touches a static device. Where two driver
-// processes can overlap, give both WithLockFile.
-func (l *Lifecycle) Recover() (Recovery, error) {
-	var r Recovery
-	unlock, err := l.lock("recover MIG devices")
-	if err != nil {
-		return r, err
-	}
-	defer unlock()
-	devs, unread := l.List() // the GPUs that can be read are recovered
-	for _, d := range devs {
-		switch {
-		case d.Static():
-			r.Static = append(r.Static, d)
-		case d.Complete():
-			r.Owned = append(r.Owned, d)
-		default:
-			if err := l.destroy("recover MIG devices: undo half-made", d.GPUInstance); err != nil {
-				return r, err
-			}
-			r.Undone = append(r.Undone, d.Key)
-		}
-	}
-	if unread != nil {
-		return r, fmt.Errorf("recover MIG devices: %w", unread)
-	}
-	return r, nil
+	return true, ""
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
 // TestReadsNewerState is the downgrade's side of the state files: what a
@@ -27,36 +28,34 @@ func TestReadsNewerState(t *testing.T) {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// GPU 4 recorded static by the newer driver (this one would make it
-	// dynamic at first sight: MIG mode on, no MIG devices).
-	own := fmt.Sprintf(`{"gpus":{%q:"static",%q:"dynamic"},"formatVersion":2,"decidedBy":{"gpu-4":"admin"}}`, gpus[4].UUID, gpus[5].UUID)
-	if err := os.WriteFile(filepath.Join(state, ownershipFile), []byte(own), 0o600); err != nil {
+	// GPU 5 recorded dynamic by the newer driver, with fields this one
+	// does not know; GPU 4 is not named, so it stays the administrator's.
+	cards := fmt.Sprintf(`{"cards":{%q:"dynamic"},"formatVersion":2,"decidedBy":{%q:"admin"}}`, gpus[5].UUID, gpus[5].UUID)
+	if err := os.WriteFile(filepath.Join(state, lifecycle.CardsFile), []byte(cards), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// A MIG device on GPU 5 the newer driver made for a claim.
 	if _, err := f.sim.CreateGPUInstance(5, 19, mig.Placement{Start: 3, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
-	journal := fmt.Sprintf(`{"intents":[{"gpu":5,"gpuUUID":%q,"profileID":19,"start":3,"claims":["uid-1"],"createdAt":"2027-01-01T00:00:00Z"}],"compaction":{"every":100}}`, gpus[5].UUID)
-	if err := os.WriteFile(filepath.Join(state, "mig-intents.json"), []byte(journal), 0o600); err != nil {
+	journal := fmt.Sprintf(`{"intents":[{"card":%q,"profile":"1g.18gb","start":3,"claims":["uid-1"],"createdAt":"2027-01-01T00:00:00Z"}],"compaction":{"every":100}}`, gpus[5].UUID)
+	if err := os.WriteFile(filepath.Join(state, lifecycle.JournalFile), []byte(journal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(f.sim, "node-1", WithStateDir(state))
+	d, err := New(f.sim, "node-1", WithStateDir(state), WithDynamicGPUs(gpus[5].UUID))
 	if err != nil {
 		t.Fatalf("a newer driver's state: %v", err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	if _, err := d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d.gpus[4].dynamic || !d.gpus[5].dynamic {
-		t.Errorf("GPU 4 dynamic %v (recorded static), GPU 5 dynamic %v (recorded dynamic)", d.gpus[4].dynamic, d.gpus[5].dynamic)
+	gs := d.hw()
+	if d.dynamic(&gs[4]) || !d.dynamic(&gs[5]) {
+		t.Errorf("GPU 4 dynamic %v (not named), GPU 5 dynamic %v (named and recorded dynamic)", d.dynamic(&gs[4]), d.dynamic(&gs[5]))
 	}
-	j, err := OpenJournal(filepath.Join(state, "mig-intents.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := j.Intents()
-	if err != nil || len(in) != 1 || in[0].GPU != 5 || in[0].Start != 3 || len(in[0].Claims) != 1 || in[0].Claims[0] != "uid-1" {
+	in, err := d.lc.Intents()
+	if err != nil || len(in) != 1 || in[0].Card != gpus[5].UUID || in[0].Start != 3 || len(in[0].Claims) != 1 || in[0].Claims[0] != "uid-1" {
 		t.Errorf("journal intents %+v, %v; want the claim's MIG device on GPU 5", in, err)
 	}
 }

@@ -43,7 +43,7 @@ func (f *fixture) prepared(t *testing.T, uid string, devs ...kit.AllocatedDevice
 // with the claims the runtime holds, as the runtime does at start.
 func (f *fixture) restart(t *testing.T, nv nvml.Interface, held ...kit.HeldClaim) {
 	t.Helper()
-	d, err := New(nv, "node-1", WithStateDir(filepath.Join(f.dir, "state")), WithRepublishDelay(0))
+	d, err := New(nv, "node-1", WithStateDir(filepath.Join(f.dir, "state")), WithRepublishDelay(0), f.dynamicGPUs(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestLostJournalKeepsOwnership(t *testing.T) {
 	f := newFixture(t)
 	dev := alloc("gpu-4-1g-18gb-0")
 	held := f.prepared(t, "c1", dev)
-	if err := os.Remove(filepath.Join(f.dir, "state", "mig-intents.json")); err != nil {
+	if err := os.Remove(filepath.Join(f.dir, "state", "intents.json")); err != nil {
 		t.Fatal(err)
 	}
 	f.restart(t, f.sim, held)
@@ -329,5 +329,33 @@ func TestPrepareWithdrawnDevice(t *testing.T) {
 		if err := f.d.PrepareClaim(ctx, claim("bad"), []kit.AllocatedDevice{alloc(dev)}); err == nil {
 			t.Errorf("prepare of %s, no device of this driver: succeeded", dev)
 		}
+	}
+}
+
+// A MIG device whose destroy fails at unprepare is destroyed by the
+// kubelet's next unprepare of the claim, which then succeeds: it never
+// leaks (once, the retry found nothing to do and the device stayed until
+// the driver restarted).
+func TestFailedDestroyIsRetried(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, WithRepublishDelay(0))
+	c := f.prepared(t, "a", alloc("gpu-5-1g-18gb-3"))
+	if got := instances(t, f.sim, 5); len(got) != 1 {
+		t.Fatalf("GPU 5 after the prepare: %v", got)
+	}
+	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 5, Code: nvml.ErrorUnknown}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, nil); err == nil {
+		t.Fatal("unprepare with a failing destroy succeeded")
+	}
+	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, nil); err != nil {
+		t.Fatalf("unprepare again: %v", err)
+	}
+	if got := instances(t, f.sim, 5); len(got) != 0 {
+		t.Errorf("GPU 5 after the claim was unprepared: %v, want nothing (leaked)", got)
+	}
+	if in, err := f.d.lc.Intents(); err != nil || len(in) != 0 {
+		t.Errorf("journal after the unprepare: %v, %v", in, err)
 	}
 }

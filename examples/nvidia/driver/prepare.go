@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/statefile"
 )
 
@@ -31,10 +31,11 @@ type preparedData struct {
 	GPUUUID   string         `json:"gpuUUID,omitempty"`
 	UUID      string         `json:"uuid"`
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
-	// MIG is a dynamic MIG device's key, with its GPU's UUID, or a
-	// dynamic GPU's WholeKey when the claim has it whole: what
-	// Reconcile finds the device by when the journal lost it.
-	MIG *Key `json:"mig,omitempty"`
+	// Partition is a dynamic MIG device's key in the lifecycle (its
+	// GPU by UUID), or a dynamic GPU's lifecycle.WholeCard when the claim
+	// has it whole: what Reconcile finds the device by when the journal
+	// lost it, whatever the GPU's NVML index is then.
+	Partition *lifecycle.Key `json:"partition,omitempty"`
 }
 
 // ClaimDevice is one device in a claim's devices file.
@@ -71,146 +72,55 @@ type ClaimFile struct {
 
 // PrepareClaim runs after the runtime recorded the claim's intent: it
 // checks the opaque configuration of every device (nothing is made for a
-// claim that cannot be prepared) and makes the claim's dynamic devices,
-// each after recording in the MIG journal that the claim holds it
-// (Journal.HoldUnless, keyed by the GPU's UUID), so that a crash at any
-// point is undone: by UnprepareClaim when the runtime undoes the half-way
-// claim, and by Lifecycle.Recover and Reconcile at the next start.
+// claim that cannot be prepared) and refuses a device of a lost GPU, then
+// hands the claim to the MIG devices' lifecycle
+// (lifecycle.Manager.PrepareClaim), which records in its journal that
+// the claim holds each dynamic device (by the GPU's UUID) before it makes
+// it, so that a crash at any point is undone: by UnprepareClaim when the
+// runtime undoes the half-way claim, and by Reconcile at the next start.
 //
-// A dynamic MIG device is created (Lifecycle.Create) on a GPU whose
-// MIG mode is turned on first if Create finds it off (a GPU that was
-// used whole).
-// A dynamic GPU claimed whole gets MIG mode off (Lifecycle.SetMode,
-// with the GPU reset an A100 needs) after the MIG devices no claim holds
-// are destroyed; it is refused while a claim holds one of its MIG devices,
-// and a MIG device is refused while a claim holds its GPU whole (the
-// scheduler never allocates both: they share the GPU's counter set; the
-// refusal covers an unprepare the kubelet has not sent yet). A device
-// allocated with admin access is never created or changed: admin access
-// changes nothing on the device.
+// A dynamic MIG device is created on a GPU whose MIG mode is turned on
+// first if it is off (a GPU that was used whole). A dynamic GPU claimed
+// whole (Hopper and later, not a vGPU guest: gpuInfo.wholeOK) gets MIG
+// mode off after the MIG devices no claim holds are destroyed; it is
+// refused while a claim holds one of its MIG devices, and a MIG device is
+// refused while a claim holds its GPU whole (the scheduler never
+// allocates both: they share the GPU's counter set; the refusal covers an
+// unprepare the kubelet has not sent yet). A mode change that other NVML
+// clients block fails the prepare with an error that says so, which the
+// kubelet shows in the pod's events. A device allocated with admin access
+// is never created or changed: admin access changes nothing on the
+// device.
 func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) error {
 	if err := d.ensureInventory(ctx); err != nil {
 		return err
 	}
-	var create, whole []Key
 	for _, dev := range devs {
 		info, ok := d.lookup(dev.Device)
 		if !ok {
-			return fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
+			return d.notOffered(dev)
 		}
 		if _, err := decodeConfig(dev, info.typ); err != nil {
 			return err
 		}
 		if ev, lost := d.health.lostEvent(info.gpu); lost {
-			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.gpus[info.gpu].UUID, ev.Time.Format(time.RFC3339))
-		}
-		switch {
-		case info.mode != ModeDynamic || dev.AdminAccess:
-		case info.typ == TypeGPU:
-			whole = append(whole, info.key)
-		default:
-			create = append(create, d.withUUID(info.key))
+			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.hw()[info.gpu].UUID, ev.Time.Format(time.RFC3339))
 		}
 	}
-	if len(create) == 0 && len(whole) == 0 {
-		return nil
-	}
-	d.migMu.Lock()
-	defer d.migMu.Unlock()
-	uid := string(claim.UID)
-	for _, k := range whole {
-		if err := d.takeWhole(ctx, k, uid); err != nil {
-			return err
-		}
-		klog.FromContext(ctx).V(2).Info("Turned MIG mode off for a whole-GPU claim", "claim", claim.ClaimRef.String(), "gpu", k.String())
-	}
-	for _, k := range create {
-		err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
-			if held := d.holders(intents, k.UUID, true); len(held) > 0 {
-				return fmt.Errorf("MIG device %s: its GPU is in use whole by claim %s; it can be sliced once that claim is unprepared", k, strings.Join(held, ", "))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		md, err := d.lifecycle.Create(k)
-		if errors.Is(err, nvml.ErrNotSupported) {
-			// MIG mode is off: the GPU was used whole last (its release
-			// could not turn MIG mode on again) or by an earlier process.
-			if err := d.lifecycle.SetMode(WholeKey(k.GPU, k.UUID), true); err != nil {
-				return err
-			}
-			md, err = d.lifecycle.Create(k)
-		}
-		if err != nil {
-			return err
-		}
-		d.remember(k, &md.GPUInstance)
-		klog.FromContext(ctx).V(2).Info("Created MIG device", "claim", claim.ClaimRef.String(), "key", k.String(), "profile", md.Profile, "uuid", md.UUID)
-	}
-	if len(create) > 0 {
-		d.changed()
-	}
-	return nil
+	return d.lc.PrepareClaim(ctx, claim, devs)
 }
 
-// holders lists the claims that hold the GPU with the UUID whole (whole)
-// or one of its MIG devices (!whole), from the journal's intents.
-func (d *Driver) holders(intents []Intent, uuid string, whole bool) []string {
-	var out []string
-	for _, in := range intents {
-		if in.Whole != whole || d.withUUIDIfMissing(in.Key).UUID != uuid {
-			continue
-		}
-		for _, c := range in.Claims {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
+// notOffered is the error for a device this driver does not offer now;
+// for a dynamic GPU whole where MIG mode cannot be left, it says why.
+func (d *Driver) notOffered(dev kit.AllocatedDevice) error {
+	if ref, err := mig.ParseDeviceName(dev.Device); err == nil && ref.Profile == "" {
+		if gpus := d.hw(); ref.GPU >= 0 && ref.GPU < len(gpus) && d.dynamic(&gpus[ref.GPU]) {
+			if ok, why := gpus[ref.GPU].wholeOK(); !ok {
+				return fmt.Errorf("device %s: dynamic MIG GPU %d is not offered whole: %s; ask for one of its MIG devices", dev.ID(), ref.GPU, why)
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
-}
-
-// takeWhole gives claim uid the dynamic GPU of k whole: the hold is
-// recorded first, then the GPU's MIG devices that no claim holds (an
-// earlier destroy that failed) are destroyed, then MIG mode is turned
-// off. Every step is idempotent; a crash between them is undone by the
-// runtime's unprepare of the half-prepared claim (release turns MIG mode
-// on again).
-func (d *Driver) takeWhole(ctx context.Context, k Key, uid string) error {
-	err := d.journal.HoldUnless(k, uid, func(intents []Intent) error {
-		if held := d.holders(intents, k.UUID, false); len(held) > 0 {
-			return fmt.Errorf("%s: MIG devices of the GPU are held by claim %s; it can be used whole once they are unprepared", k, strings.Join(held, ", "))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	m, err := d.nv.MigMode(k.GPU)
-	if err != nil {
-		return fmt.Errorf("%s: %w", k, err)
-	}
-	if m.Current {
-		gis, err := d.nv.GPUInstances(k.GPU)
-		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
-		for _, gi := range gis {
-			mk := Key{GPU: k.GPU, UUID: k.UUID, ProfileID: gi.ProfileID, Start: gi.Placement.Start}
-			if err := d.lifecycle.Destroy(mk); err != nil {
-				return err
-			}
-			d.remember(mk, nil)
-			if err := d.journal.Forget(mk); err != nil {
-				return err
-			}
-			klog.FromContext(ctx).Info("Destroyed a MIG device no claim holds before using its GPU whole", "key", mk.String())
-		}
-	}
-	return d.lifecycle.SetMode(k, false)
+	return fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 }
 
 // PrepareDevice applies the device's configuration (a full GPU's
@@ -232,10 +142,10 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	}
 	suffix := envSuffix(dev.Device)
 	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+suffix, cd.UUID)
-	data := preparedData{GPU: cd.GPU, GPUUUID: d.gpus[cd.GPU].UUID, UUID: cd.UUID}
+	data := preparedData{GPU: cd.GPU, GPUUUID: d.hw()[cd.GPU].UUID, UUID: cd.UUID}
 	if info.mode == ModeDynamic && !dev.AdminAccess {
-		k := d.withUUID(info.key) // a MIG device, or the GPU whole
-		data.MIG = &k
+		k := info.part // a MIG device, or the GPU whole
+		data.Partition = &k
 	}
 	if ts := cfg.timeSlice(); ts != "" && !dev.AdminAccess {
 		if err := d.setTimeSlice(cd.GPU, ts); err != nil {
@@ -312,8 +222,8 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 	if pd.TimeSlice != "" && pd.TimeSlice != nvml.TimeSliceDefault {
 		gpu := pd.GPU
 		if pd.GPUUUID != "" {
-			g := d.gpuByUUID(pd.GPUUUID)
-			if g == nil {
+			g, ok := d.gpuByUUID(pd.GPUUUID)
+			if !ok {
 				klog.FromContext(ctx).Info("GPU of a time-sliced device is gone; nothing to reset", "claim", claim.String(), "device", dev.Device, "gpuUUID", pd.GPUUUID)
 				return nil
 			}
@@ -325,18 +235,17 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 }
 
 // UnprepareClaim releases the claim's hold on the dynamic MIG devices
-// and whole GPUs the journal says it holds (Journal.Drop, by claim UID:
-// the devices' names are not needed, so a lost claim whose devices are
-// unknown is released too), destroys each MIG device whose last holder
-// went (Lifecycle.Destroy; the journal forgets it after, in the same
-// write as the release) and turns MIG mode on again on a GPU it held
-// whole (Lifecycle.SetMode; a failure is logged, not returned, and the
-// GPU's next MIG prepare tries again), then removes the claim's devices
-// file and republishes. A static device, or one held with admin access,
-// is never touched. It is idempotent.
+// and whole GPUs the lifecycle's journal says it holds
+// (lifecycle.Manager.UnprepareClaim, by claim UID: the devices' names are
+// not needed, so a lost claim whose devices are unknown is released too):
+// each MIG device whose last holder went is destroyed, and a GPU it held
+// whole gets MIG mode on again (a failure is logged, not returned: the
+// GPU's next MIG prepare tries again). It then removes the claim's
+// devices file. A static device, or one held with admin access, is never
+// touched. A lost GPU fails the unprepare of its own MIG devices only. It
+// is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
-	destroyed, err := d.release(ctx, claim)
-	if err != nil {
+	if err := d.lc.UnprepareClaim(ctx, claim, devs); err != nil {
 		return err
 	}
 	// Look before removing: on a read-only folder the removal of a file
@@ -347,83 +256,7 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 			return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
 		}
 	}
-	if destroyed {
-		d.changed()
-	}
 	return nil
-}
-
-// release drops the claim from the journal and destroys the devices left
-// without a holder; true when one was destroyed.
-func (d *Driver) release(ctx context.Context, claim kit.ClaimRef) (bool, error) {
-	d.migMu.Lock()
-	defer d.migMu.Unlock()
-	destroyed := false
-	_, err := d.journal.Drop(string(claim.UID), func(k Key) error {
-		at, ok := d.locate(k)
-		if ok && k.Whole {
-			// The GPU is sliced again now, while it is known idle (the
-			// kubelet unprepares after the claim's containers are gone),
-			// so the next MIG claim pays no mode change. A failure (an A100
-			// NVML cannot reset) must not keep the claim: the next MIG
-			// prepare and the next start try again.
-			if err := d.lifecycle.SetMode(at, true); err != nil {
-				klog.FromContext(ctx).Error(err, "Could not turn MIG mode on again after a whole-GPU claim; the next MIG claim on the GPU tries again", "claim", claim.String(), "gpu", at.String())
-			}
-			return nil
-		}
-		if !ok {
-			// The GPU is not on the node now (unbound, lost): its MIG
-			// devices went with it.
-			klog.FromContext(ctx).Info("MIG device's GPU is gone; forgetting it", "claim", claim.String(), "key", k.String())
-		} else if err := d.lifecycle.Destroy(at); err != nil {
-			return err
-		}
-		d.remember(at, nil)
-		destroyed = true
-		klog.FromContext(ctx).V(2).Info("Destroyed MIG device", "claim", claim.String(), "key", at.String())
-		return nil
-	})
-	return destroyed, err
-}
-
-// remember records the MIG device at k that PrepareClaim made (gi), or
-// that it is destroyed (nil), for describe. migMu must be held.
-func (d *Driver) remember(k Key, gi *nvml.GPUInstance) {
-	at := Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if gi == nil {
-		delete(d.made, at)
-		return
-	}
-	if d.made == nil {
-		d.made = map[Key]nvml.GPUInstance{}
-	}
-	d.made[at] = *gi
-}
-
-// madeDevice is the MIG device at k as PrepareClaim made it, if it has
-// not been destroyed since.
-func (d *Driver) madeDevice(k Key) (nvml.GPUInstance, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	gi, ok := d.made[Key{GPU: k.GPU, ProfileID: k.ProfileID, Start: k.Start}]
-	return gi, ok
-}
-
-// keyOf maps a MIG device name to its key; false for a full GPU or a
-// name that is not a MIG device of this node.
-func (d *Driver) keyOf(name string) (Key, bool) {
-	ref, err := mig.ParseDeviceName(name)
-	if err != nil || ref.Profile == "" || ref.GPU < 0 || ref.GPU >= len(d.gpus) || d.gpus[ref.GPU].product == nil {
-		return Key{}, false
-	}
-	pr, err := d.gpus[ref.GPU].product.Profile(ref.Profile)
-	if err != nil {
-		return Key{}, false
-	}
-	return Key{GPU: ref.GPU, ProfileID: pr.ID, Start: ref.Start}, true
 }
 
 // describe is the device as its container sees it; a dynamic MIG device
@@ -433,7 +266,7 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 	if !ok {
 		return ClaimDevice{}, info, fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
 	}
-	g := d.gpus[info.gpu]
+	g := d.hw()[info.gpu]
 	cd := ClaimDevice{Request: dev.Request, Device: dev.Device, Type: info.typ, Mode: info.mode, GPU: info.gpu, UUID: info.uuid}
 	if info.typ == TypeMIG {
 		pr, err := g.product.Profile(info.profile)
@@ -446,18 +279,18 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 	if info.mode == ModeDynamic && info.typ == TypeMIG {
 		// The device PrepareClaim just made for this claim, or for an
 		// admin-access claim (which makes nothing) what NVML says now.
-		gi, found := d.madeDevice(info.key)
+		gi, found := d.tool.madeDevice(info.part)
 		if !found || dev.AdminAccess {
 			var err error
-			if gi, found, err = d.lifecycle.Find(info.key); err != nil {
+			if gi, found, err = d.tool.Find(info.part); err != nil {
 				return cd, info, err
 			}
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
 			if dev.AdminAccess {
-				return cd, info, fmt.Errorf("MIG device %s (%s) does not exist: admin access never creates one, and no claim holds it now", dev.Device, info.key)
+				return cd, info, fmt.Errorf("MIG device %s (%s) does not exist: admin access never creates one, and no claim holds it now", dev.Device, info.part)
 			}
-			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.key)
+			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.part)
 		}
 		cd.UUID = gi.ComputeInstances[0].UUID
 		info.gi, info.ci = gi.ID, gi.ComputeInstances[0].ID
@@ -492,7 +325,7 @@ func (d *Driver) claimDir() string { return filepath.Join(d.o.stateDir, "claims"
 // GPU and compute instance (/dev/nvidia-caps/nvidia-cap<N>, N read from
 // /proc/driver/nvidia/capabilities).
 func (d *Driver) deviceNodes(info devInfo) ([]string, error) {
-	g := d.gpus[info.gpu]
+	g := d.hw()[info.gpu]
 	nodes := []string{"/dev/nvidia" + strconv.Itoa(g.Minor)}
 	if info.typ != TypeMIG {
 		return nodes, nil

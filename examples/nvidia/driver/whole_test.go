@@ -21,6 +21,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
 // scheduler allocates claims from the driver's published slices with the
@@ -181,10 +182,12 @@ func TestWholeDynamicGPU(t *testing.T) {
 	}
 }
 
-// Whole-GPU use on an A100, whose MIG mode change waits for a GPU reset:
-// the driver resets it both ways; a crash between the mode change and
-// the reset (an injected reset failure, then a restart that holds no
-// claim) is finished at start, MIG mode on again.
+// Whole-GPU use where MIG mode cannot be left: an A100's mode change
+// waits for a GPU reset, which needs the GPU idle of every other process
+// (and a vGPU guest cannot change it at all), so such a claim would fail
+// its prepare forever. The GPU whole is not offered there, a prepare of it
+// says why, and its MIG devices serve as on any dynamic GPU. The
+// binding's reset path (a change NVML left pending) is finished at start.
 func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -194,50 +197,65 @@ func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	}
 	f := &fixture{sim: sim, state: filepath.Join(dir, "gpus.json"), dir: dir}
 	f.d = f.open(t, WithRepublishDelay(0))
-	whole := f.prepared(t, "whole", alloc("gpu-2"))
-	if m := migMode(t, sim, 2); m.Current || m.Pending {
-		t.Fatalf("A100 GPU 2 prepared whole: %+v, want MIG off (reset done)", m)
+	if _, ok := f.d.lookup("gpu-2"); ok {
+		t.Error("A100 GPU 2 is offered whole")
 	}
-	if err := f.d.UnprepareClaim(ctx, whole.ClaimRef, nil); err != nil {
+	inv, err := f.d.Inventory(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if m := migMode(t, sim, 2); !m.Current || !m.Pending {
-		t.Fatalf("A100 GPU 2 after the whole claim: %+v, want MIG on (reset done)", m)
+	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(all, " gpu-4 ") || !strings.Contains(all, " gpu-4-1g-10gb-0 ") {
+		t.Errorf("A100 dynamic GPU 4 publishes %s: want its MIG devices and not the GPU whole", all)
+	}
+	err = f.d.PrepareClaim(ctx, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")})
+	if err == nil || !strings.Contains(err.Error(), "not offered whole") || !strings.Contains(err.Error(), "GPU reset") {
+		t.Fatalf("prepare of A100 GPU 4 whole: %v, want a refusal that says why", err)
+	}
+	if m := migMode(t, sim, 4); !m.Current || !m.Pending {
+		t.Fatalf("A100 GPU 4 after the refused whole prepare: %+v, want MIG on", m)
 	}
 
-	// The reset fails: the prepare fails with the mode pending; the
-	// driver dies before the runtime undoes the claim.
-	if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultResetGPU, GPU: 2, Code: nvml.ErrorInUse}); err != nil {
+	// The binding's reset path: MIG mode off needs a reset, which fails
+	// once; the mode stays pending until a restart turns it on again.
+	k := f.dynamic[0]
+	if err := f.d.tool.SetWhole(ctx, k, true); err != nil {
 		t.Fatal(err)
 	}
-	err = f.d.PrepareClaim(ctx, claim("crashed"), []kit.AllocatedDevice{alloc("gpu-2")})
+	if m := migMode(t, sim, 4); m.Current || m.Pending {
+		t.Fatalf("A100 GPU 4 switched whole: %+v, want MIG off (reset done)", m)
+	}
+	if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultResetGPU, GPU: 4, Code: nvml.ErrorInUse}); err != nil {
+		t.Fatal(err)
+	}
+	err = f.d.tool.SetWhole(ctx, k, false)
 	if !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "pending until a GPU reset") {
-		t.Fatalf("prepare whole with a failing reset: %v", err)
+		t.Fatalf("switch back with a failing reset: %v", err)
 	}
-	if m := migMode(t, sim, 2); !m.Current || m.Pending {
-		t.Fatalf("A100 GPU 2 after the failed reset: %+v, want on now, off pending", m)
+	if m := migMode(t, sim, 4); m.Current || !m.Pending {
+		t.Fatalf("A100 GPU 4 after the failed reset: %+v, want off now, on pending", m)
 	}
-	f.restart(t, sim) // the claim's record was lost with the crash
-	if m := migMode(t, sim, 2); !m.Current || !m.Pending {
-		t.Fatalf("A100 GPU 2 after the restart: %+v, want MIG on again", m)
+	f.restart(t, sim) // no claim holds it whole
+	if m := migMode(t, sim, 4); !m.Current || !m.Pending {
+		t.Fatalf("A100 GPU 4 after the restart: %+v, want MIG on again", m)
 	}
-	f.prepared(t, "after", alloc("gpu-2-1g-10gb-0"))
-	if got := instances(t, sim, 2); len(got) != 1 {
-		t.Errorf("A100 GPU 2 after a 1g prepare: %v", got)
+	f.prepared(t, "after", alloc("gpu-4-1g-10gb-0"))
+	if got := instances(t, sim, 4); len(got) != 1 {
+		t.Errorf("A100 GPU 4 after a 1g prepare: %v", got)
 	}
 }
 
-// The simulator's MIG mode rules, as the driver meets them through
-// Lifecycle.SetMode: no change with a GPU instance (ErrInUse, the
+// The simulator's MIG mode rules, as the driver meets them through the
+// NVML binding's SetWhole: no change with a GPU instance (ErrInUse, the
 // instances named), and a whole-GPU prepare destroys the GPU's MIG
 // devices that no claim holds first.
 func TestWholeDestroysUnheldFirst(t *testing.T) {
+	ctx := context.Background()
 	f := newFixture(t, WithRepublishDelay(0))
-	k := WholeKey(5, "")
-	if _, err := f.d.lifecycle.Create(Key{GPU: 5, ProfileID: 19, Start: 0}); err != nil {
+	gpu5 := f.dynamic[1]
+	if _, err := f.d.tool.Create(ctx, lifecycle.Key{Card: gpu5, Profile: "1g.18gb", Start: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.lifecycle.SetMode(k, false); !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "must be destroyed first") {
+	if err := f.d.tool.SetWhole(ctx, gpu5, true); !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "must be destroyed first") {
 		t.Fatalf("MIG mode off with an instance: %v", err)
 	}
 	f.prepared(t, "whole", alloc("gpu-5"))
@@ -248,9 +266,12 @@ func TestWholeDestroysUnheldFirst(t *testing.T) {
 		t.Errorf("GPU 5 used whole: %+v", m)
 	}
 	// A static GPU is never changed: its full device is not offered, and
-	// the lifecycle refuses it.
-	if err := f.d.lifecycle.SetMode(WholeKey(3, ""), false); !errors.Is(err, ErrNotOwned) {
-		t.Errorf("MIG mode off on static GPU 3: %v", err)
+	// a prepare of it changes nothing.
+	if err := f.d.PrepareClaim(ctx, claim("static"), []kit.AllocatedDevice{alloc("gpu-3")}); err == nil {
+		t.Errorf("MIG mode off on static GPU 3: prepared")
+	}
+	if m := migMode(t, f.sim, 3); !m.Current {
+		t.Errorf("static GPU 3 after a prepare of it whole: %+v", m)
 	}
 	if _, ok := f.d.lookup("gpu-3"); ok {
 		t.Error("static GPU 3 is offered whole")
@@ -302,11 +323,5 @@ func TestRepublishInterval(t *testing.T) {
 	case <-f.d.kick:
 		t.Fatal("a change within the republish interval was republished at once")
 	case <-time.After(200 * time.Millisecond):
-	}
-	f.d.mu.Lock()
-	pending := f.d.republishing
-	f.d.mu.Unlock()
-	if !pending {
-		t.Error("no republish pending for the changes within the interval")
 	}
 }

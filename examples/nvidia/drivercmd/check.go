@@ -20,15 +20,13 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
-// recordedOwnership is the file in the state folder where the driver
-// records which GPUs are dynamic (examples/nvidia/driver's ownership).
-const recordedOwnership = "mig-gpus.json"
-
 // checkRun is one -check: the driver runs on a temporary state folder
-// (with a copy of the node's recorded GPU ownership, so that GPUs are
-// published as the running driver publishes them), a copy of the
+// (with a copy of the node's MIG lifecycle state, so that GPUs are
+// published as the running driver publishes them: without
+// -dynamic-mig-gpus, the GPUs it recorded dynamic are), a copy of the
 // simulator's state, and a read-only NVML.
 type checkRun struct {
 	node, tmp, stateDir string
@@ -51,8 +49,10 @@ func newCheck(node, dir string, nv *nvmlflag.Flags) (*checkRun, error) {
 	}
 	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state")}
 	err = os.MkdirAll(c.stateDir, 0o755)
-	if err == nil {
-		err = copyIfExists(filepath.Join(dir, recordedOwnership), filepath.Join(c.stateDir, recordedOwnership))
+	for _, f := range []string{lifecycle.CardsFile, lifecycle.JournalFile} {
+		if err == nil {
+			err = copyIfExists(filepath.Join(dir, f), filepath.Join(c.stateDir, f))
+		}
 	}
 	if err == nil && nv.Sim != "" && nv.SimState != "" {
 		sim := filepath.Join(tmp, "sim-state.json")
@@ -122,7 +122,7 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		devs, pools, sets := gpuDevices(rs, g.Index)
 		mode := noDevices(nv, g.Index)
 		if len(devs) > 0 {
-			mode = *devs[0].Attributes[nvdriver.AttrMIGMode].StringValue
+			mode = modeOf(devs[0])
 		}
 		fmt.Fprintf(w, "---\n# GPU %d: %s %s at %s, minor %d: %s, %d devices\n", g.Index, g.ProductName, g.UUID, g.PCIBusID, g.Minor, mode, len(devs))
 		doc := map[string]any{"devices": devs}
@@ -135,7 +135,7 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		}
 		fmt.Fprintf(w, "%s", b)
 		i := slices.IndexFunc(devs, func(dev resourceapi.Device) bool {
-			return *dev.Attributes[nvdriver.AttrMIGMode].StringValue != nvdriver.ModeDynamic
+			return modeOf(dev) != nvdriver.ModeDynamic
 		})
 		if i < 0 {
 			if len(devs) > 0 {
@@ -152,6 +152,15 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		fmt.Fprintf(w, "# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s", devs[i].Name, spec)
 	}
 	return errors.Join(errs...)
+}
+
+// modeOf is a device's migMode attribute; "unreadable" for a GPU
+// published from what NVML said before it failed.
+func modeOf(dev resourceapi.Device) string {
+	if a, ok := dev.Attributes[nvdriver.AttrMIGMode]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return "unreadable (published tainted until it answers)"
 }
 
 // noDevices says why GPU index has no devices.
@@ -214,4 +223,20 @@ func (c *checkRun) spec(ctx context.Context, specs *cdi.Writer, d *nvdriver.Driv
 		return nil, err
 	}
 	return yaml.Marshal(spec)
+}
+
+// dynamicGPUs are the GPUs the running driver recorded dynamic.
+func (c *checkRun) dynamicGPUs() ([]string, error) {
+	cards, err := lifecycle.ReadCards(c.stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	var out []string
+	for card, state := range cards {
+		if state == lifecycle.Dynamic {
+			out = append(out, card)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

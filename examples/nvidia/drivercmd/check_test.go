@@ -25,7 +25,7 @@ func TestCheck(t *testing.T) {
 	simState := filepath.Join(dir, "gpus.json")
 	var out bytes.Buffer
 	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4"},
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", "-dynamic-mig-gpus=3,4,5,6,7"},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
@@ -76,10 +76,10 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestCheckKeepsRecordedOwnership: -check publishes the GPUs as the
-// running driver decided (its mig-gpus.json in -state-dir), not afresh,
-// and leaves an existing simulator state and that record byte for byte
-// as they were.
+// TestCheckKeepsRecordedOwnership: -check without -dynamic-mig-gpus
+// publishes the GPUs as the running driver recorded them (the lifecycle's
+// cards.json in -state-dir), and leaves an existing simulator state and
+// that record byte for byte as they were.
 func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
@@ -92,13 +92,13 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// GPU 7, in MIG mode without MIG devices, would be dynamic at first
-	// sight; the record says static.
-	record := []byte(`{"gpus": {"` + gpus[6].UUID + `": "dynamic", "` + gpus[7].UUID + `": "static"}}`)
+	// GPUs 6 and 7 are both in MIG mode without MIG devices; the record
+	// says 6 is dynamic, and 7 is not named.
+	record := []byte(`{"cards": {"` + gpus[6].UUID + `": "dynamic"}}`)
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(stateDir, "mig-gpus.json"), record, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(stateDir, "cards.json"), record, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	simBefore, err := os.ReadFile(simState)
@@ -121,10 +121,10 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	if b, err := os.ReadFile(simState); err != nil || !bytes.Equal(b, simBefore) {
 		t.Errorf("the simulator's state changed (%v)", err)
 	}
-	if b, err := os.ReadFile(filepath.Join(stateDir, "mig-gpus.json")); err != nil || !bytes.Equal(b, record) {
+	if b, err := os.ReadFile(filepath.Join(stateDir, "cards.json")); err != nil || !bytes.Equal(b, record) {
 		t.Errorf("the recorded ownership changed: %s (%v)", b, err)
 	}
 	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) != 1 {
-		t.Errorf("the state folder holds %v (%v), want only mig-gpus.json", ents, err)
+		t.Errorf("the state folder holds %v (%v), want only cards.json", ents, err)
 	}
 }

@@ -107,7 +107,7 @@ func Run(args []string, opts ...Option) error {
 	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
 	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
 	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
-	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated; "none" for none) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Recorded in the state folder; when unset, the recorded decision stands and a GPU seen for the first time is dynamic when it is in MIG mode without MIG devices`)
+	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Empty (the default) or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices as they are, never changed. Recorded in the state folder: a GPU dropped from the list while claims hold MIG devices on it is drained (they stay until their claims are unprepared; the MIG devices the driver did not make are never touched). With -check and no value, the GPUs the running driver recorded dynamic`)
 	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
 	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
@@ -195,10 +195,14 @@ func Run(args []string, opts ...Option) error {
 	if *full {
 		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
-	switch *dynamicGPUs {
-	case "":
-	case "none":
-		dopts = append(dopts, nvdriver.WithDynamicGPUs())
+	switch {
+	case *dynamicGPUs == "" && chk != nil:
+		recorded, err := chk.dynamicGPUs()
+		if err != nil {
+			return err
+		}
+		dopts = append(dopts, nvdriver.WithDynamicGPUs(recorded...))
+	case *dynamicGPUs == "" || *dynamicGPUs == "none":
 	default:
 		dopts = append(dopts, nvdriver.WithDynamicGPUs(strings.Split(*dynamicGPUs, ",")...))
 	}
@@ -213,6 +217,7 @@ func Run(args []string, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	defer d.Close()
 	if chk != nil {
 		return chk.print(context.Background(), o.out, backend, d, root)
 	}

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // simArgs are the README's simulated DGX H200 flags for a state file.
 func simArgs(state string) []string {
 	return []string{
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7",
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7", "-dynamic-mig-gpus=4,5,6,7",
 		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
 	}
 }
@@ -480,7 +480,7 @@ func TestDriver(t *testing.T) {
 		dev := runPod("lost-journal")
 		ref, _ := mig.ParseDeviceName(dev)
 		drv.kill()
-		if err := os.Remove(filepath.Join(plugin, "nvidia", "mig-intents.json")); err != nil {
+		if err := os.Remove(filepath.Join(plugin, "nvidia", "intents.json")); err != nil {
 			t.Fatal(err)
 		}
 		drv = startDriver(ctx, t, env, state)
@@ -516,6 +516,46 @@ func TestDriver(t *testing.T) {
 			t.Errorf("MIG instances after the checkpoint was wiped: %v, want the unheld device destroyed", inst)
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
+	})
+	t.Run("lost-CDI-folder", func(t *testing.T) {
+		// The CDI folder deleted under a running pod with a dynamic MIG
+		// device, then the driver restarted (issue 35: the restart undid
+		// the claim and destroyed the MIG device the pod used). The
+		// claim stays prepared, its MIG device is kept, and its spec is
+		// written again, so a second pod on the claim runs on the same
+		// device.
+		drv.kill() // the first one's, when only this subtest runs
+		drv = startDriver(ctx, t, env, state)
+		createClaim(ctx, t, env, "cdi-lost", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-user", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(ctx, t, env, "cdi-lost-user")
+		before := migInstances(t, sim)
+		first := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-user"))
+		if len(before) != 1 || len(first) != 1 {
+			t.Fatalf("MIG instances %v and device UUIDs %v while cdi-lost-user runs, want one each", before, first)
+		}
+		if err := os.RemoveAll(env.CDIDir); err != nil {
+			t.Fatal(err)
+		}
+		drv.kill()
+		drv = startDriver(ctx, t, env, state)
+		if after := migInstances(t, sim); !slices.Equal(after, before) {
+			t.Fatalf("MIG instances after the restart: %v, want %v (the running pod's kept)", after, before)
+		}
+		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-second", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitRunning(ctx, t, env, "cdi-lost-second")
+		if second := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-second")); !slices.Equal(second, first) {
+			t.Errorf("the second pod on the claim got %v, want the first's %v", second, first)
+		}
+		deletePod(ctx, t, env, "cdi-lost-user")
+		deletePod(ctx, t, env, "cdi-lost-second")
+		poll(ctx, t, "MIG device destroyed after both pods", func(ctx context.Context) (bool, error) {
+			return len(migInstances(t, sim)) == 0, nil
+		})
 	})
 	// Each starts its own driver (the previous subtest's cleanup killed
 	// the one it had started; the first one is killed when only these run).

@@ -1,0 +1,327 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/statefile"
+)
+
+// KeyFunc names the partition an allocated device is, from the device
+// and, for a device the runtime holds, the Data its PrepareDevice
+// returned (nil at prepare). ok is false for a device that is no
+// partition and no card used whole. A key for a card that is not
+// [Dynamic] is ignored, so a vendor whose names are the same for an
+// administrator's partitions and its own may return keys for both: the
+// lifecycle then knows which partition a claim holds on a card that an
+// administrator names dynamic later. Prefer the card's stable identity
+// recorded in data over one derived from a name with an index in it.
+type KeyFunc func(dev driver.AllocatedDevice, data json.RawMessage) (key Key, ok bool)
+
+// Manager runs the lifecycle of the partitions made at prepare on the
+// cards an administrator named dynamic, crash-safely, on a [Tool]:
+//
+//   - before a partition is made, the intent journal records that the
+//     claim holds it (durably, see [WithoutFsync]); a partition is
+//     destroyed only after its last holder was released, and the intent
+//     is forgotten only after the destroy, so that a process killed at
+//     any point leaves every partition that may exist recorded;
+//   - which cards are dynamic is the administrator's word
+//     ([WithDynamicCards]), recorded in the state folder; it is never
+//     inferred from what a card holds (see [CardState] for a card that
+//     is no longer named);
+//   - at start, [Manager.Reconcile] makes the dynamic cards match the
+//     claims the runtime holds: what a held claim names is kept (and
+//     recorded, also when the journal was lost), what none names is
+//     destroyed, partitions made in part included;
+//   - a device allocated with admin access is never created, destroyed
+//     or switched: admin access changes nothing on the device;
+//   - one process per state folder ([ErrStateInUse]);
+//   - the work on one card never waits for another card: a card that is
+//     lost (its tool calls fail or hang) fails the prepares and releases
+//     of its own partitions only;
+//   - every change is followed by one republish, coalesced under churn
+//     ([WithRepublish]).
+//
+// It is a [driver.ClaimPreparer] and a [driver.Reconciler]: a vendor's
+// preparer calls PrepareClaim, UnprepareClaim and Reconcile from its own
+// (or embeds the Manager) and hands its containers the partitions that
+// [Manager.Made] returns. Its methods are safe for concurrent use.
+type Manager struct {
+	dir     string
+	tool    Tool
+	keyOf   KeyFunc
+	o       options
+	folder  *folder
+	journal journal
+	rep     republisher
+
+	mu     sync.Mutex
+	states map[string]CardState
+	made   map[Key]Partition
+	closed bool
+}
+
+var (
+	_ driver.ClaimPreparer = (*Manager)(nil)
+	_ driver.Reconciler    = (*Manager)(nil)
+)
+
+// Option configures [Open].
+type Option func(*options) error
+
+type options struct {
+	dynamic     []string
+	volatile    bool
+	shared      bool
+	notify      func()
+	delay       time.Duration
+	interval    time.Duration
+	writeOption []statefile.WriteOption
+	cardTimeout time.Duration
+}
+
+// WithDynamicCards names the cards (by their stable identity, as in
+// [Key.Card]) whose partitions the lifecycle owns: it makes them at
+// prepare and destroys, at start, every one on them that no held claim
+// names, whoever made it. Naming a card hands it over: name only cards
+// whose partitions nobody else needs. Without this option no card is
+// dynamic, and every card the lifecycle made partitions on before is
+// drained ([Draining]). The list is recorded in the state folder.
+func WithDynamicCards(cards ...string) Option {
+	return func(o *options) error {
+		for _, c := range cards {
+			if c == "" {
+				return errors.New("dynamic card: empty name")
+			}
+		}
+		o.dynamic = slices.Clone(cards)
+		return nil
+	}
+}
+
+// WithoutFsync makes the journal's changes survive a killed process but
+// not a power loss (they are renamed into place, not fsynced): enough
+// for partitions that a power loss destroys too (a reset card comes up
+// without them), and it saves two fsyncs per prepare and per release.
+func WithoutFsync() Option {
+	return func(o *options) error { o.volatile = true; return nil }
+}
+
+// WithSharedState lets the processes of a rolling update
+// ([driver.WithRollingUpdate]) share the state folder: each takes its
+// instance lock shared, so that any other process is still refused, and
+// every card's work is serialized between them by a lock file per card.
+// The runtime serializes their prepares, unprepares and reconciles.
+func WithSharedState() Option {
+	return func(o *options) error { o.shared = true; return nil }
+}
+
+// DefaultRepublishDelay is how long after a partition was made or
+// destroyed notify runs (see [WithRepublish]).
+const DefaultRepublishDelay = 100 * time.Millisecond
+
+// DefaultRepublishInterval is the least time between two notifications
+// (see [WithRepublish]).
+const DefaultRepublishInterval = time.Second
+
+// WithRepublish makes the lifecycle call notify after partitions were
+// made or destroyed (and after [Manager.Changed]), so that the vendor
+// republishes its inventory: delay after the change, which then runs
+// after the prepare or unprepare that caused it has answered the kubelet,
+// and no sooner than interval after the previous notification; the
+// changes until then share one call. A republish rewrites a card's
+// ResourceSlice and reaches every watcher of slices, the scheduler
+// included: under sustained churn the interval bounds those writes (at
+// 150 prepare and unprepare cycles a second, the delay alone made ten
+// slice writes a second). Without it nothing is notified. Defaults:
+// [DefaultRepublishDelay], [DefaultRepublishInterval]; zero interval:
+// no bound beyond the delay.
+func WithRepublish(notify func(), delay, interval time.Duration) Option {
+	return func(o *options) error {
+		if notify == nil {
+			return errors.New("republish: notify is nil")
+		}
+		if delay < 0 || interval < 0 {
+			return fmt.Errorf("republish: delay %v and interval %v must not be negative", delay, interval)
+		}
+		o.notify, o.delay, o.interval = notify, delay, interval
+		return nil
+	}
+}
+
+// DefaultCardTimeout is how long [Manager.Reconcile] waits for one card
+// (see [WithCardTimeout]).
+const DefaultCardTimeout = time.Minute
+
+// WithCardTimeout sets how long [Manager.Reconcile] waits for one card's
+// tool calls (default [DefaultCardTimeout]): a card that does not answer
+// by then (lost, its calls hung) keeps its records as they are, and the
+// start goes on with the others. Its calls get a context that ends then.
+func WithCardTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("card timeout %v is not positive", d)
+		}
+		o.cardTimeout = d
+		return nil
+	}
+}
+
+// Open opens the lifecycle state in folder dir (created if missing),
+// refusing another process that has it open ([ErrStateInUse]), for the
+// partitions of tool, whose devices keyOf names. It records the card
+// states from [WithDynamicCards] and what it had recorded before (a card
+// no longer named is [Draining]). It touches no card: call
+// [Manager.Reconcile] with the claims the runtime holds before the first
+// prepare (the driver runtime does, for a preparer that implements
+// [driver.Reconciler]). A journal file that cannot be decoded is moved
+// aside (its name + ".corrupt") and a new one started, which Reconcile
+// rebuilds. Close releases the folder.
+func Open(dir string, tool Tool, keyOf KeyFunc, opts ...Option) (*Manager, error) {
+	o := options{delay: DefaultRepublishDelay, interval: DefaultRepublishInterval, cardTimeout: DefaultCardTimeout}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("open partition lifecycle: %w", err)
+		}
+	}
+	switch {
+	case dir == "":
+		return nil, errors.New("open partition lifecycle: state folder is empty")
+	case tool == nil || keyOf == nil:
+		return nil, errors.New("open partition lifecycle: a tool and a key function are required")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open partition lifecycle: %w", err)
+	}
+	f, err := acquireFolder(dir, o.shared)
+	if err != nil {
+		return nil, fmt.Errorf("open partition lifecycle: %w", err)
+	}
+	m := &Manager{dir: dir, tool: tool, keyOf: keyOf, o: o, folder: f, made: map[Key]Partition{}}
+	m.journal = journal{file: statefile.Document{Path: filepath.Join(dir, JournalFile), Volatile: o.volatile}}
+	m.rep = republisher{notify: o.notify, delay: o.delay, interval: o.interval}
+	if !o.volatile {
+		m.o.writeOption = []statefile.WriteOption{statefile.Durable()}
+	}
+	if err := m.start(); err != nil {
+		_ = f.release()
+		return nil, fmt.Errorf("open partition lifecycle: %w", err)
+	}
+	return m, nil
+}
+
+// start reads the journal (moving a corrupt one aside) and the card
+// record, and records the card states.
+func (m *Manager) start() error {
+	logger := klog.Background()
+	intents, err := m.journal.intents()
+	if errors.Is(err, ErrCorruptJournal) {
+		aside := m.journal.file.Path + ".corrupt"
+		if rerr := os.Rename(m.journal.file.Path, aside); rerr != nil {
+			return errors.Join(err, fmt.Errorf("move the corrupt journal aside: %w", rerr))
+		}
+		logger.Error(err, "Moved the corrupt partition intent journal aside; Reconcile rebuilds it from the cards and the claims the runtime holds", "movedTo", aside)
+		intents, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	recorded, err := readCards(m.dir)
+	if errors.Is(err, errCorruptCards) {
+		// What it said is the administrator's list, given again, and
+		// the cards to drain, which the journal names too.
+		logger.Error(err, "Ignoring the corrupt card record; the cards the journal names are drained")
+		recorded, err = map[string]CardState{}, nil
+	}
+	if err != nil {
+		return err
+	}
+	m.states = decideCards(m.o.dynamic, recorded, intents)
+	if maps.Equal(m.states, recorded) {
+		return nil
+	}
+	for _, c := range sortedCards(m.states) {
+		if recorded[c] != m.states[c] {
+			logger.Info("Card state", "card", c, "state", m.states[c], "was", recorded[c])
+		}
+	}
+	return writeCards(m.dir, m.states, m.o.writeOption...)
+}
+
+// Close releases the state folder. A Manager must not be used after.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.folder.release()
+}
+
+// State is how the lifecycle treats card now.
+func (m *Manager) State(card string) CardState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.states[card]
+}
+
+// Owns reports whether the partition at k is the lifecycle's: every
+// partition on a [Dynamic] card, and on a [Draining] card one the
+// journal records. A vendor publishes the others of a card that is not
+// dynamic as the administrator's, and never the lifecycle's on a
+// draining card (they are being given back).
+func (m *Manager) Owns(k Key) (bool, error) {
+	switch m.State(k.Card) {
+	case Dynamic:
+		return true, nil
+	case Draining:
+		intents, err := m.journal.intents()
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(intents, func(in Intent) bool { return in.Key == k }), nil
+	}
+	return false, nil
+}
+
+// Intents returns the intent journal's records, by key.
+func (m *Manager) Intents() ([]Intent, error) { return m.journal.intents() }
+
+// Made returns the partition at k as this process's PrepareClaim made
+// (or found) it, if it has not been destroyed since: what a preparer
+// hands the claim's containers without asking its tool again.
+func (m *Manager) Made(k Key) (Partition, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.made[k]
+	return p, ok
+}
+
+func (m *Manager) remember(p Partition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.made[p.Key] = p
+}
+
+func (m *Manager) forget(k Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.made, k)
+}
+
+// Changed schedules a republish (see [WithRepublish]) for a change the
+// lifecycle did not make (a card hot-plugged, found lost or recovered),
+// shared with the republish of the lifecycle's own changes.
+func (m *Manager) Changed() { m.rep.changed() }

@@ -1,0 +1,227 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/driver"
+)
+
+// ErrCardBusy is wrapped by [Manager.PrepareClaim]'s error for a card
+// wanted whole while a claim holds one of its partitions, or a
+// partition wanted while a claim holds its card whole. The scheduler
+// never allocates both (they share the card's counters); the refusal
+// covers a new claim prepared before the old one is unprepared.
+var ErrCardBusy = errors.New("card is in use")
+
+// faultHook is nil except in this package's test binary, which sets it
+// to kill the process at a step (see fault).
+var faultHook func(point string)
+
+func fault(point string) {
+	if faultHook != nil {
+		faultHook(point)
+	}
+}
+
+// PrepareClaim makes the claim's partitions on dynamic cards: for each
+// device that keyOf names on a [Dynamic] card, the journal records that
+// the claim holds it, then the tool makes it ([Tool.Create]; on a card
+// left in whole mode it switches the card back first). A card wanted
+// whole ([WholeCard]) is recorded as held, its partitions that no claim
+// holds are destroyed, and it is switched to whole mode. A device with
+// admin access, one that is no partition, or one on a card that is not
+// dynamic is left alone (nothing is made for it). The cards are worked
+// on in order, each one at a time.
+//
+// A failed PrepareClaim leaves nothing of the claim: what it holds is
+// released and destroyed again; what cannot be destroyed stays recorded
+// as the claim's, and the claim's next release (the runtime's rollback
+// calls UnprepareClaim) or the next start destroys it. Repeating it for
+// a prepared claim changes nothing (Create is idempotent).
+func (m *Manager) PrepareClaim(ctx context.Context, claim driver.Claim, devs []driver.AllocatedDevice) error {
+	keys, err := m.wanted(devs)
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	uid := string(claim.UID)
+	var cards []string
+	for _, k := range keys {
+		if !slices.Contains(cards, k.Card) {
+			cards = append(cards, k.Card)
+		}
+	}
+	unlock, err := m.lockCards(ctx, cards)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	made := false
+	for _, k := range keys {
+		if k.Whole {
+			err = m.takeWhole(ctx, k, uid)
+		} else {
+			var p Partition
+			if p, err = m.create(ctx, k, uid); err == nil {
+				m.remember(p)
+				made = true
+				klog.FromContext(ctx).V(2).Info("Made partition", "claim", claim.ClaimRef.String(), "key", k.String(), "id", p.ID)
+			}
+		}
+		if err != nil {
+			if rerr := m.release(ctx, uid, cards); rerr != nil {
+				err = fmt.Errorf("%w (undo: %v)", err, rerr)
+			}
+			made = true // something may have been made and destroyed
+			break
+		}
+	}
+	if made {
+		m.rep.changed()
+	}
+	return err
+}
+
+// wanted is the keys of the devices whose partitions the lifecycle
+// makes: neither admin access nor a card that is not dynamic; sorted by
+// card, a whole card before its partitions, each key once.
+func (m *Manager) wanted(devs []driver.AllocatedDevice) ([]Key, error) {
+	var keys []Key
+	for _, dev := range devs {
+		if dev.AdminAccess {
+			continue // admin access changes nothing on a device
+		}
+		k, ok := m.keyOf(dev, nil)
+		if !ok {
+			continue
+		}
+		if err := k.check(); err != nil {
+			return nil, fmt.Errorf("device %s: %w", dev.ID(), err)
+		}
+		if m.State(k.Card) != Dynamic || slices.Contains(keys, k) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys, nil
+}
+
+// lockCards takes the locks of cards in order (sorting cards).
+func (m *Manager) lockCards(ctx context.Context, cards []string) (func(), error) {
+	slices.Sort(cards)
+	var unlocks []func()
+	unlock := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	for _, c := range cards {
+		u, err := m.folder.lockCard(ctx, c)
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return unlock, nil
+}
+
+// holdersOn lists the claims that hold card whole (whole) or one of its
+// partitions (!whole).
+func holdersOn(intents []Intent, card string, whole bool) []string {
+	var out []string
+	for _, in := range intents {
+		if in.Card == card && in.Whole == whole {
+			out = append(out, in.Claims...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// create records that claim uid holds k, then makes it. Card k.Card's
+// lock is held.
+func (m *Manager) create(ctx context.Context, k Key, uid string) (Partition, error) {
+	err := m.journal.hold(k, uid, func(in []Intent) error {
+		if held := holdersOn(in, k.Card, true); len(held) > 0 {
+			return fmt.Errorf("%s: %w whole by claim %s; it can be partitioned once that claim is unprepared", k, ErrCardBusy, strings.Join(held, ", "))
+		}
+		return nil
+	})
+	if errors.Is(err, ErrCardBusy) {
+		return Partition{}, err
+	}
+	if err != nil {
+		return Partition{}, fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
+	}
+	fault("prepare/held")
+	p, err := m.tool.Create(ctx, k)
+	if sw, ok := m.tool.(WholeSwitcher); ok && errors.Is(err, ErrWholeMode) {
+		// Used whole last, and its release could not switch it back.
+		if err := sw.SetWhole(ctx, k.Card, false); err != nil {
+			return Partition{}, fmt.Errorf("create %s: switch the card from whole mode: %w", k, err)
+		}
+		p, err = m.tool.Create(ctx, k)
+	}
+	if err != nil {
+		return Partition{}, fmt.Errorf("create %s: %w", k, err)
+	}
+	if p.Key != k || !p.Complete {
+		return Partition{}, fmt.Errorf("create %s: the tool returned %+v, not the complete partition at the key", k, p)
+	}
+	fault("prepare/created")
+	return p, nil
+}
+
+// takeWhole gives claim uid card k.Card whole: the hold is recorded,
+// the card's partitions that no claim holds (a destroy that failed) are
+// destroyed, and the card is switched to whole mode. Card k.Card's lock
+// is held. Each step is idempotent.
+func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
+	sw, ok := m.tool.(WholeSwitcher)
+	if !ok {
+		return fmt.Errorf("%s: the partition tool cannot switch a card to whole mode", k)
+	}
+	err := m.journal.hold(k, uid, func(in []Intent) error {
+		if held := holdersOn(in, k.Card, false); len(held) > 0 {
+			return fmt.Errorf("%s: %w: partitions of the card are held by claim %s; it can be used whole once they are unprepared", k, ErrCardBusy, strings.Join(held, ", "))
+		}
+		return nil
+	})
+	if errors.Is(err, ErrCardBusy) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
+	}
+	fault("whole/held")
+	parts, err := m.tool.List(ctx, k.Card)
+	if err != nil {
+		return fmt.Errorf("%s: list its partitions: %w", k, err)
+	}
+	var gone []Key
+	for _, p := range parts {
+		// No claim holds one (the hold above refused otherwise): a
+		// destroy that failed earlier.
+		if err := m.tool.Destroy(ctx, p.Key); err != nil {
+			return fmt.Errorf("%s: destroy %s, which no claim holds: %w", k, p.Key, err)
+		}
+		m.forget(p.Key)
+		gone = append(gone, p.Key)
+		klog.FromContext(ctx).Info("Destroyed a partition no claim holds before using its card whole", "key", p.Key.String())
+	}
+	if err := m.journal.settle("", gone, nil); err != nil {
+		return fmt.Errorf("%s: %w", k, err)
+	}
+	if err := sw.SetWhole(ctx, k.Card, true); err != nil {
+		return fmt.Errorf("%s: switch to whole mode: %w", k, err)
+	}
+	fault("whole/switched")
+	return nil
+}
