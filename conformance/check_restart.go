@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // restarted is the state of the restart fixture: two claims prepared
@@ -144,8 +146,8 @@ func (r *runner) checkStillPrepared(ctx context.Context) outcome {
 // generation of each pool in slices.
 func (r *runner) publishedIn(slices []*resourceapi.ResourceSlice) []devRef {
 	var out []devRef
-	for _, p := range pools(slices) {
-		for _, sl := range p.current {
+	for _, p := range slicepool.Group(slices) {
+		for _, sl := range p.Slices {
 			for i := range sl.Spec.Devices {
 				if r.deviceRelevant(sl, &sl.Spec.Devices[i]) {
 					out = append(out, devRef{sl.Spec.Pool.Name, sl.Spec.Devices[i].Name})

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // sliceFilter reports whether a slice is relevant for the node.
@@ -41,14 +43,6 @@ func (r *runner) deviceRelevant(sl *resourceapi.ResourceSlice, d *resourceapi.De
 	return err == nil && ok
 }
 
-// poolState summarizes the slices of one pool.
-type poolState struct {
-	generation int64
-	want       int64
-	current    []*resourceapi.ResourceSlice
-	counts     map[int64]bool
-}
-
 func (r *runner) listSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
 	list, err := r.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.driver", r.cfg.DriverName).String(),
@@ -63,38 +57,6 @@ func (r *runner) listSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, 
 		}
 	}
 	return out, nil
-}
-
-func pools(slices []*resourceapi.ResourceSlice) map[string]*poolState {
-	ps := map[string]*poolState{}
-	for _, sl := range slices {
-		p := ps[sl.Spec.Pool.Name]
-		if p == nil {
-			p = &poolState{counts: map[int64]bool{}}
-			ps[sl.Spec.Pool.Name] = p
-		}
-		switch {
-		case sl.Spec.Pool.Generation > p.generation:
-			p.generation, p.current, p.counts = sl.Spec.Pool.Generation, nil, map[int64]bool{}
-			fallthrough
-		case sl.Spec.Pool.Generation == p.generation:
-			p.current = append(p.current, sl)
-			p.counts[sl.Spec.Pool.ResourceSliceCount] = true
-			p.want = sl.Spec.Pool.ResourceSliceCount
-		}
-	}
-	return ps
-}
-
-func incomplete(ps map[string]*poolState) []string {
-	var out []string
-	for name, p := range ps {
-		if int64(len(p.current)) != p.want || len(p.counts) != 1 {
-			out = append(out, fmt.Sprintf("pool %q generation %d has %d slices, resourceSliceCount says %d", name, p.generation, len(p.current), p.want))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 var (
@@ -162,8 +124,8 @@ func (r *runner) setupSlices(ctx context.Context) error {
 		if err != nil {
 			return unable("%v", err)
 		}
-		ps := pools(slices)
-		last := incomplete(ps)
+		ps := slicepool.Group(slices)
+		last := slicepool.Incomplete(ps)
 		if len(slices) > 0 && len(last) == 0 {
 			r.useSlices(ps)
 			return nil
@@ -185,12 +147,12 @@ func (r *runner) checkSlicesPublished(ctx context.Context) outcome {
 	if o := r.judge(ctx, fxSlices); o != nil {
 		return *o
 	}
-	return pass("%d slices in %d pools with %d devices", len(r.slices), len(pools(r.slices)), len(r.devices))
+	return pass("%d slices in %d pools with %d devices", len(r.slices), len(slicepool.Group(r.slices)), len(r.devices))
 }
 
 func (r *runner) checkSlicesPools(context.Context) outcome {
 	var f failures
-	for _, msg := range incomplete(pools(r.slices)) {
+	for _, msg := range slicepool.Incomplete(slicepool.Group(r.slices)) {
 		f.add("%s", msg)
 	}
 	devs := map[devRef]string{}
@@ -211,7 +173,7 @@ func (r *runner) checkSlicesPools(context.Context) outcome {
 			sets[k] = sl.Name
 		}
 	}
-	return f.outcome("%d pools consistent, %d unique devices", len(pools(r.slices)), len(devs))
+	return f.outcome("%d pools consistent, %d unique devices", len(slicepool.Group(r.slices)), len(devs))
 }
 
 func (r *runner) checkSlicesStandardAttributes(context.Context) outcome {
@@ -274,7 +236,7 @@ func (r *runner) checkSlicesCounters(context.Context) outcome {
 }
 
 // useSlices keeps the newest generation of each pool and indexes devices.
-func (r *runner) useSlices(ps map[string]*poolState) {
+func (r *runner) useSlices(ps map[string]*slicepool.Pool) {
 	r.slices = nil
 	r.devices = nil
 	r.deviceObj = map[devRef]*resourceapi.Device{}
@@ -284,7 +246,7 @@ func (r *runner) useSlices(ps map[string]*poolState) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		cur := ps[n].current
+		cur := ps[n].Slices
 		sort.Slice(cur, func(i, j int) bool { return cur[i].Name < cur[j].Name })
 		for _, sl := range cur {
 			r.slices = append(r.slices, sl)
@@ -299,7 +261,7 @@ func (r *runner) useSlices(ps map[string]*poolState) {
 			}
 		}
 	}
-	r.sched.slices = r.slices
+	r.sched.setSlices(r.slices)
 }
 
 // publishedSoon returns those of devs that the driver's slices for this

@@ -341,7 +341,7 @@ func (r *runner) start(ctx context.Context) error {
 		classes:  classLister{classes: classes},
 		consumer: consumerRef(r.consumer),
 		celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
-		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
+		inUse:    map[types.UID]*resourceapi.ResourceClaim{},
 		prefix:   "c" + suffix,
 	}
 	// The kubelet creates its plugin registry when it starts; a driver
