@@ -81,6 +81,7 @@ func (r *runner) setupRestart(ctx context.Context) error {
 	if slices, err := r.listSlices(ctx); err == nil {
 		rs.published = r.publishedIn(slices)
 	}
+	gens := r.generations()
 	if err := r.restartDriver(ctx); err != nil {
 		r.gone = fmt.Errorf("%w: %v", errDriverGone, err)
 		r.report.Aborted = r.gone.Error() + r.logLines()
@@ -91,7 +92,10 @@ func (r *runner) setupRestart(ctx context.Context) error {
 		r.report.Aborted = r.gone.Error() + r.logLines()
 		return broken("after kill -9 and restart: %v%s", err, r.logLines())
 	}
-	rs.registered = time.Now()
+	rs.registered = r.registered
+	// From now on the suite allocates from what the new process
+	// publishes, as the scheduler would.
+	r.rereadSlices(ctx, gens)
 	return nil
 }
 

@@ -37,6 +37,8 @@ func TestParseConformanceFlags(t *testing.T) {
 		{name: "cluster with half a driver pod", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--driver-namespace", "x"}, wantErr: "together"},
 		{name: "cluster bad pull policy", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--image-pull-policy", "Sometimes"}, wantErr: "want Never"},
 		{name: "cluster", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b"}, wantStart: []string{}},
+		{name: "cluster with a restart command", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--restart-command", "kill -9 $(pidof drv); drv &"}, wantStart: []string{}},
+		{name: "cluster with two ways to restart", args: []string{"--cluster", "--driver", "d", "--kubeconfig", "k", "--node", "n", "--image", "b", "--driver-namespace", "x", "--driver-pod-selector", "app=d", "--restart-command", "true"}, wantErr: "not both"},
 		{name: "bad feature gate", args: []string{"--driver", "d", "--registration", "/r", "--feature-gates", "DRAListTypeAttributes"}, wantErr: "want NAME=true"},
 		{name: "feature gates", args: []string{"--driver", "d", "--registration", "/r", "--feature-gates", "DRAListTypeAttributes=true, Other=false"},
 			wantStart: []string{}, wantGates: map[string]bool{"DRAListTypeAttributes": true, "Other": false}},
@@ -83,6 +85,34 @@ func TestConformanceHelp(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
+	}
+}
+
+// TestConformanceHelpModes: the help says what each mode's driver
+// arguments do where that mode is described: arguments after -- start
+// the driver in socket mode only; cluster mode restarts one with its pod
+// or --restart-command.
+func TestConformanceHelpModes(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConformanceFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	socket, cluster, gates := strings.Index(help, "Socket mode (the default)"), strings.Index(help, "Cluster mode (--cluster)"), strings.Index(help, "Feature gates:")
+	if socket < 0 || cluster < socket || gates < cluster {
+		t.Fatalf("--help lacks a socket mode, a cluster mode and a feature gates section, in that order:\n%s", help)
+	}
+	if i := strings.Index(help, "arguments after -- (or --start) start it"); i < socket || i > cluster {
+		t.Errorf("the driver command is not described under socket mode")
+	}
+	clusterPart := help[cluster:gates]
+	for _, want := range []string{"--restart-command", "--driver-pod-selector", "restart checks skip, and the verdict", "takes no driver command"} {
+		if !strings.Contains(clusterPart, want) {
+			t.Errorf("cluster mode's help lacks %q", want)
+		}
+	}
+	if !strings.Contains(help[gates:], "Without --kubeconfig the local control plane runs with them") {
+		t.Errorf("the help does not say the local control plane gets the feature gates")
 	}
 }
 
