@@ -186,7 +186,11 @@ func (r *runner) refusedSlices() string {
 		if m == "" {
 			continue
 		}
-		m = strings.ReplaceAll(m, `\"`, `"`)
+		if strings.Contains(m, `\"`) {
+			// klog's text format: unescape, and drop the quote that
+			// closes its err="..." field.
+			m = strings.TrimSuffix(strings.ReplaceAll(m, `\"`, `"`), `"`)
+		}
 		if len(m) > 600 {
 			m = m[:600] + " [...]"
 		}

@@ -288,8 +288,8 @@
 //	                    with a static device (cleanup is judged by content)
 //	pcie-root-list      pcieRoot as a list of two roots, with                 -
 //	                    Config.FeatureGates[DRAListTypeAttributes]
-//	cards               two partitionable cards, each listing its whole       skips: every-device (plain), admin-access,
-//	                    device first, then two halves; one extra claim        shared, share-id, concurrent
+//	cards               two partitionable cards, each listing its whole       skips: every-device (plain), shared,
+//	                    device first, then two halves; one extra claim        share-id, concurrent
 //	                    for one device (it fits next to the main claims,
 //	                    which take halves)
 //

@@ -141,8 +141,8 @@ var variants = []struct {
 	// main claims take halves, and the extra claim (one device) still
 	// fits next to them.
 	{"cards", []string{"-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2"}, true, map[string]conformance.Status{
-		"allocation.every-device": conformance.Skip, "allocation.admin-access": conformance.Skip,
-		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.every-device": conformance.Skip,
+		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.concurrent": conformance.Skip,
 	}},
 }
@@ -420,7 +420,8 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 	t.Run("no-room", func(t *testing.T) {
 		t.Parallel()
 		cfg, _ := config(t, c, "no-room", "", "-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2", "-health=false")
-		cfg.Only = []string{"prepare.extra-claims"}
+		// The main claims take three of the four halves.
+		cfg.Only = []string{"prepare.result-per-claim", "prepare.extra-claims"}
 		cfg.ExtraClaims = []resourceapi.ResourceClaimSpec{claimFor(2)}
 		rep, err := conformance.Run(t.Context(), cfg)
 		if err != nil {

@@ -291,7 +291,11 @@ func (r *runner) probeCrash(ctx context.Context, byProbe bool, which, why string
 		if !r.registered.IsZero() {
 			since = fmt.Sprintf(", %.1f s after the driver last registered", time.Since(r.registered).Seconds())
 		}
-		r.probeCrashes = append(r.probeCrashes, fmt.Sprintf("%s (NodeUnprepareResources for claim %s, never prepared) ended the driver%s: %s%s", which, probeClaim, since, why, r.logLines()))
+		lines := r.logLines() // the first crash's; the others' are in the log
+		if len(r.probeCrashes) > 0 {
+			lines = ""
+		}
+		r.probeCrashes = append(r.probeCrashes, fmt.Sprintf("%s (NodeUnprepareResources for claim %s, never prepared) ended the driver%s: %s%s", which, probeClaim, since, why, lines))
 	}
 	if err := r.recover(ctx, why); err != nil {
 		r.gone = err

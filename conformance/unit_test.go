@@ -650,3 +650,23 @@ func TestClusterPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedSlices: a refusal of a ResourceSlice in the driver's output
+// (klog's text format escapes the quotes) is found, the last one wins,
+// and other errors about slices are not taken for one.
+func TestRefusedSlices(t *testing.T) {
+	r := &runner{logTail: &tailBuffer{max: 1 << 12}}
+	if got := r.refusedSlices(); got != "" {
+		t.Errorf("empty output: %q", got)
+	}
+	fmt.Fprintln(r.logTail, `E1204 18:35:44.101 1 draplugin.go:1220] "Publishing failed" err="update ResourceSlice: Operation cannot be fulfilled on resourceslices.resource.k8s.io \"s\": the object has been modified"`)
+	if got := r.refusedSlices(); got != "" {
+		t.Errorf("a conflict taken for a refusal: %q", got)
+	}
+	fmt.Fprintln(r.logTail, `E1204 18:35:44.123 1 draplugin.go:1220] "ResourceSlice publishing failed" err="create ResourceSlice: ResourceSlice.resource.k8s.io \"old\" is invalid: [spec.devices[0]: x]"`)
+	fmt.Fprintln(r.logTail, `E1204 18:35:45.123 1 draplugin.go:1220] "ResourceSlice publishing failed" err="create ResourceSlice: ResourceSlice.resource.k8s.io \"n-1\" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: Invalid value: \"\": must specify one of: `+"`int`"+`]"`)
+	want := `ResourceSlice.resource.k8s.io "n-1" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: Invalid value: "": must specify one of: ` + "`int`" + `]`
+	if got := r.refusedSlices(); got != want {
+		t.Errorf("refusal:\ngot  %s\nwant %s", got, want)
+	}
+}
