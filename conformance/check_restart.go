@@ -40,7 +40,7 @@ type prepared struct {
 // clean up, restarts it and registers it again as the kubelet does.
 func (r *runner) setupRestart(ctx context.Context) error {
 	if !r.canRestart() {
-		return unable("needs a way to restart the driver: Config.StartCommand (the suite starts it) or Config.RestartDriver / RestartCommand (e.g. for a DaemonSet pod)")
+		return unable("needs a way to restart the driver: Config.StartCommand (the suite starts it; drakit conformance: the driver command after --) or Config.RestartDriver / RestartCommand (--restart-command, e.g. for a DaemonSet pod)")
 	}
 	rs := &r.restart
 	rs.before = map[*resourceapi.ResourceClaim]*prepared{}

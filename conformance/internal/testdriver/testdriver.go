@@ -6,7 +6,9 @@
 // that the kubelet accepts, so the suite must pass it.
 //
 // It is test-only: the devices are fake, preparing one writes a CDI spec
-// with an environment variable.
+// with an environment variable. Like a driver that checks allocations
+// against its inventory, it refuses to prepare a device of its own that
+// it does not publish.
 package testdriver
 
 import (
@@ -448,6 +450,11 @@ func (d *driver) resources() resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: pool}}
 }
 
+// publishes reports whether the driver publishes device dev in pool.
+func (d *driver) publishes(pool, dev string) bool {
+	return pool == d.o.NodeName && slices.Contains(d.allDevices(), dev)
+}
+
 func (d *driver) allDevices() []string {
 	out := make([]string, 0, d.o.Devices+3)
 	for i := 0; i < d.o.Devices; i++ {
@@ -558,6 +565,12 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.o.DriverName && !d.defect("other-driver") {
 			continue
+		}
+		// A device of its own that it does not publish (any more) is
+		// refused, as a driver that checks allocations against its
+		// inventory does (package driver's runtime does).
+		if r.Driver == d.o.DriverName && !d.publishes(r.Pool, r.Device) {
+			return nil, fmt.Errorf("device %s/%s is not published by this driver", r.Pool, r.Device)
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
 		if (!admin || d.defect("admin-guard")) && r.ShareID == nil && !d.defect("no-guard") {
