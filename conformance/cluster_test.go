@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,16 +88,23 @@ var clusterCases = []struct {
 }
 
 // TestCluster runs cluster mode on the local real node against the test
-// driver deployed as DaemonSets, one per case of clusterCases, side by
-// side: the correct variants get the results they should, and each
-// defect is caught by cluster mode and by socket mode run against the
-// same deployed driver, so that both modes agree. The README's test
-// command runs the cases marked ci; DRAKIT_CONFORMANCE_MATRIX=1 runs all.
+// driver deployed as DaemonSets (or host processes), one per case of
+// clusterCases, side by side: the correct variants get the results they
+// should, and each defect is caught by cluster mode and by socket mode
+// run against the same deployed driver, so that both modes agree. The
+// README's test command runs the cases marked ci;
+// DRAKIT_CONFORMANCE_MATRIX=1 runs all, DRAKIT_CONFORMANCE_CASES=a,b
+// those named.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster with a real node")
 	}
 	all := os.Getenv("DRAKIT_CONFORMANCE_MATRIX") == "1"
+	// DRAKIT_CONFORMANCE_CASES=a,b runs those cases only.
+	var only []string
+	if v := os.Getenv("DRAKIT_CONFORMANCE_CASES"); v != "" {
+		only = strings.Split(v, ",")
+	}
 	bin := buildStaticTestDriver(t)
 	c := clustertest.Start(t, cluster.WithNode())
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
@@ -109,7 +117,10 @@ func TestCluster(t *testing.T) {
 	}
 	drivers := map[string]deployed{}
 	for _, tc := range clusterCases {
-		if !tc.ci && !all {
+		switch {
+		case only != nil && !slices.Contains(only, tc.name):
+			continue
+		case only == nil && !tc.ci && !all:
 			continue
 		}
 		driver := tc.name + ".cluster.drakit.dev"

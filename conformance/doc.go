@@ -89,8 +89,9 @@
 // way to restart the driver those checks skip and the verdict says so.
 // Leftover CDI devices are judged once the pods that used them are gone
 // (the kubelet deletes a pod's object only after the driver answered the
-// unprepare of its claims), not polled for. Device health reaches the pod status where the cluster
-// has the ResourceHealthStatus feature on. With the node's CDI specs
+// unprepare of its claims), not polled for, and each is named. Device
+// health reaches the pod status where the cluster has the
+// ResourceHealthStatus feature on. With the node's CDI specs
 // readable (CDIDirs, ReadCDI) the environment is compared with what the
 // driver's CDI devices set; otherwise a device is recognized by its name
 // or an attribute value in the environment, and a check that cannot
@@ -274,8 +275,7 @@
 //	                                                                          health
 //	omit-share-id       returns no share ID (api.proto: optional)             allocation.share-id warns (SHOULD)
 //	no-request-policy   shared device without a request policy                -
-//	counters-only       every device consumes counters                        skips: every-device (plain), admin-access
-//	                                                                          (the allocator refuses), shared, share-id,
+//	counters-only       every device consumes counters                        skips: every-device (plain), shared, share-id,
 //	                                                                          concurrent, extra-claims
 //	pods-only           prepares only claims reserved for a pod on its node   -
 //	no-cdi              returns no devices, writes no CDI spec (NRI)          skips: share-id, cdi-ids-format,
@@ -345,15 +345,18 @@
 // # Run time
 //
 // Measured on a 2-core machine shared with other work, against the test
-// driver and a local control plane: a full run takes 4 to 6 s (about 1 s
-// waiting for the first ResourceSlices, 1 s for kill -9, restart and
-// registration, 1 s collecting the initial health reports, then up to the
-// devices' health check timeout, 2 s here, for health.refresh); "go test
-// ./conformance" runs 34 of them side by side (10 correct variants, 21
-// defects, 3 runner tests) in 80 s including the control plane; the 22
-// runs of the suite before these variants took 95 s, measured back to
-// back on the same machine. A driver with the kubelet's default health
-// timeout (30 s) makes health.refresh wait up to 35 s (Config.HealthWait).
+// driver and a local control plane: a full run takes 4 to 6 s on a quiet
+// machine (about 1 s waiting for the first ResourceSlices, 1 s for kill
+// -9, restart and registration, 1 s collecting the initial health
+// reports, then up to the devices' health check timeout, 2 s here, for
+// health.refresh). After a restart the suite waits up to 5 s for the new
+// process's slices (the full 5 s for a driver that republishes the same
+// slices), the wait restart.device-names made before. A driver that
+// crashes adds a restart, and those 5 s, per crash (crash-before-prepare:
+// 7 crashes). "go test ./conformance -run TestDrivers" runs 45 of them
+// side by side (13 correct variants, 28 defect runs, 4 runner tests).
+// A driver with the kubelet's default health timeout (30 s) makes
+// health.refresh wait up to 35 s (Config.HealthWait).
 //
 // # Limits
 //
@@ -363,7 +366,13 @@
 // claim UIDs in their names or file names (a driver that names them
 // otherwise is judged by every CDI device that appeared meanwhile).
 // pod.restart-device-names judges the slices once the driver's pools
-// changed generation, or 10 s after the new driver pod is ready.
+// changed generation, or 10 s after the new driver pod is ready (or the
+// restart hook returned).
+//
+// An API server's refusal of the driver's slices is read from the output
+// of a driver the suite started (client-go's message for an Invalid or
+// Forbidden ResourceSlice); for a driver it did not start,
+// slices.published says only that no complete pool came.
 //
 // The suite cannot tell a prepare that did real work from one that did
 // not: it checks what the protocol shows (answers, CDI specs, the devices

@@ -119,8 +119,8 @@ var variants = []struct {
 	}},
 	{"no-request-policy", []string{"-no-request-policy"}, true, nil},
 	{"counters-only", []string{"-devices", "0", "-shared=false"}, false, map[string]conformance.Status{
-		"allocation.every-device": conformance.Skip, "allocation.admin-access": conformance.Skip,
-		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.every-device": conformance.Skip,
+		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 	}},
 	{"pods-only", []string{"-pods-only"}, true, nil},
