@@ -92,8 +92,8 @@ var catalogue = []entry{
 	mk("prepare.cdi-inject", Must, "the CDI devices inject into an OCI spec",
 		"container runtime: applies CDI container edits to the OCI spec and fails the container when that fails",
 		(*runner).checkCDIInject, fxMain),
-	mk("prepare.cdi-env", Must, "the devices of one claim do not overwrite each other's environment variables",
-		"container runtime (tags.cncf.io/container-device-interface, ContainerEdits.Apply): a variable set by a later CDI device replaces one of the same name set by an earlier one (internal/ociedit addEnv), and the kubelet hands a container the CDI devices of all its claim's devices (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList), so the container loses the earlier device's setting",
+	mk("prepare.cdi-env", Must, "the devices of one claim, and the entries of one CDI device, do not overwrite each other's environment variables",
+		"container runtime (tags.cncf.io/container-device-interface, ContainerEdits.Apply): a variable set again, by a later CDI device or by a later entry of the same CDI device, replaces the one of the same name (internal/ociedit addEnv), and the kubelet hands a container the CDI devices of all its claim's devices (pkg/kubelet/cm/dra/claiminfo.go cdiDevicesAsList), so the container loses the earlier device's (or share's) setting. Judged on the main claims and on a claim with two shares of one device that allows multiple allocations",
 		(*runner).checkCDIEnv, fxMain),
 	mk("prepare.idempotent", Must, "repeating NodePrepareResources gives the same answer",
 		"kubeletplugin DRAPlugin contract: prepare must be idempotent (the kubelet retries after errors and restarts)",
@@ -175,6 +175,9 @@ var catalogue = []entry{
 	mk("robust.still-serving", Must, "after all of the above the driver still prepares and unprepares",
 		"kubelet (pkg/kubelet/cm/dra/manager.go): while the driver does not answer, every pod with a claim of it fails to start on the node; a well-formed request must not crash it",
 		(*runner).checkStillServing, fxNode, fxSlices),
+	mk(livenessProbeCheck, Must, "the liveness probe the suite sends after every check does not end the driver",
+		"kubelet (pkg/kubelet/cm/dra/manager.go): prepareResources checkpoints a claim before NodePrepareResources, and reconcileLoop calls NodeUnprepareResources for the claims of pods that are gone, so a driver gets unprepare calls for claims it never prepared, also right after it registered; a crashed driver fails every pod start on the node. The probe is such a call (NodeUnprepareResources for a claim never prepared); a probe that ends the driver is reported here, not against the check it followed",
+		(*runner).checkLivenessProbe),
 }
 
 func mk(id string, level Level, desc, rule string, run func(*runner, context.Context) outcome, needs ...fixture) entry {

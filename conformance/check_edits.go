@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	resourceapi "k8s.io/api/resource/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -91,14 +92,21 @@ func editsByID(cache *cdi.Cache, resp *drapbv1.NodePrepareResourcesResponse) map
 }
 
 // envCollisions returns, for the devices of one claim, every environment
-// variable that two of them set to different values: a container that
-// gets both sees only the value of the device applied last (the CDI
-// library replaces a variable of the same name). Variables set to the
-// same value by several devices (claim-wide settings) are fine.
+// variable that a container with all of them does not see as each
+// device set it: two devices that set it to different values (the CDI
+// library replaces a variable of the same name, so the container sees
+// only the value of the device applied last), and a CDI device that sets
+// it twice to different values (the later entry replaces the earlier in
+// the same way: a driver that serves two shares of one device with one
+// CDI device and writes the variable once per share). Variables set to
+// the same value by several devices (claim-wide settings) are fine.
 func envCollisions(cache *cdi.Cache, devices []*drapbv1.Device) ([]string, error) {
 	type setter struct{ dev, value string }
 	byKey := map[string][]setter{}
 	var all []string
+	// The devices (result entries) each CDI ID is returned for.
+	entries := map[string][]string{}
+	var ids []string
 	for _, d := range devices {
 		if len(d.CdiDeviceIds) == 0 {
 			continue
@@ -112,6 +120,18 @@ func envCollisions(cache *cdi.Cache, devices []*drapbv1.Device) ([]string, error
 		for k, v := range envMap(spec) {
 			byKey[k] = append(byKey[k], setter{name, v})
 		}
+		for _, id := range d.CdiDeviceIds {
+			if _, seen := entries[id]; !seen {
+				ids = append(ids, id)
+			}
+			entries[id] = append(entries[id], name)
+		}
+	}
+	var out []string
+	for _, id := range ids {
+		for _, msg := range repeatedEnv(cache, id) {
+			out = append(out, fmt.Sprintf("%s (CDI device %s, returned for %s)", msg, id, strings.Join(entries[id], ", ")))
+		}
 	}
 	// What a container with all of them gets, in the kubelet's order.
 	spec, err := injectInto(cache, all)
@@ -119,7 +139,6 @@ func envCollisions(cache *cdi.Cache, devices []*drapbv1.Device) ([]string, error
 		return nil, err
 	}
 	final := envMap(spec)
-	var out []string
 	for k, ss := range byKey {
 		var lost []string
 		for _, s := range ss {
@@ -135,6 +154,47 @@ func envCollisions(cache *cdi.Cache, devices []*drapbv1.Device) ([]string, error
 	return out, nil
 }
 
+// repeatedEnv returns, for the CDI device id, each variable that its
+// edits (those of its spec, then its own, as the CDI library applies
+// them) set more than once to different values, saying which value a
+// container sees.
+func repeatedEnv(cache *cdi.Cache, id string) []string {
+	dev := cache.GetDevice(id)
+	if dev == nil {
+		return nil
+	}
+	var env []string
+	if spec := dev.GetSpec(); spec != nil && spec.Spec != nil {
+		env = append(env, spec.ContainerEdits.Env...)
+	}
+	env = append(env, dev.ContainerEdits.Env...)
+	values := map[string][]string{}
+	var keys []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, seen := values[k]; !seen {
+			keys = append(keys, k)
+		}
+		values[k] = append(values[k], v)
+	}
+	var out []string
+	for _, k := range keys {
+		vs := values[k]
+		distinct := slices.Compact(slices.Sorted(slices.Values(vs)))
+		if len(distinct) < 2 {
+			continue
+		}
+		lost := make([]string, 0, len(vs)-1)
+		for _, v := range vs[:len(vs)-1] {
+			if v != vs[len(vs)-1] {
+				lost = append(lost, k+"="+v)
+			}
+		}
+		out = append(out, fmt.Sprintf("%s is set %d times by one CDI device; a container sees %s=%s and loses %s", k, len(vs), k, vs[len(vs)-1], strings.Join(lost, ", ")))
+	}
+	return out
+}
+
 func (r *runner) checkCDIEnv(ctx context.Context) outcome {
 	cache, _, _, why := r.mainCDI(ctx)
 	if why != "" {
@@ -143,31 +203,90 @@ func (r *runner) checkCDIEnv(ctx context.Context) outcome {
 	var f failures
 	checked := 0
 	for _, c := range r.main.claims {
-		res := r.main.resp.Claims[string(c.UID)]
-		var withIDs []*drapbv1.Device
-		for _, d := range res.GetDevices() {
-			if len(d.CdiDeviceIds) > 0 && slices.IndexFunc(d.CdiDeviceIds, func(id string) bool { return cache.GetDevice(id) == nil }) < 0 {
-				withIDs = append(withIDs, d)
-			}
+		if r.claimEnv(&f, cache, c, r.main.resp.Claims[string(c.UID)]) {
+			checked++
 		}
-		if len(withIDs) < 2 {
-			continue
-		}
+	}
+	// Two shares of one device in one claim: a driver may serve them
+	// with a CDI device each or with one for both.
+	note := ""
+	switch name, err := r.twoSharesEnv(ctx, &f); {
+	case err != nil:
+		note = fmt.Sprintf("; not checked: two shares of one device in one claim (%v)", err)
+	case name != "":
 		checked++
-		coll, err := envCollisions(cache, withIDs)
-		if err != nil {
-			f.add("claim %s: %v", c.Name, err)
-			continue
-		}
-		for _, msg := range coll {
-			f.add("claim %s: %s", c.Name, msg)
-		}
 	}
 	if checked == 0 {
-		return skip("no prepared claim has two devices with resolvable CDI IDs")
+		return skip("no prepared claim has a device with resolvable CDI IDs%s", note)
 	}
 	if len(f) > 0 {
-		f.add("give each device of a claim its own variable names (e.g. a suffix per device), or set claim-wide variables once with one value")
+		f.add("give each device (and each share of a device) of a claim its own variable names (e.g. a suffix per device), set a name once per CDI device, or set claim-wide variables once with one value")
 	}
-	return f.outcome("the devices of %d claims keep their own environment variables together", checked)
+	return f.outcome("the devices of %d claims keep their own environment variables together%s", checked, note)
+}
+
+// claimEnv checks the environment the devices of one prepared claim set
+// (res) and reports whether there was anything to check: a device whose
+// CDI IDs all resolve.
+func (r *runner) claimEnv(f *failures, cache *cdi.Cache, c *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) bool {
+	var withIDs []*drapbv1.Device
+	for _, d := range res.GetDevices() {
+		if len(d.CdiDeviceIds) > 0 && slices.IndexFunc(d.CdiDeviceIds, func(id string) bool { return cache.GetDevice(id) == nil }) < 0 {
+			withIDs = append(withIDs, d)
+		}
+	}
+	if len(withIDs) == 0 {
+		return false
+	}
+	coll, err := envCollisions(cache, withIDs)
+	if err != nil {
+		f.add("claim %s: %v", c.Name, err)
+		return true
+	}
+	for _, msg := range coll {
+		f.add("claim %s: %s", c.Name, msg)
+	}
+	return true
+}
+
+// twoSharesEnv allocates a claim with two requests for shares of one
+// device that allows multiple allocations, prepares it, checks its
+// environment into f and unprepares it. It returns the claim's name, ""
+// when no device allows two shares now, and an error when preparing it
+// failed (not this check's concern: the other prepare checks judge
+// prepare).
+func (r *runner) twoSharesEnv(ctx context.Context, f *failures) (string, error) {
+	for _, dev := range r.devices {
+		d := r.deviceObj[dev]
+		if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+			continue
+		}
+		capacity, why := shareOfTwo(d)
+		if why != "" {
+			continue
+		}
+		claim, err := r.sched.allocated(ctx, "shares", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity), withCapacity(exactRequest("second", r.class, 1), capacity)), &dev)
+		if err != nil {
+			continue
+		}
+		defer r.sched.release(ctx, claim)
+		resp, err := r.prepare(ctx, claim)
+		if err != nil {
+			return "", fmt.Errorf("NodePrepareResources for claim %s with two shares of device %s failed: %v", claim.Name, dev, err)
+		}
+		defer func() { _, _ = r.unprepare(ctx, claim) }()
+		res := resp.Claims[string(claim.UID)]
+		if res == nil || res.Error != "" {
+			return "", fmt.Errorf("NodePrepareResources for claim %s with two shares of device %s failed: %s", claim.Name, dev, prepErr(res))
+		}
+		cache, _, err := r.cdiCache(ctx)
+		if err != nil {
+			return "", err
+		}
+		if !r.claimEnv(f, cache, claim, res) {
+			return "", nil
+		}
+		return claim.Name, nil
+	}
+	return "", nil
 }

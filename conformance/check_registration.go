@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"time"
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -31,7 +32,11 @@ func (r *runner) setupEndpoint(ctx context.Context) error {
 // setupNode confirms the registration, as the kubelet does before it
 // calls the node service.
 func (r *runner) setupNode(ctx context.Context) error {
-	return kubeletclient.NotifyRegistration(ctx, r.regSocket, true, "")
+	if err := kubeletclient.NotifyRegistration(ctx, r.regSocket, true, ""); err != nil {
+		return err
+	}
+	r.registered = time.Now()
+	return nil
 }
 
 func (r *runner) checkRegistrationSocket(ctx context.Context) outcome {

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // restarted is the state of the restart fixture: two claims prepared
@@ -38,7 +40,7 @@ type prepared struct {
 // clean up, restarts it and registers it again as the kubelet does.
 func (r *runner) setupRestart(ctx context.Context) error {
 	if !r.canRestart() {
-		return unable("needs a way to restart the driver: Config.StartCommand (the suite starts it) or Config.RestartDriver / RestartCommand (e.g. for a DaemonSet pod)")
+		return unable("needs a way to restart the driver: Config.StartCommand (the suite starts it; drakit conformance: the driver command after --) or Config.RestartDriver / RestartCommand (--restart-command, e.g. for a DaemonSet pod)")
 	}
 	rs := &r.restart
 	rs.before = map[*resourceapi.ResourceClaim]*prepared{}
@@ -79,6 +81,7 @@ func (r *runner) setupRestart(ctx context.Context) error {
 	if slices, err := r.listSlices(ctx); err == nil {
 		rs.published = r.publishedIn(slices)
 	}
+	gens := r.generations()
 	if err := r.restartDriver(ctx); err != nil {
 		r.gone = fmt.Errorf("%w: %v", errDriverGone, err)
 		r.report.Aborted = r.gone.Error() + r.logLines()
@@ -89,7 +92,10 @@ func (r *runner) setupRestart(ctx context.Context) error {
 		r.report.Aborted = r.gone.Error() + r.logLines()
 		return broken("after kill -9 and restart: %v%s", err, r.logLines())
 	}
-	rs.registered = time.Now()
+	rs.registered = r.registered
+	// From now on the suite allocates from what the new process
+	// publishes, as the scheduler would.
+	r.rereadSlices(ctx, gens)
 	return nil
 }
 
@@ -144,8 +150,8 @@ func (r *runner) checkStillPrepared(ctx context.Context) outcome {
 // generation of each pool in slices.
 func (r *runner) publishedIn(slices []*resourceapi.ResourceSlice) []devRef {
 	var out []devRef
-	for _, p := range pools(slices) {
-		for _, sl := range p.current {
+	for _, p := range slicepool.Group(slices) {
+		for _, sl := range p.Slices {
 			for i := range sl.Spec.Devices {
 				if r.deviceRelevant(sl, &sl.Spec.Devices[i]) {
 					out = append(out, devRef{sl.Spec.Pool.Name, sl.Spec.Devices[i].Name})

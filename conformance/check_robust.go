@@ -25,8 +25,8 @@ func (r *runner) checkEmptyRequest(ctx context.Context) outcome {
 		if err == nil && len(resp.Claims) > 0 {
 			f.add("NodePrepareResources with no claims answered %d claims", len(resp.Claims))
 		}
-		if ok, why := r.alive(ctx); !ok {
-			return append(f, "after NodePrepareResources with no claims: "+why)
+		if msg := r.servingAfter(ctx, "NodePrepareResources with no claims"); msg != "" {
+			return append(f, msg)
 		}
 		uresp, err := r.unprepare(ctx)
 		if err == nil && len(uresp.Claims) > 0 {
@@ -46,8 +46,8 @@ func (r *runner) checkDuplicateUIDs(ctx context.Context) outcome {
 		var f failures
 		// The kubelet never names a claim twice: only a crash counts.
 		_, _ = r.prepare(ctx, claim, claim)
-		if ok, why := r.alive(ctx); !ok {
-			return append(f, "after NodePrepareResources naming a claim twice: "+why)
+		if msg := r.servingAfter(ctx, "NodePrepareResources naming a claim twice"); msg != "" {
+			return append(f, msg)
 		}
 		_, _ = r.unprepare(ctx, claim, claim)
 		_, _ = r.unprepare(ctx, claim)
@@ -110,7 +110,7 @@ func (r *runner) checkOtherDriver(ctx context.Context) outcome {
 				checkDevicesMatch(&f, r.cfg.DriverName, claim, res)
 			}
 		}
-		if ok, _ := r.alive(ctx); ok {
+		if ok, _, _ := r.alive(ctx); ok {
 			_, _ = r.unprepare(ctx, claim)
 		}
 		return f
@@ -135,18 +135,41 @@ func (r *runner) checkGarbageNames(ctx context.Context) outcome {
 					f.add("NodePrepareResources for a claim that does not exist (%q/%q uid %q) returned devices", g.Namespace, g.Name, g.Uid)
 				}
 			}
-			if ok, why := r.alive(ctx); !ok {
-				return append(f, fmt.Sprintf("after NodePrepareResources for claim %q/%q uid %q: %s", g.Namespace, g.Name, g.Uid, why))
+			if msg := r.servingAfter(ctx, fmt.Sprintf("NodePrepareResources for claim %q/%q uid %q", g.Namespace, g.Name, g.Uid)); msg != "" {
+				return append(f, msg)
 			}
 			cctx, cancel = r.callContext(ctx, r.cfg.CallTimeout)
 			_, _ = r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{g}})
 			cancel()
-			if ok, why := r.alive(ctx); !ok {
-				return append(f, fmt.Sprintf("after NodeUnprepareResources for claim %q/%q uid %q: %s", g.Namespace, g.Name, g.Uid, why))
+			if msg := r.servingAfter(ctx, fmt.Sprintf("NodeUnprepareResources for claim %q/%q uid %q", g.Namespace, g.Name, g.Uid)); msg != "" {
+				return append(f, msg)
 			}
 		}
 		return f
 	})
+}
+
+// checkLivenessProbe reports the liveness probes that ended the driver.
+// It sends one more itself (the runner sends none after it), so that a
+// driver that dies on the last probe is reported too.
+func (r *runner) checkLivenessProbe(ctx context.Context) outcome {
+	if r.node != nil {
+		if ok, why, byProbe := r.alive(ctx); !ok {
+			r.probeCrash(ctx, byProbe, "robust.liveness-probe's own probe", why)
+		}
+	}
+	if r.probes == 0 {
+		return skip("no liveness probe was sent (the driver never registered)")
+	}
+	if len(r.probeCrashes) == 0 {
+		return pass("the driver answered all %d liveness probes", r.probes)
+	}
+	var f failures
+	for _, c := range r.probeCrashes {
+		f.add("%s", c)
+	}
+	f.add("the kubelet unprepares claims whenever its reconcile loop finds their pods gone, also claims it never prepared and right after the driver registered: unpreparing a claim the driver does not know must succeed at any time after registration")
+	return f.outcome("")
 }
 
 func (r *runner) checkStillServing(ctx context.Context) outcome {

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // sliceFilter reports whether a slice is relevant for the node.
@@ -41,14 +43,6 @@ func (r *runner) deviceRelevant(sl *resourceapi.ResourceSlice, d *resourceapi.De
 	return err == nil && ok
 }
 
-// poolState summarizes the slices of one pool.
-type poolState struct {
-	generation int64
-	want       int64
-	current    []*resourceapi.ResourceSlice
-	counts     map[int64]bool
-}
-
 func (r *runner) listSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
 	list, err := r.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.driver", r.cfg.DriverName).String(),
@@ -63,38 +57,6 @@ func (r *runner) listSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, 
 		}
 	}
 	return out, nil
-}
-
-func pools(slices []*resourceapi.ResourceSlice) map[string]*poolState {
-	ps := map[string]*poolState{}
-	for _, sl := range slices {
-		p := ps[sl.Spec.Pool.Name]
-		if p == nil {
-			p = &poolState{counts: map[int64]bool{}}
-			ps[sl.Spec.Pool.Name] = p
-		}
-		switch {
-		case sl.Spec.Pool.Generation > p.generation:
-			p.generation, p.current, p.counts = sl.Spec.Pool.Generation, nil, map[int64]bool{}
-			fallthrough
-		case sl.Spec.Pool.Generation == p.generation:
-			p.current = append(p.current, sl)
-			p.counts[sl.Spec.Pool.ResourceSliceCount] = true
-			p.want = sl.Spec.Pool.ResourceSliceCount
-		}
-	}
-	return ps
-}
-
-func incomplete(ps map[string]*poolState) []string {
-	var out []string
-	for name, p := range ps {
-		if int64(len(p.current)) != p.want || len(p.counts) != 1 {
-			out = append(out, fmt.Sprintf("pool %q generation %d has %d slices, resourceSliceCount says %d", name, p.generation, len(p.current), p.want))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 var (
@@ -154,16 +116,20 @@ func checkStandardAttribute(name resourceapi.QualifiedName, a resourceapi.Device
 }
 
 // setupSlices waits until the driver's slices for the node are
-// complete (or the publish timeout passes) and indexes their devices.
+// complete (or the publish timeout passes) and indexes their devices. A
+// driver whose output says that the API server refused its slices fails
+// refusalGrace after the suite first sees that, with the API server's
+// message.
 func (r *runner) setupSlices(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	var refusedSince time.Time
 	for {
 		slices, err := r.listSlices(ctx)
 		if err != nil {
 			return unable("%v", err)
 		}
-		ps := pools(slices)
-		last := incomplete(ps)
+		ps := slicepool.Group(slices)
+		last := slicepool.Incomplete(ps)
 		if len(slices) > 0 && len(last) == 0 {
 			r.useSlices(ps)
 			return nil
@@ -171,26 +137,78 @@ func (r *runner) setupSlices(ctx context.Context) error {
 		if exited, why := r.driverExited(); exited {
 			return broken("%s before its ResourceSlices were complete%s", why, r.logLines())
 		}
+		refused := r.refusedSlices()
+		if refused != "" && refusedSince.IsZero() {
+			refusedSince = time.Now()
+		}
+		if refused != "" && time.Since(refusedSince) > refusalGrace {
+			return broken("the API server refuses the driver's ResourceSlices (from the driver's output): %s\n%s", refused, refusalHint)
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			if len(slices) == 0 {
-				return broken("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout)
+			why := ""
+			if refused != "" {
+				why = fmt.Sprintf("; the driver's output says the API server refuses them: %s\n%s", refused, refusalHint)
 			}
-			return broken("pools incomplete after %s: %s", r.cfg.PublishTimeout, strings.Join(last, "; "))
+			if len(slices) == 0 {
+				return broken("no ResourceSlice with spec.driver=%s for node %s within %s; publish the node's devices (kubeletplugin: Helper.PublishResources)%s", r.cfg.DriverName, r.cfg.NodeName, r.cfg.PublishTimeout, why)
+			}
+			return broken("pools incomplete after %s: %s%s", r.cfg.PublishTimeout, strings.Join(last, "; "), why)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// refusalGrace is how long a driver whose output says the API server
+// refused its slices gets to publish them all the same (a refusal it
+// recovers from, such as a slice it then splits), before
+// slices.published fails.
+const refusalGrace = 5 * time.Second
+
+// refusalHint follows the API server's refusal in a failure message.
+const refusalHint = "Publish only what the API server accepts: a field behind a feature gate (e.g. a list-valued attribute, DRAListTypeAttributes) needs the gate on the cluster; without --kubeconfig, drakit conformance --feature-gates starts its control plane with it."
+
+// refusalPattern matches an API server error for a ResourceSlice in a
+// driver's output: the status message of an Invalid or Forbidden answer,
+// as client-go formats it (`ResourceSlice.resource.k8s.io "NAME" is
+// invalid: ...`), quotes escaped or not (klog's text format escapes
+// them).
+var refusalPattern = regexp.MustCompile(`ResourceSlice(?:\.resource\.k8s\.io)? \\?"[^"\\]*\\?" is (?:invalid|forbidden): .*`)
+
+// refusedSlices returns the last refusal of a ResourceSlice in the output
+// of the driver the suite started, or "".
+func (r *runner) refusedSlices() string {
+	if r.logTail == nil {
+		return ""
+	}
+	lines := strings.Split(r.logTail.String(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		m := refusalPattern.FindString(lines[i])
+		if m == "" {
+			continue
+		}
+		if strings.Contains(m, `\"`) {
+			// klog's text format: unescape, and drop the quote that
+			// closes its err="..." field.
+			m = strings.TrimSuffix(strings.ReplaceAll(m, `\"`, `"`), `"`)
+		}
+		if len(m) > 600 {
+			m = m[:600] + " [...]"
+		}
+		return m
+	}
+	return ""
 }
 
 func (r *runner) checkSlicesPublished(ctx context.Context) outcome {
 	if o := r.judge(ctx, fxSlices); o != nil {
 		return *o
 	}
-	return pass("%d slices in %d pools with %d devices", len(r.slices), len(pools(r.slices)), len(r.devices))
+	return pass("%d slices in %d pools with %d devices", len(r.slices), len(slicepool.Group(r.slices)), len(r.devices))
 }
 
 func (r *runner) checkSlicesPools(context.Context) outcome {
 	var f failures
-	for _, msg := range incomplete(pools(r.slices)) {
+	for _, msg := range slicepool.Incomplete(slicepool.Group(r.slices)) {
 		f.add("%s", msg)
 	}
 	devs := map[devRef]string{}
@@ -211,7 +229,7 @@ func (r *runner) checkSlicesPools(context.Context) outcome {
 			sets[k] = sl.Name
 		}
 	}
-	return f.outcome("%d pools consistent, %d unique devices", len(pools(r.slices)), len(devs))
+	return f.outcome("%d pools consistent, %d unique devices", len(slicepool.Group(r.slices)), len(devs))
 }
 
 func (r *runner) checkSlicesStandardAttributes(context.Context) outcome {
@@ -273,8 +291,65 @@ func (r *runner) checkSlicesCounters(context.Context) outcome {
 	return f.outcome("%d counter consumptions consistent", n)
 }
 
+// generations returns the generation of each pool the suite allocates
+// from (nil before slices.published read them).
+func (r *runner) generations() map[string]int64 {
+	if len(r.slices) == 0 {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, sl := range r.slices {
+		out[sl.Spec.Pool.Name] = sl.Spec.Pool.Generation
+	}
+	return out
+}
+
+// rereadSlices reads the driver's slices again after it restarted, as
+// the scheduler allocates from the slices of the moment: the suite's
+// claims from then on name the devices the new process publishes. It
+// waits until every pool is complete and the new process has published:
+// a pool's generation differs from before (gens), or restartSettle has
+// passed since the driver registered again (a driver that publishes the
+// same slices leaves them alone). When the pools do not become complete
+// within the publish timeout the suite keeps the slices it had, and the
+// checks that need fresh ones say why they fail. Nothing to do before
+// the slices were first read (gens nil).
+func (r *runner) rereadSlices(ctx context.Context, gens map[string]int64) {
+	if gens == nil {
+		return
+	}
+	settled := r.registered.Add(restartSettle)
+	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	for ctx.Err() == nil {
+		slices, err := r.listSlices(ctx)
+		if err == nil && len(slices) > 0 {
+			ps := slicepool.Group(slices)
+			if len(slicepool.Incomplete(ps)) == 0 {
+				changed := len(ps) != len(gens)
+				for name, p := range ps {
+					if g, ok := gens[name]; !ok || g != p.Generation {
+						changed = true
+					}
+				}
+				if changed || time.Now().After(settled) {
+					r.useSlices(ps)
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			r.logger.Info("The restarted driver's pools are not complete; allocating from its earlier slices", "timeout", r.cfg.PublishTimeout)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // useSlices keeps the newest generation of each pool and indexes devices.
-func (r *runner) useSlices(ps map[string]*poolState) {
+func (r *runner) useSlices(ps map[string]*slicepool.Pool) {
 	r.slices = nil
 	r.devices = nil
 	r.deviceObj = map[devRef]*resourceapi.Device{}
@@ -284,7 +359,7 @@ func (r *runner) useSlices(ps map[string]*poolState) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		cur := ps[n].current
+		cur := ps[n].Slices
 		sort.Slice(cur, func(i, j int) bool { return cur[i].Name < cur[j].Name })
 		for _, sl := range cur {
 			r.slices = append(r.slices, sl)
@@ -299,7 +374,7 @@ func (r *runner) useSlices(ps map[string]*poolState) {
 			}
 		}
 	}
-	r.sched.slices = r.slices
+	r.sched.setSlices(r.slices)
 }
 
 // publishedSoon returns those of devs that the driver's slices for this

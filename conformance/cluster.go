@@ -69,9 +69,20 @@ type ClusterConfig struct {
 	// DriverNamespace and DriverPodSelector find the driver's pod on the
 	// node (e.g. a DaemonSet's); with them pod.driver-restart deletes it
 	// with grace period 0 and checks that running pods keep their
-	// devices once the DaemonSet's next pod serves. Without them that
-	// check skips.
+	// devices once the DaemonSet's next pod serves. Without them, or
+	// RestartDriver or RestartCommand, the restart checks skip (and the
+	// verdict says so).
 	DriverNamespace, DriverPodSelector string
+	// RestartDriver, for a driver that does not run as a pod (a host
+	// process, a systemd unit), kills it without a chance to clean up
+	// (kill -9) and starts it again; it returns once the new process
+	// runs. pod.driver-restart calls it where it would delete the
+	// driver's pod. The kubelet registers the new process when its
+	// registration socket appears.
+	RestartDriver func(ctx context.Context) error
+	// RestartCommand is RestartDriver as a command, run without a shell
+	// (e.g. sh -c 'kill -9 $(pidof my-driver); systemctl start my-driver').
+	RestartCommand []string
 	// CDIDirs, ReadCDI and ReadCDICommand say where the node's CDI specs
 	// can be read, as in Config. With them the suite knows exactly which
 	// environment variables each device's CDI edits set, and checks that
@@ -105,6 +116,12 @@ func (c *ClusterConfig) validate() error {
 	}
 	if (c.DriverNamespace == "") != (c.DriverPodSelector == "") {
 		errs = append(errs, "DriverNamespace and DriverPodSelector: give both or neither")
+	}
+	if c.RestartDriver != nil && len(c.RestartCommand) > 0 {
+		errs = append(errs, "RestartDriver and RestartCommand: give one")
+	}
+	if c.DriverPodSelector != "" && (c.RestartDriver != nil || len(c.RestartCommand) > 0) {
+		errs = append(errs, "DriverPodSelector and RestartDriver or RestartCommand: give one way to restart the driver")
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
@@ -158,6 +175,7 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (*Report, error) {
 		return nil, err
 	}
 	run, reported := c.plan()
+	c.planned = run
 	setup := map[string]outcome{} // outcomes of the unreported checks
 	for _, e := range clusterCatalogue {
 		if !run[e.ID] {
@@ -286,6 +304,8 @@ type clusterRun struct {
 	// namesDevices is set once a container's environment named its
 	// device by name or attribute value.
 	namesDevices bool
+	// planned are the checks the run runs (reported or not).
+	planned map[string]bool
 }
 
 // restartSeen is what pod.driver-restart saw.
@@ -299,7 +319,8 @@ type restartSeen struct {
 	allocated []string
 	// generations are the pools' generations before the restart.
 	generations map[string]int64
-	// next is the new driver pod and started when its container started.
+	// next is the new driver pod (or how the driver was restarted) and
+	// started when it started.
 	next    string
 	started time.Time
 }

@@ -1,8 +1,10 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -61,16 +63,16 @@ var clusterCatalogue = []clusterEntry{
 		"KEP-4816: the kubelet matches the device to containers by the base request name (pkg/kubelet/cm/dra/claiminfo.go)",
 		(*clusterRun).checkFirstAvailable),
 	ck("pod.unprepare", Must, "deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again",
-		"kubelet unprepares a claim when no pod on the node uses it any more (pkg/kubelet/cm/dra/manager.go UnprepareResources); api.proto NodeUnprepareResources: the driver frees what prepare set up, its CDI devices included (a spec left behind hands the device to whatever names its ID); a driver that keeps the device marked in use refuses its next claim",
+		"kubelet unprepares a claim when no pod on the node uses it any more (pkg/kubelet/cm/dra/manager.go UnprepareResources), and deletes a pod's object only after that call succeeded (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers); api.proto NodeUnprepareResources: the driver frees what prepare set up, its CDI devices included (a spec left behind hands the device to whatever names its ID); a driver that keeps the device marked in use refuses its next claim",
 		(*clusterRun).checkUnprepare, "pod.starts"),
 	ck("pod.admin-access", Must, "an admin-access claim on a device in use runs",
 		"KEP-5018: admin access grants a device that is in use (namespace labeled resource.kubernetes.io/admin-access=true); the driver must not refuse it as double use",
 		(*clusterRun).checkAdminAccess, "pod.unprepare"),
-	ck("pod.driver-restart", Must, "pods keep running while the driver's pod is replaced, and the new one unprepares their claims",
-		"kubeletplugin DRAPlugin contract: prepared claims survive a driver restart (rolling update, crash); the kubelet does not restart running containers for it, and it unprepares claims prepared before the restart with the new driver (pkg/kubelet/cm/dra/manager.go UnprepareResources), which must then remove their CDI devices",
+	ck("pod.driver-restart", Must, "pods keep running while the driver is restarted (its pod replaced, or a restart hook), and the new one unprepares their claims",
+		"kubeletplugin DRAPlugin contract: prepared claims survive a driver restart (rolling update, crash); the kubelet does not restart running containers for it, and it unprepares claims prepared before the restart with the new driver (pkg/kubelet/cm/dra/manager.go UnprepareResources), which must then remove their CDI devices. The kubelet deletes a pod's object only after the driver answered the unprepare of its claims (pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers, manager.go PodMightNeedToUnprepareResources), so the devices must be gone once the pods are",
 		(*clusterRun).checkDriverRestart, "pod.unprepare"),
-	ck("pod.restart-same-edits", Must, "a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees",
-		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): a claim already prepared is not prepared again for a new pod, which gets the CDI IDs the driver returned before its restart; the runtime resolves them against the specs as they are now, so after a restart an ID must inject what it did before",
+	ck("pod.restart-same-edits", Must, "a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees; deleting both unprepares the claim",
+		"kubelet (pkg/kubelet/cm/dra/manager.go prepareResources): a claim already prepared is not prepared again for a new pod, which gets the CDI IDs the driver returned before its restart; the runtime resolves them against the specs as they are now, so after a restart an ID must inject what it did before. Once no pod uses the claim the kubelet unprepares it with the new driver (manager.go unprepareResources), which must remove its CDI devices",
 		(*clusterRun).checkRestartSameEdits, "pod.driver-restart"),
 	ck("pod.restart-device-names", Must, "the devices that running pods were allocated are still published under their names after the driver's restart",
 		"resource.k8s.io/v1 DeviceRequestAllocationResult names a device by pool and name, and the scheduler counts a device as allocated by that name (k8s.io/dynamic-resource-allocation/structured): a device published under a new name looks free and is handed to a second claim while a pod uses it",
@@ -661,7 +663,7 @@ func (c *clusterRun) checkUnprepare(ctx context.Context) outcome {
 	var f failures
 	if len(made) > 0 {
 		if left := c.cdiLeft(ctx, made); len(left) > 0 {
-			f.add("CDI devices prepared for the deleted pods are still defined %s after they were deleted: %s; unprepare must remove them", c.cfg.PodTimeout, strings.Join(limit(left, 10), ", "))
+			f.add("CDI devices prepared for the deleted pods are still defined after the driver answered their unprepare (the pods are gone): %s; unprepare must remove them", strings.Join(limit(left, 10), ", "))
 		}
 	}
 	// The device of pod one, asked for by name, must run again.
@@ -692,11 +694,24 @@ func (c *clusterRun) checkUnprepare(ctx context.Context) outcome {
 	return f.outcome("pods %s deleted, their CDI devices (%d) gone; a new pod runs on device %s%s", strings.Join(names, ", "), len(made), c.freed, pinned)
 }
 
-// cdiLeft waits until none of the CDI devices made is defined on the
-// node (the kubelet unprepares once it cleaned the pods up), up to
-// PodTimeout, and returns those still defined.
+// unprepareGrace is how long after the driver answered an unprepare
+// (its pods' objects are gone) the suite lets it take for the CDI
+// devices to disappear before it names those left: a driver that removes
+// them just after answering is not blamed for a file system's delay.
+const unprepareGrace = 2 * time.Second
+
+// cdiLeft returns those of the CDI devices made that are still defined
+// on the node. Call it once the pods that used them are gone: the
+// kubelet keeps a deleted pod's object until the driver answered the
+// unprepare of its claims (pkg/kubelet/kubelet_pods.go
+// PodCouldHaveRunningContainers, pkg/kubelet/cm/dra/manager.go
+// PodMightNeedToUnprepareResources), so there is nothing to wait for
+// but unprepareGrace.
 func (c *clusterRun) cdiLeft(ctx context.Context, made []string) []string {
-	deadline := time.Now().Add(c.cfg.PodTimeout)
+	if len(made) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(unprepareGrace)
 	for {
 		left, _ := c.socket.leftover(ctx, cdiMade{devices: made})
 		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
@@ -768,16 +783,21 @@ func (c *clusterRun) checkAdminAccess(ctx context.Context) outcome {
 }
 
 func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
-	if c.cfg.DriverPodSelector == "" {
-		return skip("needs the driver's pod (ClusterConfig.DriverNamespace and DriverPodSelector, --driver-namespace, --driver-pod-selector)")
+	hook := c.cfg.RestartDriver != nil || len(c.cfg.RestartCommand) > 0
+	if c.cfg.DriverPodSelector == "" && !hook {
+		return skip("needs a way to restart the driver: its pod (ClusterConfig.DriverNamespace and DriverPodSelector, --driver-namespace, --driver-pod-selector), or, for a driver that does not run as a pod, ClusterConfig.RestartDriver or RestartCommand (--restart-command)")
 	}
 	if len(c.pods) == 0 {
 		return skip("no pod of the suite runs")
 	}
 	pods := c.cfg.Client.CoreV1().Pods(c.cfg.DriverNamespace)
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: c.cfg.DriverPodSelector, FieldSelector: "spec.nodeName=" + c.cfg.NodeName})
-	if err != nil || len(list.Items) == 0 {
-		return skip("no driver pod on the node matches %s in namespace %s (%v)", c.cfg.DriverPodSelector, c.cfg.DriverNamespace, err)
+	var old []corev1.Pod
+	if !hook {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: c.cfg.DriverPodSelector, FieldSelector: "spec.nodeName=" + c.cfg.NodeName})
+		if err != nil || len(list.Items) == 0 {
+			return skip("no driver pod on the node matches %s in namespace %s (%v)", c.cfg.DriverPodSelector, c.cfg.DriverNamespace, err)
+		}
+		old = list.Items
 	}
 	seen := &restartSeen{}
 	c.restart = seen
@@ -799,42 +819,23 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 			}
 		}
 	}
+	sort.Slice(running, func(i, j int) bool { return running[i].name < running[j].name })
 	sort.Strings(seen.allocated)
 	seen.allocated = slices.Compact(seen.allocated)
 	seen.generations, _ = c.poolGenerations(ctx)
-	for _, p := range list.Items {
-		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
-			return fail("delete driver pod %s: %v", p.Name, err)
+	replaced := ""
+	if hook {
+		if err := c.restartDriver(ctx); err != nil {
+			return fail("%v", err)
 		}
-	}
-	old := map[string]bool{}
-	for _, p := range list.Items {
-		old[string(p.UID)] = true
-	}
-	// The next pod must be ready.
-	deadline := time.Now().Add(c.cfg.PodTimeout)
-	var next string
-	for next == "" {
-		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: c.cfg.DriverPodSelector, FieldSelector: "spec.nodeName=" + c.cfg.NodeName})
-		if err == nil {
-			for _, p := range l.Items {
-				if old[string(p.UID)] || p.DeletionTimestamp != nil {
-					continue
-				}
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-						next = p.Name
-						seen.next, seen.started = p.Name, cond.LastTransitionTime.Time
-					}
-				}
-			}
+		seen.next, seen.started = "the restart hook's process", time.Now()
+		replaced = "driver restarted (kill -9 and start) with " + c.restartHow()
+	} else {
+		next, err := c.replaceDriverPod(ctx, old, seen)
+		if err != nil {
+			return fail("%v", err)
 		}
-		if next == "" && time.Now().After(deadline) {
-			return fail("no new ready driver pod on the node %s after deleting %s", c.cfg.PodTimeout, list.Items[0].Name)
-		}
-		if next == "" {
-			time.Sleep(250 * time.Millisecond)
-		}
+		replaced = fmt.Sprintf("driver pod %s replaced by %s", old[0].Name, next)
 	}
 	var f failures
 	for _, pr := range running {
@@ -844,7 +845,7 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 			continue
 		}
 		if p.Status.Phase != corev1.PodRunning {
-			f.add("pod %s is %s after the driver's pod was replaced: %s", pr.name, p.Status.Phase, podWhy(p))
+			f.add("pod %s is %s after the driver was restarted: %s", pr.name, p.Status.Phase, podWhy(p))
 		}
 		for _, s := range p.Status.ContainerStatuses {
 			if s.RestartCount > 0 {
@@ -852,30 +853,102 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 			}
 		}
 	}
-	// The new driver must unprepare what the old one prepared, and
-	// prepare the device again.
-	if again := c.pods["again"]; c.freed != "" && again != nil {
-		made := again.made.devices
-		if admin := c.pods["admin"]; admin != nil {
-			made = append(made, admin.made.devices...)
+	// The new driver must unprepare what the old one prepared: every pod
+	// that ran through the restart is deleted (the kubelet removes a
+	// pod's object once the driver answered the unprepare of its claims:
+	// pkg/kubelet/kubelet_pods.go PodCouldHaveRunningContainers), and
+	// the CDI devices their claims made must be gone. Pod keep stays
+	// for pod.restart-same-edits, which judges its claim.
+	later := c.planned["pod.restart-same-edits"] && seen.keep != nil
+	var names, made []string
+	for _, pr := range running {
+		if later && pr == seen.keep {
+			continue
 		}
-		_ = c.stop(ctx, "admin")
-		if err := c.stop(ctx, "again"); err != nil {
-			f.add("%v", err)
-		}
-		if len(made) > 0 {
-			if left := c.cdiLeft(ctx, made); len(left) > 0 {
-				f.add("CDI devices prepared before the restart are still defined after their pods were deleted: %s; the new driver must unprepare claims the old one prepared (persist them)", strings.Join(limit(left, 10), ", "))
-			}
-		}
+		names = append(names, pr.name)
+		made = append(made, pr.made.devices...)
+	}
+	if err := c.stop(ctx, names...); err != nil {
+		f.add("%v", err)
+	}
+	if left := c.cdiLeft(ctx, made); len(left) > 0 {
+		f.add("CDI devices prepared before the restart are still defined after their pods (%s) were deleted, and so unprepared by the new driver: %s; the new driver must unprepare claims the old one prepared (persist them)", strings.Join(names, ", "), strings.Join(limit(left, 10), ", "))
+	}
+	again := ""
+	if c.freed != "" {
 		tpl, err := c.template(ctx, "after-restart", c.oneDevice(c.freed))
 		if err == nil {
-			if _, err := c.start(ctx, "after-restart", tpl); err != nil {
-				f.add("after the restart, a new pod for device %s (its pod deleted after the restart) does not run: %v; the new driver must unprepare claims the old one prepared", c.freed, err)
+			_, err = c.start(ctx, "after-restart", tpl)
+		}
+		if err != nil {
+			f.add("after the restart, a new pod for device %s (its pod deleted after the restart) does not run: %v; the new driver must unprepare claims the old one prepared", c.freed, err)
+		}
+		again = fmt.Sprintf("; device %s prepared again by the new driver", c.freed)
+	}
+	return f.outcome("%s; %d pods kept running; their claims unprepared by the new driver (%d CDI devices gone)%s", replaced, len(running), len(made), again)
+}
+
+// restartDriver runs ClusterConfig.RestartDriver or RestartCommand.
+func (c *clusterRun) restartDriver(ctx context.Context) error {
+	if c.cfg.RestartDriver != nil {
+		if err := c.cfg.RestartDriver(ctx); err != nil {
+			return fmt.Errorf("restart the driver (ClusterConfig.RestartDriver): %w", err)
+		}
+		return nil
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.cfg.RestartCommand[0], c.cfg.RestartCommand[1:]...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("restart the driver with %q: %w: %s", c.cfg.RestartCommand, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// restartHow names the restart hook, for messages.
+func (c *clusterRun) restartHow() string {
+	if c.cfg.RestartDriver != nil {
+		return "ClusterConfig.RestartDriver"
+	}
+	return fmt.Sprintf("%q", c.cfg.RestartCommand)
+}
+
+// replaceDriverPod deletes the driver's pods old with grace period 0 and
+// waits until a new one on the node is ready; it returns its name.
+func (c *clusterRun) replaceDriverPod(ctx context.Context, old []corev1.Pod, seen *restartSeen) (string, error) {
+	pods := c.cfg.Client.CoreV1().Pods(c.cfg.DriverNamespace)
+	gone := map[string]bool{}
+	for _, p := range old {
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("delete driver pod %s: %w", p.Name, err)
+		}
+		gone[string(p.UID)] = true
+	}
+	deadline := time.Now().Add(c.cfg.PodTimeout)
+	for {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: c.cfg.DriverPodSelector, FieldSelector: "spec.nodeName=" + c.cfg.NodeName})
+		if err == nil {
+			for _, p := range l.Items {
+				if gone[string(p.UID)] || p.DeletionTimestamp != nil {
+					continue
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						seen.next, seen.started = p.Name, cond.LastTransitionTime.Time
+						return p.Name, nil
+					}
+				}
 			}
 		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no new ready driver pod on the node %s after deleting %s", c.cfg.PodTimeout, old[0].Name)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	return f.outcome("driver pod %s replaced by %s; %d pods kept running; device %s unprepared and prepared again by the new driver", list.Items[0].Name, next, len(running), c.freed)
 }
 
 // poolGenerations returns the generation of each of the driver's pools
@@ -939,10 +1012,19 @@ func (c *clusterRun) checkRestartSameEdits(ctx context.Context) outcome {
 			f.add("%s in pod keep (started before the restart), %s in pod keep-2 (after)", before, after)
 		}
 	}
+	var problems failures
 	if len(f) > 0 {
-		return fail("pods keep and keep-2 use one claim (device %s) but their containers differ: %s; the kubelet did not prepare the claim again, so the driver's CDI specs now inject something else for the same CDI IDs (keep what an ID injects across restarts)", strings.Join(seen.keep.devices, ","), strings.Join(f, "; "))
+		problems.add("pods keep and keep-2 use one claim (device %s) but their containers differ: %s; the kubelet did not prepare the claim again, so the driver's CDI specs now inject something else for the same CDI IDs (keep what an ID injects across restarts)", strings.Join(seen.keep.devices, ","), strings.Join(f, "; "))
 	}
-	return pass("pod keep-2, started after the restart with claim %s (device %s), sees what pod keep saw before it", name, strings.Join(seen.keep.devices, ","))
+	// The claim was prepared before the restart: once both pods are
+	// gone the new driver must have unprepared it (pod.driver-restart
+	// left pod keep running for this check).
+	if err := c.stop(ctx, "keep", "keep-2"); err != nil {
+		problems.add("%v", err)
+	} else if left := c.cdiLeft(ctx, seen.keep.made.devices); len(left) > 0 {
+		problems.add("CDI devices of claim %s, prepared before the restart, are still defined after pods keep and keep-2 were deleted, and so the claim unprepared by the new driver: %s; the new driver must unprepare claims the old one prepared (persist them)", name, strings.Join(limit(left, 10), ", "))
+	}
+	return problems.outcome("pod keep-2, started after the restart with claim %s (device %s), sees what pod keep saw before it; deleting both unprepared the claim", name, strings.Join(seen.keep.devices, ","))
 }
 
 // republishWait is how long after the new driver pod is ready
@@ -984,7 +1066,7 @@ func (c *clusterRun) checkRestartDeviceNames(ctx context.Context) outcome {
 		}
 	}
 	if len(missing) > 0 {
-		return fail("after the driver's pod was replaced (by %s), its slices no longer publish %s, allocated to pods that still run: the scheduler now sees those devices under other names as free and can give them to another claim (publish stable device names)", seen.next, strings.Join(limit(missing, 10), ", "))
+		return fail("after the driver was restarted (%s), its slices no longer publish %s, allocated to pods that ran through the restart: the scheduler now sees those devices under other names as free and can give them to another claim while a pod uses them (publish stable device names)", seen.next, strings.Join(limit(missing, 10), ", "))
 	}
 	return pass("the %d devices allocated to pods that ran through the restart are still published under their names", len(seen.allocated))
 }

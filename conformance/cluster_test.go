@@ -1,10 +1,15 @@
 package conformance_test
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +44,9 @@ var clusterCases = []struct {
 	// ci: run in the README's test command; the others only with
 	// DRAKIT_CONFORMANCE_MATRIX=1.
 	ci bool
+	// host: the driver runs as a process on the node, not as a pod;
+	// cluster mode restarts it with ClusterConfig.RestartDriver.
+	host bool
 }{
 	// Correct drivers.
 	{name: "correct", ci: true},
@@ -72,19 +80,31 @@ var clusterCases = []struct {
 	{name: "forget-on-restart", args: []string{"-defect", "forget-on-restart"}, only: []string{"pod.driver-restart"}, socket: "restart.unprepare", ci: true},
 	{name: "restart-new-edits", args: []string{"-defect", "restart-new-edits"}, only: []string{"pod.restart-same-edits"}, socket: "restart.still-prepared", noCDI: true},
 	{name: "unstable-names", args: []string{"-defect", "unstable-names"}, only: []string{"pod.restart-device-names"}, socket: "restart.device-names"},
+
+	// The driver as a host process, restarted by a restart hook (kill -9
+	// and start): the restart checks judge it as they judge a pod.
+	{name: "host", host: true, only: []string{"pod.driver-restart", "pod.restart-same-edits", "pod.restart-device-names"}, ci: true},
+	{name: "host-forget-on-restart", host: true, args: []string{"-defect", "forget-on-restart"}, only: []string{"pod.driver-restart"}, socket: "restart.unprepare", ci: true},
 }
 
 // TestCluster runs cluster mode on the local real node against the test
-// driver deployed as DaemonSets, one per case of clusterCases, side by
-// side: the correct variants get the results they should, and each
-// defect is caught by cluster mode and by socket mode run against the
-// same deployed driver, so that both modes agree. The README's test
-// command runs the cases marked ci; DRAKIT_CONFORMANCE_MATRIX=1 runs all.
+// driver deployed as DaemonSets (or host processes), one per case of
+// clusterCases, side by side: the correct variants get the results they
+// should, and each defect is caught by cluster mode and by socket mode
+// run against the same deployed driver, so that both modes agree. The
+// README's test command runs the cases marked ci;
+// DRAKIT_CONFORMANCE_MATRIX=1 runs all, DRAKIT_CONFORMANCE_CASES=a,b
+// those named.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster with a real node")
 	}
 	all := os.Getenv("DRAKIT_CONFORMANCE_MATRIX") == "1"
+	// DRAKIT_CONFORMANCE_CASES=a,b runs those cases only.
+	var only []string
+	if v := os.Getenv("DRAKIT_CONFORMANCE_CASES"); v != "" {
+		only = strings.Split(v, ",")
+	}
 	bin := buildStaticTestDriver(t)
 	c := clustertest.Start(t, cluster.WithNode())
 	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
@@ -92,15 +112,23 @@ func TestCluster(t *testing.T) {
 
 	type deployed struct {
 		driver string
-		set    testDriverSet
+		set    testDriverSet // a DaemonSet's pods
+		host   *hostDriver   // or a host process
 	}
 	drivers := map[string]deployed{}
 	for _, tc := range clusterCases {
-		if !tc.ci && !all {
+		switch {
+		case only != nil && !slices.Contains(only, tc.name):
+			continue
+		case only == nil && !tc.ci && !all:
 			continue
 		}
 		driver := tc.name + ".cluster.drakit.dev"
-		drivers[tc.name] = deployed{driver, deployTestDriver(t, ctx, c, bin, driver, "cluster-"+tc.name, tc.args...)}
+		if tc.host {
+			drivers[tc.name] = deployed{driver: driver, host: startHostDriver(t, c, bin, driver, tc.args...)}
+			continue
+		}
+		drivers[tc.name] = deployed{driver: driver, set: deployTestDriver(t, ctx, c, bin, driver, "cluster-"+tc.name, tc.args...)}
 	}
 	for name, d := range drivers {
 		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -148,6 +176,9 @@ func TestCluster(t *testing.T) {
 						DriverName: d.driver, NodeName: c.NodeName, Client: c.Client,
 						Image: c.Images.Busybox, PodTimeout: time.Minute, Only: tc.only,
 						DriverNamespace: testDriverNS, DriverPodSelector: d.set.selector(),
+					}
+					if d.host != nil {
+						cc.DriverNamespace, cc.DriverPodSelector, cc.RestartDriver = "", "", d.host.restart
 					}
 					if cdi {
 						cc.CDIDirs = []string{c.CDIDir}
@@ -210,22 +241,26 @@ func TestCluster(t *testing.T) {
 				}
 
 				// Socket mode against the same deployed driver.
-				pod, err := d.set.running(ctx, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				rep, err := conformance.Run(ctx, conformance.Config{
-					DriverName: d.driver, NodeName: c.NodeName, Client: c.Client,
-					RegistrationPath: c.PluginRegistryDir, CDIDirs: []string{c.CDIDir},
-					Only: []string{tc.socket}, PublishTimeout: time.Minute,
-					RestartDriver: func(ctx context.Context) error {
+				restart := func(ctx context.Context) error { return d.host.restart(ctx) }
+				if d.host == nil {
+					pod, err := d.set.running(ctx, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					restart = func(ctx context.Context) error {
 						err := c.Client.CoreV1().Pods(testDriverNS).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 						if err != nil && !apierrors.IsNotFound(err) {
 							return err
 						}
 						pod, err = d.set.running(ctx, pod)
 						return err
-					},
+					}
+				}
+				rep, err := conformance.Run(ctx, conformance.Config{
+					DriverName: d.driver, NodeName: c.NodeName, Client: c.Client,
+					RegistrationPath: c.PluginRegistryDir, CDIDirs: []string{c.CDIDir},
+					Only: []string{tc.socket}, PublishTimeout: time.Minute,
+					RestartDriver: restart,
 				})
 				if err != nil {
 					t.Fatalf("Run: %v", err)
@@ -241,6 +276,62 @@ func TestCluster(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// hostDriver is the test driver running as a process on the real node,
+// registered with its kubelet, as a driver run by systemd would be.
+type hostDriver struct {
+	t    *testing.T
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	out  *syncWriter
+}
+
+// startHostDriver starts the test driver bin named driver on the node of
+// c, with further test driver flags args, and stops it by PID when the
+// test ends.
+func startHostDriver(t *testing.T, c *cluster.Cluster, bin, driver string, args ...string) *hostDriver {
+	t.Helper()
+	h := &hostDriver{t: t, out: &syncWriter{w: &bytes.Buffer{}}, args: append([]string{bin, "-driver-name", driver, "-node-name", c.NodeName,
+		"-kubeconfig", c.Kubeconfig, "-registrar-dir", c.PluginRegistryDir, "-plugin-dir", filepath.Join(c.PluginsDir, driver),
+		"-cdi-dir", c.CDIDir, "-health-timeout", "2s"}, args...)}
+	if err := h.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.stop(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("host driver %s output (tail):\n%s", driver, tail(h.out.w.String(), 3000))
+		}
+	})
+	return h
+}
+
+func (h *hostDriver) start() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cmd = exec.Command(h.args[0], h.args[1:]...)
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return h.cmd.Start()
+}
+
+func (h *hostDriver) stop(sig syscall.Signal) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-h.cmd.Process.Pid, sig)
+	_ = h.cmd.Wait()
+	h.cmd = nil
+}
+
+// restart is a restart hook: kill -9, then start again.
+func (h *hostDriver) restart(context.Context) error {
+	h.stop(syscall.SIGKILL)
+	return h.start()
 }
 
 // verdictLine lists the checks that did not pass, or says all passed.

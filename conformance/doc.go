@@ -79,12 +79,19 @@
 // advice, the devices of a pod's two claims); both pods
 // of a shared claim see the same; deleting the pods unprepares (the CDI
 // devices gone, a new pod on the freed device runs); running pods keep
-// running while the driver's pod is replaced
-// (ClusterConfig.DriverPodSelector), the new driver unprepares and
-// prepares, a claim prepared before the restart injects the same into a
-// new pod after it, and the devices of running pods stay published under
-// their names; device health reaches the pod status where the cluster
-// has the ResourceHealthStatus feature on. With the node's CDI specs
+// running while the driver is restarted (its pod replaced,
+// ClusterConfig.DriverPodSelector, or, for a driver that does not run as
+// a pod, killed and started again by ClusterConfig.RestartDriver or
+// RestartCommand), the new driver unprepares every claim prepared before
+// the restart and prepares again, a claim prepared before the restart
+// injects the same into a new pod after it, and the devices of pods that
+// ran through the restart stay published under their names; without a
+// way to restart the driver those checks skip and the verdict says so.
+// Leftover CDI devices are judged once the pods that used them are gone
+// (the kubelet deletes a pod's object only after the driver answered the
+// unprepare of its claims), not polled for, and each is named. Device
+// health reaches the pod status where the cluster has the
+// ResourceHealthStatus feature on. With the node's CDI specs
 // readable (CDIDirs, ReadCDI) the environment is compared with what the
 // driver's CDI devices set; otherwise a device is recognized by its name
 // or an attribute value in the environment, and a check that cannot
@@ -102,8 +109,10 @@
 // pod can show, deployed as a DaemonSet on the local real node, and
 // agree: TestCluster (the cases marked ci in the README's test command,
 // all with DRAKIT_CONFORMANCE_MATRIX=1) runs cluster mode, then socket
-// mode against the same deployed driver. "(CDI)" marks a cluster check
-// that catches the defect only with the node's CDI specs readable:
+// mode against the same deployed driver. It also runs the test driver as
+// a process on the node (not a pod), correct and with forget-on-restart,
+// restarted with a restart hook. "(CDI)" marks a cluster check that
+// catches the defect only with the node's CDI specs readable:
 //
 //	defect                   socket mode                 cluster mode
 //	cdi-unresolvable         prepare.cdi-resolve         pod.starts (the runtime cannot resolve the ID)
@@ -117,7 +126,8 @@
 //	leak-cdi                 unprepare.cleanup           pod.unprepare (CDI)
 //	leak-cdi-entry           unprepare.cleanup           pod.unprepare (CDI)
 //	admin-guard              allocation.admin-access     pod.admin-access
-//	forget-on-restart        restart.unprepare           pod.driver-restart (CDI)
+//	forget-on-restart        restart.unprepare           pod.driver-restart (CDI), as a pod and as a
+//	                                                     host process
 //	restart-new-edits        restart.still-prepared      pod.restart-same-edits
 //	unstable-names           restart.device-names        pod.restart-device-names
 //
@@ -129,7 +139,14 @@
 //	                                                     it prepares again only after a kubelet restart,
 //	                                                     which a client cannot cause
 //	crash-on-empty           robust.empty-request        the kubelet never sends a request without claims
-//	unprepare-unknown-fails  unprepare.unknown-claim     the kubelet unprepares only claims it prepared
+//	unprepare-unknown-fails  unprepare.unknown-claim     the kubelet unprepares only claims it asked the
+//	                                                     driver to prepare, and a pod's prepare succeeded
+//	crash-before-prepare     robust.liveness-probe       the kubelet's unprepare of a claim the driver
+//	                                                     never prepared comes from its reconcile loop
+//	                                                     (pods gone while the driver was down), which a
+//	                                                     client cannot time
+//	env-per-share            prepare.cdi-env             a pod would show it, but cluster mode asks for
+//	                                                     no two shares of one device in a claim
 //	other-driver             robust.other-driver         shows only in a claim with devices of two
 //	                                                     drivers; cluster mode checks one
 //	no-guard                 prepare.device-in-use       the scheduler never allocates a device in use
@@ -189,12 +206,58 @@
 // one check reports how that went and the others skip when it failed.
 // No check reads another check's result.
 //
-// After every check the runner checks that the driver still serves. One
-// that died fails the check that was running (whatever its level), with
-// the last lines of its output, and is restarted and registered again for
-// the next check; when that is not possible, the run ends at once
+// # Crashes: which call is blamed
+//
+// After every check the runner sends a liveness probe: NodeUnprepareResources
+// for a claim the driver never prepared, a call the kubelet makes too
+// (its reconcile loop unprepares claims of pods that are gone, also
+// claims it never got prepared and right after the driver registered:
+// pkg/kubelet/cm/dra/manager.go reconcileLoop, prepareResources). A
+// driver that stopped serving is blamed on the call that ended it:
+//
+//   - one that died during a check (its process exited before the probe
+//     was sent, or the probe could not connect) fails that check,
+//     whatever its level, with the last lines of its output; the
+//     robustness checks probe after each of their own calls and name
+//     the call;
+//   - one that the probe's own call ended (the process was running when
+//     the probe was sent and exited during it; for a driver the suite
+//     did not start, the connection broke during the call) leaves the
+//     check it followed as it was, passed or not, and is reported by
+//     robust.liveness-probe, which names the check the probe followed
+//     and the time since the driver last registered. It is reported
+//     even when Config.Only leaves it out (not when Skip names it);
+//   - one that exited after the last check and its probe answered fails
+//     that check ("exited right after this check").
+//
+// Either way the driver is restarted and registered again for the next
+// check; when that is not possible, the run ends at once
 // ([Report].Aborted). Calls to a driver the suite started end as soon as
 // it exits, otherwise after Config.CallTimeout.
+//
+// # Slices around restarts
+//
+// The suite allocates its claims, as the scheduler does, from the
+// driver's ResourceSlices: it reads them once their pools are complete
+// (slices.published) and again after every restart of the driver (the
+// restart fixture's kill -9, and a restart after a crash). After a
+// restart it waits until every pool is complete and the new process has
+// published: a pool's generation changed, or 5 s passed since the
+// driver registered again (a driver that publishes the same slices
+// leaves them alone; kubeletplugin's slice controller writes them about
+// a second after start). Claims allocated from then on name the devices
+// the new process publishes; restart.device-names compares those with
+// the devices published before the restart. A restarted driver whose
+// pools stay incomplete for Config.PublishTimeout leaves the suite on
+// the slices it had.
+//
+// Claims that ask for any device take, in each slice, the devices that
+// consume no counters first, then those that consume the smallest share
+// of their counter sets: a partitionable driver lists each card's whole
+// device first, and the suite's first claims would otherwise take whole
+// cards and leave nothing for the checks after them. A claim that does
+// not fit says which devices the suite's claims hold and why nothing
+// fits (package explain, from the same allocator).
 //
 // # Proof that it passes correct drivers
 //
@@ -202,7 +265,7 @@
 // k8s.io/dynamic-resource-allocation/kubeletplugin. Each correct variant
 // below behaves differently in a way the protocol allows and the kubelet
 // accepts; the suite's tests assert that none fails a MUST check and
-// exactly which checks skip or warn (false positives: 0 of 12):
+// exactly which checks skip or warn (false positives: 0 of 13):
 //
 //	variant             what it does                                          not passing
 //	full                4 devices, 3 partitions, 1 shared device, health      -
@@ -212,12 +275,11 @@
 //	                                                                          health
 //	omit-share-id       returns no share ID (api.proto: optional)             allocation.share-id warns (SHOULD)
 //	no-request-policy   shared device without a request policy                -
-//	counters-only       every device consumes counters                        skips: every-device (plain), admin-access
-//	                                                                          (the allocator refuses), shared, share-id,
+//	counters-only       every device consumes counters                        skips: every-device (plain), shared, share-id,
 //	                                                                          concurrent, extra-claims
 //	pods-only           prepares only claims reserved for a pod on its node   -
 //	no-cdi              returns no devices, writes no CDI spec (NRI)          skips: share-id, cdi-ids-format,
-//	                                                                          cdi-resolve, cdi-inject
+//	                                                                          cdi-resolve, cdi-inject, cdi-env
 //	health-empty        health reports that name no device                    health.coverage warns (SHOULD),
 //	                                                                          health.refresh skips
 //	names-if-needed     request names only for claims with two requests       -
@@ -226,6 +288,10 @@
 //	                    with a static device (cleanup is judged by content)
 //	pcie-root-list      pcieRoot as a list of two roots, with                 -
 //	                    Config.FeatureGates[DRAListTypeAttributes]
+//	cards               two partitionable cards, each listing its whole       skips: every-device (plain), shared,
+//	                    device first, then two halves; one extra claim        share-id, concurrent
+//	                    for one device (it fits next to the main claims,
+//	                    which take halves)
 //
 // The full variant run by the test itself, with restart and CDI hooks in
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
@@ -238,7 +304,8 @@
 //
 // Started with -defect NAME the test driver has one defect, and the
 // suite's tests assert that the named check catches it (fail for MUST,
-// warn for SHOULD; defects caught: 26 of 26):
+// warn for SHOULD; defects caught: 28 of 28), and, for those marked
+// alone, that no other check fails:
 //
 //	defect                   what is wrong                                        caught by
 //	forget-on-restart        prepared claims kept in memory only                  restart.unprepare
@@ -266,22 +333,30 @@
 //	leak-cdi-entry           (shared-spec) leaves a claim's devices in the        unprepare.cleanup
 //	                         shared spec file
 //	restart-new-edits        same CDI IDs, other edits after a restart            restart.still-prepared
-//	unstable-names           device names change at every start                   restart.device-names
+//	unstable-names           device names change at every start                   restart.device-names (alone)
 //	health-unknown-refresh   Healthy once, then only Unknown (a runtime whose     health.refresh (SHOULD)
 //	                         health source went quiet)
+//	crash-before-prepare     crashes on an unprepare that comes before its first  robust.liveness-probe (alone:
+//	                         prepare since it started                             the checks the probes followed
+//	                                                                              pass)
+//	env-per-share            one CDI device for two shares of one device in a     prepare.cdi-env (alone)
+//	                         claim, one variable name set once per share
 //
 // # Run time
 //
 // Measured on a 2-core machine shared with other work, against the test
-// driver and a local control plane: a full run takes 4 to 6 s (about 1 s
-// waiting for the first ResourceSlices, 1 s for kill -9, restart and
-// registration, 1 s collecting the initial health reports, then up to the
-// devices' health check timeout, 2 s here, for health.refresh); "go test
-// ./conformance" runs 34 of them side by side (10 correct variants, 21
-// defects, 3 runner tests) in 80 s including the control plane; the 22
-// runs of the suite before these variants took 95 s, measured back to
-// back on the same machine. A driver with the kubelet's default health
-// timeout (30 s) makes health.refresh wait up to 35 s (Config.HealthWait).
+// driver and a local control plane: a full run takes 4 to 6 s on a quiet
+// machine (about 1 s waiting for the first ResourceSlices, 1 s for kill
+// -9, restart and registration, 1 s collecting the initial health
+// reports, then up to the devices' health check timeout, 2 s here, for
+// health.refresh). After a restart the suite waits up to 5 s for the new
+// process's slices (the full 5 s for a driver that republishes the same
+// slices), the wait restart.device-names made before. A driver that
+// crashes adds a restart, and those 5 s, per crash (crash-before-prepare:
+// 7 crashes). "go test ./conformance -run TestDrivers" runs 45 of them
+// side by side (13 correct variants, 28 defect runs, 4 runner tests).
+// A driver with the kubelet's default health timeout (30 s) makes
+// health.refresh wait up to 35 s (Config.HealthWait).
 //
 // # Limits
 //
@@ -291,7 +366,13 @@
 // claim UIDs in their names or file names (a driver that names them
 // otherwise is judged by every CDI device that appeared meanwhile).
 // pod.restart-device-names judges the slices once the driver's pools
-// changed generation, or 10 s after the new driver pod is ready.
+// changed generation, or 10 s after the new driver pod is ready (or the
+// restart hook returned).
+//
+// An API server's refusal of the driver's slices is read from the output
+// of a driver the suite started (client-go's message for an Invalid or
+// Forbidden ResourceSlice); for a driver it did not start,
+// slices.published says only that no complete pool came.
 //
 // The suite cannot tell a prepare that did real work from one that did
 // not: it checks what the protocol shows (answers, CDI specs, the devices

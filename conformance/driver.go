@@ -45,7 +45,7 @@ func (r *runner) startDriver() error {
 	go func() {
 		err := cmd.Wait()
 		r.procMu.Lock()
-		r.procErr = err
+		r.procErr, r.procExit = err, time.Now()
 		r.procMu.Unlock()
 		close(done)
 	}()
@@ -123,15 +123,20 @@ func (r *runner) logLines() string {
 	return fmt.Sprintf("\nlast lines of the driver's output (all of it in %s):\n%s", r.report.DriverLog, lines)
 }
 
+// probeClaim is the claim the liveness probe unprepares: one the driver
+// never prepared.
+const probeClaim = "alive-probe"
+
 // probe reports whether the node service answers an unprepare of an
 // unknown claim (what it answers does not matter).
 func (r *runner) probe(ctx context.Context) error {
 	if r.node == nil {
 		return errors.New("no node service connection")
 	}
+	r.probes++
 	cctx, cancel := r.callContext(ctx, min(10*time.Second, r.cfg.CallTimeout))
 	defer cancel()
-	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: "alive-probe", Uid: string(uuid.NewUUID())}}})
+	_, err := r.node.NodeUnprepareResources(cctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: r.ns, Name: probeClaim, Uid: string(uuid.NewUUID())}}})
 	if kubeletclient.IsTransport(err) {
 		return fmt.Errorf("the node service does not answer: %w", err)
 	}
@@ -139,26 +144,61 @@ func (r *runner) probe(ctx context.Context) error {
 }
 
 // alive reports whether the driver still serves: its process is running
-// (when the suite started it) and the node service answers. The reason
-// says what is wrong.
-func (r *runner) alive(ctx context.Context) (bool, string) {
+// (when the suite started it) and the node service answers the liveness
+// probe. When it does not, why says what is wrong, and byProbe whether
+// the probe's own call ended it: the driver was running when the probe
+// was sent and stopped during the call. For a driver the suite started
+// that is read from when its process exited; for another, from the
+// call's error (a connection that broke during the call, not one that
+// could not be made).
+func (r *runner) alive(ctx context.Context) (ok bool, why string, byProbe bool) {
 	if exited, why := r.driverExited(); exited {
-		return false, why
+		return false, why, false
 	}
-	if err := r.probe(ctx); err != nil {
-		// A crashing process may take a moment to exit.
-		if r.procDone != nil {
-			select {
-			case <-r.procDone:
-			case <-time.After(time.Second):
-			}
-			if exited, why := r.driverExited(); exited {
-				return false, why
-			}
-		}
-		return false, err.Error()
+	sent := time.Now()
+	err := r.probe(ctx)
+	if err == nil {
+		return true, "", false
 	}
-	return true, ""
+	if r.procDone == nil {
+		return false, err.Error(), brokeDuringCall(err)
+	}
+	// A crashing process may take a moment to exit.
+	select {
+	case <-r.procDone:
+	case <-time.After(time.Second):
+	}
+	exited, how := r.driverExited()
+	if !exited {
+		return false, err.Error(), false
+	}
+	r.procMu.Lock()
+	at := r.procExit
+	r.procMu.Unlock()
+	return false, how, !at.Before(sent)
+}
+
+// brokeDuringCall reports whether a call's transport error says the
+// connection broke while the call was under way, rather than that it
+// could not be made (nothing listening on the socket).
+func brokeDuringCall(err error) bool {
+	msg := err.Error()
+	return !strings.Contains(msg, "while dialing") && !strings.Contains(msg, "connection refused") && !strings.Contains(msg, "no such file")
+}
+
+// servingAfter returns "" when the driver still serves after a check's
+// call, else what went wrong, naming the call or, when the liveness
+// probe after it ended the driver, the probe.
+func (r *runner) servingAfter(ctx context.Context, call string) string {
+	ok, why, byProbe := r.alive(ctx)
+	switch {
+	case ok:
+		return ""
+	case byProbe:
+		return fmt.Sprintf("the driver answered %s, then the liveness probe sent after it (NodeUnprepareResources for claim %s, never prepared) ended it: %s", call, probeClaim, why)
+	default:
+		return fmt.Sprintf("after %s: %s", call, why)
+	}
 }
 
 // canRestart reports whether the suite can restart the driver.
@@ -205,9 +245,11 @@ func (r *runner) recover(ctx context.Context, why string) error {
 	if err := r.restartDriver(ctx); err != nil {
 		return fmt.Errorf("%w (%s); restarting it failed: %v%s", errDriverGone, why, err, r.logLines())
 	}
+	gens := r.generations()
 	if err := r.register(ctx); err != nil {
 		return fmt.Errorf("%w (%s); after a restart it does not register again: %v%s", errDriverGone, why, err, r.logLines())
 	}
+	r.rereadSlices(ctx, gens)
 	return nil
 }
 
@@ -218,7 +260,11 @@ func (r *runner) register(ctx context.Context) error {
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	return kubeletclient.NotifyRegistration(ctx, r.regSocket, true, "")
+	if err := kubeletclient.NotifyRegistration(ctx, r.regSocket, true, ""); err != nil {
+		return err
+	}
+	r.registered = time.Now()
+	return nil
 }
 
 // callContext bounds one call to the driver: timeout, and the end of the
@@ -253,6 +299,13 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}
 	return len(p), nil
+}
+
+// String returns what the buffer holds.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
 }
 
 // lastLines returns the last n lines; when a Go panic or fatal error

@@ -45,38 +45,52 @@ var defects = []struct {
 	name, defect string
 	args         []string // further flags of the test driver
 	check        string
+	// alone: no other check fails (the defect is not blamed on checks
+	// it does not break).
+	alone bool
 }{
-	{"forget-on-restart", "forget-on-restart", nil, "restart.unprepare"},
-	{"non-idempotent", "non-idempotent", nil, "prepare.idempotent"},
-	{"wrong-request-names", "wrong-request-names", nil, "prepare.request-names"},
-	{"missing-request-names", "missing-request-names", nil, "prepare.request-names"},
+	{"forget-on-restart", "forget-on-restart", nil, "restart.unprepare", false},
+	{"non-idempotent", "non-idempotent", nil, "prepare.idempotent", false},
+	{"wrong-request-names", "wrong-request-names", nil, "prepare.request-names", false},
+	{"missing-request-names", "missing-request-names", nil, "prepare.request-names", false},
 	// One shared device and nothing else: the suite must still build a
 	// claim with two requests, on two shares of that device.
-	{"missing-request-names-shared", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names"},
-	{"cdi-unresolvable", "cdi-unresolvable", nil, "prepare.cdi-resolve"},
-	{"bad-cdi-id", "bad-cdi-id", nil, "prepare.cdi-ids-format"},
-	{"bad-attributes", "bad-attributes", nil, "slices.standard-attributes"},
-	{"unprepare-unknown-fails", "unprepare-unknown-fails", nil, "unprepare.unknown-claim"},
-	{"crash-on-empty", "crash-on-empty", nil, "robust.empty-request"},
-	{"no-guard", "no-guard", nil, "prepare.device-in-use"},
-	{"leak-cdi", "leak-cdi", nil, "unprepare.cleanup"},
-	{"wrong-device", "wrong-device", nil, "prepare.devices-match"},
-	{"skip-claim", "skip-claim", nil, "prepare.result-per-claim"},
-	{"admin-guard", "admin-guard", nil, "allocation.admin-access"},
-	{"other-driver", "other-driver", nil, "robust.other-driver"},
-	{"broken-counters", "broken-counters", nil, "slices.counters"},
-	{"health-unknown-device", "health-unknown-device", nil, "health.initial-report"},
-	{"health-stale", "health-stale", nil, "health.refresh"},
-	{"health-silent", "health-silent", nil, "health.coverage"},
-	{"drop-share-id", "drop-share-id", nil, "allocation.share-id"},
-	{"colliding-env", "colliding-env", nil, "prepare.cdi-env"},
+	{"missing-request-names-shared", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names", false},
+	{"cdi-unresolvable", "cdi-unresolvable", nil, "prepare.cdi-resolve", false},
+	{"bad-cdi-id", "bad-cdi-id", nil, "prepare.cdi-ids-format", false},
+	{"bad-attributes", "bad-attributes", nil, "slices.standard-attributes", false},
+	{"unprepare-unknown-fails", "unprepare-unknown-fails", nil, "unprepare.unknown-claim", false},
+	{"crash-on-empty", "crash-on-empty", nil, "robust.empty-request", false},
+	{"no-guard", "no-guard", nil, "prepare.device-in-use", false},
+	{"leak-cdi", "leak-cdi", nil, "unprepare.cleanup", false},
+	{"wrong-device", "wrong-device", nil, "prepare.devices-match", false},
+	{"skip-claim", "skip-claim", nil, "prepare.result-per-claim", false},
+	{"admin-guard", "admin-guard", nil, "allocation.admin-access", false},
+	{"other-driver", "other-driver", nil, "robust.other-driver", false},
+	{"broken-counters", "broken-counters", nil, "slices.counters", false},
+	{"health-unknown-device", "health-unknown-device", nil, "health.initial-report", false},
+	{"health-stale", "health-stale", nil, "health.refresh", false},
+	{"health-silent", "health-silent", nil, "health.coverage", false},
+	{"drop-share-id", "drop-share-id", nil, "allocation.share-id", false},
+	{"colliding-env", "colliding-env", nil, "prepare.cdi-env", false},
 	// A spec file shared by all claims, that stays: only its content
 	// tells whether unprepare cleaned up.
-	{"leak-cdi-entry", "leak-cdi-entry", []string{"-shared-spec"}, "unprepare.cleanup"},
-	{"restart-new-edits", "restart-new-edits", nil, "restart.still-prepared"},
-	{"unstable-names", "unstable-names", nil, "restart.device-names"},
-	{"health-unknown-refresh", "health-unknown-refresh", nil, "health.refresh"},
+	{"leak-cdi-entry", "leak-cdi-entry", []string{"-shared-spec"}, "unprepare.cleanup", false},
+	{"restart-new-edits", "restart-new-edits", nil, "restart.still-prepared", false},
+	// Only restart.device-names: the checks after the restart allocate
+	// the devices the restarted driver publishes.
+	{"unstable-names", "unstable-names", nil, "restart.device-names", true},
+	{"health-unknown-refresh", "health-unknown-refresh", nil, "health.refresh", false},
+	// The liveness probe after registration.endpoint (and after each
+	// check until the first prepare) ends the driver: reported by
+	// robust.liveness-probe, the checks it followed pass.
+	{"crash-before-prepare", "crash-before-prepare", nil, livenessProbe, true},
+	// Two shares of one device in one claim, one variable per share in
+	// one CDI device.
+	{"env-per-share", "env-per-share", nil, "prepare.cdi-env", true},
 }
+
+const livenessProbe = "robust.liveness-probe"
 
 // variants lists correct drivers: each must pass every MUST check. want
 // holds exactly the checks that do not pass, with their status: skips
@@ -94,11 +108,10 @@ var variants = []struct {
 		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.request-names": conformance.Skip, "prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
-		"prepare.cdi-env": conformance.Skip,
 	}},
 	{"one-shared-device", []string{"-devices", "0", "-partitionable=false", "-health=false"}, false, map[string]conformance.Status{
 		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
-		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip, "prepare.cdi-env": conformance.Skip,
+		"prepare.extra-claims": conformance.Skip, "prepare.device-in-use": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
 	}},
 	{"omit-share-id", []string{"-omit-share-id"}, true, map[string]conformance.Status{
@@ -106,8 +119,8 @@ var variants = []struct {
 	}},
 	{"no-request-policy", []string{"-no-request-policy"}, true, nil},
 	{"counters-only", []string{"-devices", "0", "-shared=false"}, false, map[string]conformance.Status{
-		"allocation.every-device": conformance.Skip, "allocation.admin-access": conformance.Skip,
-		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.every-device": conformance.Skip,
+		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
 		"prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 	}},
 	{"pods-only", []string{"-pods-only"}, true, nil},
@@ -124,6 +137,14 @@ var variants = []struct {
 	// Run with Config.FeatureGates[DRAListTypeAttributes] (the test's
 	// cluster has it on).
 	{"pcie-root-list", []string{"-pcie-root-list"}, true, nil},
+	// Two partitionable cards, each listing its whole device first: the
+	// main claims take halves, and the extra claim (one device) still
+	// fits next to them.
+	{"cards", []string{"-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2"}, true, map[string]conformance.Status{
+		"allocation.every-device": conformance.Skip,
+		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
+		"prepare.concurrent": conformance.Skip,
+	}},
 }
 
 const nodeName = "conformance-node"
@@ -204,6 +225,9 @@ func TestDrivers(t *testing.T) {
 			if !v.extra {
 				cfg.ExtraClaims = nil
 			}
+			if v.name == "cards" {
+				cfg.ExtraClaims = []resourceapi.ResourceClaimSpec{claimFor(1)}
+			}
 			if v.name == "pcie-root-list" {
 				cfg.FeatureGates = map[string]bool{conformance.GateListTypeAttributes: true}
 			}
@@ -271,6 +295,23 @@ func TestDrivers(t *testing.T) {
 			}
 			if rep.Failed() != (want == conformance.Fail) {
 				t.Errorf("report Failed() = %v, want %v", rep.Failed(), want == conformance.Fail)
+			}
+			if d.alone {
+				for _, other := range rep.Results {
+					if other.ID != d.check && other.Status == conformance.Fail {
+						t.Errorf("defect %s fails %s too: %s", d.defect, other.ID, other.Message)
+					}
+				}
+			}
+			if d.defect == "crash-before-prepare" {
+				for _, id := range []string{"registration.endpoint", "registration.notify"} {
+					if r, _ := rep.Result(id); r.Status != conformance.Pass {
+						t.Errorf("%s: %s %s; want pass (the liveness probe after it ended the driver, not its own call)", id, r.Status, r.Message)
+					}
+				}
+				if !strings.Contains(res.Message, "the liveness probe after check registration.endpoint (NodeUnprepareResources for claim alive-probe, never prepared) ended the driver") {
+					t.Errorf("%s does not name the probe after registration.endpoint: %s", d.check, res.Message)
+				}
 			}
 			if d.defect == "crash-on-empty" {
 				// The crash is blamed on the check that caused it; the
@@ -373,6 +414,31 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 		_ = os.Remove(rep.DriverLog)
 	})
 
+	// A claim that does not fit next to the main claims of a
+	// partitionable driver: the failure names the devices the suite's
+	// claims hold and the counter they use up.
+	t.Run("no-room", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := config(t, c, "no-room", "", "-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2", "-health=false")
+		// The main claims take three of the four halves.
+		cfg.Only = []string{"prepare.result-per-claim", "prepare.extra-claims"}
+		cfg.ExtraClaims = []resourceapi.ResourceClaimSpec{claimFor(2)}
+		rep, err := conformance.Run(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		res, _ := rep.Result("prepare.extra-claims")
+		t.Logf("%s: %s", res.Status, res.Message)
+		if res.Status != conformance.Fail {
+			t.Fatalf("prepare.extra-claims: %s, want fail", res.Status)
+		}
+		for _, want := range []string{"-main-1: ", "counter-exhausted", "counter set " + nodeName + "/card-"} {
+			if !strings.Contains(res.Message, want) {
+				t.Errorf("the failure does not say %q", want)
+			}
+		}
+	})
+
 	// One check alone (Config.Only; "go test -run TestConformance/ID"
 	// with Test) sets up what it needs and runs.
 	t.Run("only", func(t *testing.T) {
@@ -387,6 +453,13 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 			t.Errorf("got %+v, want prepare.idempotent alone, passed", rep.Results)
 		}
 	})
+}
+
+// claimFor is a claim spec for n devices of the suite's class.
+func claimFor(n int64) resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+		{Name: "extra", Exactly: &resourceapi.ExactDeviceRequest{AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n}},
+	}}}
 }
 
 // syncWriter serializes writes of the driver's stdout and stderr.

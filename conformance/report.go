@@ -209,6 +209,9 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if r.Failed() {
 		verdict = "FAILED"
 	}
+	if skipped := r.restartsSkipped(); len(skipped) > 0 {
+		verdict += " " + restartsSkippedNote(skipped)
+	}
 	if r.Aborted != "" {
 		verdict += " (run ended early: " + firstLine(r.Aborted) + ")"
 	}
@@ -218,6 +221,35 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		return fmt.Errorf("write summary: %w", err)
 	}
 	return nil
+}
+
+// restartChecks are the checks of either mode that judge what a driver
+// does when it restarts; a verdict without them says so.
+var restartChecks = map[string]bool{
+	"restart.reregister": true, "restart.still-prepared": true, "restart.device-names": true, "restart.unprepare": true,
+	"pod.driver-restart": true, "pod.restart-same-edits": true, "pod.restart-device-names": true,
+}
+
+// restartsSkipped returns the results of the restart checks that were
+// skipped.
+func (r *Report) restartsSkipped() []Result {
+	var out []Result
+	for _, res := range r.Results {
+		if restartChecks[res.ID] && res.Status == Skip {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// restartsSkippedNote says, for the verdict, which restart checks were
+// skipped and why the first one was.
+func restartsSkippedNote(skipped []Result) string {
+	ids := make([]string, 0, len(skipped))
+	for _, res := range skipped {
+		ids = append(ids, res.ID)
+	}
+	return fmt.Sprintf("(restarts not judged: %s skipped: %s)", strings.Join(ids, ", "), firstLine(skipped[0].Message))
 }
 
 // WriteJSON writes the report as indented JSON.

@@ -49,7 +49,7 @@ func Test(t *testing.T, cfg Config) *Report {
 	}
 	defer r.end()
 	for _, e := range catalogue {
-		if !cfg.selected(e.Check) {
+		if !r.reported(e) {
 			continue
 		}
 		t.Run(e.ID, func(t *testing.T) {
@@ -78,6 +78,9 @@ func Test(t *testing.T, cfg Config) *Report {
 	if r.report.Aborted != "" {
 		t.Errorf("conformance run ended early: %s", r.report.Aborted)
 	}
+	if skipped := r.report.restartsSkipped(); len(skipped) > 0 {
+		t.Logf("%s", restartsSkippedNote(skipped))
+	}
 	return r.report
 }
 
@@ -94,11 +97,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.end()
 	for _, e := range catalogue {
-		if cfg.selected(e.Check) {
+		if r.reported(e) {
 			r.exec(ctx, e)
 		}
 	}
 	return r.report, nil
+}
+
+// reported says whether check e runs and is reported: Only selects it,
+// or it is robust.liveness-probe (last in the catalogue) and a liveness
+// probe ended the driver during the run. A liveness probe follows every
+// check, whichever Only selects, and a crash it caused is not left
+// unreported; Skip still leaves the check out.
+func (r *runner) reported(e entry) bool {
+	if r.cfg.selected(e.Check) {
+		return true
+	}
+	return e.ID == livenessProbeCheck && len(r.probeCrashes) > 0 && !r.cfg.skipped(e.Check)
 }
 
 // begin validates cfg and prepares a run: namespace, class, consumer pod,
@@ -139,9 +154,16 @@ type runner struct {
 	procDone   chan struct{}
 	procMu     sync.Mutex
 	procErr    error
+	procExit   time.Time // when the started driver exited
 	logFile    *os.File
 	logTail    *tailBuffer
-	gone       error                   // set when the driver stopped serving for good
+	gone       error // set when the driver stopped serving for good
+	// probes counts the liveness probes sent; probeCrashes says which
+	// of them ended the driver (robust.liveness-probe reports them).
+	probes       int
+	probeCrashes []string
+	// registered is when the driver last registered (NotifyRegistrationStatus accepted).
+	registered time.Time
 	cleanups   []func(context.Context) // run at the end, last first
 
 	fixtures [numFixtures]fixtureState
@@ -229,18 +251,19 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 		}
 		// A driver that stopped serving during the check fails it
 		// (whatever its level: the kubelet cannot use a dead driver),
-		// and is brought back for the next check, or the run ends.
-		if r.node != nil && ctx.Err() == nil {
-			if ok, why := r.alive(ctx); !ok {
-				msg := fmt.Sprintf("the driver stopped serving during this check: %s%s", why, r.logLines())
-				if out.msg != "" {
-					msg += "\n" + out.msg
+		// and is brought back for the next check, or the run ends. One
+		// that the liveness probe after the check ended is reported by
+		// robust.liveness-probe: the check passed what it judged.
+		if r.node != nil && ctx.Err() == nil && e.ID != livenessProbeCheck {
+			if ok, why, byProbe := r.alive(ctx); !ok {
+				if !byProbe {
+					msg := fmt.Sprintf("the driver stopped serving during this check: %s%s", why, r.logLines())
+					if out.msg != "" {
+						msg += "\n" + out.msg
+					}
+					out = outcome{Fail, msg}
 				}
-				out = outcome{Fail, msg}
-				if err := r.recover(ctx, why); err != nil {
-					r.gone = err
-					r.report.Aborted = err.Error()
-				}
+				r.probeCrash(ctx, byProbe, "the liveness probe after check "+e.ID, why)
 			}
 		}
 	}
@@ -254,6 +277,30 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 		}
 	}
 	return res
+}
+
+// livenessProbeCheck is the check that reports liveness probes that
+// ended the driver.
+const livenessProbeCheck = "robust.liveness-probe"
+
+// probeCrash records a liveness probe (named by which) that ended the
+// driver, when byProbe, and brings the driver back, or ends the run.
+func (r *runner) probeCrash(ctx context.Context, byProbe bool, which, why string) {
+	if byProbe {
+		since := ""
+		if !r.registered.IsZero() {
+			since = fmt.Sprintf(", %.1f s after the driver last registered", time.Since(r.registered).Seconds())
+		}
+		lines := r.logLines() // the first crash's; the others' are in the log
+		if len(r.probeCrashes) > 0 {
+			lines = ""
+		}
+		r.probeCrashes = append(r.probeCrashes, fmt.Sprintf("%s (NodeUnprepareResources for claim %s, never prepared) ended the driver%s: %s%s", which, probeClaim, since, why, lines))
+	}
+	if err := r.recover(ctx, why); err != nil {
+		r.gone = err
+		r.report.Aborted = err.Error()
+	}
 }
 
 // blameExit fails the previous check when the driver the suite started
@@ -341,7 +388,7 @@ func (r *runner) start(ctx context.Context) error {
 		classes:  classLister{classes: classes},
 		consumer: consumerRef(r.consumer),
 		celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
-		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
+		inUse:    map[types.UID]*resourceapi.ResourceClaim{},
 		prefix:   "c" + suffix,
 	}
 	// The kubelet creates its plugin registry when it starts; a driver

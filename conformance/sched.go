@@ -53,10 +53,21 @@ type scheduler struct {
 	consumer resourceapi.ResourceClaimConsumerReference
 	celCache *cel.Cache
 
-	mu     sync.Mutex
-	inUse  map[types.UID][]resourceapi.DeviceRequestAllocationResult // by claim
+	mu sync.Mutex
+	// inUse are the suite's claims that hold devices, as committed.
+	inUse map[types.UID]*resourceapi.ResourceClaim
+	// roomy are slices in the order any-device claims take devices
+	// (roomFirst); nil until needed after slices changed.
+	roomy  []*resourceapi.ResourceSlice
 	seq    int
 	prefix string
+}
+
+// setSlices makes slices the ones the scheduler allocates from.
+func (s *scheduler) setSlices(slices []*resourceapi.ResourceSlice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slices, s.roomy = slices, nil
 }
 
 type classLister struct{ classes []*resourceapi.DeviceClass }
@@ -76,10 +87,22 @@ func (s *scheduler) allocatedState() structured.AllocatedState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := allocstate.New()
-	for _, results := range s.inUse {
-		allocstate.Add(st, results, nil)
+	for _, c := range s.inUse {
+		allocstate.Add(st, c.Status.Allocation.Devices.Results, nil)
 	}
 	return st
+}
+
+// held returns the suite's claims that hold devices.
+func (s *scheduler) held() []*resourceapi.ResourceClaim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*resourceapi.ResourceClaim, 0, len(s.inUse))
+	for _, c := range s.inUse {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // onlyDevice returns copies of the slices in which every device is
@@ -121,13 +144,15 @@ func (s *scheduler) newClaim(ctx context.Context, base string, spec resourceapi.
 }
 
 // allocate runs the structured allocator for claim, restricted to dev when
-// dev is not nil. It returns nil, nil when the allocator finds no
-// allocation.
+// dev is not nil, else on the devices in roomFirst order. It returns nil,
+// nil when the allocator finds no allocation.
 func (s *scheduler) allocate(ctx context.Context, claim *resourceapi.ResourceClaim, dev *devRef) (*resourceapi.AllocationResult, error) {
 	state := s.allocatedState()
-	slices := s.slices
+	var slices []*resourceapi.ResourceSlice
 	if dev != nil {
-		slices = onlyDevice(slices, *dev, state.AllocatedDevices)
+		slices = onlyDevice(s.slices, *dev, state.AllocatedDevices)
+	} else {
+		slices = s.roomFirst()
 	}
 	alloc, err := structured.NewAllocator(ctx, allocFeatures, state, s.classes, slices, s.celCache)
 	if err != nil {
@@ -158,7 +183,7 @@ func (s *scheduler) commit(ctx context.Context, claim *resourceapi.ResourceClaim
 		return nil, fmt.Errorf("write allocation of claim %s: %w", claim.Name, err)
 	}
 	s.mu.Lock()
-	s.inUse[updated.UID] = updated.Status.Allocation.Devices.Results
+	s.inUse[updated.UID] = updated
 	s.mu.Unlock()
 	return updated, nil
 }
@@ -172,7 +197,7 @@ func (s *scheduler) allocated(ctx context.Context, base string, spec resourceapi
 	}
 	alloc, err := s.allocate(ctx, claim, dev)
 	if err == nil && alloc == nil {
-		err = fmt.Errorf("the structured allocator found no allocation for claim %s", claim.Name)
+		err = fmt.Errorf("the structured allocator found no allocation for claim %s%s", claim.Name, s.whyNoFit(ctx, claim, dev))
 	}
 	if err != nil {
 		s.release(ctx, claim)

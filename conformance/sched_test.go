@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,8 +43,15 @@ func testScheduler(t *testing.T) *scheduler {
 		driver: driver, node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
 		classes: classLister{classes: []*resourceapi.DeviceClass{class}}, slices: testSlices(driver, node),
 		celCache: cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}),
-		inUse:    map[types.UID][]resourceapi.DeviceRequestAllocationResult{},
+		inUse:    map[types.UID]*resourceapi.ResourceClaim{},
 	}
+}
+
+// hold records alloc as committed for a claim of the given UID.
+func (s *scheduler) hold(uid string, alloc *resourceapi.AllocationResult) {
+	c := testClaim(uid)
+	c.Status.Allocation = alloc
+	s.inUse[types.UID(uid)] = c
 }
 
 func testClaim(uid string, reqs ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
@@ -76,18 +85,18 @@ func TestAllocateRespectsInUse(t *testing.T) {
 	if err != nil || full == nil {
 		t.Fatalf("allocate full: %v", err)
 	}
-	s.inUse["u1"] = full.Devices.Results
+	s.hold("u1", full)
 	if alloc, err := s.allocate(ctx, testClaim("u2", exactRequest("r", "c", 1)), &devRef{"n1", "half"}); err != nil || alloc != nil {
 		t.Errorf("half next to full: got %+v, %v; want no allocation", alloc, err)
 	}
 	// A device in use is not handed out again, a shared one is.
 	a, _ := s.allocate(ctx, testClaim("u3", exactRequest("r", "c", 1)), &devRef{"n1", "a"})
-	s.inUse["u3"] = a.Devices.Results
+	s.hold("u3", a)
 	if alloc, _ := s.allocate(ctx, testClaim("u4", exactRequest("r", "c", 1)), &devRef{"n1", "a"}); alloc != nil {
 		t.Errorf("device a allocated twice: %+v", alloc)
 	}
 	sh, _ := s.allocate(ctx, testClaim("u5", exactRequest("r", "c", 1)), &devRef{"n1", "shared"})
-	s.inUse["u5"] = sh.Devices.Results
+	s.hold("u5", sh)
 	if alloc, _ := s.allocate(ctx, testClaim("u6", exactRequest("r", "c", 1)), &devRef{"n1", "shared"}); alloc == nil {
 		t.Errorf("shared device not allocated a second time")
 	}
@@ -106,5 +115,63 @@ func TestAllocateRespectsInUse(t *testing.T) {
 	alloc, err := s.allocate(ctx, testClaim("u8", fa), nil)
 	if err != nil || alloc == nil || alloc.Devices.Results[0].Request != "pick/any" {
 		t.Errorf("firstAvailable: %+v %v", alloc, err)
+	}
+}
+
+// cardSlices is a partitionable card as a partitionable driver lists it:
+// the whole card first, then its two halves, all on one counter set.
+func cardSlices(driver, node string) []*resourceapi.ResourceSlice {
+	pool := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	consume := func(q string) []resourceapi.DeviceCounterConsumption {
+		return []resourceapi.DeviceCounterConsumption{{CounterSet: "card-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(q)}}}}
+	}
+	return []*resourceapi.ResourceSlice{
+		{ObjectMeta: metav1.ObjectMeta{Name: "s0"}, Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: pool,
+			SharedCounters: []resourceapi.CounterSet{{Name: "card-0", Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("8Gi")}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s1"}, Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: pool, Devices: []resourceapi.Device{
+			{Name: "card-0-whole", ConsumesCounters: consume("8Gi")},
+			{Name: "card-0-half-0", ConsumesCounters: consume("4Gi")},
+			{Name: "card-0-half-1", ConsumesCounters: consume("4Gi")},
+		}}},
+	}
+}
+
+// TestAllocateLeavesRoom: claims for any device take a card's halves
+// before the whole card the driver lists first, so that a second claim
+// still fits; when nothing fits, the reason names the claims that hold
+// the devices and the counter they use up.
+func TestAllocateLeavesRoom(t *testing.T) {
+	s := testScheduler(t)
+	s.setSlices(cardSlices("d.example.com", "n1"))
+	ctx := t.Context()
+	var got []string
+	for i, uid := range []string{"first", "second"} {
+		alloc, err := s.allocate(ctx, testClaim(uid, exactRequest("r", "c", 1)), nil)
+		if err != nil || alloc == nil {
+			t.Fatalf("claim %d: %+v, %v; want an allocation", i, alloc, err)
+		}
+		got = append(got, alloc.Devices.Results[0].Device)
+		s.hold(uid, alloc)
+	}
+	if want := []string{"card-0-half-0", "card-0-half-1"}; !slices.Equal(got, want) {
+		t.Errorf("any-device claims got %q, want %q (the halves before the whole card)", got, want)
+	}
+	third := testClaim("third", exactRequest("r", "c", 1))
+	if alloc, err := s.allocate(ctx, third, nil); err != nil || alloc != nil {
+		t.Fatalf("third claim: %+v, %v; want no allocation", alloc, err)
+	}
+	why := s.whyNoFit(ctx, third, nil)
+	t.Logf("why:%s", why)
+	for _, want := range []string{"first: n1/card-0-half-0", "second: n1/card-0-half-1", "counter", "card-0"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the reason lacks %q:%s", want, why)
+		}
+	}
+	if why := s.whyNoFit(ctx, third, &devRef{"n1", "card-0-whole"}); why != "" {
+		t.Errorf("a claim pinned to one device gets a reason %q; its message names the device", why)
+	}
+	// The driver's own order is left alone.
+	if s.slices[1].Spec.Devices[0].Name != "card-0-whole" {
+		t.Errorf("roomFirst reordered the scheduler's slices: %v", s.slices[1].Spec.Devices)
 	}
 }

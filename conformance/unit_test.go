@@ -402,6 +402,15 @@ func TestReportWriters(t *testing.T) {
 		t.Errorf("JUnit suites (-want +got):\n%s", diff)
 	}
 
+	// The verdict says that restarts were not judged, and why.
+	var summary bytes.Buffer
+	if err := rep.WriteSummary(&summary); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(summary.String(), "FAILED (restarts not judged: restart.reregister skipped: needs Config.StartCommand): driver gpu.example.com") {
+		t.Errorf("the verdict does not say the restart checks were skipped:\n%s", summary.String())
+	}
+
 	// A SHOULD violation alone never fails the report.
 	rep.Results = rep.Results[2:]
 	if rep.Failed() {
@@ -455,7 +464,8 @@ func TestEnvCollisions(t *testing.T) {
 	dir := t.TempDir()
 	spec := `{"cdiVersion":"0.6.0","kind":"example.com/dev","devices":[
 		{"name":"a","containerEdits":{"env":["DEV=a","DEV_A=a","CLAIM=c"]}},
-		{"name":"b","containerEdits":{"env":["DEV=b","DEV_B=b","CLAIM=c"]}}]}`
+		{"name":"b","containerEdits":{"env":["DEV=b","DEV_B=b","CLAIM=c"]}},
+		{"name":"shares","containerEdits":{"env":["SHARE=s1","SHARE=s2","SAME=x","SAME=x"]}}]}`
 	if err := os.WriteFile(filepath.Join(dir, "example.json"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -475,6 +485,20 @@ func TestEnvCollisions(t *testing.T) {
 	}
 	if got, err := envCollisions(cache, []*drapbv1.Device{dev("a")}); err != nil || len(got) != 0 {
 		t.Errorf("one device: %q, %v; want no collision", got, err)
+	}
+	// Two shares of one device served by one CDI device that sets the
+	// variable once per share: the container sees the last share only.
+	share := func(id string) *drapbv1.Device {
+		d := dev("shared")
+		d.ShareId, d.CdiDeviceIds = &id, []string{"example.com/dev=shares"}
+		return d
+	}
+	got, err = envCollisions(cache, []*drapbv1.Device{share("s1"), share("s2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "SHARE is set 2 times by one CDI device; a container sees SHARE=s2 and loses SHARE=s1 (CDI device example.com/dev=shares, returned for p/shared share s1, p/shared share s2)") {
+		t.Errorf("collisions = %q, want SHARE only, set twice by one CDI device", got)
 	}
 }
 
@@ -624,5 +648,25 @@ func TestClusterPlan(t *testing.T) {
 				t.Errorf("reported (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRefusedSlices: a refusal of a ResourceSlice in the driver's output
+// (klog's text format escapes the quotes) is found, the last one wins,
+// and other errors about slices are not taken for one.
+func TestRefusedSlices(t *testing.T) {
+	r := &runner{logTail: &tailBuffer{max: 1 << 12}}
+	if got := r.refusedSlices(); got != "" {
+		t.Errorf("empty output: %q", got)
+	}
+	fmt.Fprintln(r.logTail, `E1204 18:35:44.101 1 draplugin.go:1220] "Publishing failed" err="update ResourceSlice: Operation cannot be fulfilled on resourceslices.resource.k8s.io \"s\": the object has been modified"`)
+	if got := r.refusedSlices(); got != "" {
+		t.Errorf("a conflict taken for a refusal: %q", got)
+	}
+	fmt.Fprintln(r.logTail, `E1204 18:35:44.123 1 draplugin.go:1220] "ResourceSlice publishing failed" err="create ResourceSlice: ResourceSlice.resource.k8s.io \"old\" is invalid: [spec.devices[0]: x]"`)
+	fmt.Fprintln(r.logTail, `E1204 18:35:45.123 1 draplugin.go:1220] "ResourceSlice publishing failed" err="create ResourceSlice: ResourceSlice.resource.k8s.io \"n-1\" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: Invalid value: \"\": must specify one of: `+"`int`"+`]"`)
+	want := `ResourceSlice.resource.k8s.io "n-1" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: Invalid value: "": must specify one of: ` + "`int`" + `]`
+	if got := r.refusedSlices(); got != want {
+		t.Errorf("refusal:\ngot  %s\nwant %s", got, want)
 	}
 }

@@ -44,6 +44,9 @@ type Runtime struct {
 	// slicesSynced is set once the first publish went through: the
 	// API server answered and the slice controller runs.
 	slicesSynced atomic.Bool
+	// firstPublish is closed once the inventory is complete in the API
+	// server (see Published).
+	firstPublish chan struct{}
 
 	// callMu serializes prepare and unprepare calls when they must be
 	// (see enterCall).
@@ -130,16 +133,18 @@ func New(name string, opts ...Option) (*Runtime, error) {
 			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
 		}
 	}
-	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
+	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}), firstPublish: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
 func (d *Runtime) Name() string { return d.name }
 
 // Ready is closed once the driver serves the kubelet: the checkpoint is
-// recovered and the sockets listen. The slices are published in the
-// background, as soon as the API server answers (see /readyz with
-// [WithHTTPAddress]).
+// recovered and the sockets listen. It says nothing about the slices:
+// they are published in the background, as soon as the API server
+// answers, and are complete there only later, when [Runtime.Published]
+// is closed (a pod created between the two may find no device and stay
+// Unschedulable until the scheduler retries it).
 func (d *Runtime) Ready() <-chan struct{} { return d.ready }
 
 // HTTPAddr is the address the metrics and health server listens on,
@@ -292,6 +297,7 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	defer wg.Wait()
 	d.kickPublish()
 	wg.Go(func() { d.publishLoop(ctx) })
+	wg.Go(func() { d.awaitFirstPublish(ctx) })
 	wg.Go(func() { d.watch(ctx) })
 	wg.Go(func() { d.housekeep(ctx) })
 

@@ -73,7 +73,8 @@ func (d *Runtime) startHTTP(ctx context.Context) (*http.Server, error) {
 }
 
 // readyCheck reports why the driver is not ready: not alive, or its
-// slices not yet published (the first publish waits for the API server).
+// slices not yet complete in the API server (the first publish waits for
+// the API server; see Published).
 // It asks the API server nothing: a probe every few seconds on every node
 // would be thousands of requests a second on a large cluster, for a
 // readiness that only gates the DaemonSet's rollout. Later publishing
@@ -85,7 +86,12 @@ func (d *Runtime) readyCheck(ctx context.Context) error {
 	if !d.slicesSynced.Load() {
 		return errors.New("ResourceSlices not published yet: waiting for the API server")
 	}
-	return nil
+	select {
+	case <-d.firstPublish:
+		return nil
+	default:
+		return errors.New("ResourceSlices handed to the API server, not yet complete there")
+	}
 }
 
 // live reports why the driver is not alive: a registration the kubelet

@@ -13,6 +13,11 @@
 //		conformance.Test(t, cfg)
 //	}
 //
+// A pod created before a driver's pools are complete can stay
+// Unschedulable for minutes: [Env.WaitForPools] waits until they are
+// (a driver built on package driver also says so itself:
+// driver.Runtime.Published).
+//
 // Everything Start launches is stopped by PID when the test ends, also
 // when it fails. With go test -short, Start skips the test.
 //

@@ -24,6 +24,11 @@ func Example_realNode() {
 	env := testenv.Start(t, testenv.WithRealNode())
 	opts := env.DriverOptions("gpu.example.com")
 	_ = opts // driver.New("gpu.example.com", append(opts, driver.WithDiscoverer(...), driver.WithPreparer(...))...)
+	// Before the first pod: the driver's pools complete, as the scheduler
+	// needs them.
+	if _, err := env.WaitForPools(t.Context(), "gpu.example.com"); err != nil {
+		t.Fatal(err)
+	}
 	// ... create a ResourceClaim and a pod with image env.BusyboxImage;
 	// env.ContainerLog(ctx, "default", pod, container) reads what it printed.
 }

@@ -35,72 +35,94 @@ func init() {
 const conformanceUsage = `Usage: drakit conformance --driver NAME --registration PATH [flags] [-- DRIVER COMMAND ...]
        drakit conformance --cluster --kubeconfig FILE --driver NAME --node NODE --image IMAGE [flags]
 
-Plays the kubelet and the scheduler against a DRA driver and a real API
-server (without --kubeconfig: a local control plane with a fake node).
+Socket mode (the default) plays the kubelet and the scheduler against a
+DRA driver and a real API server: without --kubeconfig, a local control
+plane with a fake node (--node), started with --feature-gates.
 
-With --cluster it needs nothing but a kubeconfig: it checks a driver
-installed on the cluster through the cluster's own scheduler, kubelet and
-container runtime, with real pods on --node (image --image, which must
-be on the node unless --image-pull-policy lets it be pulled: busybox or
-any image with sh, env and sleep): claims from templates, a claim shared
-by two pods, two devices in one claim (with a matchAttribute constraint
-where two devices share an attribute), a claim with two requests whose
-containers each name one, a pod with two claims, firstAvailable, admin
-access; what each container sees, unprepare on pod deletion, the
-driver's pod replaced (--driver-namespace, --driver-pod-selector: pods
-keep running, a claim prepared before the restart injects the same
-after it, allocated device names stay published), health in the pod
-status. With --cdi-dir or --read-cdi-command it compares the containers'
-environment with the CDI specs the driver wrote; without, with the
-devices' names and attributes. It refuses a node where other pods use
-the driver (--allow-other-pods), labels everything it creates
-(conformance.drakit.dev/cluster-node=NODE,
+  The driver: arguments after -- (or --start) start it; the suite kills
+  it with SIGKILL and starts it again for the restart checks, and keeps
+  its output in --driver-log. Without them the driver must already be
+  running, and --restart-command (e.g. for a DaemonSet pod) enables the
+  restart checks; with neither they skip, and the verdict says so. A
+  started driver gets these environment variables:
+    KUBECONFIG, DRAKIT_KUBECONFIG  the admin kubeconfig of the cluster
+    NODE_NAME                      the node it serves (--node)
+  Drivers that read their flags through package driverflag pick both up
+  with no flags. The command runs without a shell; to put them into
+  flags, run one:
+    -- sh -c 'exec ./driver --node-name="$NODE_NAME" --kubeconfig="$KUBECONFIG"'.
+
+  The claims: the suite creates a namespace, a DeviceClass selecting the
+  driver's devices (unless --device-class) and one Pod bound to --node
+  that never starts (image conformance.drakit.invalid/never-started:0, no
+  claims in its spec); it allocates claims with the scheduler's allocator
+  and reserves them for that Pod, as the scheduler would, then calls the
+  driver. Everything is removed at the end. After every restart of the
+  driver it reads the driver's ResourceSlices again and allocates from
+  what the new process publishes.
+
+  Registration: --registration is the driver's registration socket or
+  the kubelet's plugin registry folder (created if missing, as the
+  kubelet does).
+
+  A driver deployed as a DaemonSet pod: run the suite on the node (or give
+  --path-map), without a driver command, with --restart-command (so that
+  the restart checks run) and --read-cdi-command (so that the CDI checks
+  see the node's CDI folder, not the suite's mount namespace).
+
+  --path-map FROM=TO translates the paths the driver reports about itself:
+  the DRA service endpoint in its GetInfo answer, as the driver sees it in
+  its own mount namespace (e.g. /var/lib/kubelet=/mnt/node-kubelet when
+  the suite sees the node's /var/lib/kubelet there). The first FROM that
+  prefixes a path applies. It does not translate --registration,
+  --cdi-dir or paths in CDI specs.
+
+  Health: the suite waits up to 10 s for the first health report (and
+  1 s more for the rest of it), then health.refresh waits for a repeated
+  report up to the largest health_check_timeout_seconds the driver
+  reports (30 s when it reports none) plus 5 s, at most 2 minutes
+  (--health-wait sets it).
+
+  After every check the suite sends a liveness probe (NodeUnprepareResources
+  for a claim never prepared); one that ends the driver is reported by
+  robust.liveness-probe, and the driver is started again.
+
+Cluster mode (--cluster) needs nothing but a kubeconfig: it checks a
+driver installed on the cluster through the cluster's own scheduler,
+kubelet and container runtime, with real pods on --node (image --image,
+which must be on the node unless --image-pull-policy lets it be pulled:
+busybox or any image with sh, env and sleep): claims from templates, a
+claim shared by two pods, two devices in one claim (with a
+matchAttribute constraint where two devices share an attribute), a claim
+with two requests whose containers each name one, a pod with two claims,
+firstAvailable, admin access; what each container sees, unprepare on pod
+deletion, health in the pod status. With --cdi-dir or --read-cdi-command
+it compares the containers' environment with the CDI specs the driver
+wrote; without, with the devices' names and attributes. It refuses a
+node where other pods use the driver (--allow-other-pods), labels
+everything it creates (conformance.drakit.dev/cluster-node=NODE,
 conformance.drakit.dev/cluster-driver=DRIVER), deletes it at the end, on
 SIGINT and SIGTERM too, and removes what an interrupted run for the same
 node and driver left. "drakit conformance --cluster --help" lists its
 checks.
 
-The driver: arguments after -- (or --start) start it, which enables the
-restart checks and keeps its output in --driver-log; without them the
-driver must already be running. A started driver gets these environment
-variables:
-  KUBECONFIG, DRAKIT_KUBECONFIG  the admin kubeconfig of the cluster
-  NODE_NAME                      the node it serves (--node)
-Drivers that read their flags through package driverflag pick both up
-with no flags. The command runs without a shell; to put them into flags,
-run one:
-  -- sh -c 'exec ./driver --node-name="$NODE_NAME" --kubeconfig="$KUBECONFIG"'.
+  The driver's restart (pods keep running, a claim prepared before the
+  restart injects the same after it and is unprepared by the new driver,
+  allocated device names stay published): a driver that runs as a pod
+  is restarted by deleting its pod (--driver-namespace and
+  --driver-pod-selector); one that does not (a host process, a systemd
+  unit) by --restart-command, which must kill it with SIGKILL and start
+  it again. With neither the restart checks skip, and the verdict says
+  so. Cluster mode takes no driver command after --: it checks the
+  driver the cluster runs.
 
-The claims: the suite creates a namespace, a DeviceClass selecting the
-driver's devices (unless --device-class) and one Pod bound to --node that
-never starts (image conformance.drakit.invalid/never-started:0, no claims
-in its spec); it allocates claims with the scheduler's allocator and
-reserves them for that Pod, as the scheduler would, then calls the driver.
-Everything is removed at the end.
-
-Registration: --registration is the driver's registration socket or the
-kubelet's plugin registry folder (created if missing, as the kubelet does).
-
-A driver deployed as a DaemonSet pod: run the suite on the node (or give
---path-map), without a driver command, with --restart-command (so that
-the restart checks run) and --read-cdi-command (so that the CDI checks see
-the node's CDI folder, not the suite's mount namespace).
-
---path-map FROM=TO translates the paths the driver reports about itself:
-the DRA service endpoint in its GetInfo answer, as the driver sees it in
-its own mount namespace (e.g. /var/lib/kubelet=/mnt/node-kubelet when the
-suite sees the node's /var/lib/kubelet there). The first FROM that
-prefixes a path applies. It does not translate --registration, --cdi-dir
-or paths in CDI specs.
-
-Health: the suite waits up to 10 s for the first health report (and 1 s
-more for the rest of it), then health.refresh waits for a repeated report
-up to the largest health_check_timeout_seconds the driver reports (30 s
-when it reports none) plus 5 s, at most 2 minutes (--health-wait sets it).
-
-Feature gates: --feature-gates says which gates the cluster has on, where
-they change what a driver may publish: DRAListTypeAttributes=true lets
-resource.kubernetes.io/pcieRoot be a list. Others have their 1.37 default.
+Feature gates: --feature-gates names the gates the cluster has on or off.
+Without --kubeconfig the local control plane runs with them (its API
+server then accepts what they allow); with one, they tell the suite what
+the cluster allows where that changes what a driver may publish:
+DRAListTypeAttributes=true lets resource.kubernetes.io/pcieRoot be a
+list. Others have their 1.37 default. An API server that refuses a
+started driver's ResourceSlices is reported with its message.
 
 Exit status: 0 when every MUST check passed (warnings, which are SHOULD
 checks that did not pass, and skips do not count); 1 when a MUST check
@@ -163,7 +185,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Var(&f.pathMaps, "path-map", "FROM=TO: translate paths the driver reports (own mount namespace); repeatable")
 	fs.Var(&f.skip, "skip", "check IDs or categories to skip (repeatable or comma-separated)")
 	fs.Var(&f.only, "only", "check IDs or categories to run, the others left out (repeatable or comma-separated); what they need is set up all the same")
-	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start and has it started again (e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait); enables the restart checks")
+	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start (SIGKILL, no chance to clean up) and has it started again, e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait, or with --cluster for a host process: kill -9 $(pidof DRIVER); systemctl start DRIVER; enables the restart checks")
 	fs.StringVar(&f.readCDICmd, "read-cdi-command", "", "shell command that writes a tar archive of the node's CDI folder to stdout (e.g. kubectl exec -n NS POD -- tar -C /var/run/cdi -cf - .); replaces --cdi-dir")
 	startCmd := fs.String("start", "", "command that starts the driver, split at spaces (alternative to arguments after --)")
 	fs.StringVar(&f.deviceClass, "device-class", "", "existing DeviceClass selecting the driver's devices (default: the suite creates one)")
@@ -211,9 +233,11 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 		case f.image == "":
 			return nil, fmt.Errorf("%w: --cluster needs --image (e.g. busybox, present on the node)", errUsage)
 		case len(f.start) > 0:
-			return nil, fmt.Errorf("%w: --cluster checks an installed driver: give no driver command", errUsage)
+			return nil, fmt.Errorf("%w: --cluster checks an installed driver: give no driver command (to restart a driver that does not run as a pod, give --restart-command)", errUsage)
 		case (f.driverNS == "") != (f.driverSelector == ""):
 			return nil, fmt.Errorf("%w: give --driver-namespace and --driver-pod-selector together", errUsage)
+		case f.driverSelector != "" && f.restartCmd != "":
+			return nil, fmt.Errorf("%w: give --driver-pod-selector (a driver that runs as a pod) or --restart-command (one that does not), not both", errUsage)
 		}
 		switch corev1.PullPolicy(f.pullPolicy) {
 		case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
@@ -355,7 +379,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	var client kubernetes.Interface
 	if kubeconfig == "" {
 		fmt.Fprintln(stderr, "starting a local control plane (use --kubeconfig for an existing cluster)")
-		c, err := cluster.Start(ctx, cluster.WithLogWriter(stderr))
+		c, err := cluster.Start(ctx, cluster.WithLogWriter(stderr), cluster.WithFeatureGates(f.featureGates))
 		if err != nil {
 			return fmt.Errorf("start local cluster: %w", err)
 		}
@@ -434,6 +458,9 @@ func runClusterConformance(ctx context.Context, f *conformanceFlags, stdout, std
 	}
 	if f.readCDICmd != "" {
 		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}
+	}
+	if f.restartCmd != "" {
+		cfg.RestartCommand = []string{"sh", "-c", f.restartCmd}
 	}
 	rep, err := conformance.RunCluster(ctx, cfg)
 	if err != nil {

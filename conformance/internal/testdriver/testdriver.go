@@ -6,7 +6,9 @@
 // that the kubelet accepts, so the suite must pass it.
 //
 // It is test-only: the devices are fake, preparing one writes a CDI spec
-// with an environment variable.
+// with an environment variable. Like a driver that checks allocations
+// against its inventory, it refuses to prepare a device of its own that
+// it does not publish.
 package testdriver
 
 import (
@@ -70,6 +72,8 @@ var Defects = map[string]string{
 	"restart-new-edits":       "after a restart gives the same CDI IDs other edits (an environment value of the new process, as another cpuset would be)",
 	"unstable-names":          "publishes device names with a suffix that changes at every start",
 	"health-unknown-refresh":  "reports every device Healthy once, then only Unknown (a runtime whose health source stopped reporting)",
+	"crash-before-prepare":    "crashes on an unprepare call that comes before its first prepare since it started (state it builds at the first prepare)",
+	"env-per-share":           "serves the shares of one device in a claim with one CDI device that sets one variable name once per share",
 }
 
 // Variants lists the correct behaviours the driver can be started with
@@ -83,6 +87,7 @@ var Variants = map[string]string{
 	"names-if-needed":   "returns request names only for claims with more than one request (api.proto: empty means all requests)",
 	"shared-spec":       "keeps every claim's CDI devices in one spec file, written at start with a static device, that stays after unprepare",
 	"pcie-root-list":    "publishes pcieRoot as a list of two roots (needs the DRAListTypeAttributes feature gate)",
+	"cards":             "publishes partitionable cards (-cards N), each card's whole device first, then its two halves, as a partitionable driver orders them",
 }
 
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
@@ -117,6 +122,10 @@ type Options struct {
 	NamesIfNeeded   bool
 	SharedSpec      bool
 	PCIeRootList    bool
+	// Cards is the number of partitionable cards (variant cards): each
+	// publishes its whole device first, then two halves, on a counter
+	// set of its own.
+	Cards int
 }
 
 // Main parses args as flags and runs the driver until SIGTERM or SIGINT.
@@ -144,6 +153,7 @@ func Main(args []string) error {
 	fs.BoolVar(&o.NamesIfNeeded, "names-if-needed", false, Variants["names-if-needed"])
 	fs.BoolVar(&o.SharedSpec, "shared-spec", false, Variants["shared-spec"])
 	fs.BoolVar(&o.PCIeRootList, "pcie-root-list", false, Variants["pcie-root-list"])
+	fs.IntVar(&o.Cards, "cards", 0, Variants["cards"])
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -248,8 +258,11 @@ type driver struct {
 	mu       sync.Mutex
 	prepared map[types.UID]*claimState
 	nonce    int
-	suffix   string           // appended to every device name (defect unstable-names)
-	leaked   []cdispec.Device // entries of unprepared claims (defect leak-cdi-entry)
+	// preparedOnce is set at the first prepare call (defect
+	// crash-before-prepare).
+	preparedOnce bool
+	suffix       string           // appended to every device name (defect unstable-names)
+	leaked       []cdispec.Device // entries of unprepared claims (defect leak-cdi-entry)
 }
 
 // name is the published name of the device called base.
@@ -351,6 +364,13 @@ func (d *driver) save() error {
 	return writeAtomic(d.o.StateFile, data)
 }
 
+func shareOf(id *types.UID) string {
+	if id == nil {
+		return ""
+	}
+	return string(*id)
+}
+
 func writeAtomic(path string, data []byte) error {
 	return statefile.WriteFile(path, data, statefile.WithMode(0o644))
 }
@@ -410,7 +430,29 @@ func (d *driver) resources() resourceslice.DriverResources {
 			}},
 		)
 	}
+	if d.o.Cards > 0 {
+		var sets []resourceapi.CounterSet
+		var devs []resourceapi.Device
+		for c := 0; c < d.o.Cards; c++ {
+			set := fmt.Sprintf("card-%d", c)
+			consume := func(q string) []resourceapi.DeviceCounterConsumption {
+				return []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(q)}}}}
+			}
+			sets = append(sets, resourceapi.CounterSet{Name: set, Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("8Gi")}}})
+			devs = append(devs,
+				resourceapi.Device{Name: d.name(set + "-whole"), ConsumesCounters: consume("8Gi")},
+				resourceapi.Device{Name: d.name(set + "-half-0"), ConsumesCounters: consume("4Gi")},
+				resourceapi.Device{Name: d.name(set + "-half-1"), ConsumesCounters: consume("4Gi")},
+			)
+		}
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: sets}, resourceslice.Slice{Devices: devs})
+	}
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.o.NodeName: pool}}
+}
+
+// publishes reports whether the driver publishes device dev in pool.
+func (d *driver) publishes(pool, dev string) bool {
+	return pool == d.o.NodeName && slices.Contains(d.allDevices(), dev)
 }
 
 func (d *driver) allDevices() []string {
@@ -423,6 +465,9 @@ func (d *driver) allDevices() []string {
 	}
 	if d.o.Partitionable {
 		out = append(out, d.name("part-full"), d.name("part-half-0"), d.name("part-half-1"))
+	}
+	for c := 0; c < d.o.Cards; c++ {
+		out = append(out, d.name(fmt.Sprintf("card-%d-whole", c)), d.name(fmt.Sprintf("card-%d-half-0", c)), d.name(fmt.Sprintf("card-%d-half-1", c)))
 	}
 	return out
 }
@@ -442,6 +487,7 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.preparedOnce = true
 	out := map[types.UID]kubeletplugin.PrepareResult{}
 	for i, claim := range claims {
 		if d.defect("skip-claim") && len(claims) > 1 && i == len(claims)-1 {
@@ -520,6 +566,12 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		if r.Driver != d.o.DriverName && !d.defect("other-driver") {
 			continue
 		}
+		// A device of its own that it does not publish (any more) is
+		// refused, as a driver that checks allocations against its
+		// inventory does (package driver's runtime does).
+		if r.Driver == d.o.DriverName && !d.publishes(r.Pool, r.Device) {
+			return nil, fmt.Errorf("device %s/%s is not published by this driver", r.Pool, r.Device)
+		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
 		if (!admin || d.defect("admin-guard")) && r.ShareID == nil && !d.defect("no-guard") {
 			for uid, other := range d.prepared {
@@ -534,7 +586,7 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			}
 		}
 		cdiName := fmt.Sprintf("%s-%s", claim.UID, r.Device)
-		if r.ShareID != nil {
+		if r.ShareID != nil && !d.defect("env-per-share") {
 			cdiName = fmt.Sprintf("%s-%s", cdiName, *r.ShareID)
 		}
 		if nonce > 0 {
@@ -547,7 +599,15 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		if d.defect("restart-new-edits") {
 			env = append(env, instanceEnv())
 		}
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiName, ContainerEdits: cdispec.ContainerEdits{Env: env}})
+		if i := slices.IndexFunc(spec.Devices, func(dev cdispec.Device) bool { return dev.Name == cdiName }); i >= 0 && d.defect("env-per-share") {
+			// Another share of the same device: its variable once more.
+			spec.Devices[i].ContainerEdits.Env = append(spec.Devices[i].ContainerEdits.Env, fmt.Sprintf("CONFORMANCE_SHARE=%s", shareOf(r.ShareID)))
+		} else {
+			if d.defect("env-per-share") && r.ShareID != nil {
+				env = append(env, fmt.Sprintf("CONFORMANCE_SHARE=%s", *r.ShareID))
+			}
+			spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiName, ContainerEdits: cdispec.ContainerEdits{Env: env}})
+		}
 		id := CDIVendor + "/" + CDIClass + "=" + cdiName
 		switch {
 		case d.defect("cdi-unresolvable"):
@@ -601,6 +661,10 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.defect("crash-before-prepare") && !d.preparedOnce {
+		var state *claimState                                          // built at the first prepare
+		klog.FromContext(ctx).Info("Unpreparing", "first", state.Name) // nil pointer dereference
+	}
 	out := map[types.UID]error{}
 	for _, c := range claims {
 		st, ok := d.prepared[c.UID]

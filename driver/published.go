@@ -1,0 +1,94 @@
+package driver
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/internal/slicepool"
+)
+
+// Published is closed once the driver's devices are in the API server as
+// the scheduler needs them: every pool of the current inventory is
+// complete (all its ResourceSlices of the newest generation present,
+// k8s.io/dynamic-resource-allocation/structured allocates from complete
+// pools only) and lists exactly the inventory's devices. It closes once
+// per Run, after [Runtime.Ready]: a pod created before it may find no
+// device and stay Unschedulable until the scheduler retries it. Wait for
+// it before creating pods in a test (package testenv's WaitForPools does
+// the same from outside the process), and /readyz ([WithHTTPAddress])
+// reports ready only after it.
+//
+// The runtime reads its slices back from the API server until then (a
+// LIST every 250 ms with the driver and node field selectors), and never
+// after. An inventory that changes faster than its slices are written
+// delays it until the slices catch up.
+func (d *Runtime) Published() <-chan struct{} { return d.firstPublish }
+
+// awaitFirstPublish closes firstPublish once the API server holds the
+// current inventory complete (see Published), or returns when ctx ends.
+func (d *Runtime) awaitFirstPublish(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	slicesAPI := d.client.ResourceV1().ResourceSlices()
+	selector := fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.driver", d.name),
+		fields.OneTermEqualSelector("spec.nodeName", d.o.nodeName),
+	).String()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !d.slicesSynced.Load() {
+			continue // the first publish still waits for the API server
+		}
+		list, err := slicesAPI.List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			logger.V(3).Info("Reading the published ResourceSlices back", "err", err)
+			continue
+		}
+		got := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
+		for i := range list.Items {
+			got = append(got, &list.Items[i])
+		}
+		if d.inventoryPublished(slicepool.Group(got)) {
+			logger.Info("ResourceSlices published: every pool complete")
+			close(d.firstPublish)
+			return
+		}
+	}
+}
+
+// inventoryPublished reports whether pools hold every pool of the
+// current inventory, complete, with exactly its devices.
+func (d *Runtime) inventoryPublished(pools map[string]*slicepool.Pool) bool {
+	inv := d.published.Inventory()
+	if inv == nil {
+		return false
+	}
+	for _, p := range inv.Pools {
+		got, ok := pools[p.Name]
+		if !ok || !got.Complete() {
+			return false
+		}
+		want := make([]string, 0, len(p.Devices))
+		for _, dev := range p.Devices {
+			want = append(want, dev.Name())
+		}
+		have := got.Devices()
+		slices.Sort(want)
+		slices.Sort(have)
+		if !slices.Equal(want, have) {
+			return false
+		}
+	}
+	return true
+}
