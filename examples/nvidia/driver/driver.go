@@ -112,10 +112,13 @@ type Key struct {
 type Option func(*options) error
 
 type options struct {
-	profiles  []string
-	stateDir  string
-	sysfsRoot string
-	simulated *bool
+	profiles []string
+	stateDir string
+	// sharedState: the state folder is shared with the other pod of a
+	// rolling update (WithRollingUpdate).
+	sharedState bool
+	sysfsRoot   string
+	simulated   *bool
 
 	republishDelay    time.Duration
 	republishInterval time.Duration
@@ -244,6 +247,17 @@ func WithStateDir(dir string) Option {
 	}
 }
 
+// WithRollingUpdate lets this driver share its state folder with the
+// other process of a rolling update (the runtime's
+// driver.WithRollingUpdate, which every process of the update must use
+// too): both take the lifecycle's instance lock shared, any third process
+// is still refused, and the work on each GPU is serialized between them
+// (lifecycle.WithSharedState). Without it, the new pod of a surge update
+// fails at start while the old one holds the folder.
+func WithRollingUpdate() Option {
+	return func(o *options) error { o.sharedState = true; return nil }
+}
+
 // WithSysfsRoot reads the GPUs' PCI topology from dir instead of /sys.
 // In simulation the default is a fake sysfs of the simulated server
 // written into the state folder.
@@ -329,8 +343,12 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	d.tool = &migTool{nv: nv, d: d}
 	// The journal is not fsynced: a power loss destroys MIG devices too
 	// (a GPU comes up from a reset without them).
-	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lifecycle.WithDynamicCards(dynamic...), lifecycle.WithoutFsync(),
-		lifecycle.WithRepublish(d.kickWatch, o.republishDelay, o.republishInterval))
+	lopts := []lifecycle.Option{lifecycle.WithDynamicCards(dynamic...), lifecycle.WithoutFsync(),
+		lifecycle.WithRepublish(d.kickWatch, o.republishDelay, o.republishInterval)}
+	if o.sharedState {
+		lopts = append(lopts, lifecycle.WithSharedState())
+	}
+	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}

@@ -209,6 +209,11 @@ func Run(args []string, opts ...Option) error {
 	if *sysfs != "" {
 		dopts = append(dopts, nvdriver.WithSysfsRoot(*sysfs))
 	}
+	if std.PodUID != "" && chk == nil {
+		// The runtime runs with WithRollingUpdate (std.Options): the
+		// surge pod shares the state folder with the old one.
+		dopts = append(dopts, nvdriver.WithRollingUpdate())
+	}
 	node := std.NodeName
 	if chk != nil {
 		node = chk.node
