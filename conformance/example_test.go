@@ -24,7 +24,7 @@ func ExampleChecks() {
 	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
 	// restart.device-names     MUST   the devices published before the crash keep their names after it
 	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
-	// 42 MUST and 5 SHOULD checks
+	// 43 MUST and 5 SHOULD checks
 }
 
 // Cluster mode's checks run real pods on a node of a cluster where the
@@ -45,8 +45,8 @@ func ExampleClusterChecks() {
 	// pod.first-available      MUST   a claim with firstAvailable subrequests runs with the subrequest the scheduler chose
 	// pod.unprepare            MUST   deleting the pods unprepares their claims: CDI devices gone, the device allocatable and preparable again
 	// pod.admin-access         MUST   an admin-access claim on a device in use runs
-	// pod.driver-restart       MUST   pods keep running while the driver's pod is replaced, and the new one unprepares their claims
-	// pod.restart-same-edits   MUST   a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees
+	// pod.driver-restart       MUST   pods keep running while the driver is restarted (its pod replaced, or a restart hook), and the new one unprepares their claims
+	// pod.restart-same-edits   MUST   a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees; deleting both unprepares the claim
 	// pod.restart-device-names MUST   the devices that running pods were allocated are still published under their names after the driver's restart
 	// pod.health               SHOULD device health reaches the pod status
 }

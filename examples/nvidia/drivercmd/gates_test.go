@@ -13,6 +13,9 @@ import (
 
 // check runs -check on the README's simulated DGX H200 (GPUs 0-1 full,
 // 2 static MIG, 3-7 MIG mode without MIG devices) with args added.
+
+// dynamic names GPUs 3-7 dynamic, as an administrator does.
+const dynamic = "-dynamic-mig-gpus=3,4,5,6,7"
 func check(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
@@ -40,7 +43,7 @@ func modes(out string) []string {
 // DynamicMIGWholeGPU, no defragmenter without MIGDefragmenter (alpha,
 // off by default).
 func TestGates(t *testing.T) {
-	out, err := check(t)
+	out, err := check(t, dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func TestGates(t *testing.T) {
 		t.Errorf("-dynamic-mig-gpus=4 with DynamicMIG=false: %v, want an error naming the gate", err)
 	}
 
-	out, err = check(t, "--feature-gates=DynamicMIGWholeGPU=false")
+	out, err = check(t, "--feature-gates=DynamicMIGWholeGPU=false", dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}

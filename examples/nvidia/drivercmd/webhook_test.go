@@ -49,7 +49,7 @@ func TestWebhookSaysWhatPrepareSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"))
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithMIGEnabled(false))
 	if err != nil {
 		t.Fatal(err)
 	}
