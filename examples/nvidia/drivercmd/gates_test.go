@@ -16,6 +16,7 @@ import (
 
 // dynamic names GPUs 3-7 dynamic, as an administrator does.
 const dynamic = "-dynamic-mig-gpus=3,4,5,6,7"
+
 func check(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
