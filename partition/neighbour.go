@@ -387,6 +387,72 @@ func byScheme(fleet []FleetCard, requests []Request, work int) (take map[int][]i
 		}
 		return lo
 	}
+	collect := func(p0 *Plan, rs0 []int, p1 *Plan, rs1 []int) map[int][]int {
+		take := map[int][]int{}
+		for side, pr := range []struct {
+			p  *Plan
+			rs []int
+		}{{p0, rs0}, {p1, rs1}} {
+			for _, a := range pr.p.Assignments {
+				gi := -1
+				for _, g := range sub[side] {
+					if fleet[g].Node == a.Node && fleet[g].Index == a.Card {
+						gi = g
+						break
+					}
+				}
+				take[gi] = append(take[gi], pr.rs[a.Request])
+			}
+		}
+		return take
+	}
+	// The compute and memory units each scheme's cards have left beside
+	// their own requests bound the split: on a tight fleet (an exact fill)
+	// they fix it. The split in the middle of the bounds is tried first,
+	// each half with half the work; only when it fails do the probes run.
+	if len(shared) > 0 {
+		lo, hi := 0, len(shared)
+		for side := range 2 {
+			pr := schemes[side]
+			pi, _ := pr.profileIndex(requests[shared[0]].Profile)
+			c, m := pr.Profiles[pi].Compute, pr.Profiles[pi].Memory
+			haveC, haveM := 0, 0
+			for _, gi := range sub[side] {
+				st, _ := pr.stateOf(inUse(fleet[gi].Layout))
+				haveC += pr.Compute.Count - pr.computeUsed(&st)
+				haveM += pr.Memory.Count - pr.memoryUsed(&st)
+			}
+			for _, ri := range own[side] {
+				pj, _ := pr.profileIndex(requests[ri].Profile)
+				haveC -= pr.Profiles[pj].Compute
+				haveM -= pr.Profiles[pj].Memory
+			}
+			most := len(shared)
+			if c > 0 {
+				most = min(most, max(haveC, -1)/c)
+			}
+			if m > 0 {
+				most = min(most, max(haveM, -1)/m)
+			}
+			if haveC < 0 || haveM < 0 {
+				most = -1
+			}
+			if side == 0 {
+				hi = min(hi, most)
+			} else {
+				lo = max(lo, len(shared)-most)
+			}
+		}
+		if lo > hi {
+			return nil, nodes, false
+		}
+		x := (lo + hi) / 2
+		if p1, rs1, done := solve(1, shared[x:], max((work-nodes)/2, 1)); done {
+			if p0, rs0, done := solve(0, shared[:x], work); done {
+				return collect(p0, rs0, p1, rs1), nodes, true
+			}
+		}
+	}
 	m0 := most(0)
 	if m0 < 0 {
 		return nil, nodes, false
@@ -410,22 +476,7 @@ func byScheme(fleet []FleetCard, requests []Request, work int) (take map[int][]i
 	if !done {
 		return nil, nodes, false
 	}
-	take = map[int][]int{}
-	for side, pr := range []struct {
-		p  *Plan
-		rs []int
-	}{{best, bestReqs}, {other, otherReqs}} {
-		for _, a := range pr.p.Assignments {
-			gi := -1
-			for _, g := range sub[side] {
-				if fleet[g].Node == a.Node && fleet[g].Index == a.Card {
-					gi = g
-					break
-				}
-			}
-			take[gi] = append(take[gi], pr.rs[a.Request])
-		}
-	}
+	take = collect(best, bestReqs, other, otherReqs)
 	return take, nodes, true
 }
 

@@ -351,26 +351,6 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 		return x.i < y.i
 	})
 
-	// Group cards with equal keys so that a request evaluates each distinct
-	// card state once; a group's cards are in fleet order and a group caches
-	// its candidate per profile (a key's evaluation never changes).
-	groups := map[evalKey]*group{}
-	var glist []*group
-	cardGroup := make([]*group, len(cards))
-	join := func(gi int) {
-		k := cards[gi].key()
-		gr := groups[k]
-		if gr == nil {
-			gr = &group{key: k}
-			groups[k] = gr
-			glist = append(glist, gr)
-		}
-		gr.members = insertInt(gr.members, gi)
-		cardGroup[gi] = gr
-	}
-	for gi := range cards {
-		join(gi)
-	}
 	profIdx := map[*Scheme]map[string]int{}
 	for _, g := range cards {
 		if profIdx[g.s] == nil {
@@ -383,68 +363,55 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 			profIdx[g.s] = m
 		}
 	}
-	var unplaced []int
+	// The requests whose profile takes an extra (a media engine) on the
+	// scheme that resolves it.
+	var extras []reqInfo
 	for _, r := range order {
-		req := requests[r.i]
-		var best *candidate
-		bestCard := -1
-		consider := func(gr *group, gi int) {
-			pi, ok := profIdx[cards[gi].s][req.Profile]
-			if !ok {
-				return
-			}
-			c := pl.candidate(gr, pi)
-			if !c.ok {
-				return
-			}
-			if best == nil || c.delta > best.delta ||
-				(c.delta == best.delta && c.free < best.free) ||
-				(c.delta == best.delta && c.free == best.free && c.dops < best.dops) ||
-				(c.delta == best.delta && c.free == best.free && c.dops == best.dops && gi < bestCard) {
-				best, bestCard = c, gi
-			}
+		if pr, ok := resolve(fleet, requests[r.i].Profile); ok && len(pr.Extras) > 0 {
+			extras = append(extras, r)
 		}
-		if r.pinned {
-			for gi := range cards {
-				if pinOK(req, fleet[gi]) {
-					consider(cardGroup[gi], gi)
-				}
-			}
-		} else {
-			live := glist[:0]
-			for _, gr := range glist {
-				if len(gr.members) > 0 {
-					live = append(live, gr)
-					consider(gr, gr.members[0])
-				}
-			}
-			glist = live
-		}
-		if best == nil {
-			unplaced = append(unplaced, r.i)
-			continue
-		}
-		g := cards[bestCard]
-		old := cardGroup[bestCard]
-		old.members = removeInt(old.members, bestCard)
-		if len(old.members) == 0 {
-			delete(groups, old.key)
-		}
-		g.assigned[profIdx[g.s][req.Profile]]++
-		g.reqs = append(g.reqs, r.i)
-		join(bestCard)
 	}
-	// Repair: per card, exactly, trade its requests and the unplaced ones
-	// for the best set it can hold; repeat while something improves.
-	for pass := 0; pass < 3 && len(unplaced) > 0; pass++ {
-		improved := false
-		for gi, g := range cards {
-			var ok bool
-			unplaced, ok = pl.repair(g, fleet[gi], requests, unplaced)
-			improved = improved || ok
+	var unplaced []int
+	if len(extras) == 0 {
+		unplaced = pl.greedy(cards, fleet, requests, order, profIdx)
+		unplaced = pl.repairAll(cards, fleet, requests, unplaced)
+	} else {
+		// Extras first: a card holds few partitions with an extra, so
+		// those requests go first, each onto a card that still has the
+		// extra, and the rest fill around them, largest first. When that
+		// leaves requests out, plain largest first is tried as well and
+		// the better of the two kept (compute units, then count).
+		isExtra := make([]bool, len(requests))
+		for _, r := range extras {
+			isExtra[r.i] = true
 		}
-		if !improved {
-			break
+		first := append([]reqInfo(nil), extras...)
+		for _, r := range order {
+			if !isExtra[r.i] {
+				first = append(first, r)
+			}
+		}
+		unplaced = pl.greedy(cards, fleet, requests, first, profIdx)
+		unplaced = pl.repairAll(cards, fleet, requests, unplaced)
+		if len(unplaced) > 0 {
+			type saved struct {
+				assigned [maxProfiles]uint8
+				reqs     []int
+			}
+			keep := make([]saved, len(cards))
+			for gi, g := range cards {
+				keep[gi] = saved{g.assigned, append([]int(nil), g.reqs...)}
+			}
+			v1 := valueOf(reqs, unplaced)
+			alt := pl.greedy(cards, fleet, requests, order, profIdx)
+			alt = pl.repairAll(cards, fleet, requests, alt)
+			if v2 := valueOf(reqs, alt); v1.Less(v2) {
+				unplaced = alt
+			} else {
+				for gi, g := range cards {
+					g.assigned, g.reqs = keep[gi].assigned, keep[gi].reqs
+				}
+			}
 		}
 	}
 	search := Search{Budget: o.budget, Work: o.work, Optimal: len(unplaced) == 0}
@@ -518,6 +485,148 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 	plan := pl.build(fleet, requests, cards, up)
 	plan.Search = search
 	return plan, nil
+}
+
+// greedy clears the cards' assignments and places the requests in the
+// given order, each onto the card and placement that lose the least
+// fragmentation score (see PlanFleet). It returns the unplaced requests in
+// the order they were tried.
+func (pl *planner) greedy(cards []*pcard, fleet []FleetCard, requests []Request, order []reqInfo, profIdx map[*Scheme]map[string]int) []int {
+	for _, g := range cards {
+		g.assigned = [maxProfiles]uint8{}
+		g.reqs = nil
+	}
+	// Group cards with equal keys so that a request evaluates each distinct
+	// card state once; a group's cards are in fleet order and a group caches
+	// its candidate per profile (a key's evaluation never changes).
+	groups := map[evalKey]*group{}
+	var glist []*group
+	cardGroup := make([]*group, len(cards))
+	join := func(gi int) {
+		k := cards[gi].key()
+		gr := groups[k]
+		if gr == nil {
+			gr = &group{key: k}
+			groups[k] = gr
+			glist = append(glist, gr)
+		}
+		gr.members = insertInt(gr.members, gi)
+		cardGroup[gi] = gr
+	}
+	for gi := range cards {
+		join(gi)
+	}
+	var unplaced []int
+	for _, r := range order {
+		req := requests[r.i]
+		var best *candidate
+		bestCard := -1
+		consider := func(gr *group, gi int) {
+			pi, ok := profIdx[cards[gi].s][req.Profile]
+			if !ok || !extrasHost(cards[gi], pi) {
+				return
+			}
+			c := pl.candidate(gr, pi)
+			if !c.ok {
+				return
+			}
+			if best == nil || c.delta > best.delta ||
+				(c.delta == best.delta && c.free < best.free) ||
+				(c.delta == best.delta && c.free == best.free && c.dops < best.dops) ||
+				(c.delta == best.delta && c.free == best.free && c.dops == best.dops && gi < bestCard) {
+				best, bestCard = c, gi
+			}
+		}
+		if r.pinned {
+			for gi := range cards {
+				if pinOK(req, fleet[gi]) {
+					consider(cardGroup[gi], gi)
+				}
+			}
+		} else {
+			live := glist[:0]
+			for _, gr := range glist {
+				if len(gr.members) > 0 {
+					live = append(live, gr)
+					consider(gr, gr.members[0])
+				}
+			}
+			glist = live
+		}
+		if best == nil {
+			unplaced = append(unplaced, r.i)
+			continue
+		}
+		g := cards[bestCard]
+		old := cardGroup[bestCard]
+		old.members = removeInt(old.members, bestCard)
+		if len(old.members) == 0 {
+			delete(groups, old.key)
+		}
+		g.assigned[profIdx[g.s][req.Profile]]++
+		g.reqs = append(g.reqs, r.i)
+		join(bestCard)
+	}
+	return unplaced
+}
+
+// repairAll runs the repair pass: per card, exactly, trade its requests
+// and the unplaced ones for the best set it can hold; repeat while
+// something improves. It returns the requests still unplaced.
+func (pl *planner) repairAll(cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int) []int {
+	for pass := 0; pass < 3 && len(unplaced) > 0; pass++ {
+		improved := false
+		for gi, g := range cards {
+			var ok bool
+			unplaced, ok = pl.repair(g, fleet[gi], requests, unplaced)
+			improved = improved || ok
+		}
+		if !improved {
+			break
+		}
+	}
+	return unplaced
+}
+
+// valueOf is the objective value of placing every request but the
+// unplaced ones.
+func valueOf(reqs []reqInfo, unplaced []int) Value {
+	out := make(map[int]bool, len(unplaced))
+	for _, ri := range unplaced {
+		out[ri] = true
+	}
+	var v Value
+	for _, r := range reqs {
+		if !out[r.i] {
+			v.Compute += r.compute
+			v.Count++
+		}
+	}
+	return v
+}
+
+// extrasHost reports whether card g, with what it holds and is assigned,
+// still has room for the extras of profile pi (a card whose scheme can
+// host the extra and whose extra is not all taken).
+func extrasHost(g *pcard, pi int) bool {
+	in := &g.s.info[pi]
+	if !in.hasExtra {
+		return true
+	}
+	used := g.fixed.extra
+	for q, n := range g.assigned {
+		if n > 0 && g.s.info[q].hasExtra {
+			for e, v := range g.s.info[q].extra {
+				used[e] += v * n
+			}
+		}
+	}
+	for e, v := range in.extra {
+		if int(used[e])+int(v) > int(g.s.extraCap[e]) {
+			return false
+		}
+	}
+	return true
 }
 
 // exact runs the exact search after the heuristic and, when it places
