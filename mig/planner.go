@@ -102,7 +102,9 @@ var ErrFleet = partition.ErrFleet
 // WithSearchBudget adds a time limit); Plan.Search reports them. Exact
 // fills of 64 GPUs (H100-80GB, or H100-80GB with A100-40GB) are placed
 // completely within the default budget
-// (TestPlanFleetCompleteBeyondOneNode). Profile names must parse
+// (TestPlanFleetCompleteBeyondOneNode), and so are such fills with "+me"
+// profiles, which are placed first, each on a GPU whose media engines
+// are still free (TestPlanFleetCompleteWithME). Profile names must parse
 // (ParseProfileName). PlanFleet is safe for concurrent use.
 func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
 	cards, err := toCards("plan", fleet)

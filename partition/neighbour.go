@@ -283,7 +283,9 @@ func (pl *planner) repack(cards []*pcard, fleet []FleetCard, requests []Request,
 // offers go to its cards, and the shared ones are split. One scheme's
 // cards that can take x of the shared requests beside their own can take
 // fewer, so a binary search finds the most the first scheme takes, and
-// the second takes the rest. Each half is a one-scheme plan, which the
+// the second takes the rest. Before that search, the split in the middle
+// of what the compute and memory units left on each side allow is tried
+// (on an exact fill they fix it). Each half is a one-scheme plan, which the
 // neighbourhood search completes far more often than a search over both.
 // It returns, per card, the requests it takes, and ok when every request
 // is placed; pinned requests, other schemes and more shared names are

@@ -282,7 +282,11 @@ func namesOf(fleet []FleetCard) Names {
 // reused when one has the requested profile at a placement the plan
 // chooses, and destroyed otherwise (the result holds only in-use
 // partitions and placed requests). Requests are placed largest first
-// (compute units, then memory bytes); each goes to the card and placement
+// (compute units, then memory bytes), except that when some request's
+// profile takes an extra (Profile.Extras, a media engine say) those go
+// first, each only onto a card that still has the extra free, and plain
+// largest first is tried too when that leaves requests out (the plan
+// that places more is kept); each goes to the card and placement
 // that lose the least fragmentation score (see Scheme.Score and
 // FreeCardBonus), so whole cards stay free and free space stays in large
 // aligned blocks; ties go to fewer operations, then fleet order. The
