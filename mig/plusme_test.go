@@ -44,12 +44,14 @@ func randomFillME(rng *rand.Rand, ps []*Product, n int) ([]FleetGPU, []Request, 
 // TestPlanFleetCompleteWithME: exact fills of 64 empty GPUs with mixed
 // demand that includes "+me" profiles (H100-80GB alone, H100-80GB with
 // A100-40GB, H200-141GB with A100-40GB), each feasible by construction,
-// are placed completely within the default work budget. 50 fills per
-// fleet (10 with -short); DRAKIT_PLUSME_FILLS sets another count per
-// fleet for a wider sweep. Before the extras-first heuristic and the
-// split by product bounded by compute and memory, 30 of these 150 fills
-// were left incomplete (29 of the 50 H100-80GB with A100-40GB), every
-// one with the work budget spent.
+// are placed completely within the default work budget; so are fills of
+// 128 GPUs. 50 fills of 64 GPUs per fleet and 10 of 128 (10 and 2 with
+// -short); DRAKIT_PLUSME_FILLS sets another count of 64-GPU fills per
+// fleet for a wider sweep (a fifth as many of 128). Before the
+// extras-first heuristic and the split by product bounded by compute and
+// memory, 30 of the 150 fills of 64 GPUs were left incomplete (29 of the
+// 50 H100-80GB with A100-40GB), and 20 of the 30 of 128, every one with
+// the work budget spent.
 func TestPlanFleetCompleteWithME(t *testing.T) {
 	runs := 50
 	if testing.Short() {
@@ -63,24 +65,31 @@ func TestPlanFleetCompleteWithME(t *testing.T) {
 		runs = n
 	}
 	h, a, h2 := mustLookup(t, "H100-80GB"), mustLookup(t, "A100-40GB"), mustLookup(t, "H200-141GB")
-	total, missed, maxWork, meReqs := 0, 0, 0, 0
-	for ci, ps := range [][]*Product{{h}, {h, a}, {h2, a}} {
-		rng := rand.New(rand.NewSource(int64(100 + ci)))
-		for i := 0; i < runs; i++ {
-			fleet, reqs, me := randomFillME(rng, ps, 64)
-			meReqs += me
-			plan, err := PlanFleet(fleet, reqs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkPlan(t, fleet, reqs, plan)
-			total++
-			maxWork = max(maxWork, plan.Search.Nodes)
-			if len(plan.Unplaced) > 0 {
-				missed++
-				t.Errorf("fleet %d (%d products), fill %d: %d of %d requests unplaced (%d +me), search %+v", ci, len(ps), i, len(plan.Unplaced), len(reqs), me, plan.Search)
+	for _, row := range []struct{ n, seed int }{{64, 100}, {128, 500}} {
+		n := row.n
+		fills := runs
+		if n > 64 {
+			fills = max(runs/5, 1)
+		}
+		total, missed, maxWork, meReqs := 0, 0, 0, 0
+		for ci, ps := range [][]*Product{{h}, {h, a}, {h2, a}} {
+			rng := rand.New(rand.NewSource(int64(row.seed + ci)))
+			for i := 0; i < fills; i++ {
+				fleet, reqs, me := randomFillME(rng, ps, n)
+				meReqs += me
+				plan, err := PlanFleet(fleet, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPlan(t, fleet, reqs, plan)
+				total++
+				maxWork = max(maxWork, plan.Search.Nodes)
+				if len(plan.Unplaced) > 0 {
+					missed++
+					t.Errorf("%d GPUs, fleet %d (%d products), fill %d: %d of %d requests unplaced (%d +me), search %+v", n, ci, len(ps), i, len(plan.Unplaced), len(reqs), me, plan.Search)
+				}
 			}
 		}
+		t.Logf("%d feasible fills of %d GPUs (%d +me requests): %d left incomplete; most work %d of %d", total, n, meReqs, missed, maxWork, DefaultSearchWork)
 	}
-	t.Logf("%d feasible fills of 64 GPUs (%d +me requests): %d left incomplete; most work %d of %d", total, meReqs, missed, maxWork, DefaultSearchWork)
 }
