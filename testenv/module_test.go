@@ -9,13 +9,20 @@ import (
 	"testing"
 )
 
-// TestVendorModule runs the tests of examples/partitioned, a driver in a
-// module of its own (a replace points at this checkout) that can import
-// only drakit's public packages and tests itself with this package and
-// conformance.Test: the vendor's path, end to end. Under -short its tests
-// skip their clusters, and what is left shows that it builds.
+// TestVendorModule runs the tests of examples/partitioned and
+// examples/instinct, drivers in modules of their own (a replace points at
+// this checkout) that can import only drakit's public packages and test
+// themselves with this package and conformance.Test: the vendor's path,
+// end to end. Under -short their tests skip their clusters, and what is
+// left shows that they build.
 func TestVendorModule(t *testing.T) {
-	dir, err := filepath.Abs("../examples/partitioned")
+	for _, example := range []string{"partitioned", "instinct"} {
+		t.Run(example, func(t *testing.T) { vendorModule(t, example) })
+	}
+}
+
+func vendorModule(t *testing.T, example string) {
+	dir, err := filepath.Abs(filepath.Join("..", "examples", example))
 	if err != nil {
 		t.Fatal(err)
 	}
