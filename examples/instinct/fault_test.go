@@ -23,8 +23,9 @@ import (
 )
 
 // faultTool wraps the amd-smi stand-in: it kills its process (SIGKILL)
-// the n-th time a point is reached, fails every call on a lost card (as
-// amd-smi does for a GPU that stopped answering), and records the calls.
+// the n-th time a point is reached, fails every change on a lost card
+// (as amd-smi does for a GPU that stopped answering), and records the
+// calls.
 type faultTool struct {
 	lifecycle.Tool
 	mu    sync.Mutex
@@ -69,9 +70,7 @@ func (f *faultTool) Destroy(ctx context.Context, k lifecycle.Key) error {
 }
 
 func (f *faultTool) List(ctx context.Context, card string) ([]lifecycle.Partition, error) {
-	if err := f.at("list", card); err != nil {
-		return nil, err
-	}
+	_ = f.at("list", card) // a lost card still lists
 	return f.Tool.List(ctx, card)
 }
 
@@ -635,11 +634,13 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	n.open()
 }
 
-// TestLostCardDuringUnprepare: card 0 stops answering; the unprepare of
-// a partition on it fails (and keeps the partition recorded), while the
-// unprepares and prepares of card 1's partitions go on without a single
-// call on card 0. Once card 0 answers again, the kubelet's retry
-// destroys its partition; nothing is left.
+// TestLostCardDuringUnprepare: card 0 stops answering amd-smi's changes
+// (it still lists). A restart cannot destroy what a claim lost with the
+// checkpoint ("g") left on it, and the unprepare of a partition on it
+// fails (keeping the partition recorded), while the unprepares and
+// prepares of card 1's partitions go on without a single call on card 0.
+// Once card 0 answers again, the kubelet's retry destroys its partitions;
+// nothing is left.
 func TestLostCardDuringUnprepare(t *testing.T) {
 	f := &faultTool{}
 	withFaults(t, f)
@@ -648,12 +649,17 @@ func TestLostCardDuringUnprepare(t *testing.T) {
 	if err := n.d.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	n.prepare("a", "gpu-0-cpx-nps4-0")
-	n.prepare("b", "gpu-1-qpx-nps1-0")
-	n.prepare("c", "gpu-1-qpx-nps1-2")
+	_, a := n.prepare("a", "gpu-0-cpx-nps4-0")
+	n.prepare("g", "gpu-0-cpx-nps4-1")
+	_, b := n.prepare("b", "gpu-1-qpx-nps1-0")
+	_, c := n.prepare("c", "gpu-1-qpx-nps1-2")
 	f.mu.Lock()
-	f.lost, f.calls = n.ids[0], nil
+	f.lost = n.ids[0]
 	f.mu.Unlock()
+	n.open()
+	if err := n.d.Reconcile(context.Background(), []driver.HeldClaim{a, b, c}); err == nil || !strings.Contains(err.Error(), n.ids[0]) {
+		t.Errorf("a restart with card 0 lost: %v, want card 0's error", err)
+	}
 	if err := n.d.UnprepareClaim(context.Background(), claim("a").ClaimRef, nil); err == nil {
 		t.Fatal("the unprepare of a partition on a lost card succeeded")
 	}
@@ -674,8 +680,8 @@ func TestLostCardDuringUnprepare(t *testing.T) {
 	}
 	f.lost = ""
 	f.mu.Unlock()
-	if got := modes(t, n.root, 0); got != "CPX/NPS4 0" {
-		t.Errorf("card 0 while lost: %q, want its partition kept", got)
+	if got := modes(t, n.root, 0); got != "CPX/NPS4 0 1" {
+		t.Errorf("card 0 while lost: %q, want both partitions still there", got)
 	}
 	for _, uid := range []string{"a", "d"} {
 		if err := n.d.UnprepareClaim(context.Background(), claim(uid).ClaimRef, nil); err != nil {
