@@ -422,7 +422,9 @@ func TestKillAtEveryStep(t *testing.T) {
 				if i == 1 {
 					second := j
 					second.Point = "destroy"
-					runChild(t, second)
+					if runChild(t, second) {
+						kills["in the recovery"]++
+					}
 				}
 				n.checkRecovered(checkpoint(j.Checkpoint))
 			})

@@ -5,7 +5,9 @@
 // A card's 8 XCDs form 1, 2, 4 or 8 partitions (XCPs) by its compute
 // partition mode (SPX, DPX, QPX, CPX), set independently of its memory
 // partition mode (NPS1: the 192 GiB interleaved over all 8 HBM stacks
-// and shared; NPS4: each XCP on the stacks next to its XCDs). Each valid
+// and shared; NPS4: four NUMA nodes of two stacks, a QPX partition on its
+// own node, two CPX partitions sharing one, modelled as a stack each).
+// Each valid
 // combination but SPX/NPS1, which is the card whole, is a profile of
 // Scheme named "<compute>/<memory>" and its card-wide mode: compute is
 // placed on XCDs, memory on HBM stacks for NPS4 only, and a card holds
@@ -186,6 +188,8 @@ func (d *instinct) keyOf(dev driver.AllocatedDevice, data json.RawMessage) (life
 	return lifecycle.Key{Card: d.ids[ref.Card], Profile: ref.Profile, Start: ref.Start, Whole: ref.Profile == ""}, true
 }
 
+// PrepareDevice hands the container the partition PrepareClaim made (the
+// card's unique_id for a card whole) and its XCPConfig.
 func (d *instinct) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
 	cfg, err := driver.DecodeAs[XCPConfig](Configs, dev)
 	k, _ := d.keyOf(dev, nil)
@@ -206,6 +210,8 @@ func (d *instinct) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.A
 	return driver.PreparedDevice{Edits: edits, Data: data}, err
 }
 
+// UnprepareDevice has nothing to do: the embedded Manager's
+// UnprepareClaim destroys the claim's partitions.
 func (d *instinct) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
 	return nil // UnprepareClaim destroys the partition
 }
