@@ -95,6 +95,7 @@ type node struct {
 	t           testing.TB
 	root, state string
 	ids         []string
+	dynamic     []string // the cards named dynamic; nil: every card
 	d           *instinct
 }
 
@@ -109,13 +110,22 @@ func (n *node) open() *instinct {
 	if n.d != nil {
 		_ = n.d.Close()
 	}
-	d, err := open("node", n.root, n.state)
+	d, err := open("node", n.root, n.state, n.opts()...)
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	n.t.Cleanup(func() { _ = d.Close() })
 	n.d = d
 	return d
+}
+
+// opts names n.dynamic as the dynamic cards (the administrator dropped
+// the others), when set.
+func (n *node) opts() []lifecycle.Option {
+	if n.dynamic == nil {
+		return nil
+	}
+	return []lifecycle.Option{lifecycle.WithDynamicCards(n.dynamic...)}
 }
 
 func claim(uid string) driver.Claim {
@@ -141,6 +151,13 @@ func (n *node) prepare(uid string, names ...string) (map[string]string, driver.H
 	ids := map[string]string{}
 	h := driver.HeldClaim{ClaimRef: claim(uid).ClaimRef, Prepared: true}
 	for _, dev := range allocated(names...) {
+		if k, _ := n.d.keyOf(dev, nil); n.d.State(k.Card) != lifecycle.Dynamic {
+			// A card being drained: nothing is made on it.
+			data, _ := json.Marshal(k)
+			ids[dev.Device] = ""
+			h.Devices = append(h.Devices, driver.HeldDevice{AllocatedDevice: dev, Data: data})
+			continue
+		}
 		out, err := n.d.PrepareDevice(ctx, claim(uid), dev)
 		if err != nil {
 			n.t.Fatalf("prepare %s %s: %v", uid, dev.Device, err)
@@ -333,6 +350,7 @@ func (n *node) run(cp checkpoint) error {
 type job struct {
 	Do, Root, State, Checkpoint, Point string
 	N                                  int
+	Dynamic                            []string // nil: every card
 }
 
 // childT is the testing.TB of a child: a failure ends it with status 3.
@@ -355,8 +373,8 @@ func child(raw string) int {
 	t := childT{}
 	f := &faultTool{point: j.Point, n: j.N}
 	withFaults(t, f)
-	n := &node{t: t, root: j.Root, state: j.State}
-	d, err := open("node", j.Root, j.State)
+	n := &node{t: t, root: j.Root, state: j.State, dynamic: j.Dynamic}
+	d, err := open("node", j.Root, j.State, n.opts()...)
 	if err != nil {
 		fmt.Println("open:", err)
 		return 4
@@ -398,43 +416,55 @@ func runChild(t *testing.T, j job) (killed bool) {
 
 // TestKillAtEveryStep kills the driver (SIGKILL) at every step of the
 // lifecycle's tool calls, each time the script reaches it (before and
-// after each create, destroy and mode switch), restarts it, and for the
-// first kill at each point kills the restart too, in its recovery. After
-// the restart nothing is leaked, nothing a held claim uses was destroyed
-// or made again, no partition was handed out twice, and the journal
-// records exactly the held claims' partitions; after their release every
-// card is empty and still takes every mode.
+// after each create, destroy and mode switch), and restarts it, also
+// with card 1 no longer named dynamic (the administrator dropped it: only
+// what the journal records on it is the lifecycle's); for the first kill
+// at each point it kills the restart too, in its recovery. After the
+// restart nothing is leaked, nothing a held claim uses was destroyed or
+// made again, no partition was handed out twice, and the journal records
+// exactly the held claims' partitions; after their release every card is
+// empty and every dynamic card still takes every mode.
 func TestKillAtEveryStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a child process per step")
 	}
+	points := []string{"create", "created", "destroy", "destroyed", "switch", "switched"}
 	kills := map[string]int{}
-	for _, point := range []string{"create", "created", "destroy", "destroyed", "switch", "switched"} {
-		for i := 1; ; i++ {
-			hit := false
-			t.Run(fmt.Sprintf("%s#%d", point, i), func(t *testing.T) {
-				n := newNode(t)
-				j := job{Do: "run", Root: n.root, State: n.state, Checkpoint: filepath.Join(t.TempDir(), "checkpoint"), Point: point, N: i}
-				if hit = runChild(t, j); !hit {
-					return // the script reaches the point fewer than i times
+	for _, drop := range []bool{false, true} {
+		for _, point := range points {
+			for i := 1; ; i++ {
+				hit := false
+				name := fmt.Sprintf("%s#%d", point, i)
+				if drop {
+					name += "/card-1-dropped"
 				}
-				kills[point]++
-				if i == 1 {
-					second := j
-					second.Point = "destroy"
-					if runChild(t, second) {
-						kills["in the recovery"]++
+				t.Run(name, func(t *testing.T) {
+					n := newNode(t)
+					j := job{Do: "run", Root: n.root, State: n.state, Checkpoint: filepath.Join(t.TempDir(), "checkpoint"), Point: point, N: i}
+					if hit = runChild(t, j); !hit {
+						return // the script reaches the point fewer than i times
 					}
+					kills[fmt.Sprint(point, map[bool]string{true: " (card 1 dropped)"}[drop])]++
+					if drop {
+						n.dynamic = []string{n.ids[0], n.ids[2]}
+					}
+					if i == 1 {
+						second := j
+						second.Point, second.Dynamic = "destroy", n.dynamic
+						if runChild(t, second) {
+							kills["in the recovery"]++
+						}
+					}
+					n.checkRecovered(checkpoint(j.Checkpoint))
+				})
+				if !hit || t.Failed() {
+					break
 				}
-				n.checkRecovered(checkpoint(j.Checkpoint))
-			})
-			if !hit || t.Failed() {
-				break
 			}
 		}
 	}
-	for _, p := range []string{"create", "created", "destroy", "destroyed", "switch", "switched"} {
-		if kills[p] == 0 {
+	for _, p := range points {
+		if kills[p] == 0 || kills[p+" (card 1 dropped)"] == 0 {
 			t.Errorf("no kill at %s: the script never reached it", p)
 		}
 	}
@@ -480,6 +510,10 @@ func (n *node) checkRecovered(cp checkpoint) {
 				whole[slices.Index(n.ids, k.Card)] = true
 				continue
 			}
+			if id == "" {
+				wantJournal = wantJournal[:len(wantJournal)-1] // prepared on a card being drained: nothing made
+				continue
+			}
 			want[dev] = id
 		}
 	}
@@ -520,7 +554,10 @@ func (n *node) checkRecovered(cp checkpoint) {
 		}
 	}
 	n.empty("after every release")
-	for i := range n.ids {
+	for i, id := range n.ids {
+		if n.dynamic != nil && !slices.Contains(n.dynamic, id) {
+			continue
+		}
 		for _, p := range []string{"DPX/NPS1", "QPX/NPS4"} { // the two ends of the modes
 			name, _ := Scheme.DeviceName(i, p, 1)
 			n.prepare("z", name)
