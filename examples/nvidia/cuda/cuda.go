@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
@@ -37,6 +39,8 @@ const DefaultHookPath = "/usr/bin/nvidia-cdi-hook"
 type Editor struct {
 	lib       nvcdi.Interface
 	transform transform.Transformer
+	root      nvdriver.DriverRoot
+	procRoot  string
 }
 
 var _ nvdriver.ContainerEditor = (*Editor)(nil)
@@ -93,7 +97,9 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 		return nil, fmt.Errorf("new CUDA container editor: %w", err)
 	}
 	return &Editor{
-		lib: l,
+		root:     root,
+		procRoot: filepath.Join(root.Container, "proc"),
+		lib:      l,
 		transform: transformroot.NewDriverTransformer(
 			transformroot.WithDriverRoot(root.Container),
 			transformroot.WithTargetDriverRoot(root.Host),
@@ -102,7 +108,12 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 }
 
 // DeviceEdits returns nvcdi's edits of the full GPU or MIG device
-// dev.UUID: its device nodes (a MIG device's capability nodes included).
+// dev.UUID: its device nodes. A MIG device's two capability nodes are the
+// driver's own (nvdriver.MIGCapabilityNodes: type, major and minor read
+// from the driver root's /proc), in place of nvcdi's: nvcdi looks them up
+// as files under the device root and silently leaves out the missing
+// ones, which is the normal case for a MIG device made after the node
+// booted, and the container would then see no MIG device.
 func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	devs, err := e.lib.GetDeviceSpecsByID(dev.UUID)
 	if err != nil {
@@ -111,7 +122,26 @@ func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	if len(devs) != 1 {
 		return nil, fmt.Errorf("container edits of %s: nvcdi found %d devices", dev.UUID, len(devs))
 	}
-	return e.edits(devs[0].ContainerEdits, "container edits of "+dev.UUID)
+	c := devs[0].ContainerEdits
+	if !dev.MIG {
+		return e.edits(c, "container edits of "+dev.UUID)
+	}
+	caps, err := nvdriver.MIGCapabilityNodes(e.procRoot, dev.Minor, dev.GI, dev.CI)
+	if err != nil {
+		return nil, fmt.Errorf("container edits of %s: %w", dev.UUID, err)
+	}
+	c.DeviceNodes = slices.DeleteFunc(slices.Clone(c.DeviceNodes), func(n *cdispec.DeviceNode) bool {
+		return strings.HasPrefix(n.Path, "/dev/nvidia-caps/")
+	})
+	out, err := e.edits(c, "container edits of "+dev.UUID)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range caps {
+		n.HostPath = e.root.HostPath(n.Path)
+		out.DeviceNode(n)
+	}
+	return out, nil
 }
 
 // CommonEdits returns nvcdi's edits for every container with a GPU: the

@@ -116,15 +116,14 @@ func (e nodeEditor) DeviceEdits(dev ContainerDevice) (*cdi.Edits, error) {
 
 // CommonEdits gives the control nodes.
 func (e nodeEditor) CommonEdits() (*cdi.Edits, error) {
-	return e.nodes([]string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}), nil
+	return e.nodes([]cdi.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}), nil
 }
 
-func (e nodeEditor) nodes(paths []string) *cdi.Edits {
+func (e nodeEditor) nodes(nodes []cdi.DeviceNode) *cdi.Edits {
 	edits := &cdi.Edits{}
-	for _, p := range paths {
-		n := cdi.DeviceNode{Path: p}
+	for _, n := range nodes {
 		if e.d.o.root.Host != "/" {
-			n.HostPath = e.d.o.root.HostPath(p)
+			n.HostPath = e.d.o.root.HostPath(n.Path)
 		}
 		edits.DeviceNode(n)
 	}
