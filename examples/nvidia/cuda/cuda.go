@@ -66,7 +66,8 @@ func WithHookPath(p string) Option {
 }
 
 // New returns an Editor that reads the devices from lib (go-nvml's
-// library, initialized or not) and the driver's files under root: found
+// library, initialized or not; libnvidia-sandboxutils is never loaded,
+// as in NVIDIA's DRA driver) and the driver's files under root: found
 // under root.Container, where this process sees them, and named in the
 // edits under root.Host, where the container runtime finds them.
 func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Editor, error) {
@@ -92,6 +93,10 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 		nvcdi.WithDevRoot(root.Container),
 		nvcdi.WithNVIDIACDIHookPath(o.hookPath),
 		nvcdi.WithLogger(logger{}),
+		// As NVIDIA's DRA driver: libnvidia-sandboxutils, loaded from
+		// the driver root into this process, needs what the image does
+		// not carry, and NVML alone tells the devices.
+		nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("new CUDA container editor: %w", err)

@@ -379,6 +379,37 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	}
 }
 
+// TestSandboxUtilsNotLoaded: a driver root with libnvidia-sandboxutils
+// (580-series drivers ship it) does not get it loaded into the driver's
+// process: a stand-in whose constructor leaves a mark shows that New and
+// the edits never dlopen it.
+func TestSandboxUtilsNotLoaded(t *testing.T) {
+	mounted := fakeDriverRoot(t, true)
+	mark := filepath.Join(t.TempDir(), "loaded")
+	src := filepath.Join(t.TempDir(), "sandbox.c")
+	write(t, src, fmt.Sprintf("#include <stdio.h>\n__attribute__((constructor)) static void mark(void) { FILE *f = fopen(%q, \"w\"); if (f) fclose(f); }\nint nvSandboxUtilsInit(void *in) { return 1; }\nint nvSandboxUtilsShutdown(void) { return 0; }\n", mark))
+	lib := filepath.Join(mounted, "usr/lib/x86_64-linux-gnu/libnvidia-sandboxutils.so."+driverVersion)
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-sandboxutils.so.1", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Skipf("no C compiler for the stand-in library: %v: %s", err, out)
+	}
+	link(t, filepath.Base(lib), filepath.Join(filepath.Dir(lib), "libnvidia-sandboxutils.so.1"))
+	nv, _, _ := fakeNVML(t)
+	e, err := New(nv, nvdriver.DriverRoot{Host: "/", Container: mounted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu0, _ := nv.Devices[0].GetUUID()
+	if _, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: gpu0, Minor: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CommonEdits(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("libnvidia-sandboxutils.so.1 of the driver root was loaded into the driver's process")
+	}
+}
+
 func editsOf(s *cdispec.Spec) []cdispec.ContainerEdits {
 	var out []cdispec.ContainerEdits
 	for _, d := range s.Devices {
