@@ -316,6 +316,23 @@ func TestHealth(t *testing.T) {
 	if err := f.sim.RaiseXID(4, 13, -1, -1); err != nil { // application error: ignored
 		t.Fatal(err)
 	}
+	// Ignored: GPU 4's devices are republished with the informational
+	// taint, and every device is still healthy.
+	inv := <-events
+	if inv.Type != device.EventInventoryChanged {
+		t.Fatalf("ignored XID 13: event %+v, want the inventory republished", inv.Type)
+	}
+	for _, sl := range inv.Inventory.ResourceSlices("node-1") {
+		for _, d := range sl.Spec.Devices {
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID && d.Taints[0].Value == "XID13"
+			if tainted != strings.HasPrefix(d.Name, "gpu-4") {
+				t.Errorf("ignored XID 13 on GPU 4: device %s taints %+v", d.Name, d.Taints)
+			}
+		}
+	}
+	if ev := <-events; ev.Type != device.EventHealth || len(unhealthy(ev)) != 0 {
+		t.Errorf("after ignored XID 13: %+v, want every device healthy", ev)
+	}
 	if err := f.sim.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
