@@ -14,8 +14,10 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/drakit/drakit/cdi"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/statefile"
 )
 
 // DefaultHookPath is where nvidia-cdi-hook is on a node with
@@ -86,11 +89,12 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 	if root.Container == "" {
 		root.Container = root.Host
 	}
+	dev := root.DevRoot() // "/" where the driver root has no dev folder
 	l, err := nvcdi.New(
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithNvmlLib(lib),
 		nvcdi.WithDriverRoot(root.Container),
-		nvcdi.WithDevRoot(root.Container),
+		nvcdi.WithDevRoot(dev.Container),
 		nvcdi.WithNVIDIACDIHookPath(o.hookPath),
 		nvcdi.WithLogger(logger{}),
 		// As NVIDIA's DRA driver: libnvidia-sandboxutils, loaded from
@@ -102,7 +106,7 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 		return nil, fmt.Errorf("new CUDA container editor: %w", err)
 	}
 	return &Editor{
-		root:     root,
+		root:     dev,
 		procRoot: filepath.Join(root.Container, "proc"),
 		lib:      l,
 		transform: transformroot.NewDriverTransformer(
@@ -175,6 +179,32 @@ func (e *Editor) edits(c cdispec.ContainerEdits, what string) (*cdi.Edits, error
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
+}
+
+// InstallHook copies the nvidia-cdi-hook at from (the image's) to to (a
+// host folder's path, the same in the driver's container and on the
+// node), executable, replacing what is there: written beside it and
+// renamed, so that a container runtime running the old hook at that
+// moment finds one complete file or the other. A file already the same
+// is left alone. Both paths must be absolute.
+func InstallHook(from, to string) error {
+	if !filepath.IsAbs(from) || !filepath.IsAbs(to) {
+		return fmt.Errorf("install nvidia-cdi-hook %s to %s: want absolute paths", from, to)
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("install nvidia-cdi-hook: %w", err)
+	}
+	if old, err := os.ReadFile(to); err == nil && bytes.Equal(old, b) {
+		if err := os.Chmod(to, 0o755); err != nil {
+			return fmt.Errorf("install nvidia-cdi-hook: %w", err)
+		}
+		return nil
+	}
+	if err := statefile.WriteFile(to, b, statefile.WithMode(0o755)); err != nil {
+		return fmt.Errorf("install nvidia-cdi-hook %s to %s: %w", from, to, err)
+	}
+	return nil
 }
 
 // logger sends nvcdi's messages to klog.

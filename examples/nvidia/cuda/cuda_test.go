@@ -447,3 +447,34 @@ func collect(cs ...cdispec.ContainerEdits) edits {
 	e.nodes, e.mounts, e.hooks, e.env = slices.Compact(e.nodes), slices.Compact(e.mounts), slices.Compact(e.hooks), slices.Compact(e.env)
 	return e
 }
+
+// InstallHook puts the image's hook at the host path, executable,
+// replaces an older one, leaves the same one alone, and says which file
+// it could not read.
+func TestInstallHook(t *testing.T) {
+	dir := t.TempDir()
+	from, to := filepath.Join(dir, "image-hook"), filepath.Join(dir, "plugin/nvidia-cdi-hook")
+	write(t, from, "#!/bin/sh\necho v1.20.2\n")
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, []byte("old hook"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second time it is already there
+		if err := InstallHook(from, to); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(to)
+		fi, serr := os.Stat(to)
+		if err != nil || serr != nil || string(b) != "#!/bin/sh\necho v1.20.2\n" || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("installed hook %q (%v, %v), mode %v; want the image's, 0755", b, err, serr, fi.Mode())
+		}
+	}
+	if err := InstallHook(filepath.Join(dir, "none"), to); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "none")) {
+		t.Errorf("a missing hook: %v, want an error naming it", err)
+	}
+	if err := InstallHook("image-hook", to); err == nil {
+		t.Error("a relative path was accepted")
+	}
+}
