@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 
@@ -87,6 +88,18 @@ func (r DriverRoot) HostPath(p string) string {
 	return path.Join(r.Host, p)
 }
 
+// DevRoot is the root the device nodes are under, as DriverRoot: the
+// driver root where it has a dev folder, else "/" (as NVIDIA's driver
+// does: a driver root such as GKE's /home/kubernetes/bin/nvidia holds
+// the libraries and binaries, and the device nodes are the host's
+// /dev).
+func (r DriverRoot) DevRoot() DriverRoot {
+	if fi, err := os.Stat(filepath.Join(r.Container, "dev")); err == nil && fi.IsDir() {
+		return r
+	}
+	return DriverRoot{Host: "/", Container: "/"}
+}
+
 // nodeEditor is the default ContainerEditor: device nodes only, found
 // under the driver root.
 type nodeEditor struct{ d *Driver }
@@ -121,9 +134,10 @@ func (e nodeEditor) CommonEdits() (*cdi.Edits, error) {
 
 func (e nodeEditor) nodes(nodes []cdi.DeviceNode) *cdi.Edits {
 	edits := &cdi.Edits{}
+	dev := e.d.o.root.DevRoot()
 	for _, n := range nodes {
-		if e.d.o.root.Host != "/" {
-			n.HostPath = e.d.o.root.HostPath(n.Path)
+		if dev.Host != "/" {
+			n.HostPath = dev.HostPath(n.Path)
 		}
 		edits.DeviceNode(n)
 	}
