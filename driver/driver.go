@@ -241,6 +241,7 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 		return client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	}
 	eng.onUnreleased = d.reportUnreleased
+	eng.onUnusedConfig = d.reportUnusedConfig
 	if eng.bootID, err = readBootID(d.o.bootIDFile); err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}

@@ -82,6 +82,10 @@ type engine struct {
 	// onUnreleased reports a lost claim whose devices could not be
 	// released because the claim is gone.
 	onUnreleased func(ctx context.Context, ref ClaimRef)
+	// onUnusedConfig, when set, is told of a claim whose allocation
+	// carries opaque configuration for drivers that allocated none of
+	// its devices (unusedConfigDrivers); the engine logs it either way.
+	onUnusedConfig func(ctx context.Context, obj *resourceapi.ResourceClaim, drivers []string)
 	// published says whether the driver publishes a device (nil: no
 	// check). A claim allocated a device it does not publish is refused.
 	published func(pool, device string) bool
@@ -441,6 +445,29 @@ func (e *engine) syncFromDisk(ctx context.Context) error {
 	return err
 }
 
+// unusedConfigDrivers are the drivers, sorted, that the opaque
+// configurations of obj's allocation name although none of them
+// allocated a device of the claim: a claim written for another driver
+// (NVIDIA's gpu.nvidia.com) with only its class renamed keeps the other
+// driver's name in its configuration, and every driver skips it.
+func unusedConfigDrivers(obj *resourceapi.ResourceClaim) []string {
+	if obj.Status.Allocation == nil {
+		return nil
+	}
+	allocated := map[string]bool{}
+	for _, r := range obj.Status.Allocation.Devices.Results {
+		allocated[r.Driver] = true
+	}
+	var out []string
+	for _, c := range obj.Status.Allocation.Devices.Config {
+		if c.Opaque != nil && !allocated[c.Opaque.Driver] && !slices.Contains(out, c.Opaque.Driver) {
+			out = append(out, c.Opaque.Driver)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // prepare prepares one claim. It returns the kubelet's result; the error
 // is also in the result's Err.
 func (e *engine) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
@@ -503,6 +530,13 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	claim := Claim{ClaimRef: ClaimRef{UID: obj.UID, Namespace: obj.Namespace, Name: obj.Name}, Object: obj}
 	if len(devs) == 0 {
 		return kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}, nil
+	}
+	if unused := unusedConfigDrivers(obj); len(unused) > 0 {
+		logger.Info("Warning: the claim carries opaque configuration for drivers that allocated none of its devices; no driver applies it",
+			"claim", klog.KObj(obj), "configDrivers", unused, "driver", e.driverName)
+		if e.onUnusedConfig != nil {
+			e.onUnusedConfig(ctx, obj, unused)
+		}
 	}
 	// rec is this call's private record, filled in as the devices are
 	// prepared; what others see is the published intent, a copy.

@@ -647,3 +647,22 @@ func TestRecordsImmutableOncePublished(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// Prepare tells the engine's callback about opaque configuration for a
+// driver that allocated none of the claim's devices, and prepares the
+// claim all the same.
+func TestPrepareReportsUnusedConfig(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	var got []string
+	e.eng.OnUnusedConfig(func(_ context.Context, _ *resourceapi.ResourceClaim, drivers []string) { got = drivers })
+	claim := testClaim("c1", alloc{request: "gpu", device: "dev-0"})
+	claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.nvidia.com", Parameters: runtime.RawExtension{Raw: []byte(`{}`)}}}}}
+	if r := e.eng.Prepare(ctx, claim); r.Err != nil {
+		t.Fatalf("prepare: %v", r.Err)
+	}
+	if len(got) != 1 || got[0] != "gpu.nvidia.com" {
+		t.Errorf("unused configuration reported for %v, want [gpu.nvidia.com]", got)
+	}
+}

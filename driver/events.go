@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +35,32 @@ func (d *Runtime) nodeWarning(reason, message string) {
 	// The kubelet refers to its node with the node's name as UID too.
 	node := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: d.o.nodeName, UID: types.UID(d.o.nodeName)}
 	d.events.Event(node, corev1.EventTypeWarning, reason, message)
+}
+
+// EventUnusedConfig is the reason of the Warning event on a claim's pods
+// whose allocation carries opaque configuration for a driver that
+// allocated none of the claim's devices: no driver applies it.
+const EventUnusedConfig = "UnusedOpaqueConfig"
+
+// reportUnusedConfig records a Warning event on every pod the claim is
+// reserved for (and on the claim when none is), saying that its opaque
+// configuration for drivers is applied by no driver.
+func (d *Runtime) reportUnusedConfig(_ context.Context, obj *resourceapi.ResourceClaim, drivers []string) {
+	if d.events == nil {
+		return
+	}
+	msg := fmt.Sprintf("claim %s/%s carries opaque configuration for driver %s, which allocated none of its devices: no driver applies it (the devices are %s's; its configuration names driver %s)",
+		obj.Namespace, obj.Name, strings.Join(drivers, ", "), d.name, d.name)
+	var pods int
+	for _, r := range obj.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" {
+			d.events.Event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: obj.Namespace, Name: r.Name, UID: r.UID}, corev1.EventTypeWarning, EventUnusedConfig, msg)
+			pods++
+		}
+	}
+	if pods == 0 {
+		d.events.Event(&corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim", Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID}, corev1.EventTypeWarning, EventUnusedConfig, msg)
+	}
 }
 
 // reportCorrupt records an event on the node for a quarantined checkpoint

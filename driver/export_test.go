@@ -96,3 +96,9 @@ func RuntimeHelperOptionNames(d *Runtime) []string {
 // SetBootID sets the boot ID the engine compares with the checkpoint's
 // at its next Recover.
 func (t *TestEngine) SetBootID(id string) { t.e.bootID = id }
+
+// OnUnusedConfig sets what the engine calls for a claim with opaque
+// configuration no allocating driver applies.
+func (t *TestEngine) OnUnusedConfig(f func(context.Context, *resourceapi.ResourceClaim, []string)) {
+	t.e.onUnusedConfig = f
+}

@@ -14,9 +14,13 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/drakit/drakit/cdi"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/statefile"
 )
 
 // DefaultHookPath is where nvidia-cdi-hook is on a node with
@@ -37,6 +42,8 @@ const DefaultHookPath = "/usr/bin/nvidia-cdi-hook"
 type Editor struct {
 	lib       nvcdi.Interface
 	transform transform.Transformer
+	root      nvdriver.DriverRoot
+	procRoot  string
 }
 
 var _ nvdriver.ContainerEditor = (*Editor)(nil)
@@ -62,7 +69,8 @@ func WithHookPath(p string) Option {
 }
 
 // New returns an Editor that reads the devices from lib (go-nvml's
-// library, initialized or not) and the driver's files under root: found
+// library, initialized or not; libnvidia-sandboxutils is never loaded,
+// as in NVIDIA's DRA driver) and the driver's files under root: found
 // under root.Container, where this process sees them, and named in the
 // edits under root.Host, where the container runtime finds them.
 func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Editor, error) {
@@ -81,19 +89,26 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 	if root.Container == "" {
 		root.Container = root.Host
 	}
+	dev := root.DevRoot() // "/" where the driver root has no dev folder
 	l, err := nvcdi.New(
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithNvmlLib(lib),
 		nvcdi.WithDriverRoot(root.Container),
-		nvcdi.WithDevRoot(root.Container),
+		nvcdi.WithDevRoot(dev.Container),
 		nvcdi.WithNVIDIACDIHookPath(o.hookPath),
 		nvcdi.WithLogger(logger{}),
+		// As NVIDIA's DRA driver: libnvidia-sandboxutils, loaded from
+		// the driver root into this process, needs what the image does
+		// not carry, and NVML alone tells the devices.
+		nvcdi.WithFeatureFlags(nvcdi.FeatureDisableNvsandboxUtils),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("new CUDA container editor: %w", err)
 	}
 	return &Editor{
-		lib: l,
+		root:     dev,
+		procRoot: filepath.Join(root.Container, "proc"),
+		lib:      l,
 		transform: transformroot.NewDriverTransformer(
 			transformroot.WithDriverRoot(root.Container),
 			transformroot.WithTargetDriverRoot(root.Host),
@@ -102,7 +117,12 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 }
 
 // DeviceEdits returns nvcdi's edits of the full GPU or MIG device
-// dev.UUID: its device nodes (a MIG device's capability nodes included).
+// dev.UUID: its device nodes. A MIG device's two capability nodes are the
+// driver's own (nvdriver.MIGCapabilityNodes: type, major and minor read
+// from the driver root's /proc), in place of nvcdi's: nvcdi looks them up
+// as files under the device root and silently leaves out the missing
+// ones, which is the normal case for a MIG device made after the node
+// booted, and the container would then see no MIG device.
 func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	devs, err := e.lib.GetDeviceSpecsByID(dev.UUID)
 	if err != nil {
@@ -111,7 +131,26 @@ func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	if len(devs) != 1 {
 		return nil, fmt.Errorf("container edits of %s: nvcdi found %d devices", dev.UUID, len(devs))
 	}
-	return e.edits(devs[0].ContainerEdits, "container edits of "+dev.UUID)
+	c := devs[0].ContainerEdits
+	if !dev.MIG {
+		return e.edits(c, "container edits of "+dev.UUID)
+	}
+	caps, err := nvdriver.MIGCapabilityNodes(e.procRoot, dev.Minor, dev.GI, dev.CI)
+	if err != nil {
+		return nil, fmt.Errorf("container edits of %s: %w", dev.UUID, err)
+	}
+	c.DeviceNodes = slices.DeleteFunc(slices.Clone(c.DeviceNodes), func(n *cdispec.DeviceNode) bool {
+		return strings.HasPrefix(n.Path, "/dev/nvidia-caps/")
+	})
+	out, err := e.edits(c, "container edits of "+dev.UUID)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range caps {
+		n.HostPath = e.root.HostPath(n.Path)
+		out.DeviceNode(n)
+	}
+	return out, nil
 }
 
 // CommonEdits returns nvcdi's edits for every container with a GPU: the
@@ -140,6 +179,32 @@ func (e *Editor) edits(c cdispec.ContainerEdits, what string) (*cdi.Edits, error
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
+}
+
+// InstallHook copies the nvidia-cdi-hook at from (the image's) to to (a
+// host folder's path, the same in the driver's container and on the
+// node), executable, replacing what is there: written beside it and
+// renamed, so that a container runtime running the old hook at that
+// moment finds one complete file or the other. A file already the same
+// is left alone. Both paths must be absolute.
+func InstallHook(from, to string) error {
+	if !filepath.IsAbs(from) || !filepath.IsAbs(to) {
+		return fmt.Errorf("install nvidia-cdi-hook %s to %s: want absolute paths", from, to)
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("install nvidia-cdi-hook: %w", err)
+	}
+	if old, err := os.ReadFile(to); err == nil && bytes.Equal(old, b) {
+		if err := os.Chmod(to, 0o755); err != nil {
+			return fmt.Errorf("install nvidia-cdi-hook: %w", err)
+		}
+		return nil
+	}
+	if err := statefile.WriteFile(to, b, statefile.WithMode(0o755)); err != nil {
+		return fmt.Errorf("install nvidia-cdi-hook %s to %s: %w", from, to, err)
+	}
+	return nil
 }
 
 // logger sends nvcdi's messages to klog.

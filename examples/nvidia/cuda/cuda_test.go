@@ -37,8 +37,9 @@ const (
 // fakeDriverRoot writes a driver root as NVIDIA's 580-series installer
 // lays it out on x86_64: versioned libraries with their SONAME links,
 // binaries, GSP firmware, and device nodes (character devices, as nvcdi
-// checks). It needs CAP_MKNOD.
-func fakeDriverRoot(t *testing.T) string {
+// checks), the MIG capability nodes included when capNodes. It needs
+// CAP_MKNOD.
+func fakeDriverRoot(t *testing.T, capNodes bool) string {
 	t.Helper()
 	root := t.TempDir()
 	lib := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
@@ -61,10 +62,54 @@ func fakeDriverRoot(t *testing.T) string {
 	}
 	mknod(t, filepath.Join(root, "dev/nvidia-uvm"), 511, 0)
 	mknod(t, filepath.Join(root, "dev/nvidia-uvm-tools"), 511, 1)
-	for _, m := range []uint32{1, 2, giMinor, ciMinor} {
-		mknod(t, filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", m)), 236, m)
+	if capNodes {
+		for _, m := range []uint32{1, 2, giMinor, ciMinor} {
+			mknod(t, filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", m)), capsMajor, m)
+		}
 	}
 	return root
+}
+
+// capsMajor is the nvidia-caps major of the fake node's /proc/devices.
+const capsMajor = 236
+
+// writeProcCaps writes the driver root's /proc files of the MIG device
+// (gi, ci) on GPU 1 as the NVIDIA kernel driver has them: /proc/devices
+// with the nvidia-caps major and the instances' capability files.
+func writeProcCaps(t *testing.T, root string, gi, ci int) {
+	t.Helper()
+	write(t, filepath.Join(root, "proc/devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
+	base := filepath.Join(root, fmt.Sprintf("proc/driver/nvidia/capabilities/gpu1/mig/gi%d", gi))
+	write(t, filepath.Join(base, "access"), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", giMinor))
+	write(t, filepath.Join(base, fmt.Sprintf("ci%d/access", ci)), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", ciMinor))
+}
+
+// inPrivateProcDriver runs test name again in a private mount namespace
+// with a fake /proc/driver/nvidia-caps/mig-minors (nvcdi reads the MIG
+// capability minors there, whatever the driver root) and reports true
+// in the run that should do the work.
+func inPrivateProcDriver(t *testing.T, name string) bool {
+	t.Helper()
+	if os.Getenv(migMinorsEnv) != "" {
+		if err := syscall.Mount(os.Getenv(migMinorsEnv), "/proc/driver", "", syscall.MS_BIND, ""); err != nil {
+			t.Fatalf("mount the fake /proc/driver: %v", err)
+		}
+		return true
+	}
+	proc := t.TempDir()
+	_, gi, ci := fakeNVML(t)
+	write(t, filepath.Join(proc, "nvidia-caps/mig-minors"), fmt.Sprintf("config 1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v")
+	cmd.Env = append(os.Environ(), migMinorsEnv+"="+proc)
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "unshare failed") {
+		t.Skipf("no private mount namespace here: %s", out)
+	}
+	t.Logf("in a private mount namespace:\n%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
 }
 
 func write(t *testing.T, p, content string) {
@@ -194,29 +239,14 @@ const migMinorsEnv = "DRAKIT_CUDA_TEST_PROC_DRIVER"
 // /proc/driver/nvidia-caps/mig-minors, which only a private mount
 // namespace can fake: the test runs itself again under unshare -m.
 func TestEditsAreNvcdis(t *testing.T) {
-	if os.Getenv(migMinorsEnv) == "" {
-		proc := t.TempDir()
-		_, gi, ci := fakeNVML(t)
-		write(t, filepath.Join(proc, "nvidia-caps/mig-minors"), fmt.Sprintf("config 1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
-		cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^TestEditsAreNvcdis$", "-test.v")
-		cmd.Env = append(os.Environ(), migMinorsEnv+"="+proc)
-		out, err := cmd.CombinedOutput()
-		if err != nil && strings.Contains(string(out), "unshare failed") {
-			t.Skipf("no private mount namespace here: %s", out)
-		}
-		t.Logf("in a private mount namespace:\n%s", out)
-		if err != nil {
-			t.Fatal(err)
-		}
+	if !inPrivateProcDriver(t, "TestEditsAreNvcdis") {
 		return
 	}
-	if err := syscall.Mount(os.Getenv(migMinorsEnv), "/proc/driver", "", syscall.MS_BIND, ""); err != nil {
-		t.Fatalf("mount the fake /proc/driver: %v", err)
-	}
-	mounted := fakeDriverRoot(t)
+	mounted := fakeDriverRoot(t, true)
 	const host = "/run/nvidia/driver"
 	root := nvdriver.DriverRoot{Host: host, Container: mounted}
 	nv, gi, ci := fakeNVML(t)
+	writeProcCaps(t, mounted, gi, ci)
 	e, err := New(nv, root, WithHookPath("/usr/local/nvidia/toolkit/nvidia-cdi-hook"))
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +326,90 @@ func TestEditsAreNvcdis(t *testing.T) {
 	}
 }
 
+// TestMIGDeviceWithoutCapNodes: a MIG device made after the node booted
+// has no /dev/nvidia-caps nodes on the node (nvcdi silently leaves them
+// out of its spec); its container still gets both capability nodes, as
+// character devices with the major of /proc/devices and the minors of
+// /proc/driver/nvidia/capabilities, so that the runtime makes them.
+func TestMIGDeviceWithoutCapNodes(t *testing.T) {
+	if !inPrivateProcDriver(t, "TestMIGDeviceWithoutCapNodes") {
+		return
+	}
+	mounted := fakeDriverRoot(t, false)
+	nv, gi, ci := fakeNVML(t)
+	writeProcCaps(t, mounted, gi, ci)
+	const host = "/run/nvidia/driver"
+	e, err := New(nv, nvdriver.DriverRoot{Host: host, Container: mounted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	de, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cdi.NewWriter(t.TempDir(), "nvidia.drakit.dev", "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, err := w.Spec(cdi.Claim{UID: "9f1c", Namespace: "ns", Name: "c", Devices: []cdi.Device{{Name: "d", Edits: de}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range append([]cdispec.ContainerEdits{spec.ContainerEdits}, editsOf(spec)...) {
+		for _, n := range c.DeviceNodes {
+			got = append(got, fmt.Sprintf("%s <- %s %s %d:%d", n.Path, n.HostPath, n.Type, n.Major, n.Minor))
+		}
+	}
+	for _, m := range []int{giMinor, ciMinor} {
+		want := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d <- %s/dev/nvidia-caps/nvidia-cap%d c %d:%d", m, host, m, capsMajor, m)
+		if !slices.Contains(got, want) {
+			t.Errorf("no capability node %q: %v", want, got)
+		}
+	}
+	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "/dev/nvidia1 <- "+host+"/dev/nvidia1") }) {
+		t.Errorf("no /dev/nvidia1: %v", got)
+	}
+	// Without the capability files the edits fail, naming the file.
+	if err := os.RemoveAll(filepath.Join(mounted, "proc/driver/nvidia/capabilities")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci}); err == nil || !strings.Contains(err.Error(), "capabilities/gpu1/mig") {
+		t.Errorf("without /proc/driver/nvidia/capabilities: %v, want an error naming the file", err)
+	}
+}
+
+// TestSandboxUtilsNotLoaded: a driver root with libnvidia-sandboxutils
+// (580-series drivers ship it) does not get it loaded into the driver's
+// process: a stand-in whose constructor leaves a mark shows that New and
+// the edits never dlopen it.
+func TestSandboxUtilsNotLoaded(t *testing.T) {
+	mounted := fakeDriverRoot(t, true)
+	mark := filepath.Join(t.TempDir(), "loaded")
+	src := filepath.Join(t.TempDir(), "sandbox.c")
+	write(t, src, fmt.Sprintf("#include <stdio.h>\n__attribute__((constructor)) static void mark(void) { FILE *f = fopen(%q, \"w\"); if (f) fclose(f); }\nint nvSandboxUtilsInit(void *in) { return 1; }\nint nvSandboxUtilsShutdown(void) { return 0; }\n", mark))
+	lib := filepath.Join(mounted, "usr/lib/x86_64-linux-gnu/libnvidia-sandboxutils.so."+driverVersion)
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-sandboxutils.so.1", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Skipf("no C compiler for the stand-in library: %v: %s", err, out)
+	}
+	link(t, filepath.Base(lib), filepath.Join(filepath.Dir(lib), "libnvidia-sandboxutils.so.1"))
+	nv, _, _ := fakeNVML(t)
+	e, err := New(nv, nvdriver.DriverRoot{Host: "/", Container: mounted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu0, _ := nv.Devices[0].GetUUID()
+	if _, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: gpu0, Minor: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.CommonEdits(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("libnvidia-sandboxutils.so.1 of the driver root was loaded into the driver's process")
+	}
+}
+
 func editsOf(s *cdispec.Spec) []cdispec.ContainerEdits {
 	var out []cdispec.ContainerEdits
 	for _, d := range s.Devices {
@@ -332,4 +446,35 @@ func collect(cs ...cdispec.ContainerEdits) edits {
 	}
 	e.nodes, e.mounts, e.hooks, e.env = slices.Compact(e.nodes), slices.Compact(e.mounts), slices.Compact(e.hooks), slices.Compact(e.env)
 	return e
+}
+
+// InstallHook puts the image's hook at the host path, executable,
+// replaces an older one, leaves the same one alone, and says which file
+// it could not read.
+func TestInstallHook(t *testing.T) {
+	dir := t.TempDir()
+	from, to := filepath.Join(dir, "image-hook"), filepath.Join(dir, "plugin/nvidia-cdi-hook")
+	write(t, from, "#!/bin/sh\necho v1.20.2\n")
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, []byte("old hook"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second time it is already there
+		if err := InstallHook(from, to); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(to)
+		fi, serr := os.Stat(to)
+		if err != nil || serr != nil || string(b) != "#!/bin/sh\necho v1.20.2\n" || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("installed hook %q (%v, %v), mode %v; want the image's, 0755", b, err, serr, fi.Mode())
+		}
+	}
+	if err := InstallHook(filepath.Join(dir, "none"), to); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "none")) {
+		t.Errorf("a missing hook: %v, want an error naming it", err)
+	}
+	if err := InstallHook("image-hook", to); err == nil {
+		t.Error("a relative path was accepted")
+	}
 }

@@ -287,12 +287,14 @@ func TestChartObjects(t *testing.T) {
 		"--state-dir=/run/nvidia-dra-driver",
 		"--driver-root=/",
 		"--container-driver-root=/driver-root",
+		"--nvidia-cdi-hook-path=/var/lib/kubelet/plugins/gpu.nvidia.drakit.dev/nvidia-cdi-hook",
+		"--nvidia-cdi-hook-from=" + deploy.ImageHookPath,
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("driver args %q lack %s", args, want)
 		}
 		_, path, _ := strings.Cut(want, "=")
-		if strings.HasPrefix(path, "/") && !strings.Contains(want, "driver-root") {
+		if strings.HasPrefix(path, "/") && !strings.Contains(want, "driver-root") && !strings.Contains(want, "nvidia-cdi-hook") {
 			if _, ok := mounts[path]; !ok {
 				t.Errorf("%s is not mounted from the host (mounts %v)", path, mounts)
 			}
@@ -300,6 +302,18 @@ func TestChartObjects(t *testing.T) {
 	}
 	if strings.Contains(args, "nvml-sim") {
 		t.Errorf("default values run the simulator: %s", args)
+	}
+	// The driver root follows the host's mounts (a GPU Operator driver
+	// upgrade); the node's own hook where the values name one.
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/driver-root" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("driver root mount %+v: want mountPropagation HostToContainer", m)
+		}
+	}
+	hargs := strings.Join(render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace,
+		"--set", "cdiHook.path=/usr/local/nvidia/toolkit/nvidia-cdi-hook").ds[0].Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(hargs, "--nvidia-cdi-hook-path=/usr/local/nvidia/toolkit/nvidia-cdi-hook") || strings.Contains(hargs, "nvidia-cdi-hook-from") {
+		t.Errorf("cdiHook.path set: args %q, want the node's hook and no copy", hargs)
 	}
 	env := map[string]bool{}
 	for _, e := range c.Env {
@@ -328,7 +342,7 @@ func TestChartObjects(t *testing.T) {
 			t.Errorf("simulator values: args %q lack %s", largs, want)
 		}
 	}
-	if strings.Contains(largs, "driver-root") {
+	if strings.Contains(largs, "driver-root") || strings.Contains(largs, "nvidia-cdi-hook") {
 		t.Errorf("simulator values: args %q name a driver root", largs)
 	}
 	lmounts := checkMounts(t, lspec, lc)

@@ -34,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy/ociimage"
@@ -86,7 +87,11 @@ func WriteChart(dir string) error {
 // OCI image tarball named ref: the binary as its entrypoint, the C
 // runtime it links (the dynamic loader, libc, ... as ldd lists them,
 // copied from this machine's Debian packages: no registry, no base
-// image) and an empty /tmp; what `ctr -n k8s.io images import` loads. A
+// image), with a dynamically linked binary also glibc's libm, libpthread,
+// libdl and librt from libc's own package (GlibcCompanions: the host's
+// libnvidia-ml, loaded into the driver from the driver root, needs them
+// and finds them only in the image), and an empty /tmp; what
+// `ctr -n k8s.io images import` loads. A
 // package of [CUDAModule] is built with cgo (go-nvml loads libnvidia-ml
 // with dlopen) in that module's folder of the drakit checkout the go
 // command runs in; any other package statically (CGO_ENABLED=0) in the
@@ -103,15 +108,14 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	bin := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
 	cgo := "0"
-	if strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule {
+	cuda := strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule
+	if cuda {
 		if cmd.Dir, err = cudaModuleDir(ctx); err != nil {
 			return ociimage.Descriptor{}, err
 		}
 		cgo = "1"
 	}
-	// The image's platform is this program's: build for it.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
-		"CGO_CFLAGS="+strings.TrimSpace(cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations"))
+	cmd.Env = buildEnv(cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
 	}
@@ -120,8 +124,18 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
 	}
 	files := []ociimage.File{{Path: "/" + name, Mode: 0o755, Content: content}}
+	if cuda {
+		hook, err := buildHook(ctx, cmd.Dir, tmp)
+		if err != nil {
+			return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
+		}
+		files = append(files, ociimage.File{Path: ImageHookPath, Mode: 0o755, Content: hook})
+	}
 	libs, err := sharedLibraries(ctx, bin)
 	if err != nil {
+		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
+	}
+	if libs, err = withGlibcCompanions(ctx, libs); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
 	}
 	for _, l := range libs {
@@ -140,6 +154,53 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	})
 }
 
+// buildEnv is the go command's environment for the image's binaries:
+// this program's platform, the given CGO_ENABLED, no workspace, and
+// go-nvml's deprecation warnings silenced.
+func buildEnv(cgo string) []string {
+	return append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
+		"CGO_CFLAGS="+strings.TrimSpace(cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations"))
+}
+
+// Names of the nvidia-cdi-hook the image ships.
+const (
+	// HookPackage is nvidia-container-toolkit's nvidia-cdi-hook, a tool
+	// of CUDAModule (its go.mod's tool directive): built from the same
+	// toolkit version as the nvcdi that writes the hooks into the CDI
+	// specs, so that every subcommand nvcdi emits (enable-cuda-compat,
+	// disable-device-node-modification, ...) is one the hook has.
+	HookPackage = "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook"
+	// ImageHookPath is where the image holds nvidia-cdi-hook; the driver
+	// copies it at start to the host folder the chart names
+	// (-nvidia-cdi-hook-from), where the container runtime runs it.
+	ImageHookPath = "/usr/bin/nvidia-cdi-hook"
+)
+
+// buildHook builds HookPackage in the CUDA module's folder dir as a
+// static binary (the container runtime runs it on the host, whatever the
+// host's C library), its version (--version) the toolkit module's, and
+// returns its content.
+func buildHook(ctx context.Context, dir, tmp string) ([]byte, error) {
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "github.com/NVIDIA/nvidia-container-toolkit")
+	list.Dir, list.Env = dir, buildEnv("1")
+	v, err := list.Output()
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-container-toolkit's version in %s: %w", dir, err)
+	}
+	bin := filepath.Join(tmp, "nvidia-cdi-hook")
+	ldflags := "-s -w -linkmode external -extldflags -static -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=" + strings.TrimPrefix(strings.TrimSpace(string(v)), "v")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", bin, HookPackage)
+	cmd.Dir, cmd.Env = dir, buildEnv("1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build %s: %w: %s", HookPackage, err, strings.TrimSpace(string(out)))
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", HookPackage, err)
+	}
+	return b, nil
+}
+
 // cudaModuleDir is the folder of CUDAModule in the drakit checkout of the
 // go command's main module.
 func cudaModuleDir(ctx context.Context) (string, error) {
@@ -152,6 +213,65 @@ func cudaModuleDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("find %s: not in a drakit checkout (no %s): %w", CUDAModule, dir, err)
 	}
 	return dir, nil
+}
+
+// GlibcCompanions are the libraries of glibc, beside libc.so.6 and from
+// its package, that a dynamically linked image carries although its
+// binary does not link them: NVIDIA's libnvidia-ml.so.1 and
+// libnvidia-sandboxutils.so.1, loaded with dlopen from the node's driver
+// root, need them (their NEEDED entries on current drivers), and the
+// loader resolves them in the image.
+var GlibcCompanions = []string{"libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1"}
+
+// withGlibcCompanions adds GlibcCompanions to libs, taken from the folder
+// of libs' libc.so.6 (nothing for a static binary, without libc). Each
+// must be there and, where dpkg knows the files, come from libc's
+// package: a mix of glibc versions does not load.
+func withGlibcCompanions(ctx context.Context, libs []string) ([]string, error) {
+	libc := ""
+	for _, l := range libs {
+		if filepath.Base(l) == "libc.so.6" {
+			libc = l
+		}
+	}
+	if libc == "" {
+		return libs, nil
+	}
+	pkg := debianPackage(ctx, libc)
+	for _, name := range GlibcCompanions {
+		p := filepath.Join(filepath.Dir(libc), name)
+		if slices.Contains(libs, p) {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("glibc's %s beside %s: %w", name, libc, err)
+		}
+		if got := debianPackage(ctx, p); pkg != "" && got != pkg {
+			return nil, fmt.Errorf("glibc's %s is from package %q, libc.so.6 from %q", p, got, pkg)
+		}
+		libs = append(libs, p)
+	}
+	return libs, nil
+}
+
+// debianPackage is the Debian package that installed path ("libc6:amd64"),
+// "" where dpkg does not know it (or there is no dpkg).
+func debianPackage(ctx context.Context, path string) string {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ""
+	}
+	for _, p := range []string{path, real} {
+		out, err := exec.CommandContext(ctx, "dpkg-query", "-S", p).Output()
+		if err != nil {
+			continue
+		}
+		// "libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6"
+		if name, _, ok := strings.Cut(strings.TrimSpace(string(out)), ": "); ok {
+			return name
+		}
+	}
+	return ""
 }
 
 // sharedLibraries are the absolute paths of the shared libraries and the

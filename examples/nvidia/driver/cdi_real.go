@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 
@@ -87,6 +88,18 @@ func (r DriverRoot) HostPath(p string) string {
 	return path.Join(r.Host, p)
 }
 
+// DevRoot is the root the device nodes are under, as DriverRoot: the
+// driver root where it has a dev folder, else "/" (as NVIDIA's driver
+// does: a driver root such as GKE's /home/kubernetes/bin/nvidia holds
+// the libraries and binaries, and the device nodes are the host's
+// /dev).
+func (r DriverRoot) DevRoot() DriverRoot {
+	if fi, err := os.Stat(filepath.Join(r.Container, "dev")); err == nil && fi.IsDir() {
+		return r
+	}
+	return DriverRoot{Host: "/", Container: "/"}
+}
+
 // nodeEditor is the default ContainerEditor: device nodes only, found
 // under the driver root.
 type nodeEditor struct{ d *Driver }
@@ -116,15 +129,15 @@ func (e nodeEditor) DeviceEdits(dev ContainerDevice) (*cdi.Edits, error) {
 
 // CommonEdits gives the control nodes.
 func (e nodeEditor) CommonEdits() (*cdi.Edits, error) {
-	return e.nodes([]string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}), nil
+	return e.nodes([]cdi.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}), nil
 }
 
-func (e nodeEditor) nodes(paths []string) *cdi.Edits {
+func (e nodeEditor) nodes(nodes []cdi.DeviceNode) *cdi.Edits {
 	edits := &cdi.Edits{}
-	for _, p := range paths {
-		n := cdi.DeviceNode{Path: p}
-		if e.d.o.root.Host != "/" {
-			n.HostPath = e.d.o.root.HostPath(p)
+	dev := e.d.o.root.DevRoot()
+	for _, n := range nodes {
+		if dev.Host != "/" {
+			n.HostPath = dev.HostPath(n.Path)
 		}
 		edits.DeviceNode(n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +20,9 @@ import (
 func TestDriverRootEdits(t *testing.T) {
 	ctx := context.Background()
 	mounted := t.TempDir() // where this process sees the node's driver root
+	if err := os.Mkdir(filepath.Join(mounted, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, WithSimulatedContainers(false), WithDriverRoot(DriverRoot{Host: "/run/nvidia/driver", Container: mounted}))
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
@@ -32,6 +36,26 @@ func TestDriverRootEdits(t *testing.T) {
 	}
 	if _, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDriverRoot(DriverRoot{Host: "run/nvidia"})); err == nil {
 		t.Error("a relative driver root was accepted")
+	}
+}
+
+// A driver root without a dev folder (GKE's /home/kubernetes/bin/nvidia:
+// libraries and binaries only) has its device nodes under "/", as in
+// NVIDIA's driver; its /proc is still read under the root.
+func TestDriverRootWithoutDev(t *testing.T) {
+	ctx := context.Background()
+	mounted := t.TempDir()
+	const host = "/home/kubernetes/bin/nvidia"
+	f := newFixture(t, WithSimulatedContainers(false), WithDriverRoot(DriverRoot{Host: host, Container: mounted}))
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writeMIGCaps(t, f, filepath.Join(mounted, "proc"), 2, "gpu-2-3g-71gb-4", 31, 32)
+	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
+	for _, n := range []string{"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap31", "/dev/nvidia1", "/dev/nvidiactl"} {
+		if !strings.Contains(all, fmt.Sprintf(`"path":%q`, n)) || strings.Contains(all, host+n) {
+			t.Errorf("device node %s: want it from the host's /dev, not under %s: %s", n, host, all)
+		}
 	}
 }
 

@@ -316,6 +316,23 @@ func TestHealth(t *testing.T) {
 	if err := f.sim.RaiseXID(4, 13, -1, -1); err != nil { // application error: ignored
 		t.Fatal(err)
 	}
+	// Ignored: GPU 4's devices are republished with the informational
+	// taint, and every device is still healthy.
+	inv := <-events
+	if inv.Type != device.EventInventoryChanged {
+		t.Fatalf("ignored XID 13: event %+v, want the inventory republished", inv.Type)
+	}
+	for _, sl := range inv.Inventory.ResourceSlices("node-1") {
+		for _, d := range sl.Spec.Devices {
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID && d.Taints[0].Value == "XID13"
+			if tainted != strings.HasPrefix(d.Name, "gpu-4") {
+				t.Errorf("ignored XID 13 on GPU 4: device %s taints %+v", d.Name, d.Taints)
+			}
+		}
+	}
+	if ev := <-events; ev.Type != device.EventHealth || len(unhealthy(ev)) != 0 {
+		t.Errorf("after ignored XID 13: %+v, want every device healthy", ev)
+	}
 	if err := f.sim.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
@@ -423,9 +440,18 @@ func specString(t *testing.T, e *cdi.Edits) string {
 
 // writeMIGCaps writes, under procRoot, the capability files of MIG device
 // dev of GPU gpu as the NVIDIA kernel driver has them, with the GPU
-// instance's and the compute instance's device file minors.
+// instance's and the compute instance's device file minors, and
+// procRoot/devices with the nvidia-caps major (capsMajorForTests). No
+// capability device node is made anywhere.
 func writeMIGCaps(t *testing.T, f *fixture, procRoot string, gpu int, dev string, giMinor, ciMinor int) {
 	t.Helper()
+	if err := os.MkdirAll(procRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	devices := "Character devices:\n  1 mem\n195 nvidia-frontend\n" + strconv.Itoa(capsMajorForTests) + " nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n"
+	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(devices), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	info, _ := f.d.deviceInfo(dev)
 	base := filepath.Join(procRoot, "driver/nvidia/capabilities", "gpu"+strconv.Itoa(gpu), "mig", "gi"+strconv.Itoa(info.gi))
 	ci := "ci" + strconv.Itoa(info.ci)
@@ -516,7 +542,10 @@ func TestRealHardwareEdits(t *testing.T) {
 	}
 	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 21, 22)
 	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
-	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21"`, `"path":"/dev/nvidia-caps/nvidia-cap22"`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
+	// The capability nodes carry their type and numbers: the runtime
+	// makes them in the container although the node has none.
+	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21`,
+		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("edits lack %s: %s", want, all)
 		}
@@ -524,7 +553,17 @@ func TestRealHardwareEdits(t *testing.T) {
 	if _, err := capMinor(filepath.Join(proc, "nope")); err == nil {
 		t.Error("capMinor of a missing file succeeded")
 	}
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 nvidia-frontend\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MIGCapabilityNodes(proc, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "no nvidia-caps line") {
+		t.Errorf("a /proc/devices without nvidia-caps: %v, want an error that says so", err)
+	}
 }
+
+// capsMajorForTests is the nvidia-caps major writeMIGCaps puts in
+// /proc/devices.
+const capsMajorForTests = 236
 
 // A claim with two MIG devices on one GPU gets both; a claim whose second
 // device cannot be made (it overlaps the first) fails, and the undo the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -19,8 +20,12 @@ import (
 // graphics engine exception, 31 memory page fault, 43 GPU stopped
 // processing, 45 preemptive cleanup, 68 video processor exception, 109
 // context switch timeout): they say nothing about the GPU's health and
-// leave it healthy, as in NVIDIA's device plugin. Every other XID makes
-// the GPU unhealthy. WithIgnoredXIDs replaces the list.
+// leave it healthy, as in NVIDIA's device plugin; as in NVIDIA's DRA
+// driver, the GPU's devices are republished with the informational taint
+// TaintIgnoredXID (effect None) naming the last one. Every other XID
+// makes the GPU unhealthy, and one NVML reports on a GPU it cannot name
+// makes every GPU unhealthy (it is not dropped). WithIgnoredXIDs
+// replaces the list.
 func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
 
 // XIDFallenOffTheBus is XID 79: the GPU fell off the bus. The GPU is
@@ -36,6 +41,13 @@ const XIDFallenOffTheBus = 79
 // is refused. The taint stays until the GPU is reported recovered (a
 // reset; on real hardware, a reset and a driver restart).
 const ReasonGPULost = "GPULost"
+
+// TaintIgnoredXID is the key of the informational taint (effect None) on
+// every device of a GPU that reported an ignored XID (DefaultIgnoredXIDs,
+// WithIgnoredXIDs); its value is the last one, e.g. "XID13". It keeps no
+// pod off the GPU; it tells users and tools what happened. A recovery
+// (a reset) removes it.
+const TaintIgnoredXID = DriverName + "/ignored-xid"
 
 // TaintUnmonitored is the key of the informational taint (effect None)
 // on every device of a GPU that NVML could not register for XID events
@@ -144,9 +156,14 @@ func (d *Driver) monitorLoop(ctx context.Context, ch <-chan nvml.HealthEvent, ge
 			continue
 		}
 		if !ev.Recovered && d.o.ignoredXIDs[ev.XID] {
+			m.book.setIgnored(ev)
 			m.mu.Unlock()
-			logger.V(2).Info("Ignored XID leaves the GPU healthy", "event", ev.String())
+			logger.V(2).Info("Ignored XID leaves the GPU healthy; its devices get an informational taint", "event", ev.String(), "taint", TaintIgnoredXID)
+			d.changed() // republished with the TaintIgnoredXID taint
 			continue
+		}
+		if ev.GPU < 0 && !ev.Recovered && ev.XID != 0 {
+			logger.Error(nil, "XID on a GPU NVML cannot name: every GPU is marked unhealthy", "event", ev.String(), "uuid", ev.UUID)
 		}
 		m.book.apply(ev, d.instanceKey(ev))
 		if m.pending == nil {
@@ -218,6 +235,17 @@ func (m *monitor) markLost(gpu int, err error) bool {
 	}
 	m.pending[gpu] = true
 	return true
+}
+
+// ignoredXIDs are the GPUs' last ignored XIDs.
+func (m *monitor) ignoredXIDs() map[int]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[int]uint64{}
+	for g, ev := range m.book.ignored {
+		out[g] = ev.XID
+	}
+	return out
 }
 
 // unmonitoredGPUs are the GPUs the running stream could not watch.
@@ -325,8 +353,15 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			}
 		case <-m.notify:
 			gpus, running := m.takePending()
+			if slices.Contains(gpus, -1) {
+				gpus = []int{-1} // an XID on a GPU NVML could not name: every device
+			}
 			for _, g := range gpus {
-				batch := d.reports(&g)
+				var which *int
+				if g >= 0 {
+					which = &g
+				}
+				batch := d.reports(which)
 				if len(batch) > 0 && !send(device.Event{Type: device.EventHealth, Health: batch}) {
 					return nil
 				}
@@ -341,6 +376,10 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 // healthBook is what the XID events and NVML said: unhealthy GPUs and MIG
 // devices, lost GPUs, and the GPUs the running stream cannot watch.
 type healthBook struct {
+	// anyGPU is the last XID NVML reported on a GPU it could not name
+	// (GPU -1): every GPU counts as unhealthy with it until a recovery.
+	anyGPU      *nvml.HealthEvent
+	ignored     map[int]nvml.HealthEvent // each GPU's last ignored XID
 	gpus        map[int]nvml.HealthEvent
 	migs        map[Key]nvml.HealthEvent
 	lost        map[int]nvml.HealthEvent
@@ -355,6 +394,18 @@ func (h *healthBook) setUnmonitored(gpu int) {
 	h.unmonitored[gpu] = true
 }
 
+// setIgnored records an ignored XID; one on a GPU NVML could not name is
+// only logged.
+func (h *healthBook) setIgnored(ev nvml.HealthEvent) {
+	if ev.GPU < 0 {
+		return
+	}
+	if h.ignored == nil {
+		h.ignored = map[int]nvml.HealthEvent{}
+	}
+	h.ignored[ev.GPU] = ev
+}
+
 func (h *healthBook) init() {
 	if h.gpus == nil {
 		h.gpus, h.migs = map[int]nvml.HealthEvent{}, map[Key]nvml.HealthEvent{}
@@ -367,6 +418,8 @@ func (h *healthBook) apply(ev nvml.HealthEvent, key *Key) {
 	h.init()
 	switch {
 	case ev.Recovered:
+		h.anyGPU = nil
+		delete(h.ignored, ev.GPU)
 		delete(h.lost, ev.GPU)
 		delete(h.lostWhy, ev.GPU)
 		delete(h.gpus, ev.GPU)
@@ -375,6 +428,8 @@ func (h *healthBook) apply(ev nvml.HealthEvent, key *Key) {
 				delete(h.migs, k)
 			}
 		}
+	case ev.GPU < 0 && ev.XID != 0:
+		h.anyGPU = &ev
 	case key != nil:
 		h.migs[*key] = ev
 	case ev.XID == XIDFallenOffTheBus:
@@ -400,6 +455,9 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 		}
 		r := device.HealthReport{Device: device.DeviceID{Pool: info.pool, Device: name}, Health: device.Healthy}
 		ev, bad := h.gpus[info.gpu]
+		if !bad && h.anyGPU != nil {
+			ev, bad = *h.anyGPU, true
+		}
 		if !bad && info.typ == TypeMIG {
 			k := info.key
 			k.UUID = "" // the book's keys are this process's, by index

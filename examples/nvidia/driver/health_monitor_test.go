@@ -315,3 +315,58 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 		t.Errorf("lost GPU 0 published %d times, want once, as last seen", n)
 	}
 }
+
+// An ignored XID (13, an application's fault) leaves the GPU healthy and
+// republishes its devices with the informational TaintIgnoredXID taint,
+// effect None, as NVIDIA's DRA driver does; an XID NVML reports on a GPU
+// it cannot name is not dropped: every GPU is reported unhealthy with it.
+func TestIgnoredAndUnnamedXIDs(t *testing.T) {
+	f := newFixture(t, WithRepublishDelay(0))
+	ctx := context.Background()
+	if _, err := f.d.Inventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	feed := func(evs ...nvml.HealthEvent) {
+		t.Helper()
+		ch := make(chan nvml.HealthEvent, len(evs))
+		for _, ev := range evs {
+			ch <- ev
+		}
+		close(ch)
+		f.d.health.mu.Lock()
+		f.d.health.gen++
+		gen := f.d.health.gen
+		f.d.health.running = true
+		f.d.health.mu.Unlock()
+		f.d.monitorLoop(ctx, ch, gen) // returns once ch is drained
+	}
+	now := time.Now().UTC()
+	feed(nvml.HealthEvent{GPU: 3, XID: 13, GPUInstance: -1, ComputeInstance: -1, Time: now})
+	if bad := unhealthy(device.Event{Health: f.d.reports(nil)}); len(bad) != 0 {
+		t.Errorf("ignored XID 13 made devices unhealthy: %v", bad)
+	}
+	inv, err := f.d.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sl := range inv.ResourceSlices("node-1") {
+		for _, d := range sl.Spec.Devices {
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID && d.Taints[0].Value == "XID13" && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
+			if on3 := strings.HasPrefix(d.Name, "gpu-3"); on3 != tainted {
+				t.Errorf("device %s taints %+v, want %s=XID13:None on GPU 3's devices only", d.Name, d.Taints, TaintIgnoredXID)
+			}
+		}
+	}
+
+	feed(nvml.HealthEvent{GPU: -1, XID: 48, GPUInstance: -1, ComputeInstance: -1, Time: now})
+	reports := f.d.reports(nil)
+	bad := unhealthy(device.Event{Health: reports})
+	if len(bad) != len(reports) || len(bad) == 0 {
+		t.Errorf("XID 48 on a GPU NVML cannot name: unhealthy %v of %d devices, want all", bad, len(reports))
+	}
+	for _, b := range bad {
+		if !strings.HasSuffix(b, "=XID48") {
+			t.Errorf("unhealthy %s, want reason XID48", b)
+		}
+	}
+}

@@ -126,6 +126,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		pools = append(pools, mp...)
 	}
 	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
+	ignored := d.health.ignoredXIDs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	pools = d.keepLost(pools, lost, devs)
@@ -133,6 +134,9 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		for _, dev := range pools[i].Devices {
 			if unmonitored[devs[dev.Name()].gpu] {
 				dev.Taint(device.Taint{Key: TaintUnmonitored, Effect: device.NoEffect})
+			}
+			if xid, ok := ignored[devs[dev.Name()].gpu]; ok {
+				dev.Taint(device.Taint{Key: TaintIgnoredXID, Value: fmt.Sprintf("XID%d", xid), Effect: device.NoEffect})
 			}
 		}
 	}

@@ -322,24 +322,66 @@ func (d *Driver) claimDir() string { return filepath.Join(d.o.stateDir, "claims"
 
 // deviceNodes are a device's nodes on real hardware: the GPU's
 // /dev/nvidia<minor> and, for a MIG device, the capability nodes of its
-// GPU and compute instance (/dev/nvidia-caps/nvidia-cap<N>, N read from
-// /proc/driver/nvidia/capabilities).
-func (d *Driver) deviceNodes(info devInfo) ([]string, error) {
+// GPU and compute instance (MIGCapabilityNodes).
+func (d *Driver) deviceNodes(info devInfo) ([]cdi.DeviceNode, error) {
 	g := d.hw()[info.gpu]
-	nodes := []string{"/dev/nvidia" + strconv.Itoa(g.Minor)}
+	nodes := []cdi.DeviceNode{{Path: "/dev/nvidia" + strconv.Itoa(g.Minor)}}
 	if info.typ != TypeMIG {
 		return nodes, nil
 	}
-	gi, ci := info.gi, info.ci
-	base := filepath.Join(d.o.procRoot, fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", g.Minor, gi))
+	caps, err := MIGCapabilityNodes(d.o.procRoot, g.Minor, info.gi, info.ci)
+	if err != nil {
+		return nil, err
+	}
+	return append(nodes, caps...), nil
+}
+
+// MIGCapabilityNodes returns the two capability device nodes a container
+// needs to use MIG device (gi, ci) of the GPU with device minor gpuMinor,
+// as character devices with their numbers: the GPU instance's and the
+// compute instance's /dev/nvidia-caps/nvidia-cap<N>, N read from
+// <procRoot>/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access and
+// .../ci<C>/access ("DeviceFileMinor: N"), the major from the
+// "nvidia-caps" line of <procRoot>/devices. The nodes need not exist on
+// the host (they seldom do for a MIG device made after the node booted):
+// with its type and numbers given, the container runtime makes the node
+// in the container without looking for it. A missing or unreadable file
+// is an error that names it.
+func MIGCapabilityNodes(procRoot string, gpuMinor, gi, ci int) ([]cdi.DeviceNode, error) {
+	major, err := capsMajor(filepath.Join(procRoot, "devices"))
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Join(procRoot, fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", gpuMinor, gi))
+	var nodes []cdi.DeviceNode
 	for _, p := range []string{base + "/access", fmt.Sprintf("%s/ci%d/access", base, ci)} {
 		minor, err := capMinor(p)
 		if err != nil {
 			return nil, err
 		}
-		nodes = append(nodes, "/dev/nvidia-caps/nvidia-cap"+strconv.Itoa(minor))
+		nodes = append(nodes, cdi.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(minor), Type: "c", Major: major, Minor: int64(minor)})
 	}
 	return nodes, nil
+}
+
+// capsMajor reads the major number of the nvidia-caps character devices
+// from /proc/devices ("236 nvidia-caps").
+func capsMajor(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read the nvidia-caps device major: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[1] == "nvidia-caps" {
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil || n <= 0 {
+				return 0, fmt.Errorf("read the nvidia-caps device major from %s: %q is not a major number", path, f[0])
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("read the nvidia-caps device major: %s has no nvidia-caps line; is the NVIDIA kernel driver (with MIG support) loaded?", path)
 }
 
 // capMinor reads "DeviceFileMinor: N" from a MIG capability file.

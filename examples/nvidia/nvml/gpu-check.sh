@@ -15,7 +15,9 @@
 #     spec it would write for a claim on a full GPU or an existing MIG
 #     device;
 #   - nvml-probe and TestRealBackendReadOnly: the NVML layer alone, with
-#     every GPU's profiles compared with the mig catalog.
+#     every GPU's profiles compared with the mig catalog;
+#   - readelf -d of the node's libnvidia-ml.so.1: the libraries it needs
+#     (NEEDED), which the driver's image must carry.
 # The driver root is DRIVER_ROOT (default /; /run/nvidia/driver for the
 # GPU Operator's driver); STATE_DIR is the running driver's state folder
 # (default the chart's /run/nvidia-dra-driver), read for which GPUs are
@@ -55,6 +57,13 @@ run)
       -node-name "${NODE_NAME:-$(hostname)}" "$@" 2>"$out/check.log" || echo "nvidia-dra-driver -check exit $? (log: $out/check.log)"
     echo "== nvml-probe"; "$BIN/nvml-probe" 2>&1 || echo "nvml-probe exit $?"
     echo "== TestRealBackendReadOnly"; "$BIN/nvml.test" -test.run '^TestRealBackendReadOnly$' -test.v -test.count=1 2>&1 || echo "test exit $?"
+    lib=""
+    for d in usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu usr/lib64 usr/lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu lib64 lib usr/lib/x86_64-linux-gnu/nvidia/current; do
+      if [ -e "${droot%/}/$d/libnvidia-ml.so.1" ]; then lib="${droot%/}/$d/libnvidia-ml.so.1"; break; fi
+    done
+    if [ -z "$lib" ]; then lib=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 /{print $NF; exit}'); fi
+    echo "== readelf -d ${lib:-libnvidia-ml.so.1 (not found)}"
+    if [ -n "$lib" ]; then readelf -d "$(readlink -f "$lib")" 2>&1 || echo "readelf exit $?"; fi
   } | tee "$out/gpu-check.txt"
   ;;
 *)

@@ -43,8 +43,9 @@ func WithLibraryPath(path string) RealOption {
 }
 
 // OpenReal loads and initializes NVML. Without an NVIDIA driver it fails
-// with an error that wraps ErrLibraryNotFound and says how to run the
-// simulator instead.
+// with an error that wraps ErrLibraryNotFound, gives the dynamic loader's
+// reason and says how to run the simulator instead; where the library is
+// there but a library it needs is not, the error names both.
 func OpenReal(opts ...RealOption) (*Real, error) {
 	var o realOptions
 	for _, opt := range opts {
@@ -61,7 +62,7 @@ func OpenReal(opts ...RealOption) (*Real, error) {
 	case gonvml.SUCCESS:
 		return r, nil
 	case gonvml.ERROR_LIBRARY_NOT_FOUND:
-		return nil, fmt.Errorf("open NVML: cannot load %s: %w; %s", lib, ErrLibraryNotFound, simulatorHint)
+		return nil, loadError(lib)
 	default:
 		return nil, nvErr(ret, "initialize NVML")
 	}
