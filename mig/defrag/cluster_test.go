@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,14 +62,18 @@ func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithCon
 // scheduler and controller manager with a fake node of two H100s that
 // publishes mig's counter model. GPU 0 holds four opted-in 1g.10gb pods
 // at placements 0, 2, 4 and 6 (each a Deployment's), GPU 1 a 3g.40gb pod
-// at placement 0 that did not opt in; a 4g.40gb pod waits. While the pod
-// at placement 0 has a PodDisruptionBudget that allows no disruption,
-// nothing is evicted (moving the 3g.40gb pod, one eviction, would do,
-// but it did not opt in). Without the budget a dry run prints the plan
-// and changes nothing; then the controller taints the region, evicts the
-// pods at 0 and 2 with Events, their replacements land outside the
-// region, the waiting claim gets GPU 0's 4g.40gb from the controller, the
-// scheduler binds the pod, the taints go; no other pod is touched.
+// at placement 0 that did not opt in and two bare 1g.10gb pods at 4 and
+// 5, so that the only room for a moved 1g.10gb is GPU 0 placement 5 and
+// GPU 1 placement 6; a 4g.40gb pod waits. While the pod at placement 0
+// has a PodDisruptionBudget that allows no disruption, nothing is
+// evicted (moving the 3g.40gb pod, one eviction, would do, but it did not
+// opt in). Without the budget a dry run prints the plan and changes
+// nothing; then the controller taints the region and the two
+// destinations, evicts the pods at 0 and 2 with Events. A higher-priority
+// pod asking 1g.10gb comes after the evictions and gets neither
+// destination: the controller allocates each replacement's claim to its
+// destination, the waiting claim GPU 0's 4g.40gb, the scheduler binds
+// them, the taints go; no other pod is touched.
 func TestController(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
@@ -105,6 +110,10 @@ func TestController(t *testing.T) {
 	// and 5, so that the opted-in 1g.10gb pods land at 0, 2, 4 and 6.
 	f.Deployment("keep", "3g.40gb", pinned(1, 0), false)
 	keep := f.WaitPlaced("keep")
+	for _, s := range []int{4, 5} {
+		f.Pod(fmt.Sprintf("gpu1-%d", s), "1g.10gb", pinned(1, s))
+		f.WaitPlaced(fmt.Sprintf("gpu1-%d", s))
+	}
 	for _, s := range []int{1, 3, 5} {
 		f.Pod(fmt.Sprintf("filler-%d", s), "1g.10gb", pinned(0, s))
 		f.WaitPlaced(fmt.Sprintf("filler-%d", s))
@@ -191,9 +200,35 @@ func TestController(t *testing.T) {
 	}
 	wantRegion := []string{"gpu-0", "gpu-0-1g-10gb-0", "gpu-0-1g-10gb-1", "gpu-0-1g-10gb-2", "gpu-0-1g-10gb-3", "gpu-0-1g-10gb-me-0", "gpu-0-1g-10gb-me-1",
 		"gpu-0-1g-10gb-me-2", "gpu-0-1g-10gb-me-3", "gpu-0-1g-20gb-0", "gpu-0-1g-20gb-2", "gpu-0-2g-20gb-0", "gpu-0-2g-20gb-2", "gpu-0-3g-40gb-0", "gpu-0-4g-40gb-0", "gpu-0-7g-80gb-0"}
-	if got := f.TaintedDevices(); strings.Join(got, " ") != strings.Join(wantRegion, " ") {
-		t.Errorf("tainted %v, want %v", got, wantRegion)
+	// The region and each destination are tainted.
+	tainted := map[string]bool{}
+	for _, d := range f.TaintedDevices() {
+		tainted[d] = true
 	}
+	wantTainted := append([]string(nil), wantRegion...)
+	dest := map[string]string{} // evicted pod -> destination device
+	for _, e := range op.Evictions {
+		dest[e.Pod.Name] = e.ToDevice
+		wantTainted = append(wantTainted, e.ToDevice)
+	}
+	if want := map[string]bool{"gpu-0-1g-10gb-5": true, "gpu-1-1g-10gb-6": true}; len(dest) != 2 || !want[dest[small["small-0"].Pod]] || !want[dest[small["small-1"].Pod]] || dest[small["small-0"].Pod] == dest[small["small-1"].Pod] {
+		t.Errorf("destinations %v, want gpu-0-1g-10gb-5 and gpu-1-1g-10gb-6", dest)
+	}
+	for _, d := range wantTainted {
+		if !tainted[d] {
+			t.Errorf("%s is not tainted (tainted: %v)", d, f.TaintedDevices())
+		}
+	}
+	// A pod that asks 1g.10gb comes first in the scheduler's queue: the
+	// destinations are not for it.
+	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "intruder"}, Value: 1000, PreemptionPolicy: ptr.To(corev1.PreemptNever),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.PodSpec.PriorityClassName = "intruder"
+	f.Pod("intruder", "1g.10gb", "")
+	f.PodSpec.PriorityClassName = ""
 	if got := f.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting default/"+small["small-0"].Pod+", default/"+small["small-1"].Pod+" to free 4g.40gb at GPU 0 placement 0") {
 		t.Errorf("event on big: %q", got)
 	}
@@ -237,13 +272,20 @@ func TestController(t *testing.T) {
 		if got[0].UID == small[app].UID {
 			t.Errorf("%s was not moved", app)
 		}
-		for _, r := range wantRegion {
-			if got[0].Device == r {
-				t.Errorf("%s's replacement took %s, in the freed region", app, r)
-			}
+		if want := dest[small[app].Pod]; got[0].Device != want {
+			t.Errorf("%s's replacement took %s, want its destination %s", app, got[0].Device, want)
+		}
+		if got := f.Events(got[0].Pod)[defrag.ReasonReplacementAllocated]; !strings.Contains(got, "replaces default/"+small[app].Pod) {
+			t.Errorf("event on %s's replacement: %q", app, got)
 		}
 	}
 	untouched("keep", "small-2", "small-3")
+	if got := f.Placed("intruder"); len(got) != 0 {
+		t.Errorf("intruder placed: %v", got)
+	}
+	if r := f.TaintedDevices(); len(r) != 0 {
+		t.Errorf("taint rules left: %v", r)
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, small["small-0"].Pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("evicted pod %s: %v, want gone", small["small-0"].Pod, err)
 	}

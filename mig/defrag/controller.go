@@ -162,6 +162,9 @@ type Controller struct {
 
 	mu   sync.Mutex
 	told map[string]string // pod UID -> the last "no plan" message logged for it
+	// refused counts plans refused because a replacement would not land
+	// (RefusedPlans).
+	refused int64
 }
 
 // New returns a controller for the dynamic MIG devices of DRA driver

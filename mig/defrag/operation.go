@@ -125,7 +125,11 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 	if err != nil {
 		return fmt.Errorf("defrag for %s: %w", op.Pod, err)
 	}
-	if pod.Spec.NodeName != "" {
+	landing, err := c.landReplacements(ctx, op)
+	if err != nil {
+		return fmt.Errorf("defrag for %s: %w", op.Pod, err)
+	}
+	if pod.Spec.NodeName != "" && landing == "" {
 		if err := c.untaint(ctx, op.ID); err != nil {
 			return err
 		}
@@ -134,7 +138,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 		return nil
 	}
 	if c.o.now().Sub(op.Started.Time) > c.o.timeout {
-		c.abandon(ctx, op, fmt.Sprintf("the pod is not scheduled %s after the evictions", c.o.timeout))
+		c.abandon(ctx, op, c.lateWhy(pod, landing))
 		return nil
 	}
 	if claim.Status.Allocation != nil {
