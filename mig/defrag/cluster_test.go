@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +289,131 @@ func TestController(t *testing.T) {
 	}
 	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, small["small-0"].Pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("evicted pod %s: %v, want gone", small["small-0"].Pod, err)
+	}
+}
+
+// TestControllerLanding checks that the controller evicts nothing when an
+// evicted pod's replacement could not run where the plan moves it. Two
+// fake nodes have one H100 each (UUIDs GPU-a and GPU-b). On each, opted-in
+// 1g.10gb pods (Deployments) hold placements 0, 2, 4 and 6 and a 4g.40gb
+// pod pinned to that GPU waits: freeing placement 0 moves two pods, and
+// only one fits on their own GPU (placement 5), so each plan moves one to
+// the other node. On node A the pods' claims only accept GPU-a (a CEL
+// selector on the uuid attribute); on node B the pods' nodeSelector only
+// accepts node B. Both plans are refused: no pod is evicted, no
+// DeviceTaintRule is made, RefusedPlans counts them, and the log names
+// the pods that could not land and why.
+func TestControllerLanding(t *testing.T) {
+	const nodeB = "node-b"
+	env := testenv.Start(t, testenv.WithFakeNodes(nodeB))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: className,
+		PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	onB := *f
+	onB.PodSpec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeB}
+
+	h100, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct{ node, uuid string }{{env.NodeName, "GPU-a"}, {nodeB, "GPU-b"}} {
+		m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: h100, UUID: n.uuid}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range m.Slices(driver, n.node, n.node, 1) {
+			if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range h100.Profiles {
+		c := &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
+		}
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onGPU := func(uuid string) string { return fmt.Sprintf("%s == %q", attr(mig.AttrUUID), uuid) }
+	at := func(uuid string, start int) string {
+		return fmt.Sprintf("%s && %s == %d", onGPU(uuid), attr(mig.AttrPlacementStart), start)
+	}
+
+	// Fillers at 1, 3 and 5 of both GPUs, so that the opted-in pods land
+	// at 0, 2, 4 and 6.
+	for _, uuid := range []string{"GPU-a", "GPU-b"} {
+		for _, s := range []int{1, 3, 5} {
+			f.Pod(fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), "1g.10gb", at(uuid, s))
+		}
+	}
+	placed := map[string]defragtest.Placed{}
+	for i := range 4 {
+		a, b := fmt.Sprintf("a-%d", i), fmt.Sprintf("b-%d", i)
+		f.Deployment(a, "1g.10gb", onGPU("GPU-a"), true)
+		onB.Deployment(b, "1g.10gb", "", true)
+		placed[a], placed[b] = f.WaitPlaced(a), f.WaitPlaced(b)
+	}
+	for i, want := range []string{"gpu-0-1g-10gb-0", "gpu-0-1g-10gb-2", "gpu-0-1g-10gb-4", "gpu-0-1g-10gb-6"} {
+		for _, app := range []string{fmt.Sprintf("a-%d", i), fmt.Sprintf("b-%d", i)} {
+			if got := placed[app].Device; got != want {
+				t.Fatalf("%s is on %s, want %s", app, got, want)
+			}
+		}
+	}
+	for _, uuid := range []string{"GPU-a", "GPU-b"} {
+		for _, s := range []int{1, 3, 5} {
+			if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.Pod("big-a", "4g.40gb", onGPU("GPU-a"))
+	f.Pod("big-b", "4g.40gb", onGPU("GPU-b"))
+	f.WaitUnschedulable("big-a")
+	f.WaitUnschedulable("big-b")
+
+	c, err := defrag.New(env.Client, driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if op, err := c.Step(ctx); err != nil || op != nil {
+			t.Fatalf("Step = %+v, %v; want nothing", op, err)
+		}
+	}
+	for app, want := range placed {
+		if got := f.Placed(app); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: pods %v, want %v untouched", app, got, want)
+		}
+	}
+	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			t.Errorf("pod %s is being deleted", p.Name)
+		}
+	}
+	if r := f.TaintedDevices(); len(r) != 0 {
+		t.Errorf("taint rules %v, want none", r)
+	}
+	if n := c.RefusedPlans(); n < 2 {
+		t.Errorf("RefusedPlans = %d, want at least 2 (one per node)", n)
+	}
+	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-a".*pod default/a-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + nodeB + ` \(device gpu-0-1g-10gb-\d\): its claim a-[01]-\S+ does not take it`),
+		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-b".*pod default/b-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + env.NodeName + `: its node selector or required node affinity excludes node ` + env.NodeName),
+	} {
+		if !want.MatchString(log) {
+			t.Errorf("the log does not match %s", want)
+		}
 	}
 }
