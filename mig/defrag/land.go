@@ -35,13 +35,19 @@ func (c *Controller) RefusedPlans() int64 {
 	return c.refused
 }
 
-// refuse counts and logs a plan refused because a replacement would not
-// land.
+// refuse counts a plan refused because a replacement would not land, and
+// logs it when its reason is new for that waiting pod and placement
+// (each Step plans again).
 func (c *Controller) refuse(ctx context.Context, p *plan, why string) {
+	key := "refused " + string(p.op.Pod.UID) + " " + p.op.placement()
 	c.mu.Lock()
 	c.refused++
+	changed := c.told[key] != why
+	c.told[key] = why
 	c.mu.Unlock()
-	klog.FromContext(ctx).V(2).Info("Defragmentation plan refused", "pod", p.op.Pod.String(), "placement", p.op.placement(), "reason", why)
+	if changed {
+		klog.FromContext(ctx).V(2).Info("Defragmentation plan refused", "pod", p.op.Pod.String(), "placement", p.op.placement(), "reason", why)
+	}
 }
 
 // land checks that every pod p evicts can run again where the plan moves
