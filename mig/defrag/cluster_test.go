@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,14 +63,18 @@ func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithCon
 // scheduler and controller manager with a fake node of two H100s that
 // publishes mig's counter model. GPU 0 holds four opted-in 1g.10gb pods
 // at placements 0, 2, 4 and 6 (each a Deployment's), GPU 1 a 3g.40gb pod
-// at placement 0 that did not opt in; a 4g.40gb pod waits. While the pod
-// at placement 0 has a PodDisruptionBudget that allows no disruption,
-// nothing is evicted (moving the 3g.40gb pod, one eviction, would do,
-// but it did not opt in). Without the budget a dry run prints the plan
-// and changes nothing; then the controller taints the region, evicts the
-// pods at 0 and 2 with Events, their replacements land outside the
-// region, the waiting claim gets GPU 0's 4g.40gb from the controller, the
-// scheduler binds the pod, the taints go; no other pod is touched.
+// at placement 0 that did not opt in and two bare 1g.10gb pods at 4 and
+// 5, so that the only room for a moved 1g.10gb is GPU 0 placement 5 and
+// GPU 1 placement 6; a 4g.40gb pod waits. While the pod at placement 0
+// has a PodDisruptionBudget that allows no disruption, nothing is
+// evicted (moving the 3g.40gb pod, one eviction, would do, but it did not
+// opt in). Without the budget a dry run prints the plan and changes
+// nothing; then the controller taints the region and the two
+// destinations, evicts the pods at 0 and 2 with Events. A higher-priority
+// pod asking 1g.10gb comes after the evictions and gets neither
+// destination: the controller allocates each replacement's claim to its
+// destination, the waiting claim GPU 0's 4g.40gb, the scheduler binds
+// them, the taints go; no other pod is touched.
 func TestController(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
@@ -105,6 +111,10 @@ func TestController(t *testing.T) {
 	// and 5, so that the opted-in 1g.10gb pods land at 0, 2, 4 and 6.
 	f.Deployment("keep", "3g.40gb", pinned(1, 0), false)
 	keep := f.WaitPlaced("keep")
+	for _, s := range []int{4, 5} {
+		f.Pod(fmt.Sprintf("gpu1-%d", s), "1g.10gb", pinned(1, s))
+		f.WaitPlaced(fmt.Sprintf("gpu1-%d", s))
+	}
 	for _, s := range []int{1, 3, 5} {
 		f.Pod(fmt.Sprintf("filler-%d", s), "1g.10gb", pinned(0, s))
 		f.WaitPlaced(fmt.Sprintf("filler-%d", s))
@@ -191,9 +201,35 @@ func TestController(t *testing.T) {
 	}
 	wantRegion := []string{"gpu-0", "gpu-0-1g-10gb-0", "gpu-0-1g-10gb-1", "gpu-0-1g-10gb-2", "gpu-0-1g-10gb-3", "gpu-0-1g-10gb-me-0", "gpu-0-1g-10gb-me-1",
 		"gpu-0-1g-10gb-me-2", "gpu-0-1g-10gb-me-3", "gpu-0-1g-20gb-0", "gpu-0-1g-20gb-2", "gpu-0-2g-20gb-0", "gpu-0-2g-20gb-2", "gpu-0-3g-40gb-0", "gpu-0-4g-40gb-0", "gpu-0-7g-80gb-0"}
-	if got := f.TaintedDevices(); strings.Join(got, " ") != strings.Join(wantRegion, " ") {
-		t.Errorf("tainted %v, want %v", got, wantRegion)
+	// The region and each destination are tainted.
+	tainted := map[string]bool{}
+	for _, d := range f.TaintedDevices() {
+		tainted[d] = true
 	}
+	wantTainted := append([]string(nil), wantRegion...)
+	dest := map[string]string{} // evicted pod -> destination device
+	for _, e := range op.Evictions {
+		dest[e.Pod.Name] = e.ToDevice
+		wantTainted = append(wantTainted, e.ToDevice)
+	}
+	if want := map[string]bool{"gpu-0-1g-10gb-5": true, "gpu-1-1g-10gb-6": true}; len(dest) != 2 || !want[dest[small["small-0"].Pod]] || !want[dest[small["small-1"].Pod]] || dest[small["small-0"].Pod] == dest[small["small-1"].Pod] {
+		t.Errorf("destinations %v, want gpu-0-1g-10gb-5 and gpu-1-1g-10gb-6", dest)
+	}
+	for _, d := range wantTainted {
+		if !tainted[d] {
+			t.Errorf("%s is not tainted (tainted: %v)", d, f.TaintedDevices())
+		}
+	}
+	// A pod that asks 1g.10gb comes first in the scheduler's queue: the
+	// destinations are not for it.
+	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "intruder"}, Value: 1000, PreemptionPolicy: ptr.To(corev1.PreemptNever),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.PodSpec.PriorityClassName = "intruder"
+	f.Pod("intruder", "1g.10gb", "")
+	f.PodSpec.PriorityClassName = ""
 	if got := f.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting default/"+small["small-0"].Pod+", default/"+small["small-1"].Pod+" to free 4g.40gb at GPU 0 placement 0") {
 		t.Errorf("event on big: %q", got)
 	}
@@ -237,14 +273,147 @@ func TestController(t *testing.T) {
 		if got[0].UID == small[app].UID {
 			t.Errorf("%s was not moved", app)
 		}
-		for _, r := range wantRegion {
-			if got[0].Device == r {
-				t.Errorf("%s's replacement took %s, in the freed region", app, r)
-			}
+		if want := dest[small[app].Pod]; got[0].Device != want {
+			t.Errorf("%s's replacement took %s, want its destination %s", app, got[0].Device, want)
+		}
+		if got := f.Events(got[0].Pod)[defrag.ReasonReplacementAllocated]; !strings.Contains(got, "replaces default/"+small[app].Pod) {
+			t.Errorf("event on %s's replacement: %q", app, got)
 		}
 	}
 	untouched("keep", "small-2", "small-3")
+	if got := f.Placed("intruder"); len(got) != 0 {
+		t.Errorf("intruder placed: %v", got)
+	}
+	if r := f.TaintedDevices(); len(r) != 0 {
+		t.Errorf("taint rules left: %v", r)
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, small["small-0"].Pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("evicted pod %s: %v, want gone", small["small-0"].Pod, err)
+	}
+}
+
+// TestControllerLanding checks that the controller evicts nothing when an
+// evicted pod's replacement could not run where the plan moves it. Two
+// fake nodes have one H100 each (UUIDs GPU-a and GPU-b). On each, opted-in
+// 1g.10gb pods (Deployments) hold placements 0, 2, 4 and 6 and a 4g.40gb
+// pod pinned to that GPU waits: freeing placement 0 moves two pods, and
+// only one fits on their own GPU (placement 5), so each plan moves one to
+// the other node. On node A the pods' claims only accept GPU-a (a CEL
+// selector on the uuid attribute); on node B the pods' nodeSelector only
+// accepts node B. Both plans are refused: no pod is evicted, no
+// DeviceTaintRule is made, RefusedPlans counts them, and the log names
+// the pods that could not land and why.
+func TestControllerLanding(t *testing.T) {
+	const nodeB = "node-b"
+	env := testenv.Start(t, testenv.WithFakeNodes(nodeB))
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: className,
+		PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	onB := *f
+	onB.PodSpec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeB}
+
+	h100, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct{ node, uuid string }{{env.NodeName, "GPU-a"}, {nodeB, "GPU-b"}} {
+		m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: h100, UUID: n.uuid}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range m.Slices(driver, n.node, n.node, 1) {
+			if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range h100.Profiles {
+		c := &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
+		}
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onGPU := func(uuid string) string { return fmt.Sprintf("%s == %q", attr(mig.AttrUUID), uuid) }
+	at := func(uuid string, start int) string {
+		return fmt.Sprintf("%s && %s == %d", onGPU(uuid), attr(mig.AttrPlacementStart), start)
+	}
+
+	// Fillers at 1, 3 and 5 of both GPUs, so that the opted-in pods land
+	// at 0, 2, 4 and 6.
+	for _, uuid := range []string{"GPU-a", "GPU-b"} {
+		for _, s := range []int{1, 3, 5} {
+			f.Pod(fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), "1g.10gb", at(uuid, s))
+		}
+	}
+	placed := map[string]defragtest.Placed{}
+	for i := range 4 {
+		a, b := fmt.Sprintf("a-%d", i), fmt.Sprintf("b-%d", i)
+		f.Deployment(a, "1g.10gb", onGPU("GPU-a"), true)
+		onB.Deployment(b, "1g.10gb", "", true)
+		placed[a], placed[b] = f.WaitPlaced(a), f.WaitPlaced(b)
+	}
+	for i, want := range []string{"gpu-0-1g-10gb-0", "gpu-0-1g-10gb-2", "gpu-0-1g-10gb-4", "gpu-0-1g-10gb-6"} {
+		for _, app := range []string{fmt.Sprintf("a-%d", i), fmt.Sprintf("b-%d", i)} {
+			if got := placed[app].Device; got != want {
+				t.Fatalf("%s is on %s, want %s", app, got, want)
+			}
+		}
+	}
+	for _, uuid := range []string{"GPU-a", "GPU-b"} {
+		for _, s := range []int{1, 3, 5} {
+			if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.Pod("big-a", "4g.40gb", onGPU("GPU-a"))
+	f.Pod("big-b", "4g.40gb", onGPU("GPU-b"))
+	f.WaitUnschedulable("big-a")
+	f.WaitUnschedulable("big-b")
+
+	c, err := defrag.New(env.Client, driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if op, err := c.Step(ctx); err != nil || op != nil {
+			t.Fatalf("Step = %+v, %v; want nothing", op, err)
+		}
+	}
+	for app, want := range placed {
+		if got := f.Placed(app); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: pods %v, want %v untouched", app, got, want)
+		}
+	}
+	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			t.Errorf("pod %s is being deleted", p.Name)
+		}
+	}
+	if r := f.TaintedDevices(); len(r) != 0 {
+		t.Errorf("taint rules %v, want none", r)
+	}
+	if n := c.RefusedPlans(); n < 2 {
+		t.Errorf("RefusedPlans = %d, want at least 2 (one per node)", n)
+	}
+	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-a".*pod default/a-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + nodeB + ` \(device gpu-0-1g-10gb-\d\): its claim a-[01]-\S+ does not take it`),
+		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-b".*pod default/b-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + env.NodeName + `: its node selector or required node affinity excludes node ` + env.NodeName),
+	} {
+		if !want.MatchString(log) {
+			t.Errorf("the log does not match %s", want)
+		}
 	}
 }

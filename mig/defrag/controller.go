@@ -179,6 +179,9 @@ type Controller struct {
 	mem  memory
 	// ownerUID is the UID of the ClusterRole of WithOwner, once read.
 	ownerUID types.UID
+	// refused counts plans refused because a replacement would not land
+	// (RefusedPlans).
+	refused int64
 }
 
 // New returns a controller for the dynamic MIG devices of DRA driver

@@ -23,23 +23,44 @@
 //     instances to move (at most [WithMaxMoves]) so that the large
 //     request fits, and the real allocator confirms that the waiting
 //     claim can have the freed device once they are gone.
-//  4. It taints every device of the region being freed (a
-//     DeviceTaintRule per device, effect NoSchedule, key [TaintKey]), so
-//     that the evicted pods' replacements, which the scheduler places
-//     while the old pods terminate, cannot take it back; then it evicts
-//     the pods through the Eviction API (policy/v1), which honours their
-//     PodDisruptionBudgets: a refusal (429) abandons the operation.
-//  5. Once the evicted claims have let go of the region, it allocates the
+//  4. mig.Defragment knows only profiles, so the plan's destinations are
+//     checked before anything is evicted: for each evicted pod, the
+//     destination node must pass its node selection (spec.nodeSelector,
+//     required node affinity, cordon and taints it does not tolerate),
+//     and the real allocator must give its claim's spec (the template's:
+//     the replacement's claim is made from it) the device at the
+//     destination and no other, with the cluster as it will be (the
+//     moved claims gone, the waiting claim and the earlier replacements
+//     on their devices). A plan that fails is refused
+//     ([Controller.RefusedPlans], logged at V(2)) and the next GPU or
+//     profile is tried; without one, nothing is evicted and the log says
+//     which pod could not land and why. Evicting a pod whose claim only
+//     accepts its own GPU, or whose node selector only its own node,
+//     would leave its replacement Pending for nothing.
+//  5. It taints every device of the region being freed and every device
+//     overlapping a destination (a DeviceTaintRule per device, effect
+//     NoSchedule, key [TaintKey]), so that neither the evicted pods'
+//     replacements, which the scheduler places while the old pods
+//     terminate, take the region back, nor another pod takes a
+//     destination; then it evicts the pods through the Eviction API
+//     (policy/v1), which honours their PodDisruptionBudgets: a refusal
+//     (429) abandons the operation.
+//  6. Once the evicted claims have let go of the region, it allocates the
 //     waiting claim itself: it writes the claim's status.allocation with
 //     the allocator's result for the freed device (the device, the node
 //     selector, the class configuration), as a claim allocated ahead of
 //     scheduling. kube-scheduler honours an allocated claim: it only
 //     checks the node selector, reserves the claim for the pod and binds
-//     it. Every other decision, where the replacements go included,
-//     stays the scheduler's.
-//  6. When the pod is bound (or the operation times out, see
-//     [WithTimeout], or the pod or its claim is gone), it deletes the
-//     DeviceTaintRules.
+//     it. Each replacement (a new pod of the evicted pod's controller,
+//     made after the operation started) whose claim is not allocated
+//     gets its claim allocated the same way to its destination, once the
+//     destination is free and published (Event
+//     [ReasonReplacementAllocated]); a replacement the scheduler placed
+//     elsewhere first is left there.
+//  7. When the waiting pod and every replacement are bound (or the
+//     operation times out, see [WithTimeout], which also ends the wait
+//     for a replacement that never comes, or the pod or its claim is
+//     gone), it deletes the DeviceTaintRules.
 //
 // Why a taint plus a controller-written allocation rather than a taint
 // that only the waiting claim tolerates: tolerations are part of a
@@ -51,8 +72,9 @@
 // previous one stopped, and one operation runs at a time. Every decision
 // is an Event on the pods involved: the waiting pod is told which pods
 // are evicted to free which placement of which GPU, the evicted pods for
-// whom. With [WithDryRun] the controller prints what it would do and
-// touches nothing.
+// whom, each replacement which device was reserved for it. With
+// [WithDryRun] the controller prints what it would do and touches
+// nothing.
 //
 // What it needs from the API (the NVIDIA chart's ClusterRole grants
 // exactly this): list and watch pods, nodes, ResourceSlices,

@@ -195,7 +195,11 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 	if err != nil {
 		return fmt.Errorf("defrag for %s: %w", op.Pod, err)
 	}
-	if pod.Spec.NodeName != "" {
+	landing, err := c.landReplacements(ctx, op)
+	if err != nil {
+		return fmt.Errorf("defrag for %s: %w", op.Pod, err)
+	}
+	if pod.Spec.NodeName != "" && landing == "" {
 		if err := c.untaint(ctx, op.ID); err != nil {
 			return err
 		}
@@ -204,7 +208,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 		return nil
 	}
 	if c.o.now().After(c.deadline(op)) {
-		c.abandon(ctx, op, fmt.Sprintf("the pod is not scheduled %s after the operation started", c.deadline(op).Sub(op.Started.Time)))
+		c.abandon(ctx, op, c.lateWhy(op, pod, landing))
 		return nil
 	}
 	if claim.Status.Allocation != nil {

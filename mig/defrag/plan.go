@@ -35,14 +35,26 @@ type ObjectRef struct {
 func (r ObjectRef) String() string { return r.Namespace + "/" + r.Name }
 
 // Eviction is one pod an operation evicts, the MIG device it holds and
-// where the plan found room for it again (the scheduler places its
-// replacement; the plan only proves that room exists).
+// where its replacement lands: the plan checked that the pod's claim and
+// node selection accept the destination, the operation reserves it (a
+// taint) and allocates the replacement's claim to it.
 type Eviction struct {
 	Pod   ObjectRef `json:"pod"`
 	Claim ObjectRef `json:"claim"`
 	// Move is the instance: its GPU and placement now, and the room the
 	// plan found for it.
 	Move mig.Move `json:"move"`
+	// ToPool and ToDevice are the driver's device at the destination
+	// (Move.ToNode, Move.ToGPU, Move.ToStart). Empty in operations
+	// recorded before destinations were reserved: then nothing lands.
+	ToPool   string `json:"toPool,omitempty"`
+	ToDevice string `json:"toDevice,omitempty"`
+	// Owner is the UID of the pod's controller (its ReplicaSet, ...),
+	// which makes the replacement, and PodClaim the entry of the pod's
+	// spec.resourceClaims that made Claim: the replacement's claim comes
+	// from the same entry.
+	Owner    types.UID `json:"owner,omitempty"`
+	PodClaim string    `json:"podClaim,omitempty"`
 }
 
 // Operation is one defragmentation: the pods it evicts and the device it
@@ -99,16 +111,21 @@ type plan struct {
 	moves  int
 	score  int
 	region []devKey // devices overlapping the freed placement, to taint
+	// reserved are the devices overlapping the evictions' destinations,
+	// not in region; start taints them with region (they are appended
+	// to it), so that only the replacements get them.
+	reserved int
 }
 
 func (p *plan) print(w io.Writer) {
 	op := &p.op
 	fmt.Fprintf(w, "pod %s waits for %s: would evict %s to free %s (device %s/%s)\n", op.Pod, op.Profile, op.evicted(), op.placement(), op.Pool, op.Device)
 	for _, e := range op.Evictions {
-		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on GPU %d; room for it: %s GPU %d placement %d\n",
-			e.Pod, e.Claim.Name, e.Move.Profile, e.Move.Start, e.Move.GPU, e.Move.ToNode, e.Move.ToGPU, e.Move.ToStart)
+		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on GPU %d; its replacement lands on %s GPU %d placement %d (device %s/%s)\n",
+			e.Pod, e.Claim.Name, e.Move.Profile, e.Move.Start, e.Move.GPU, e.Move.ToNode, e.Move.ToGPU, e.Move.ToStart, e.ToPool, e.ToDevice)
 	}
-	fmt.Fprintf(w, "  taint %d devices of the region (NoSchedule %s), then allocate claim %s to %s\n", len(p.region), TaintKey, op.Claim, op.Device)
+	fmt.Fprintf(w, "  taint %d devices of the region and %d of the destinations (NoSchedule %s), then allocate claim %s to %s and each replacement's claim to its destination\n",
+		len(p.region)-p.reserved, p.reserved, TaintKey, op.Claim, op.Device)
 }
 
 // devKey names a device of the driver.
@@ -637,13 +654,17 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 	}
 	sort.Strings(nodes)
 	var best *plan
+	refused := ""
 	for _, node := range nodes {
 		for _, prof := range c.profiles(cl, node) {
 			if _, err := c.allocate(ctx, cl, claim, node, c.devicesOf(cl, node, prof), nil, true); err != nil {
 				continue // the claim does not take this profile
 			}
 			for _, g := range cl.gpusOf[node] {
-				p := c.planOn(ctx, cl, pod, claim, node, g, prof)
+				p, why := c.planOn(ctx, cl, pod, claim, node, g, prof)
+				if why != "" && refused == "" {
+					refused = why
+				}
 				if p != nil && (best == nil || p.moves < best.moves || p.moves == best.moves && p.score > best.score) {
 					best = p
 				}
@@ -652,6 +673,9 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 				return best, ""
 			}
 		}
+	}
+	if refused != "" {
+		return nil, fmt.Sprintf("no set of at most %d pods that may be evicted frees a device its claim takes and lets them land: %s", c.o.maxMoves, refused)
 	}
 	return nil, fmt.Sprintf("no set of at most %d pods that may be evicted frees a device its claim takes", c.o.maxMoves)
 }
@@ -773,15 +797,17 @@ func (c *Controller) devicesOf(cl *cluster, node string, prof mig.Profile) map[d
 }
 
 // planOn is the operation that frees a placement of profile prof on GPU
-// g of node for claim, nil when none.
-func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, claim *resourceapi.ResourceClaim, node string, g int, prof mig.Profile) *plan {
+// g of node for claim, nil when none. When the plan is refused because
+// an evicted pod's replacement could not land at its destination (see
+// land), the string says which and why.
+func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, claim *resourceapi.ResourceClaim, node string, g int, prof mig.Profile) (*plan, string) {
 	d, err := mig.Defragment(cl.fleet, mig.Request{Profile: prof.Name, Node: node, GPU: &g}, mig.WithMaxMoves(c.o.maxMoves))
 	if err != nil || !d.Found || len(d.Moves) == 0 {
-		return nil // no plan, or none needed: the GPU has room the claim does not take
+		return nil, "" // no plan, or none needed: the GPU has room the claim does not take
 	}
 	target, ok := cl.byLoc[locKey{node, g, prof.Name, d.Target.Start}]
 	if !ok {
-		return nil // the driver does not publish that placement
+		return nil, "" // the driver does not publish that placement
 	}
 	p := &plan{moves: len(d.Moves), score: d.Score, op: Operation{
 		ID: string(claim.UID), Pod: refOf(&pod.ObjectMeta), Claim: refOf(&claim.ObjectMeta),
@@ -792,20 +818,21 @@ func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, c
 	for _, m := range d.Moves {
 		h := cl.held[locKey{m.Node, m.GPU, m.Profile, m.Start}]
 		if h == nil || h.why != "" || len(h.pods) == 0 {
-			return nil
+			return nil, ""
 		}
 		freed[h.claim.Namespace+"/"+h.claim.Name] = true
 		for _, vp := range h.pods {
 			for _, pdb := range cl.pdbsOf(vp) {
 				if budget[pdb]++; budget[pdb] > pdb.Status.DisruptionsAllowed {
-					return nil // the budget allows fewer disruptions than the plan needs
+					return nil, "" // the budget allows fewer disruptions than the plan needs
 				}
 			}
 			p.op.Evictions = append(p.op.Evictions, Eviction{Pod: refOf(&vp.ObjectMeta), Claim: refOf(&h.claim.ObjectMeta), Move: m})
 		}
 	}
-	if _, err := c.allocate(ctx, cl, claim, node, map[devKey]bool{target: true}, freed, false); err != nil {
-		return nil
+	alloc, err := c.allocate(ctx, cl, claim, node, map[devKey]bool{target: true}, freed, false)
+	if err != nil {
+		return nil, ""
 	}
 	tloc := cl.devs[target]
 	for k, loc := range cl.devs {
@@ -814,7 +841,11 @@ func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, c
 		}
 	}
 	sort.Slice(p.region, func(i, j int) bool { return p.region[i].device < p.region[j].device })
-	return p
+	if why := c.land(ctx, cl, p, freed, alloc.Devices.Results); why != "" {
+		c.refuse(ctx, p, why)
+		return nil, why
+	}
+	return p, ""
 }
 
 func refOf(m *metav1.ObjectMeta) ObjectRef {
@@ -824,10 +855,12 @@ func refOf(m *metav1.ObjectMeta) ObjectRef {
 // allocate runs the scheduler's allocator for claim on node, allowing
 // only the devices in allowed: the others get a NoSchedule taint the
 // claim does not tolerate. Claims named in freed ("ns/name") count as
-// gone; with empty, no claim holds anything. DeviceTaintRules other than
-// the controller's own apply as in the scheduler.
+// gone; with empty, no claim holds anything. The held results count as
+// allocated too (devices that claims will hold once an operation is
+// done), unless empty. DeviceTaintRules other than the controller's own
+// apply as in the scheduler.
 func (c *Controller) allocate(ctx context.Context, cl *cluster, claim *resourceapi.ResourceClaim, node string,
-	allowed map[devKey]bool, freed map[string]bool, empty bool) (*resourceapi.AllocationResult, error) {
+	allowed map[devKey]bool, freed map[string]bool, empty bool, held ...resourceapi.DeviceRequestAllocationResult) (*resourceapi.AllocationResult, error) {
 	state := allocstate.New()
 	if !empty {
 		for _, h := range cl.snap.Claims {
@@ -836,6 +869,7 @@ func (c *Controller) allocate(ctx context.Context, cl *cluster, claim *resourcea
 			}
 			allocstate.Add(state, h.Status.Allocation.Devices.Results, nil)
 		}
+		allocstate.Add(state, held, nil)
 	}
 	var slices []*resourceapi.ResourceSlice
 	for _, s := range cl.snap.Slices {
