@@ -67,9 +67,45 @@
 // claim's spec, which is immutable once the claim exists, and the pod's
 // claim exists (made from its template) before the controller sees it.
 //
-// The operation's state lives in the cluster (labels and an annotation on
-// its DeviceTaintRules), so a restarted controller carries on where the
-// previous one stopped, and one operation runs at a time. Every decision
+// # Crash safety
+//
+// The operation is recorded before anything changes, in the cluster: as
+// JSON in an annotation of each of its DeviceTaintRules (labelled with
+// the operation's ID), with the number of rules it makes. One operation
+// runs at a time, and a controller that starts (after a kill, a node
+// drain, a new leader) carries on from that record at its first Step:
+//   - fewer rules than recorded: the previous controller stopped while
+//     tainting, before any eviction (evictions come after the last
+//     taint). The rules are deleted at once (Event [ReasonRolledBack])
+//     and the pod is planned for again.
+//   - every rule: it evicts the operation's pods that still run (a pod
+//     already terminating, gone or replaced is not evicted again), then
+//     goes on as above. The timeout counts from the operation's start
+//     plus the longest termination grace period of the pods it evicts,
+//     so that a slow pod does not abandon it.
+//
+// With [WithOwner] every rule is owned by the controller's ClusterRole,
+// so that deleting it (uninstalling or switching the controller off)
+// lets the garbage collector delete the rules: no device stays
+// NoSchedule behind a controller that is gone.
+//
+// # Bounded disruption
+//
+// As the Kubernetes descheduler does, the controller never evicts a
+// system-critical pod (priority [SystemCriticalPriority] or above, or
+// the system-node-critical and system-cluster-critical classes), nor a
+// pod of a higher priority than the pod it makes room for. It evicts at
+// most [WithEvictionBudget] pods an hour, cluster-wide and per node; a
+// pod whose operation was abandoned waits [WithBackoff] before the
+// next; no operation is planned on a node where a pod holding the
+// driver's devices is terminating; [WithNamespaces] limits the
+// namespaces it evicts from. The budget and the backoff are read back
+// from the controller's own Events ([ReasonEvicted], with the node as
+// the related object, and [ReasonAbandoned]) when it starts, so that a
+// restart forgets neither. [WithLeaderElection] lets only one replica
+// act (a coordination.k8s.io Lease).
+//
+// Every decision
 // is an Event on the pods involved: the waiting pod is told which pods
 // are evicted to free which placement of which GPU, the evicted pods for
 // whom, each replacement which device was reserved for it. With
@@ -77,11 +113,16 @@
 // nothing.
 //
 // What it needs from the API (the NVIDIA chart's ClusterRole grants
-// exactly this): list and watch pods, nodes, ResourceSlices,
-// DeviceClasses, ResourceClaims, ResourceClaimTemplates and
-// PodDisruptionBudgets; create pods/eviction; update
-// resourceclaims/status; create, list and delete DeviceTaintRules;
-// create events.
+// exactly this, and its ValidatingAdmissionPolicy limits the writes to
+// what the controller owns): get and list pods, list nodes,
+// ResourceSlices, DeviceClasses, ResourceClaimTemplates and
+// PodDisruptionBudgets; get and list ResourceClaims; create
+// pods/eviction; update resourceclaims/status and resourceclaims/binding
+// (the API server asks for the second when status.allocation changes);
+// create, list and
+// deletecollection DeviceTaintRules; create and list events; with
+// [WithOwner], get its ClusterRole; with [WithLeaderElection], get,
+// create and update its Lease.
 //
 // `drakit mig defrag-controller` runs it from the command line, and the
 // reference NVIDIA driver's image runs it as `nvidia-dra-driver

@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -462,4 +463,37 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestOwnedRules: with WithOwner every DeviceTaintRule of an operation is
+// owned by the ClusterRole, and deleting the ClusterRole (uninstalling
+// the controller mid-operation) lets the garbage collector delete them.
+func TestOwnedRules(t *testing.T) {
+	s := fragment(t, "")
+	cr, err := s.env.Client.RbacV1().ClusterRoles().Create(s.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "defrag-owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := defrag.New(s.env.Client, driver, defrag.WithOwner(cr.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op, err := c.Step(s.ctx); err != nil || op == nil {
+		t.Fatalf("Step = %+v, %v; want an operation", op, err)
+	}
+	rules, err := s.env.Client.ResourceV1().DeviceTaintRules().List(s.ctx, metav1.ListOptions{LabelSelector: defrag.LabelOperation})
+	if err != nil || len(rules.Items) == 0 {
+		t.Fatalf("taint rules: %v, %v", rules, err)
+	}
+	for _, r := range rules.Items {
+		if o := r.OwnerReferences; len(o) != 1 || o[0].Kind != "ClusterRole" || o[0].Name != cr.Name || o[0].UID != cr.UID {
+			t.Errorf("rule %s: owners %+v, want the ClusterRole %s", r.Name, o, cr.Name)
+		}
+	}
+	if err := s.env.Client.RbacV1().ClusterRoles().Delete(s.ctx, cr.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(s.ctx, 2*time.Minute, func(context.Context) (bool, error) { return len(s.f.TaintedDevices()) == 0, nil }); err != nil {
+		t.Fatalf("taint rules %v stay after their owner is deleted: %v", s.f.TaintedDevices(), err)
+	}
 }
