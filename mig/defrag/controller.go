@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -53,6 +54,10 @@ const (
 	// stopped early (a PodDisruptionBudget refused an
 	// eviction, it timed out, the pod or its claim went away).
 	ReasonAbandoned = "DefragAbandoned"
+	// ReasonRolledBack, on the waiting pod: a controller stopped while
+	// tainting a region (before any eviction) and the one after it
+	// removed the taints; the pod is planned for again.
+	ReasonRolledBack = "DefragRolledBack"
 )
 
 // Defaults of the options.
@@ -81,6 +86,15 @@ type options struct {
 	dryRun     io.Writer
 	features   structured.Features
 	now        func() time.Time
+
+	namespaces     map[string]bool // nil: every namespace
+	perHour        int
+	perNode        int
+	backoff        time.Duration
+	leaseNamespace string
+	leaseName      string
+	owner          string
+	crash          func(point string) bool // tests: end Step as a kill would
 }
 
 // WithMaxMoves sets the most pods one operation evicts (default
@@ -162,6 +176,9 @@ type Controller struct {
 
 	mu   sync.Mutex
 	told map[string]string // pod UID -> the last "no plan" message logged for it
+	mem  memory
+	// ownerUID is the UID of the ClusterRole of WithOwner, once read.
+	ownerUID types.UID
 }
 
 // New returns a controller for the dynamic MIG devices of DRA driver
@@ -175,20 +192,33 @@ func New(client kubernetes.Interface, driver string, opts ...Option) (*Controlle
 		return nil, errors.New("new defrag controller: the driver name is empty")
 	}
 	o := options{maxMoves: mig.DefaultMaxMoves, minCompute: DefaultMinCompute, interval: DefaultInterval,
-		timeout: DefaultTimeout, features: explain.DefaultFeatures, now: time.Now}
+		timeout: DefaultTimeout, features: explain.DefaultFeatures, now: time.Now,
+		perHour: DefaultEvictionsPerHour, perNode: DefaultEvictionsPerNodePerHour, backoff: DefaultBackoff}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new defrag controller: %w", err)
 		}
 	}
-	return &Controller{client: client, driver: driver, o: o, told: map[string]string{}}, nil
+	return &Controller{client: client, driver: driver, o: o, told: map[string]string{}, mem: memory{abandoned: map[types.UID]time.Time{}}}, nil
 }
 
 // Run takes a Step every interval until ctx is done; a Step's error is
 // logged and the next Step tries again. It returns nil when ctx ends.
+// With WithLeaderElection it steps only while it holds the lease, and
+// returns an error when it loses it.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("MIG defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves, "minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil)
+	logger.Info("MIG defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves, "minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil,
+		"evictionsPerHour", c.o.perHour, "evictionsPerNodePerHour", c.o.perNode, "backoff", c.o.backoff, "leaderElection", c.o.leaseName != "")
+	if c.o.leaseName != "" {
+		return c.runElected(ctx)
+	}
+	return c.loop(ctx)
+}
+
+// loop takes a Step every interval until ctx is done.
+func (c *Controller) loop(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	t := time.NewTicker(c.o.interval)
 	defer t.Stop()
 	for {

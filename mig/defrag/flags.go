@@ -2,9 +2,12 @@ package defrag
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +31,21 @@ type Flags struct {
 	DryRun bool
 	// Once takes one Step and returns instead of running until stopped.
 	Once bool
+	// Namespaces (comma-separated) sets WithNamespaces; empty, every
+	// namespace.
+	Namespaces string
+	// EvictionsPerHour and EvictionsPerNodePerHour set
+	// WithEvictionBudget, Backoff WithBackoff.
+	EvictionsPerHour        int
+	EvictionsPerNodePerHour int
+	Backoff                 time.Duration
+	// LeaderElect, LeaseNamespace and LeaseName set WithLeaderElection
+	// (the namespace defaults to $POD_NAMESPACE).
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseName      string
+	// OwnerClusterRole sets WithOwner.
+	OwnerClusterRole string
 }
 
 // Register adds the flags to fs with driver as the default of -driver.
@@ -39,12 +57,52 @@ func (f *Flags) Register(fs *flag.FlagSet, driver string) {
 	fs.DurationVar(&f.Timeout, "timeout", DefaultTimeout, "how long an operation may take from its evictions until the waiting pod is bound before its taints are removed")
 	fs.BoolVar(&f.DryRun, "dry-run", false, "print what would be done (evictions, the freed placement, the claim's device) and change nothing")
 	fs.BoolVar(&f.Once, "once", false, "look at the cluster once and exit")
+	fs.StringVar(&f.Namespaces, "namespaces", "", "comma-separated namespaces whose opted-in pods may be evicted (default: every namespace)")
+	fs.IntVar(&f.EvictionsPerHour, "max-evictions-per-hour", DefaultEvictionsPerHour, "the most pods evicted in any hour, cluster-wide")
+	fs.IntVar(&f.EvictionsPerNodePerHour, "max-evictions-per-node-per-hour", DefaultEvictionsPerNodePerHour, "the most pods evicted from one node in any hour")
+	fs.DurationVar(&f.Backoff, "backoff", DefaultBackoff, "how long a waiting pod whose operation was abandoned waits before another")
+	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "step only while holding a coordination.k8s.io Lease (run several replicas safely)")
+	fs.StringVar(&f.LeaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default $POD_NAMESPACE)")
+	fs.StringVar(&f.LeaseName, "leader-elect-name", "mig-defrag", "the Lease's name")
+	fs.StringVar(&f.OwnerClusterRole, "owner-cluster-role", "", "the ClusterRole that owns the controller's DeviceTaintRules: deleting it (uninstall) deletes them")
+}
+
+// Options are the options the flags describe.
+func (f *Flags) Options() ([]Option, error) {
+	opts := []Option{WithMaxMoves(f.MaxMoves), WithMinCompute(f.MinCompute), WithInterval(f.Interval), WithTimeout(f.Timeout),
+		WithEvictionBudget(f.EvictionsPerHour, f.EvictionsPerNodePerHour), WithBackoff(f.Backoff)}
+	if f.Namespaces != "" {
+		var names []string
+		for _, ns := range strings.Split(f.Namespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				names = append(names, ns)
+			}
+		}
+		opts = append(opts, WithNamespaces(names...))
+	}
+	if f.LeaderElect {
+		ns := f.LeaseNamespace
+		if ns == "" {
+			ns = os.Getenv("POD_NAMESPACE")
+		}
+		if ns == "" {
+			return nil, errors.New("--leader-elect needs --leader-elect-namespace (or $POD_NAMESPACE)")
+		}
+		opts = append(opts, WithLeaderElection(ns, f.LeaseName))
+	}
+	if f.OwnerClusterRole != "" {
+		opts = append(opts, WithOwner(f.OwnerClusterRole))
+	}
+	return opts, nil
 }
 
 // Run makes the controller the flags describe and runs it (one Step with
 // Once) until ctx ends; a dry run prints to out.
 func (f *Flags) Run(ctx context.Context, client kubernetes.Interface, out io.Writer) error {
-	opts := []Option{WithMaxMoves(f.MaxMoves), WithMinCompute(f.MinCompute), WithInterval(f.Interval), WithTimeout(f.Timeout)}
+	opts, err := f.Options()
+	if err != nil {
+		return err
+	}
 	if f.DryRun {
 		opts = append(opts, WithDryRun(out))
 	}

@@ -26,13 +26,16 @@ func (c *Controller) current(ctx context.Context) (*Operation, error) {
 		return nil, fmt.Errorf("list defrag taint rules: %w", err)
 	}
 	var ops []*Operation
-	seen := map[string]bool{}
+	seen := map[string]*Operation{}
 	for _, r := range rules.Items {
 		id := r.Labels[LabelOperation]
-		if seen[id] {
+		if op, ok := seen[id]; ok {
+			if op != nil {
+				op.present++
+			}
 			continue
 		}
-		seen[id] = true
+		seen[id] = nil
 		op := &Operation{}
 		if err := json.Unmarshal([]byte(r.Annotations[AnnotationOperation]), op); err != nil || op.ID != id {
 			// Not ours to read: remove the operation's rules so that the
@@ -43,6 +46,8 @@ func (c *Controller) current(ctx context.Context) (*Operation, error) {
 			}
 			continue
 		}
+		op.present = 1
+		seen[id] = op
 		ops = append(ops, op)
 	}
 	if len(ops) == 0 {
@@ -58,6 +63,11 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 	logger := klog.FromContext(ctx)
 	op := &p.op
 	op.Started = metav1.NewTime(c.o.now())
+	op.Rules = len(p.region)
+	owners, err := c.owners(ctx)
+	if err != nil {
+		return fmt.Errorf("start defrag operation for %s: %w", op.Pod, err)
+	}
 	data, err := json.Marshal(op)
 	if err != nil {
 		return fmt.Errorf("start defrag operation: %w", err)
@@ -65,9 +75,10 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 	for i, k := range p.region {
 		rule := &resourceapi.DeviceTaintRule{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:        "mig-defrag-" + op.ID + "-" + strconv.Itoa(i),
-				Labels:      map[string]string{LabelOperation: op.ID},
-				Annotations: map[string]string{AnnotationOperation: string(data)},
+				Name:            "mig-defrag-" + op.ID + "-" + strconv.Itoa(i),
+				Labels:          map[string]string{LabelOperation: op.ID},
+				Annotations:     map[string]string{AnnotationOperation: string(data)},
+				OwnerReferences: owners,
 			},
 			Spec: resourceapi.DeviceTaintRuleSpec{
 				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(c.driver), Pool: ptr.To(k.pool), Device: ptr.To(k.device)},
@@ -78,20 +89,39 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 			_ = c.untaint(ctx, op.ID)
 			return fmt.Errorf("taint device %s/%s: %w", k.pool, k.device, err)
 		}
+		if c.crashed(fmt.Sprintf("tainted-%d", i+1)) {
+			return errCrashed
+		}
 	}
 	logger.Info("Defragmenting", "pod", op.Pod.String(), "evict", op.evicted(), "placement", op.placement(), "device", op.Device)
 	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonDefragmenting,
 		fmt.Sprintf("evicting %s to free %s (device %s)", op.evicted(), op.placement(), op.Device))
+	return c.evict(ctx, op)
+}
+
+// evict evicts the operation's pods that still run: all of them when it
+// starts, those a stopped controller did not reach when it resumes. A
+// pod already terminating, gone or replaced (another UID) is not
+// evicted again. A refused eviction abandons the operation.
+func (c *Controller) evict(ctx context.Context, op *Operation) error {
 	for i, e := range op.Evictions {
+		pod, err := c.client.CoreV1().Pods(e.Pod.Namespace).Get(ctx, e.Pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && (pod.UID != e.Pod.UID || pod.DeletionTimestamp != nil):
+			continue // evicted before (by us or anyone): its claim goes with it
+		case err != nil:
+			return fmt.Errorf("defrag for %s: read pod %s: %w", op.Pod, e.Pod, err)
+		}
 		ev := &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Name: e.Pod.Name, Namespace: e.Pod.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &op.Evictions[i].Pod.UID}},
 		}
-		err := c.client.PolicyV1().Evictions(e.Pod.Namespace).Evict(ctx, ev)
+		err = c.client.PolicyV1().Evictions(e.Pod.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil:
-			c.event(ctx, e.Pod, corev1.EventTypeNormal, ReasonEvicted,
-				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, op.placement()))
+			c.mem.evictions = append(c.mem.evictions, evictionRecord{at: c.o.now(), node: e.Move.Node})
+			c.eventRelated(ctx, e.Pod, corev1.EventTypeNormal, ReasonEvicted,
+				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, op.placement()), &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.Move.Node})
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			// Gone already (or replaced): its claim goes with it.
 		default:
@@ -102,13 +132,50 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 			c.abandon(ctx, op, why)
 			return fmt.Errorf("defrag for %s: %s", op.Pod, why)
 		}
+		if c.crashed(fmt.Sprintf("evicted-%d", i+1)) {
+			return errCrashed
+		}
 	}
 	return nil
+}
+
+// owners are the owner references of the operation's DeviceTaintRules:
+// the ClusterRole of WithOwner, none without it.
+func (c *Controller) owners(ctx context.Context) ([]metav1.OwnerReference, error) {
+	if c.o.owner == "" {
+		return nil, nil
+	}
+	if c.ownerUID == "" {
+		cr, err := c.client.RbacV1().ClusterRoles().Get(ctx, c.o.owner, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read ClusterRole %s, the owner of the taint rules: %w", c.o.owner, err)
+		}
+		c.ownerUID = cr.UID
+	}
+	return []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: c.o.owner, UID: c.ownerUID}}, nil
 }
 
 // advance moves an operation on by one step.
 func (c *Controller) advance(ctx context.Context, op *Operation) error {
 	logger := klog.FromContext(ctx)
+	if op.Rules > 0 && op.present < op.Rules {
+		// A controller stopped while tainting: no pod was evicted yet
+		// (evictions come after the last taint). Roll back at once.
+		logger.Info("Rolling back a defragmentation stopped while tainting", "pod", op.Pod.String(), "rules", op.present, "of", op.Rules)
+		if err := c.untaint(ctx, op.ID); err != nil {
+			return err
+		}
+		c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonRolledBack,
+			fmt.Sprintf("a defragmentation for this pod stopped while tainting (%d of %d taint rules made, no pod evicted); its taints are removed", op.present, op.Rules))
+		return nil
+	}
+	if op.Rules > 0 {
+		// The whole region is tainted: evict what a stopped controller
+		// did not (nothing when it did).
+		if err := c.evict(ctx, op); err != nil {
+			return err
+		}
+	}
 	pod, err := c.client.CoreV1().Pods(op.Pod.Namespace).Get(ctx, op.Pod.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && pod.UID != op.Pod.UID {
 		c.abandon(ctx, op, "the waiting pod is gone")
@@ -133,8 +200,8 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 		c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonPlaced, fmt.Sprintf("scheduled with the freed %s; the region's taints are removed", op.placement()))
 		return nil
 	}
-	if c.o.now().Sub(op.Started.Time) > c.o.timeout {
-		c.abandon(ctx, op, fmt.Sprintf("the pod is not scheduled %s after the evictions", c.o.timeout))
+	if c.o.now().After(c.deadline(op)) {
+		c.abandon(ctx, op, fmt.Sprintf("the pod is not scheduled %s after the operation started", c.deadline(op).Sub(op.Started.Time)))
 		return nil
 	}
 	if claim.Status.Allocation != nil {
@@ -183,6 +250,9 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 		}
 		return fmt.Errorf("allocate claim %s: %w", op.Claim, err)
 	}
+	if c.crashed("allocated") {
+		return errCrashed
+	}
 	logger.Info("Allocated the freed device", "claim", op.Claim.String(), "device", op.Device)
 	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonAllocated, fmt.Sprintf("claim %s allocated to the freed device %s (%s)", op.Claim.Name, op.Device, op.placement()))
 	return nil
@@ -192,6 +262,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 // why.
 func (c *Controller) abandon(ctx context.Context, op *Operation, why string) {
 	klog.FromContext(ctx).Info("Defragmentation abandoned", "pod", op.Pod.String(), "reason", why)
+	c.mem.abandoned[op.Pod.UID] = c.o.now()
 	if err := c.untaint(ctx, op.ID); err != nil {
 		klog.FromContext(ctx).Error(err, "Remove defrag taints", "operation", op.ID)
 	}
@@ -210,6 +281,12 @@ func (c *Controller) untaint(ctx context.Context, id string) error {
 // event records an Event on a pod. A failure is logged: an Event is not
 // worth failing an operation for.
 func (c *Controller) event(ctx context.Context, pod ObjectRef, typ, reason, msg string) {
+	c.eventRelated(ctx, pod, typ, reason, msg, nil)
+}
+
+// eventRelated is event with a related object (the node a pod is
+// evicted from, which the eviction budget reads back after a restart).
+func (c *Controller) eventRelated(ctx context.Context, pod ObjectRef, typ, reason, msg string, related *corev1.ObjectReference) {
 	now := metav1.NewTime(c.o.now())
 	host, _ := os.Hostname()
 	ev := &corev1.Event{
@@ -224,6 +301,7 @@ func (c *Controller) event(ctx context.Context, pod ObjectRef, typ, reason, msg 
 		Count:               1,
 		ReportingController: Component,
 		ReportingInstance:   host,
+		Related:             related,
 	}
 	if _, err := c.client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		klog.FromContext(ctx).Error(err, "Record event", "pod", pod.String(), "reason", reason)

@@ -65,6 +65,19 @@ type Operation struct {
 	Evictions []Eviction `json:"evictions"`
 	// Started is when the operation began (its taints were made).
 	Started metav1.Time `json:"started"`
+	// Grace is the longest termination grace period, in seconds, of the
+	// pods it evicts: the operation's timeout counts from Started plus
+	// Grace, so that a pod slow to terminate does not abandon it.
+	Grace int64 `json:"grace,omitempty"`
+	// Rules is the number of DeviceTaintRules the operation makes, so
+	// that a restarted controller tells a region tainted in part (the
+	// previous one stopped while tainting: nothing was evicted yet, and
+	// the operation is rolled back) from one tainted whole. Zero in
+	// operations recorded before it was kept.
+	Rules int `json:"rules,omitempty"`
+
+	// present is the number of its rules found in the cluster.
+	present int
 }
 
 // placement is how events and logs name the freed region.
@@ -473,6 +486,12 @@ func (c *Controller) mayMove(cl *cluster, h *holder, perPod map[types.UID]int) s
 		case perPod[p.UID] > 1:
 			return "pod " + name + " holds more than one MIG device"
 		}
+		if why := c.namespaceRefuses(p); why != "" {
+			return why
+		}
+		if why := priorityRefuses(p, nil); why != "" {
+			return why
+		}
 		for _, pdb := range cl.pdbsOf(p) {
 			if pdb.Status.DisruptionsAllowed < 1 {
 				return "PodDisruptionBudget " + pdb.Namespace + "/" + pdb.Name + " of pod " + name + " allows no disruption now"
@@ -509,23 +528,81 @@ func (c *Controller) findPlan(ctx context.Context) (*plan, error) {
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
+	if err := c.seed(ctx); err != nil {
+		return nil, err
+	}
 	cl, err := c.readCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, pod := range waiting {
+		if why := c.backingOff(pod); why != "" {
+			c.logOnce(ctx, pod, why)
+			continue
+		}
 		p, why := c.planFor(ctx, cl, pod)
 		if p != nil {
-			return p, nil
+			if why = c.budgetRefuses(p.op.Node, len(p.op.Evictions)); why == "" {
+				for _, e := range p.op.Evictions {
+					if vp := cl.pods[e.Pod.UID]; vp != nil && ptr.Deref(vp.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds) > p.op.Grace {
+						p.op.Grace = ptr.Deref(vp.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)
+					}
+				}
+				return p, nil
+			}
 		}
-		c.mu.Lock()
-		if c.told[string(pod.UID)] != why {
-			c.told[string(pod.UID)] = why
-			logger.V(2).Info("No defragmentation for pod", "pod", klog.KObj(pod), "reason", why)
-		}
-		c.mu.Unlock()
+		c.logOnce(ctx, pod, why)
 	}
+	logger.V(5).Info("No defragmentation this step", "waiting", len(waiting))
 	return nil, nil
+}
+
+// forPod is the fleet as pod sees it: an instance whose pods have a
+// higher priority than pod's may not move for it.
+func (cl *cluster) forPod(pod *corev1.Pod) []mig.FleetGPU {
+	fleet := make([]mig.FleetGPU, len(cl.fleet))
+	for i, g := range cl.fleet {
+		fleet[i] = g
+		fleet[i].Layout = append(mig.Layout(nil), g.Layout...)
+		for j := range fleet[i].Layout {
+			in := &fleet[i].Layout[j]
+			h := cl.held[locKey{g.Node, g.Index, in.Profile, in.Start}]
+			if !in.Restartable || h == nil {
+				continue
+			}
+			for _, vp := range h.pods {
+				if priorityRefuses(vp, pod) != "" {
+					in.Restartable = false
+				}
+			}
+		}
+	}
+	return fleet
+}
+
+// terminating are the nodes where a pod that holds the driver's devices
+// is terminating: their devices are in flux (the pod may take its whole
+// grace period to let go), so no operation is planned there until it is
+// gone.
+func (c *Controller) terminating(cl *cluster) map[string]bool {
+	out := map[string]bool{}
+	for _, claim := range cl.snap.Claims {
+		if claim.Status.Allocation == nil {
+			continue
+		}
+		for _, ref := range claim.Status.ReservedFor {
+			p := cl.pods[ref.UID]
+			if p == nil || p.DeletionTimestamp == nil {
+				continue
+			}
+			for _, r := range claim.Status.Allocation.Devices.Results {
+				if loc, ok := cl.devs[devKey{r.Pool, r.Device}]; ok && r.Driver == c.driver {
+					out[loc.node] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 // planFor finds the operation that lets pod's one unallocated claim have
@@ -539,14 +616,21 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 		return nil, "its claims fit: the scheduler will place it"
 	}
 	var nodes []string
+	busy := c.terminating(cl)
 	for _, n := range rep.Nodes {
-		if counterExhausted(n) && len(cl.gpusOf[n.Node]) > 0 {
+		if counterExhausted(n) && len(cl.gpusOf[n.Node]) > 0 && !busy[n.Node] {
 			nodes = append(nodes, n.Node)
 		}
 	}
 	if len(nodes) == 0 {
+		if len(busy) > 0 {
+			return nil, "a pod holding the driver's devices is terminating on each node that refuses it; waiting until it is gone"
+		}
 		return nil, "no node with dynamic MIG GPUs refuses it for exhausted MIG counters"
 	}
+	all := cl.fleet
+	cl.fleet = cl.forPod(pod)
+	defer func() { cl.fleet = all }()
 	claim, why := pendingClaim(cl.snap, pod)
 	if claim == nil {
 		return nil, why
