@@ -83,6 +83,7 @@ func TestChartDefrag(t *testing.T) {
 		"/policy/poddisruptionbudgets/list/*",
 		"/resource.k8s.io/resourceslices/list/*", "/resource.k8s.io/deviceclasses/list/*", "/resource.k8s.io/resourceclaimtemplates/list/*",
 		"/resource.k8s.io/resourceclaims/get/*", "/resource.k8s.io/resourceclaims/list/*", "/resource.k8s.io/resourceclaims/status/update/*",
+		"/resource.k8s.io/resourceclaims/binding/update/*",
 		"/resource.k8s.io/devicetaintrules/list/*", "/resource.k8s.io/devicetaintrules/create/*", "/resource.k8s.io/devicetaintrules/deletecollection/*",
 		"/rbac.authorization.k8s.io/clusterroles/get/" + name,
 		deploy.Namespace + "/coordination.k8s.io/leases/create/*",

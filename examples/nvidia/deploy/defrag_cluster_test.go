@@ -188,12 +188,18 @@ func TestDefragPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the controller cannot allocate an unallocated claim to the driver's device: %v", err)
 	}
-	allocated.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: nvdriver.DriverName, Pool: "node-a", Device: "gpu-0-4g-71gb-0"}}
-	_, err = claims.UpdateStatus(ctx, allocated, metav1.UpdateOptions{})
-	refused(t, "update the status of an allocated claim", err, sa+" may only allocate a claim that has no allocation, and "+allowedNS+"/waiting has one")
+	msgAllocated := sa + " may only allocate a claim that has no allocation, and " + allowedNS + "/waiting has one"
+	reserve := allocated.DeepCopy()
+	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "someone", UID: "1234"}}
+	_, err = claims.UpdateStatus(ctx, reserve, metav1.UpdateOptions{})
+	refused(t, "reserve an allocated claim", err, msgAllocated)
+	deallocate := allocated.DeepCopy()
+	deallocate.Status.Allocation = nil
+	_, err = claims.UpdateStatus(ctx, deallocate, metav1.UpdateOptions{})
+	refused(t, "deallocate a claim", err, msgAllocated)
 	// The administrator (the scheduler, the driver) is not confined.
-	if _, err := env.Client.ResourceV1().ResourceClaims(allowedNS).UpdateStatus(ctx, allocated, metav1.UpdateOptions{}); err != nil {
-		t.Errorf("the administrator cannot update the allocated claim's status: %v", err)
+	if _, err := env.Client.ResourceV1().ResourceClaims(allowedNS).UpdateStatus(ctx, reserve, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the administrator cannot reserve the allocated claim: %v", err)
 	}
 
 	// Evictions.
@@ -206,7 +212,7 @@ func TestDefragPolicy(t *testing.T) {
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage}}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 		}
 		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
