@@ -1,17 +1,20 @@
 package deploy_test
 
 import (
+	"flag"
 	"os/exec"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig/defrag"
 )
 
@@ -98,6 +101,14 @@ func TestChartDefrag(t *testing.T) {
 		t.Errorf("the chart's values document annotation mig.drakit.dev/defrag, the controller reads %s", defrag.AnnotationDefrag)
 	}
 
+	// Every flag the chart passes is one of the controller's (those of
+	// component-base aside), with the values' meaning.
+	f := parseDefragFlags(t, c.Args)
+	if !f.LeaderElect || f.LeaseNamespace != deploy.Namespace || f.LeaseName != name || f.OwnerClusterRole != name || f.Namespaces != "" ||
+		f.EvictionsPerHour != defrag.DefaultEvictionsPerHour || f.EvictionsPerNodePerHour != defrag.DefaultEvictionsPerNodePerHour || f.Backoff != defrag.DefaultBackoff {
+		t.Errorf("the controller's flags from the default values: %+v", f)
+	}
+
 	// Other values.
 	r = template(t, "defrag.enabled=true", "defrag.leaderElection=false", "defrag.namespaces={team-a,team-b}",
 		"defrag.maxEvictionsPerHour=3", "defrag.maxEvictionsPerNodePerHour=1", "defrag.backoff=30m")
@@ -105,6 +116,9 @@ func TestChartDefrag(t *testing.T) {
 	a := d.Spec.Template.Spec.Containers[0].Args
 	if want := []string{"--namespaces=team-a,team-b", "--max-evictions-per-hour=3", "--max-evictions-per-node-per-hour=1", "--backoff=30m", "--owner-cluster-role=" + name}; !containsAll(a, want) {
 		t.Errorf("args %v lack %v", a, want)
+	}
+	if f := parseDefragFlags(t, a); f.Namespaces != "team-a,team-b" || f.EvictionsPerHour != 3 || f.EvictionsPerNodePerHour != 1 || f.Backoff != 30*time.Minute || f.LeaderElect {
+		t.Errorf("the controller's flags: %+v", f)
 	}
 	if slices.ContainsFunc(a, func(a string) bool { return strings.HasPrefix(a, "--leader-elect") }) {
 		t.Errorf("args %v: leader election with defrag.leaderElection=false", a)
@@ -119,6 +133,26 @@ func TestChartDefrag(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "defrag.replicas above 1 needs defrag.leaderElection") {
 		t.Errorf("two replicas without leader election: %v\n%s", err, out)
 	}
+}
+
+// parseDefragFlags parses a defrag container's arguments (after the
+// command) with the controller's own flags; component-base's logging and
+// gate flags are the driver command's and left out.
+func parseDefragFlags(t *testing.T, args []string) defrag.Flags {
+	t.Helper()
+	fs := flag.NewFlagSet("defrag-controller", flag.ContinueOnError)
+	var f defrag.Flags
+	f.Register(fs, nvdriver.DriverName)
+	var own []string
+	for _, a := range args[1:] {
+		if !strings.HasPrefix(a, "--logging-format=") && !strings.HasPrefix(a, "-v=") && !strings.HasPrefix(a, "--feature-gates=") {
+			own = append(own, a)
+		}
+	}
+	if err := fs.Parse(own); err != nil || fs.NArg() != 0 {
+		t.Fatalf("the controller does not take the chart's arguments %v: %v (left: %v)", own, err, fs.Args())
+	}
+	return f
 }
 
 // TestChartDefragPolicy: with the defragmenter on, the chart ships
