@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -299,4 +300,101 @@ func TestDefragUninstallRemovesTaintRules(t *testing.T) {
 	makeRule("mig-defrag-op-2-0")
 	helmRun("uninstall", deploy.Release, "--wait")
 	gone("helm uninstall", "mig-defrag-op-2-0")
+}
+
+// TestDefragControllerRBAC runs the controller in the test's process as
+// the chart's ServiceAccount with the flags of the chart's Deployment:
+// with a pod waiting for a claim (unschedulable: no devices), one Step
+// lists everything the controller reads (its Events to seed the
+// budgets, the scheduler's snapshot, pods, budgets, its taint rules)
+// without a refusal; with leader election (the chart's default) it takes
+// the Lease with the Role's rights and releases it when stopped.
+func TestDefragControllerRBAC(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const ns = "defrag-ok"
+	helmInstall(t, ctx, env, "defrag.enabled=true", "defrag.namespaces={"+ns+"}")
+	dep, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := parseDefragFlags(t, dep.Spec.Template.Spec.Containers[0].Args)
+	f.Interval = 200 * time.Millisecond
+
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "big"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+		}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "big"},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("big")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the waiting pod is not unschedulable: %v", err)
+	}
+	dc := asDefrag(t, env)
+
+	once := f
+	once.Once, once.LeaderElect = true, false
+	if err := once.Run(ctx, dc, io.Discard); err != nil {
+		t.Fatalf("one Step as the chart's ServiceAccount: %v", err)
+	}
+
+	if !f.LeaderElect {
+		t.Fatalf("the chart's flags %+v: no leader election", f)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(runCtx, dc, io.Discard) }()
+	var holder string
+	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := env.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder = *l.Spec.HolderIdentity
+		return holder != "", nil
+	}); err != nil {
+		stop()
+		t.Fatalf("the controller does not take Lease %s/%s: %v (Run: %v)", deploy.Namespace, defragName, err, <-done)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run after the stop: %v", err)
+	}
+	l, err := env.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		t.Errorf("the Lease after the stop: held by %v (%v), want released", l.Spec.HolderIdentity, err)
+	}
+	t.Logf("Lease %s/%s taken by %s and released", deploy.Namespace, defragName, holder)
 }
