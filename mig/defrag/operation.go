@@ -93,6 +93,9 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 			return errCrashed
 		}
 	}
+	if c.crashed("tainted") {
+		return errCrashed
+	}
 	logger.Info("Defragmenting", "pod", op.Pod.String(), "evict", op.evicted(), "placement", op.placement(), "device", op.Device)
 	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonDefragmenting,
 		fmt.Sprintf("evicting %s to free %s (device %s)", op.evicted(), op.placement(), op.Device))
