@@ -8,6 +8,12 @@
 gpu.nvidia.drakit.dev
 {{- end }}
 
+{{/* The defragmenter's name: its ServiceAccount, ClusterRole (the owner
+of its DeviceTaintRules), Deployment and Lease. */}}
+{{- define "nvidia-dra-driver.defragName" -}}
+{{- printf "%s-defrag" (include "nvidia-dra-driver.name" .) -}}
+{{- end }}
+
 {{/* The DeviceClasses' domain: the driver name without its "gpu." label. */}}
 {{- define "nvidia-dra-driver.domain" -}}
 {{- trimPrefix "gpu." (include "nvidia-dra-driver.driverName" .) -}}
