@@ -179,6 +179,8 @@ type Controller struct {
 	mem  memory
 	// ownerUID is the UID of the ClusterRole of WithOwner, once read.
 	ownerUID types.UID
+	// cache, while Run runs, is where a Step reads the cluster.
+	cache *cache
 	// refused counts plans refused because a replacement would not land
 	// (RefusedPlans).
 	refused int64
@@ -222,6 +224,15 @@ func (c *Controller) Run(ctx context.Context) error {
 // loop takes a Step every interval until ctx is done.
 func (c *Controller) loop(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	ca, err := c.startCache(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	c.cache = ca
+	defer func() { c.cache = nil; ca.stop() }()
 	t := time.NewTicker(c.o.interval)
 	defer t.Stop()
 	for {

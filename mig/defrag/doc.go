@@ -89,6 +89,12 @@
 // lets the garbage collector delete the rules: no device stays
 // NoSchedule behind a controller that is gone.
 //
+// While [Controller.Run] runs, a Step reads the cluster from informers
+// (one watch per kind) instead of listing it every interval; what
+// decides an operation (its DeviceTaintRules) and the objects it changes
+// are read from the API server right before acting. [Controller.Step]
+// called on its own lists what it needs.
+//
 // # Bounded disruption
 //
 // As the Kubernetes descheduler does, the controller never evicts a
@@ -114,13 +120,14 @@
 //
 // What it needs from the API (the NVIDIA chart's ClusterRole grants
 // exactly this, and its ValidatingAdmissionPolicy limits the writes to
-// what the controller owns): get and list pods, list nodes,
-// ResourceSlices, DeviceClasses, ResourceClaimTemplates and
-// PodDisruptionBudgets; get and list ResourceClaims; create
+// what the controller owns): get, list and watch pods; list and watch
+// nodes, ResourceSlices, DeviceClasses, ResourceClaimTemplates and
+// PodDisruptionBudgets; get, list and watch ResourceClaims; create
 // pods/eviction; update resourceclaims/status and resourceclaims/binding
 // (the API server asks for the second when status.allocation changes);
 // create, list and
-// deletecollection DeviceTaintRules; create and list events; with
+// deletecollection DeviceTaintRules (and watch them); create and list
+// events; with
 // [WithOwner], get its ClusterRole; with [WithLeaderElection], get,
 // create and update its Lease.
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -495,5 +498,66 @@ func TestOwnedRules(t *testing.T) {
 	}
 	if err := poll(s.ctx, 2*time.Minute, func(context.Context) (bool, error) { return len(s.f.TaintedDevices()) == 0, nil }); err != nil {
 		t.Fatalf("taint rules %v stay after their owner is deleted: %v", s.f.TaintedDevices(), err)
+	}
+}
+
+// countingTransport counts the requests that read without watching.
+type countingTransport struct {
+	rt    http.RoundTripper
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && r.URL.Query().Get("watch") != "true" {
+		c.mu.Lock()
+		c.reads++
+		c.mu.Unlock()
+	}
+	return c.rt.RoundTrip(r)
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
+// TestRunReadsFromInformers: once its informers have synced, Run plans
+// from their caches: steps that find a plan (a dry run, every 100 ms)
+// send no read to the API server.
+func TestRunReadsFromInformers(t *testing.T) {
+	s := fragment(t, "")
+	counter := &countingTransport{}
+	cfg := rest.CopyConfig(s.env.RESTConfig)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter })
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	c, err := defrag.New(client, driver, defrag.WithDryRun(&out), defrag.WithInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(s.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	plans := func() int { return strings.Count(out.String(), "pod default/big waits for 4g.40gb") }
+	if err := poll(s.ctx, time.Minute, func(context.Context) (bool, error) { return plans() >= 2, nil }); err != nil {
+		t.Fatalf("no plan printed: %v", err)
+	}
+	before, from := counter.count(), plans()
+	if err := poll(s.ctx, time.Minute, func(context.Context) (bool, error) { return plans() >= from+5, nil }); err != nil {
+		t.Fatalf("no more plans printed: %v", err)
+	}
+	reads, steps := counter.count()-before, plans()-from
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	t.Logf("%d reads of the API server in %d steps", reads, steps)
+	if reads != 0 {
+		t.Errorf("%d reads of the API server in %d steps, want none (informers)", reads, steps)
 	}
 }

@@ -207,13 +207,12 @@ func (c *Controller) landReplacements(ctx context.Context, op *Operation) (strin
 		if rs, ok := byNS[e.Pod.Namespace]; ok {
 			return rs, nil
 		}
-		l, err := c.client.CoreV1().Pods(e.Pod.Namespace).List(ctx, metav1.ListOptions{})
+		l, err := c.listPods(ctx, e.Pod.Namespace)
 		if err != nil {
 			return nil, fmt.Errorf("list the replacements of %s: %w", e.Pod, err)
 		}
 		var rs []replacement
-		for i := range l.Items {
-			p := &l.Items[i]
+		for _, p := range l {
 			if p.DeletionTimestamp != nil || metav1.GetControllerOf(p) == nil || p.CreationTimestamp.Time.Before(started) {
 				continue
 			}

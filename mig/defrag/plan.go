@@ -182,14 +182,25 @@ type cluster struct {
 // waitingPods lists the pods that the scheduler found unschedulable,
 // oldest first.
 func (c *Controller) waitingPods(ctx context.Context) ([]*corev1.Pod, error) {
-	l, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
-	if err != nil {
-		return nil, fmt.Errorf("list pending pods: %w", err)
+	var l []*corev1.Pod
+	if c.cache != nil {
+		all, err := c.listPods(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		l = all
+	} else {
+		unbound, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+		if err != nil {
+			return nil, fmt.Errorf("list pending pods: %w", err)
+		}
+		for i := range unbound.Items {
+			l = append(l, &unbound.Items[i])
+		}
 	}
 	var out []*corev1.Pod
-	for i := range l.Items {
-		p := &l.Items[i]
-		if p.DeletionTimestamp != nil || len(p.Spec.ResourceClaims) == 0 {
+	for _, p := range l {
+		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || len(p.Spec.ResourceClaims) == 0 {
 			continue
 		}
 		for _, cond := range p.Status.Conditions {
@@ -208,22 +219,22 @@ func (c *Controller) waitingPods(ctx context.Context) ([]*corev1.Pod, error) {
 // readCluster reads the snapshot, the pods, the PodDisruptionBudgets, and
 // builds the dynamic MIG fleet.
 func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
-	snap, err := explain.FromCluster(ctx, c.client)
+	snap, err := c.snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the cluster: %w", err)
 	}
-	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pods, err := c.listPods(ctx, "")
 	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
+		return nil, err
 	}
-	pdbs, err := c.client.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	pdbs, err := c.listPDBs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list pod disruption budgets: %w", err)
+		return nil, err
 	}
 	cl := &cluster{snap: snap, devs: map[devKey]devLoc{}, byLoc: map[locKey]devKey{}, held: map[locKey]*holder{},
-		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs.Items, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}, unpublished: map[devKey]bool{}}
-	for i := range pods.Items {
-		cl.pods[pods.Items[i].UID] = &pods.Items[i]
+		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}, unpublished: map[devKey]bool{}}
+	for _, p := range pods {
+		cl.pods[p.UID] = p
 	}
 	c.readDevices(cl)
 	c.readInstances(cl)

@@ -82,12 +82,13 @@ func TestChartDefrag(t *testing.T) {
 		}
 	}
 	want := []string{
-		"//pods/get/*", "//pods/list/*", "//nodes/list/*", "//pods/eviction/create/*", "//events/create/*", "//events/list/*",
-		"/policy/poddisruptionbudgets/list/*",
+		"//pods/get/*", "//pods/list/*", "//pods/watch/*", "//nodes/list/*", "//nodes/watch/*", "//pods/eviction/create/*", "//events/create/*", "//events/list/*",
+		"/policy/poddisruptionbudgets/list/*", "/policy/poddisruptionbudgets/watch/*",
 		"/resource.k8s.io/resourceslices/list/*", "/resource.k8s.io/deviceclasses/list/*", "/resource.k8s.io/resourceclaimtemplates/list/*",
-		"/resource.k8s.io/resourceclaims/get/*", "/resource.k8s.io/resourceclaims/list/*", "/resource.k8s.io/resourceclaims/status/update/*",
+		"/resource.k8s.io/resourceslices/watch/*", "/resource.k8s.io/deviceclasses/watch/*", "/resource.k8s.io/resourceclaimtemplates/watch/*",
+		"/resource.k8s.io/resourceclaims/get/*", "/resource.k8s.io/resourceclaims/list/*", "/resource.k8s.io/resourceclaims/watch/*", "/resource.k8s.io/resourceclaims/status/update/*",
 		"/resource.k8s.io/resourceclaims/binding/update/*",
-		"/resource.k8s.io/devicetaintrules/list/*", "/resource.k8s.io/devicetaintrules/create/*", "/resource.k8s.io/devicetaintrules/deletecollection/*",
+		"/resource.k8s.io/devicetaintrules/list/*", "/resource.k8s.io/devicetaintrules/watch/*", "/resource.k8s.io/devicetaintrules/create/*", "/resource.k8s.io/devicetaintrules/deletecollection/*",
 		"/rbac.authorization.k8s.io/clusterroles/get/" + name,
 		deploy.Namespace + "/coordination.k8s.io/leases/create/*",
 		deploy.Namespace + "/coordination.k8s.io/leases/get/" + name, deploy.Namespace + "/coordination.k8s.io/leases/update/" + name,
