@@ -9,14 +9,30 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig/defrag"
 	"github.com/drakit/drakit/mig/defrag/defragtest"
 	"github.com/drakit/drakit/testenv"
 )
+
+// defragLog is what the chart's defragmenter printed (its current pod).
+func defragLog(ctx context.Context, env *testenv.Env) string {
+	pods, err := env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + deploy.Release + "-defrag"})
+	if err != nil || len(pods.Items) == 0 {
+		return fmt.Sprintf("(no defragmenter pod: %v)", err)
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		log, err := env.ContainerLog(ctx, p.Namespace, p.Name, "defrag")
+		fmt.Fprintf(&b, "pod %s (%v):\n%s\n", p.Name, err, log)
+	}
+	return b.String()
+}
 
 // defragNS is the namespace of the defragmentation scenario.
 const defragNS = "defrag"
@@ -39,9 +55,12 @@ const dynamicOnly = `device.attributes["` + nvdriver.DriverName + `"].migMode ==
 // not opt in (moving one of them would free a 4g.71gb with one
 // eviction). A 4g.71gb pod on a dynamic GPU waits. While a
 // PodDisruptionBudget forbids disrupting the pod at placement 0, the
-// controller evicts nothing. Without it, the controller moves the pods at
-// 0 and 2, the 4g.71gb pod runs on GPU 4's placement 0, the moved pods
-// run again elsewhere, and nothing else is touched.
+// controller evicts nothing. Without it, an administrator switches the
+// chart's defragmenter on (helm upgrade --set defrag.enabled=true: its
+// Deployment, with the chart's RBAC, admission policies, leader election
+// and taint-rule owner); it moves the pods at 0 and 2, the 4g.71gb pod
+// runs on GPU 4's placement 0, the moved pods run again elsewhere, and
+// nothing else is touched. Switched off again, it leaves no taint rule.
 func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	s := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: defragNS, Class: nvdriver.ProfileClass, Running: true, Timeout: 3 * time.Minute,
 		PodSpec: corev1.PodSpec{
@@ -127,10 +146,13 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	if err := env.Client.PolicyV1().PodDisruptionBudgets(defragNS).Delete(ctx, at0, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	// An administrator switches the chart's defragmenter on: its
+	// Deployment, with the chart's RBAC, admission policies, leader
+	// election and taint-rule owner, does the rest.
+	t1 := time.Now()
+	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
+		"--wait", "--timeout", "3m", "--set", "defrag.enabled=true", "--set", "defrag.hostNetwork=true", "--set", "defrag.interval=500ms")
+	t.Logf("helm upgrade --set defrag.enabled=true: %s", time.Since(t1).Round(time.Millisecond))
 	var bigRun defragtest.Placed
 	if err := poll(ctx, 4*time.Minute, func(context.Context) (bool, error) {
 		got := s.Placed("big")
@@ -141,7 +163,11 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		return false, nil
 	}); err != nil {
 		p, _ := env.Client.CoreV1().Pods(defragNS).Get(ctx, "big", metav1.GetOptions{})
+		t.Logf("the defragmenter's log:\n%s", defragLog(ctx, env))
 		t.Fatalf("big does not run (%+v; events %v; %d taint rules): %v", p.Status.Conditions, s.Events("big"), len(s.TaintedDevices()), err)
+	}
+	if log := defragLog(ctx, env); !strings.Contains(log, "Defragmentation done") {
+		t.Errorf("the chart's defragmenter did not log the operation:\n%s", log)
 	}
 	if bigRun.Device != "gpu-4-4g-71gb-0" {
 		t.Errorf("big runs on %s, want gpu-4-4g-71gb-0", bigRun.Device)
@@ -172,6 +198,17 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		}
 	}
 	untouched(append([]string{"keep-5", "keep-6", "keep-7"}, stay...)...)
+
+	// Switched off again: its Deployment, ClusterRole and policies go,
+	// and no taint rule stays behind.
+	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
+		"--wait", "--timeout", "3m", "--set", "defrag.enabled=false")
+	if _, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, deploy.Release+"-defrag", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the defragmenter's Deployment after defrag.enabled=false: %v, want gone", err)
+	}
+	if n := len(s.TaintedDevices()); n != 0 {
+		t.Errorf("%d taint rules after the defragmenter was switched off, want none", n)
+	}
 
 	if err := env.Client.CoreV1().Namespaces().Delete(ctx, defragNS, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
