@@ -41,6 +41,36 @@ func pinned(gpu, start int) string {
 	return fmt.Sprintf("%s == %d && %s == %d", attr(mig.AttrIndex), gpu, attr(mig.AttrPlacementStart), start)
 }
 
+// publish creates the slices of mig's counter model for gpus on node, as
+// the driver would.
+func publish(t *testing.T, ctx context.Context, env *testenv.Env, node string, gpus ...mig.GPU) {
+	t.Helper()
+	m, err := mig.NewCounterModel(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Slices(driver, node, node, 1) {
+		if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// makeClasses creates a DeviceClass per profile of product.
+func makeClasses(t *testing.T, ctx context.Context, env *testenv.Env, product *mig.Product) {
+	t.Helper()
+	for _, p := range product.Profiles {
+		c := &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
+		}
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // kubelet plays the fake node's kubelet for terminating pods: it
 // confirms their deletion.
 func kubelet(s *defragtest.Scene) {
@@ -87,25 +117,8 @@ func TestController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: h100}, {Index: 1, Product: h100}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range m.Slices(driver, env.NodeName, env.NodeName, 1) {
-		if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range h100.Profiles {
-		c := &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
-		}
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
+	makeClasses(t, ctx, env, h100)
 
 	// GPU 1: a 3g.40gb at 0 that did not opt in; GPU 0: fillers at 1, 3
 	// and 5, so that the opted-in 1g.10gb pods land at 0, 2, 4 and 6.
@@ -319,27 +332,9 @@ func TestControllerLanding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []struct{ node, uuid string }{{env.NodeName, "GPU-a"}, {nodeB, "GPU-b"}} {
-		m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: h100, UUID: n.uuid}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range m.Slices(driver, n.node, n.node, 1) {
-			if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, p := range h100.Profiles {
-		c := &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
-		}
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100, UUID: "GPU-a"})
+	publish(t, ctx, env, nodeB, mig.GPU{Index: 0, Product: h100, UUID: "GPU-b"})
+	makeClasses(t, ctx, env, h100)
 	onGPU := func(uuid string) string { return fmt.Sprintf("%s == %q", attr(mig.AttrUUID), uuid) }
 	at := func(uuid string, start int) string {
 		return fmt.Sprintf("%s && %s == %d", onGPU(uuid), attr(mig.AttrPlacementStart), start)

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -56,25 +55,8 @@ func fragment(t *testing.T, smallPriority string) *fragmented {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := mig.NewCounterModel([]mig.GPU{{Index: 0, Product: h100}, {Index: 1, Product: h100}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range m.Slices(driver, env.NodeName, env.NodeName, 1) {
-		if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range h100.Profiles {
-		c := &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
-		}
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
+	makeClasses(t, ctx, env, h100)
 	for name, value := range map[string]int32{"low": 100, "high": 1000} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
 		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
