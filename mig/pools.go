@@ -3,6 +3,8 @@ package mig
 import (
 	"fmt"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/partition"
 )
@@ -91,4 +93,24 @@ func (m CounterModel) GPUPools(name string, node []FleetGPU, opts ...Option) ([]
 		return nil, err
 	}
 	return partition.CounterModel(m).CardPools(name, cards, append([]Option{partition.WithCardsFirst()}, opts...)...)
+}
+
+// LayoutPools is the layout publication of one node
+// (partition.CounterModel.LayoutPools, shape (a) of
+// docs/dynamic-mig-publication.md): per GPU in index order its full
+// device, or one device per MIG instance of its layout
+// (partition.PlanLayouts or partition.LayoutPublisher on the products'
+// schemes, Product.Scheme), with the names, attributes and capacities of
+// the counter model and no counters; one pool named name of one slice,
+// cut into pools by groups of GPUs only beyond 128 devices (more than 18
+// GPUs of 7 instances). Options: partition.WithPoolDevices.
+func (m CounterModel) LayoutPools(name string, gpus []partition.LayoutCard, opts ...Option) ([]device.Pool, error) {
+	return partition.CounterModel(m).LayoutPools(name, gpus, opts...)
+}
+
+// LayoutSlices is LayoutPools as ResourceSlice objects for in-process
+// use (partition.CounterModel.LayoutSlices): one slice per pool, with
+// nodeName set and resourceSliceCount 1.
+func (m CounterModel) LayoutSlices(driver, name, nodeName string, generation int64, gpus []partition.LayoutCard, opts ...Option) ([]*resourceapi.ResourceSlice, error) {
+	return partition.CounterModel(m).LayoutSlices(driver, name, nodeName, generation, gpus, opts...)
 }

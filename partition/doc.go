@@ -59,6 +59,23 @@
 // that any device satisfies gets the smallest partition that fits, not a
 // whole card (see Preference; WithCardsFirst is the other order).
 //
+// # Layout publication (without counters)
+//
+// The shape chosen in docs/dynamic-mig-publication.md, not yet any
+// driver's default: per card either the whole card's device or one
+// device per partition of its current layout, no counters, one pool of
+// one slice per node. PlanLayouts chooses the layouts (in-use partitions
+// kept, the pending Demand placed by PlanFleet's order, the rest filled
+// by DefaultMix or WithDefaultMix; Scheme.PlanLayout for one card);
+// CounterModel.LayoutPools and CounterModel.LayoutSlices publish them
+// (cut by groups of cards beyond LayoutMaxDevices, WithPoolDevices);
+// LayoutPublisher sequences versions so that a free device replaced by
+// an overlapping one is retired first and the new one published only
+// after a fence (WithFence, DefaultFence), the rule that keeps a
+// scheduler with a stale view from combining overlapping devices. The
+// tests prove each version, greedy allocation on it and the union of the
+// versions of a fence window valid with the real allocator.
+//
 // # Fleets and defragmentation
 //
 // PlanFleet turns a fleet and requests into create and destroy

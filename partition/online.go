@@ -176,6 +176,11 @@ type options struct {
 	cardsFirst bool
 	maxMoves   int
 	work       int
+	// Layout publication (layoutpub.go).
+	defaultMix  func(*Scheme) []string
+	fence       time.Duration
+	fenceSet    bool
+	poolDevices int
 }
 
 // WithFitOnly makes Preference list only the devices the scheduler can
