@@ -33,6 +33,7 @@ const migUsage = `usage:
   drakit mig defrag-controller       on a cluster: evict opted-in pods so that a pod waiting for a large MIG profile gets it
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
   drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
+  drakit mig bench -part layout      the layout publication against today's shape with republish lag, bursts and patience (issue 38)
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -304,7 +305,9 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
 	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
-	part := fs.String("part", "all", "which part: all, batch, online, latency, or defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores)")
+	part := fs.String("part", "all", "which part: all, batch, online, latency, defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores), or layout (the layout publication against today's shape in the waiting model: 8 x H100, 3 seeds of 2,000 pods, loads 0.6-1.2)")
+	patience := fs.Duration("patience", 0, "-part layout: how long a pod waits for a device before it counts as rejected (default 1m)")
+	lifetime := fs.Duration("lifetime", 0, "-part layout: mean pod lifetime (default 30m)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
 	policies := fs.String("policies", "", "comma-separated online policies (first-fit, random, planner, planner+reserve1, planner+reserve2, free-migration, defrag-k<K>-r<fraction>; default: those of the part)")
 	loads := fs.String("loads", "", "comma-separated offered loads of the online runs (default 0.6,0.8,1.0,1.2)")
@@ -390,8 +393,11 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *long {
 		cfg = bench.Long()
 	}
-	if *part == "defrag" {
+	switch *part {
+	case "defrag":
 		cfg = bench.DefragConfig()
+	case "layout":
+		cfg = bench.LayoutConfig()
 	}
 	cfg.Seed = *seed
 	if *seeds > 0 {
@@ -440,8 +446,20 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return bench.Latency(cfg, stdout)
 	case "defrag":
 		return bench.Defrag(ctx, cfg, stdout)
+	case "layout":
+		lp := bench.DefaultLayoutParams()
+		if *patience < 0 || *lifetime < 0 {
+			return fmt.Errorf("%w: -patience and -lifetime must not be negative", errUsage)
+		}
+		if *patience > 0 {
+			lp.Patience = *patience
+		}
+		if *lifetime > 0 {
+			lp.MeanLife = *lifetime
+		}
+		return bench.LayoutBench(ctx, cfg, lp, stdout)
 	}
-	return fmt.Errorf("%w: -part %q: want all, batch, online, latency or defrag", errUsage, *part)
+	return fmt.Errorf("%w: -part %q: want all, batch, online, latency, defrag or layout", errUsage, *part)
 }
 
 // readInputFile reads a YAML input file of a mig command strictly into
