@@ -30,4 +30,11 @@
 // devices on one GPU, each shape under a limit like the scheduler's
 // filter timeout. FleetSmall runs in a test; BenchmarkFleetNode is the
 // per-node figure as a Go benchmark.
+//
+// LayoutBench ("drakit mig bench -part layout", issue 38) compares the
+// layout publication (partition.LayoutPublisher) with today's shape in a
+// model where pods wait: the scheduler sees only the published version,
+// the driver republishes after a lag and a fence, pods arrive in bursts
+// and retry with kube-scheduler's backoff within a patience
+// (SimulateLayout, SimulateBurst; see layout.go).
 package bench

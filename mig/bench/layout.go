@@ -118,6 +118,8 @@ type LayoutResult struct {
 	Accepted float64
 	// Waited is the share of counted pods whose first attempt failed.
 	Waited float64
+	// Reject is the rejection rate per Mix class the product has.
+	Reject map[string]float64
 	// Waits are the seconds from arrival to placement of the counted
 	// pods that waited and were placed; LayoutWaits those of them whose
 	// GPU free space could hold them at their first failure (they waited
@@ -498,9 +500,14 @@ func simulateLayoutPods(ctx context.Context, p *mig.Product, load float64, shape
 	warm := len(pods) / 10
 	var arrivedC, acceptedC float64
 	waited := 0
+	arrived, rejected := map[string]int{}, map[string]int{}
 	for i := warm; i < len(pods); i++ {
 		q := pods[i]
 		res.Pods++
+		arrived[Mix[q.class].Class]++
+		if !q.placed {
+			rejected[Mix[q.class].Class]++
+		}
 		arrivedC += q.compute
 		if q.placed {
 			acceptedC += q.compute
@@ -520,6 +527,10 @@ func simulateLayoutPods(ctx context.Context, p *mig.Product, load float64, shape
 	}
 	res.Accepted = acceptedC / math.Max(arrivedC, 1)
 	res.Waited = float64(waited) / math.Max(float64(res.Pods), 1)
+	res.Reject = map[string]float64{}
+	for c, n := range arrived {
+		res.Reject[c] = float64(rejected[c]) / float64(n)
+	}
 	return res, nil
 }
 

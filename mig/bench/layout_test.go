@@ -17,11 +17,11 @@ func TestSimulateLayoutDeterministic(t *testing.T) {
 	p := mustLookup(t, "H100-80GB")
 	lp := DefaultLayoutParams()
 	for _, sh := range []Shape{Counters, LayoutShape} {
-		a, err := SimulateLayout(ctx, p, 1.0, sh, 300, 7, lp)
+		a, err := SimulateLayout(ctx, p, 1.0, sh, 200, 7, lp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := SimulateLayout(ctx, p, 1.0, sh, 300, 7, lp)
+		b, err := SimulateLayout(ctx, p, 1.0, sh, 200, 7, lp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestSimulateLayoutNeverOverlaps(t *testing.T) {
 	for _, name := range []string{"H100-80GB", "H200-141GB"} {
 		p := mustLookup(t, name)
 		for _, sh := range []Shape{Counters, LayoutShape} {
-			r, err := SimulateLayout(ctx, p, 1.2, sh, 400, 3, lp)
+			r, err := SimulateLayout(ctx, p, 1.2, sh, 300, 3, lp)
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, sh, err)
 			}
