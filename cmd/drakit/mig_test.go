@@ -100,6 +100,7 @@ func TestMIGUsageErrors(t *testing.T) {
 		{"bench", "-fleet", "-products", "H100-80GB,A30-24GB"},
 		{"bench", "-fleet", "-repeats", "-1"},
 		{"bench", "-fleet", "-limit", "-1s"},
+		{"bench", "-part", "layout", "-patience", "-1s"},
 	} {
 		if code, _, _ := migRun(t, args...); code != 2 {
 			t.Errorf("drakit mig %q: exit %d, want 2", args, code)
@@ -146,6 +147,18 @@ func TestMIGBenchFleet(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"One 1g.10gb claim", "per pod, 2 nodes", "whole GPUs only", "today: all profiles", "fit-only", "chosen", "Claim shapes, per node", "8 x 1g on one GPU, one request (count 8) + matchAttribute"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMIGBenchLayout(t *testing.T) {
+	code, out, errs := migRun(t, "bench", "-part", "layout", "-seeds", "1", "-arrivals", "100", "-loads", "0.8", "-patience", "30s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"patience 30s", "layout - counters (pts)", "H100-80GB", "Burst", "ratio (target <= 2x)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
