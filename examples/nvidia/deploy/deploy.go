@@ -202,13 +202,18 @@ func buildHook(ctx context.Context, dir, tmp string) ([]byte, error) {
 }
 
 // cudaModuleDir is the folder of CUDAModule in the drakit checkout of the
-// go command's main module.
+// go command's main module, or the main module's folder where it is
+// CUDAModule itself (its tests build the image too).
 func cudaModuleDir(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("find %s: go env GOMOD: %w", CUDAModule, err)
 	}
-	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "examples", "nvidia", "cuda")
+	mod := filepath.Dir(strings.TrimSpace(string(out)))
+	if b, err := os.ReadFile(filepath.Join(mod, "go.mod")); err == nil && strings.Contains(string(b), "\nmodule "+CUDAModule+"\n") {
+		return mod, nil
+	}
+	dir := filepath.Join(mod, "examples", "nvidia", "cuda")
 	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
 		return "", fmt.Errorf("find %s: not in a drakit checkout (no %s): %w", CUDAModule, dir, err)
 	}
