@@ -90,7 +90,10 @@ func WriteChart(dir string) error {
 // image), with a dynamically linked binary also glibc's libm, libpthread,
 // libdl and librt from libc's own package (GlibcCompanions: the host's
 // libnvidia-ml, loaded into the driver from the driver root, needs them
-// and finds them only in the image), and an empty /tmp; what
+// and finds them only in the image), an empty /tmp, and an empty /etc
+// (where nvidia-cdi-hook's update-ldcache writes ld.so.conf when a
+// container is made from the image with the driver's own CDI spec, as
+// gpu-check.sh does); what
 // `ctr -n k8s.io images import` loads. A
 // package of [CUDAModule] is built with cgo (go-nvml loads libnvidia-ml
 // with dlopen) in that module's folder of the drakit checkout the go
@@ -148,7 +151,7 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	return ociimage.WriteFile(out, ociimage.Image{
 		Ref:        ref,
 		Files:      files,
-		Dirs:       []string{"/tmp"},
+		Dirs:       []string{"/tmp", "/etc"},
 		Entrypoint: []string{"/" + name},
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/drakit/drakit", "org.opencontainers.image.title": name},
 	})

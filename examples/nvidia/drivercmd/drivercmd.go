@@ -84,6 +84,7 @@ func WithContainerEditor(f EditorFunc) Option {
 // DeviceClasses and returns. With DefragCommand as the first argument it
 // runs the MIG defragmenter instead (its flags are package mig/defrag's
 // Flags, plus --kubeconfig, --feature-gates and the logging flags), with
+// WaitForDriverCommand it waits for the NVIDIA driver (DriverWait), with
 // WebhookCommand the admission webhook, with ProbeCommand a probe of the
 // driver's probe socket (it then exits the process: 0 when the driver
 // answers, 1 with its answer on stderr when not). The driver's experimental parts are behind
@@ -95,6 +96,8 @@ func Run(args []string, opts ...Option) error {
 			return runDefrag(args[1:])
 		case WebhookCommand:
 			return runWebhook(args[1:])
+		case WaitForDriverCommand:
+			return runWaitForDriver(args[1:])
 		case ProbeCommand:
 			// An exec probe's status: no klog.Fatal stack traces in the
 			// pod's events.
@@ -190,6 +193,11 @@ func Run(args []string, opts ...Option) error {
 		defer backend.Close()
 	}
 	dopts := append([]nvdriver.Option{nvdriver.WithStateDir(dir)}, gated...)
+	if o.backend != nil {
+		// Whatever it is, it stands for real GPUs: containers get the
+		// driver root's edits.
+		dopts = append(dopts, nvdriver.WithSimulatedContainers(false))
+	}
 	if nv.Sim == "" {
 		dopts = append(dopts, nvdriver.WithDriverRoot(root))
 		if o.editor != nil {
