@@ -145,7 +145,13 @@ func mknod(t *testing.T, p string, major, minor uint32) {
 // instance IDs.
 func fakeNVML(t *testing.T) (s *server.Server, gi, ci int) {
 	t.Helper()
-	s, err := server.New(server.WithGPUs(gpus.Multiple(2, gpus.H200_SXM5_141GB)...),
+	return fakeNVMLOf(t, 2)
+}
+
+// fakeNVMLOf is fakeNVML with n GPUs (n >= 2).
+func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
+	t.Helper()
+	s, err := server.New(server.WithGPUs(gpus.Multiple(n, gpus.H200_SXM5_141GB)...),
 		server.WithDriverVersion(driverVersion), server.WithNVMLVersion("13."+driverVersion), server.WithCUDADriverVersion(13000))
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,10 @@ func WriteChart(dir string) error {
 // image), with a dynamically linked binary also glibc's libm, libpthread,
 // libdl and librt from libc's own package (GlibcCompanions: the host's
 // libnvidia-ml, loaded into the driver from the driver root, needs them
-// and finds them only in the image), and an empty /tmp; what
+// and finds them only in the image), an empty /tmp, and an empty /etc
+// (where nvidia-cdi-hook's update-ldcache writes ld.so.conf when a
+// container is made from the image with the driver's own CDI spec, as
+// gpu-check.sh does); what
 // `ctr -n k8s.io images import` loads. A
 // package of [CUDAModule] is built with cgo (go-nvml loads libnvidia-ml
 // with dlopen) in that module's folder of the drakit checkout the go
@@ -148,7 +151,7 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	return ociimage.WriteFile(out, ociimage.Image{
 		Ref:        ref,
 		Files:      files,
-		Dirs:       []string{"/tmp"},
+		Dirs:       []string{"/tmp", "/etc"},
 		Entrypoint: []string{"/" + name},
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/drakit/drakit", "org.opencontainers.image.title": name},
 	})
@@ -202,13 +205,18 @@ func buildHook(ctx context.Context, dir, tmp string) ([]byte, error) {
 }
 
 // cudaModuleDir is the folder of CUDAModule in the drakit checkout of the
-// go command's main module.
+// go command's main module, or the main module's folder where it is
+// CUDAModule itself (its tests build the image too).
 func cudaModuleDir(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("find %s: go env GOMOD: %w", CUDAModule, err)
 	}
-	dir := filepath.Join(filepath.Dir(strings.TrimSpace(string(out))), "examples", "nvidia", "cuda")
+	mod := filepath.Dir(strings.TrimSpace(string(out)))
+	if b, err := os.ReadFile(filepath.Join(mod, "go.mod")); err == nil && strings.Contains(string(b), "\nmodule "+CUDAModule+"\n") {
+		return mod, nil
+	}
+	dir := filepath.Join(mod, "examples", "nvidia", "cuda")
 	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
 		return "", fmt.Errorf("find %s: not in a drakit checkout (no %s): %w", CUDAModule, dir, err)
 	}

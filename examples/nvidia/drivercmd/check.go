@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,12 +31,21 @@ import (
 // simulator's state, and a read-only NVML.
 type checkRun struct {
 	node, tmp, stateDir string
+	// keep is true with -check-cdi-dir: tmp is that folder, where the
+	// specs are written, and it stays.
+	keep bool
+	// ids are the CDI device IDs of the specs written, a line each.
+	ids []string
 }
+
+// CheckDevicesFile is the file of a -check-cdi-dir folder that lists the
+// CDI device IDs of the specs -check wrote, "<GPU index> <ID>" a line.
+const CheckDevicesFile = "devices.txt"
 
 // newCheck prepares a -check of node (the host name when empty) whose
 // driver keeps its state in dir; it points nv's simulator state, if any,
-// at a copy.
-func newCheck(node, dir string, nv *nvmlflag.Flags) (*checkRun, error) {
+// at a copy. With keep (-check-cdi-dir) its folder is keep, which stays.
+func newCheck(node, dir, keep string, nv *nvmlflag.Flags) (*checkRun, error) {
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -44,10 +54,13 @@ func newCheck(node, dir string, nv *nvmlflag.Flags) (*checkRun, error) {
 		node = h
 	}
 	tmp, err := os.MkdirTemp("", "nvidia-dra-check-")
+	if keep != "" {
+		tmp, err = keep, os.MkdirAll(keep, 0o755)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state")}
+	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state"), keep: keep != ""}
 	err = os.MkdirAll(c.stateDir, 0o755)
 	for _, f := range []string{lifecycle.CardsFile, lifecycle.JournalFile} {
 		if err == nil {
@@ -66,7 +79,11 @@ func newCheck(node, dir string, nv *nvmlflag.Flags) (*checkRun, error) {
 	return c, nil
 }
 
-func (c *checkRun) cleanup() { _ = os.RemoveAll(c.tmp) }
+func (c *checkRun) cleanup() {
+	if !c.keep {
+		_ = os.RemoveAll(c.tmp)
+	}
+}
 
 // copyIfExists copies the file src to dst; a missing src copies nothing.
 func copyIfExists(src, dst string) error {
@@ -151,6 +168,16 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		}
 		fmt.Fprintf(w, "# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s", devs[i].Name, spec)
 	}
+	if c.keep {
+		b := []byte(strings.Join(c.ids, "\n"))
+		if len(c.ids) > 0 {
+			b = append(b, '\n')
+		}
+		if err := os.WriteFile(filepath.Join(c.tmp, CheckDevicesFile), b, 0o644); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("check: %w", err))...)
+		}
+		fmt.Fprintf(w, "---\n# specs written to %s, their device IDs to %s\n", specs.Dir(), filepath.Join(c.tmp, CheckDevicesFile))
+	}
 	return errors.Join(errs...)
 }
 
@@ -217,10 +244,20 @@ func (c *checkRun) spec(ctx context.Context, specs *cdi.Writer, d *nvdriver.Driv
 		return nil, err
 	}
 	// The runtime names a claim's n-th device "<n>-<device>".
-	spec, _, err := specs.Spec(cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Common: common,
-		Devices: []cdi.Device{{Name: "0-" + dev, Edits: pd.Edits}}})
+	cl := cdi.Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Common: common,
+		Devices: []cdi.Device{{Name: "0-" + dev, Edits: pd.Edits}}}
+	spec, _, err := specs.Spec(cl)
 	if err != nil {
 		return nil, err
+	}
+	if c.keep {
+		ids, err := specs.Write(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			c.ids = append(c.ids, strconv.Itoa(gpu)+" "+id)
+		}
 	}
 	return yaml.Marshal(spec)
 }

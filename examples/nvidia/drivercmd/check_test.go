@@ -5,11 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
@@ -126,5 +129,49 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) != 1 {
 		t.Errorf("the state folder holds %v (%v), want only cards.json", ents, err)
+	}
+}
+
+// TestCheckCDIDir: -check with -check-cdi-dir writes the specs it prints
+// where a runtime reads them, lists their device IDs, and keeps the
+// claims' devices files the specs mount: the CDI library injects each
+// listed device into an OCI spec, and every mount's source exists.
+func TestCheckCDIDir(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "check")
+	var out bytes.Buffer
+	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(dir, "state"), "-check-cdi-dir=" + keep,
+		"-nvml-sim=dgx-h200", "-nvml-sim-mig-gpus=2", "-nvml-sim-instances=2:4g.71gb@0"}, drivercmd.WithOutput(&out))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(keep, drivercmd.CheckDevicesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var gpus []string
+	for _, l := range lines {
+		gpu, id, ok := strings.Cut(l, " ")
+		if !ok {
+			t.Fatalf("%s: line %q, want \"<GPU> <ID>\"", drivercmd.CheckDevicesFile, l)
+		}
+		gpus = append(gpus, gpu)
+		spec := &oci.Spec{Process: &oci.Process{}}
+		if err := cdi.Inject(spec, []string{filepath.Join(keep, "cdi")}, id); err != nil {
+			t.Errorf("GPU %s: inject %s: %v", gpu, id, err)
+			continue
+		}
+		if !slices.ContainsFunc(spec.Process.Env, func(e string) bool { return strings.HasPrefix(e, "NVIDIA_DRAKIT_DEVICE_") }) {
+			t.Errorf("GPU %s: %s gives no device variable: %v", gpu, id, spec.Process.Env)
+		}
+		for _, m := range spec.Mounts {
+			if _, err := os.Stat(m.Source); err != nil {
+				t.Errorf("GPU %s: %s mounts %s, which is gone: %v", gpu, id, m.Source, err)
+			}
+		}
+	}
+	if got := strings.Join(gpus, " "); got != "0 1 2 3 4 5 6 7" || !strings.Contains(string(b), "\n2 gpu.nvidia.drakit.dev/claim=gpu-check-2_0-gpu-2-4g-71gb-0\n") {
+		t.Errorf("%s lists GPUs %q, want all 8, GPU 2's MIG device for GPU 2:\n%s", drivercmd.CheckDevicesFile, got, b)
 	}
 }

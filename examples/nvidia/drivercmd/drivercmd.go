@@ -42,9 +42,19 @@ type EditorFunc func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.Cont
 type Option func(*options)
 
 type options struct {
-	editor EditorFunc
-	flags  []func(*flag.FlagSet)
-	out    io.Writer
+	editor  EditorFunc
+	flags   []func(*flag.FlagSet)
+	out     io.Writer
+	backend nvml.Interface
+}
+
+// WithBackend makes Run use nv as the GPUs' NVML backend, as real
+// hardware (the driver root, the container editor and, with -check, the
+// read-only guard apply), instead of opening the one the -nvml-* flags
+// select: for tests on go-nvml's mock servers (nvml.NewReal) and programs
+// that load NVML their own way. Run does not close nv.
+func WithBackend(nv nvml.Interface) Option {
+	return func(o *options) { o.backend = nv }
 }
 
 // WithOutput sets where -print-device-classes and -check print (default
@@ -74,6 +84,7 @@ func WithContainerEditor(f EditorFunc) Option {
 // DeviceClasses and returns. With DefragCommand as the first argument it
 // runs the MIG defragmenter instead (its flags are package mig/defrag's
 // Flags, plus --kubeconfig, --feature-gates and the logging flags), with
+// WaitForDriverCommand it waits for the NVIDIA driver (DriverWait), with
 // WebhookCommand the admission webhook, with ProbeCommand a probe of the
 // driver's probe socket (it then exits the process: 0 when the driver
 // answers, 1 with its answer on stderr when not). The driver's experimental parts are behind
@@ -85,6 +96,8 @@ func Run(args []string, opts ...Option) error {
 			return runDefrag(args[1:])
 		case WebhookCommand:
 			return runWebhook(args[1:])
+		case WaitForDriverCommand:
+			return runWaitForDriver(args[1:])
 		case ProbeCommand:
 			// An exec probe's status: no klog.Fatal stack traces in the
 			// pod's events.
@@ -113,6 +126,7 @@ func Run(args []string, opts ...Option) error {
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
+	checkDir := fs.String("check-cdi-dir", "", "with -check: write the CDI specs it prints into <dir>/cdi, and the claims' devices files they mount into <dir>/state, and list the CDI device IDs in <dir>/"+CheckDevicesFile+` ("<GPU index> <ID>" a line), for a container to be made from them (gpu-check.sh); the folder is kept`)
 	check := fs.Bool("check", false, "read-only check of the node: run the driver's discovery with these flags and print, per GPU, the devices it would publish (attributes, capacities, counters) and the CDI spec it would write for one of them, then exit; changes no MIG mode, creates, destroys or resets nothing, needs no API server (node name: -node-name or the host name)")
 	for _, f := range o.flags {
 		f(fs)
@@ -156,24 +170,34 @@ func Run(args []string, opts ...Option) error {
 	var chk *checkRun
 	if *check {
 		var err error
-		if chk, err = newCheck(std.NodeName, dir, &nv); err != nil {
+		if chk, err = newCheck(std.NodeName, dir, *checkDir, &nv); err != nil {
 			return err
 		}
 		defer chk.cleanup()
 		dir = chk.stateDir
 	}
-	if nv.Sim == "" && nv.Library == "" {
+	backend := o.backend
+	if backend != nil {
+		nv.Sim = ""
+	} else {
+		if nv.Sim == "" && nv.Library == "" {
+			var err error
+			if nv.Library, err = nvml.FindLibrary(root.Container); err != nil {
+				return err
+			}
+		}
 		var err error
-		if nv.Library, err = nvml.FindLibrary(root.Container); err != nil {
+		if backend, err = nv.Open(); err != nil {
 			return err
 		}
+		defer backend.Close()
 	}
-	backend, err := nv.Open()
-	if err != nil {
-		return err
-	}
-	defer backend.Close()
 	dopts := append([]nvdriver.Option{nvdriver.WithStateDir(dir)}, gated...)
+	if o.backend != nil {
+		// Whatever it is, it stands for real GPUs: containers get the
+		// driver root's edits.
+		dopts = append(dopts, nvdriver.WithSimulatedContainers(false))
+	}
 	if nv.Sim == "" {
 		dopts = append(dopts, nvdriver.WithDriverRoot(root))
 		if o.editor != nil {

@@ -17,7 +17,18 @@
 #   - nvml-probe and TestRealBackendReadOnly: the NVML layer alone, with
 #     every GPU's profiles compared with the mig catalog;
 #   - readelf -d of the node's libnvidia-ml.so.1: the libraries it needs
-#     (NEEDED), which the driver's image must carry.
+#     (NEEDED), which the driver's image must carry;
+#   - the container made from the driver's own CDI spec, for each GPU's
+#     full GPU or existing MIG device: -check writes the specs
+#     (-check-cdi-dir), gpu-container makes a container of the driver's
+#     image (image.tar, built here) with a spec's edits applied by the
+#     CDI library (device nodes, mounts, env, nvidia-cdi-hook hooks), runs
+#     it with runc (RUNC, default runc from PATH), and cuda-probe in it
+#     dlopens libcuda.so.1 and prints cuInit, cuDeviceGetCount and
+#     cuDeviceGetName. The hooks are the image's nvidia-cdi-hook unless
+#     NVIDIA_CDI_HOOK names the node's. TestContainerFromDriverSpec
+#     (examples/nvidia/cuda) runs this half without a GPU.
+# Everything runs in one call of at most five minutes.
 # The driver root is DRIVER_ROOT (default /; /run/nvidia/driver for the
 # GPU Operator's driver); STATE_DIR is the running driver's state folder
 # (default the chart's /run/nvidia-dra-driver), read for which GPUs are
@@ -38,6 +49,9 @@ build)
   CGO_ENABLED=1 go test -c -o "$BIN/nvml.test" ./examples/nvidia/nvml
   CGO_ENABLED=1 go build -o "$BIN/nvml-probe" ./examples/nvidia/nvml/cmd/nvml-probe
   (cd examples/nvidia/cuda && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=1 go build -o "$BIN/nvidia-dra-driver" ./cmd/nvidia-dra-driver)
+  go build -o "$BIN/gpu-container" ./examples/nvidia/gpucheck/cmd/gpu-container
+  go run ./cmd/drakit image -o "$BIN/image.tar"
+  "$BIN/gpu-container" -build-probe "$BIN/cuda-probe"
   cp "$HERE/gpu-check.sh" "$BIN/"
   ls -l "$BIN"
   ;;
@@ -64,6 +78,18 @@ run)
     if [ -z "$lib" ]; then lib=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 /{print $NF; exit}'); fi
     echo "== readelf -d ${lib:-libnvidia-ml.so.1 (not found)}"
     if [ -n "$lib" ]; then readelf -d "$(readlink -f "$lib")" 2>&1 || echo "readelf exit $?"; fi
+    echo "== containers from the driver's CDI specs (runc, cuda-probe)"
+    cdir="$out/cdi-check"; rm -rf "$cdir"; mkdir -p "$cdir"
+    hook="${NVIDIA_CDI_HOOK:-}"
+    if [ -z "$hook" ]; then
+      hook="$out/nvidia-cdi-hook"
+      "$BIN/gpu-container" -extract-hook "$hook" -image "$BIN/image.tar" 2>&1 || echo "gpu-container -extract-hook exit $?"
+    fi
+    "$BIN/nvidia-dra-driver" -check -check-cdi-dir "$cdir" -nvidia-cdi-hook-path "$hook" -driver-root "$droot" \
+      -state-dir "${STATE_DIR:-/run/nvidia-dra-driver}" -node-name "${NODE_NAME:-$(hostname)}" "$@" >"$cdir/check.txt" 2>"$cdir/check.log" \
+      || echo "nvidia-dra-driver -check -check-cdi-dir exit $? (log: $cdir/check.log)"
+    timeout 280 "$BIN/gpu-container" -image "$BIN/image.tar" -cdi-dir "$cdir" -probe "$BIN/cuda-probe" -runtime "${RUNC:-runc}" -timeout 270s 2>&1 \
+      || echo "gpu-container exit $?"
   } | tee "$out/gpu-check.txt"
   ;;
 *)

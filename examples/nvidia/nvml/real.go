@@ -31,6 +31,12 @@ var (
 // nvcdi in examples/nvidia/cuda).
 func (r *Real) Library() gonvml.Interface { return r.lib }
 
+// NewReal is the backend on lib, a go-nvml library its caller loaded and
+// initialized (go-nvml's mock servers in tests, a program that loads
+// NVML its own way); Close shuts lib down. It exists in cgo
+// builds only, as go-nvml does.
+func NewReal(lib gonvml.Interface) *Real { return &Real{lib: lib} }
+
 // RealOption configures OpenReal.
 type RealOption func(*realOptions)
 

@@ -15,6 +15,17 @@ var libraryDirs = []string{
 	"usr/lib/x86_64-linux-gnu/nvidia/current", // Debian's nvidia-driver packages
 }
 
+// LibraryPaths returns the paths under root (a driver root as this
+// process sees it) where FindLibrary looks for libnvidia-ml.so.1, in its
+// order; for root "/" they are the host's own folders.
+func LibraryPaths(root string) []string {
+	out := make([]string, 0, len(libraryDirs))
+	for _, d := range libraryDirs {
+		out = append(out, filepath.Join(root, d, "libnvidia-ml.so.1"))
+	}
+	return out
+}
+
 // FindLibrary returns the path of libnvidia-ml.so.1 under root, a driver
 // root as this process sees it (e.g. /driver-root, where the chart mounts
 // the node's /run/nvidia/driver). For root "/" (or "") it returns "": the
