@@ -310,7 +310,7 @@ func (r *runner) generations() map[string]int64 {
 // waits until every pool is complete and the new process has published:
 // a pool's generation differs from before (gens), or restartSettle has
 // passed since the driver registered again (a driver that publishes the
-// same slices leaves them alone). When the pools do not become complete
+// same slices leaves them alone; see restartedSlices). When the pools do not become complete
 // within the publish timeout the suite keeps the slices it had, and the
 // checks that need fresh ones say why they fail. Nothing to do before
 // the slices were first read (gens nil).
@@ -322,19 +322,10 @@ func (r *runner) rereadSlices(ctx context.Context, gens map[string]int64) {
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
 	for ctx.Err() == nil {
 		slices, err := r.listSlices(ctx)
-		if err == nil && len(slices) > 0 {
-			ps := slicepool.Group(slices)
-			if len(slicepool.Incomplete(ps)) == 0 {
-				changed := len(ps) != len(gens)
-				for name, p := range ps {
-					if g, ok := gens[name]; !ok || g != p.Generation {
-						changed = true
-					}
-				}
-				if changed || time.Now().After(settled) {
-					r.useSlices(ps)
-					return
-				}
+		if err == nil {
+			if ps := slicepool.Group(slices); restartedSlices(ps, gens, time.Now().After(settled)) {
+				r.useSlices(ps)
+				return
 			}
 		}
 		if time.Now().After(deadline) {
@@ -346,6 +337,37 @@ func (r *runner) rereadSlices(ctx context.Context, gens map[string]int64) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// restartedSlices reports whether the pools ps, read after a restart,
+// are the new process's to allocate from: every pool complete, and every
+// pool of before (gens) back with at least one pool new or of a new
+// generation; or, once settled (restartSettle after the driver
+// registered again), whatever complete pools there are, for a driver that
+// publishes the same slices again or fewer pools. A pool of before that
+// is missing is waited for until then: a driver that publishes one pool
+// per card one after the other has not published them all yet, and
+// taking its slices then would leave the suite's scheduler without the
+// cards still to come (seen: an extra claim refused for want of a card
+// whose pool came a moment later).
+func restartedSlices(ps map[string]*slicepool.Pool, gens map[string]int64, settled bool) bool {
+	if len(ps) == 0 || len(slicepool.Incomplete(ps)) > 0 {
+		return false
+	}
+	if settled {
+		return true
+	}
+	for name := range gens {
+		if _, ok := ps[name]; !ok {
+			return false
+		}
+	}
+	for name, p := range ps {
+		if g, ok := gens[name]; !ok || g != p.Generation {
+			return true
+		}
+	}
+	return false
 }
 
 // useSlices keeps the newest generation of each pool and indexes devices.

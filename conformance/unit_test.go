@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 func TestCatalogue(t *testing.T) {
@@ -668,5 +670,40 @@ func TestRefusedSlices(t *testing.T) {
 	want := `ResourceSlice.resource.k8s.io "n-1" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/pcieRoot]: Invalid value: "": must specify one of: ` + "`int`" + `]`
 	if got := r.refusedSlices(); got != want {
 		t.Errorf("refusal:\ngot  %s\nwant %s", got, want)
+	}
+}
+
+// TestRestartedSlices: after a restart the suite allocates from the new
+// process's slices only once every pool of before is back (or the restart
+// has settled), so that a driver publishing one pool per card one after
+// the other is not judged on the first card alone.
+func TestRestartedSlices(t *testing.T) {
+	pool := func(name string, gen, count int64, n int) *slicepool.Pool {
+		var slices []*resourceapi.ResourceSlice
+		for i := range n {
+			slices = append(slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
+				Spec: resourceapi.ResourceSliceSpec{Pool: resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: count}}})
+		}
+		return slicepool.Group(slices)[name]
+	}
+	gens := map[string]int64{"card-0": 1, "card-1": 1}
+	for _, c := range []struct {
+		name    string
+		ps      map[string]*slicepool.Pool
+		settled bool
+		want    bool
+	}{
+		{"both pools new", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1), "card-1": pool("card-1", 2, 1, 1)}, false, true},
+		{"one pool new, the other the same", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, false, true},
+		{"the second card's pool not back yet", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1)}, false, false},
+		{"the second card's pool not back, settled", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1)}, true, true},
+		{"nothing changed yet", map[string]*slicepool.Pool{"card-0": pool("card-0", 1, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, false, false},
+		{"nothing changed, settled", map[string]*slicepool.Pool{"card-0": pool("card-0", 1, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, true, true},
+		{"a pool incomplete", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 2, 1), "card-1": pool("card-1", 2, 1, 1)}, true, false},
+		{"no pool", map[string]*slicepool.Pool{}, true, false},
+	} {
+		if got := restartedSlices(c.ps, gens, c.settled); got != c.want {
+			t.Errorf("%s: restartedSlices = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
