@@ -206,21 +206,20 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule, ns string) []grant {
 // kubelet's; the driver root alone is mounted elsewhere, read-only.
 func TestChartObjects(t *testing.T) {
 	r := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace)
-	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 1 || len(r.rbs) != 1 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 || len(r.deployments) != 0 {
+	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 0 || len(r.rbs) != 0 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 || len(r.deployments) != 0 {
 		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces, %d ValidatingAdmissionPolicies, %d bindings",
 			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces), len(r.policies), len(r.bindings))
 	}
 	sa := r.sas[0]
 	var got []grant
 	got = append(got, grants(t, r.clusterRoles[0].Rules, "")...)
-	got = append(got, grants(t, r.roles[0].Rules, r.roles[0].Namespace)...)
 	want := []grant{
 		{"resource.k8s.io", "resourceslices", "get", ""}, {"resource.k8s.io", "resourceslices", "list", ""},
 		{"resource.k8s.io", "resourceslices", "watch", ""}, {"resource.k8s.io", "resourceslices", "create", ""},
 		{"resource.k8s.io", "resourceslices", "update", ""}, {"resource.k8s.io", "resourceslices", "delete", ""},
 		{"resource.k8s.io", "resourceclaims", "get", ""},
 		{"", "nodes", "get", ""},
-		{"", "events", "create", "default"}, {"", "events", "patch", "default"}, // patch: the event recorder counts repeats
+		{"", "events", "create", ""}, {"", "events", "patch", ""}, // every namespace: pods' events; patch: the event recorder counts repeats
 	}
 	less := func(a, b grant) int {
 		return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace)
@@ -234,13 +233,10 @@ func TestChartObjects(t *testing.T) {
 		kind, role string
 		ref        rbacv1.RoleRef
 		subjects   []rbacv1.Subject
-	}{{"ClusterRoleBinding", r.clusterRoles[0].Name, r.crbs[0].RoleRef, r.crbs[0].Subjects}, {"RoleBinding", r.roles[0].Name, r.rbs[0].RoleRef, r.rbs[0].Subjects}} {
+	}{{"ClusterRoleBinding", r.clusterRoles[0].Name, r.crbs[0].RoleRef, r.crbs[0].Subjects}} {
 		if b.ref.Name != b.role || len(b.subjects) != 1 || b.subjects[0].Kind != "ServiceAccount" || b.subjects[0].Name != sa.Name || b.subjects[0].Namespace != deploy.Namespace {
 			t.Errorf("%s binds %+v to %+v, want role %s to ServiceAccount %s/%s", b.kind, b.ref, b.subjects, b.role, deploy.Namespace, sa.Name)
 		}
-	}
-	if r.rbs[0].Namespace != r.roles[0].Namespace {
-		t.Errorf("RoleBinding in %s, Role in %s", r.rbs[0].Namespace, r.roles[0].Namespace)
 	}
 	// The admission policy narrows the ClusterRole's slice writes to the
 	// ServiceAccount's own node (TestResourceSlicePolicy runs it).

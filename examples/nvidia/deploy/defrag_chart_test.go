@@ -32,7 +32,7 @@ import (
 // (TestChartObjects: no Deployment).
 func TestChartDefrag(t *testing.T) {
 	r := template(t, "defrag.enabled=true", "defrag.dryRun=true")
-	if len(r.deployments) != 1 || len(r.sas) != 2 || len(r.clusterRoles) != 2 || len(r.crbs) != 2 || len(r.roles) != 2 || len(r.rbs) != 2 {
+	if len(r.deployments) != 1 || len(r.sas) != 2 || len(r.clusterRoles) != 2 || len(r.crbs) != 2 || len(r.roles) != 1 || len(r.rbs) != 1 {
 		t.Fatalf("objects: %d Deployments, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings",
 			len(r.deployments), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs))
 	}
@@ -124,7 +124,7 @@ func TestChartDefrag(t *testing.T) {
 	if slices.ContainsFunc(a, func(a string) bool { return strings.HasPrefix(a, "--leader-elect") }) {
 		t.Errorf("args %v: leader election with defrag.leaderElection=false", a)
 	}
-	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != "Recreate" || len(r.roles) != 1 || len(r.rbs) != 1 {
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != "Recreate" || len(r.roles) != 0 || len(r.rbs) != 0 {
 		t.Errorf("without leader election: %d replicas, strategy %s, %d Roles: want one replica, Recreate, no Lease Role", *d.Spec.Replicas, d.Spec.Strategy.Type, len(r.roles))
 	}
 	if r = template(t, "defrag.enabled=true", "defrag.replicas=2"); *r.deployments[0].Spec.Replicas != 2 {
