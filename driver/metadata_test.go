@@ -48,7 +48,7 @@ func TestDeviceMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Close()
+	defer func() { k.Close() }()
 	first, err := k.Prepare(ctx, claim)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +99,13 @@ func TestDeviceMetadata(t *testing.T) {
 	// checkpoint.
 	r.stop(t)
 	startDriver(ctx, t, c, d, disc, hw.HW, driver.WithPreparer(hw), driver.WithDeviceMetadata())
+	// A new connection, as the kubelet makes when the plugin registers
+	// again: the old one ended with the first process (reusing it made
+	// the first call fail with Unavailable when the restart was quick).
+	k.Close()
+	if k, err = drivertest.Dial(d.draSocket()); err != nil {
+		t.Fatal(err)
+	}
 	again, err := k.Prepare(ctx, claim)
 	if err != nil {
 		t.Fatal(err)
