@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/claimwatch"
 )
 
 // Names of the DeviceClasses DeviceClasses returns.
@@ -83,4 +86,60 @@ func class(name, sel, extended string) *resourceapi.DeviceClass {
 		c.Spec.ExtendedResourceName = ptr.To(extended)
 	}
 	return c
+}
+
+// ClassProfile is what a request of DeviceClass class asks of a dynamic
+// MIG GPU's layout: the profile of a ProfileClass, or
+// partition.WholeCard for ClassGPU; false for any other class (ClassMIG
+// takes any profile, so it asks for none in particular). It inverts
+// ProfileClass for every profile name mig.ParseProfileName reads.
+func ClassProfile(class string) (string, bool) {
+	if class == ClassGPU {
+		return partition.WholeCard, true
+	}
+	s, ok := strings.CutPrefix(class, "mig-")
+	if !ok {
+		return "", false
+	}
+	if s, ok = strings.CutSuffix(s, ".nvidia.drakit.dev"); !ok {
+		return "", false
+	}
+	return profileFromParts(strings.Split(s, "-"))
+}
+
+// ExtendedResourceProfile is what an extended resource asks of a
+// dynamic MIG GPU's layout: the profile of a ProfileExtendedResource, or
+// partition.WholeCard for ExtendedResourceGPU; false for any other.
+func ExtendedResourceProfile(name corev1.ResourceName) (string, bool) {
+	if name == ExtendedResourceGPU {
+		return partition.WholeCard, true
+	}
+	s, ok := strings.CutPrefix(string(name), "nvidia.com/mig-")
+	if !ok {
+		return "", false
+	}
+	return profileFromParts(strings.Split(s, "."))
+}
+
+// profileFromParts reads ["1g", "18gb", "me"] as "1g.18gb+me".
+func profileFromParts(parts []string) (string, bool) {
+	if len(parts) < 2 {
+		return "", false
+	}
+	name := parts[0] + "." + parts[1]
+	for _, p := range parts[2:] {
+		name += "+" + p
+	}
+	n, err := mig.ParseProfileName(name)
+	if err != nil {
+		return "", false
+	}
+	return n.String(), true
+}
+
+// LayoutWatchOptions are the claimwatch options of the driver's classes
+// and extended resources (ClassProfile, ExtendedResourceProfile), for the
+// Watcher given to WithMIGLayout.
+func LayoutWatchOptions() []claimwatch.Option {
+	return []claimwatch.Option{claimwatch.WithClassFunc(ClassProfile), claimwatch.WithExtendedResourceFunc(ExtendedResourceProfile)}
 }

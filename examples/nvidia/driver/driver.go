@@ -49,6 +49,10 @@ type Driver struct {
 
 	health monitor
 
+	// layout is the layout publication's (WithMIGLayout).
+	layoutMu sync.Mutex
+	layout   layoutState
+
 	mu   sync.Mutex
 	devs map[string]devInfo // the last inventory's devices by name
 	last *device.Inventory  // the last inventory, for the devices of a GPU lost since
@@ -130,6 +134,7 @@ type options struct {
 	ignoredXIDs       map[uint64]bool
 	root              DriverRoot
 	editor            ContainerEditor // nil: nodeEditor
+	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
@@ -353,6 +358,9 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
 	d.watchBroken()
+	if n, ok := o.layoutSrc.(changeNotifier); ok {
+		n.OnChange(d.changed)
+	}
 	return d, nil
 }
 

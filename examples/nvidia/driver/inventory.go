@@ -118,7 +118,21 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	if len(pool.Devices) > 0 || len(model) == 0 {
 		pools = append(pools, pool)
 	}
-	if len(model) > 0 {
+	switch {
+	case len(model) > 0 && d.o.layoutSrc != nil:
+		lp, err := d.layoutPools(fleet, dynamic, devs, len(pool.Devices))
+		if err != nil {
+			return nil, fmt.Errorf("inventory: MIG layout: %w", err)
+		}
+		for _, p := range lp {
+			if p.Name == pool.Name && len(pools) > 0 {
+				// One pool of one slice for the node.
+				pools[0].Devices = append(pools[0].Devices, p.Devices...)
+				continue
+			}
+			pools = append(pools, p)
+		}
+	case len(model) > 0:
 		mp, err := d.dynamicPools(fleet, model, dynamic, devs)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %w", err)
@@ -273,30 +287,9 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	}
 	for _, p := range pools {
 		for _, dev := range p.Devices {
-			ref, err := mig.ParseDeviceName(dev.Name())
-			if err != nil {
+			if err := d.decorateDynamic(dev, p.Name, byIndex, devs); err != nil {
 				return nil, err
 			}
-			g := byIndex[ref.GPU]
-			if ref.Profile == "" {
-				d.common(dev, g, TypeGPU, ModeDynamic).
-					StringAttribute(AttrUUID, g.UUID).
-					Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
-				info := d.wholeInfo(g)
-				info.pool = p.Name
-				devs[dev.Name()] = info
-				continue
-			}
-			pr, err := g.product.Profile(ref.Profile)
-			if err != nil {
-				return nil, err
-			}
-			if d.o.fullMIG {
-				d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
-			} else {
-				d.lean(dev, g)
-			}
-			devs[dev.Name()] = devInfo{pool: p.Name, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}
 		}
 	}
 	return pools, nil

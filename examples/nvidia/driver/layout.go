@@ -1,0 +1,313 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/drakit/drakit/device"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/lifecycle"
+)
+
+// Publication modes of dynamic-MIG GPUs (WithMIGLayout; the command's
+// --mig-publication).
+const (
+	// PublicationPlacements lists every advertised profile x placement
+	// that still fits, with shared counters, in a pool per GPU: the
+	// default.
+	PublicationPlacements = "placements"
+	// PublicationLayout publishes each GPU's current layout, chosen by
+	// the planner for what claims hold and ask for, without counters, in
+	// one pool of one slice per node (docs/dynamic-mig-publication.md).
+	PublicationLayout = "layout"
+)
+
+// LayoutSource tells the layout publication what claims hold and ask
+// for (claimwatch.Watcher is one).
+type LayoutSource interface {
+	// Allocated returns the devices of pool that claims hold, allocated
+	// whether or not prepared yet.
+	Allocated(pool string) []string
+	// Demand returns what pending claims ask for, per MIG profile
+	// (partition.WholeCard: whole GPUs).
+	Demand() partition.Demand
+}
+
+// changeNotifier is a LayoutSource that says when what it tells changed
+// (claimwatch.Watcher.OnChange).
+type changeNotifier interface {
+	OnChange(func())
+}
+
+// WithMIGLayout publishes the dynamic-MIG GPUs as their layouts
+// (PublicationLayout) instead of every placement with counters: per GPU
+// the MIG devices in use (prepared, or allocated to a claim as src says)
+// and the free memory slices laid out by the planner for src's demand
+// (partition.LayoutPublisher: the retired devices of a re-layout are
+// fenced for partition.DefaultFence before anything overlapping them is
+// published), or the GPU whole while nothing of it is used or asked for.
+// All dynamic GPUs of the node are one pool named after the node, of one
+// slice (with the node's full GPUs and static MIG devices), so the
+// scheduler never sees half a version; the scheduler's CPU per pod is
+// about that of simple devices (README, "The scheduler's throughput").
+//
+// What it needs besides: src must see every allocation of the node's
+// devices (a ResourceClaim watch: claimwatch); the ValidatingAdmissionPolicy
+// of the chart's migPublication=layout, which refuses an allocation of a
+// device no longer published, so that an allocation the scheduler decided
+// on an older version cannot land on a device re-laid out since. A pod
+// asking for a profile the layout lacks waits for the next layout
+// (docs/dynamic-mig-publication.md measures the wait). A GPU that cannot
+// be used whole (an Ampere GPU, a vGPU guest, WithoutWholeDynamicGPUs)
+// publishes nothing while idle and no claim asks for its profiles. If src
+// has OnChange, the driver republishes on its changes.
+func WithMIGLayout(src LayoutSource) Option {
+	return func(o *options) error {
+		if src == nil {
+			return errors.New("MIG layout: source is nil")
+		}
+		o.layoutSrc = src
+		return nil
+	}
+}
+
+// layoutState is the layout publication's: the publisher, made at the
+// first inventory, and the timer of its next retry.
+type layoutState struct {
+	pub   *partition.LayoutPublisher
+	cards []int // the publisher's GPU indices
+	retry *time.Timer
+	at    time.Time
+}
+
+// layoutPools is the layout publication of the dynamic GPUs: a pool named
+// after the node unless the node pool already has limit's worth of
+// devices (then partition.LayoutPools' groups), with devs filled in.
+// nodeDevices is how many devices the node pool already has.
+func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[string]devInfo, nodeDevices int) ([]device.Pool, error) {
+	byIndex := map[int]*gpuInfo{}
+	var cards []partition.Card
+	for _, g := range gpus {
+		byIndex[g.Index] = g
+		cards = append(cards, partition.Card{Index: g.Index, Scheme: g.product.Scheme()})
+	}
+	indices := make([]int, len(cards))
+	for i, c := range cards {
+		indices[i] = c.Index
+	}
+	d.layoutMu.Lock()
+	defer d.layoutMu.Unlock()
+	ls := &d.layout
+	if ls.pub == nil || !slices.Equal(ls.cards, indices) {
+		pub, err := partition.NewLayoutPublisher(cards, partition.WithDefaultMix(d.defaultMix(byIndex)))
+		if err != nil {
+			return nil, err
+		}
+		ls.pub, ls.cards = pub, indices
+	}
+
+	// In use: what NVML holds on the GPU, what the journal holds (a
+	// device being made, the GPU whole), and what claims hold.
+	intents, err := d.lc.Intents()
+	if err != nil {
+		return nil, err
+	}
+	// Health taints lower the API's limit of devices per slice to 64,
+	// shared with the node pool's devices when the layout joins it.
+	limit := max(1, device.MaxDevicesPerSliceWithTaintsOrCounters-nodeDevices)
+	allocated := map[string]bool{}
+	for _, p := range d.layoutPoolNames(cards, limit) {
+		for _, n := range d.o.layoutSrc.Allocated(p) {
+			allocated[n] = true
+		}
+	}
+	var uses []partition.CardUse
+	profiles := map[int][]string{}
+	for _, f := range fleet {
+		g := byIndex[f.Index]
+		u := partition.CardUse{Index: f.Index}
+		add := func(profile string, start int) {
+			in := partition.Instance{Profile: profile, Start: start, InUse: true}
+			if slices.ContainsFunc(u.InUse, func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
+				return
+			}
+			if err := g.product.Validate(append(slices.Clone(u.InUse), in)); err != nil {
+				klog.Background().Error(err, "MIG layout: an in-use device overlaps another; left out of the layout", "gpu", g.Index, "device", mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String())
+				return
+			}
+			u.InUse = append(u.InUse, in)
+		}
+		for _, in := range f.Layout {
+			add(in.Profile, in.Start)
+		}
+		for _, in := range intents {
+			switch {
+			case in.Card != g.UUID || in.Released():
+			case in.Whole:
+				u.Whole = true
+			default:
+				add(in.Profile, in.Start)
+			}
+		}
+		for n := range allocated {
+			ref, err := mig.ParseDeviceName(n)
+			if err != nil || ref.GPU != g.Index {
+				continue
+			}
+			if ref.Profile == "" {
+				u.Whole = true
+			} else if pr, err := g.product.Profile(ref.Profile); err == nil {
+				add(pr.Name, ref.Start)
+			}
+		}
+		if u.Whole && len(u.InUse) > 0 {
+			// The GPU whole is held, or allocated, beside MIG devices: only
+			// while one is going and the other coming. The MIG devices
+			// stay published; the whole GPU waits.
+			u.Whole = false
+		}
+		for _, in := range u.InUse {
+			profiles[g.Index] = append(profiles[g.Index], in.Profile)
+		}
+		uses = append(uses, u)
+	}
+	demand := d.o.layoutSrc.Demand()
+	now := time.Now()
+	v, err := ls.pub.Next(uses, demand, now)
+	if err != nil {
+		return nil, err
+	}
+	if v.HeldBack > 0 && !v.Retry.IsZero() && (ls.retry == nil || !ls.at.Equal(v.Retry)) {
+		if ls.retry != nil {
+			ls.retry.Stop()
+		}
+		ls.at = v.Retry
+		ls.retry = time.AfterFunc(v.Retry.Sub(now), d.kickWatch)
+	}
+
+	// The devices: the counter model's, without counters, for every
+	// advertised profile and those in use.
+	var model []mig.GPU
+	for _, g := range gpus {
+		ps := slices.Clone(g.profiles)
+		for _, p := range profiles[g.Index] {
+			if !slices.Contains(ps, p) {
+				ps = append(ps, p)
+			}
+		}
+		model = append(model, mig.GPU{Index: g.Index, Product: g.product, Profiles: ps})
+	}
+	m, err := mig.NewCounterModel(model)
+	if err != nil {
+		return nil, err
+	}
+	cardsOut := v.Cards
+	for i, c := range cardsOut {
+		// A GPU that cannot be used whole publishes nothing rather than
+		// its whole device.
+		if len(c.Layout) == 0 && !c.Withheld && !c.WholeInUse {
+			if ok, _ := byIndex[c.Index].wholeOK(); !ok || d.o.noWholeDynamic {
+				cardsOut[i].Withheld = true
+			}
+		}
+	}
+	pools, err := m.LayoutPools(d.node, cardsOut, partition.WithPoolDevices(limit))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pools {
+		for _, dev := range p.Devices {
+			if err := d.decorateDynamic(dev, p.Name, byIndex, devs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return pools, nil
+}
+
+// layoutPoolNames is the names of the pools LayoutPools makes of cards.
+func (d *Driver) layoutPoolNames(cards []partition.Card, limit int) []string {
+	total := 0
+	for _, c := range cards {
+		total += c.Scheme.MaxLayoutDevices()
+	}
+	if total <= limit {
+		return []string{d.node}
+	}
+	var out []string
+	for _, c := range cards {
+		out = append(out, c.Scheme.PoolName(d.node, c.Index))
+	}
+	return out
+}
+
+// defaultMix is the profiles a partitioned GPU's free space is filled
+// with: partition.DefaultMix's that the GPU advertises, or else its
+// smallest advertised profile.
+func (d *Driver) defaultMix(byIndex map[int]*gpuInfo) func(s *partition.Scheme) []string {
+	return func(s *partition.Scheme) []string {
+		var adv []string
+		for _, g := range byIndex {
+			if g.product.Scheme() == s {
+				adv = g.profiles
+				break
+			}
+		}
+		var out []string
+		for _, p := range partition.DefaultMix(s) {
+			if slices.Contains(adv, p) {
+				out = append(out, p)
+			}
+		}
+		if len(out) == 0 && len(adv) > 0 {
+			small := adv[0]
+			for _, p := range adv {
+				a, errA := s.Profile(p)
+				b, errB := s.Profile(small)
+				if errA == nil && errB == nil && a.Compute < b.Compute {
+					small = p
+				}
+			}
+			out = []string{small}
+		}
+		return out
+	}
+}
+
+// decorateDynamic gives a dynamic GPU's device of pool (the counter
+// model's) the driver's attributes and records it in devs.
+func (d *Driver) decorateDynamic(dev *device.Device, pool string, byIndex map[int]*gpuInfo, devs map[string]devInfo) error {
+	ref, err := mig.ParseDeviceName(dev.Name())
+	if err != nil {
+		return err
+	}
+	g := byIndex[ref.GPU]
+	if g == nil {
+		return fmt.Errorf("device %s: no dynamic GPU %d", dev.Name(), ref.GPU)
+	}
+	if ref.Profile == "" {
+		d.common(dev, g, TypeGPU, ModeDynamic).
+			StringAttribute(AttrUUID, g.UUID).
+			Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
+		info := d.wholeInfo(g)
+		info.pool = pool
+		devs[dev.Name()] = info
+		return nil
+	}
+	pr, err := g.product.Profile(ref.Profile)
+	if err != nil {
+		return err
+	}
+	if d.o.fullMIG {
+		d.common(dev, g, TypeMIG, ModeDynamic).StringAttribute(AttrParentUUID, g.UUID)
+	} else {
+		d.lean(dev, g)
+	}
+	devs[dev.Name()] = devInfo{pool: pool, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}
+	return nil
+}

@@ -1,0 +1,326 @@
+package driver_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	kit "github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/driver/drivertest"
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
+	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/claimwatch"
+	"github.com/drakit/drakit/testenv"
+)
+
+// TestClassProfile: every profile of every product in the catalog comes
+// back from its class and its extended resource.
+func TestClassProfile(t *testing.T) {
+	for _, p := range mig.Products() {
+		for _, pr := range p.Profiles {
+			if got, ok := nvdriver.ClassProfile(nvdriver.ProfileClass(pr.Name)); !ok || got != pr.Name {
+				t.Errorf("%s: ClassProfile(%s) = %q, %v", p.Name, nvdriver.ProfileClass(pr.Name), got, ok)
+			}
+			er := corev1.ResourceName(nvdriver.ProfileExtendedResource(pr.Name))
+			if got, ok := nvdriver.ExtendedResourceProfile(er); !ok || got != pr.Name {
+				t.Errorf("%s: ExtendedResourceProfile(%s) = %q, %v", p.Name, er, got, ok)
+			}
+		}
+	}
+	for _, c := range []string{nvdriver.ClassGPU} {
+		if got, ok := nvdriver.ClassProfile(c); !ok || got != partition.WholeCard {
+			t.Errorf("ClassProfile(%s) = %q, %v; want the whole card", c, got, ok)
+		}
+	}
+	for _, c := range []string{nvdriver.ClassMIG, "mig-x.nvidia.drakit.dev", "mig-1g-18gb.example.com", ""} {
+		if got, ok := nvdriver.ClassProfile(c); ok {
+			t.Errorf("ClassProfile(%q) = %q; want nothing", c, got)
+		}
+	}
+	if got, ok := nvdriver.ExtendedResourceProfile(nvdriver.ExtendedResourceGPU); !ok || got != partition.WholeCard {
+		t.Errorf("ExtendedResourceProfile(%s) = %q, %v", nvdriver.ExtendedResourceGPU, got, ok)
+	}
+}
+
+// TestLayoutStream runs the reference driver with the layout publication
+// (WithMIGLayout, a claimwatch.Watcher on the API server) on a fake node
+// of a simulated DGX H200 with dynamic MIG on two GPUs (the others full
+// GPUs; two, so that the stream keeps re-laying them out), and the real
+// kube-scheduler placing a stream of pods, each with one claim: a 1g, 2g
+// or 3g MIG device or a whole GPU. The test plays the kubelet: it
+// prepares each bound pod's claim a moment after the bind, holds it a moment (so that layouts are
+// made around devices in use), unprepares it and ends the pod. Every
+// pod must be placed and prepared without an error (NVML refuses an
+// instance that overlaps another, so an overlap the scheduler allocated
+// would fail a prepare), every published version of every GPU must be a
+// valid layout with never the whole GPU beside its MIG devices, and at
+// the end no MIG device may be left and every GPU is published whole.
+func TestLayoutStream(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const node, ns = "nv-layout", "layout"
+	if err := env.AddFakeNode(ctx, node, nil); err != nil {
+		t.Fatal(err)
+	}
+	profiles := []string{"1g.18gb", "1g.18gb", "1g.18gb", "2g.35gb", "2g.35gb", "3g.71gb", ""}
+	for _, c := range nvdriver.DeviceClasses(profiles[:6]) {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for { // pods need the namespace's default ServiceAccount
+		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Every version of the node's slices, judged as it comes.
+	h200, err := mig.Lookup("NVIDIA H200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vmu sync.Mutex
+	var bad []string
+	versions := 0
+	sw, err := env.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Stop()
+	go func() {
+		for ev := range sw.ResultChan() {
+			s, ok := ev.Object.(*resourceapi.ResourceSlice)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			msg := judgeLayoutSlice(h200, s)
+			vmu.Lock()
+			versions++
+			if msg != "" && len(bad) < 10 {
+				bad = append(bad, msg)
+			}
+			vmu.Unlock()
+		}
+	}()
+
+	dir := t.TempDir()
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := claimwatch.New(env.Client, nvdriver.DriverName, nvdriver.LayoutWatchOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
+		drv, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { drv.Close() })
+		if err := w.Start(ctx); err != nil {
+			return nil, err
+		}
+		return drv.Options(), nil
+	})
+	defer d.stop()
+	kl, err := drivertest.Dial(d.k.DRASocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kl.Close()
+
+	const pods, conc = 40, 8
+	var mu sync.Mutex
+	var failures []string
+	handled := map[string]bool{}
+	slots := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	pwatch, err := env.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pwatch.Stop()
+	rng := rand.New(rand.NewSource(1))
+	// The kubelet prepares a claim a moment after the pod is bound (it
+	// makes the pod's sandbox first): the driver must keep an allocated
+	// device out of every re-layout before it is prepared.
+	delays, holds := make([]time.Duration, pods), make([]time.Duration, pods)
+	for i := range holds {
+		delays[i] = time.Duration(500+rng.Intn(1500)) * time.Millisecond
+		holds[i] = time.Duration(rng.Intn(1500)) * time.Millisecond
+	}
+	go func() {
+		for ev := range pwatch.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" || ev.Type == watch.Deleted {
+				continue
+			}
+			mu.Lock()
+			if handled[p.Name] {
+				mu.Unlock()
+				continue
+			}
+			handled[p.Name] = true
+			mu.Unlock()
+			var i int
+			fmt.Sscanf(p.Name, "p-%d", &i)
+			wg.Add(1)
+			go func(name string, delay, hold time.Duration) {
+				defer wg.Done()
+				defer func() { <-slots }()
+				time.Sleep(delay)
+				claims := env.Client.ResourceV1().ResourceClaims(ns)
+				claim, err := claims.Get(ctx, name, metav1.GetOptions{})
+				if err == nil {
+					if _, err = kl.Prepare(ctx, claim); err == nil {
+						time.Sleep(hold)
+						err = kl.Unprepare(ctx, claim)
+					}
+				}
+				if err != nil && ctx.Err() == nil {
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("pod %s: %v", name, err))
+					mu.Unlock()
+				}
+				_ = env.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
+			}(p.Name, delays[i], holds[i])
+		}
+	}()
+	take := func() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the stream did not finish: %v; %d pods handled; failures: %v", ctx.Err(), len(handled), failures)
+		}
+	}
+	for i := range pods {
+		take()
+		name := fmt.Sprintf("p-%04d", i)
+		class := nvdriver.ClassGPU
+		if prof := profiles[rng.Intn(len(profiles))]; prof != "" {
+			class = nvdriver.ProfileClass(prof)
+		}
+		claim := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
+			}}}},
+		}
+		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{
+				Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
+				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+			},
+		}
+		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range conc { // every pod bound and ended
+		take()
+	}
+	wg.Wait()
+	mu.Lock()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	mu.Unlock()
+
+	// Idle again: no MIG device left, every GPU published whole.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range sl.Items {
+			for _, dv := range s.Spec.Devices {
+				names = append(names, dv.Name)
+			}
+		}
+		left := 0
+		for g := range 8 {
+			gis, err := sim.GPUInstances(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left += len(gis)
+		}
+		if len(sl.Items) == 1 && len(names) == 8 && !strings.Contains(strings.Join(names, ","), "g-") && left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not idle a minute after the stream: %d slices, devices %v, %d MIG devices left", len(sl.Items), names, left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	vmu.Lock()
+	defer vmu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	t.Logf("%d pods, %d slice versions", pods, versions)
+}
+
+// judgeLayoutSlice says what is wrong with one version of a layout slice:
+// "" when it is one slice of its pool, has no counters, and each GPU's
+// devices are its whole device alone or a valid MIG layout.
+func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
+	if s.Spec.Pool.ResourceSliceCount != 1 || len(s.Spec.SharedCounters) > 0 {
+		return fmt.Sprintf("slice %s: %d slices in its pool, %d counter sets", s.Name, s.Spec.Pool.ResourceSliceCount, len(s.Spec.SharedCounters))
+	}
+	whole := map[int]bool{}
+	layouts := map[int]mig.Layout{}
+	for _, dv := range s.Spec.Devices {
+		if len(dv.ConsumesCounters) > 0 {
+			return fmt.Sprintf("slice %s: device %s consumes counters", s.Name, dv.Name)
+		}
+		ref, err := mig.ParseDeviceName(dv.Name)
+		if err != nil {
+			return fmt.Sprintf("slice %s: %v", s.Name, err)
+		}
+		if ref.Profile == "" {
+			whole[ref.GPU] = true
+			continue
+		}
+		layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+	}
+	for g, l := range layouts {
+		if whole[g] {
+			return fmt.Sprintf("slice %s (generation %d): GPU %d published whole beside %s", s.Name, s.Spec.Pool.Generation, g, l)
+		}
+		if err := p.Validate(l); err != nil {
+			return fmt.Sprintf("slice %s (generation %d): GPU %d: %v", s.Name, s.Spec.Pool.Generation, g, err)
+		}
+	}
+	return ""
+}
