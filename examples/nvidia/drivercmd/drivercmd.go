@@ -23,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	kit "github.com/drakit/drakit/driver"
@@ -32,6 +33,8 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/claimwatch"
 )
 
 // EditorFunc makes the ContainerEditor for real GPUs from the opened NVML
@@ -123,6 +126,7 @@ func Run(args []string, opts ...Option) error {
 	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Empty (the default) or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices as they are, never changed. Recorded in the state folder: a GPU dropped from the list while claims hold MIG devices on it is drained (they stay until their claims are unprepared; the MIG devices the driver did not make are never touched). With -check and no value, the GPUs the running driver recorded dynamic`)
 	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
 	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
+	publication := fs.String("mig-publication", nvdriver.PublicationPlacements, `how dynamic-MIG GPUs are published: "placements" (every advertised profile x placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's current layout, chosen by the planner for what claims hold and ask for, without counters, one pool of one slice per node: about simple devices' scheduler cost; needs get/list/watch on resourceclaims and pods, and the chart's admission policy, docs/dynamic-mig-publication.md)`)
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
@@ -219,6 +223,30 @@ func Run(args []string, opts ...Option) error {
 	if *full {
 		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
+	var watcher *claimwatch.Watcher
+	switch *publication {
+	case nvdriver.PublicationPlacements:
+	case nvdriver.PublicationLayout:
+		if chk != nil {
+			// What an idle node publishes: nothing held, nothing asked.
+			dopts = append(dopts, nvdriver.WithMIGLayout(idleLayout{}))
+		} else {
+			cfg, err := std.RESTConfig()
+			if err != nil {
+				return err
+			}
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return fmt.Errorf("MIG layout: %w", err)
+			}
+			if watcher, err = claimwatch.New(client, nvdriver.DriverName, nvdriver.LayoutWatchOptions()...); err != nil {
+				return err
+			}
+			dopts = append(dopts, nvdriver.WithMIGLayout(watcher))
+		}
+	default:
+		return fmt.Errorf("-mig-publication %q: want %q or %q", *publication, nvdriver.PublicationPlacements, nvdriver.PublicationLayout)
+	}
 	switch {
 	case *dynamicGPUs == "" && chk != nil:
 		recorded, err := chk.dynamicGPUs()
@@ -256,11 +284,25 @@ func Run(args []string, opts ...Option) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if watcher != nil {
+		// Complete before the first inventory: a device allocated before
+		// the start must never be laid over.
+		if err := watcher.Start(ctx); err != nil {
+			return fmt.Errorf("MIG layout: %w", err)
+		}
+	}
 	if err := k.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("driver: %w", err)
 	}
 	return nil
 }
+
+// idleLayout is the layout source of -check: no claim holds or asks for
+// anything.
+type idleLayout struct{}
+
+func (idleLayout) Allocated(string) []string { return nil }
+func (idleLayout) Demand() partition.Demand  { return nil }
 
 // printClasses prints the DeviceClasses as a YAML stream.
 func printClasses(w io.Writer, profiles []string, sim string) error {

@@ -91,3 +91,22 @@ func TestDefragGate(t *testing.T) {
 		t.Errorf("defragmenter with its gate on, no cluster: %v, want the client configuration error", err)
 	}
 }
+
+// TestMIGPublicationFlag: -mig-publication=layout publishes an idle
+// dynamic GPU as its whole device alone, with no counters, in the node's
+// one pool; another value is refused with the choices.
+func TestMIGPublicationFlag(t *testing.T) {
+	out, err := check(t, dynamic, "-mig-publication=layout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 1, 4: dynamic 1, 5: dynamic 1, 6: dynamic 1, 7: dynamic 1"; got != want {
+		t.Errorf("layout: %s\nwant %s", got, want)
+	}
+	if strings.Contains(out, "-counters") || strings.Contains(out, "consumesCounters") {
+		t.Error("layout: counters are published")
+	}
+	if _, err := check(t, dynamic, "-mig-publication=some"); err == nil || !strings.Contains(err.Error(), `"layout"`) {
+		t.Errorf("-mig-publication=some: %v, want an error naming the choices", err)
+	}
+}
