@@ -68,7 +68,7 @@ var schedShapes = []schedShape{
 	{name: "NVIDIA DynamicMIG (its shape: 208 devices, 15 counters/GPU)", synth: nvidiaDynamicMIG, standard: true},
 	// Candidate publications (issue 38), on the reference driver's
 	// devices: (a) the planner's layout without counters, ...
-	{name: "layout, no counters (56 devices, 1 pool)", synth: drakitFleet(layoutSlices(true)), standard: true},
+	{name: "layout, no counters (56 devices, 1 pool)", synth: drakitFleet(layoutSlices(true))},
 	{name: "layout, no counters, a pool per GPU", synth: drakitFleet(layoutSlices(false))},
 	{name: "layout, no counters, 4 attributes, 2 capacities", synth: drakitFleet(edits(layoutSlices(true),
 		keepAttributes(mig.AttrType, mig.AttrProfile, nvdriver.AttrParentUUID, topology.PCIeRootAttribute),
@@ -79,6 +79,8 @@ var schedShapes = []schedShape{
 	{name: "next placement, memory-slice counters only", synth: drakitFleet(edits(nextPlacementSlices, memorySliceCountersOnly))},
 	{name: "next placement, memory-slice counters, 2 attributes", synth: drakitFleet(edits(nextPlacementSlices, memorySliceCountersOnly,
 		keepAttributes(mig.AttrType, mig.AttrProfile)))},
+	// The reference driver's layout publication itself, for 1g demand.
+	{name: "nvidia 1g MIG, -mig-publication=layout", synth: drakitLayoutFleet, standard: true},
 }
 
 // simpleDriver is upstream's scheduler_perf DRA driver name.
@@ -111,7 +113,7 @@ given):
      mig.nvidia.com with the profile selected in the request
   Candidate publications of a dynamic-MIG node (issue 38), built from
   shape 2's devices:
-  8* each GPU's free space laid out by the planner (seven 1g devices for
+  8  each GPU's free space laid out by the planner (seven 1g devices for
      1g demand) and published without counters: 56 devices, one pool of
      one slice per node
   9  shape 8 with a pool (of one slice) per GPU
@@ -121,6 +123,9 @@ given):
      shipped counters: 48 devices, a pool per GPU
   12 shape 11 consuming only memory-slice counters
   13 shape 12 with 2 attributes (type, profile)
+  14* the reference driver's own layout publication (-mig-publication=layout)
+     while claims ask for 1g devices: seven 1g devices per GPU, 56 per
+     node, one pool of one slice, no counters (shape 8, made by the driver)
 
 Every shape runs -runs times, interleaved (run 1 of every shape, then run
 2, ...), so that a change of the machine's load hits each run's shapes

@@ -14,6 +14,7 @@ import (
 	"github.com/drakit/drakit/device"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
 )
 
 // synthFleet is a shape "drakit bench sched" builds itself instead of
@@ -200,6 +201,41 @@ func drakitFleet(edit func([]*resourceapi.ResourceSlice) []*resourceapi.Resource
 			request: resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass(profiles[0])},
 		}, nil
 	}
+}
+
+// drakitLayoutFleet is the reference driver's own layout publication
+// (-mig-publication=layout) of a simulated DGX H200 with dynamic MIG on
+// every GPU, while pending claims ask for 56 1g devices (what the bench's
+// pods ask of each node): the driver lays each GPU out as seven 1g
+// devices, one pool of one slice per node, no counters. Pods ask for one
+// 1g device through the driver's profile class.
+func drakitLayoutFleet() (*synthFleet, error) {
+	profiles := mig.DefaultProfiles(mustProduct("NVIDIA H200"))
+	demand := layoutDemand{profiles[0]: 56}
+	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(demand)})
+	if err != nil {
+		return nil, err
+	}
+	return &synthFleet{
+		slices:  driverSlices(proto, nil),
+		classes: nvdriver.DeviceClasses(profiles),
+		request: resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass(profiles[0])},
+	}, nil
+}
+
+// layoutDemand is a layout source with nothing allocated and a fixed
+// demand.
+type layoutDemand partition.Demand
+
+func (layoutDemand) Allocated(string) []string  { return nil }
+func (d layoutDemand) Demand() partition.Demand { return partition.Demand(d) }
+
+func mustProduct(name string) *mig.Product {
+	p, err := mig.Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // driverSlices is the driver's inventory renamed for node, then edited.

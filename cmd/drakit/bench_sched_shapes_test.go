@@ -61,7 +61,7 @@ func TestSchedSyntheticShapes(t *testing.T) {
 				if !strings.HasSuffix(got, "-mig-1g18gb-19-0") {
 					t.Errorf("allocated %s, want a 1g.18gb", got)
 				}
-			case 8, 9, 10:
+			case 8, 9, 10, 14:
 				want := 1
 				if i+1 == 9 {
 					want = 8

@@ -338,6 +338,11 @@ func runFleet(ctx context.Context, c *cluster.Cluster, cfg fleetConfig, out io.W
 // advertised profiles of its MIG GPUs: the driver's default
 // (mig.DefaultProfiles), or profiles when given (its -mig-profiles).
 func fleetInventory(server, node string, isMIG bool, profiles ...string) (*device.Inventory, []string, error) {
+	return fleetInventoryWith(server, node, isMIG, nil, profiles...)
+}
+
+// fleetInventoryWith is fleetInventory with more driver options.
+func fleetInventoryWith(server, node string, isMIG bool, more []nvdriver.Option, profiles ...string) (*device.Inventory, []string, error) {
 	dir, err := os.MkdirTemp("", "drakit-fleet-")
 	if err != nil {
 		return nil, nil, err
@@ -361,10 +366,11 @@ func fleetInventory(server, node string, isMIG bool, profiles ...string) (*devic
 	} else {
 		profiles = mig.DefaultProfiles(sim.Product())
 	}
-	d, err := nvdriver.New(sim, node, opts...)
+	d, err := nvdriver.New(sim, node, append(opts, more...)...)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer d.Close()
 	inv, err := d.Inventory(context.Background())
 	if err != nil {
 		return nil, nil, err
