@@ -34,7 +34,7 @@ var update = flag.Bool("update", false, "rewrite manifests/ from the chart")
 
 // helm returns the helm binary drakit setup builds; without it the test
 // fails (skips under -short), saying how to install it.
-func helm(t *testing.T) string {
+func helm(t testing.TB) string {
 	t.Helper()
 	p, err := testenv.Helm()
 	if err != nil {
@@ -46,7 +46,7 @@ func helm(t *testing.T) string {
 	return p
 }
 
-func runHelm(t *testing.T, args ...string) string {
+func runHelm(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(helm(t), args...)
 	var stderr bytes.Buffer
@@ -78,7 +78,7 @@ func TestHelmLint(t *testing.T) {
 }
 
 // objects decodes a multi-document YAML stream into typed objects.
-func objects(t *testing.T, manifest string) []runtime.Object {
+func objects(t testing.TB, manifest string) []runtime.Object {
 	t.Helper()
 	dec := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
 	var out []runtime.Object
@@ -131,7 +131,7 @@ type rendered struct {
 	webhooks []*admissionv1.ValidatingWebhookConfiguration
 }
 
-func render(t *testing.T, args ...string) rendered {
+func render(t testing.TB, args ...string) rendered {
 	t.Helper()
 	var r rendered
 	for _, o := range objects(t, runHelm(t, args...)) {

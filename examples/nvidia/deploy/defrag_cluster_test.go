@@ -70,7 +70,7 @@ func refused(t *testing.T, what string, err error, msg string) {
 
 // untilRefused waits until the API server has loaded a new policy: until
 // a dry run of a request the policy refuses is refused with msg.
-func untilRefused(t *testing.T, ctx context.Context, what string, dryRun func(context.Context) error, msg string) {
+func untilRefused(t testing.TB, ctx context.Context, what string, dryRun func(context.Context) error, msg string) {
 	t.Helper()
 	var last error
 	if err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {

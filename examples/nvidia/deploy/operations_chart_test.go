@@ -23,7 +23,7 @@ import (
 )
 
 // template renders the chart with set values.
-func template(t *testing.T, set ...string) rendered {
+func template(t testing.TB, set ...string) rendered {
 	t.Helper()
 	args := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
 	for _, v := range set {

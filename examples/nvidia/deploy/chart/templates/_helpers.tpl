@@ -36,3 +36,13 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 app.kubernetes.io/name: {{ include "nvidia-dra-driver.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{/* The driver's publication of dynamic MIG GPUs (--mig-publication):
+the value of migPublication, which must be placements or layout. */}}
+{{- define "nvidia-dra-driver.migPublication" -}}
+{{- $v := .Values.migPublication -}}
+{{- if not (has $v (list "placements" "layout")) -}}
+{{- fail (printf "migPublication must be placements (every placement with shared counters, the default) or layout (docs/dynamic-mig-publication.md), not %q" (toString $v)) -}}
+{{- end -}}
+{{- $v -}}
+{{- end }}

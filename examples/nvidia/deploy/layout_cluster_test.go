@@ -1,0 +1,414 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/testenv"
+)
+
+// layoutSlice is a ResourceSlice that is the whole of pool on node (the
+// layout publication's shape) or, with count > 1, one of count slices of
+// it, listing devices.
+func layoutSlice(name, driver, pool, node string, count int64, devices ...string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver,
+			Pool:     resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: count},
+			NodeName: ptr.To(node),
+		},
+	}
+	for _, d := range devices {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	return s
+}
+
+// claimIn creates an unallocated claim for one device of the driver's
+// class in ns.
+func claimIn(ctx context.Context, c kubernetes.Interface, ns, name string) (*resourceapi.ResourceClaim, error) {
+	return c.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+		}}}},
+	}, metav1.CreateOptions{})
+}
+
+// allocate sets c's allocation to one device, as the scheduler's PreBind
+// writes it.
+func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	c.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: driver, Pool: pool, Device: device,
+		}}},
+		AllocationTimestamp: ptr.To(metav1.Now()),
+	}
+	return c
+}
+
+// staleMessage is what the layout policy says of device in pool.
+func staleMessage(device, pool string) string {
+	return "device " + device + " of pool " + pool + " (driver " + nvdriver.DriverName + ") was allocated from an older publication of the layout"
+}
+
+// TestLayoutPolicy installs the chart with migPublication=layout on a
+// real API server and writes allocations as the scheduler's PreBind
+// does. ResourceSlices: the driver's one-slice pool n1 (the layout
+// publication) listing gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1, a pool n2 of
+// two slices, another driver's slice for pool n1. An allocation of a
+// device the current slice of its pool lists is admitted; of one it does
+// not list, or no longer lists after the slice is updated, refused with a
+// message that names the device. Admitted too: a device of the
+// two-slice pool that only its other slice lists, another driver's
+// device, a device of a pool without slices; and every write that does
+// not allocate: the driver's status.devices and the scheduler's
+// reservedFor on a claim whose device is no longer published,
+// deallocation.
+func TestLayoutPolicy(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	helmInstall(t, ctx, env, "migPublication=layout")
+	const ns, other = "layout", "other.example.com"
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs := env.Client.ResourceV1().ResourceSlices()
+	n1 := layoutSlice("n1-layout", nvdriver.DriverName, "n1", "n1", 1, "gpu-0-1g-18gb-0", "gpu-0-1g-18gb-1")
+	for _, s := range []*resourceapi.ResourceSlice{
+		n1,
+		layoutSlice("n2-0", nvdriver.DriverName, "n2", "n2", 2, "gpu-0"),
+		layoutSlice("n2-1", nvdriver.DriverName, "n2", "n2", 2, "gpu-1"),
+		layoutSlice("n1-other", other, "n1", "n1", 1, "dev-0"),
+	} {
+		if _, err := rs.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims := env.Client.ResourceV1().ResourceClaims(ns)
+	newClaim := func(name string) *resourceapi.ResourceClaim {
+		t.Helper()
+		c, err := claimIn(ctx, env.Client, ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+	// untilStale waits until the policy refuses an allocation of device
+	// of pool n1 (the policy was just created, or the slice just updated:
+	// the API server sees slices through its own informer).
+	probe := newClaim("probe")
+	untilStale := func(device string) {
+		t.Helper()
+		untilRefused(t, ctx, "an allocation of "+device, func(ctx context.Context) error {
+			_, err := claims.UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, "n1", device), dryRun)
+			return err
+		}, staleMessage(device, "n1"))
+	}
+	admitted := func(what string, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+		t.Helper()
+		got, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		if err != nil {
+			t.Errorf("%s: %v, want admitted", what, err)
+			return c
+		}
+		return got
+	}
+
+	untilStale("gpu-0-1g-18gb-7")
+	// The API server type-checked the policy's CEL without a warning.
+	// (It does not catch a misspelt field of the param, a slice: that is
+	// an error at evaluation, which fails the refusals checked here.)
+	var pol *admissionregv1.ValidatingAdmissionPolicy
+	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		var err error
+		pol, err = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, layoutPolicy, metav1.GetOptions{})
+		return err == nil && pol.Status.ObservedGeneration == pol.Generation && pol.Status.TypeChecking != nil, nil
+	}); err != nil {
+		t.Fatalf("policy %s not type-checked: %v", layoutPolicy, err)
+	}
+	if w := pol.Status.TypeChecking.ExpressionWarnings; len(w) > 0 {
+		t.Errorf("type-checking warnings: %+v", w)
+	}
+	_, err := claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
+	refused(t, "allocate a device the slice does not list", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
+	if err != nil && !strings.Contains(err.Error(), "claim "+ns+"/unlisted") {
+		t.Errorf("the refusal %q does not name the claim", err)
+	}
+
+	held := admitted("allocate a listed device", allocate(newClaim("listed"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-0"))
+	admitted("allocate a device that only the other slice of a two-slice pool lists",
+		allocate(newClaim("two-slices"), nvdriver.DriverName, "n2", "gpu-1"))
+	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, "n1", "gone"))
+	admitted("allocate a device of a pool without slices", allocate(newClaim("no-pool"), nvdriver.DriverName, "n3", "gpu-0"))
+
+	// The driver re-lays the GPU out: gpu-0-1g-18gb-1 is withdrawn, and
+	// gpu-0-1g-18gb-0 too, which the claim "listed" holds (the driver
+	// never withdraws an allocated device; here the slice is written by
+	// hand to show that writes that do not allocate are not checked).
+	cur, err := rs.Get(ctx, n1.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Devices = []resourceapi.Device{{Name: "gpu-0-2g-35gb-2"}}
+	cur.Spec.Pool.Generation++
+	if _, err := rs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	untilStale("gpu-0-1g-18gb-1")
+	untilStale("gpu-0-1g-18gb-0")
+	_, err = claims.UpdateStatus(ctx, allocate(newClaim("withdrawn"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
+	refused(t, "allocate a device the slice no longer lists", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
+	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), nvdriver.DriverName, "n1", "gpu-0-2g-35gb-2"))
+
+	withStatus := held.DeepCopy()
+	withStatus.Status.Devices = []resourceapi.AllocatedDeviceStatus{{
+		Driver: nvdriver.DriverName, Pool: "n1", Device: "gpu-0-1g-18gb-0",
+		Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)},
+	}}
+	held = admitted("the driver's status.devices of a claim whose device is no longer published", withStatus)
+	reserve := held.DeepCopy()
+	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
+	held = admitted("reserve a claim whose device is no longer published", reserve)
+	deallocate := held.DeepCopy()
+	deallocate.Status = resourceapi.ResourceClaimStatus{}
+	if got := admitted("deallocate", deallocate); got.Status.Allocation != nil {
+		t.Errorf("the deallocated claim has allocation %+v", got.Status.Allocation)
+	}
+}
+
+// BenchmarkLayoutPolicy measures the layout policy's price on a real API
+// server with 500 one-slice pools of this driver (each a node of 8 GPUs
+// as the layout publishes it: 56 MIG devices with the driver's
+// attributes): the latency of the scheduler's allocation write
+// (UpdateStatus setting status.allocation to a device the current slice
+// lists) and of the driver's status.devices write that follows, with the
+// chart's policy and without it. Both are measured in the same run,
+// interleaved write by write: the chart's binding is installed with a
+// namespaceSelector, so that the claims of one namespace go through the
+// policy and those of the other do not (its binding does not match: no
+// params are collected, nothing is evaluated). Each of b.N iterations is
+// 5 rounds of 20 writes of each kind; it reports the median latencies
+// and the ratios with policy / without: the median over the rounds and
+// their minimum and maximum. Run with
+// -benchtime=1x (the cluster starts once per call of the function, and
+// go test calls it again for every b.N above 1).
+func BenchmarkLayoutPolicy(b *testing.B) {
+	const pools, gpus, perGPU, rounds, writes = 500, 8, 7, 5, 20
+	env := testenv.Start(b)
+	ctx := context.Background()
+
+	r := template(b, "migPublication=layout")
+	var policyName string
+	for _, p := range r.policies {
+		if strings.HasSuffix(p.Name, "-layout-allocations") {
+			policyName = p.Name
+			if _, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	const on, off = "with-policy", "without-policy"
+	for _, bd := range r.bindings {
+		if bd.Spec.PolicyName == policyName {
+			bd.Spec.MatchResources = &admissionregv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"layout-policy": "on"}}}
+			if _, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, bd, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, ns := range []string{on, off} {
+		labels := map[string]string{}
+		if ns == on {
+			labels["layout-policy"] = "on"
+		}
+		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	createSlices(b, ctx, env.Client, pools, gpus, perGPU)
+	// The policy is active, and sees every slice, once it refuses an
+	// allocation of a device the last slice does not list.
+	probe, err := claimIn(ctx, env.Client, on, "probe")
+	if err != nil {
+		b.Fatal(err)
+	}
+	last := fmt.Sprintf("node-%03d", pools-1)
+	untilRefused(b, ctx, "the policy with every slice", func(ctx context.Context) error {
+		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, last, "gpu-9-1g-18gb-0"),
+			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}, staleMessage("gpu-9-1g-18gb-0", last))
+
+	var allocRatios, statusRatios []float64
+	var allocOn, allocOff, statusOn, statusOff []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N*rounds; i++ {
+		b.StopTimer()
+		type pair struct{ on, off *resourceapi.ResourceClaim }
+		ps := make([]pair, writes)
+		for w := range ps {
+			for _, ns := range []string{on, off} {
+				c, err := claimIn(ctx, env.Client, ns, fmt.Sprintf("r%d-w%d", i, w))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ns == on {
+					ps[w].on = c
+				} else {
+					ps[w].off = c
+				}
+			}
+		}
+		b.StartTimer()
+		var aOn, aOff, sOn, sOff []time.Duration
+		timed := func(c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, time.Duration) {
+			t0 := time.Now()
+			got, err := env.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			d := time.Since(t0)
+			if err != nil {
+				b.Fatalf("write of %s/%s: %v", c.Namespace, c.Name, err)
+			}
+			return got, d
+		}
+		for w, p := range ps {
+			// A device the current slice of a pool lists: the policy
+			// evaluates every slice and refuses none.
+			pool := fmt.Sprintf("node-%03d", (i*writes+w)%pools)
+			dev := fmt.Sprintf("gpu-%d-1g-18gb-%d", w%gpus, w%perGPU)
+			order := []*resourceapi.ResourceClaim{p.on, p.off}
+			if w%2 == 1 { // alternate which goes first
+				slices.Reverse(order)
+			}
+			var got []*resourceapi.ResourceClaim
+			for _, c := range order {
+				g, d := timed(allocate(c, nvdriver.DriverName, pool, dev))
+				if g.Namespace == on {
+					aOn = append(aOn, d)
+				} else {
+					aOff = append(aOff, d)
+				}
+				got = append(got, g)
+			}
+			for _, g := range got {
+				c := g.DeepCopy()
+				c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: nvdriver.DriverName, Pool: pool, Device: dev,
+					Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)}}}
+				_, d := timed(c)
+				if c.Namespace == on {
+					sOn = append(sOn, d)
+				} else {
+					sOff = append(sOff, d)
+				}
+			}
+		}
+		allocRatios = append(allocRatios, ms(median(aOn))/ms(median(aOff)))
+		statusRatios = append(statusRatios, ms(median(sOn))/ms(median(sOff)))
+		allocOn, allocOff = append(allocOn, aOn...), append(allocOff, aOff...)
+		statusOn, statusOff = append(statusOn, sOn...), append(statusOff, sOff...)
+	}
+	b.StopTimer()
+	report := func(what string, with, without []time.Duration, ratios []float64) {
+		mr, lo, hi := medianF(ratios), minF(ratios), maxF(ratios)
+		b.ReportMetric(ms(median(with)), what+"-ms-with")
+		b.ReportMetric(ms(median(without)), what+"-ms-without")
+		b.ReportMetric(mr, what+"-ratio")
+		b.ReportMetric(lo, what+"-ratio-min")
+		b.ReportMetric(hi, what+"-ratio-max")
+		b.Logf("%s writes, %d slices of %d devices: median %.2f ms with the policy, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+			what, pools, gpus*perGPU, ms(median(with)), ms(median(without)), len(with), mr, lo, hi, len(ratios))
+	}
+	report("alloc", allocOn, allocOff, allocRatios)
+	report("status", statusOn, statusOff, statusRatios)
+}
+
+// createSlices creates n one-slice pools of the driver, node-000 ...,
+// each a node of gpus GPUs laid out in perGPU MIG devices (1g.18gb of an
+// H200) with the attributes and capacities the driver publishes.
+func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n, gpus, perGPU int) {
+	tb.Helper()
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
+	num := func(i int) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i))}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range 4 {
+		wg.Go(func() {
+			for i := range next {
+				node := fmt.Sprintf("node-%03d", i)
+				s := layoutSlice(node+"-layout", nvdriver.DriverName, node, node, 1)
+				for g := range gpus {
+					for d := range perGPU {
+						s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+							Name: fmt.Sprintf("gpu-%d-1g-18gb-%d", g, d),
+							Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+								"type": str("mig"), "index": num(g), "productName": str("NVIDIA H200"),
+								"uuid": str(fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g)), "profile": str("1g.18gb"),
+								"profileID": num(19), "placementStart": num(d), "placementSize": num(1),
+							},
+							Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+								"memory": {Value: resource.MustParse("16384Mi")}, "computeSlices": {Value: resource.MustParse("1")},
+							},
+						})
+					}
+				}
+				if _, err := c.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatalf("create slices: %v", err)
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func medianF(fs []float64) float64 {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func minF(fs []float64) float64 { return slices.Min(fs) }
+func maxF(fs []float64) float64 { return slices.Max(fs) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
