@@ -105,11 +105,29 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 // request that cannot fit stays Pending with the scheduler's reason;
 // deleting the driver's pod mid-way (the DaemonSet starts another) loses
 // nothing: the pods keep running, and unprepare works after.
-func TestE2E(t *testing.T) {
+func TestE2E(t *testing.T) { e2e(t, false) }
+
+// TestE2ELayout is TestE2E with the chart's migPublication=layout: the
+// driver publishes each dynamic GPU's layout, made for the story's pods
+// as they arrive, and the chart's admission policy refuses stale
+// allocations. The same pods must run and see the same kinds of devices,
+// survive the driver's restart, and leave nothing; every version of the
+// node's layout pool is one slice without counters and a valid layout
+// per GPU. (The defragmenter, which reads the placements publication,
+// is TestE2E's alone.)
+func TestE2ELayout(t *testing.T) { e2e(t, true) }
+
+func e2e(t *testing.T, layout bool) {
 	env := testenv.Start(t, testenv.WithRealNode())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, deploy.SimulatorValues()...)
+	values := deploy.SimulatorValues()
+	var versions *layoutVersions
+	if layout {
+		values = append(values, "migPublication=layout")
+		versions = watchLayout(t, ctx, env)
+	}
+	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {
 		if t.Failed() {
 			in.dumpDriver(t)
@@ -266,6 +284,10 @@ func TestE2E(t *testing.T) {
 			len(l.Items), migInstances(t, stateFile), before, cdiSpecs(t, env), err)
 	}
 	freeAgent(t, ctx, env, stateFile, before)
+	if layout {
+		versions.check(t)
+		return
+	}
 
 	// The MIG defragmenter on the same cluster and driver.
 	testDefrag(t, ctx, env)
