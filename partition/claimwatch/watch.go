@@ -46,6 +46,7 @@ import (
 type Option func(*options) error
 
 type options struct {
+	maxPerClaim  func(profile string) int
 	classes      map[string]string
 	classFuncs   []func(string) (string, bool)
 	extended     map[corev1.ResourceName]string
@@ -76,6 +77,25 @@ func WithExtendedResourceFunc(profile func(name corev1.ResourceName) (string, bo
 			return errors.New("extended resource function is nil")
 		}
 		o.extendedFunc = append(o.extendedFunc, profile)
+		return nil
+	}
+}
+
+// WithMaxPerClaim says how many devices of a profile (WholeCard: whole
+// cards) one claim can get on the Watcher's node at most: a pending
+// claim that asks for more of a profile than max(profile) adds nothing of
+// that profile to Demand, since it cannot be allocated there (a claim's
+// devices come from one node). A node's layout would otherwise keep
+// serving a claim that never lands: nine whole GPUs asked of an 8-GPU
+// node would keep every idle GPU whole forever. max is called from the
+// informers' goroutine; it applies to extended resources too. Default:
+// no limit.
+func WithMaxPerClaim(max func(profile string) int) Option {
+	return func(o *options) error {
+		if max == nil {
+			return errors.New("max per claim: function is nil")
+		}
+		o.maxPerClaim = max
 		return nil
 	}
 }
@@ -353,7 +373,25 @@ func (w *Watcher) partOf(c *resourceapi.ResourceClaim) claimPart {
 			}
 		}
 	}
+	p.demand = w.capped(p.demand)
 	return p
+}
+
+// capped drops from one claim's or pod's demand what exceeds
+// WithMaxPerClaim.
+func (w *Watcher) capped(d partition.Demand) partition.Demand {
+	if w.o.maxPerClaim == nil {
+		return d
+	}
+	for profile, n := range d {
+		if n > w.o.maxPerClaim(profile) {
+			delete(d, profile)
+		}
+	}
+	if len(d) == 0 {
+		return nil
+	}
+	return d
 }
 
 // ask adds one request's demand; false when its class is not mapped.
@@ -385,7 +423,7 @@ func (w *Watcher) pod(obj any, gone bool) {
 	var d partition.Demand
 	if !gone && p.Spec.NodeName == "" && p.DeletionTimestamp == nil &&
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-		d = w.extendedDemand(p)
+		d = w.capped(w.extendedDemand(p))
 	}
 	w.mu.Lock()
 	old := w.pods[p.UID]

@@ -34,7 +34,12 @@ func TestWatcher(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := claimwatch.New(env.Client, drv, claimwatch.WithClass(class1, "small"), claimwatch.WithClass(classCard, partition.WholeCard),
-		claimwatch.WithExtendedResource(ext1, "small"))
+		claimwatch.WithExtendedResource(ext1, "small"), claimwatch.WithMaxPerClaim(func(p string) int {
+			if p == partition.WholeCard {
+				return 8 // a claim for nine whole cards fits on no node
+			}
+			return 100
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +68,15 @@ func TestWatcher(t *testing.T) {
 	for _, c := range []*resourceapi.ResourceClaim{
 		claim("mixed", req("a", class1, 1), sub),
 		claim("other", req("a", "other.example.com", 3)),
+		claim("huge", req("a", classCard, 9), req("b", class1, 1)),
 	} {
 		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	expect(t, w, "created", partition.Demand{"small": 3, partition.WholeCard: 1}, nil)
+	// "huge" asks for more whole cards than a node has: only its small
+	// partition counts.
+	expect(t, w, "created", partition.Demand{"small": 4, partition.WholeCard: 1}, nil)
 	if len(changes) == 0 {
 		t.Error("no change was notified")
 	}
@@ -97,19 +105,21 @@ func TestWatcher(t *testing.T) {
 	if m, err = claims.UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, "allocated", nil, map[string][]string{"node-a": {"card-0-small-0", "card-0-small-1"}})
+	expect(t, w, "allocated", partition.Demand{"small": 1}, map[string][]string{"node-a": {"card-0-small-0", "card-0-small-1"}})
 
 	// A device two claims hold stays allocated until both let it go.
 	c.Status.Allocation = nil
 	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, "deallocated", partition.Demand{"small": 2}, map[string][]string{"node-a": {"card-0-small-1"}})
+	expect(t, w, "deallocated", partition.Demand{"small": 3}, map[string][]string{"node-a": {"card-0-small-1"}})
 	if err := claims.Delete(ctx, "mixed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := claims.Delete(ctx, "before", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{"before", "huge"} {
+		if err := claims.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	expect(t, w, "deleted", nil, nil)
 

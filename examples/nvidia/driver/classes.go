@@ -139,7 +139,9 @@ func profileFromParts(parts []string) (string, bool) {
 
 // LayoutWatchOptions are the claimwatch options of the driver's classes
 // and extended resources (ClassProfile, ExtendedResourceProfile), for the
-// Watcher given to WithMIGLayout.
+// Watcher given to WithMIGLayout. Add
+// claimwatch.WithMaxPerClaim(driver.MaxPerClaim) once the driver exists
+// (a closure), so that claims no node of this size can hold ask nothing.
 func LayoutWatchOptions() []claimwatch.Option {
 	return []claimwatch.Option{claimwatch.WithClassFunc(ClassProfile), claimwatch.WithExtendedResourceFunc(ExtendedResourceProfile)}
 }

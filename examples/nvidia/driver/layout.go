@@ -311,3 +311,32 @@ func (d *Driver) decorateDynamic(dev *device.Device, pool string, byIndex map[in
 	devs[dev.Name()] = devInfo{pool: pool, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}
 	return nil
 }
+
+// MaxPerClaim is how many devices of a MIG profile (partition.WholeCard:
+// whole GPUs) one claim could get on this node at most: for whole GPUs
+// the GPUs that are or can be used whole, for a profile the most
+// instances of it its GPUs hold (the profile's maximum per GPU, on every
+// GPU that has it). A pending claim asking for more cannot be allocated
+// here, and the layout must not serve it
+// (claimwatch.WithMaxPerClaim; LayoutWatchOptions' caller adds it).
+func (d *Driver) MaxPerClaim(profile string) int {
+	n := 0
+	gpus := d.hw()
+	for i := range gpus {
+		g := &gpus[i]
+		if profile == partition.WholeCard {
+			ok, _ := g.wholeOK()
+			if g.product == nil || !d.dynamic(g) || ok && !d.o.noWholeDynamic {
+				n++
+			}
+			continue
+		}
+		if g.product == nil {
+			continue
+		}
+		if pr, err := g.product.Profile(profile); err == nil {
+			n += pr.MaxCount
+		}
+	}
+	return n
+}

@@ -127,12 +127,15 @@ func TestLayoutStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := claimwatch.New(env.Client, nvdriver.DriverName, nvdriver.LayoutWatchOptions()...)
+	var drv *nvdriver.Driver
+	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(),
+		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
-		drv, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w))
+		var err error
+		drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w))
 		if err != nil {
 			return nil, err
 		}

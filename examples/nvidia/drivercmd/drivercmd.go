@@ -224,6 +224,7 @@ func Run(args []string, opts ...Option) error {
 		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
 	var watcher *claimwatch.Watcher
+	var layoutDriver **nvdriver.Driver // the watcher's limits read the driver
 	switch *publication {
 	case nvdriver.PublicationPlacements:
 	case nvdriver.PublicationLayout:
@@ -239,7 +240,11 @@ func Run(args []string, opts ...Option) error {
 			if err != nil {
 				return fmt.Errorf("MIG layout: %w", err)
 			}
-			if watcher, err = claimwatch.New(client, nvdriver.DriverName, nvdriver.LayoutWatchOptions()...); err != nil {
+			// The watcher starts after New: d is set by then.
+			var d *nvdriver.Driver
+			limit := claimwatch.WithMaxPerClaim(func(p string) int { return d.MaxPerClaim(p) })
+			layoutDriver = &d
+			if watcher, err = claimwatch.New(client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), limit)...); err != nil {
 				return err
 			}
 			dopts = append(dopts, nvdriver.WithMIGLayout(watcher))
@@ -275,6 +280,9 @@ func Run(args []string, opts ...Option) error {
 		return err
 	}
 	defer d.Close()
+	if layoutDriver != nil {
+		*layoutDriver = d
+	}
 	if chk != nil {
 		return chk.print(context.Background(), o.out, backend, d, root)
 	}
