@@ -547,3 +547,90 @@ func TestLayoutPoolsSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutPublisherRestore: a publisher told what an earlier process
+// published keeps it (a restart changes no device for nothing, where a
+// fresh publisher lays the card out afresh) and fences what it drops (no
+// device of its next version overlaps one of the earlier version until
+// the fence has passed).
+func TestLayoutPublisherRestore(t *testing.T) {
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Scheme()
+	cards := []partition.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}}
+	inUse := []partition.CardUse{{Index: 0, InUse: partition.Layout{{Profile: "1g.10gb", Start: 0}}}}
+	t0 := time.Unix(0, 0)
+	before, err := partition.NewLayoutPublisher(cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := before.Next(inUse, partition.Demand{"1g.10gb": 4}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := t0.Add(time.Minute)
+
+	// The restart: the demand is gone meanwhile.
+	restored, err := partition.NewLayoutPublisher(cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restored.Restore(old.Cards, t1); err != nil {
+		t.Fatal(err)
+	}
+	got, err := restored.Next(inUse, nil, t1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := partition.NewLayoutPublisher(cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anew, err := fresh.Next(inUse, nil, t1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := old.Cards[0].Layout.String(), got.Cards[0].Layout.String(); a != b {
+		t.Errorf("restored publisher changed GPU 0 from %s to %s with nothing asked", a, b)
+	}
+	t.Logf("before: %s; restored: %s; fresh: %s", old.Cards[0].Layout, got.Cards[0].Layout, anew.Cards[0].Layout)
+	if old.Cards[0].Layout.String() == anew.Cards[0].Layout.String() {
+		t.Errorf("a fresh publisher keeps %s too: the test shows nothing", anew.Cards[0].Layout)
+	}
+
+	// A demand that needs the space: what replaces the old devices waits
+	// for the fence.
+	v, err := restored.Next(inUse, partition.Demand{"3g.40gb": 1, "4g.40gb": 1}, t1.Add(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range v.Cards {
+		union := slices.Clone(old.Cards[c.Index].Layout)
+		for _, in := range c.Layout {
+			if !slices.ContainsFunc(union, func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
+				union = append(union, partition.Instance{Profile: in.Profile, Start: in.Start})
+			}
+		}
+		wholeBoth := len(old.Cards[c.Index].Layout) == 0 && !old.Cards[c.Index].Withheld && len(c.Layout) > 0
+		if err := s.Validate(union); err != nil || wholeBoth {
+			t.Errorf("GPU %d: the version after the restart (%s) overlaps the earlier one (%s) within the fence: %v", c.Index, c.Layout, old.Cards[c.Index].Layout, err)
+		}
+	}
+	if v.HeldBack == 0 {
+		t.Errorf("nothing held back for the new demand: %+v", v.Cards)
+	}
+
+	// Misuse.
+	if err := restored.Restore(old.Cards, t1); err == nil {
+		t.Error("Restore after Next did not fail")
+	}
+	bad, _ := partition.NewLayoutPublisher(cards)
+	if err := bad.Restore([]partition.LayoutCard{{Index: 5}}, t1); err == nil {
+		t.Error("Restore of an unknown card did not fail")
+	}
+	if err := bad.Restore([]partition.LayoutCard{{Index: 0, Layout: partition.Layout{{Profile: "4g.40gb", Start: 0}, {Profile: "3g.40gb", Start: 0}}}}, t1); err == nil {
+		t.Error("Restore of an overlapping layout did not fail")
+	}
+}

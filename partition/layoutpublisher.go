@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -331,6 +332,64 @@ func (p *LayoutPublisher) Next(use []CardUse, demand Demand, now time.Time) (Lay
 	out.Version = p.version
 	p.now = now
 	return out, nil
+}
+
+// Restore tells a new publisher what was published before it (the
+// devices of an earlier process's slice, read from the API server at
+// start), as if it had published them itself at now: the first Next then
+// keeps the free devices that still fit and retires those it drops, with
+// the fence, instead of laying the cards out afresh, so that a restart
+// changes no device for nothing and never publishes a device over one a
+// scheduler may still allocate from the earlier version. Per card: an
+// empty Layout is the whole card (unless Withheld: nothing); InUse flags
+// are ignored (Next's in-use sets say what is in use). Cards not listed
+// had nothing published. It must come before the first Next; an unknown
+// card or an invalid layout is an error and restores nothing.
+func (p *LayoutPublisher) Restore(published []LayoutCard, now time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.version > 0 || !p.now.IsZero() {
+		return errors.New("restore layout: after the first Next")
+	}
+	at := map[int]*pubCard{}
+	for _, c := range p.cards {
+		at[c.index] = c
+	}
+	next := map[int]pubCard{}
+	for i, lc := range published {
+		c, ok := at[lc.Index]
+		if !ok {
+			return fmt.Errorf("restore layout: published[%d]: no card %d", i, lc.Index)
+		}
+		if _, dup := next[lc.Index]; dup {
+			return fmt.Errorf("restore layout: published[%d]: card %d repeats", i, lc.Index)
+		}
+		nc := pubCard{s: c.s, index: c.index}
+		switch {
+		case lc.Withheld:
+		case len(lc.Layout) == 0:
+			nc.whole = true
+		default:
+			l := make(Layout, len(lc.Layout))
+			for j, in := range lc.Layout {
+				pr, err := c.s.Profile(in.Profile)
+				if err != nil {
+					return fmt.Errorf("restore layout: published[%d]: %w", i, err)
+				}
+				l[j] = Instance{Profile: pr.Name, Start: in.Start}
+			}
+			if err := c.s.Validate(l); err != nil {
+				return fmt.Errorf("restore layout: published[%d]: %w", i, err)
+			}
+			nc.parts = l
+		}
+		next[lc.Index] = nc
+	}
+	for idx, nc := range next {
+		*at[idx] = nc
+	}
+	p.now = now
+	return nil
 }
 
 // slotOf is the slot of an instance, -1 when the scheme lacks it.

@@ -46,6 +46,7 @@ import (
 type Option func(*options) error
 
 type options struct {
+	node         string
 	maxPerClaim  func(profile string) int
 	classes      map[string]string
 	classFuncs   []func(string) (string, bool)
@@ -96,6 +97,20 @@ func WithMaxPerClaim(max func(profile string) int) Option {
 			return errors.New("max per claim: function is nil")
 		}
 		o.maxPerClaim = max
+		return nil
+	}
+}
+
+// WithPublished makes Start also read, once, the devices the driver had
+// published on node (its ResourceSlices there) before this process
+// started: Published returns them, for partition.LayoutPublisher.Restore.
+// It needs list on resourceslices.
+func WithPublished(node string) Option {
+	return func(o *options) error {
+		if node == "" {
+			return errors.New("published: node name is empty")
+		}
+		o.node = node
 		return nil
 	}
 }
@@ -180,6 +195,7 @@ type Watcher struct {
 	demand    partition.Demand
 	notify    []func()
 	started   bool
+	published map[string][]string // pool -> devices, at Start (WithPublished)
 }
 
 // claimPart is one claim's share: the devices of the driver it holds, or
@@ -230,6 +246,30 @@ func (w *Watcher) Start(ctx context.Context) error {
 	}
 	w.started = true
 	w.mu.Unlock()
+	if w.o.node != "" {
+		l, err := w.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", w.o.node), fields.OneTermEqualSelector("spec.driver", w.driver)).String()})
+		if err != nil {
+			return fmt.Errorf("claim watcher: read what was published on node %s: %w", w.o.node, err)
+		}
+		pub := map[string][]string{}
+		gen := map[string]int64{}
+		for _, sl := range l.Items {
+			pool := sl.Spec.Pool.Name
+			switch {
+			case sl.Spec.Pool.Generation > gen[pool]:
+				gen[pool], pub[pool] = sl.Spec.Pool.Generation, nil
+			case sl.Spec.Pool.Generation < gen[pool]:
+				continue // an older generation's slice, being replaced
+			}
+			for _, d := range sl.Spec.Devices {
+				pub[pool] = append(pub[pool], d.Name)
+			}
+		}
+		w.mu.Lock()
+		w.published = pub
+		w.mu.Unlock()
+	}
 	f := informers.NewSharedInformerFactory(w.client, 0)
 	ci := f.Resource().V1().ResourceClaims().Informer()
 	if err := ci.SetTransform(cache.TransformFunc(stripManagedFields)); err != nil {
@@ -275,6 +315,15 @@ func (w *Watcher) Allocated(pool string) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Sorted(maps.Keys(w.allocated[pool]))
+}
+
+// Published returns the devices pool had in the API server when Start
+// read it (WithPublished), sorted; nil without WithPublished or when the
+// pool had no slice.
+func (w *Watcher) Published(pool string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Sorted(slices.Values(w.published[pool]))
 }
 
 // Demand returns what the pending claims and unscheduled pods ask for,

@@ -34,7 +34,7 @@ func TestWatcher(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := claimwatch.New(env.Client, drv, claimwatch.WithClass(class1, "small"), claimwatch.WithClass(classCard, partition.WholeCard),
-		claimwatch.WithExtendedResource(ext1, "small"), claimwatch.WithMaxPerClaim(func(p string) int {
+		claimwatch.WithExtendedResource(ext1, "small"), claimwatch.WithPublished(env.NodeName), claimwatch.WithMaxPerClaim(func(p string) int {
 			if p == partition.WholeCard {
 				return 8 // a claim for nine whole cards fits on no node
 			}
@@ -51,8 +51,25 @@ func TestWatcher(t *testing.T) {
 	if _, err := claims.Create(ctx, claim("before", req("a", class1, 2)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// What an earlier process published on the node: this driver's
+	// slice is read, another driver's and another node's are not.
+	for _, sl := range []*resourceapi.ResourceSlice{
+		slice("mine", drv, env.NodeName, "node-a", "card-1", "card-0-small-0"),
+		slice("theirs", "other.example.com", env.NodeName, "node-a", "x"),
+		slice("elsewhere", drv, "node-b", "node-b", "card-0"),
+	} {
+		if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if got := w.Published("node-a"); !slices.Equal(got, []string{"card-0-small-0", "card-1"}) {
+		t.Errorf("Published(node-a) = %v", got)
+	}
+	if got := w.Published("node-b"); got != nil {
+		t.Errorf("Published(node-b) = %v, another node's", got)
 	}
 	if err := w.Start(ctx); err == nil {
 		t.Error("a second Start did not fail")
@@ -185,6 +202,15 @@ func expect(t *testing.T, w *claimwatch.Watcher, step string, demand partition.D
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func slice(name, driver, node, pool string, devices ...string) *resourceapi.ResourceSlice {
+	sl := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: driver, NodeName: &node, Pool: resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: 1}}}
+	for _, d := range devices {
+		sl.Spec.Devices = append(sl.Spec.Devices, resourceapi.Device{Name: d})
+	}
+	return sl
 }
 
 func claim(name string, reqs ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {

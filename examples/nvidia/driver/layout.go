@@ -38,6 +38,12 @@ type LayoutSource interface {
 	Demand() partition.Demand
 }
 
+// publishedSource is a LayoutSource that knows what the node had
+// published when this process started (claimwatch.WithPublished).
+type publishedSource interface {
+	Published(pool string) []string
+}
+
 // changeNotifier is a LayoutSource that says when what it tells changed
 // (claimwatch.Watcher.OnChange).
 type changeNotifier interface {
@@ -108,6 +114,7 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 		if err != nil {
 			return nil, err
 		}
+		d.restoreLayout(pub, cards, byIndex)
 		ls.pub, ls.cards = pub, indices
 	}
 
@@ -339,4 +346,47 @@ func (d *Driver) MaxPerClaim(profile string) int {
 		}
 	}
 	return n
+}
+
+// restoreLayout tells a new publisher what the node published before
+// this process (publishedSource), so that a restart keeps the free
+// devices and fences those it drops. A GPU whose devices do not form a
+// valid layout any more is left out (laid out afresh); a GPU that had
+// nothing published is too.
+func (d *Driver) restoreLayout(pub *partition.LayoutPublisher, cards []partition.Card, byIndex map[int]*gpuInfo) {
+	src, ok := d.o.layoutSrc.(publishedSource)
+	if !ok {
+		return
+	}
+	whole := map[int]bool{}
+	layouts := map[int]mig.Layout{}
+	for _, pool := range d.layoutPoolNames(cards, device.MaxDevicesPerSliceWithTaintsOrCounters) {
+		for _, n := range src.Published(pool) {
+			ref, err := mig.ParseDeviceName(n)
+			if err != nil || byIndex[ref.GPU] == nil {
+				continue
+			}
+			if ref.Profile == "" {
+				whole[ref.GPU] = true
+			} else {
+				layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+			}
+		}
+	}
+	var published []partition.LayoutCard
+	for _, c := range cards {
+		l, isWhole := layouts[c.Index], whole[c.Index]
+		switch {
+		case len(l) > 0 && !isWhole && byIndex[c.Index].product.Validate(l) == nil:
+			published = append(published, partition.LayoutCard{Index: c.Index, Scheme: c.Scheme, Layout: l})
+		case len(l) == 0 && isWhole:
+			published = append(published, partition.LayoutCard{Index: c.Index, Scheme: c.Scheme})
+		}
+	}
+	if len(published) == 0 {
+		return
+	}
+	if err := pub.Restore(published, time.Now()); err != nil {
+		klog.Background().Error(err, "MIG layout: what was published before the start is not restored; the GPUs are laid out afresh")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -326,4 +327,133 @@ func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
 		}
 	}
 	return ""
+}
+
+// TestLayoutRestart: a restarted driver starts from what the node
+// published before (claimwatch.WithPublished, LayoutPublisher.Restore)
+// instead of laying its GPUs out afresh, so a restart renames no device.
+// Dynamic GPU 0 is laid out as seven 1g devices for a pending claim; one
+// of them is allocated and prepared, the pending claim goes (its free 1g
+// devices stay: they still fit); the driver restarts. The new process's
+// publication must be the same seven devices, where a fresh layout would
+// fill the GPU around the prepared 1g with the default mix.
+func TestLayoutRestart(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const node, ns = "nv-restart", "default"
+	if err := env.AddFakeNode(ctx, node, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := env.Client.ResourceV1().ResourceClaims(ns)
+	claimOf := func(name string, n int64) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb"),
+					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n}}}}}}
+	}
+	if _, err := claims.Create(ctx, claimOf("more", 7), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *benchDriver {
+		var drv *nvdriver.Driver
+		w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
+			claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
+			var err error
+			if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0}), nvdriver.WithMIGLayout(w)); err != nil {
+				return nil, err
+			}
+			wctx, wcancel := context.WithCancel(ctx)
+			t.Cleanup(wcancel)
+			if err := w.Start(wctx); err != nil {
+				return nil, err
+			}
+			return drv.Options(), nil
+		})
+		stop := d.stop
+		d.stop = func() { stop(); drv.Close() }
+		return d
+	}
+	// gpu0 is GPU 0's published devices, sorted.
+	gpu0 := func() []string {
+		t.Helper()
+		l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range l.Items {
+			for _, d := range s.Spec.Devices {
+				if strings.HasPrefix(d.Name, "gpu-0") {
+					out = append(out, d.Name)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	until := func(what string, ok func([]string) bool) []string {
+		t.Helper()
+		for {
+			if g := gpu0(); ok(g) {
+				return g
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: GPU 0 publishes %v", what, gpu0())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	seven := func(g []string) bool { return len(g) == 7 && !slices.Contains(g, "gpu-0") }
+
+	d := start()
+	until("seven 1g devices", seven)
+	held, err := claims.Create(ctx, claimOf("held", 1), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "mig", Driver: nvdriver.DriverName, Pool: node, Device: "gpu-0-1g-18gb-0"}}}}
+	if held, err = claims.UpdateStatus(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kl, err := drivertest.Dial(d.k.DRASocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kl.Prepare(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	kl.Close()
+	if err := claims.Delete(ctx, "more", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := until("the pending claim gone", func(g []string) bool { return seven(g) })
+	time.Sleep(2 * partition.DefaultFence) // any re-layout the deletion caused is published by now
+	if g := gpu0(); !slices.Equal(g, before) {
+		t.Fatalf("the first process changed GPU 0 after the pending claim went: %v, was %v", g, before)
+	}
+	d.stop()
+
+	d = start()
+	defer d.stop()
+	select {
+	case <-d.k.Published():
+	case <-ctx.Done():
+		t.Fatal("the restarted driver did not publish")
+	}
+	time.Sleep(2 * partition.DefaultFence) // and a fence's re-layout too
+	if g := gpu0(); !slices.Equal(g, before) {
+		t.Errorf("after the restart GPU 0 publishes %v; before it %v", g, before)
+	}
 }

@@ -244,7 +244,7 @@ func Run(args []string, opts ...Option) error {
 			var d *nvdriver.Driver
 			limit := claimwatch.WithMaxPerClaim(func(p string) int { return d.MaxPerClaim(p) })
 			layoutDriver = &d
-			if watcher, err = claimwatch.New(client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), limit)...); err != nil {
+			if watcher, err = claimwatch.New(client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), limit, claimwatch.WithPublished(std.NodeName))...); err != nil {
 				return err
 			}
 			dopts = append(dopts, nvdriver.WithMIGLayout(watcher))
