@@ -101,7 +101,8 @@ func LayoutMatchConditions(driverName string) []admissionregv1.MatchCondition {
 // (a withdrawn device is replaced only after a margin, 1 s in the
 // reference driver) and its checks at prepare (a device withdrawn too
 // long ago is refused, and NVML refuses an overlapping instance), so a
-// stale allocation that passes fails at prepare and its pod waits in
+// stale allocation that passes cannot make two overlapping partitions,
+// but one of the two claims fails at prepare and its pod waits in
 // ContainerCreating instead of being scheduled again. The webhook's own
 // pods use no claims, so Fail cannot keep it from starting.
 func LayoutWebhook(driverName string, client admissionregv1.WebhookClientConfig, failure admissionregv1.FailurePolicyType) admissionregv1.ValidatingWebhook {
