@@ -45,6 +45,8 @@ type LayoutGuard struct {
 	mu sync.RWMutex
 	// slices are the driver's slices by pool name, then slice name.
 	slices map[string]map[string]*sliceDevices
+	// poolOf is each slice's pool, by slice name.
+	poolOf map[string]string
 	// one is, for each pool whose newest generation is exactly one slice
 	// with resourceSliceCount 1, that slice.
 	one map[string]*sliceDevices
@@ -74,7 +76,7 @@ func NewLayoutGuard(client kubernetes.Interface, driverName string) (*LayoutGuar
 	}
 	return &LayoutGuard{
 		driver: driverName, client: client,
-		slices: map[string]map[string]*sliceDevices{}, one: map[string]*sliceDevices{},
+		slices: map[string]map[string]*sliceDevices{}, poolOf: map[string]string{}, one: map[string]*sliceDevices{},
 		synced: make(chan struct{}),
 	}, nil
 }
@@ -145,12 +147,11 @@ func (g *LayoutGuard) upsert(obj any) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// A slice may move to another pool: drop it from the old one.
-	for p, byName := range g.slices {
-		if _, ok := byName[s.Name]; ok && p != pool {
-			delete(byName, s.Name)
-			g.reindex(p)
-		}
+	if p, ok := g.poolOf[s.Name]; ok && p != pool {
+		delete(g.slices[p], s.Name)
+		g.reindex(p)
 	}
+	g.poolOf[s.Name] = pool
 	if g.slices[pool] == nil {
 		g.slices[pool] = map[string]*sliceDevices{}
 	}
@@ -169,11 +170,10 @@ func (g *LayoutGuard) remove(obj any) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for p, byName := range g.slices {
-		if _, ok := byName[s.Name]; ok {
-			delete(byName, s.Name)
-			g.reindex(p)
-		}
+	if p, ok := g.poolOf[s.Name]; ok {
+		delete(g.poolOf, s.Name)
+		delete(g.slices[p], s.Name)
+		g.reindex(p)
 	}
 }
 

@@ -111,8 +111,8 @@ func TestLayoutGuardIndex(t *testing.T) {
 			t.Errorf("%s: stale devices of %s (-want +got):\n%s", s.what, s.pool, diff)
 		}
 	}
-	if len(g.slices) != 0 || len(g.one) != 0 {
-		t.Errorf("after every slice is deleted: %d pools, %d one-slice pools indexed", len(g.slices), len(g.one))
+	if len(g.slices) != 0 || len(g.one) != 0 || len(g.poolOf) != 0 {
+		t.Errorf("after every slice is deleted: %d pools, %d one-slice pools, %d slices indexed", len(g.slices), len(g.one), len(g.poolOf))
 	}
 }
 
@@ -163,7 +163,7 @@ func TestLayoutGuardCheck(t *testing.T) {
 			if r := g.Review(context.Background(), req); r.Allowed || r.Result.Code != http.StatusServiceUnavailable {
 				t.Errorf("Review before the guard synced: %+v, want refused as unavailable", r)
 			}
-			ready := &LayoutGuard{driver: g.driver, slices: g.slices, one: g.one, synced: make(chan struct{})}
+			ready := &LayoutGuard{driver: g.driver, slices: g.slices, poolOf: g.poolOf, one: g.one, synced: make(chan struct{})}
 			close(ready.synced)
 			r := ready.Review(context.Background(), req)
 			if tc.want == "" && !r.Allowed {
