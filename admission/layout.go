@@ -37,7 +37,10 @@ import (
 // claim and one map lookup per allocated device, whatever the number of
 // slices in the cluster. It answers only once the informer has synced
 // ([LayoutGuard.HasSynced]); before, a review is refused as unavailable.
-// It is safe for concurrent use.
+// Its view of a slice lags the API server's by its watch's delay (as an
+// admission policy's view would, through the API server's informer): the
+// driver's fence, a margin after it has seen its own retirement, is what
+// covers that lag. It is safe for concurrent use.
 type LayoutGuard struct {
 	driver string
 	client kubernetes.Interface
