@@ -16,8 +16,10 @@ import (
 // webhook takes the same flags: --address, the certificate files
 // (--tls-cert-file, --tls-private-key-file: cert-manager's), or a
 // self-kept certificate (--self-signed-secret, --webhook-configuration,
-// --dns-names, --ip-addresses, --kubeconfig). [Flags.Register] adds them;
-// [Flags.Server] makes the Server they describe.
+// --dns-names, --ip-addresses, --kubeconfig), and --layout-allocations,
+// which serves a [LayoutGuard] of the validator's driver too.
+// [Flags.Register] adds them; [Flags.Server] makes the Server they
+// describe.
 type Flags struct {
 	Address               string
 	CertFile, KeyFile     string
@@ -25,7 +27,10 @@ type Flags struct {
 	WebhookConfiguration  string
 	DNSNames, IPAddresses string // comma-separated
 	Kubeconfig            string
-	newClient             func(kubeconfig string) (kubernetes.Interface, error)
+	// LayoutAllocations serves a LayoutGuard of the driver at LayoutPath
+	// (it reads the driver's ResourceSlices: get, list, watch).
+	LayoutAllocations bool
+	newClient         func(kubeconfig string) (kubernetes.Interface, error)
 }
 
 // Register adds the flags to fs.
@@ -37,15 +42,46 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.WebhookConfiguration, "webhook-configuration", "", "the ValidatingWebhookConfiguration whose caBundle the webhook sets (with --self-signed-secret)")
 	fs.StringVar(&f.DNSNames, "dns-names", "", "comma-separated names of the self-made certificate: the Service's (svc, svc.namespace, svc.namespace.svc)")
 	fs.StringVar(&f.IPAddresses, "ip-addresses", "", "comma-separated IP addresses of the self-made certificate: the host of a webhook reached by URL")
+	fs.BoolVar(&f.LayoutAllocations, "layout-allocations", false, "also refuse, at "+LayoutPath+", an allocation of a device that the current ResourceSlice of its one-slice pool no longer lists (a layout publication); reads the driver's ResourceSlices")
 	if fs.Lookup("kubeconfig") == nil {
-		fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account), for --self-signed-secret")
+		fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account), for --self-signed-secret and --layout-allocations")
 	}
 }
 
 // Server returns the Server of v that the flags describe. Errors name
 // the flag to fix.
 func (f *Flags) Server(v *Validator) (*Server, error) {
+	if v == nil {
+		return nil, errors.New("webhook flags: nil validator")
+	}
 	opts := []Option{WithAddress(f.Address)}
+	var client kubernetes.Interface
+	kube := func() (kubernetes.Interface, error) {
+		if client != nil {
+			return client, nil
+		}
+		newClient := f.newClient
+		if newClient == nil {
+			newClient = loadClient
+		}
+		c, err := newClient(f.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("webhook flags: %w", err)
+		}
+		client = c
+		return c, nil
+	}
+	if f.LayoutAllocations {
+		c, err := kube()
+		if err != nil {
+			return nil, err
+		}
+		g, err := NewLayoutGuard(c, v.Driver())
+		if err != nil {
+			return nil, fmt.Errorf("webhook flags: --layout-allocations: %w", err)
+		}
+		opts = append(opts, WithLayoutGuard(g))
+	}
 	switch {
 	case f.CertFile != "" || f.KeyFile != "":
 		if f.SelfSignedSecret != "" {
@@ -57,13 +93,9 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 		if !ok || ns == "" || name == "" {
 			return nil, fmt.Errorf("webhook flags: --self-signed-secret=%s: want namespace/name", f.SelfSignedSecret)
 		}
-		newClient := f.newClient
-		if newClient == nil {
-			newClient = loadClient
-		}
-		client, err := newClient(f.Kubeconfig)
+		client, err := kube()
 		if err != nil {
-			return nil, fmt.Errorf("webhook flags: %w", err)
+			return nil, err
 		}
 		self := SelfSigned{Client: client, Namespace: ns, Secret: name, WebhookConfiguration: f.WebhookConfiguration, DNSNames: split(f.DNSNames)}
 		for _, s := range split(f.IPAddresses) {

@@ -43,8 +43,9 @@ func TestFlags(t *testing.T) {
 		return kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
 	}
 	for _, tc := range []struct {
-		args    []string
-		wantErr string
+		args       []string
+		wantErr    string
+		wantLayout bool // the Server serves a LayoutGuard of the driver
 	}{
 		{args: []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}},
 		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--dns-names=a,a.ns,a.ns.svc", "--ip-addresses=127.0.0.1"}},
@@ -55,6 +56,8 @@ func TestFlags(t *testing.T) {
 		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--ip-addresses=localhost"}, wantErr: `"localhost" is not an IP address`},
 		{args: []string{"--self-signed-secret=ns/s", "--dns-names=a"}, wantErr: "ValidatingWebhookConfiguration"},
 		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c"}, wantErr: "DNS name or an IP address"},
+		{args: []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--layout-allocations"}, wantLayout: true},
+		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--dns-names=a", "--layout-allocations"}, wantLayout: true},
 	} {
 		fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -63,7 +66,13 @@ func TestFlags(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		_, err := f.Server(v)
+		srv, err := f.Server(v)
+		if err == nil && (srv.o.layout != nil) != tc.wantLayout {
+			t.Errorf("%v: layout guard %v, want %v", tc.args, srv.o.layout != nil, tc.wantLayout)
+		}
+		if err == nil && srv.o.layout != nil && srv.o.layout.Driver() != "g.example.com" {
+			t.Errorf("%v: layout guard of %s", tc.args, srv.o.layout.Driver())
+		}
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)

@@ -13,8 +13,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Server serves a [Validator] over HTTPS at [Path], as the service (or
-// URL) of a ValidatingWebhook, with /healthz and /readyz on the same
+// Server serves a [Validator] over HTTPS at [Path], and a [LayoutGuard]
+// at [LayoutPath] when given one ([WithLayoutGuard]), as the service (or
+// URL) of ValidatingWebhooks, with /healthz and /readyz on the same
 // port. Its certificate is either its own ([WithSelfSignedCert]) or read
 // from files that something else renews, e.g. cert-manager's Secret
 // mounted into the pod ([WithCertFiles]).
@@ -35,6 +36,7 @@ type options struct {
 	certFile, keyFile string
 	self              *SelfSigned
 	interval          time.Duration
+	layout            *LayoutGuard
 }
 
 // DefaultAddress is where a Server listens unless [WithAddress] says
@@ -99,8 +101,22 @@ func WithCheckInterval(d time.Duration) Option {
 	}
 }
 
+// WithLayoutGuard makes the Server serve g at [LayoutPath] too, and run
+// it: the Server is ready ([Server.Started], /readyz) only once g has
+// synced, and stops g when it stops. g must not be run otherwise.
+func WithLayoutGuard(g *LayoutGuard) Option {
+	return func(o *options) error {
+		if g == nil {
+			return errors.New("WithLayoutGuard: nil guard")
+		}
+		o.layout = g
+		return nil
+	}
+}
+
 // NewServer returns a Server of v, not running yet. Exactly one of
-// [WithCertFiles] and [WithSelfSignedCert] is needed.
+// [WithCertFiles] and [WithSelfSignedCert] is needed. v may be nil when
+// [WithLayoutGuard] is given: the Server then serves only the guard.
 func NewServer(v *Validator, opts ...Option) (*Server, error) {
 	o := options{address: DefaultAddress, interval: time.Minute}
 	for _, opt := range opts {
@@ -108,8 +124,11 @@ func NewServer(v *Validator, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("new admission server: %w", err)
 		}
 	}
-	if v == nil {
-		return nil, errors.New("new admission server: nil validator")
+	if v == nil && o.layout == nil {
+		return nil, errors.New("new admission server: nil validator and no layout guard")
+	}
+	if v != nil && o.layout != nil && v.Driver() != o.layout.Driver() {
+		return nil, fmt.Errorf("new admission server: the validator's driver %s is not the layout guard's, %s", v.Driver(), o.layout.Driver())
 	}
 	if (o.certFile == "") == (o.self == nil) {
 		return nil, errors.New("new admission server: give WithCertFiles or WithSelfSignedCert (exactly one)")
@@ -118,7 +137,8 @@ func NewServer(v *Validator, opts ...Option) (*Server, error) {
 }
 
 // Started is closed once the Server listens and has a certificate
-// (and, self-signed, has set the caBundle): it is ready.
+// (and, self-signed, has set the caBundle) and its layout guard, if any,
+// has synced: it is ready.
 func (s *Server) Started() <-chan struct{} { return s.started }
 
 // Addr is the address the Server listens on, once [Server.Started] is
@@ -131,8 +151,9 @@ func (s *Server) Addr() string {
 }
 
 // Run gets the certificate (retrying with a growing delay while the API
-// server or the files are not there yet), then serves until ctx is done
-// and returns nil, or an error when it cannot listen.
+// server or the files are not there yet), runs the layout guard if any,
+// then serves until ctx is done and returns nil, or an error when it
+// cannot listen or the guard cannot run.
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	renew := s.loadFiles
@@ -159,15 +180,29 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.ready.Store(true)
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	guardDone := make(chan error, 1)
+	var synced <-chan struct{}
 	mux := http.NewServeMux()
-	mux.Handle(Path, s.v)
+	if s.v != nil {
+		mux.Handle(Path, s.v)
+	}
+	if g := s.o.layout; g != nil {
+		mux.Handle(LayoutPath, g)
+		synced = g.Synced()
+		go func() { guardDone <- g.Run(ctx) }()
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
+		switch {
+		case !s.ready.Load():
 			http.Error(w, "no valid certificate", http.StatusServiceUnavailable)
-			return
+		case s.o.layout != nil && !s.o.layout.HasSynced():
+			http.Error(w, ErrLayoutNotSynced.Error(), http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok\n"))
 		}
-		_, _ = w.Write([]byte("ok\n"))
 	})
 	ln, err := net.Listen("tcp", s.o.address)
 	if err != nil {
@@ -186,7 +221,27 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("Serving admission reviews", "address", addr, "path", Path, "driver", s.v.Driver())
+	paths, driverName := []string{}, ""
+	if s.v != nil {
+		paths, driverName = append(paths, Path), s.v.Driver()
+	}
+	if s.o.layout != nil {
+		paths, driverName = append(paths, LayoutPath), s.o.layout.Driver()
+	}
+	logger.Info("Serving admission reviews", "address", addr, "paths", paths, "driver", driverName)
+	if synced != nil {
+		select {
+		case <-synced:
+		case err := <-guardDone:
+			_ = srv.Close()
+			if err != nil {
+				return fmt.Errorf("admission server: %w", err)
+			}
+			return nil
+		case err := <-done:
+			return fmt.Errorf("admission server: %w", err)
+		}
+	}
 	close(s.started)
 
 	tick := time.NewTicker(s.o.interval)
@@ -195,6 +250,12 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case err := <-done:
 			return fmt.Errorf("admission server: %w", err)
+		case err := <-guardDone:
+			if err != nil && ctx.Err() == nil {
+				_ = srv.Close()
+				return fmt.Errorf("admission server: %w", err)
+			}
+			guardDone = nil
 		case <-tick.C:
 			if err := renew(ctx); err != nil {
 				// The served certificate stays: it is valid for months

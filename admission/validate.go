@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 
@@ -169,32 +168,5 @@ const maxReview = 7 << 20
 // [Validator.Review]'s response. A body that is not one is answered with
 // 400 and no review.
 func (v *Validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReview))
-	if err != nil {
-		http.Error(w, "read AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		if err == nil {
-			err = errors.New("no request")
-		}
-		http.Error(w, "decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: v.Review(r.Context(), review.Request)}
-	if out.APIVersion == "" {
-		out.APIVersion, out.Kind = admissionv1.SchemeGroupVersion.String(), "AdmissionReview"
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		http.Error(w, "encode AdmissionReview: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(b)
+	serveReview(w, r, v.Review)
 }

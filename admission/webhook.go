@@ -60,3 +60,69 @@ func Webhook(driverName string, client admissionregv1.WebhookClientConfig, failu
 		MatchConditions:         []admissionregv1.MatchCondition{{Name: "has-driver-config", Expression: MatchCondition(driverName)}},
 	}
 }
+
+// LayoutPath is where [Server] serves a [LayoutGuard] ([WithLayoutGuard]).
+const LayoutPath = "/validate-layout-allocation"
+
+// LayoutWebhookName is the name of driverName's layout webhook in a
+// ValidatingWebhookConfiguration: "layout." and the driver's name.
+func LayoutWebhookName(driverName string) string { return "layout." + driverName }
+
+// LayoutMatchConditions are the CEL matchConditions of the layout
+// webhook: only an update of a claim's status that allocates it (it had
+// no status.allocation and gets one) with at least one device of
+// driverName is sent. Every other write (the driver's status.devices,
+// reservedFor, deallocation, other drivers' claims) is decided by the API
+// server without calling the webhook: it costs nothing and is never
+// refused, also while the webhook is down.
+func LayoutMatchConditions(driverName string) []admissionregv1.MatchCondition {
+	return []admissionregv1.MatchCondition{
+		{Name: "allocates", Expression: `has(object.status) && has(object.status.allocation) && !(has(oldObject.status) && has(oldObject.status.allocation))`},
+		{Name: "this-driver", Expression: fmt.Sprintf(`has(object.status) && has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) && object.status.allocation.devices.results.exists(r, r.driver == %q)`, driverName)},
+	}
+}
+
+// LayoutWebhook returns driverName's layout ValidatingWebhook, to put in
+// a ValidatingWebhookConfiguration beside [Webhook] (the reference
+// driver's chart renders the same with migPublication=layout,
+// TestChartLayoutPublication): UPDATE of resource.k8s.io
+// resourceclaims/status, matchPolicy Equivalent, only writes that
+// allocate a device of the driver ([LayoutMatchConditions]), no side
+// effects, a 5 s timeout and the given failure policy. client's path
+// (or URL) must end in [LayoutPath].
+//
+// Failure policy: Fail is recommended. While no webhook answers, the
+// scheduler's allocation writes of the driver's devices (all of them:
+// the matchConditions cannot tell a layout pool from another) are
+// refused; PreBind fails and the pods are scheduled again with backoff,
+// so the outage delays this driver's pods and corrupts nothing. Ignore
+// keeps them flowing but admits, silently, exactly the stale allocations
+// the guard exists to stop: what is left then is the driver's fence
+// (a withdrawn device is replaced only after a margin, 1 s in the
+// reference driver) and its checks at prepare (a device withdrawn too
+// long ago is refused, and NVML refuses an overlapping instance), so a
+// stale allocation that passes cannot make two overlapping partitions,
+// but one of the two claims fails at prepare and its pod waits in
+// ContainerCreating instead of being scheduled again. The webhook's own
+// pods use no claims, so Fail cannot keep it from starting.
+func LayoutWebhook(driverName string, client admissionregv1.WebhookClientConfig, failure admissionregv1.FailurePolicyType) admissionregv1.ValidatingWebhook {
+	return admissionregv1.ValidatingWebhook{
+		Name:         LayoutWebhookName(driverName),
+		ClientConfig: client,
+		Rules: []admissionregv1.RuleWithOperations{{
+			Operations: []admissionregv1.OperationType{admissionregv1.Update},
+			Rule: admissionregv1.Rule{
+				APIGroups:   []string{resourceapi.GroupName},
+				APIVersions: []string{"v1"},
+				Resources:   []string{ResourceClaims + "/status"},
+				Scope:       ptr.To(admissionregv1.NamespacedScope),
+			},
+		}},
+		FailurePolicy:           ptr.To(failure),
+		MatchPolicy:             ptr.To(admissionregv1.Equivalent),
+		SideEffects:             ptr.To(admissionregv1.SideEffectClassNone),
+		TimeoutSeconds:          ptr.To[int32](5),
+		AdmissionReviewVersions: []string{"v1"},
+		MatchConditions:         LayoutMatchConditions(driverName),
+	}
+}

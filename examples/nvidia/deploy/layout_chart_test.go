@@ -3,30 +3,38 @@ package deploy_test
 import (
 	"os/exec"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/admission"
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 )
 
-// layoutPolicy is the name of the layout publication's
-// ValidatingAdmissionPolicy and of its binding.
-const layoutPolicy = deploy.DaemonSet + "-layout-allocations"
+// webhookName is the name of the chart's webhook: its Deployment,
+// Service, ServiceAccount and roles.
+const webhookName = "nvidia-dra-driver-webhook"
 
 // TestChartLayoutPublication: migPublication=layout gives the driver
-// --mig-publication=layout and installs the ValidatingAdmissionPolicy
-// that refuses allocations from an older publication of a layout: on
-// UPDATE of resourceclaims/status, only for writes that allocate a device
-// of this driver (matchConditions), once per ResourceSlice (paramKind
-// ResourceSlice, a binding selecting every slice, no slice: allowed),
-// failing closed, denying. The default (placements) leaves the driver's
-// arguments as they were and installs no such policy; any other value is
-// refused with a message. The policy's CEL runs on an API server in
-// TestLayoutPolicy.
+// --mig-publication=layout and needs the webhook (without it the render
+// fails with a message); the webhook then runs with --layout-allocations
+// (its other arguments unchanged), its configuration gets a second entry
+// equal to admission.LayoutWebhook (UPDATE of resourceclaims/status at
+// admission.LayoutPath, only writes that allocate a device of this
+// driver, failurePolicy webhook.layoutFailurePolicy, Fail by default),
+// beside the configuration check unchanged, and its ServiceAccount may
+// get, list and watch ResourceSlices, nothing more. No
+// ValidatingAdmissionPolicy is installed (the one that did this before
+// was evaluated once per ResourceSlice in the cluster). The default
+// (placements) leaves the driver's and the webhook's arguments and the
+// webhook's configuration as they were; any other value is refused with
+// a message. The webhook's behaviour on an API server is
+// admission.TestLayoutOnAPIServer's.
 func TestChartLayoutPublication(t *testing.T) {
 	args := func(r rendered) []string {
 		t.Helper()
@@ -35,104 +43,134 @@ func TestChartLayoutPublication(t *testing.T) {
 		}
 		return r.ds[0].Spec.Template.Spec.Containers[0].Args
 	}
-	layoutObjects := func(r rendered) (*admissionregv1.ValidatingAdmissionPolicy, *admissionregv1.ValidatingAdmissionPolicyBinding) {
-		var p *admissionregv1.ValidatingAdmissionPolicy
-		var b *admissionregv1.ValidatingAdmissionPolicyBinding
-		for _, o := range r.policies {
-			if o.Name == layoutPolicy {
-				p = o
+	webhookArgs := func(r rendered) []string {
+		t.Helper()
+		for _, d := range r.deployments {
+			if d.Name == webhookName {
+				return d.Spec.Template.Spec.Containers[0].Args
 			}
 		}
-		for _, o := range r.bindings {
-			if o.Name == layoutPolicy {
-				b = o
+		t.Fatal("no webhook Deployment")
+		return nil
+	}
+	without := func(args []string, arg string) (rest []string, n int) {
+		for _, a := range args {
+			if a == arg {
+				n++
+				continue
+			}
+			rest = append(rest, a)
+		}
+		return rest, n
+	}
+	// grants are the rules of the webhook's ServiceAccount's roles.
+	grants := func(r rendered) []string {
+		var roles []string
+		for _, b := range r.crbs {
+			if len(b.Subjects) == 1 && b.Subjects[0].Name == webhookName && b.Subjects[0].Namespace == deploy.Namespace {
+				roles = append(roles, b.RoleRef.Name)
 			}
 		}
-		return p, b
+		var out []string
+		for _, role := range r.clusterRoles {
+			if slices.Contains(roles, role.Name) {
+				out = append(out, rules("", role.Rules)...)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	service := func(path string) admissionregv1.WebhookClientConfig {
+		return admissionregv1.WebhookClientConfig{Service: &admissionregv1.ServiceReference{
+			Namespace: deploy.Namespace, Name: webhookName, Path: ptr.To(path), Port: ptr.To[int32](443)}}
 	}
 
-	def := template(t)
-	if p, b := layoutObjects(def); p != nil || b != nil {
-		t.Errorf("default values render the layout policy (%v) or its binding (%v)", p != nil, b != nil)
+	def := template(t, "webhook.enabled=true")
+	for _, p := range def.policies {
+		if strings.Contains(p.Name, "layout") {
+			t.Errorf("default values render the policy %s", p.Name)
+		}
 	}
 	defArgs := args(def)
 	if slices.ContainsFunc(defArgs, func(a string) bool { return strings.Contains(a, "mig-publication") }) {
 		t.Errorf("default args %v name a MIG publication", defArgs)
 	}
-	if diff := cmp.Diff(defArgs, args(template(t, "migPublication=placements"))); diff != "" {
+	if slices.Contains(webhookArgs(def), "--layout-allocations") {
+		t.Errorf("default webhook args %v check layout allocations", webhookArgs(def))
+	}
+	if len(def.webhooks) != 1 || len(def.webhooks[0].Webhooks) != 1 {
+		t.Errorf("default: %d webhook configurations, want one of one webhook", len(def.webhooks))
+	}
+	placements := template(t, "webhook.enabled=true", "migPublication=placements")
+	if diff := cmp.Diff(defArgs, args(placements)); diff != "" {
 		t.Errorf("migPublication=placements changes the args (-default +placements):\n%s", diff)
 	}
-
-	r := template(t, "migPublication=layout")
-	la := args(r)
-	var rest []string
-	n := 0
-	for _, a := range la {
-		if a == "--mig-publication=layout" {
-			n++
-			continue
-		}
-		rest = append(rest, a)
+	if diff := cmp.Diff(def.webhooks, placements.webhooks); diff != "" {
+		t.Errorf("migPublication=placements changes the webhooks (-default +placements):\n%s", diff)
 	}
+
+	r := template(t, "webhook.enabled=true", "migPublication=layout")
+	rest, n := without(args(r), "--mig-publication=layout")
 	if n != 1 {
-		t.Errorf("migPublication=layout: args %v, want --mig-publication=layout once", la)
+		t.Errorf("migPublication=layout: args %v, want --mig-publication=layout once", args(r))
 	}
 	if diff := cmp.Diff(defArgs, rest); diff != "" {
 		t.Errorf("migPublication=layout changes other args (-default +layout):\n%s", diff)
 	}
-
-	p, b := layoutObjects(r)
-	if p == nil || b == nil {
-		t.Fatalf("migPublication=layout: policy %v, binding %v; want both named %s", p != nil, b != nil, layoutPolicy)
+	rest, n = without(webhookArgs(r), "--layout-allocations")
+	if n != 1 {
+		t.Errorf("migPublication=layout: webhook args %v, want --layout-allocations once", webhookArgs(r))
 	}
-	s := p.Spec
-	if s.FailurePolicy == nil || *s.FailurePolicy != admissionregv1.Fail {
-		t.Errorf("failurePolicy %v, want Fail", s.FailurePolicy)
+	if diff := cmp.Diff(webhookArgs(def), rest); diff != "" {
+		t.Errorf("migPublication=layout changes the webhook's other args (-default +layout):\n%s", diff)
 	}
-	if s.ParamKind == nil || s.ParamKind.APIVersion != "resource.k8s.io/v1" || s.ParamKind.Kind != "ResourceSlice" {
-		t.Errorf("paramKind %+v, want resource.k8s.io/v1 ResourceSlice", s.ParamKind)
-	}
-	var rules []string
-	if s.MatchConstraints != nil {
-		for _, rr := range s.MatchConstraints.ResourceRules {
-			for _, res := range rr.Resources {
-				for _, op := range rr.Operations {
-					rules = append(rules, strings.Join(rr.APIGroups, ",")+"/"+strings.Join(rr.APIVersions, ",")+"/"+res+"/"+string(op))
-				}
-			}
+	for _, p := range r.policies {
+		if strings.Contains(p.Name, "layout") {
+			t.Errorf("migPublication=layout renders the policy %s; the webhook does its work", p.Name)
 		}
 	}
-	if diff := cmp.Diff([]string{"resource.k8s.io/*/resourceclaims/status/UPDATE"}, rules); diff != "" {
-		t.Errorf("matchConstraints (-want +got):\n%s", diff)
+	if len(r.webhooks) != 1 || len(r.webhooks[0].Webhooks) != 2 {
+		t.Fatalf("migPublication=layout: %d webhook configurations, want one of two webhooks", len(r.webhooks))
 	}
-	var conds []string
-	for _, c := range s.MatchConditions {
-		conds = append(conds, c.Expression)
+	ws := r.webhooks[0].Webhooks
+	if diff := cmp.Diff(def.webhooks[0].Webhooks[0], ws[0]); diff != "" {
+		t.Errorf("migPublication=layout changes the configuration check (-default +layout):\n%s", diff)
 	}
-	all := strings.Join(conds, " && ")
-	if !strings.Contains(all, "oldObject.status.allocation") || !strings.Contains(all, `r.driver == "`+nvdriver.DriverName+`"`) {
-		t.Errorf("matchConditions %q: want only writes that allocate a device of %s", conds, nvdriver.DriverName)
+	want := admission.LayoutWebhook(nvdriver.DriverName, service(admission.LayoutPath), admissionregv1.Fail)
+	if diff := cmp.Diff(want, ws[1]); diff != "" {
+		t.Errorf("the chart's layout webhook differs from admission.LayoutWebhook (-want +got):\n%s", diff)
 	}
-	if len(s.Validations) != 1 || s.Validations[0].MessageExpression == "" {
-		t.Errorf("validations %+v, want one with a messageExpression", s.Validations)
-	}
-	if p.Labels["app.kubernetes.io/instance"] != deploy.Release || b.Labels["app.kubernetes.io/instance"] != deploy.Release {
-		t.Errorf("labels %v, %v: want the chart's", p.Labels, b.Labels)
-	}
-	bs := b.Spec
-	if bs.PolicyName != layoutPolicy || !slices.Equal(bs.ValidationActions, []admissionregv1.ValidationAction{admissionregv1.Deny}) {
-		t.Errorf("binding %s to %s with %v, want Deny through %s", b.Name, bs.PolicyName, bs.ValidationActions, layoutPolicy)
-	}
-	if pr := bs.ParamRef; pr == nil || pr.Name != "" || pr.Selector == nil || len(pr.Selector.MatchLabels) != 0 || len(pr.Selector.MatchExpressions) != 0 ||
-		pr.ParameterNotFoundAction == nil || *pr.ParameterNotFoundAction != admissionregv1.AllowAction {
-		t.Errorf("paramRef %+v, want selector {} (every slice) and parameterNotFoundAction Allow", pr)
-	}
-	if bs.MatchResources != nil {
-		t.Errorf("binding matchResources %+v, want every namespace", bs.MatchResources)
+	wantGrants := append(grants(def), "/resource.k8s.io/resourceslices/get/*", "/resource.k8s.io/resourceslices/list/*", "/resource.k8s.io/resourceslices/watch/*")
+	sort.Strings(wantGrants)
+	if diff := cmp.Diff(wantGrants, grants(r)); diff != "" {
+		t.Errorf("the webhook's cluster grants with migPublication=layout (-want +got):\n%s", diff)
 	}
 
+	// The failure policy is a value; by URL, the guard's path.
+	ignore := template(t, "webhook.enabled=true", "migPublication=layout", "webhook.layoutFailurePolicy=Ignore",
+		"webhook.url=https://127.0.0.1:8443/", "webhook.hostNetwork=true")
+	want = admission.LayoutWebhook(nvdriver.DriverName, admissionregv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:8443" + admission.LayoutPath)}, admissionregv1.Ignore)
+	if len(ignore.webhooks) != 1 || len(ignore.webhooks[0].Webhooks) != 2 {
+		t.Fatalf("layoutFailurePolicy=Ignore, url: %d configurations", len(ignore.webhooks))
+	}
+	if diff := cmp.Diff(want, ignore.webhooks[0].Webhooks[1]); diff != "" {
+		t.Errorf("layoutFailurePolicy=Ignore, url (-want +got):\n%s", diff)
+	}
+	// With cert-manager's certificates (not decodable here: read as
+	// text), the same role and its binding to the webhook.
+	cm := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "webhook.enabled=true",
+		"--set", "migPublication=layout", "--set", "webhook.certManager.enabled=true")
+	if strings.Count(cm, "name: "+webhookName+"-layout\n") != 3 || !strings.Contains(cm, "resources: [resourceslices]\n    verbs: [get, list, watch]") ||
+		!strings.Contains(cm, "- --layout-allocations") {
+		t.Errorf("with cert-manager: the webhook's ClusterRole %s-layout, its binding or --layout-allocations missing", webhookName)
+	}
+
+	out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "migPublication=layout").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "migPublication=layout needs the webhook (webhook.enabled=true)") {
+		t.Errorf("migPublication=layout without the webhook: %v\n%s", err, out)
+	}
 	for _, bad := range []string{"bogus", "Layout", ""} {
-		out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "migPublication="+bad).CombinedOutput()
+		out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "webhook.enabled=true", "--set", "migPublication="+bad).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "migPublication must be placements") || !strings.Contains(string(out), `not "`+bad+`"`) {
 			t.Errorf("migPublication=%q: %v\n%s", bad, err, out)
 		}

@@ -2,23 +2,29 @@ package deploy_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/admission"
+	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/examples/nvidia/drivercmd"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -64,29 +70,139 @@ func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resour
 	return c
 }
 
-// staleMessage is what the layout policy says of device in pool.
+// staleMessage is what the layout webhook says of device in pool.
 func staleMessage(device, pool string) string {
 	return "device " + device + " of pool " + pool + " (driver " + nvdriver.DriverName + ") was allocated from an older publication of the layout"
 }
 
-// TestLayoutPolicy installs the chart with migPublication=layout on a
-// real API server and writes allocations as the scheduler's PreBind
-// does. ResourceSlices: the driver's one-slice pool n1 (the layout
-// publication) listing gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1, a pool n2 of
-// two slices, another driver's slice for pool n1. An allocation of a
-// device the current slice of its pool lists is admitted; of one it does
-// not list, or no longer lists after the slice is updated, refused with a
-// message that names the device. Admitted too: a device of the
+// layoutValues are the chart's values of the layout publication with the
+// webhook on the host's network at port, called by URL (the local
+// cluster has no service proxy).
+func layoutValues(port int) []string {
+	return []string{"migPublication=layout", "webhook.enabled=true", "webhook.hostNetwork=true",
+		fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port)}
+}
+
+// serveChartWebhook runs, in the test's process, the webhook that r's
+// Deployment runs: the reference driver's configuration scheme and
+// admission.Flags parsed from the Deployment's arguments (those of the
+// component flags left out), with kubeconfig, until the test ends or
+// stop is called. It returns once the server is ready (its
+// layout guard synced).
+func serveChartWebhook(tb testing.TB, ctx context.Context, kubeconfig string, r rendered) (stop func()) {
+	tb.Helper()
+	var args []string
+	for _, d := range r.deployments {
+		if d.Name == webhookName {
+			args = d.Spec.Template.Spec.Containers[0].Args
+		}
+	}
+	if len(args) == 0 || args[0] != drivercmd.WebhookCommand {
+		tb.Fatalf("webhook Deployment args %v", args)
+	}
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	var f admission.Flags
+	f.Register(fs)
+	own := []string{"--kubeconfig=" + kubeconfig}
+	for _, a := range args[1:] {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if fs.Lookup(name) != nil {
+			own = append(own, a)
+		}
+	}
+	if err := fs.Parse(own); err != nil {
+		tb.Fatal(err)
+	}
+	if !f.LayoutAllocations {
+		tb.Fatalf("webhook args %v: no --layout-allocations", args)
+	}
+	v, err := admission.NewValidator(nvdriver.ConfigScheme())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := f.Server(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("webhook: %v", err)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	select {
+	case <-srv.Started():
+	case err := <-done:
+		tb.Fatalf("webhook stopped: %v", err)
+	case <-ctx.Done():
+		tb.Fatal("the webhook did not start")
+	}
+	return stop
+}
+
+// freeLocalPort is a port nothing listens on now.
+func freeLocalPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// asWebhook is a kubeconfig of env's cluster that acts as the chart's
+// webhook's ServiceAccount.
+func asWebhook(t *testing.T, env *testenv.Env) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = "system:serviceaccount:" + deploy.Namespace + ":" + webhookName
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + deploy.Namespace, "system:authenticated"}
+	}
+	path := filepath.Join(t.TempDir(), "webhook.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestLayoutWebhook installs the chart with migPublication=layout and
+// the webhook (by URL, on the host's network) on a real API server, runs
+// the webhook its Deployment describes (serveChartWebhook) as its
+// ServiceAccount (the chart's RBAC: its Secret, its configuration's
+// caBundle, the driver's ResourceSlices), and writes
+// allocations as the scheduler's PreBind does. ResourceSlices: the
+// driver's one-slice pool n1 (the layout publication) listing
+// gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1, a pool n2 of two slices, another
+// driver's slice for pool n1. An allocation of a device the current
+// slice of its pool lists is admitted; of one it does not list, or no
+// longer lists after the slice is updated, refused with a message that
+// names the claim and the device. Admitted too: a device of the
 // two-slice pool that only its other slice lists, another driver's
 // device, a device of a pool without slices; and every write that does
 // not allocate: the driver's status.devices and the scheduler's
 // reservedFor on a claim whose device is no longer published,
-// deallocation.
-func TestLayoutPolicy(t *testing.T) {
+// deallocation. (admission.TestLayoutOnAPIServer checks the same of the
+// SDK's webhook, and what happens while it is down.)
+func TestLayoutWebhook(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	helmInstall(t, ctx, env, "migPublication=layout")
+	values := layoutValues(freeLocalPort(t))
+	helmInstall(t, ctx, env, values...)
+	// The webhook as its ServiceAccount: the chart's grants suffice.
+	serveChartWebhook(t, ctx, asWebhook(t, env), template(t, values...))
 	const ns, other = "layout", "other.example.com"
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -113,9 +229,9 @@ func TestLayoutPolicy(t *testing.T) {
 		return c
 	}
 	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
-	// untilStale waits until the policy refuses an allocation of device
-	// of pool n1 (the policy was just created, or the slice just updated:
-	// the API server sees slices through its own informer).
+	// untilStale waits until an allocation of device of pool n1 is
+	// refused (the API server reads the webhook's configuration, and the
+	// webhook the slices, through informers).
 	probe := newClaim("probe")
 	untilStale := func(device string) {
 		t.Helper()
@@ -135,20 +251,6 @@ func TestLayoutPolicy(t *testing.T) {
 	}
 
 	untilStale("gpu-0-1g-18gb-7")
-	// The API server type-checked the policy's CEL without a warning.
-	// (It does not catch a misspelt field of the param, a slice: that is
-	// an error at evaluation, which fails the refusals checked here.)
-	var pol *admissionregv1.ValidatingAdmissionPolicy
-	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		var err error
-		pol, err = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, layoutPolicy, metav1.GetOptions{})
-		return err == nil && pol.Status.ObservedGeneration == pol.Generation && pol.Status.TypeChecking != nil, nil
-	}); err != nil {
-		t.Fatalf("policy %s not type-checked: %v", layoutPolicy, err)
-	}
-	if w := pol.Status.TypeChecking.ExpressionWarnings; len(w) > 0 {
-		t.Errorf("type-checking warnings: %+v", w)
-	}
 	_, err := claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
 	refused(t, "allocate a device the slice does not list", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
 	if err != nil && !strings.Contains(err.Error(), "claim "+ns+"/unlisted") {
@@ -196,64 +298,66 @@ func TestLayoutPolicy(t *testing.T) {
 	}
 }
 
-// BenchmarkLayoutPolicy measures the layout policy's price on a real API
-// server with 500 one-slice pools of this driver (each a node of 8 GPUs
-// as the layout publishes it: 56 MIG devices with the driver's
+// BenchmarkLayoutWebhook measures the layout webhook's price on a real
+// API server with 500 one-slice pools of this driver (each a node of 8
+// GPUs as the layout publishes it: 56 MIG devices with the driver's
 // attributes): the latency of the scheduler's allocation write
 // (UpdateStatus setting status.allocation to a device the current slice
 // lists) and of the driver's status.devices write that follows, with the
-// chart's policy and without it. Both are measured in the same run,
-// interleaved write by write: the chart's binding is installed with a
-// namespaceSelector, so that the claims of one namespace go through the
-// policy and those of the other do not (its binding does not match: no
-// params are collected, nothing is evaluated). Each of b.N iterations is
-// 5 rounds of 20 writes of each kind; it reports the median latencies
-// and the ratios with policy / without: the median over the rounds and
-// their minimum and maximum. Run with
+// chart's webhook configuration (the webhook in the test's process, as
+// its Deployment runs it, called by URL) and without it. Both are
+// measured in the same run, interleaved write by write: the chart's
+// layout webhook is registered with a namespaceSelector, so that the
+// claims of one namespace go through it and those of the other do not.
+// Each of b.N iterations is 5 rounds of 20 writes of each kind; it
+// reports the median latencies and the ratios with webhook / without:
+// the median over the rounds and their minimum and maximum. Run with
 // -benchtime=1x (the cluster starts once per call of the function, and
 // go test calls it again for every b.N above 1).
-func BenchmarkLayoutPolicy(b *testing.B) {
+func BenchmarkLayoutWebhook(b *testing.B) {
 	const pools, gpus, perGPU, rounds, writes = 500, 8, 7, 5, 20
 	env := testenv.Start(b)
 	ctx := context.Background()
 
-	r := template(b, "migPublication=layout")
-	var policyName string
-	for _, p := range r.policies {
-		if strings.HasSuffix(p.Name, "-layout-allocations") {
-			policyName = p.Name
-			if _, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	const on, off = "with-policy", "without-policy"
-	for _, bd := range r.bindings {
-		if bd.Spec.PolicyName == policyName {
-			bd.Spec.MatchResources = &admissionregv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"layout-policy": "on"}}}
-			if _, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, bd, metav1.CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	for _, ns := range []string{on, off} {
+	values := layoutValues(freeLocalPort(b))
+	r := template(b, values...)
+	const on, off = "with-webhook", "without-webhook"
+	for _, ns := range []string{deploy.Namespace, on, off} {
 		labels := map[string]string{}
 		if ns == on {
-			labels["layout-policy"] = "on"
+			labels["layout-webhook"] = "on"
 		}
 		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	for _, s := range r.secrets {
+		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(r.webhooks) != 1 || len(r.webhooks[0].Webhooks) != 2 {
+		b.Fatalf("%d webhook configurations", len(r.webhooks))
+	}
+	cfg := r.webhooks[0]
+	cfg.Webhooks = cfg.Webhooks[1:]
+	if cfg.Webhooks[0].Name != admission.LayoutWebhookName(nvdriver.DriverName) {
+		b.Fatalf("webhook %s, want the layout's", cfg.Webhooks[0].Name)
+	}
+	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"layout-webhook": "on"}}
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
 	createSlices(b, ctx, env.Client, pools, gpus, perGPU)
-	// The policy is active, and sees every slice, once it refuses an
+	serveChartWebhook(b, ctx, env.Kubeconfig, r)
+	// The webhook is called, and has every slice, once it refuses an
 	// allocation of a device the last slice does not list.
 	probe, err := claimIn(ctx, env.Client, on, "probe")
 	if err != nil {
 		b.Fatal(err)
 	}
 	last := fmt.Sprintf("node-%03d", pools-1)
-	untilRefused(b, ctx, "the policy with every slice", func(ctx context.Context) error {
+	untilRefused(b, ctx, "the webhook with every slice", func(ctx context.Context) error {
 		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, last, "gpu-9-1g-18gb-0"),
 			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
@@ -291,8 +395,8 @@ func BenchmarkLayoutPolicy(b *testing.B) {
 			return got, d
 		}
 		for w, p := range ps {
-			// A device the current slice of a pool lists: the policy
-			// evaluates every slice and refuses none.
+			// A device the current slice of a pool lists: the webhook
+			// looks it up and admits it.
 			pool := fmt.Sprintf("node-%03d", (i*writes+w)%pools)
 			dev := fmt.Sprintf("gpu-%d-1g-18gb-%d", w%gpus, w%perGPU)
 			order := []*resourceapi.ResourceClaim{p.on, p.off}
@@ -334,7 +438,7 @@ func BenchmarkLayoutPolicy(b *testing.B) {
 		b.ReportMetric(mr, what+"-ratio")
 		b.ReportMetric(lo, what+"-ratio-min")
 		b.ReportMetric(hi, what+"-ratio-max")
-		b.Logf("%s writes, %d slices of %d devices: median %.2f ms with the policy, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+		b.Logf("%s writes, %d slices of %d devices: median %.2f ms with the webhook, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
 			what, pools, gpus*perGPU, ms(median(with)), ms(median(without)), len(with), mr, lo, hi, len(ratios))
 	}
 	report("alloc", allocOn, allocOff, allocRatios)

@@ -20,8 +20,11 @@ import (
 // admission webhook (package admission, with nvdriver.ConfigScheme): what
 // the chart's webhook Deployment runs, from the driver's own image. It
 // refuses a ResourceClaim or ResourceClaimTemplate whose GpuConfig is bad
-// with the message prepare would give. Its flags are admission.Flags',
-// --feature-gates and the logging flags.
+// with the message prepare would give and, with --layout-allocations (the
+// chart's migPublication=layout), an allocation of a device that the
+// current slice of its one-slice pool no longer lists
+// (admission.LayoutGuard). Its flags are admission.Flags', --feature-gates
+// and the logging flags.
 const WebhookCommand = "webhook"
 
 // ProbeCommand is the first argument that makes Run ask the driver's
