@@ -109,8 +109,8 @@ func TestE2E(t *testing.T) { e2e(t, false) }
 
 // TestE2ELayout is TestE2E with the chart's migPublication=layout: the
 // driver publishes each dynamic GPU's layout, made for the story's pods
-// as they arrive, and the chart's admission policy refuses stale
-// allocations. The same pods must run and see the same kinds of devices,
+// as they arrive, and the chart's webhook (its pod on the node) refuses
+// stale allocations, failing closed. The same pods must run and see the same kinds of devices,
 // survive the driver's restart, and leave nothing; every version of the
 // node's layout pool is one slice without counters and a valid layout
 // per GPU. (The defragmenter, which reads the placements publication,
@@ -124,7 +124,9 @@ func e2e(t *testing.T, layout bool) {
 	values := deploy.SimulatorValues()
 	var versions *layoutVersions
 	if layout {
-		values = append(values, "migPublication=layout")
+		// The layout's stale-allocation check runs in the chart's
+		// webhook, a pod on the node (host network).
+		values = append(values, layoutValues(freeLocalPort(t))...)
 		versions = watchLayout(t, ctx, env)
 	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
