@@ -634,3 +634,37 @@ func TestLayoutPublisherRestore(t *testing.T) {
 		t.Error("Restore of an overlapping layout did not fail")
 	}
 }
+
+// TestLayoutPoolNames: the names LayoutPoolNames gives before any layout
+// are those of the pools LayoutPools makes, for a node that fits one
+// pool and one cut into groups.
+func TestLayoutPoolNames(t *testing.T) {
+	p, err := mig.Lookup("H100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{8, 20} {
+		var cards []partition.Card
+		var lc []partition.LayoutCard
+		for i := range n {
+			cards = append(cards, partition.Card{Index: i, Scheme: p.Scheme()})
+			lc = append(lc, partition.LayoutCard{Index: i, Scheme: p.Scheme()})
+		}
+		m, err := partition.NewCounterModel(cards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools, err := m.LayoutPools("node", lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, pl := range pools {
+			want = append(want, pl.Name)
+		}
+		got, err := partition.LayoutPoolNames("node", lc)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%d cards: LayoutPoolNames = %v, %v; LayoutPools made %v", n, got, err, want)
+		}
+	}
+}

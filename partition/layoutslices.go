@@ -94,6 +94,27 @@ func layoutGroups(name string, cards []LayoutCard, limit int) ([]layoutPool, err
 	return groups, nil
 }
 
+// LayoutPoolNames is the names of the pools LayoutPools makes of a
+// node's cards (WithPoolDevices as for LayoutPools): name alone, or one
+// name per group of cards. It depends on the cards' schemes and indices
+// only, never on their layouts, so a driver can ask it before any
+// layout exists (to read what claims hold of those pools).
+func LayoutPoolNames(name string, cards []LayoutCard, opts ...Option) ([]string, error) {
+	limit, err := poolLimit(opts)
+	if err != nil {
+		return nil, fmt.Errorf("layout pool names: %w", err)
+	}
+	groups, err := layoutGroups(name, cards, limit)
+	if err != nil {
+		return nil, fmt.Errorf("layout pool names: %w", err)
+	}
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g.name
+	}
+	return out, nil
+}
+
 // layoutDevices returns the model's devices of one pool's cards, without
 // counter consumption: per card in index order, the whole card's device
 // when its layout is empty, else one device per partition in layout

@@ -106,6 +106,9 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 	for i, c := range cards {
 		indices[i] = c.Index
 	}
+	// Health taints lower the API's limit of devices per slice to 64,
+	// shared with the node pool's devices when the layout joins it.
+	limit := max(1, device.MaxDevicesPerSliceWithTaintsOrCounters-nodeDevices)
 	d.layoutMu.Lock()
 	defer d.layoutMu.Unlock()
 	ls := &d.layout
@@ -114,7 +117,7 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 		if err != nil {
 			return nil, err
 		}
-		d.restoreLayout(pub, cards, byIndex)
+		d.restoreLayout(pub, cards, byIndex, limit)
 		ls.pub, ls.cards = pub, indices
 	}
 
@@ -124,17 +127,16 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 	if err != nil {
 		return nil, err
 	}
-	// Health taints lower the API's limit of devices per slice to 64,
-	// shared with the node pool's devices when the layout joins it.
-	limit := max(1, device.MaxDevicesPerSliceWithTaintsOrCounters-nodeDevices)
-	allocated := map[string]bool{}
-	for _, p := range d.layoutPoolNames(cards, limit) {
-		for _, n := range d.o.layoutSrc.Allocated(p) {
-			allocated[n] = true
-		}
+	poolNames, err := d.layoutPoolNames(cards, limit)
+	if err != nil {
+		return nil, err
 	}
+	var held []string
+	for _, p := range poolNames {
+		held = append(held, d.o.layoutSrc.Allocated(p)...)
+	}
+	allocated := devicesByGPU(held)
 	var uses []partition.CardUse
-	profiles := map[int][]string{}
 	for _, f := range fleet {
 		g := byIndex[f.Index]
 		u := partition.CardUse{Index: f.Index}
@@ -161,15 +163,12 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 				add(in.Profile, in.Start)
 			}
 		}
-		for n := range allocated {
-			ref, err := mig.ParseDeviceName(n)
-			if err != nil || ref.GPU != g.Index {
-				continue
-			}
-			if ref.Profile == "" {
-				u.Whole = true
-			} else if pr, err := g.product.Profile(ref.Profile); err == nil {
-				add(pr.Name, ref.Start)
+		if a := allocated[g.Index]; a != nil {
+			u.Whole = u.Whole || a.whole
+			for _, in := range a.parts {
+				if pr, err := g.product.Profile(in.Profile); err == nil {
+					add(pr.Name, in.Start)
+				}
 			}
 		}
 		if u.Whole && len(u.InUse) > 0 {
@@ -177,9 +176,6 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 			// while one is going and the other coming. The MIG devices
 			// stay published; the whole GPU waits.
 			u.Whole = false
-		}
-		for _, in := range u.InUse {
-			profiles[g.Index] = append(profiles[g.Index], in.Profile)
 		}
 		uses = append(uses, u)
 	}
@@ -200,11 +196,12 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 	// The devices: the counter model's, without counters, for every
 	// advertised profile and those in use.
 	var model []mig.GPU
-	for _, g := range gpus {
+	for _, u := range uses {
+		g := byIndex[u.Index]
 		ps := slices.Clone(g.profiles)
-		for _, p := range profiles[g.Index] {
-			if !slices.Contains(ps, p) {
-				ps = append(ps, p)
+		for _, in := range u.InUse {
+			if !slices.Contains(ps, in.Profile) {
+				ps = append(ps, in.Profile)
 			}
 		}
 		model = append(model, mig.GPU{Index: g.Index, Product: g.product, Profiles: ps})
@@ -237,20 +234,43 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 	return pools, nil
 }
 
-// layoutPoolNames is the names of the pools LayoutPools makes of cards.
-func (d *Driver) layoutPoolNames(cards []partition.Card, limit int) []string {
-	total := 0
-	for _, c := range cards {
-		total += c.Scheme.MaxLayoutDevices()
-	}
-	if total <= limit {
-		return []string{d.node}
-	}
-	var out []string
-	for _, c := range cards {
-		out = append(out, c.Scheme.PoolName(d.node, c.Index))
+// gpuDevices is what device names of the counter model say per GPU: its
+// whole device, and its MIG devices as a layout. Other names are skipped.
+type gpuDevices struct {
+	whole bool
+	parts mig.Layout
+}
+
+// devicesByGPU reads names once into gpuDevices per GPU index.
+func devicesByGPU(names []string) map[int]*gpuDevices {
+	out := map[int]*gpuDevices{}
+	for _, n := range names {
+		ref, err := mig.ParseDeviceName(n)
+		if err != nil {
+			continue
+		}
+		g := out[ref.GPU]
+		if g == nil {
+			g = &gpuDevices{}
+			out[ref.GPU] = g
+		}
+		if ref.Profile == "" {
+			g.whole = true
+		} else {
+			g.parts = append(g.parts, mig.Instance{Profile: ref.Profile, Start: ref.Start})
+		}
 	}
 	return out
+}
+
+// layoutPoolNames is the names of the pools LayoutPools makes of cards
+// (partition.LayoutPoolNames).
+func (d *Driver) layoutPoolNames(cards []partition.Card, limit int) ([]string, error) {
+	lc := make([]partition.LayoutCard, len(cards))
+	for i, c := range cards {
+		lc[i] = partition.LayoutCard{Index: c.Index, Scheme: c.Scheme}
+	}
+	return partition.LayoutPoolNames(d.node, lc, partition.WithPoolDevices(limit))
 }
 
 // defaultMix is the profiles a partitioned GPU's free space is filled
@@ -353,33 +373,29 @@ func (d *Driver) MaxPerClaim(profile string) int {
 // devices and fences those it drops. A GPU whose devices do not form a
 // valid layout any more is left out (laid out afresh); a GPU that had
 // nothing published is too.
-func (d *Driver) restoreLayout(pub *partition.LayoutPublisher, cards []partition.Card, byIndex map[int]*gpuInfo) {
+func (d *Driver) restoreLayout(pub *partition.LayoutPublisher, cards []partition.Card, byIndex map[int]*gpuInfo, limit int) {
 	src, ok := d.o.layoutSrc.(publishedSource)
 	if !ok {
 		return
 	}
-	whole := map[int]bool{}
-	layouts := map[int]mig.Layout{}
-	for _, pool := range d.layoutPoolNames(cards, device.MaxDevicesPerSliceWithTaintsOrCounters) {
-		for _, n := range src.Published(pool) {
-			ref, err := mig.ParseDeviceName(n)
-			if err != nil || byIndex[ref.GPU] == nil {
-				continue
-			}
-			if ref.Profile == "" {
-				whole[ref.GPU] = true
-			} else {
-				layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
-			}
-		}
+	pools, err := d.layoutPoolNames(cards, limit)
+	if err != nil {
+		klog.Background().Error(err, "MIG layout: what was published before the start is not restored")
+		return
 	}
+	var names []string
+	for _, pool := range pools {
+		names = append(names, src.Published(pool)...)
+	}
+	before := devicesByGPU(names)
 	var published []partition.LayoutCard
 	for _, c := range cards {
-		l, isWhole := layouts[c.Index], whole[c.Index]
+		b := before[c.Index]
 		switch {
-		case len(l) > 0 && !isWhole && byIndex[c.Index].product.Validate(l) == nil:
-			published = append(published, partition.LayoutCard{Index: c.Index, Scheme: c.Scheme, Layout: l})
-		case len(l) == 0 && isWhole:
+		case b == nil:
+		case len(b.parts) > 0 && !b.whole && byIndex[c.Index].product.Validate(b.parts) == nil:
+			published = append(published, partition.LayoutCard{Index: c.Index, Scheme: c.Scheme, Layout: b.parts})
+		case len(b.parts) == 0 && b.whole:
 			published = append(published, partition.LayoutCard{Index: c.Index, Scheme: c.Scheme})
 		}
 	}

@@ -224,7 +224,7 @@ func Run(args []string, opts ...Option) error {
 		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
 	var watcher *claimwatch.Watcher
-	var layoutDriver **nvdriver.Driver // the watcher's limits read the driver
+	var d *nvdriver.Driver // set by New below, before the watcher starts
 	switch *publication {
 	case nvdriver.PublicationPlacements:
 	case nvdriver.PublicationLayout:
@@ -241,9 +241,7 @@ func Run(args []string, opts ...Option) error {
 				return fmt.Errorf("MIG layout: %w", err)
 			}
 			// The watcher starts after New: d is set by then.
-			var d *nvdriver.Driver
 			limit := claimwatch.WithMaxPerClaim(func(p string) int { return d.MaxPerClaim(p) })
-			layoutDriver = &d
 			if watcher, err = claimwatch.New(client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), limit, claimwatch.WithPublished(std.NodeName))...); err != nil {
 				return err
 			}
@@ -275,14 +273,11 @@ func Run(args []string, opts ...Option) error {
 	if chk != nil {
 		node = chk.node
 	}
-	d, err := nvdriver.New(backend, node, dopts...)
+	d, err = nvdriver.New(backend, node, dopts...)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if layoutDriver != nil {
-		*layoutDriver = d
-	}
 	if chk != nil {
 		return chk.print(context.Background(), o.out, backend, d, root)
 	}
