@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/admission"
@@ -203,14 +204,21 @@ func TestLayoutOnAPIServer(t *testing.T) {
 		held = admitted(when+": reserve a claim whose device is no longer published", reserve)
 		// The resource claim controller drops the reservation of a pod
 		// that does not exist, changing the claim meanwhile: deallocate
-		// the claim as it is now.
-		now, err := claims.Get(ctx, held.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		deallocate := now.DeepCopy()
-		deallocate.Status = resourceapi.ResourceClaimStatus{}
-		if got := admitted(when+": deallocate", deallocate); got.Status.Allocation != nil {
+		// the claim as it is now, again on a conflict with it.
+		var got *resourceapi.ResourceClaim
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			now, err := claims.Get(ctx, held.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now.Status = resourceapi.ResourceClaimStatus{}
+			got, err = claims.UpdateStatus(ctx, now, metav1.UpdateOptions{})
+			return err
+		})
+		switch {
+		case err != nil:
+			t.Errorf("%s: deallocate: %v, want admitted", when, err)
+		case got.Status.Allocation != nil:
 			t.Errorf("%s: the deallocated claim has allocation %+v", when, got.Status.Allocation)
 		}
 	}

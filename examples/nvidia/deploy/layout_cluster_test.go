@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/admission"
@@ -291,9 +292,23 @@ func TestLayoutWebhook(t *testing.T) {
 	reserve := held.DeepCopy()
 	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
 	held = admitted("reserve a claim whose device is no longer published", reserve)
-	deallocate := held.DeepCopy()
-	deallocate.Status = resourceapi.ResourceClaimStatus{}
-	if got := admitted("deallocate", deallocate); got.Status.Allocation != nil {
+	// The resource claim controller drops the reservation of a pod that
+	// does not exist, changing the claim meanwhile: deallocate the claim
+	// as it is now, again on a conflict with it.
+	var got *resourceapi.ResourceClaim
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		now, err := claims.Get(ctx, held.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now.Status = resourceapi.ResourceClaimStatus{}
+		got, err = claims.UpdateStatus(ctx, now, metav1.UpdateOptions{})
+		return err
+	})
+	switch {
+	case err != nil:
+		t.Errorf("deallocate: %v, want admitted", err)
+	case got.Status.Allocation != nil:
 		t.Errorf("the deallocated claim has allocation %+v", got.Status.Allocation)
 	}
 }
