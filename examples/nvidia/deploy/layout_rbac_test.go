@@ -23,7 +23,9 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 		t.Fatalf("no ClusterRole %s", deploy.DaemonSet)
 		return nil
 	}
-	def, lay := driverGrants(), driverGrants("migPublication=layout")
+	// Both with the webhook, which the layout needs (its own role is
+	// TestChartLayoutPublication's).
+	def, lay := driverGrants("webhook.enabled=true"), driverGrants("webhook.enabled=true", "migPublication=layout")
 	want := []grant{{"resource.k8s.io", "resourceclaims", "list", ""}, {"resource.k8s.io", "resourceclaims", "watch", ""}, {"", "pods", "list", ""}, {"", "pods", "watch", ""}}
 	for _, g := range want {
 		if slices.Contains(def, g) {
