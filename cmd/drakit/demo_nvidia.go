@@ -248,10 +248,14 @@ func (d *nvidiaDemo) helmInstall(ctx context.Context, helm string, set []string)
 		return fmt.Errorf("API server address: %w", err)
 	}
 	stateDir := filepath.Join(d.c.Dir, "nvml-sim")
+	webhookPort, err := deploy.FreeLocalPort()
+	if err != nil {
+		return err
+	}
 	d.stateFile = filepath.Join(stateDir, "state.json")
 	args := []string{"install", deploy.Release, chart, "--kubeconfig", d.c.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m"}
-	for _, v := range append(append(deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir), deploy.SimulatorValues()...), set...) {
+	for _, v := range append(append(deploy.LocalClusterValues(filepath.Dir(d.c.PluginRegistryDir), d.c.CDIDir, u.Port(), stateDir, webhookPort), deploy.SimulatorValues()...), set...) {
 		args = append(args, "--set", v)
 	}
 	out, err := exec.CommandContext(ctx, helm, args...).CombinedOutput()
@@ -390,7 +394,14 @@ func (d *nvidiaDemo) describeDevices(devs []resourceapi.Device) {
 		case nvdriver.ModeStatic:
 			what = fmt.Sprintf("static MIG: the administrator's %d MIG devices, as they are", g.mig)
 		case nvdriver.ModeDynamic:
-			what = fmt.Sprintf("dynamic MIG: %d profile x placement devices sharing the GPU's counters, made at prepare", g.dynamic)
+			switch {
+			case g.dynamic > 0: // -mig-publication=placements
+				what = fmt.Sprintf("dynamic MIG: %d profile x placement devices sharing the GPU's counters, made at prepare", g.dynamic)
+			case g.mig > 0: // the layout (the chart's default)
+				what = fmt.Sprintf("dynamic MIG, laid out on demand: the %d MIG devices of its current layout, made at prepare", g.mig)
+			default:
+				what = "dynamic MIG, laid out on demand: idle, offered whole"
+			}
 		default:
 			what = fmt.Sprintf("%d devices", g.full+g.mig+g.dynamic)
 		}

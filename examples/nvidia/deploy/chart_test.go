@@ -71,7 +71,7 @@ func TestHelmLint(t *testing.T) {
 	}
 	// The values the local cluster and the simulator use lint too.
 	args := []string{"lint", "--strict", "chart"}
-	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim"), deploy.SimulatorValues()...) {
+	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443), deploy.SimulatorValues()...) {
 		args = append(args, "--set", v)
 	}
 	runHelm(t, args...)
@@ -325,7 +325,7 @@ func TestChartObjects(t *testing.T) {
 	// The local cluster's values and the simulator's: its folders, the
 	// API server on the node, every node, unprivileged, no driver root.
 	local := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
-	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim"), deploy.SimulatorValues()...) {
+	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443), deploy.SimulatorValues()...) {
 		local = append(local, "--set", v)
 	}
 	lspec := render(t, local...).ds[0].Spec.Template.Spec

@@ -30,6 +30,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -316,8 +317,12 @@ func sharedLibraries(ctx context.Context, bin string) ([]string, error) {
 // (no service proxy there), the simulator's state in stateDir and the
 // driver's own state in stateDir/driver (so that nothing of a test run is
 // left on the host), and the image already imported (pull policy Never).
-// They select no simulator: add [SimulatorValues] for that.
-func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []string {
+// The local cluster has no pod network either, so the webhook, where it
+// runs (the layout publication's, by default with a dynamic MIG GPU),
+// serves on the host's network at 127.0.0.1:webhookPort, which the API
+// server calls by URL ([FreeLocalPort] finds a free one). They select no
+// simulator: add [SimulatorValues] for that.
+func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string, webhookPort int) []string {
 	return []string{
 		"kubeletDir=" + kubeletDir,
 		"cdiDir=" + cdiDir,
@@ -326,7 +331,21 @@ func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string) []st
 		"nvml.simStateDir=" + stateDir,
 		"stateDir=" + stateDir + "/driver",
 		"image.pullPolicy=Never",
+		"webhook.hostNetwork=true",
+		fmt.Sprintf("webhook.port=%d", webhookPort),
+		fmt.Sprintf("webhook.url=https://127.0.0.1:%d", webhookPort),
 	}
+}
+
+// FreeLocalPort returns a TCP port of 127.0.0.1 that is free now, for
+// [LocalClusterValues]' webhook.
+func FreeLocalPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free local port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // SimulatorValues are the `helm install --set` values that run the driver

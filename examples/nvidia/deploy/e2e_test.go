@@ -97,25 +97,27 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 }
 
 // TestE2E deploys the driver as users do (image imported into the real
-// node's containerd, chart installed with helm, the driver a DaemonSet
-// pod registered with the kubelet through the hostPath folders) on a
-// simulated DGX H200, and runs the story's pods at once: each runs and
-// sees its devices (what the container printed), the MIG devices made
-// for them exist in the simulator while they run and are gone after; the
-// request that cannot fit stays Pending with the scheduler's reason;
-// deleting the driver's pod mid-way (the DaemonSet starts another) loses
-// nothing: the pods keep running, and unprepare works after.
-func TestE2E(t *testing.T) { e2e(t, false) }
+// node's containerd, chart installed with helm and its default
+// publication, the driver a DaemonSet pod registered with the kubelet
+// through the hostPath folders) on a simulated DGX H200, and runs the
+// story's pods at once: each runs and sees its devices (what the
+// container printed), the MIG devices made for them exist in the
+// simulator while they run and are gone after; the request that cannot
+// fit stays Pending with the scheduler's reason; deleting the driver's
+// pod mid-way (the DaemonSet starts another) loses nothing: the pods keep
+// running, and unprepare works after. The dynamic GPUs are published as
+// layouts (migPublication=layout, the default): the driver lays each out
+// for the story's pods as they arrive, and the chart's webhook (its pod
+// on the node, which the chart runs for the layout) refuses stale
+// allocations, failing closed; every version of the node's layout pool
+// is one slice without counters and a valid layout per GPU.
+func TestE2E(t *testing.T) { e2e(t, true) }
 
-// TestE2ELayout is TestE2E with the chart's migPublication=layout: the
-// driver publishes each dynamic GPU's layout, made for the story's pods
-// as they arrive, and the chart's webhook (its pod on the node) refuses
-// stale allocations, failing closed. The same pods must run and see the same kinds of devices,
-// survive the driver's restart, and leave nothing; every version of the
-// node's layout pool is one slice without counters and a valid layout
-// per GPU. (The defragmenter, which reads the placements publication,
-// is TestE2E's alone.)
-func TestE2ELayout(t *testing.T) { e2e(t, true) }
+// TestE2EPlacements is TestE2E with migPublication=placements (every
+// placement of every profile, with shared counters), and then the MIG
+// defragmenter on the same cluster and driver, which needs that
+// publication.
+func TestE2EPlacements(t *testing.T) { e2e(t, false) }
 
 func e2e(t *testing.T, layout bool) {
 	env := testenv.Start(t, testenv.WithRealNode())
@@ -124,10 +126,12 @@ func e2e(t *testing.T, layout bool) {
 	values := deploy.SimulatorValues()
 	var versions *layoutVersions
 	if layout {
-		// The layout's stale-allocation check runs in the chart's
-		// webhook, a pod on the node (host network).
-		values = append(values, layoutValues(freeLocalPort(t))...)
+		// The chart's default: the layout's stale-allocation check
+		// runs in the chart's webhook, a pod on the node (host network,
+		// LocalClusterValues).
 		versions = watchLayout(t, ctx, env)
+	} else {
+		values = append(values, "migPublication=placements")
 	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {

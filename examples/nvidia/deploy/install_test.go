@@ -21,8 +21,9 @@ import (
 // installed is a driver deployed onto a test cluster's real node as users
 // deploy it: image imported, chart installed with helm.
 type installed struct {
-	env      *testenv.Env
-	stateDir string // the simulator's state folder on the host
+	env         *testenv.Env
+	stateDir    string // the simulator's state folder on the host
+	webhookPort int    // the webhook's port on the host, where it runs
 }
 
 // install builds pkg's image as ref, imports it into the real node's
@@ -45,12 +46,12 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim")}
+	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"), webhookPort: freeLocalPort(t)}
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"install", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(env.RegistrarDir), env.CDIDir, u.Port(), in.stateDir), set...) {
+	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(env.RegistrarDir), env.CDIDir, u.Port(), in.stateDir, in.webhookPort), set...) {
 		args = append(args, "--set", v)
 	}
 	t0 = time.Now()

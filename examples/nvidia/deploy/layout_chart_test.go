@@ -20,21 +20,29 @@ import (
 // Service, ServiceAccount and roles.
 const webhookName = "nvidia-dra-driver-webhook"
 
-// TestChartLayoutPublication: migPublication=layout gives the driver
-// --mig-publication=layout and needs the webhook (without it the render
-// fails with a message); the webhook then runs with --layout-allocations
-// (its other arguments unchanged), its configuration gets a second entry
-// equal to admission.LayoutWebhook (UPDATE of resourceclaims/status at
+// dynamicGPU is the chart value that makes GPU 0 dynamic MIG: the layout
+// publication, the default, concerns only nodes with a dynamic GPU.
+const dynamicGPU = "dynamicMIGGPUs=0"
+
+// TestChartLayoutPublication: with a dynamic GPU, the default
+// (migPublication=layout) gives the driver --mig-publication=layout and
+// runs the webhook (webhook.enabled auto; false is refused with a
+// message); the webhook then runs with --layout-allocations (its other
+// arguments unchanged), its configuration gets a second entry equal to
+// admission.LayoutWebhook (UPDATE of resourceclaims/status at
 // admission.LayoutPath, only writes that allocate a device of this
 // driver, failurePolicy webhook.layoutFailurePolicy, Fail by default),
 // beside the configuration check unchanged, and its ServiceAccount may
 // get, list and watch ResourceSlices, nothing more. No
 // ValidatingAdmissionPolicy is installed (the one that did this before
-// was evaluated once per ResourceSlice in the cluster). The default
-// (placements) leaves the driver's and the webhook's arguments and the
-// webhook's configuration as they were; any other value is refused with
-// a message. The webhook's behaviour on an API server is
-// admission.TestLayoutOnAPIServer's.
+// was evaluated once per ResourceSlice in the cluster).
+// migPublication=placements leaves the driver's and the webhook's
+// arguments and the webhook's configuration as they were before the
+// layout existed; so does the default without a dynamic GPU (none set,
+// "none", or the DynamicMIG gate off), where the webhook does not run
+// unless enabled. Any other value is refused with a message; so is the
+// defragmenter with the layout. The webhook's behaviour on an API server
+// is admission.TestLayoutOnAPIServer's.
 func TestChartLayoutPublication(t *testing.T) {
 	args := func(r rendered) []string {
 		t.Helper()
@@ -85,31 +93,49 @@ func TestChartLayoutPublication(t *testing.T) {
 			Namespace: deploy.Namespace, Name: webhookName, Path: ptr.To(path), Port: ptr.To[int32](443)}}
 	}
 
-	def := template(t, "webhook.enabled=true")
+	// def is the placements publication with the webhook on: the
+	// reference the layout adds to.
+	def := template(t, dynamicGPU, "webhook.enabled=true", "migPublication=placements")
 	for _, p := range def.policies {
 		if strings.Contains(p.Name, "layout") {
-			t.Errorf("default values render the policy %s", p.Name)
+			t.Errorf("migPublication=placements renders the policy %s", p.Name)
 		}
 	}
 	defArgs := args(def)
 	if slices.ContainsFunc(defArgs, func(a string) bool { return strings.Contains(a, "mig-publication") }) {
-		t.Errorf("default args %v name a MIG publication", defArgs)
+		t.Errorf("migPublication=placements: args %v name a MIG publication", defArgs)
 	}
 	if slices.Contains(webhookArgs(def), "--layout-allocations") {
-		t.Errorf("default webhook args %v check layout allocations", webhookArgs(def))
+		t.Errorf("migPublication=placements: webhook args %v check layout allocations", webhookArgs(def))
 	}
 	if len(def.webhooks) != 1 || len(def.webhooks[0].Webhooks) != 1 {
-		t.Errorf("default: %d webhook configurations, want one of one webhook", len(def.webhooks))
+		t.Errorf("migPublication=placements: %d webhook configurations, want one of one webhook", len(def.webhooks))
 	}
-	placements := template(t, "webhook.enabled=true", "migPublication=placements")
-	if diff := cmp.Diff(defArgs, args(placements)); diff != "" {
-		t.Errorf("migPublication=placements changes the args (-default +placements):\n%s", diff)
+	if p := template(t, dynamicGPU, "migPublication=placements"); len(p.webhooks) != 0 || len(p.deployments) != 0 {
+		t.Errorf("migPublication=placements, webhook auto: %d webhook configurations, %d Deployments, want none", len(p.webhooks), len(p.deployments))
 	}
-	if diff := cmp.Diff(def.webhooks, placements.webhooks); diff != "" {
-		t.Errorf("migPublication=placements changes the webhooks (-default +placements):\n%s", diff)
+	// Without a dynamic GPU the default is as placements, without the
+	// webhook unless enabled.
+	for _, static := range [][]string{nil, {"dynamicMIGGPUs=none"}, {dynamicGPU, "featureGates.DynamicMIG=false"}} {
+		r := template(t, static...)
+		if len(r.webhooks) != 0 || len(r.deployments) != 0 {
+			t.Errorf("%v: %d webhook configurations, %d Deployments, want none (webhook auto, no dynamic GPU)", static, len(r.webhooks), len(r.deployments))
+		}
+		r = template(t, append(static, "webhook.enabled=true")...)
+		if slices.ContainsFunc(args(r), func(a string) bool { return strings.Contains(a, "mig-publication") }) || slices.Contains(webhookArgs(r), "--layout-allocations") ||
+			len(r.webhooks) != 1 || len(r.webhooks[0].Webhooks) != 1 {
+			t.Errorf("%v, webhook on: args %v, webhook args %v, %d configurations: want no layout", static, args(r), webhookArgs(r), len(r.webhooks))
+		}
 	}
 
-	r := template(t, "webhook.enabled=true", "migPublication=layout")
+	r := template(t, dynamicGPU)
+	// --set makes a number of dynamicMIGGPUs=0; it is still GPU 0.
+	if !slices.Contains(args(r), "--dynamic-mig-gpus=0") {
+		t.Errorf("%s: args %v lack --dynamic-mig-gpus=0", dynamicGPU, args(r))
+	}
+	if diff := cmp.Diff(template(t, dynamicGPU, "webhook.enabled=true", "migPublication=layout"), r, cmp.AllowUnexported(rendered{})); diff != "" {
+		t.Errorf("the default with a dynamic GPU is not migPublication=layout with the webhook (-explicit +default):\n%s", diff)
+	}
 	rest, n := without(args(r), "--mig-publication=layout")
 	if n != 1 {
 		t.Errorf("migPublication=layout: args %v, want --mig-publication=layout once", args(r))
@@ -147,7 +173,7 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 
 	// The failure policy is a value; by URL, the guard's path.
-	ignore := template(t, "webhook.enabled=true", "migPublication=layout", "webhook.layoutFailurePolicy=Ignore",
+	ignore := template(t, dynamicGPU, "webhook.layoutFailurePolicy=Ignore",
 		"webhook.url=https://127.0.0.1:8443/", "webhook.hostNetwork=true")
 	want = admission.LayoutWebhook(nvdriver.DriverName, admissionregv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:8443" + admission.LayoutPath)}, admissionregv1.Ignore)
 	if len(ignore.webhooks) != 1 || len(ignore.webhooks[0].Webhooks) != 2 {
@@ -158,21 +184,33 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 	// With cert-manager's certificates (not decodable here: read as
 	// text), the same role and its binding to the webhook.
-	cm := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "webhook.enabled=true",
-		"--set", "migPublication=layout", "--set", "webhook.certManager.enabled=true")
+	cm := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", dynamicGPU,
+		"--set", "webhook.certManager.enabled=true")
 	if strings.Count(cm, "name: "+webhookName+"-layout\n") != 3 || !strings.Contains(cm, "resources: [resourceslices]\n    verbs: [get, list, watch]") ||
 		!strings.Contains(cm, "- --layout-allocations") {
 		t.Errorf("with cert-manager: the webhook's ClusterRole %s-layout, its binding or --layout-allocations missing", webhookName)
 	}
 
-	out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "migPublication=layout").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "migPublication=layout needs the webhook (webhook.enabled=true)") {
-		t.Errorf("migPublication=layout without the webhook: %v\n%s", err, out)
+	refused := func(want string, set ...string) {
+		t.Helper()
+		args := []string{"template", deploy.Release, "chart"}
+		for _, v := range set {
+			args = append(args, "--set", v)
+		}
+		out, err := exec.Command(helm(t), args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("%v: %v, want the error %q\n%s", set, err, want, out)
+		}
+	}
+	refused("migPublication=layout (the default) with dynamic MIG GPUs needs the webhook", dynamicGPU, "webhook.enabled=false")
+	refused(`webhook.enabled must be auto (the default: on where migPublication=layout needs it), true or false; not "yes"`, "webhook.enabled=yes")
+	refused("the defragmenter (defrag.enabled, gate MIGDefragmenter) needs migPublication=placements", dynamicGPU, "defrag.enabled=true")
+	refused("the defragmenter (defrag.enabled, gate MIGDefragmenter) needs migPublication=placements", dynamicGPU, "featureGates.MIGDefragmenter=true")
+	if r := template(t, dynamicGPU, "defrag.enabled=true", "migPublication=placements"); len(r.deployments) != 1 {
+		t.Errorf("the defragmenter with migPublication=placements: %d Deployments, want the defragmenter's", len(r.deployments))
 	}
 	for _, bad := range []string{"bogus", "Layout", ""} {
-		out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "webhook.enabled=true", "--set", "migPublication="+bad).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "migPublication must be placements") || !strings.Contains(string(out), `not "`+bad+`"`) {
-			t.Errorf("migPublication=%q: %v\n%s", bad, err, out)
-		}
+		refused(`migPublication must be layout (each GPU's current layout, the default) or placements`, "migPublication="+bad)
+		refused(`not "`+bad+`"`, "migPublication="+bad)
 	}
 }

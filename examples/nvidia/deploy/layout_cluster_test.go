@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,11 +75,12 @@ func staleMessage(device, pool string) string {
 	return "device " + device + " of pool " + pool + " (driver " + nvdriver.DriverName + ") was allocated from an older publication of the layout"
 }
 
-// layoutValues are the chart's values of the layout publication with the
-// webhook on the host's network at port, called by URL (the local
-// cluster has no service proxy).
+// layoutValues are the chart's values of the layout publication (its
+// default, with a dynamic GPU) with the webhook (which auto runs then) on
+// the host's network at port, called by URL (the local cluster has no
+// service proxy).
 func layoutValues(port int) []string {
-	return []string{"migPublication=layout", "webhook.enabled=true", "webhook.hostNetwork=true",
+	return []string{"dynamicMIGGPUs=0", "webhook.hostNetwork=true",
 		fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port)}
 }
 
@@ -151,12 +151,11 @@ func serveChartWebhook(tb testing.TB, ctx context.Context, kubeconfig string, r 
 // freeLocalPort is a port nothing listens on now.
 func freeLocalPort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := deploy.FreeLocalPort()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // asWebhook is a kubeconfig of env's cluster that acts as the chart's

@@ -7,10 +7,11 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 )
 
-// TestChartLayoutDriverRBAC: with migPublication=layout the driver's
-// ClusterRole adds list and watch on resourceclaims and pods (the
-// claimwatch.Watcher's informers) and nothing else; the default grants
-// neither.
+// TestChartLayoutDriverRBAC: with the layout publication (the default,
+// with a dynamic GPU) the driver's ClusterRole adds list and watch on
+// resourceclaims and pods (the claimwatch.Watcher's informers) and
+// nothing else; migPublication=placements grants neither, nor does the
+// default without a dynamic GPU.
 func TestChartLayoutDriverRBAC(t *testing.T) {
 	driverGrants := func(set ...string) []grant {
 		t.Helper()
@@ -25,11 +26,14 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 	}
 	// Both with the webhook, which the layout needs (its own role is
 	// TestChartLayoutPublication's).
-	def, lay := driverGrants("webhook.enabled=true"), driverGrants("webhook.enabled=true", "migPublication=layout")
+	def, lay := driverGrants(dynamicGPU, "webhook.enabled=true", "migPublication=placements"), driverGrants(dynamicGPU, "webhook.enabled=true")
+	if static := driverGrants(); !slices.Equal(static, def) {
+		t.Errorf("the default without a dynamic GPU grants the driver %v, want placements' %v", static, def)
+	}
 	want := []grant{{"resource.k8s.io", "resourceclaims", "list", ""}, {"resource.k8s.io", "resourceclaims", "watch", ""}, {"", "pods", "list", ""}, {"", "pods", "watch", ""}}
 	for _, g := range want {
 		if slices.Contains(def, g) {
-			t.Errorf("default values grant the driver %+v", g)
+			t.Errorf("migPublication=placements grants the driver %+v", g)
 		}
 		if !slices.Contains(lay, g) {
 			t.Errorf("migPublication=layout does not grant the driver %+v", g)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/url"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +66,7 @@ func helmUpgrade(t *testing.T, ctx context.Context, in *installed, ref string, s
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"upgrade", deploy.Release, "chart", "--kubeconfig", in.env.Kubeconfig, "--namespace", deploy.Namespace,
 		"--wait", "--timeout", "5m", "--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(in.env.RegistrarDir), in.env.CDIDir, u.Port(), in.stateDir), set...) {
+	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(in.env.RegistrarDir), in.env.CDIDir, u.Port(), in.stateDir, in.webhookPort), set...) {
 		args = append(args, "--set", v)
 	}
 	t0 := time.Now()
@@ -323,11 +322,15 @@ func holdings(t *testing.T, ctx context.Context, env *testenv.Env, stateFile str
 
 // TestUpgrade runs the chart's seamless rolling update on the real node
 // while pods hold claims and new pods keep arriving, then a downgrade to
-// the previous image, and the admission webhook the upgrade turns on.
+// the previous image, and the admission webhook's configuration check,
+// which the upgrade makes fail closed. The chart's defaults: the dynamic
+// GPUs' layout publication, whose webhook runs from the install.
 //
-//   - Installed without the webhook, the driver's prepare refuses each
-//     bad configuration; the kubelet's event carries its message.
-//   - helm upgrade to a new image (and the webhook): the new pod starts
+//   - Claims made before the chart (and its webhook) was installed: the
+//     driver's prepare refuses each bad configuration; the kubelet's
+//     event carries its message.
+//   - helm upgrade to a new image (and the webhook's failurePolicy
+//     Fail): the new pod starts
 //     beside the old one (maxSurge), the old one stops only once the new
 //     one is ready, and cleanly. Meanwhile pods arrive one after the
 //     other, each with a MIG device made at prepare: every one runs (the
@@ -344,6 +347,34 @@ func TestUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	values := append(deploy.SimulatorValues(), "logging.format=json", "logVerbosity=2")
+
+	// What prepare says, before there is a webhook: the bad
+	// configurations' claims are made before the chart is installed,
+	// since the chart's default (the layout publication of the dynamic
+	// GPUs) runs the webhook from the start. One full GPU each.
+	for _, c := range admissionCases {
+		name := "prepare-" + c.name
+		w := deploy.Story(storyNS, env.BusyboxImage)[0] // one full GPU
+		tmpl := w.Template.DeepCopy()
+		tmpl.Name, tmpl.Spec.Spec = name, c.spec()
+		pod := w.Pod.DeepCopy()
+		pod.Name = name
+		pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(name)
+		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The claim, made from the template by the resource claim
+		// controller, exists before the webhook does.
+		if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(storyNS).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && len(p.Status.ResourceClaimStatuses) > 0 && p.Status.ResourceClaimStatuses[0].ResourceClaimName != nil, nil
+		}); err != nil {
+			t.Fatalf("%s: no claim made from its template: %v", name, err)
+		}
+	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {
 		if t.Failed() {
@@ -363,22 +394,10 @@ func TestUpgrade(t *testing.T) {
 	}
 	static := migInstances(t, stateFile)
 
-	// What prepare says, before there is a webhook.
+	// What prepare said of the claims made before the webhook.
 	prepared := map[string]string{}
 	for _, c := range admissionCases {
 		name := "prepare-" + c.name
-		w := deploy.Story(storyNS, env.BusyboxImage)[0] // one full GPU
-		tmpl := w.Template.DeepCopy()
-		tmpl.Name, tmpl.Spec.Spec = name, c.spec()
-		pod := w.Pod.DeepCopy()
-		pod.Name = name
-		pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(name)
-		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		if c.wantErr == "" {
 			if _, _, err := waitSeen(ctx, env, name); err != nil {
 				t.Errorf("%s: %v", c.name, err)
@@ -392,13 +411,15 @@ func TestUpgrade(t *testing.T) {
 		}); err != nil {
 			t.Errorf("%s: no FailedPrepareDynamicResources event: %v", c.name, err)
 		}
-		// Gone before the next case, so that each case's prepare meets
-		// a node that holds no other claim's device.
-		if err := deletePod(ctx, env, name); err != nil {
+	}
+	for _, c := range admissionCases {
+		if err := deletePod(ctx, env, "prepare-"+c.name); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitPodsGone(ctx, env, name); err != nil {
-			t.Fatalf("%s: %v", name, err)
+	}
+	for _, c := range admissionCases {
+		if err := waitPodsGone(ctx, env, "prepare-"+c.name); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
 		}
 	}
 
@@ -426,14 +447,9 @@ func TestUpgrade(t *testing.T) {
 	before := holdings(t, ctx, env, stateFile, holders)
 
 	// The upgrade, with pods arriving.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	webhook := []string{"webhook.enabled=true", fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port),
-		"webhook.hostNetwork=true", "webhook.failurePolicy=Fail"}
+	// The webhook runs from the install on (the layout's, the chart's
+	// default); the upgrade makes its configuration check fail closed.
+	webhook := []string{"webhook.enabled=true", "webhook.failurePolicy=Fail"}
 	upgrade := func(to, prefix string) (ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration) {
 		t.Helper()
 		old, err := in.driverPod(ctx)

@@ -33,7 +33,9 @@
 # GPU Operator's driver); STATE_DIR is the running driver's state folder
 # (default the chart's /run/nvidia-dra-driver), read for which GPUs are
 # dynamic MIG GPUs. Further arguments go to nvidia-dra-driver -check, e.g.
-# -dynamic-mig-gpus=none or -mig-profiles=1g.18gb,3g.71gb.
+# -dynamic-mig-gpus=none or -mig-profiles=1g.18gb,3g.71gb, or
+# -mig-publication=layout for the dynamic GPUs as the chart's default
+# publishes them (the binary's default is placements).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." 2>/dev/null && pwd || true)

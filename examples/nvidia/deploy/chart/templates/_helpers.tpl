@@ -42,7 +42,47 @@ the value of migPublication, which must be placements or layout. */}}
 {{- define "nvidia-dra-driver.migPublication" -}}
 {{- $v := .Values.migPublication -}}
 {{- if not (has $v (list "placements" "layout")) -}}
-{{- fail (printf "migPublication must be placements (every placement with shared counters, the default) or layout (docs/dynamic-mig-publication.md), not %q" (toString $v)) -}}
+{{- fail (printf "migPublication must be layout (each GPU's current layout, the default) or placements (every placement with shared counters), docs/dynamic-mig-publication.md; not %q" (toString $v)) -}}
 {{- end -}}
 {{- $v -}}
+{{- end }}
+
+{{/* The value of dynamicMIGGPUs as the driver's flag takes it, "" when
+unset: a string, also when --set made a number of it
+(dynamicMIGGPUs=0). */}}
+{{- define "nvidia-dra-driver.dynamicMIGGPUs" -}}
+{{- if not (kindIs "invalid" .Values.dynamicMIGGPUs) }}{{ toString .Values.dynamicMIGGPUs }}{{ end -}}
+{{- end }}
+
+{{/* "true" when some GPU is dynamic MIG: dynamicMIGGPUs set and not
+"none", and the DynamicMIG gate not off. */}}
+{{- define "nvidia-dra-driver.dynamicMIG" -}}
+{{- $gates := default dict .Values.featureGates -}}
+{{- $gpus := include "nvidia-dra-driver.dynamicMIGGPUs" . -}}
+{{- if and (ne $gpus "") (ne $gpus "none") (ne (toString (get $gates "DynamicMIG")) "false") }}true{{ end -}}
+{{- end }}
+
+{{/* "true" when the driver lays its dynamic MIG GPUs out
+(--mig-publication=layout): migPublication=layout and some GPU dynamic.
+Without a dynamic GPU there is nothing to lay out: the driver then
+watches no claims and needs no webhook, and the chart renders as for
+placements. */}}
+{{- define "nvidia-dra-driver.layout" -}}
+{{- if and (eq (include "nvidia-dra-driver.migPublication" .) "layout") (eq (include "nvidia-dra-driver.dynamicMIG" .) "true") }}true{{ end -}}
+{{- end }}
+
+{{/* "true" when the webhook runs: webhook.enabled true, or auto (the
+default) and the layout publication needs it. false with the layout
+publication fails: without the webhook a stale allocation reaches the
+node. */}}
+{{- define "nvidia-dra-driver.webhookEnabled" -}}
+{{- $e := toString .Values.webhook.enabled -}}
+{{- $layout := eq (include "nvidia-dra-driver.layout" .) "true" -}}
+{{- if not (has $e (list "auto" "true" "false")) -}}
+{{- fail (printf "webhook.enabled must be auto (the default: on where migPublication=layout needs it), true or false; not %q" $e) -}}
+{{- end -}}
+{{- if and $layout (eq $e "false") -}}
+{{- fail "migPublication=layout (the default) with dynamic MIG GPUs needs the webhook: it refuses an allocation from an older publication of a layout (docs/dynamic-mig-publication.md, rule 3). Set webhook.enabled=auto or true, or migPublication=placements" -}}
+{{- end -}}
+{{- if or (eq $e "true") (and $layout (eq $e "auto")) }}true{{ end -}}
 {{- end }}
