@@ -63,10 +63,14 @@ type changeNotifier interface {
 // about that of simple devices (README, "The scheduler's throughput").
 //
 // What it needs besides: src must see every allocation of the node's
-// devices (a ResourceClaim watch: claimwatch); the ValidatingAdmissionPolicy
-// of the chart's migPublication=layout, which refuses an allocation of a
-// device no longer published, so that an allocation the scheduler decided
-// on an older version cannot land on a device re-laid out since. A pod
+// devices (a ResourceClaim watch: claimwatch); the webhook of the chart's
+// migPublication=layout (admission.LayoutGuard), which refuses an
+// allocation of a device no longer published, so that an allocation the
+// scheduler decided on an older version cannot land on a device re-laid
+// out since. A GPU some claim holds a device of through the placements
+// publication's pool (mig.GPUPoolName: allocated before the driver was
+// switched to the layout) publishes nothing until those claims are
+// deallocated, so that no MIG device is listed under two names. A pod
 // asking for a profile the layout lacks waits for the next layout
 // (docs/dynamic-mig-publication.md measures the wait). A GPU that cannot
 // be used whole (an Ampere GPU, a vGPU guest, WithoutWholeDynamicGPUs)
@@ -89,6 +93,9 @@ type layoutState struct {
 	cards []int // the publisher's GPU indices
 	retry *time.Timer
 	at    time.Time
+	// foreign is, per GPU withheld for it, the devices claims hold
+	// through the placements publication's pool (as last logged).
+	foreign map[int][]string
 }
 
 // layoutPools is the layout publication of the dynamic GPUs: a pool named
@@ -118,7 +125,7 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 			return nil, err
 		}
 		d.restoreLayout(pub, cards, byIndex, limit)
-		ls.pub, ls.cards = pub, indices
+		ls.pub, ls.cards, ls.foreign = pub, indices, map[int][]string{}
 	}
 
 	// In use: what NVML holds on the GPU, what the journal holds (a
@@ -218,6 +225,21 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 			if ok, _ := byIndex[c.Index].wholeOK(); !ok || d.o.noWholeDynamic {
 				cardsOut[i].Withheld = true
 			}
+		}
+		// A GPU some claim holds a device of through the placements
+		// publication's pool (allocated before the driver switched to
+		// the layout) publishes nothing until those claims let go: the
+		// layout would list the same MIG device in another pool, a
+		// device the scheduler sees as free, and hand it out twice.
+		if held := d.o.layoutSrc.Allocated(mig.GPUPoolName(d.node, c.Index)); len(held) > 0 {
+			cardsOut[i].Withheld = true
+			if !slices.Equal(ls.foreign[c.Index], held) {
+				klog.Background().Info("MIG layout: GPU withheld: claims hold its devices through the placements publication's pool; published again once they are deallocated",
+					"gpu", c.Index, "pool", mig.GPUPoolName(d.node, c.Index), "devices", held)
+			}
+			ls.foreign[c.Index] = held
+		} else {
+			delete(ls.foreign, c.Index)
 		}
 	}
 	pools, err := m.LayoutPools(d.node, cardsOut, partition.WithPoolDevices(limit))

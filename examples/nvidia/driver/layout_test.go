@@ -457,3 +457,97 @@ func TestLayoutRestart(t *testing.T) {
 		t.Errorf("after the restart GPU 0 publishes %v; before it %v", g, before)
 	}
 }
+
+// TestLayoutSwitch: a driver switched from the placements publication to
+// the layout (the chart's default changed under it) while a claim holds
+// a device of a dynamic GPU through the placements' pool of that GPU
+// publishes nothing of that GPU: the layout would list the same MIG
+// device in its own pool, a device the scheduler sees as free, and it
+// could be allocated twice. Once the claim is gone the GPU is published
+// again.
+func TestLayoutSwitch(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const node, ns = "nv-switch", "default"
+	if err := env.AddFakeNode(ctx, node, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := env.Client.ResourceV1().ResourceClaims(ns)
+	old, err := claims.Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "mig", Driver: nvdriver.DriverName, Pool: mig.GPUPoolName(node, 0), Device: "gpu-0-1g-18gb-0"}}}}
+	if _, err := claims.UpdateStatus(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var drv *nvdriver.Driver
+	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
+		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
+		var err error
+		if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w)); err != nil {
+			return nil, err
+		}
+		if err := w.Start(ctx); err != nil {
+			return nil, err
+		}
+		return drv.Options(), nil
+	})
+	defer func() { d.stop(); drv.Close() }()
+	select {
+	case <-d.k.Published():
+	case <-ctx.Done():
+		t.Fatal("the driver did not publish")
+	}
+	// published returns the node's devices of GPU gpu, sorted.
+	published := func(gpu int) []string {
+		t.Helper()
+		l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range l.Items {
+			for _, dev := range s.Spec.Devices {
+				if ref, err := mig.ParseDeviceName(dev.Name); err == nil && ref.GPU == gpu {
+					out = append(out, s.Spec.Pool.Name+"/"+dev.Name)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	time.Sleep(2 * partition.DefaultFence) // any later version is out by now
+	if g := published(0); len(g) > 0 {
+		t.Errorf("GPU 0, whose device a claim holds through pool %s, publishes %v", mig.GPUPoolName(node, 0), g)
+	}
+	if g := published(1); len(g) == 0 {
+		t.Errorf("GPU 1, which no claim holds, publishes nothing")
+	}
+
+	if err := claims.Delete(ctx, "placed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(published(0)) == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("GPU 0 is not published again after the claim went")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Logf("GPU 0 after the claim went: %v", published(0))
+}
