@@ -360,47 +360,9 @@ func TestLayoutRestart(t *testing.T) {
 	if _, err := claims.Create(ctx, claimOf("more", 7), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := func() *benchDriver {
-		var drv *nvdriver.Driver
-		w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
-			claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
-			var err error
-			if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0}), nvdriver.WithMIGLayout(w)); err != nil {
-				return nil, err
-			}
-			wctx, wcancel := context.WithCancel(ctx)
-			t.Cleanup(wcancel)
-			if err := w.Start(wctx); err != nil {
-				return nil, err
-			}
-			return drv.Options(), nil
-		})
-		stop := d.stop
-		d.stop = func() { stop(); drv.Close() }
-		return d
-	}
+	start := func() *benchDriver { return startLayoutDriver(ctx, t, env, sim, node, filepath.Join(dir, "state"), 0) }
 	// gpu0 is GPU 0's published devices, sorted.
-	gpu0 := func() []string {
-		t.Helper()
-		l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, s := range l.Items {
-			for _, d := range s.Spec.Devices {
-				if strings.HasPrefix(d.Name, "gpu-0") {
-					out = append(out, d.Name)
-				}
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	gpu0 := func() []string { return gpuPublished(ctx, t, env, node, 0) }
 	until := func(what string, ok func([]string) bool) []string {
 		t.Helper()
 		for {
@@ -491,46 +453,14 @@ func TestLayoutSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var drv *nvdriver.Driver
-	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
-		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
-		var err error
-		if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w)); err != nil {
-			return nil, err
-		}
-		if err := w.Start(ctx); err != nil {
-			return nil, err
-		}
-		return drv.Options(), nil
-	})
-	defer func() { d.stop(); drv.Close() }()
+	d := startLayoutDriver(ctx, t, env, sim, node, filepath.Join(dir, "state"), 0, 1)
+	defer d.stop()
 	select {
 	case <-d.k.Published():
 	case <-ctx.Done():
 		t.Fatal("the driver did not publish")
 	}
-	// published returns the node's devices of GPU gpu, sorted.
-	published := func(gpu int) []string {
-		t.Helper()
-		l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, s := range l.Items {
-			for _, dev := range s.Spec.Devices {
-				if ref, err := mig.ParseDeviceName(dev.Name); err == nil && ref.GPU == gpu {
-					out = append(out, s.Spec.Pool.Name+"/"+dev.Name)
-				}
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	published := func(gpu int) []string { return gpuPublished(ctx, t, env, node, gpu) }
 	time.Sleep(2 * partition.DefaultFence) // any later version is out by now
 	if g := published(0); len(g) > 0 {
 		t.Errorf("GPU 0, whose device a claim holds through pool %s, publishes %v", mig.GPUPoolName(node, 0), g)
@@ -550,4 +480,53 @@ func TestLayoutSwitch(t *testing.T) {
 		}
 	}
 	t.Logf("GPU 0 after the claim went: %v", published(0))
+}
+
+// startLayoutDriver runs the reference driver for node on sim with the
+// layout publication of the dynamic GPUs gpus, its claimwatch.Watcher as
+// drivercmd sets it up (the published pool read at start, the driver's
+// per-claim limit); stop also closes the driver.
+func startLayoutDriver(ctx context.Context, t *testing.T, env *testenv.Env, sim *nvmlsim.Sim, node, stateDir string, gpus ...int) *benchDriver {
+	t.Helper()
+	var drv *nvdriver.Driver
+	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
+		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
+		var err error
+		if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(stateDir), dynamicMIG(gpus), nvdriver.WithMIGLayout(w)); err != nil {
+			return nil, err
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		t.Cleanup(wcancel)
+		if err := w.Start(wctx); err != nil {
+			return nil, err
+		}
+		return drv.Options(), nil
+	})
+	stop := d.stop
+	d.stop = func() { stop(); drv.Close() }
+	return d
+}
+
+// gpuPublished returns the names of node's published devices of GPU gpu
+// (the counter model's names), sorted.
+func gpuPublished(ctx context.Context, t *testing.T, env *testenv.Env, node string, gpu int) []string {
+	t.Helper()
+	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range l.Items {
+		for _, d := range s.Spec.Devices {
+			if ref, err := mig.ParseDeviceName(d.Name); err == nil && ref.GPU == gpu {
+				out = append(out, d.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
