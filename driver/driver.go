@@ -60,11 +60,14 @@ type Runtime struct {
 	engine *engine
 	client kubernetes.Interface
 	health *health.State
-	// published is what the slices were last built from, with the
-	// recently withdrawn devices.
+	// published is what the slices were last built from and what the
+	// node's slices list (observeSlices), with the recently withdrawn
+	// devices.
 	published *publication.Set
-	fatal     error
-	cancel    context.CancelCauseFunc
+	// observedSynced says whether observeSlices has listed the slices.
+	observedSynced func() bool
+	fatal          error
+	cancel         context.CancelCauseFunc
 }
 
 // Driver is the former name of [Runtime], kept for one release.
@@ -269,8 +272,9 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	d.health = health.New(d.name, d.o.healthTimeout, d.published)
 	d.setInventory(inv)
 	d.metrics.state.src.Store(&stateSource{published: d.published, health: d.health, engine: eng, kind: d.o.deviceKind})
-	eng.published = func(pool, dev string) bool {
-		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev)
+	d.observedSynced = d.observeSlices(ctx)
+	eng.published = func(ctx context.Context, pool, dev string) bool {
+		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev) || d.listedNow(ctx, pool, dev)
 	}
 
 	helper, err := kubeletplugin.Start(ctx, (*plugin)(d), d.helperOptions(client)...)

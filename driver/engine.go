@@ -88,7 +88,7 @@ type engine struct {
 	onUnusedConfig func(ctx context.Context, obj *resourceapi.ResourceClaim, drivers []string)
 	// published says whether the driver publishes a device (nil: no
 	// check). A claim allocated a device it does not publish is refused.
-	published func(pool, device string) bool
+	published func(ctx context.Context, pool, device string) bool
 	// bootID is the node's boot ID ("" turns reboot detection off).
 	bootID string
 	// reconciler is the preparer's Reconciler, nil if it has none.
@@ -522,7 +522,7 @@ func (e *engine) prepareClaim(ctx context.Context, obj *resourceapi.ResourceClai
 	}
 	if e.published != nil {
 		for _, d := range devs {
-			if !e.published(d.Pool, d.Device) {
+			if !e.published(ctx, d.Pool, d.Device) {
 				return kubeletplugin.PrepareResult{}, failed(ReasonAllocation, "claim %s: device %s (request %q) is not published by driver %s on this node, so the scheduler cannot have allocated it: the allocation is stale or forged; refusing to prepare it", klog.KObj(obj), d.ID(), d.Request, e.driverName)
 			}
 		}

@@ -57,7 +57,9 @@ func (t *TestEngine) OnUnreleased(f func(context.Context, ClaimRef)) { t.e.onUnr
 func (t *TestEngine) Collect(ctx context.Context) { t.e.collect(ctx) }
 
 // SetPublished sets what the engine takes for the published devices.
-func (t *TestEngine) SetPublished(f func(pool, device string) bool) { t.e.published = f }
+func (t *TestEngine) SetPublished(f func(pool, device string) bool) {
+	t.e.published = func(_ context.Context, pool, dev string) bool { return f(pool, dev) }
+}
 
 // Records reads every record the engine holds, each device field
 // included, under the engine's lock only (as a metrics scrape or a debug
@@ -101,4 +103,10 @@ func (t *TestEngine) SetBootID(id string) { t.e.bootID = id }
 // configuration no allocating driver applies.
 func (t *TestEngine) OnUnusedConfig(f func(context.Context, *resourceapi.ResourceClaim, []string)) {
 	t.e.onUnusedConfig = f
+}
+
+// CountsAsPublished says whether a prepare of the device passes the
+// published check now, without reading the API server.
+func (d *Runtime) CountsAsPublished(pool, dev string) bool {
+	return d.published != nil && d.published.Has(pool, dev)
 }

@@ -331,13 +331,17 @@ func WithCDIKind(kind string) Option {
 
 // WithUncheckedPools names pools whose allocated devices the driver
 // prepares without checking that it publishes them. By default a claim
-// allocated a device that is not in the driver's current inventory (an
-// unknown device, another pool) is refused before any vendor code runs:
-// the scheduler cannot have allocated it. A device the inventory dropped
-// less than a minute ago still counts as published, since the scheduler
-// may have allocated it from the slices it last saw (a driver that
-// publishes partitions only while they fit drops and restores devices on
-// every prepare and unprepare). Name here the pools that a
+// allocated a device that neither the driver's current inventory nor the
+// node's ResourceSlices of this driver in the API server list (an unknown
+// device, another pool) is refused before any vendor code runs: the
+// scheduler cannot have allocated it. The slices count whoever wrote
+// them: the other instance of a rolling update, whose slices the kubelet
+// sends this one the claims of, or the process before a restart, until
+// the first publish replaces them. A device the inventory or the slices
+// dropped less than a minute ago still counts as published, since the
+// scheduler may have allocated it from the slices it last saw (a driver
+// that publishes partitions only while they fit drops and restores
+// devices on every prepare and unprepare). Name here the pools that a
 // controller publishes for this driver (network-attached devices, see
 // resourceslice.StartController) and that this node prepares, or a
 // pool a benchmark allocates from without a scheduler.

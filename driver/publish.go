@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/device"
@@ -46,6 +47,9 @@ func (d *Runtime) publishLoop(ctx context.Context) {
 		first := !d.slicesSynced.Load()
 		var waiting *time.Timer
 		if first {
+			// Replace the slices only once what they list is recorded:
+			// the scheduler may have allocated from them.
+			d.awaitObserved(ctx)
 			waiting = time.AfterFunc(5*time.Second, func() {
 				logger.Info("Waiting for the API server to publish ResourceSlices; the kubelet is served meanwhile")
 			})
@@ -100,4 +104,19 @@ func (d *Runtime) publish(ctx context.Context, inv *device.Inventory) error {
 func (d *Runtime) setInventory(inv *device.Inventory) {
 	d.published.Store(inv)
 	d.health.InventoryChanged()
+}
+
+// awaitObserved waits, at most observeWait, until the watch of the node's
+// slices (observeSlices) has listed them, so that the devices of the
+// slices the first publish replaces (the previous process's) count as
+// published for publication.WithdrawnGrace.
+func (d *Runtime) awaitObserved(ctx context.Context) {
+	if d.observedSynced == nil || d.observedSynced() {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, observeWait)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), d.observedSynced) && ctx.Err() == nil {
+		klog.FromContext(ctx).Info("The node's ResourceSlices were not listed in time; publishing without them: a claim allocated from them may be refused until it is listed", "waited", observeWait)
+	}
 }

@@ -1,6 +1,9 @@
 // Package publication keeps what a driver has published: the inventory
-// its slices were last built from, and the devices it withdrew recently,
-// which the scheduler may still allocate from the slices it last saw.
+// its slices were last built from, the devices the node's ResourceSlices
+// in the API server list (written by this process, by the other instance
+// of a rolling update, or by the process before a restart), and the
+// devices withdrawn from either recently, which the scheduler may still
+// allocate from the slices it last saw.
 package publication
 
 import (
@@ -23,8 +26,12 @@ type Set struct {
 	mu      sync.Mutex
 	inv     *device.Inventory
 	devices map[device.DeviceID]bool // the devices of inv
-	// withdrawn are devices of an earlier inventory that inv lacks, with
-	// when they went.
+	// observed are the devices the node's slices in the API server list
+	// now (Observe).
+	observed map[device.DeviceID]bool
+	// withdrawn are devices of an earlier inventory or of the API
+	// server's slices that neither lists now, with when they went (or,
+	// Saw, when a read of the API server listed them).
 	withdrawn map[device.DeviceID]time.Time
 	now       func() time.Time
 }
@@ -46,13 +53,51 @@ func (s *Set) Store(inv *device.Inventory) {
 			s.withdrawn[id] = now
 		}
 	}
+	s.inv = inv
+	s.devices = devices
+	s.expireLocked(now)
+}
+
+// Observe makes devices what the node's ResourceSlices in the API server
+// list now, whoever wrote them: during a rolling update the other
+// instance publishes as well, and after a restart the slices are the
+// previous process's until this one's first publish. Devices observed
+// before that devices lacks count as withdrawn from now.
+func (s *Set) Observe(devices map[device.DeviceID]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for id := range s.observed {
+		if !devices[id] {
+			s.withdrawn[id] = now
+		}
+	}
+	s.observed = devices
+	s.expireLocked(now)
+}
+
+// Saw records devices that a read of the API server's slices listed just
+// now: they count as published for [WithdrawnGrace] from now, whatever
+// Observe says meanwhile.
+func (s *Set) Saw(devices map[device.DeviceID]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for id := range devices {
+		if !s.devices[id] && !s.observed[id] {
+			s.withdrawn[id] = now
+		}
+	}
+}
+
+// expireLocked forgets withdrawals that are over: the device is listed
+// again, or went WithdrawnGrace ago.
+func (s *Set) expireLocked(now time.Time) {
 	for id, at := range s.withdrawn {
-		if devices[id] || now.Sub(at) >= WithdrawnGrace {
+		if s.devices[id] || s.observed[id] || now.Sub(at) >= WithdrawnGrace {
 			delete(s.withdrawn, id)
 		}
 	}
-	s.inv = inv
-	s.devices = devices
 }
 
 // Inventory is the inventory last stored (nil before the first).
@@ -63,13 +108,13 @@ func (s *Set) Inventory() *device.Inventory {
 }
 
 // Has says whether the scheduler can have allocated the device: the
-// current inventory has it, or one of less than [WithdrawnGrace] ago had
-// it.
+// current inventory or the API server's slices (Observe) list it, or did
+// less than [WithdrawnGrace] ago.
 func (s *Set) Has(pool, dev string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := device.DeviceID{Pool: pool, Device: dev}
-	if s.devices[id] {
+	if s.devices[id] || s.observed[id] {
 		return true
 	}
 	at, ok := s.withdrawn[id]
