@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -64,10 +65,10 @@ type Runtime struct {
 	// node's slices list (observeSlices), with the recently withdrawn
 	// devices.
 	published *publication.Set
-	// observedSynced says whether observeSlices has listed the slices.
-	observedSynced func() bool
-	fatal          error
-	cancel         context.CancelCauseFunc
+	// observed is the watch of the node's slices (observeSlices).
+	observed cache.SharedIndexInformer
+	fatal    error
+	cancel   context.CancelCauseFunc
 }
 
 // Driver is the former name of [Runtime], kept for one release.
@@ -272,7 +273,7 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	d.health = health.New(d.name, d.o.healthTimeout, d.published)
 	d.setInventory(inv)
 	d.metrics.state.src.Store(&stateSource{published: d.published, health: d.health, engine: eng, kind: d.o.deviceKind})
-	d.observedSynced = d.observeSlices(ctx)
+	d.observed = d.observeSlices(ctx)
 	eng.published = func(ctx context.Context, pool, dev string) bool {
 		return d.o.uncheckedPools[pool] || d.published.Has(pool, dev) || d.listedNow(ctx, pool, dev)
 	}

@@ -50,6 +50,17 @@ func (r *running) stop(t *testing.T) {
 	}
 }
 
+// waitPublished waits until the driver's slices are in the API server
+// (Runtime.Published), and fails the test as what if ctx ends first.
+func (r *running) waitPublished(ctx context.Context, t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-r.d.Published():
+	case <-ctx.Done():
+		t.Fatal(what)
+	}
+}
+
 func startDriver(ctx context.Context, t *testing.T, c *cluster.Cluster, d dirs, disc driver.Discoverer, hw *fakehw.HW, opts ...driver.Option) *running {
 	t.Helper()
 	return startWith(ctx, t, c.RESTConfig, d, disc, hw, opts...)

@@ -34,8 +34,9 @@ func (d *Runtime) slicesSelector() string {
 // kubelet sends its calls to the newer one, which must prepare what the
 // scheduler allocated from the older one's slices; after a restart the
 // slices are the previous process's until the first publish replaces
-// them. It returns the informer's HasSynced.
-func (d *Runtime) observeSlices(ctx context.Context) func() bool {
+// them. It returns the running informer, whose store Published reads
+// back too.
+func (d *Runtime) observeSlices(ctx context.Context) cache.SharedIndexInformer {
 	slicesAPI := d.client.ResourceV1().ResourceSlices()
 	selector := d.slicesSelector()
 	lw := &cache.ListWatch{
@@ -61,7 +62,7 @@ func (d *Runtime) observeSlices(ctx context.Context) func() bool {
 		klog.FromContext(ctx).Error(err, "Watching the node's ResourceSlices")
 	}
 	go inf.RunWithContext(ctx)
-	return inf.HasSynced
+	return inf
 }
 
 // listedNow reads the node's slices of this driver from the API server

@@ -31,20 +31,12 @@ func TestPreparesWhatThePreviousProcessPublished(t *testing.T) {
 		return out
 	}
 	old := startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: inv("restart-a", "restart-b")}, hw)
-	select {
-	case <-old.d.Published():
-	case <-ctx.Done():
-		t.Fatal("the first process's slices are not published")
-	}
+	old.waitPublished(ctx, t, "the first process's slices are not published")
 	old.stop(t)
 
 	r := startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: inv("restart-a")}, hw)
 	defer r.stop(t)
-	select {
-	case <-r.d.Published():
-	case <-ctx.Done():
-		t.Fatal("the second process's slices are not published")
-	}
+	r.waitPublished(ctx, t, "the second process's slices are not published")
 	k, err := drivertest.Dial(d.draSocket())
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +65,7 @@ func TestPreparesWhatTheOtherInstancePublished(t *testing.T) {
 	node := testNode
 	r := startDriver(ctx, t, c, d, device.StaticDiscoverer{Inv: testInventory(1)}, hw)
 	defer r.stop(t)
-	select {
-	case <-r.d.Published():
-	case <-ctx.Done():
-		t.Fatal("slices not published")
-	}
+	r.waitPublished(ctx, t, "slices not published")
 	other := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "other-instance-"},
 		Spec: resourceapi.ResourceSliceSpec{

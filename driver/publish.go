@@ -111,12 +111,12 @@ func (d *Runtime) setInventory(inv *device.Inventory) {
 // slices the first publish replaces (the previous process's) count as
 // published for publication.WithdrawnGrace.
 func (d *Runtime) awaitObserved(ctx context.Context) {
-	if d.observedSynced == nil || d.observedSynced() {
+	if d.observed.HasSynced() {
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, observeWait)
 	defer cancel()
-	if !cache.WaitForCacheSync(wctx.Done(), d.observedSynced) && ctx.Err() == nil {
+	if !cache.WaitForCacheSync(wctx.Done(), d.observed.HasSynced) && ctx.Err() == nil {
 		klog.FromContext(ctx).Info("The node's ResourceSlices were not listed in time; publishing without them: a claim allocated from them may be refused until it is listed", "waited", observeWait)
 	}
 }

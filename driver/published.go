@@ -6,8 +6,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/internal/slicepool"
@@ -24,9 +22,9 @@ import (
 // the same from outside the process), and /readyz ([WithHTTPAddress])
 // reports ready only after it.
 //
-// The runtime reads its slices back from the API server until then (a
-// LIST every 250 ms with the driver and node field selectors), and never
-// after. An inventory that changes faster than its slices are written
+// The runtime reads its slices back until then, every 250 ms, from its
+// watch of the node's slices (the driver and node field selectors; the
+// watch also serves the prepare check), and sends no request for it. An inventory that changes faster than its slices are written
 // delays it until the slices catch up.
 func (d *Runtime) Published() <-chan struct{} { return d.firstPublish }
 
@@ -34,11 +32,6 @@ func (d *Runtime) Published() <-chan struct{} { return d.firstPublish }
 // current inventory complete (see Published), or returns when ctx ends.
 func (d *Runtime) awaitFirstPublish(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	slicesAPI := d.client.ResourceV1().ResourceSlices()
-	selector := fields.AndSelectors(
-		fields.OneTermEqualSelector("spec.driver", d.name),
-		fields.OneTermEqualSelector("spec.nodeName", d.o.nodeName),
-	).String()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -47,17 +40,14 @@ func (d *Runtime) awaitFirstPublish(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if !d.slicesSynced.Load() {
+		if !d.slicesSynced.Load() || !d.observed.HasSynced() {
 			continue // the first publish still waits for the API server
 		}
-		list, err := slicesAPI.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			logger.V(3).Info("Reading the published ResourceSlices back", "err", err)
-			continue
-		}
-		got := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
-		for i := range list.Items {
-			got = append(got, &list.Items[i])
+		var got []*resourceapi.ResourceSlice
+		for _, o := range d.observed.GetStore().List() {
+			if s, ok := o.(*resourceapi.ResourceSlice); ok {
+				got = append(got, s)
+			}
 		}
 		if d.inventoryPublished(slicepool.Group(got)) {
 			logger.Info("ResourceSlices published: every pool complete")

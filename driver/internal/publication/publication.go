@@ -46,16 +46,8 @@ func New() *Set {
 func (s *Set) Store(inv *device.Inventory) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	devices := DevicesOf(inv)
-	for id := range s.devices {
-		if !devices[id] {
-			s.withdrawn[id] = now
-		}
-	}
 	s.inv = inv
-	s.devices = devices
-	s.expireLocked(now)
+	s.replaceLocked(&s.devices, DevicesOf(inv))
 }
 
 // Observe makes devices what the node's ResourceSlices in the API server
@@ -66,13 +58,20 @@ func (s *Set) Store(inv *device.Inventory) {
 func (s *Set) Observe(devices map[device.DeviceID]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.replaceLocked(&s.observed, devices)
+}
+
+// replaceLocked makes next the set *cur points to (the inventory's or
+// the slices' devices); those of the old set that next lacks count as
+// withdrawn from now.
+func (s *Set) replaceLocked(cur *map[device.DeviceID]bool, next map[device.DeviceID]bool) {
 	now := s.now()
-	for id := range s.observed {
-		if !devices[id] {
+	for id := range *cur {
+		if !next[id] {
 			s.withdrawn[id] = now
 		}
 	}
-	s.observed = devices
+	*cur = next
 	s.expireLocked(now)
 }
 
