@@ -166,17 +166,17 @@ func TestExplainOnCluster(t *testing.T) {
 	}
 }
 
-// TestExplainREADME: the explanation the README shows is what the command
-// prints.
+// TestExplainREADME: the explanation docs/explain.md shows is what the
+// command prints.
 func TestExplainREADME(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "explain.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	const cmdLine = "$ go run ./cmd/drakit explain --snapshot explain/testdata/fleet.yaml -f explain/testdata/train-claim.yaml\n"
 	_, block, ok := strings.Cut(string(data), cmdLine)
 	if !ok {
-		t.Fatalf("README has no line %q", cmdLine)
+		t.Fatalf("docs/explain.md has no line %q", cmdLine)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	var out, errOut bytes.Buffer
@@ -185,6 +185,6 @@ func TestExplainREADME(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out.String() != block {
-		t.Errorf("README's explanation differs from the command's output; the command prints:\n%s", out.String())
+		t.Errorf("docs/explain.md's explanation differs from the command's output; the command prints:\n%s", out.String())
 	}
 }
