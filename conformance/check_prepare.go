@@ -409,12 +409,12 @@ func (r *runner) twoRequests(ctx context.Context) (*resourceapi.ResourceClaim, *
 			if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
 				continue
 			}
-			capacity, why := shareOfTwo(d)
+			capacity, _, why := shares(d, 2)
 			if why != "" {
 				whyNot = append(whyNot, fmt.Sprintf("shared device %s: %s", dev, why))
 				continue
 			}
-			claim, err = r.sched.allocated(ctx, "names", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity), withCapacity(exactRequest("second", r.class, 1), capacity)), &dev)
+			claim, err = r.sched.allocated(ctx, "names", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity[0]), withCapacity(exactRequest("second", r.class, 1), capacity[1])), &dev)
 			if err == nil {
 				break
 			}
