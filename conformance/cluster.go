@@ -350,10 +350,10 @@ type restartSeen struct {
 
 // podRun is one of the suite's pods, once it runs.
 type podRun struct {
-	name    string
-	pod     *corev1.Pod
-	env     map[string]string            // the first container's environment
-	envs    map[string]map[string]string // every container's, by name
+	name string
+	pod  *corev1.Pod
+	env  map[string]string            // the first container's environment
+	envs map[string]map[string]string // every container's, by name
 	// environ says whether envs were read from the containers'
 	// /proc/<pid>/environ (else from their shell's env).
 	environ bool
