@@ -89,10 +89,11 @@ func (r *runner) setupRestart(ctx context.Context) error {
 	if isHookError(err) {
 		// Not the driver's failure: nothing about restarts is judged.
 		// Whatever serves now serves the next checks.
-		r.unprepareAll(ctx, rs.claims())
 		if rerr := r.register(ctx); rerr != nil {
 			r.gone = fmt.Errorf("%w: %v; and no driver registers now: %v", errDriverGone, err, rerr)
 			r.report.Aborted = r.gone.Error()
+		} else {
+			r.unprepareAll(ctx, rs.claims())
 		}
 		return unable("restarts not judged: %v", err)
 	}

@@ -150,10 +150,11 @@ func (r *runner) probe(ctx context.Context) error {
 // probe. When it does not, why says what is wrong, and byProbe whether
 // the probe's own call ended it. That is read from the call's error: a
 // connection that broke while the call was under way (the driver was
-// serving when the probe was sent), not one that could not be made
-// (nothing listening: it had stopped before) nor a call that timed out
-// (a driver that hangs), and, for a driver the suite started, one whose
-// process had not exited before the probe was sent. How long the
+// serving when the probe was sent), or, for a driver the suite started,
+// a call cut short by its process's exit; not one that could not be
+// made (nothing listening: it had stopped before) nor a call that timed
+// out (a driver that hangs); and, for a driver the suite started, only
+// if its process had not exited before the probe was sent. How long the
 // process then takes to exit does not matter (a panic dump on a loaded
 // machine takes seconds); its exit status, once it comes, is named.
 func (r *runner) alive(ctx context.Context) (ok bool, why string, byProbe bool) {
@@ -168,6 +169,12 @@ func (r *runner) alive(ctx context.Context) (ok bool, why string, byProbe bool) 
 	why, byProbe = err.Error(), brokeDuringCall(err)
 	if r.procDone == nil {
 		return false, why, byProbe
+	}
+	if exited, _ := r.driverExited(); exited && status.Code(err) == codes.Canceled && ctx.Err() == nil {
+		// The call was cut short because the process exited during it
+		// (callContext): when it exited says whether that came after
+		// the probe was sent.
+		byProbe = true
 	}
 	if byProbe {
 		// For the message only: the exit status of a process whose
