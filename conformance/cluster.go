@@ -313,6 +313,9 @@ type clusterRun struct {
 	// those the containers' shell did not pass on.
 	oddNames     map[string][]string
 	shellDropped map[string]bool
+	// shellEnvOnly is set once a container's environment could only be
+	// read from its shell (an image without od).
+	shellEnvOnly bool
 	// pods started so far, by name.
 	pods map[string]*podRun
 	// freed is the device that pod.unprepare saw freed.
@@ -350,13 +353,10 @@ type restartSeen struct {
 
 // podRun is one of the suite's pods, once it runs.
 type podRun struct {
-	name string
-	pod  *corev1.Pod
-	env  map[string]string            // the first container's environment
-	envs map[string]map[string]string // every container's, by name
-	// environ says whether envs were read from the containers'
-	// /proc/<pid>/environ (else from their shell's env).
-	environ bool
+	name    string
+	pod     *corev1.Pod
+	env     map[string]string            // the first container's environment
+	envs    map[string]map[string]string // every container's, by name
 	claims  []*resourceapi.ResourceClaim
 	devices []string                     // allocated devices of the driver, pool/name
 	made    cdiMade                      // CDI devices defined while it started
@@ -694,7 +694,8 @@ func (c *clusterRun) startWith(ctx context.Context, name string, claims []corev1
 				data, err := c.cfg.Client.CoreV1().Pods(c.ns).GetLogs(name, &corev1.PodLogOptions{Container: ct.Name}).DoRaw(ctx)
 				if err == nil && strings.Contains(string(data), envEndMark) {
 					env, shell, environ := parseEnv(string(data))
-					pr.envs[ct.Name], pr.environ = env, environ
+					pr.envs[ct.Name] = env
+					c.shellEnvOnly = c.shellEnvOnly || !environ
 					c.noteDropped(name, env, shell)
 				}
 			}

@@ -1116,10 +1116,8 @@ func (c *clusterRun) checkHealth(ctx context.Context) outcome {
 
 func (c *clusterRun) checkEnvNames(ctx context.Context) outcome {
 	if len(c.oddNames) == 0 {
-		for _, pr := range c.pods {
-			if !pr.environ {
-				return skip("the containers' environment was read from their shell (the image has no od to print /proc/<pid>/environ), which passes on only names it can read")
-			}
+		if c.shellEnvOnly {
+			return skip("the containers' environment was read from their shell (the image has no od to print /proc/<pid>/environ), which passes on only names it can read")
 		}
 		return pass("every variable the run's containers got has a name a shell can read")
 	}
