@@ -576,6 +576,10 @@ func (c *clusterRun) waitGone(ctx context.Context, get func(context.Context) err
 // and names a shell drops, such as those with '-', kept).
 const envScript = `env; echo ` + environMark + `; od -An -v -tx1 /proc/$$/environ; echo ` + envEndMark + `; exec sleep 3600`
 
+// kubeEscape escapes s for a container's command: the kubelet expands
+// $(VAR) there and reads $$ as one $.
+func kubeEscape(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+
 // The lines that delimit the parts of envScript's output.
 const (
 	environMark = "---drakit-environ---"
@@ -607,7 +611,7 @@ func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim, cont
 	for _, ct := range containers {
 		cs = append(cs, corev1.Container{
 			Name: ct.name, Image: c.cfg.Image, ImagePullPolicy: c.cfg.ImagePullPolicy,
-			Command:   []string{"sh", "-c", envScript},
+			Command:   []string{"sh", "-c", kubeEscape(envScript)},
 			Resources: corev1.ResourceRequirements{Claims: ct.claims},
 		})
 	}

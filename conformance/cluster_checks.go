@@ -1048,7 +1048,7 @@ func (c *clusterRun) checkRestartDeviceNames(ctx context.Context) outcome {
 					}
 				}
 				if wrote {
-					note = fmt.Sprintf(" (the new process's slices, written %.1f s after it started)", time.Since(seen.started).Seconds())
+					note = fmt.Sprintf(" (the new process's slices: its write seen %.1f s after it started)", time.Since(seen.started).Seconds())
 				} else {
 					note = fmt.Sprintf("; not republished within %s: the new process wrote no ResourceSlice for the node in that time after it started, so this is judged on the slices from before the restart (a driver that publishes the same devices may leave them as they are)", c.cfg.PublishTimeout)
 				}

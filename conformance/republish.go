@@ -145,7 +145,7 @@ func (r *runner) republishedNote() string {
 	case p == nil || !p.done:
 		return ""
 	case p.wrote:
-		return fmt.Sprintf(" (the restarted driver's slices, written %.1f s after it registered again)", p.after.Seconds())
+		return fmt.Sprintf(" (the restarted driver's slices: its write seen %.1f s after it registered again)", p.after.Seconds())
 	}
 	return fmt.Sprintf("; not republished within %s: the restarted driver wrote no ResourceSlice for the node in that time after it registered again, so this is judged on the slices from before the restart (a driver that publishes the same devices may leave them as they are)", p.after)
 }
