@@ -52,6 +52,12 @@ type mainClaims struct {
 func (r *runner) setupMain(ctx context.Context) error {
 	m := &r.main
 	r.cleanups = append(r.cleanups, func(ctx context.Context) {
+		// Left prepared when the checks that unprepare them did not
+		// run (Config.Only): the kubelet unprepares a claim once no
+		// pod uses it, so does the suite.
+		if !m.unprepared {
+			r.unprepareAll(ctx, m.claims)
+		}
 		for _, c := range m.claims {
 			r.sched.release(ctx, c)
 		}

@@ -48,6 +48,9 @@ func (r *runner) setupRestart(ctx context.Context) error {
 	rs := &r.restart
 	rs.before = map[*resourceapi.ResourceClaim]*prepared{}
 	r.cleanups = append(r.cleanups, func(ctx context.Context) {
+		// Unprepare is idempotent: whatever the restart checks left
+		// prepared goes, as the kubelet unprepares claims no pod uses.
+		r.unprepareAll(ctx, rs.claims())
 		for c := range rs.before {
 			r.sched.release(ctx, c)
 		}

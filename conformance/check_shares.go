@@ -253,11 +253,16 @@ func (r *runner) sharesEnv(cache *cdi.Cache) ([]string, string) {
 	return coll, ""
 }
 
-// unprepareAll unprepares claims, best effort (after a failed setup).
+// unprepareAll unprepares claims, best effort (after a failed setup, at
+// the end of the run), when the driver is connected and serving.
 func (r *runner) unprepareAll(ctx context.Context, claims []*resourceapi.ResourceClaim) {
-	if len(claims) > 0 && r.node != nil {
-		_, _ = r.unprepare(ctx, claims...)
+	if len(claims) == 0 || r.node == nil || r.gone != nil {
+		return
 	}
+	if exited, _ := r.driverExited(); exited {
+		return
+	}
+	_, _ = r.unprepare(ctx, claims...)
 }
 
 func (r *runner) checkShared(ctx context.Context) outcome {

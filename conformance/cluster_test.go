@@ -210,7 +210,7 @@ func TestCluster(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				t.Run(tc.name, func(t *testing.T) {
-					got := runClusterCase(t, ctx, c, bin, tc, d)
+					got := runClusterCase(t, ctx, c, bin, tc, d, load)
 					line := tc.name + ": " + strings.Join(got, "; ")
 					if !load {
 						mu.Lock()
@@ -253,8 +253,9 @@ type deployedDriver struct {
 
 // runClusterCase runs cluster mode for tc against its driver d, then, for
 // a defect, socket mode against the same driver, asserts their verdicts
-// and returns them (the checks that did not pass, in each mode).
-func runClusterCase(t *testing.T, ctx context.Context, c *cluster.Cluster, bin string, tc clusterCase, d *deployedDriver) []string {
+// and returns them (the checks that did not pass, in each mode). Under
+// load pods may take longer to start.
+func runClusterCase(t *testing.T, ctx context.Context, c *cluster.Cluster, bin string, tc clusterCase, d *deployedDriver, load bool) []string {
 	if tc.hook {
 		// The old suite waited for the hook's output, which the new
 		// driver holds: bound the run so that it fails here.
@@ -286,7 +287,11 @@ func runClusterCase(t *testing.T, ctx context.Context, c *cluster.Cluster, bin s
 		if cdi {
 			cc.CDIDirs = []string{c.CDIDir}
 		}
-		if tc.socket != "" {
+		switch {
+		case load:
+			// Pods start slower on a busy node.
+			cc.PodTimeout = 2 * time.Minute
+		case tc.socket != "":
 			// A defect's pod may never start: wait less.
 			cc.PodTimeout = 40 * time.Second
 		}
