@@ -190,8 +190,9 @@
 // failed at once, on no slices), and one restarted by a restart command
 // that starts the new driver in the background (the suite waited for
 // the command's output, which the new driver holds, and hung). Those
-// cases, and the slow renamer and env-name-uid above, run again under
-// CPU load (a busy process per core) and get the same verdicts.
+// cases and env-name-uid run again under CPU load (a busy process per
+// core) and get the same verdicts; the slow renamer does so in socket
+// mode (its pods take minutes through a restart on a busy node).
 //
 // pod.two-claims-env is advice (SHOULD): each claim is prepared on its
 // own, so a claim-wide variable (one value naming all of a claim's
