@@ -102,7 +102,7 @@ type ClusterConfig struct {
 	// PublishTimeout bounds the wait for the driver's ResourceSlices on
 	// the node to be complete when the run starts, and, after
 	// pod.driver-restart restarted the driver, for the new process to
-	// write them (default 1 minute). A driver that publishes the same
+	// write them (default 30 s). A driver that publishes the same
 	// slices again may write nothing: pod.restart-device-names then
 	// judges the slices as they are after this time, and says so.
 	PublishTimeout time.Duration
@@ -146,7 +146,7 @@ func (c *ClusterConfig) validate() error {
 		c.PodTimeout = 2 * time.Minute
 	}
 	if c.PublishTimeout <= 0 {
-		c.PublishTimeout = time.Minute
+		c.PublishTimeout = 30 * time.Second
 	}
 	return nil
 }

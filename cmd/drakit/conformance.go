@@ -145,6 +145,10 @@ func (l *csvFlag) Set(v string) error {
 	return nil
 }
 
+// clusterPublishTimeout is --publish-timeout's default with --cluster
+// (ClusterConfig.PublishTimeout's).
+const clusterPublishTimeout = 30 * time.Second
+
 // conformanceFlags are the parsed flags of "drakit conformance".
 type conformanceFlags struct {
 	kubeconfig, driver, node, registration string
@@ -195,7 +199,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.StringVar(&f.driverLog, "driver-log", "", "keep the started driver's output in FILE (default: a new drakit-conformance-driver-*.log in $TMPDIR, named at the end)")
 	fs.IntVar(&f.repeat, "repeat", 3, "repeats in idempotency checks")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
-	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices, and after a restart for the new process to write its slices (a driver that writes none is judged on the slices from before, and the report says so)")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices, and after a restart for the new process to write its slices (a driver that writes none is judged on the slices from before, and the report says so); with --cluster 30s unless given")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
 	fs.DurationVar(&f.healthWait, "health-wait", 0, "how long health.refresh waits for a repeated health report (default: the devices' largest health check timeout plus 5s, at most 2m)")
 	var gates csvFlag
@@ -238,6 +242,9 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 			return nil, fmt.Errorf("%w: give --driver-namespace and --driver-pod-selector together", errUsage)
 		case f.driverSelector != "" && f.restartCmd != "":
 			return nil, fmt.Errorf("%w: give --driver-pod-selector (a driver that runs as a pod) or --restart-command (one that does not), not both", errUsage)
+		}
+		if !flagSet(fs, "publish-timeout") {
+			f.publishTimeout = clusterPublishTimeout
 		}
 		switch corev1.PullPolicy(f.pullPolicy) {
 		case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
