@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -64,12 +65,19 @@ func (r *runner) readCDI(ctx context.Context) (map[string][]byte, error) {
 	return out, nil
 }
 
+// readCDITimeout bounds one run of Config.ReadCDICommand.
+const readCDITimeout = time.Minute
+
 // readCDICommand runs cmd, which writes a tar archive of the node's CDI
-// folder(s) to its standard output.
+// folder(s) to its standard output, bounded by readCDITimeout (and
+// hookWaitDelay for output that a process it left behind holds).
 func readCDICommand(ctx context.Context, cmd []string) (map[string][]byte, error) {
 	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, readCDITimeout)
+	defer cancel()
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	c.Stdout, c.Stderr = &stdout, &stderr
+	c.WaitDelay = hookWaitDelay
 	if err := c.Run(); err != nil {
 		return nil, fmt.Errorf("read the node's CDI specs with %q: %w: %s", cmd, err, strings.TrimSpace(stderr.String()))
 	}

@@ -8,7 +8,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -166,94 +165,6 @@ func (r *runner) checkAdminAccess(ctx context.Context) outcome {
 	}
 	_, f := r.cycle(ctx, r.node, admin)
 	return f.outcome("admin-access claim prepared on device %s while it is prepared for another claim", dev)
-}
-
-// sharedClaims are two claims prepared on one shared device.
-type sharedClaims struct {
-	dev      devRef
-	capacity map[resourceapi.QualifiedName]resource.Quantity
-	claims   []*resourceapi.ResourceClaim
-	resp     *drapbv1.NodePrepareResourcesResponse
-	empty    []string
-}
-
-// setupShared allocates two claims on a device that allows multiple
-// allocations, each asking for a share its capacity allows, prepares both
-// in one call and unprepares them.
-func (r *runner) setupShared(ctx context.Context) error {
-	sh := &r.shared
-	var found bool
-	for _, dev := range r.devices {
-		if d := r.deviceObj[dev]; d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
-			sh.dev, found = dev, true
-			break
-		}
-	}
-	if !found {
-		return unable("no device allows multiple allocations")
-	}
-	capacity, why := shareOfTwo(r.deviceObj[sh.dev])
-	if why != "" {
-		return unable("device %s allows multiple allocations, but %s", sh.dev, why)
-	}
-	sh.capacity = capacity
-	defer func() {
-		for _, c := range sh.claims {
-			r.sched.release(ctx, c)
-		}
-	}()
-	for i := 0; i < 2; i++ {
-		c, err := r.sched.allocated(ctx, "shared", claimSpec(withCapacity(exactRequest("dev", r.class, 1), capacity)), &sh.dev)
-		if err != nil {
-			return unable("the structured allocator does not place allocation %d of shared device %s (capacity %s), so the scheduler would not either: %v", i+1, sh.dev, quantities(capacity), err)
-		}
-		sh.claims = append(sh.claims, c)
-	}
-	var f failures
-	resp, err := r.prepare(ctx, sh.claims...)
-	if err != nil {
-		return broken("NodePrepareResources for two claims sharing %s: %v", sh.dev, err)
-	}
-	checkResultKeys(&f, "NodePrepareResources", sh.claims, resp.Claims, prepErr)
-	for _, c := range sh.claims {
-		if res := resp.Claims[string(c.UID)]; res != nil && res.Error == "" {
-			if checkDevicesMatch(&f, r.cfg.DriverName, c, res) {
-				sh.empty = append(sh.empty, c.Name)
-			}
-		}
-	}
-	sh.resp = resp
-	uresp, err := r.unprepare(ctx, sh.claims...)
-	if err != nil {
-		f.add("NodeUnprepareResources: %v", err)
-	} else {
-		checkResultKeys(&f, "NodeUnprepareResources", sh.claims, uresp.Claims, unprepErr)
-	}
-	if len(f) > 0 {
-		return broken("%s", f.outcome("").msg)
-	}
-	return nil
-}
-
-func (r *runner) checkShared(ctx context.Context) outcome {
-	if o := r.judge(ctx, fxShared); o != nil {
-		return *o
-	}
-	return pass("device %s prepared for two claims (capacity %s each)%s", r.shared.dev, quantities(r.shared.capacity), noDevicesNote(r.shared.empty))
-}
-
-func (r *runner) checkShareID(context.Context) outcome {
-	var f failures
-	n := 0
-	for _, c := range r.shared.claims {
-		res := r.shared.resp.Claims[string(c.UID)]
-		n += len(res.GetDevices())
-		checkShareIDs(&f, r.cfg.DriverName, c, res)
-	}
-	if n == 0 {
-		return skip("the driver returned no devices for the shared allocations")
-	}
-	return f.outcome("both allocations of the shared device returned with their share IDs")
 }
 
 // noDevicesNote notes claims for which the driver returned no devices.

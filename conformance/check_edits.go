@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -261,11 +262,14 @@ func (r *runner) twoSharesEnv(ctx context.Context, f *failures) (string, error) 
 		if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
 			continue
 		}
-		capacity, why := shareOfTwo(d)
+		capacity, _, why := shares(d, 2)
 		if why != "" {
 			continue
 		}
-		claim, err := r.sched.allocated(ctx, "shares", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity), withCapacity(exactRequest("second", r.class, 1), capacity)), &dev)
+		// Unequal shares: a setting derived from a share's amount
+		// differs between them, so one the driver writes twice under one
+		// name shows.
+		claim, err := r.sched.allocated(ctx, "shares", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity[0]), withCapacity(exactRequest("second", r.class, 1), capacity[1])), &dev)
 		if err != nil {
 			continue
 		}
@@ -289,4 +293,44 @@ func (r *runner) twoSharesEnv(ctx context.Context, f *failures) (string, error) 
 		return claim.Name, nil
 	}
 	return "", nil
+}
+
+// shellName matches the variable names a POSIX shell reads from its
+// environment and passes on.
+var shellName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (r *runner) checkCDIEnvNames(ctx context.Context) outcome {
+	cache, _, ids, why := r.mainCDI(ctx)
+	if why != "" {
+		return skip("%s", why)
+	}
+	var f failures
+	n := 0
+	for _, id := range ids {
+		if cache.GetDevice(id) == nil {
+			continue
+		}
+		spec, err := injectInto(cache, []string{id})
+		if err != nil {
+			continue
+		}
+		var bad []string
+		for k := range envMap(spec) {
+			n++
+			if !shellName.MatchString(k) {
+				bad = append(bad, k)
+			}
+		}
+		if len(bad) > 0 {
+			sort.Strings(bad)
+			f.add("CDI device %s sets %s", id, strings.Join(bad, ", "))
+		}
+	}
+	if n == 0 {
+		return skip("the CDI devices of the main claims set no environment variable")
+	}
+	if len(f) > 0 {
+		f.add("the container runtime applies such a variable, but a shell (busybox sh, dash) does not pass a name that is not [A-Za-z_][A-Za-z0-9_]* on to the programs it starts: a container whose entry point is a shell script never sees it (use letters, digits and '_', e.g. '_' for the '-' of a UID)")
+	}
+	return f.outcome("the %d variables of the main claims' CDI devices have names a shell can read", n)
 }

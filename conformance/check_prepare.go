@@ -52,6 +52,12 @@ type mainClaims struct {
 func (r *runner) setupMain(ctx context.Context) error {
 	m := &r.main
 	r.cleanups = append(r.cleanups, func(ctx context.Context) {
+		// Left prepared when the checks that unprepare them did not
+		// run (Config.Only): the kubelet unprepares a claim once no
+		// pod uses it, so does the suite.
+		if !m.unprepared {
+			r.unprepareAll(ctx, m.claims)
+		}
 		for _, c := range m.claims {
 			r.sched.release(ctx, c)
 		}
@@ -409,12 +415,12 @@ func (r *runner) twoRequests(ctx context.Context) (*resourceapi.ResourceClaim, *
 			if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
 				continue
 			}
-			capacity, why := shareOfTwo(d)
+			capacity, _, why := shares(d, 2)
 			if why != "" {
 				whyNot = append(whyNot, fmt.Sprintf("shared device %s: %s", dev, why))
 				continue
 			}
-			claim, err = r.sched.allocated(ctx, "names", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity), withCapacity(exactRequest("second", r.class, 1), capacity)), &dev)
+			claim, err = r.sched.allocated(ctx, "names", claimSpec(withCapacity(exactRequest("first", r.class, 1), capacity[0]), withCapacity(exactRequest("second", r.class, 1), capacity[1])), &dev)
 			if err == nil {
 				break
 			}

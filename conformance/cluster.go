@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // ErrNodeBusy is returned by [RunCluster] when pods the suite did not
@@ -52,7 +56,7 @@ type ClusterConfig struct {
 	// Client talks to the API server as a cluster admin. Required.
 	Client kubernetes.Interface
 	// Image is the containers' image: any image on the node with sh,
-	// env and sleep (busybox). Required. Pods never pull it unless
+	// env, od and sleep (busybox). Required. Pods never pull it unless
 	// ImagePullPolicy says so.
 	Image string
 	// ImagePullPolicy is the containers' pull policy (default Never:
@@ -91,9 +95,17 @@ type ClusterConfig struct {
 	CDIDirs        []string
 	ReadCDI        func(ctx context.Context) (map[string][]byte, error)
 	ReadCDICommand []string
-	// PodTimeout bounds the wait for a pod to run, or to be gone
-	// (default 2 minutes).
+	// PodTimeout bounds the wait for a pod to run, or to be gone, and
+	// for RestartDriver or RestartCommand to return (default 2
+	// minutes).
 	PodTimeout time.Duration
+	// PublishTimeout bounds the wait for the driver's ResourceSlices on
+	// the node to be complete when the run starts, and, after
+	// pod.driver-restart restarted the driver, for the new process to
+	// write them (default 30 s). A driver that publishes the same
+	// slices again may write nothing: pod.restart-device-names then
+	// judges the slices as they are after this time, and says so.
+	PublishTimeout time.Duration
 	// Skip names checks or categories not to run; a check that uses
 	// what a skipped one sets up skips too. Only, when set, names the
 	// only ones to report: an earlier check whose pods or restart a
@@ -132,6 +144,9 @@ func (c *ClusterConfig) validate() error {
 	}
 	if c.PodTimeout <= 0 {
 		c.PodTimeout = 2 * time.Minute
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 30 * time.Second
 	}
 	return nil
 }
@@ -290,6 +305,17 @@ type clusterRun struct {
 	// devices are the driver's devices on the node, by name.
 	devices map[string]*resourceapi.Device
 	pool    map[string]string // device name -> pool
+	// published says how the slices were found at the start: "" when
+	// complete, else what was missing after PublishTimeout.
+	published string
+	// oddNames are the variables whose names are no shell identifiers
+	// that containers got, with the pods that showed them; shellDropped
+	// those the containers' shell did not pass on.
+	oddNames     map[string][]string
+	shellDropped map[string]bool
+	// shellEnvOnly is set once a container's environment could only be
+	// read from its shell (an image without od).
+	shellEnvOnly bool
 	// pods started so far, by name.
 	pods map[string]*podRun
 	// freed is the device that pod.unprepare saw freed.
@@ -317,8 +343,8 @@ type restartSeen struct {
 	// allocated are the devices (pool/name) of the claims of pods that
 	// ran through the restart.
 	allocated []string
-	// generations are the pools' generations before the restart.
-	generations map[string]int64
+	// marks are the driver's slices for the node before the restart.
+	marks sliceMarks
 	// next is the new driver pod (or how the driver was restarted) and
 	// started when it started.
 	next    string
@@ -416,24 +442,65 @@ func (c *clusterRun) begin(ctx context.Context) error {
 		}
 		c.class = cl.Name
 	}
-	slices, err := c.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+	return c.waitForSlices(ctx)
+}
+
+// nodeSlices returns the driver's ResourceSlices for the node.
+func (c *clusterRun) nodeSlices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
+	list, err := c.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.driver", c.cfg.DriverName).String()})
 	if err != nil {
-		return fmt.Errorf("list ResourceSlices: %w", err)
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
-	c.devices, c.pool = map[string]*resourceapi.Device{}, map[string]string{}
-	for i := range slices.Items {
-		sl := &slices.Items[i]
-		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != c.cfg.NodeName {
-			continue
-		}
-		for j := range sl.Spec.Devices {
-			d := &sl.Spec.Devices[j]
-			c.devices[d.Name] = d
-			c.pool[d.Name] = sl.Spec.Pool.Name
+	var out []*resourceapi.ResourceSlice
+	for i := range list.Items {
+		if sl := &list.Items[i]; sl.Spec.NodeName != nil && *sl.Spec.NodeName == c.cfg.NodeName {
+			out = append(out, sl)
 		}
 	}
-	return nil
+	return out, nil
+}
+
+// waitForSlices waits until the driver's pools on the node are complete,
+// as socket mode does (a run may start right after the driver's pod is
+// ready, before it published), up to PublishTimeout, and indexes their
+// devices; after that it indexes what there is and says what is
+// missing.
+func (c *clusterRun) waitForSlices(ctx context.Context) error {
+	deadline := time.Now().Add(c.cfg.PublishTimeout)
+	for {
+		slices, err := c.nodeSlices(ctx)
+		if err != nil {
+			return err
+		}
+		ps := slicepool.Group(slices)
+		incomplete := slicepool.Incomplete(ps)
+		done := len(slices) > 0 && len(incomplete) == 0
+		if done || time.Now().After(deadline) {
+			if !done {
+				c.published = fmt.Sprintf("no complete pool within %s", c.cfg.PublishTimeout)
+				if len(incomplete) > 0 {
+					c.published = fmt.Sprintf("pools incomplete after %s: %s", c.cfg.PublishTimeout, strings.Join(incomplete, "; "))
+				}
+			}
+			c.devices, c.pool = map[string]*resourceapi.Device{}, map[string]string{}
+			for _, p := range ps {
+				for _, sl := range p.Slices {
+					for j := range sl.Spec.Devices {
+						d := &sl.Spec.Devices[j]
+						c.devices[d.Name] = d
+						c.pool[d.Name] = sl.Spec.Pool.Name
+					}
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // cleanup deletes the suite's pods and waits until they are gone, so
@@ -502,8 +569,22 @@ func (c *clusterRun) waitGone(ctx context.Context, get func(context.Context) err
 	}
 }
 
-// envScript prints the container's environment once, then waits.
-const envScript = `env; echo ---drakit-env-end---; exec sleep 3600`
+// envScript prints the container's environment once, then waits: the
+// environment its shell passes on (env), then, hex-encoded, the one its
+// first process got from the container runtime (/proc/$$/environ: the
+// shell is that process; NUL-separated, values with newlines intact,
+// and names a shell drops, such as those with '-', kept).
+const envScript = `env; echo ` + environMark + `; od -An -v -tx1 /proc/$$/environ; echo ` + envEndMark + `; exec sleep 3600`
+
+// kubeEscape escapes s for a container's command: the kubelet expands
+// $(VAR) there and reads $$ as one $.
+func kubeEscape(s string) string { return strings.ReplaceAll(s, "$", "$$") }
+
+// The lines that delimit the parts of envScript's output.
+const (
+	environMark = "---drakit-environ---"
+	envEndMark  = "---drakit-env-end---"
+)
 
 // container is one container of a suite pod and the claim references
 // it names (corev1.ResourceClaim: a pod claim's name, and a request of
@@ -530,7 +611,7 @@ func (c *clusterRun) podSpec(name string, claims []corev1.PodResourceClaim, cont
 	for _, ct := range containers {
 		cs = append(cs, corev1.Container{
 			Name: ct.name, Image: c.cfg.Image, ImagePullPolicy: c.cfg.ImagePullPolicy,
-			Command:   []string{"sh", "-c", envScript},
+			Command:   []string{"sh", "-c", kubeEscape(envScript)},
 			Resources: corev1.ResourceRequirements{Claims: ct.claims},
 		})
 	}
@@ -615,8 +696,11 @@ func (c *clusterRun) startWith(ctx context.Context, name string, claims []corev1
 					continue
 				}
 				data, err := c.cfg.Client.CoreV1().Pods(c.ns).GetLogs(name, &corev1.PodLogOptions{Container: ct.Name}).DoRaw(ctx)
-				if err == nil && strings.Contains(string(data), "---drakit-env-end---") {
-					pr.envs[ct.Name] = parseEnv(string(data))
+				if err == nil && strings.Contains(string(data), envEndMark) {
+					env, shell, environ := parseEnv(string(data))
+					pr.envs[ct.Name] = env
+					c.shellEnvOnly = c.shellEnvOnly || !environ
+					c.noteDropped(name, env, shell)
 				}
 			}
 			if len(pr.envs) == len(spec.Spec.Containers) {
@@ -683,18 +767,61 @@ func podClaimNames(pod *corev1.Pod) []string {
 	return out
 }
 
-// parseEnv reads the environment a container printed (envScript).
-func parseEnv(logs string) map[string]string {
-	env := map[string]string{}
-	for _, l := range strings.Split(logs, "\n") {
-		if l == "---drakit-env-end---" {
+// parseEnv reads what envScript printed: the environment the container
+// got (from /proc/$$/environ, environ true; from the shell's env where
+// that part is missing, e.g. an image without od) and the one its shell
+// passes on.
+func parseEnv(logs string) (env, shell map[string]string, environ bool) {
+	shell = map[string]string{}
+	head, rest, _ := strings.Cut(logs, environMark)
+	for _, l := range strings.Split(head, "\n") {
+		if l == envEndMark {
 			break
 		}
 		if k, v, ok := strings.Cut(l, "="); ok {
+			shell[k] = v
+		}
+	}
+	hexPart, _, _ := strings.Cut(rest, envEndMark)
+	var raw []byte
+	for _, tok := range strings.Fields(hexPart) {
+		b, err := strconv.ParseUint(tok, 16, 8)
+		if err != nil || len(tok) != 2 {
+			raw = nil
+			break
+		}
+		raw = append(raw, byte(b))
+	}
+	if len(raw) == 0 {
+		return shell, shell, false
+	}
+	env = map[string]string{}
+	for _, kv := range strings.Split(string(raw), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			env[k] = v
 		}
 	}
-	return env
+	return env, shell, true
+}
+
+// noteDropped records the variables of env, which pod's container got,
+// whose names are no shell identifiers; shell is what its shell passed
+// on.
+func (c *clusterRun) noteDropped(pod string, env, shell map[string]string) {
+	for k := range env {
+		if shellName.MatchString(k) {
+			continue
+		}
+		if c.oddNames == nil {
+			c.oddNames, c.shellDropped = map[string][]string{}, map[string]bool{}
+		}
+		if !slices.Contains(c.oddNames[k], pod) {
+			c.oddNames[k] = append(c.oddNames[k], pod)
+		}
+		if _, passed := shell[k]; !passed {
+			c.shellDropped[k] = true
+		}
+	}
 }
 
 // uidPattern matches an object UID (a UUID) inside a CDI device or file

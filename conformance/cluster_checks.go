@@ -1,10 +1,8 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -14,8 +12,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/internal/slicepool"
 )
 
 // clusterEntry is one check of cluster mode.
@@ -77,6 +76,9 @@ var clusterCatalogue = []clusterEntry{
 	ck("pod.restart-device-names", Must, "the devices that running pods were allocated are still published under their names after the driver's restart",
 		"resource.k8s.io/v1 DeviceRequestAllocationResult names a device by pool and name, and the scheduler counts a device as allocated by that name (k8s.io/dynamic-resource-allocation/structured): a device published under a new name looks free and is handed to a second claim while a pod uses it",
 		(*clusterRun).checkRestartDeviceNames, "pod.driver-restart"),
+	ck("pod.env-names", Should, "the variables the driver gives containers have names a shell can read",
+		"POSIX (XBD 8.1) leaves variable names other than [A-Za-z_][A-Za-z0-9_]* to the implementation: the container runtime applies them (CDI ContainerEdits.Env), and the container's first process gets them (read from /proc/<pid>/environ), but a shell (busybox sh, dash) does not pass them on to the programs it starts, so a container whose entry point is a shell script never sees them: advice. Judged on every pod of the run",
+		(*clusterRun).checkEnvNames, "pod.starts"),
 	ck("pod.health", Should, "device health reaches the pod status",
 		"KEP-4680: with feature gate ResourceHealthStatus (beta, on by default since 1.36) the kubelet puts the health the driver streams into status.containerStatuses[].allocatedResourcesStatus (pkg/kubelet/cm/dra/manager.go UpdateAllocatedResourcesStatus); skipped where the status shows none or only Unknown (the driver streams no health, or the feature is off)",
 		(*clusterRun).checkHealth),
@@ -160,7 +162,11 @@ func celLiteral(a resourceapi.DeviceAttribute) (string, bool) {
 
 func (c *clusterRun) checkStarts(ctx context.Context) outcome {
 	if len(c.devices) == 0 {
-		return fail("the driver publishes no device for node %s (ResourceSlices with spec.driver=%s, spec.nodeName=%s)", c.cfg.NodeName, c.cfg.DriverName, c.cfg.NodeName)
+		return fail("the driver publishes no device for node %s within %s (ResourceSlices with spec.driver=%s, spec.nodeName=%s): %s", c.cfg.NodeName, c.cfg.PublishTimeout, c.cfg.DriverName, c.cfg.NodeName, c.published)
+	}
+	note := ""
+	if c.published != "" {
+		note = "; judged on the devices there are: " + c.published
 	}
 	tpl, err := c.template(ctx, "one", c.oneDevice(""))
 	if err != nil {
@@ -170,7 +176,7 @@ func (c *clusterRun) checkStarts(ctx context.Context) outcome {
 	if err != nil {
 		return fail("%v", err)
 	}
-	return pass("pod one runs with device %s", strings.Join(pr.devices, ", "))
+	return pass("pod one runs with device %s%s", strings.Join(pr.devices, ", "), note)
 }
 
 // tokens splits environment values into the words a device identifier
@@ -626,10 +632,22 @@ func (c *clusterRun) checkSharedClaim(ctx context.Context) outcome {
 	}
 	var f failures
 	if s1.edits != nil {
-		for _, env := range s1.edits {
-			for k, v := range env {
-				if s2.env[k] != v {
-					f.add("the claim's device edits set %s=%s; the first pod sees it, the second has %s", k, v, shown(s2.env, k))
+		ids := make([]string, 0, len(s1.edits))
+		for id := range s1.edits {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			keys := make([]string, 0, len(s1.edits[id]))
+			for k := range s1.edits[id] {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				v := s1.edits[id][k]
+				first, second := s1.env[k] == v, s2.env[k] == v
+				if !first || !second {
+					f.add("CDI device %s of the claim sets %s=%s; the first pod has %s, the second %s", id, k, v, shown(s1.env, k), shown(s2.env, k))
 				}
 			}
 		}
@@ -822,10 +840,16 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	sort.Slice(running, func(i, j int) bool { return running[i].name < running[j].name })
 	sort.Strings(seen.allocated)
 	seen.allocated = slices.Compact(seen.allocated)
-	seen.generations, _ = c.poolGenerations(ctx)
+	if slices, err := c.nodeSlices(ctx); err == nil {
+		seen.marks = marksOf(slices)
+	}
 	replaced := ""
 	if hook {
 		if err := c.restartDriver(ctx); err != nil {
+			c.restart = nil
+			if isHookError(err) {
+				return skip("restarts not judged: %v", err)
+			}
 			return fail("%v", err)
 		}
 		seen.next, seen.started = "the restart hook's process", time.Now()
@@ -888,21 +912,14 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 	return f.outcome("%s; %d pods kept running; their claims unprepared by the new driver (%d CDI devices gone)%s", replaced, len(running), len(made), again)
 }
 
-// restartDriver runs ClusterConfig.RestartDriver or RestartCommand.
+// restartDriver runs ClusterConfig.RestartDriver or RestartCommand,
+// bounded by PodTimeout (a hook that fails or does not return is a
+// *hookError).
 func (c *clusterRun) restartDriver(ctx context.Context) error {
 	if c.cfg.RestartDriver != nil {
-		if err := c.cfg.RestartDriver(ctx); err != nil {
-			return fmt.Errorf("restart the driver (ClusterConfig.RestartDriver): %w", err)
-		}
-		return nil
+		return runHookFunc(ctx, "the restart hook (ClusterConfig.RestartDriver)", c.cfg.RestartDriver, c.cfg.PodTimeout)
 	}
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, c.cfg.RestartCommand[0], c.cfg.RestartCommand[1:]...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("restart the driver with %q: %w: %s", c.cfg.RestartCommand, err, strings.TrimSpace(out.String()))
-	}
-	return nil
+	return runHook(ctx, "the restart command", c.cfg.RestartCommand, c.cfg.PodTimeout)
 }
 
 // restartHow names the restart hook, for messages.
@@ -949,34 +966,6 @@ func (c *clusterRun) replaceDriverPod(ctx context.Context, old []corev1.Pod, see
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// poolGenerations returns the generation of each of the driver's pools
-// on the node, and the devices they publish (pool/name).
-func (c *clusterRun) poolGenerations(ctx context.Context) (map[string]int64, map[string]bool) {
-	list, err := c.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.driver", c.cfg.DriverName).String()})
-	if err != nil {
-		return nil, nil
-	}
-	gens, devices := map[string]int64{}, map[string]bool{}
-	for _, sl := range list.Items {
-		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != c.cfg.NodeName {
-			continue
-		}
-		if g := sl.Spec.Pool.Generation; g > gens[sl.Spec.Pool.Name] {
-			gens[sl.Spec.Pool.Name] = g
-		}
-	}
-	for _, sl := range list.Items {
-		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != c.cfg.NodeName || sl.Spec.Pool.Generation != gens[sl.Spec.Pool.Name] {
-			continue
-		}
-		for _, d := range sl.Spec.Devices {
-			devices[sl.Spec.Pool.Name+"/"+d.Name] = true
-		}
-	}
-	return gens, devices
 }
 
 func (c *clusterRun) checkRestartSameEdits(ctx context.Context) outcome {
@@ -1027,12 +1016,6 @@ func (c *clusterRun) checkRestartSameEdits(ctx context.Context) outcome {
 	return problems.outcome("pod keep-2, started after the restart with claim %s (device %s), sees what pod keep saw before it; deleting both unprepared the claim", name, strings.Join(seen.keep.devices, ","))
 }
 
-// republishWait is how long after the new driver pod is ready
-// pod.restart-device-names waits for it to publish, when its pools'
-// generations do not change (a driver that publishes the same slices
-// leaves them alone).
-const republishWait = 10 * time.Second
-
 func (c *clusterRun) checkRestartDeviceNames(ctx context.Context) outcome {
 	seen := c.restart
 	if seen == nil || seen.next == "" {
@@ -1041,34 +1024,56 @@ func (c *clusterRun) checkRestartDeviceNames(ctx context.Context) outcome {
 	if len(seen.allocated) == 0 {
 		return skip("no pod that ran through the restart has a device of the driver")
 	}
-	// Judge the slices once the new driver has published: its pools'
-	// generations changed, or republishWait passed.
-	deadline := seen.started.Add(republishWait)
-	var missing []string
+	// Judge the new process's slices once the API server shows them: a
+	// write to the driver's slices for the node since the restart, with
+	// every pool complete. A driver that publishes the same slices may
+	// write nothing; after PublishTimeout it is judged on the slices as
+	// they are.
+	deadline := seen.started.Add(c.cfg.PublishTimeout)
+	var devices map[string]bool
+	note := ""
 	for {
-		gens, devices := c.poolGenerations(ctx)
-		changed := false
-		for pool, g := range gens {
-			changed = changed || g != seen.generations[pool]
-		}
-		missing = missing[:0]
-		for _, d := range seen.allocated {
-			if !devices[d] {
-				missing = append(missing, d)
+		slices, err := c.nodeSlices(ctx)
+		if err == nil {
+			ps := slicepool.Group(slices)
+			complete := len(slices) > 0 && len(slicepool.Incomplete(ps)) == 0
+			wrote := writtenSince(seen.marks, slices)
+			if complete && wrote || time.Now().After(deadline) {
+				devices = map[string]bool{}
+				for _, p := range ps {
+					for _, sl := range p.Slices {
+						for _, d := range sl.Spec.Devices {
+							devices[sl.Spec.Pool.Name+"/"+d.Name] = true
+						}
+					}
+				}
+				if wrote {
+					note = fmt.Sprintf(" (the new process's slices: its write seen %.1f s after it started)", time.Since(seen.started).Seconds())
+				} else {
+					note = fmt.Sprintf("; not republished within %s: the new process wrote no ResourceSlice for the node in that time after it started, so this is judged on the slices from before the restart (a driver that publishes the same devices may leave them as they are)", c.cfg.PublishTimeout)
+				}
+				if !complete {
+					note += "; pools incomplete: " + strings.Join(slicepool.Incomplete(ps), "; ")
+				}
+				break
 			}
-		}
-		if changed && len(missing) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			break
 		}
 		select {
 		case <-ctx.Done():
+			return skip("run canceled")
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	if len(missing) > 0 {
-		return fail("after the driver was restarted (%s), its slices no longer publish %s, allocated to pods that ran through the restart: the scheduler now sees those devices under other names as free and can give them to another claim while a pod uses them (publish stable device names)", seen.next, strings.Join(limit(missing, 10), ", "))
+	var missing []string
+	for _, d := range seen.allocated {
+		if !devices[d] {
+			missing = append(missing, d)
+		}
 	}
-	return pass("the %d devices allocated to pods that ran through the restart are still published under their names", len(seen.allocated))
+	if len(missing) > 0 {
+		return fail("after the driver was restarted (%s), its slices no longer publish %s, allocated to pods that ran through the restart: the scheduler now sees those devices under other names as free and can give them to another claim while a pod uses them (publish stable device names)%s", seen.next, strings.Join(limit(missing, 10), ", "), note)
+	}
+	return pass("the %d devices allocated to pods that ran through the restart are still published under their names%s", len(seen.allocated), note)
 }
 
 func (c *clusterRun) checkHealth(ctx context.Context) outcome {
@@ -1107,4 +1112,28 @@ func (c *clusterRun) checkHealth(ctx context.Context) outcome {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+func (c *clusterRun) checkEnvNames(ctx context.Context) outcome {
+	if len(c.oddNames) == 0 {
+		if c.shellEnvOnly {
+			return skip("the containers' environment was read from their shell (the image has no od to print /proc/<pid>/environ), which passes on only names it can read")
+		}
+		return pass("every variable the run's containers got has a name a shell can read")
+	}
+	names := make([]string, 0, len(c.oddNames))
+	for k := range c.oddNames {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var f failures
+	for _, k := range names {
+		dropped := ""
+		if c.shellDropped[k] {
+			dropped = "; the container's shell did not pass it on"
+		}
+		f.add("pods %s got %s%s", strings.Join(limit(c.oddNames[k], 3), ", "), k, dropped)
+	}
+	f.add("the container runtime applies a variable of any name, but a shell (busybox sh, dash) passes on only [A-Za-z_][A-Za-z0-9_]*: a container whose entry point is a shell script never sees the others (use letters, digits and '_', e.g. '_' for the '-' of a UID)")
+	return f.outcome("")
 }

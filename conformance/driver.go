@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
@@ -146,11 +148,15 @@ func (r *runner) probe(ctx context.Context) error {
 // alive reports whether the driver still serves: its process is running
 // (when the suite started it) and the node service answers the liveness
 // probe. When it does not, why says what is wrong, and byProbe whether
-// the probe's own call ended it: the driver was running when the probe
-// was sent and stopped during the call. For a driver the suite started
-// that is read from when its process exited; for another, from the
-// call's error (a connection that broke during the call, not one that
-// could not be made).
+// the probe's own call ended it. That is read from the call's error: a
+// connection that broke while the call was under way (the driver was
+// serving when the probe was sent), or, for a driver the suite started,
+// a call cut short by its process's exit; not one that could not be
+// made (nothing listening: it had stopped before) nor a call that timed
+// out (a driver that hangs); and, for a driver the suite started, only
+// if its process had not exited before the probe was sent. How long the
+// process then takes to exit does not matter (a panic dump on a loaded
+// machine takes seconds); its exit status, once it comes, is named.
 func (r *runner) alive(ctx context.Context) (ok bool, why string, byProbe bool) {
 	if exited, why := r.driverExited(); exited {
 		return false, why, false
@@ -160,28 +166,43 @@ func (r *runner) alive(ctx context.Context) (ok bool, why string, byProbe bool) 
 	if err == nil {
 		return true, "", false
 	}
+	why, byProbe = err.Error(), brokeDuringCall(err)
 	if r.procDone == nil {
-		return false, err.Error(), brokeDuringCall(err)
+		return false, why, byProbe
 	}
-	// A crashing process may take a moment to exit.
-	select {
-	case <-r.procDone:
-	case <-time.After(time.Second):
+	if exited, _ := r.driverExited(); exited && status.Code(err) == codes.Canceled && ctx.Err() == nil {
+		// The call was cut short because the process exited during it
+		// (callContext): when it exited says whether that came after
+		// the probe was sent.
+		byProbe = true
 	}
-	exited, how := r.driverExited()
-	if !exited {
-		return false, err.Error(), false
+	if byProbe {
+		// For the message only: the exit status of a process whose
+		// connections broke, once it has exited (recover kills it
+		// otherwise).
+		select {
+		case <-r.procDone:
+		case <-time.After(min(10*time.Second, r.cfg.CallTimeout)):
+		case <-ctx.Done():
+		}
 	}
-	r.procMu.Lock()
-	at := r.procExit
-	r.procMu.Unlock()
-	return false, how, !at.Before(sent)
+	if exited, how := r.driverExited(); exited {
+		r.procMu.Lock()
+		at := r.procExit
+		r.procMu.Unlock()
+		return false, how, byProbe && !at.Before(sent)
+	}
+	return false, why, byProbe
 }
 
 // brokeDuringCall reports whether a call's transport error says the
-// connection broke while the call was under way, rather than that it
-// could not be made (nothing listening on the socket).
+// connection broke while the call was under way (gRPC code Unavailable:
+// EOF, reset, transport closing), rather than that it could not be made
+// (nothing listening on the socket) or that it timed out.
 func brokeDuringCall(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
 	msg := err.Error()
 	return !strings.Contains(msg, "while dialing") && !strings.Contains(msg, "connection refused") && !strings.Contains(msg, "no such file")
 }
@@ -208,30 +229,37 @@ func (r *runner) canRestart() bool {
 
 // restartDriver kills the driver without a chance to clean up and starts
 // it again: SIGKILL and StartCommand for a driver the suite started, else
-// Config.RestartDriver or RestartCommand. The caller registers it again.
-func (r *runner) restartDriver(ctx context.Context) error {
+// Config.RestartDriver or RestartCommand, each bounded by
+// PublishTimeout (a hook that fails or does not return is a
+// *hookError). The caller registers it again.
+//
+// It returns the marks of the driver's slices for the node from before
+// the new process started (see republication): taken once the old
+// process is gone where the suite kills it, else before the hook runs.
+func (r *runner) restartDriver(ctx context.Context) (sliceMarks, error) {
+	var before sliceMarks
 	switch {
 	case r.cfg.RestartDriver != nil:
-		if err := r.cfg.RestartDriver(ctx); err != nil {
-			return fmt.Errorf("restart the driver: %w", err)
+		before = r.sliceMarks(ctx)
+		if err := runHookFunc(ctx, "the restart hook (Config.RestartDriver)", r.cfg.RestartDriver, r.cfg.PublishTimeout); err != nil {
+			return nil, err
 		}
 	case len(r.cfg.RestartCommand) > 0:
-		var out bytes.Buffer
-		c := exec.CommandContext(ctx, r.cfg.RestartCommand[0], r.cfg.RestartCommand[1:]...)
-		c.Stdout, c.Stderr = &out, &out
-		if err := c.Run(); err != nil {
-			return fmt.Errorf("restart the driver with %q: %w: %s", r.cfg.RestartCommand, err, strings.TrimSpace(out.String()))
+		before = r.sliceMarks(ctx)
+		if err := runHook(ctx, "the restart command", r.cfg.RestartCommand, r.cfg.PublishTimeout); err != nil {
+			return nil, err
 		}
 	default:
 		r.stopDriver(syscall.SIGKILL)
+		before = r.sliceMarks(ctx)
 		if err := r.startDriver(); err != nil {
-			return fmt.Errorf("restart the driver: %w", err)
+			return nil, fmt.Errorf("restart the driver: %w", err)
 		}
 	}
 	// The old connection points at a socket that is gone or about to be
 	// replaced.
 	r.node = nil
-	return nil
+	return before, nil
 }
 
 // recover brings a driver that stopped serving back, as the kubelet
@@ -242,14 +270,14 @@ func (r *runner) recover(ctx context.Context, why string) error {
 	if !r.canRestart() {
 		return fmt.Errorf("%w (%s) and the suite cannot restart it (see Config.StartCommand, RestartDriver)%s", errDriverGone, why, r.logLines())
 	}
-	if err := r.restartDriver(ctx); err != nil {
+	before, err := r.restartDriver(ctx)
+	if err != nil {
 		return fmt.Errorf("%w (%s); restarting it failed: %v%s", errDriverGone, why, err, r.logLines())
 	}
-	gens := r.generations()
 	if err := r.register(ctx); err != nil {
 		return fmt.Errorf("%w (%s); after a restart it does not register again: %v%s", errDriverGone, why, err, r.logLines())
 	}
-	r.rereadSlices(ctx, gens)
+	r.restarted(before, false)
 	return nil
 }
 

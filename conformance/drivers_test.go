@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +30,10 @@ import (
 const driverEnv = "DRAKIT_CONFORMANCE_TESTDRIVER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(busyEnv) == "1" {
+		for {
+		}
+	}
 	if os.Getenv(driverEnv) == "1" {
 		if err := testdriver.Main(os.Args[1:]); err != nil {
 			fmt.Fprintf(os.Stderr, "testdriver: %v\n", err)
@@ -46,48 +52,90 @@ var defects = []struct {
 	args         []string // further flags of the test driver
 	check        string
 	// alone: no other check fails (the defect is not blamed on checks
-	// it does not break).
+	// it does not break): the run reports every check. Otherwise it
+	// reports check, and only, if set, and sets up what they need.
 	alone bool
+	only  []string
+	// cfg changes the run's configuration.
+	cfg func(*conformance.Config)
+	// load: a case whose verdict once rested on a guess about time
+	// (issue 51), run again under CPU load (TestDrivers/load): the
+	// verdicts of the checks in load must be the same as without it.
+	load []string
 }{
-	{"forget-on-restart", "forget-on-restart", nil, "restart.unprepare", false},
-	{"non-idempotent", "non-idempotent", nil, "prepare.idempotent", false},
-	{"wrong-request-names", "wrong-request-names", nil, "prepare.request-names", false},
-	{"missing-request-names", "missing-request-names", nil, "prepare.request-names", false},
+	{name: "forget-on-restart", defect: "forget-on-restart", check: "restart.unprepare"},
+	{name: "non-idempotent", defect: "non-idempotent", check: "prepare.idempotent"},
+	{name: "wrong-request-names", defect: "wrong-request-names", check: "prepare.request-names"},
+	{name: "missing-request-names", defect: "missing-request-names", check: "prepare.request-names"},
 	// One shared device and nothing else: the suite must still build a
 	// claim with two requests, on two shares of that device.
-	{"missing-request-names-shared", "missing-request-names", []string{"-devices", "0", "-partitionable=false", "-health=false"}, "prepare.request-names", false},
-	{"cdi-unresolvable", "cdi-unresolvable", nil, "prepare.cdi-resolve", false},
-	{"bad-cdi-id", "bad-cdi-id", nil, "prepare.cdi-ids-format", false},
-	{"bad-attributes", "bad-attributes", nil, "slices.standard-attributes", false},
-	{"unprepare-unknown-fails", "unprepare-unknown-fails", nil, "unprepare.unknown-claim", false},
-	{"crash-on-empty", "crash-on-empty", nil, "robust.empty-request", false},
-	{"no-guard", "no-guard", nil, "prepare.device-in-use", false},
-	{"leak-cdi", "leak-cdi", nil, "unprepare.cleanup", false},
-	{"wrong-device", "wrong-device", nil, "prepare.devices-match", false},
-	{"skip-claim", "skip-claim", nil, "prepare.result-per-claim", false},
-	{"admin-guard", "admin-guard", nil, "allocation.admin-access", false},
-	{"other-driver", "other-driver", nil, "robust.other-driver", false},
-	{"broken-counters", "broken-counters", nil, "slices.counters", false},
-	{"health-unknown-device", "health-unknown-device", nil, "health.initial-report", false},
-	{"health-stale", "health-stale", nil, "health.refresh", false},
-	{"health-silent", "health-silent", nil, "health.coverage", false},
-	{"drop-share-id", "drop-share-id", nil, "allocation.share-id", false},
-	{"colliding-env", "colliding-env", nil, "prepare.cdi-env", false},
+	{name: "missing-request-names-shared", defect: "missing-request-names", args: []string{"-devices", "0", "-partitionable=false", "-health=false"}, check: "prepare.request-names"},
+	{name: "cdi-unresolvable", defect: "cdi-unresolvable", check: "prepare.cdi-resolve"},
+	{name: "bad-cdi-id", defect: "bad-cdi-id", check: "prepare.cdi-ids-format"},
+	{name: "bad-attributes", defect: "bad-attributes", check: "slices.standard-attributes"},
+	{name: "unprepare-unknown-fails", defect: "unprepare-unknown-fails", check: "unprepare.unknown-claim"},
+	// The next check runs normally after the crash (the driver was
+	// restarted).
+	{name: "crash-on-empty", defect: "crash-on-empty", check: "robust.empty-request", only: []string{"robust.duplicate-uids"}},
+	{name: "no-guard", defect: "no-guard", check: "prepare.device-in-use"},
+	{name: "leak-cdi", defect: "leak-cdi", check: "unprepare.cleanup"},
+	{name: "wrong-device", defect: "wrong-device", check: "prepare.devices-match"},
+	{name: "skip-claim", defect: "skip-claim", check: "prepare.result-per-claim"},
+	{name: "admin-guard", defect: "admin-guard", check: "allocation.admin-access"},
+	{name: "other-driver", defect: "other-driver", check: "robust.other-driver"},
+	{name: "broken-counters", defect: "broken-counters", check: "slices.counters"},
+	{name: "health-unknown-device", defect: "health-unknown-device", check: "health.initial-report"},
+	{name: "health-stale", defect: "health-stale", check: "health.refresh"},
+	{name: "health-silent", defect: "health-silent", check: "health.coverage"},
+	{name: "drop-share-id", defect: "drop-share-id", check: "allocation.share-id"},
+	{name: "colliding-env", defect: "colliding-env", check: "prepare.cdi-env"},
 	// A spec file shared by all claims, that stays: only its content
 	// tells whether unprepare cleaned up.
-	{"leak-cdi-entry", "leak-cdi-entry", []string{"-shared-spec"}, "unprepare.cleanup", false},
-	{"restart-new-edits", "restart-new-edits", nil, "restart.still-prepared", false},
+	{name: "leak-cdi-entry", defect: "leak-cdi-entry", args: []string{"-shared-spec"}, check: "unprepare.cleanup"},
+	{name: "restart-new-edits", defect: "restart-new-edits", check: "restart.still-prepared"},
 	// Only restart.device-names: the checks after the restart allocate
 	// the devices the restarted driver publishes.
-	{"unstable-names", "unstable-names", nil, "restart.device-names", true},
-	{"health-unknown-refresh", "health-unknown-refresh", nil, "health.refresh", false},
+	{name: "unstable-names", defect: "unstable-names", check: "restart.device-names", alone: true},
+	{name: "health-unknown-refresh", defect: "health-unknown-refresh", check: "health.refresh"},
 	// The liveness probe after registration.endpoint (and after each
 	// check until the first prepare) ends the driver: reported by
 	// robust.liveness-probe, the checks it followed pass.
-	{"crash-before-prepare", "crash-before-prepare", nil, livenessProbe, true},
+	{name: "crash-before-prepare", defect: "crash-before-prepare", check: livenessProbe, alone: true},
 	// Two shares of one device in one claim, one variable per share in
 	// one CDI device.
-	{"env-per-share", "env-per-share", nil, "prepare.cdi-env", true},
+	{name: "env-per-share", defect: "env-per-share", check: "prepare.cdi-env", alone: true},
+
+	// Issue 51: verdicts that rested on guesses about time.
+	// 1. The restarted driver renames its devices, and publishes them
+	// only 10 s after it registered again: judged once the API server
+	// shows its write, not 5 s after it registered (then its earlier
+	// slices passed restart.device-names, and robust.still-serving
+	// failed on a claim allocated from them).
+	{name: "slow-unstable-names", defect: "unstable-names", args: []string{"-republish-delay", "10s"}, check: "restart.device-names", alone: true,
+		load: []string{"restart.device-names", "robust.still-serving"}},
+	// 5. The probe's crash, whose process lingers 3 s after its
+	// connections broke: blamed on the probe (robust.liveness-probe),
+	// not on the check it followed (registration.endpoint was, after 1 s).
+	{name: "slow-crash", defect: "slow-crash", check: livenessProbe, alone: true,
+		load: []string{"registration.endpoint", "registration.notify", "slices.published", livenessProbe}},
+	// 6. A crash the liveness probe caused is reported with the robust
+	// checks skipped.
+	{name: "crash-before-prepare-skip-robust", defect: "crash-before-prepare", check: livenessProbe, only: []string{"registration"},
+		cfg: func(c *conformance.Config) { c.Skip = []string{"robust"} }, load: []string{"registration.endpoint", livenessProbe}},
+	// 8. A share's amount under one variable name: two unequal shares in
+	// a claim show it, two equal ones did not.
+	{name: "share-amount-env", defect: "share-amount-env", check: "prepare.cdi-env", alone: true, load: []string{"prepare.cdi-env", "allocation.share-env"}},
+	// 3. A variable named after the claim UID: shells do not pass it on.
+	{name: "env-name-uid", defect: "env-name-uid", check: "prepare.cdi-env-names", alone: true, load: []string{"prepare.cdi-env-names"}},
+
+	// Issue 49: drivers that share devices (KEP-5075).
+	{name: "two-shares-max", defect: "two-shares-max", check: "allocation.shared"},
+	{name: "unprepare-device-shares", defect: "unprepare-device-shares", check: "allocation.share-unprepare"},
+	{name: "restart-forget-shares", defect: "restart-forget-shares", check: "restart.shares"},
+	// A share ID that is not the allocation's is a warning of
+	// allocation.share-id only: containers get the device either way.
+	{name: "wrong-share-id", defect: "wrong-share-id", check: "allocation.share-id", alone: true},
+	{name: "share-env-index", defect: "share-env-index", check: "allocation.share-env", alone: true},
 }
 
 const livenessProbe = "robust.liveness-probe"
@@ -106,6 +154,7 @@ var variants = []struct {
 	{"one-device", []string{"-devices", "1", "-partitionable=false", "-shared=false", "-health=false"}, false, map[string]conformance.Status{
 		"slices.counters": conformance.Skip, "allocation.counters": conformance.Skip,
 		"allocation.shared": conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.share-unprepare": conformance.Skip, "allocation.share-env": conformance.Skip, "restart.shares": conformance.Skip,
 		"prepare.request-names": conformance.Skip, "prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 		"health.initial-report": conformance.Skip, "health.coverage": conformance.Skip, "health.refresh": conformance.Skip,
 	}},
@@ -121,13 +170,14 @@ var variants = []struct {
 	{"counters-only", []string{"-devices", "0", "-shared=false"}, false, map[string]conformance.Status{
 		"allocation.every-device": conformance.Skip,
 		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.share-unprepare": conformance.Skip, "allocation.share-env": conformance.Skip, "restart.shares": conformance.Skip,
 		"prepare.concurrent": conformance.Skip, "prepare.extra-claims": conformance.Skip,
 	}},
 	{"pods-only", []string{"-pods-only"}, true, nil},
 	{"no-cdi", []string{"-no-cdi"}, true, map[string]conformance.Status{
-		"allocation.share-id":    conformance.Skip,
+		"allocation.share-id": conformance.Skip, "allocation.share-unprepare": conformance.Skip, "allocation.share-env": conformance.Skip,
 		"prepare.cdi-ids-format": conformance.Skip, "prepare.cdi-resolve": conformance.Skip, "prepare.cdi-inject": conformance.Skip,
-		"prepare.cdi-env": conformance.Skip,
+		"prepare.cdi-env": conformance.Skip, "prepare.cdi-env-names": conformance.Skip,
 	}},
 	{"names-if-needed", []string{"-names-if-needed"}, true, nil},
 	{"health-empty", []string{"-health-empty"}, true, map[string]conformance.Status{
@@ -143,8 +193,16 @@ var variants = []struct {
 	{"cards", []string{"-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2"}, true, map[string]conformance.Status{
 		"allocation.every-device": conformance.Skip,
 		"allocation.shared":       conformance.Skip, "allocation.share-id": conformance.Skip,
+		"allocation.share-unprepare": conformance.Skip, "allocation.share-env": conformance.Skip, "restart.shares": conformance.Skip,
 		"prepare.concurrent": conformance.Skip,
 	}},
+	// Every share of the shared device gets one static CDI device:
+	// unpreparing one share must not take it away from the others.
+	{"static-share-cdi", []string{"-static-share-cdi"}, true, nil},
+	// After a restart it publishes 10 s after it registered, the same
+	// devices (so it writes nothing): judged on the slices from before,
+	// and said so; robust.still-serving allocates from them.
+	{"republish-delay", []string{"-republish-delay", "10s"}, true, nil},
 }
 
 const nodeName = "conformance-node"
@@ -187,7 +245,7 @@ func config(t *testing.T, c *cluster.Cluster, name, defect string, extraArgs ...
 		DriverOutput:     &syncWriter{w: &out},
 		DriverLog:        filepath.Join(dir, "driver.log"),
 		Progress:         &progress,
-		PublishTimeout:   30 * time.Second,
+		PublishTimeout:   publishTimeout(extraArgs),
 		ExtraClaims: []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
 			{Name: "pair", Exactly: &resourceapi.ExactDeviceRequest{AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}},
 		}}}},
@@ -201,6 +259,21 @@ func config(t *testing.T, c *cluster.Cluster, name, defect string, extraArgs ...
 	return cfg, &out
 }
 
+// publishTimeout is the runs' Config.PublishTimeout: a driver that
+// publishes the same slices after a restart writes nothing, and
+// restart.device-names waits this long (after the new process
+// registered) before it judges the slices from before, so it is short;
+// the first publish takes a second or two. A driver that delays its
+// publish (-publish-delay, -republish-delay: 10 s) gets twice that.
+func publishTimeout(args []string) time.Duration {
+	for _, a := range args {
+		if strings.HasSuffix(a, "publish-delay") {
+			return 30 * time.Second
+		}
+	}
+	return 15 * time.Second
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -208,126 +281,312 @@ func tail(s string, n int) string {
 	return s
 }
 
+// loadVariants are the correct variants whose verdicts once rested on a
+// guess about time, with the checks TestDrivers/load runs again under
+// CPU load.
+var loadVariants = map[string][]string{
+	"republish-delay": {"restart.device-names", "robust.still-serving"},
+}
+
 // TestDrivers runs the suite against every correct variant of the test
 // driver (none may fail a MUST check) and every broken one (its check must
-// catch it), side by side on one control plane.
+// catch it), side by side on one control plane; then, under CPU load (a
+// busy process per core), the cases whose verdicts once rested on a
+// guess about time, whose verdicts must be those without the load.
 func TestDrivers(t *testing.T) {
 	// DRAListTypeAttributes on, for the pcie-root-list variant.
 	c := clustertest.Start(t, cluster.WithFeatureGates(map[string]bool{conformance.GateListTypeAttributes: true}))
 	if err := c.AddFakeNode(t.Context(), nodeName, nil, nil); err != nil {
 		t.Fatalf("add fake node: %v", err)
 	}
+	verdicts := &verdictLog{m: map[string]map[string]conformance.Status{}}
+	var loads []loadCase
 
-	for _, v := range variants {
-		t.Run("correct/"+v.name, func(t *testing.T) {
-			t.Parallel()
-			cfg, _ := config(t, c, "v-"+v.name, "", v.args...)
-			if !v.extra {
-				cfg.ExtraClaims = nil
+	t.Run("all", func(t *testing.T) {
+		st := newSubtests(t, concurrentRuns)
+		defer st.wait()
+		for _, v := range variants {
+			st.run("correct/"+v.name, func(t *testing.T) {
+				cfg := variantConfig(t, c, "", v.name, v.args, v.extra)
+				var rep *conformance.Report
+				if v.name == "full" {
+					// The vendor's entry point: one subtest per check.
+					rep = conformance.Test(t, cfg)
+				} else {
+					var err error
+					if rep, err = conformance.Run(t.Context(), cfg); err != nil {
+						t.Fatalf("Run: %v", err)
+					}
+				}
+				verdicts.put("correct/"+v.name, rep)
+				got := map[string]conformance.Status{}
+				for _, res := range rep.Results {
+					if res.Status != conformance.Pass {
+						got[res.ID] = res.Status
+						t.Logf("%s %s: %s", res.ID, res.Status, res.Message)
+					}
+					if strings.Contains(res.Message, "<nil>") {
+						t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
+					}
+				}
+				want := v.want
+				if want == nil {
+					want = map[string]conformance.Status{}
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("checks that did not pass (-want +got):\n%s", diff)
+				}
+				if rep.Failed() {
+					t.Errorf("a correct driver failed the run")
+				}
+				if len(rep.Results) != len(conformance.Checks()) {
+					t.Errorf("got %d results, want one per check (%d)", len(rep.Results), len(conformance.Checks()))
+				}
+				if v.name == "republish-delay" {
+					res, _ := rep.Result("restart.device-names")
+					if !strings.Contains(res.Message, "not republished within") {
+						t.Errorf("restart.device-names does not say it judged the slices from before the restart: %s", res.Message)
+					}
+				}
+			})
+			if only := loadVariants[v.name]; only != nil {
+				loads = append(loads, loadCase{name: "correct/" + v.name, only: only, config: func(t *testing.T) conformance.Config {
+					return variantConfig(t, c, "l", v.name, v.args, v.extra)
+				}})
 			}
-			if v.name == "cards" {
-				cfg.ExtraClaims = []resourceapi.ResourceClaimSpec{claimFor(1)}
-			}
-			if v.name == "pcie-root-list" {
-				cfg.FeatureGates = map[string]bool{conformance.GateListTypeAttributes: true}
-			}
-			var rep *conformance.Report
-			if v.name == "full" {
-				// The vendor's entry point: one subtest per check.
-				rep = conformance.Test(t, cfg)
-			} else {
-				var err error
-				if rep, err = conformance.Run(t.Context(), cfg); err != nil {
+		}
+
+		testRunner(st, c, verdicts)
+
+		for _, d := range defects {
+			st.run("defect/"+d.name, func(t *testing.T) {
+				cfg := defectConfig(t, c, "", d.name, d.defect, d.args, d.cfg)
+				if !d.alone {
+					cfg.Only = append([]string{d.check}, d.only...)
+				}
+				rep, err := conformance.Run(t.Context(), cfg)
+				if err != nil {
 					t.Fatalf("Run: %v", err)
 				}
+				verdicts.put("defect/"+d.name, rep)
+				checkDefect(t, rep, d.name, d.defect, d.check, d.alone)
+			})
+			if d.load != nil {
+				loads = append(loads, loadCase{name: "defect/" + d.name, only: d.load, config: func(t *testing.T) conformance.Config {
+					return defectConfig(t, c, "l", d.name, d.defect, d.args, d.cfg)
+				}})
 			}
-			got := map[string]conformance.Status{}
-			for _, res := range rep.Results {
-				if res.Status != conformance.Pass {
-					got[res.ID] = res.Status
-					t.Logf("%s %s: %s", res.ID, res.Status, res.Message)
-				}
-				if strings.Contains(res.Message, "<nil>") {
-					t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
-				}
-			}
-			want := v.want
-			if want == nil {
-				want = map[string]conformance.Status{}
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("checks that did not pass (-want +got):\n%s", diff)
-			}
-			if rep.Failed() {
-				t.Errorf("a correct driver failed the run")
-			}
-			if len(rep.Results) != len(conformance.Checks()) {
-				t.Errorf("got %d results, want one per check (%d)", len(rep.Results), len(conformance.Checks()))
-			}
-		})
-	}
-
-	t.Run("runner", func(t *testing.T) {
-		t.Parallel()
-		testRunner(t, c)
+		}
 	})
+	if t.Failed() {
+		return
+	}
+	loads = append(loads, loadCase{name: "runner/backgrounding-hook", only: backgroundingHookLoad, config: func(t *testing.T) conformance.Config {
+		return backgroundingHookConfig(t, c, "l-hook")
+	}})
 
-	for _, d := range defects {
-		t.Run("defect/"+d.name, func(t *testing.T) {
-			t.Parallel()
-			cfg, _ := config(t, c, "d-"+d.name, d.defect, d.args...)
-			rep, err := conformance.Run(t.Context(), cfg)
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			res, ok := rep.Result(d.check)
-			if !ok {
-				t.Fatalf("no result for check %s", d.check)
-			}
-			want := conformance.Fail
-			if res.Level == conformance.Should {
-				want = conformance.Warn
-			}
-			if res.Status != want {
-				t.Errorf("defect %s (%s): check %s is %s (%s), want %s", d.defect, testdriver.Defects[d.defect], d.check, res.Status, res.Message, want)
-			} else {
-				t.Logf("caught by %s: %s", d.check, res.Message)
-			}
-			if rep.Failed() != (want == conformance.Fail) {
-				t.Errorf("report Failed() = %v, want %v", rep.Failed(), want == conformance.Fail)
-			}
-			if d.alone {
-				for _, other := range rep.Results {
-					if other.ID != d.check && other.Status == conformance.Fail {
-						t.Errorf("defect %s fails %s too: %s", d.defect, other.ID, other.Message)
+	// The same verdicts with a busy process per core beside the runs.
+	t.Run("load", func(t *testing.T) {
+		busy(t)
+		st := newSubtests(t, concurrentRuns)
+		defer st.wait()
+		for _, lc := range loads {
+			st.run(lc.name, func(t *testing.T) {
+				cfg := lc.config(t)
+				cfg.Only = lc.only
+				rep, err := conformance.Run(t.Context(), cfg)
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				want := verdicts.get(lc.name, lc.only)
+				got := map[string]conformance.Status{}
+				for _, id := range lc.only {
+					if res, ok := rep.Result(id); ok {
+						got[id] = res.Status
+						t.Logf("under load: %s %s: %s", id, res.Status, res.Message)
 					}
 				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("verdicts under load differ from those without it (-without +with):\n%s", diff)
+				}
+			})
+		}
+	})
+}
+
+// variantConfig is the configuration of the correct variant name; its
+// driver's name starts with prefix (a run under load has a driver name
+// of its own: the slices of the run before stay).
+func variantConfig(t *testing.T, c *cluster.Cluster, prefix, name string, args []string, extra bool) conformance.Config {
+	cfg, _ := config(t, c, prefix+"v-"+name, "", args...)
+	if !extra {
+		cfg.ExtraClaims = nil
+	}
+	if name == "cards" {
+		cfg.ExtraClaims = []resourceapi.ResourceClaimSpec{claimFor(1)}
+	}
+	if name == "pcie-root-list" {
+		cfg.FeatureGates = map[string]bool{conformance.GateListTypeAttributes: true}
+	}
+	return cfg
+}
+
+// defectConfig is the configuration of the defect case name; its driver's
+// name starts with prefix (see variantConfig).
+func defectConfig(t *testing.T, c *cluster.Cluster, prefix, name, defect string, args []string, change func(*conformance.Config)) conformance.Config {
+	cfg, _ := config(t, c, prefix+"d-"+name, defect, args...)
+	if change != nil {
+		change(&cfg)
+	}
+	return cfg
+}
+
+// checkDefect asserts that check caught defect in rep (fail for MUST,
+// warn for SHOULD), with alone that no other check failed, and what the
+// crash defects' messages must say.
+func checkDefect(t *testing.T, rep *conformance.Report, name, defect, check string, alone bool) {
+	t.Helper()
+	res, ok := rep.Result(check)
+	if !ok {
+		t.Fatalf("no result for check %s", check)
+	}
+	want := conformance.Fail
+	if res.Level == conformance.Should {
+		want = conformance.Warn
+	}
+	if res.Status != want {
+		t.Errorf("defect %s (%s): check %s is %s (%s), want %s", defect, testdriver.Defects[defect], check, res.Status, res.Message, want)
+	} else {
+		t.Logf("caught by %s: %s", check, res.Message)
+	}
+	if rep.Failed() != (want == conformance.Fail) {
+		t.Errorf("report Failed() = %v, want %v", rep.Failed(), want == conformance.Fail)
+	}
+	if alone {
+		for _, other := range rep.Results {
+			if other.ID != check && other.Status == conformance.Fail {
+				t.Errorf("defect %s fails %s too: %s", defect, other.ID, other.Message)
 			}
-			if d.defect == "crash-before-prepare" {
-				for _, id := range []string{"registration.endpoint", "registration.notify"} {
-					if r, _ := rep.Result(id); r.Status != conformance.Pass {
-						t.Errorf("%s: %s %s; want pass (the liveness probe after it ended the driver, not its own call)", id, r.Status, r.Message)
-					}
-				}
-				if !strings.Contains(res.Message, "the liveness probe after check registration.endpoint (NodeUnprepareResources for claim alive-probe, never prepared) ended the driver") {
-					t.Errorf("%s does not name the probe after registration.endpoint: %s", d.check, res.Message)
-				}
+		}
+	}
+	switch defect {
+	case "crash-before-prepare", "slow-crash":
+		for _, id := range []string{"registration.endpoint", "registration.notify"} {
+			if r, ok := rep.Result(id); ok && r.Status != conformance.Pass {
+				t.Errorf("%s: %s %s; want pass (the liveness probe after it ended the driver, not its own call)", id, r.Status, r.Message)
 			}
-			if d.defect == "crash-on-empty" {
-				// The crash is blamed on the check that caused it; the
-				// driver is restarted and the next check runs normally.
-				if !strings.Contains(res.Message, "stopped serving during this check") {
-					t.Errorf("crash not reported as such: %s", res.Message)
-				}
-				if next, _ := rep.Result("robust.duplicate-uids"); next.Status != conformance.Pass {
-					t.Errorf("check after the crash: %s %s, want pass (driver restarted)", next.Status, next.Message)
-				}
-			}
-			for _, res := range rep.Results {
-				if strings.Contains(res.Message, "<nil>") {
-					t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
-				}
-			}
+		}
+		if !strings.Contains(res.Message, "the liveness probe after check registration.endpoint (NodeUnprepareResources for claim alive-probe, never prepared) ended the driver") {
+			t.Errorf("%s does not name the probe after registration.endpoint: %s", check, res.Message)
+		}
+	case "crash-on-empty":
+		// The crash is blamed on the check that caused it; the driver is
+		// restarted and the next check runs normally.
+		if !strings.Contains(res.Message, "stopped serving during this check") {
+			t.Errorf("crash not reported as such: %s", res.Message)
+		}
+		if next, _ := rep.Result("robust.duplicate-uids"); next.Status != conformance.Pass {
+			t.Errorf("check after the crash: %s %s, want pass (driver restarted)", next.Status, next.Message)
+		}
+	}
+	if name == "slow-unstable-names" {
+		if !strings.Contains(res.Message, "its write seen") {
+			t.Errorf("%s does not say it judged the restarted driver's own write: %s", check, res.Message)
+		}
+	}
+	for _, res := range rep.Results {
+		if strings.Contains(res.Message, "<nil>") {
+			t.Errorf("%s: message contains <nil>: %s", res.ID, res.Message)
+		}
+	}
+}
+
+// concurrentRuns is how many runs of the suite TestDrivers runs at a
+// time: they mostly wait (for a publication, health reports, a
+// restart), so more than the cores.
+const concurrentRuns = 8
+
+// subtests runs subtests in goroutines of their own, up to a number at a
+// time (not t.Parallel, which go test limits to GOMAXPROCS at a time:
+// two on the CI machines).
+type subtests struct {
+	t   *testing.T
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func newSubtests(t *testing.T, n int) *subtests {
+	return &subtests{t: t, sem: make(chan struct{}, n)}
+}
+
+// run runs fn as subtest name once a place is free.
+func (s *subtests) run(name string, fn func(t *testing.T)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.sem <- struct{}{}
+		defer func() { <-s.sem }()
+		s.t.Run(name, fn)
+	}()
+}
+
+// wait returns when every subtest has finished.
+func (s *subtests) wait() { s.wg.Wait() }
+
+// loadCase is a run of TestDrivers/load: a configuration, and the checks
+// whose verdicts must be those of the run without load of the same name.
+type loadCase struct {
+	name   string
+	only   []string
+	config func(t *testing.T) conformance.Config
+}
+
+// verdictLog keeps the verdicts of the runs without load, by run name.
+type verdictLog struct {
+	mu sync.Mutex
+	m  map[string]map[string]conformance.Status
+}
+
+func (v *verdictLog) put(name string, rep *conformance.Report) {
+	got := map[string]conformance.Status{}
+	for _, res := range rep.Results {
+		got[res.ID] = res.Status
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.m[name] = got
+}
+
+// get returns the verdicts of run name for the checks ids.
+func (v *verdictLog) get(name string, ids []string) map[string]conformance.Status {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]conformance.Status{}
+	for _, id := range ids {
+		if st, ok := v.m[name][id]; ok {
+			out[id] = st
+		}
+	}
+	return out
+}
+
+// busyEnv makes the test binary spin (see TestMain): one such process
+// per core loads the machine.
+const busyEnv = "DRAKIT_CONFORMANCE_BUSY"
+
+// busy starts a busy process per core until the test ends (stopped by
+// PID).
+func busy(t *testing.T) {
+	t.Helper()
+	for range runtime.NumCPU() {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), busyEnv+"=1")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a busy process: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
 		})
 	}
 }
@@ -339,9 +598,31 @@ func TestDrivers(t *testing.T) {
 // DaemonSet would, and a command that reads the CDI folder as a tar
 // archive, as kubectl exec ... tar would); against a driver that dies for
 // good; and one check alone.
-func testRunner(t *testing.T, c *cluster.Cluster) {
-	t.Run("deployed", func(t *testing.T) {
-		t.Parallel()
+func testRunner(st *subtests, c *cluster.Cluster, verdicts *verdictLog) {
+	// A restart command that starts the new driver in the background,
+	// which keeps the command's output open: the suite waits for the
+	// command, not for its output (it hung, and the report blamed the
+	// driver). Bounded, so that a suite that hangs fails here.
+	st.run("runner/backgrounding-hook", func(t *testing.T) {
+		cfg := backgroundingHookConfig(t, c, "hook")
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		rep, err := conformance.Run(ctx, cfg)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		verdicts.put("runner/backgrounding-hook", rep)
+		for _, res := range rep.Results {
+			if res.Status != conformance.Pass {
+				t.Errorf("%s %s: %s", res.ID, res.Status, res.Message)
+			}
+		}
+		if rep.Aborted != "" {
+			t.Errorf("run aborted: %s", rep.Aborted)
+		}
+	})
+
+	st.run("runner/deployed", func(t *testing.T) {
 		cfg, _ := config(t, c, "deployed", "")
 		cmdline, env, output, cdiDir := cfg.StartCommand, cfg.StartEnv, cfg.DriverOutput, cfg.CDIDirs[0]
 		var proc *exec.Cmd
@@ -388,8 +669,7 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 	// A driver that crashes and cannot be started again ends the run at
 	// once, with the reason and the tail of its output. (It may start
 	// twice: once for the run, once for the restart checks.)
-	t.Run("gone", func(t *testing.T) {
-		t.Parallel()
+	st.run("runner/gone", func(t *testing.T) {
 		cfg, _ := config(t, c, "gone", "crash-on-empty")
 		marker := filepath.Join(t.TempDir(), "started")
 		cfg.StartCommand = append([]string{"sh", "-c", `if [ "$(cat "$0" 2>/dev/null | wc -l)" -ge 2 ]; then echo "refusing to start a third time" >&2; exit 3; fi; echo started >> "$0"; exec "$@"`, marker}, cfg.StartCommand...)
@@ -417,8 +697,7 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 	// A claim that does not fit next to the main claims of a
 	// partitionable driver: the failure names the devices the suite's
 	// claims hold and the counter they use up.
-	t.Run("no-room", func(t *testing.T) {
-		t.Parallel()
+	st.run("runner/no-room", func(t *testing.T) {
 		cfg, _ := config(t, c, "no-room", "", "-devices", "0", "-shared=false", "-partitionable=false", "-cards", "2", "-health=false")
 		// The main claims take three of the four halves.
 		cfg.Only = []string{"prepare.result-per-claim", "prepare.extra-claims"}
@@ -441,8 +720,7 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 
 	// One check alone (Config.Only; "go test -run TestConformance/ID"
 	// with Test) sets up what it needs and runs.
-	t.Run("only", func(t *testing.T) {
-		t.Parallel()
+	st.run("runner/only", func(t *testing.T) {
 		cfg, _ := config(t, c, "only", "")
 		cfg.Only = []string{"prepare.idempotent"}
 		rep, err := conformance.Run(t.Context(), cfg)
@@ -453,6 +731,37 @@ func testRunner(t *testing.T, c *cluster.Cluster) {
 			t.Errorf("got %+v, want prepare.idempotent alone, passed", rep.Results)
 		}
 	})
+}
+
+// backgroundingHookLoad are the checks TestDrivers/load runs again with
+// the backgrounding restart command.
+var backgroundingHookLoad = []string{"restart.reregister", "restart.still-prepared", "restart.device-names", "restart.unprepare", "robust.still-serving"}
+
+// backgroundingHookConfig starts the test driver itself, in the
+// background of a shell, and returns a Config whose RestartCommand kills
+// it and starts a new one the same way, as an operator's hook might:
+// kill -9 $(cat PIDFILE); DRIVER & echo $! > PIDFILE. The last driver
+// is stopped by the PID in the file when the test ends.
+func backgroundingHookConfig(t *testing.T, c *cluster.Cluster, name string) conformance.Config {
+	t.Helper()
+	cfg, _ := config(t, c, name, "")
+	pidFile := filepath.Join(t.TempDir(), "driver.pid")
+	const script = `kill -9 "$(cat "$0" 2>/dev/null)" 2>/dev/null; env ` + driverEnv + `=1 "$@" & echo $! > "$0"`
+	hook := append([]string{"sh", "-c", script, pidFile}, cfg.StartCommand...)
+	// Output to /dev/null: a pipe would be held by the driver.
+	if err := exec.Command(hook[0], hook[1:]...).Run(); err != nil {
+		t.Fatalf("start the driver: %v", err)
+	}
+	t.Cleanup(func() {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	cfg.StartCommand, cfg.StartEnv, cfg.DriverLog, cfg.DriverOutput = nil, nil, "", nil
+	cfg.RestartCommand = hook
+	return cfg
 }
 
 // claimFor is a claim spec for n devices of the suite's class.

@@ -24,7 +24,8 @@ func ExampleChecks() {
 	// restart.still-prepared   MUST   a claim prepared before the crash prepares to the same answer after it
 	// restart.device-names     MUST   the devices published before the crash keep their names after it
 	// restart.unprepare        MUST   a claim prepared before the crash is unprepared and cleaned up after it
-	// 43 MUST and 5 SHOULD checks
+	// restart.shares           MUST   claims for shares of one device, prepared before the crash, are each prepared again and unprepared on their own after it
+	// 45 MUST and 7 SHOULD checks
 }
 
 // Cluster mode's checks run real pods on a node of a cluster where the
@@ -48,6 +49,7 @@ func ExampleClusterChecks() {
 	// pod.driver-restart       MUST   pods keep running while the driver is restarted (its pod replaced, or a restart hook), and the new one unprepares their claims
 	// pod.restart-same-edits   MUST   a pod started after the driver's restart, with a claim prepared before it, sees what the claim's first pod sees; deleting both unprepares the claim
 	// pod.restart-device-names MUST   the devices that running pods were allocated are still published under their names after the driver's restart
+	// pod.env-names            SHOULD the variables the driver gives containers have names a shell can read
 	// pod.health               SHOULD device health reaches the pod status
 }
 

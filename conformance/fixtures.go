@@ -24,7 +24,7 @@ const (
 	fxEveryDevice                   // every device allocated (and prepared) one by one
 	fxMain                          // the main claims are allocated and prepared
 	fxMainUnprepared                // the main claims are unprepared again
-	fxShared                        // two claims share a device and are prepared
+	fxShared                        // claims share a device and were prepared, unprepared
 	fxHealth                        // the health stream is open, first reports read
 	fxRestart                       // the driver was killed and restarted with claims prepared
 	numFixtures
@@ -46,7 +46,7 @@ var fixtureTable = [numFixtures]fixtureInfo{
 	fxEveryDevice:    {"every device allocated one by one", "allocation.every-device", []fixture{fxSlices}},
 	fxMain:           {"the main claims prepared", "prepare.result-per-claim", []fixture{fxNode, fxSlices}},
 	fxMainUnprepared: {"the main claims unprepared", "unprepare.result-per-claim", []fixture{fxMain}},
-	fxShared:         {"two claims prepared on one shared device", "allocation.shared", []fixture{fxNode, fxSlices}},
+	fxShared:         {"claims prepared on one shared device", "allocation.shared", []fixture{fxNode, fxSlices}},
 	fxHealth:         {"the first health reports", "health.initial-report", []fixture{fxNode, fxSlices}},
 	fxRestart:        {"a restart with claims prepared", "restart.reregister", []fixture{fxNode, fxSlices}},
 }

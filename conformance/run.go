@@ -106,14 +106,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // reported says whether check e runs and is reported: Only selects it,
 // or it is robust.liveness-probe (last in the catalogue) and a liveness
-// probe ended the driver during the run. A liveness probe follows every
-// check, whichever Only selects, and a crash it caused is not left
-// unreported; Skip still leaves the check out.
+// probe ended the driver during the run (see crashForced).
 func (r *runner) reported(e entry) bool {
-	if r.cfg.selected(e.Check) {
-		return true
-	}
-	return e.ID == livenessProbeCheck && len(r.probeCrashes) > 0 && !r.cfg.skipped(e.Check)
+	return r.cfg.selected(e.Check) || r.crashForced(e)
+}
+
+// crashForced reports whether check e is robust.liveness-probe and a
+// liveness probe ended the driver during the run: a liveness probe
+// follows every check, whichever Only and Skip select, and a crash it
+// caused is reported whatever they say.
+func (r *runner) crashForced(e entry) bool {
+	return e.ID == livenessProbeCheck && len(r.probeCrashes) > 0
 }
 
 // begin validates cfg and prepares a run: namespace, class, consumer pod,
@@ -164,7 +167,10 @@ type runner struct {
 	probeCrashes []string
 	// registered is when the driver last registered (NotifyRegistrationStatus accepted).
 	registered time.Time
-	cleanups   []func(context.Context) // run at the end, last first
+	// repub is the publication of the driver after its last restart,
+	// awaited before the suite allocates from its slices again.
+	repub    *republication
+	cleanups []func(context.Context) // run at the end, last first
 
 	fixtures [numFixtures]fixtureState
 	// fxRegistration, fxEndpoint, fxNode
@@ -226,7 +232,7 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 	start := time.Now()
 	var out outcome
 	switch {
-	case r.cfg.skipped(e.Check):
+	case r.cfg.skipped(e.Check) && !r.crashForced(e):
 		out = skip("skipped by configuration")
 	case ctx.Err() != nil:
 		out = skip("run canceled: %v", ctx.Err())
@@ -240,6 +246,9 @@ func (r *runner) exec(ctx context.Context, e entry) Result {
 			out = skip("not run: %s", firstLine(r.gone.Error()))
 			break
 		}
+		// After a crash's restart: the new process's slices, once it
+		// wrote them.
+		r.freshSlices(ctx, false)
 		out = r.safe(ctx, func(ctx context.Context) outcome {
 			if o := r.needsSkip(ctx, e.needs); o != nil {
 				return *o
@@ -391,6 +400,7 @@ func (r *runner) start(ctx context.Context) error {
 		inUse:    map[types.UID]*resourceapi.ResourceClaim{},
 		prefix:   "c" + suffix,
 	}
+	r.sched.refresh = func(ctx context.Context) { r.freshSlices(ctx, true) }
 	// The kubelet creates its plugin registry when it starts; a driver
 	// may expect it to exist.
 	if err := ensureRegistry(cfg.RegistrationPath); err != nil && len(cfg.StartCommand) > 0 {

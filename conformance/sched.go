@@ -61,6 +61,9 @@ type scheduler struct {
 	roomy  []*resourceapi.ResourceSlice
 	seq    int
 	prefix string
+	// refresh, when set, is called before each allocation: it brings
+	// the slices up to date after a restart of the driver.
+	refresh func(ctx context.Context)
 }
 
 // setSlices makes slices the ones the scheduler allocates from.
@@ -147,6 +150,9 @@ func (s *scheduler) newClaim(ctx context.Context, base string, spec resourceapi.
 // dev is not nil, else on the devices in roomFirst order. It returns nil,
 // nil when the allocator finds no allocation.
 func (s *scheduler) allocate(ctx context.Context, claim *resourceapi.ResourceClaim, dev *devRef) (*resourceapi.AllocationResult, error) {
+	if s.refresh != nil {
+		s.refresh(ctx)
+	}
 	state := s.allocatedState()
 	var slices []*resourceapi.ResourceSlice
 	if dev != nil {
@@ -245,51 +251,117 @@ func claimSpec(reqs ...resourceapi.DeviceRequest) resourceapi.ResourceClaimSpec 
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}
 }
 
-// shareOfTwo returns capacity requests that let two allocations share
-// device d, as its capacities and their request policies allow
-// (KEP-5075: a request that asks for no capacity gets the policy's
-// default, or all of the capacity when there is no policy), or a reason
-// why no two shares fit.
-func shareOfTwo(d *resourceapi.Device) (map[resourceapi.QualifiedName]resource.Quantity, string) {
-	out := map[resourceapi.QualifiedName]resource.Quantity{}
+// shares returns the capacity requests of up to n allocations that
+// share device d together, as its capacities and their request policies
+// allow (KEP-5075: a request that asks for no capacity gets the
+// policy's default, or all of the capacity when there is no policy; a
+// request the policy does not allow is rounded up to a valid amount).
+// The shares are unequal where the policies allow (the k-th asks the
+// k-th smallest valid amount, their sum within the capacity), so that a
+// setting a driver derives from a share's amount differs between
+// shares; equal reports that some capacity allows only equal shares.
+// It returns at least two shares, or a reason why no two fit.
+func shares(d *resourceapi.Device, n int) (out []map[resourceapi.QualifiedName]resource.Quantity, equal bool, why string) {
 	names := make([]string, 0, len(d.Capacity))
-	for n := range d.Capacity {
-		names = append(names, string(n))
+	for name := range d.Capacity {
+		names = append(names, string(name))
 	}
 	sort.Strings(names)
-	for _, n := range names {
-		c := d.Capacity[resourceapi.QualifiedName(n)]
-		fits := func(q resource.Quantity) bool {
-			two := q.DeepCopy()
-			two.Add(q)
-			return q.Sign() > 0 && two.Cmp(c.Value) <= 0
+	perName := map[string][]resource.Quantity{}
+	for _, name := range names {
+		c := d.Capacity[resourceapi.QualifiedName(name)]
+		amounts, same := shareAmounts(c, n)
+		if len(amounts) < 2 {
+			return nil, false, fmt.Sprintf("capacity %s (%s) and its request policy leave no room for two allocations", name, c.Value.String())
 		}
-		p := c.RequestPolicy
-		var share *resource.Quantity
-		switch {
-		case p == nil:
-			half := resource.NewMilliQuantity(c.Value.MilliValue()/2, c.Value.Format)
-			if fits(*half) {
-				share = half
-			}
-		case p.Default != nil && fits(*p.Default):
-			share = p.Default
-		case len(p.ValidValues) > 0:
-			for _, v := range p.ValidValues {
-				if fits(v) {
-					share = &v
-					break
+		equal = equal || same
+		n = min(n, len(amounts))
+		perName[name] = amounts
+	}
+	if len(names) == 0 {
+		n = max(n, 2) // no capacity: any number of allocations
+	}
+	for i := 0; i < n; i++ {
+		m := map[resourceapi.QualifiedName]resource.Quantity{}
+		for _, name := range names {
+			m[resourceapi.QualifiedName(name)] = perName[name][i].DeepCopy()
+		}
+		out = append(out, m)
+	}
+	return out, equal, ""
+}
+
+// shareAmounts returns up to n amounts of capacity c, ascending, that
+// its request policy allows and whose sum fits: distinct where the
+// policy has room for that (the smallest valid ones first), else equal
+// (same). Fewer than two means no two allocations fit.
+func shareAmounts(c resourceapi.DeviceCapacity, n int) (amounts []resource.Quantity, same bool) {
+	// Milli-units: capacities may be fractional (a compute share of 1
+	// in steps of 100m).
+	total := c.Value.MilliValue()
+	p := c.RequestPolicy
+	var valid []int64 // the smallest valid amounts, ascending
+	switch {
+	case p != nil && p.ValidRange != nil && p.ValidRange.Min != nil:
+		lo, hi := p.ValidRange.Min.MilliValue(), total
+		if p.ValidRange.Max != nil {
+			hi = min(hi, p.ValidRange.Max.MilliValue())
+		}
+		step := int64(0)
+		if p.ValidRange.Step != nil {
+			step = p.ValidRange.Step.MilliValue()
+		}
+		base := lo
+		if step > 0 {
+			// lo, lo+step, lo+2 step, ...; a zero minimum is no share.
+			for v, i := lo, 0; v <= hi && i < n+1; v, i = v+step, i+1 {
+				if v > 0 {
+					valid = append(valid, v)
 				}
 			}
-		case p.ValidRange != nil && p.ValidRange.Min != nil && fits(*p.ValidRange.Min):
-			share = p.ValidRange.Min
+			break
 		}
-		if share == nil {
-			return nil, fmt.Sprintf("capacity %s (%s) and its request policy leave no room for two allocations", n, c.Value.String())
+		if base <= 0 {
+			base = total / int64(n*(n+1)/2)
 		}
-		out[resourceapi.QualifiedName(n)] = share.DeepCopy()
+		for k := int64(1); k <= int64(n) && base > 0 && base*k <= hi; k++ {
+			valid = append(valid, base*k)
+		}
+	case p != nil && len(p.ValidValues) > 0:
+		for _, v := range p.ValidValues {
+			if v.MilliValue() > 0 && (len(valid) == 0 || v.MilliValue() > valid[len(valid)-1]) {
+				valid = append(valid, v.MilliValue())
+			}
+		}
+	default:
+		// Any amount is valid: split the capacity 1:2:...:n.
+		base := total / int64(n*(n+1)/2)
+		for k := int64(1); k <= int64(n) && base > 0; k++ {
+			valid = append(valid, base*k)
+		}
 	}
-	return out, ""
+	// The most distinct amounts whose sum fits.
+	sum := int64(0)
+	for _, v := range valid {
+		if len(amounts) == n || sum+v > total {
+			break
+		}
+		sum += v
+		amounts = append(amounts, *resource.NewMilliQuantity(v, c.Value.Format))
+	}
+	if len(amounts) >= 2 {
+		return amounts, false
+	}
+	// Equal shares of the smallest valid amount, where two fit.
+	if len(valid) > 0 && 2*valid[0] <= total {
+		q := *resource.NewMilliQuantity(valid[0], c.Value.Format)
+		amounts = []resource.Quantity{q}
+		for i := 1; i < n && int64(i+1)*valid[0] <= total; i++ {
+			amounts = append(amounts, q.DeepCopy())
+		}
+		return amounts, true
+	}
+	return nil, false
 }
 
 // withCapacity returns req asking for the given capacity.

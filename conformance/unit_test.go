@@ -10,11 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/drakit/drakit/internal/slicepool"
 )
 
 func TestCatalogue(t *testing.T) {
@@ -206,7 +208,11 @@ func TestCheckResponseSharedDevice(t *testing.T) {
 		{"without share IDs", []*drapbv1.Device{dev(nil, "b"), dev(nil, "a")}, nil, 2},
 		{"without share IDs and request names", []*drapbv1.Device{dev(nil), dev(nil)}, []string{"names no request", "names no request"}, 2},
 		{"request names swapped", []*drapbv1.Device{dev(ptr.To("s1"), "b"), dev(ptr.To("s2"), "a")}, []string{`names request "b"`, `names request "a"`}, 0},
-		{"unknown share ID", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s3"), "b")}, []string{"returned device p/shared share s3", "p/shared share s2 is missing"}, 0},
+		// A share ID that is no allocation's is misreported in the
+		// PodResources API only: the device still pairs with the
+		// allocation left, and only the share ID check fails.
+		{"unknown share ID", []*drapbv1.Device{dev(ptr.To("s1"), "a"), dev(ptr.To("s3"), "b")}, nil, 1},
+		{"share IDs swapped", []*drapbv1.Device{dev(ptr.To("s2"), "a"), dev(ptr.To("s1"), "b")}, []string{`names request "a"`, `names request "b"`}, 0},
 		{"one of two", []*drapbv1.Device{dev(nil, "a")}, []string{"p/shared share s2 is missing"}, 1},
 	}
 	for _, tc := range tests {
@@ -240,30 +246,45 @@ func TestCheckResponseNoDevices(t *testing.T) {
 	}
 }
 
-func TestShareOfTwo(t *testing.T) {
+// TestShares: the suite's shares of a device that allows multiple
+// allocations are unequal where the request policy allows (so that a
+// setting derived from a share's amount differs between them), valid
+// for the policy, and fit together in the capacity.
+func TestShares(t *testing.T) {
 	q := resource.MustParse
+	policy := func(p resourceapi.CapacityRequestPolicy) *resourceapi.CapacityRequestPolicy { return &p }
 	tests := []struct {
-		name string
-		cap  resourceapi.DeviceCapacity
-		want string // share, "" when none fits
+		name  string
+		cap   resourceapi.DeviceCapacity
+		want  []string // amounts; nil when no two fit
+		equal bool
 	}{
-		{"no policy: half", resourceapi.DeviceCapacity{Value: q("10Gi")}, "5Gi"},
-		{"default", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("1Gi"))}}, "1Gi"},
-		{"default too big, range min", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(q("10Gi")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("2Gi"))}}}, "2Gi"},
-		{"valid values", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("2"), q("8")}}}, "2"},
-		{"only whole device", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidValues: []resource.Quantity{q("8")}}}, ""},
+		{"no policy: 1:2:3", resourceapi.DeviceCapacity{Value: q("12Gi")}, []string{"2Gi", "4Gi", "6Gi"}, false},
+		{"default only: any amount", resourceapi.DeviceCapacity{Value: q("12Gi"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("1Gi"))})}, []string{"2Gi", "4Gi", "6Gi"}, false},
+		{"range: min, 2 min, 3 min", resourceapi.DeviceCapacity{Value: q("10Gi"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("1Gi")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("1Gi"))}})}, []string{"1Gi", "2Gi", "3Gi"}, false},
+		{"range with step", resourceapi.DeviceCapacity{Value: q("100"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("10")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("10")), Step: ptr.To(q("5"))}})}, []string{"10", "15", "20"}, false},
+		{"range: two fit", resourceapi.DeviceCapacity{Value: q("5Gi"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("2Gi")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("2Gi"))}})}, []string{"2Gi", "2Gi"}, true},
+		{"fractional range", resourceapi.DeviceCapacity{Value: q("1"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("100m")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(q("100m")), Step: ptr.To(q("100m"))}})}, []string{"100m", "200m", "300m"}, false},
+		{"valid values", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("2")), ValidValues: []resource.Quantity{q("2"), q("4"), q("8")}})}, []string{"2", "4"}, false},
+		{"one valid value twice", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("4")), ValidValues: []resource.Quantity{q("4"), q("8")}})}, []string{"4", "4"}, true},
+		{"only whole device", resourceapi.DeviceCapacity{Value: q("8"), RequestPolicy: policy(resourceapi.CapacityRequestPolicy{Default: ptr.To(q("8")), ValidValues: []resource.Quantity{q("8")}})}, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, why := shareOfTwo(&resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"c": tc.cap}})
-			if tc.want == "" {
+			got, equal, why := shares(&resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"c": tc.cap}}, 3)
+			if tc.want == nil {
 				if why == "" {
-					t.Errorf("got share %v, want a reason why none fits", got)
+					t.Errorf("got shares %v, want a reason why no two fit", got)
 				}
 				return
 			}
-			if share := got["c"]; share.Cmp(q(tc.want)) != 0 {
-				t.Errorf("got share %s (%s), want %s", share.String(), why, tc.want)
+			var amounts []string
+			for _, m := range got {
+				q := m["c"]
+				amounts = append(amounts, q.String())
+			}
+			if diff := cmp.Diff(tc.want, amounts); diff != "" || equal != tc.equal {
+				t.Errorf("shares (-want +got):\n%s(equal %v, want %v; %s)", diff, equal, tc.equal, why)
 			}
 		})
 	}
@@ -673,37 +694,110 @@ func TestRefusedSlices(t *testing.T) {
 	}
 }
 
-// TestRestartedSlices: after a restart the suite allocates from the new
-// process's slices only once every pool of before is back (or the restart
-// has settled), so that a driver publishing one pool per card one after
-// the other is not judged on the first card alone.
-func TestRestartedSlices(t *testing.T) {
-	pool := func(name string, gen, count int64, n int) *slicepool.Pool {
-		var slices []*resourceapi.ResourceSlice
-		for i := range n {
-			slices = append(slices, &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i)},
-				Spec: resourceapi.ResourceSliceSpec{Pool: resourceapi.ResourcePool{Name: name, Generation: gen, ResourceSliceCount: count}}})
-		}
-		return slicepool.Group(slices)[name]
+// TestWrittenSince: the new process's publication after a restart is
+// recognized by a write the API server shows (a new resourceVersion, a
+// new slice, a slice gone), whatever the pool's generation.
+func TestWrittenSince(t *testing.T) {
+	slice := func(uid, rv string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv}}
 	}
-	gens := map[string]int64{"card-0": 1, "card-1": 1}
+	before := marksOf([]*resourceapi.ResourceSlice{slice("a", "1"), slice("b", "2")})
 	for _, c := range []struct {
-		name    string
-		ps      map[string]*slicepool.Pool
-		settled bool
-		want    bool
+		name   string
+		slices []*resourceapi.ResourceSlice
+		want   bool
 	}{
-		{"both pools new", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1), "card-1": pool("card-1", 2, 1, 1)}, false, true},
-		{"one pool new, the other the same", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, false, true},
-		{"the second card's pool not back yet", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1)}, false, false},
-		{"the second card's pool not back, settled", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 1, 1)}, true, true},
-		{"nothing changed yet", map[string]*slicepool.Pool{"card-0": pool("card-0", 1, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, false, false},
-		{"nothing changed, settled", map[string]*slicepool.Pool{"card-0": pool("card-0", 1, 1, 1), "card-1": pool("card-1", 1, 1, 1)}, true, true},
-		{"a pool incomplete", map[string]*slicepool.Pool{"card-0": pool("card-0", 2, 2, 1), "card-1": pool("card-1", 2, 1, 1)}, true, false},
-		{"no pool", map[string]*slicepool.Pool{}, true, false},
+		{"nothing written", []*resourceapi.ResourceSlice{slice("b", "2"), slice("a", "1")}, false},
+		{"updated in place (same generation)", []*resourceapi.ResourceSlice{slice("a", "3"), slice("b", "2")}, true},
+		{"replaced", []*resourceapi.ResourceSlice{slice("a", "1"), slice("c", "4")}, true},
+		{"one deleted", []*resourceapi.ResourceSlice{slice("a", "1")}, true},
+		{"one added", []*resourceapi.ResourceSlice{slice("a", "1"), slice("b", "2"), slice("c", "5")}, true},
 	} {
-		if got := restartedSlices(c.ps, gens, c.settled); got != c.want {
-			t.Errorf("%s: restartedSlices = %v, want %v", c.name, got, c.want)
+		if got := writtenSince(before, c.slices); got != c.want {
+			t.Errorf("%s: writtenSince = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestBrokeDuringCall: only a connection that broke while the call was
+// under way is a crash the call caused; a connection that could not be
+// made, or a call that timed out, is not.
+func TestBrokeDuringCall(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.Unavailable, "error reading from server: EOF"), true},
+		{status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial unix /x: connect: connection refused\""), false},
+		{status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial unix /x: connect: no such file or directory\""), false},
+		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), false},
+		{status.Error(codes.Internal, "boom"), false},
+	} {
+		if got := brokeDuringCall(c.err); got != c.want {
+			t.Errorf("brokeDuringCall(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// TestParseEnv: the container's environment is read from its
+// /proc/<pid>/environ as od prints it (NUL-separated, a value with a
+// newline intact, a name a shell drops kept), the shell's env apart.
+func TestParseEnv(t *testing.T) {
+	environ := "PATH=/bin\x00VENDOR_1b4e28ba-2fa1=dev-0\x00MULTI=a\nb\x00"
+	var hexed strings.Builder
+	for i, b := range []byte(environ) {
+		if i%16 == 0 {
+			hexed.WriteString("\n")
+		}
+		fmt.Fprintf(&hexed, " %02x", b)
+	}
+	logs := "PATH=/bin\nMULTI=a\nb\n" + environMark + hexed.String() + "\n" + envEndMark + "\n"
+	env, shell, ok := parseEnv(logs)
+	if !ok {
+		t.Fatalf("environ not parsed from %q", logs)
+	}
+	want := map[string]string{"PATH": "/bin", "VENDOR_1b4e28ba-2fa1": "dev-0", "MULTI": "a\nb"}
+	if diff := cmp.Diff(want, env); diff != "" {
+		t.Errorf("environ (-want +got):\n%s", diff)
+	}
+	if _, ok := shell["VENDOR_1b4e28ba-2fa1"]; ok || shell["PATH"] != "/bin" {
+		t.Errorf("shell env: %v", shell)
+	}
+	// An image without od: the shell's env.
+	env, _, ok = parseEnv("A=1\n" + environMark + "\nsh: od: not found\n" + envEndMark + "\n")
+	if ok || env["A"] != "1" {
+		t.Errorf("without od: %v %v, want the shell's env", env, ok)
+	}
+}
+
+// TestRunHook: a hook that leaves a process in the background holding
+// its output returns when it exits; one that does not return in time is
+// killed and reported as the hook's failure, with its output.
+func TestRunHook(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	if err := runHook(t.Context(), "the restart command", []string{"sh", "-c", "sleep 300 & echo $! > " + pidFile}, time.Minute); err != nil {
+		t.Fatalf("backgrounding hook: %v", err)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hook returned while the child it left, which holds its
+	// output, still runs.
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("the background child %d is gone (%v): the hook was waited for until it ended", pid, err)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	err = runHook(t.Context(), "the restart command", []string{"sh", "-c", "echo restarting; exec sleep 30"}, time.Second)
+	if !isHookError(err) || !strings.Contains(err.Error(), "did not return within 1s") || !strings.Contains(err.Error(), "restarting") {
+		t.Errorf("hanging hook: %v; want a hook error naming the bound and its output", err)
+	}
+	err = runHook(t.Context(), "the restart command", []string{"sh", "-c", "echo no such driver >&2; exit 3"}, 10*time.Second)
+	if !isHookError(err) || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "no such driver") {
+		t.Errorf("failing hook: %v", err)
 	}
 }

@@ -94,37 +94,55 @@ type pair struct {
 }
 
 // matchDevices pairs returned devices with allocation results by pool and
-// device name, and by share ID where the driver returns one. The share ID
-// is optional in api.proto (the kubelet keeps it only for the
-// PodResources API), so a returned device without one matches any
+// device name, and by share ID where the driver returns the
+// allocation's. The share ID is optional in api.proto (the kubelet keeps
+// it only for the PodResources API, and gives containers the device
+// either way), so a returned device without one, or with one that is no
+// allocation's (allocation.share-id reports that), matches any other
 // allocation of the same device, preferring one whose request it names.
 func matchDevices(driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) pairing {
 	results := ownResults(driver, claim)
 	used := make([]bool, len(results))
-	var p pairing
-	for _, d := range res.GetDevices() {
+	devices := res.GetDevices()
+	paired := make([]int, len(devices))
+	// First the devices returned with their allocation's share ID.
+	for j, d := range devices {
+		paired[j] = -1
+		if d.ShareId == nil {
+			continue
+		}
+		for i, r := range results {
+			if !used[i] && r.Pool == d.PoolName && r.Device == d.DeviceName && r.ShareID != nil && string(*r.ShareID) == *d.ShareId {
+				used[i], paired[j] = true, i
+				break
+			}
+		}
+	}
+	// Then the others, by pool and device name.
+	for j, d := range devices {
+		if paired[j] >= 0 {
+			continue
+		}
 		best := -1
 		for i, r := range results {
 			if used[i] || r.Pool != d.PoolName || r.Device != d.DeviceName {
-				continue
-			}
-			if d.ShareId != nil {
-				if shareOf((*string)(r.ShareID)) == *d.ShareId {
-					best = i
-					break
-				}
 				continue
 			}
 			if best < 0 || slices.Contains(d.RequestNames, resourceclaim.BaseRequestRef(r.Request)) {
 				best = i
 			}
 		}
-		if best < 0 {
+		if best >= 0 {
+			used[best], paired[j] = true, best
+		}
+	}
+	var p pairing
+	for j, d := range devices {
+		if paired[j] < 0 {
 			p.extra = append(p.extra, d)
 			continue
 		}
-		used[best] = true
-		p.pairs = append(p.pairs, pair{d, results[best]})
+		p.pairs = append(p.pairs, pair{d, results[paired[j]]})
 	}
 	for i, r := range results {
 		if !used[i] {
@@ -158,11 +176,17 @@ func checkDevicesMatch(f *failures, driver string, claim *resourceapi.ResourceCl
 }
 
 // checkShareIDs reports returned devices of shared allocations that carry
-// no share ID.
+// no share ID, and share IDs that are not the allocation's.
 func checkShareIDs(f *failures, driver string, claim *resourceapi.ResourceClaim, res *drapbv1.NodePrepareResourceResponse) {
 	for _, p := range matchDevices(driver, claim, res).pairs {
-		if p.want.ShareID != nil && p.got.ShareId == nil {
-			f.add("claim %s: device %s/%s has no share ID; return %q so that the PodResources API tells the allocations apart", claim.Name, p.got.PoolName, p.got.DeviceName, *p.want.ShareID)
+		got, want := p.got.ShareId, p.want.ShareID
+		switch {
+		case want != nil && got == nil:
+			f.add("claim %s: device %s/%s has no share ID; return %q so that the PodResources API tells the allocations apart", claim.Name, p.got.PoolName, p.got.DeviceName, *want)
+		case want != nil && *got != string(*want):
+			f.add("claim %s: device %s/%s is returned with share ID %q, but its allocation's is %q; the PodResources API reports the share ID returned", claim.Name, p.got.PoolName, p.got.DeviceName, *got, *want)
+		case want == nil && got != nil:
+			f.add("claim %s: device %s/%s is returned with share ID %q, but it is not allocated as a share; return none", claim.Name, p.got.PoolName, p.got.DeviceName, *got)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -210,11 +211,15 @@ func (e *Env) DriverArgs(driverName string) []string {
 // ConformanceConfig is the conformance suite's configuration for
 // driverName on this environment's node. Set StartCommand (for the
 // restart checks) and anything else before passing it to
-// conformance.Test.
+// conformance.Test. Its PublishTimeout is 20 s: a driver on this local
+// cluster publishes within a second or two, and the suite waits that
+// long after a restart for a driver that publishes the same slices
+// again (and so writes none).
 func (e *Env) ConformanceConfig(driverName string) conformance.Config {
 	return conformance.Config{
 		DriverName: driverName, NodeName: e.NodeName, Client: e.Client,
 		RegistrationPath: e.RegistrarDir, CDIDirs: []string{e.CDIDir},
+		PublishTimeout: 20 * time.Second,
 	}
 }
 

@@ -145,6 +145,10 @@ func (l *csvFlag) Set(v string) error {
 	return nil
 }
 
+// clusterPublishTimeout is --publish-timeout's default with --cluster
+// (ClusterConfig.PublishTimeout's).
+const clusterPublishTimeout = 30 * time.Second
+
 // conformanceFlags are the parsed flags of "drakit conformance".
 type conformanceFlags struct {
 	kubeconfig, driver, node, registration string
@@ -185,7 +189,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.Var(&f.pathMaps, "path-map", "FROM=TO: translate paths the driver reports (own mount namespace); repeatable")
 	fs.Var(&f.skip, "skip", "check IDs or categories to skip (repeatable or comma-separated)")
 	fs.Var(&f.only, "only", "check IDs or categories to run, the others left out (repeatable or comma-separated); what they need is set up all the same")
-	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start (SIGKILL, no chance to clean up) and has it started again, e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait, or with --cluster for a host process: kill -9 $(pidof DRIVER); systemctl start DRIVER; enables the restart checks")
+	fs.StringVar(&f.restartCmd, "restart-command", "", "shell command that kills a driver the suite did not start (SIGKILL, no chance to clean up) and has it started again, e.g. kubectl delete pod -n NS -l app=DRIVER --grace-period=0 --force --wait, or with --cluster for a host process: kill -9 $(pidof DRIVER); systemctl start DRIVER; enables the restart checks. It must return within --publish-timeout (--cluster: 2m); its output goes to a file, named if it fails, so a driver it starts in the background (DRIVER &) does not hold it")
 	fs.StringVar(&f.readCDICmd, "read-cdi-command", "", "shell command that writes a tar archive of the node's CDI folder to stdout (e.g. kubectl exec -n NS POD -- tar -C /var/run/cdi -cf - .); replaces --cdi-dir")
 	startCmd := fs.String("start", "", "command that starts the driver, split at spaces (alternative to arguments after --)")
 	fs.StringVar(&f.deviceClass, "device-class", "", "existing DeviceClass selecting the driver's devices (default: the suite creates one)")
@@ -195,7 +199,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.StringVar(&f.driverLog, "driver-log", "", "keep the started driver's output in FILE (default: a new drakit-conformance-driver-*.log in $TMPDIR, named at the end)")
 	fs.IntVar(&f.repeat, "repeat", 3, "repeats in idempotency checks")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "claims prepared at once in prepare.concurrent")
-	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices")
+	fs.DurationVar(&f.publishTimeout, "publish-timeout", 60*time.Second, "wait for the registration socket and complete ResourceSlices, and after a restart for the new process to write its slices (a driver that writes none is judged on the slices from before, and the report says so); with --cluster 30s unless given")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 45*time.Second, "bound of each NodePrepareResources and NodeUnprepareResources call (the kubelet's is 45s)")
 	fs.DurationVar(&f.healthWait, "health-wait", 0, "how long health.refresh waits for a repeated health report (default: the devices' largest health check timeout plus 5s, at most 2m)")
 	var gates csvFlag
@@ -203,7 +207,7 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 	fs.BoolVar(&f.verbose, "verbose", false, "print whole messages as checks finish, and the details of every check at the end (default: details of checks that did not pass)")
 	fs.BoolVar(&f.list, "list", false, "list the checks and exit")
 	fs.BoolVar(&f.cluster, "cluster", false, "cluster mode: check the driver installed on the cluster (--kubeconfig) with real pods on --node")
-	fs.StringVar(&f.image, "image", "", "cluster mode: the containers' image (busybox or any with sh, env and sleep), on the node")
+	fs.StringVar(&f.image, "image", "", "cluster mode: the containers' image (busybox or any with sh, env, od and sleep), on the node")
 	fs.StringVar(&f.pullPolicy, "image-pull-policy", string(corev1.PullNever), "cluster mode: the containers' image pull policy (Never, IfNotPresent, Always)")
 	fs.BoolVar(&f.allowOtherPods, "allow-other-pods", false, "cluster mode: run even when other pods use the driver on the node")
 	fs.StringVar(&f.driverNS, "driver-namespace", "", "cluster mode: namespace of the driver's pods (with --driver-pod-selector: pod.driver-restart deletes the node's driver pod)")
@@ -238,6 +242,9 @@ func parseConformanceFlags(args []string, stderr io.Writer) (*conformanceFlags, 
 			return nil, fmt.Errorf("%w: give --driver-namespace and --driver-pod-selector together", errUsage)
 		case f.driverSelector != "" && f.restartCmd != "":
 			return nil, fmt.Errorf("%w: give --driver-pod-selector (a driver that runs as a pod) or --restart-command (one that does not), not both", errUsage)
+		}
+		if !flagSet(fs, "publish-timeout") {
+			f.publishTimeout = clusterPublishTimeout
 		}
 		switch corev1.PullPolicy(f.pullPolicy) {
 		case corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
@@ -455,6 +462,7 @@ func runClusterConformance(ctx context.Context, f *conformanceFlags, stdout, std
 		DeviceClassName: f.deviceClass, AllowOtherPods: f.allowOtherPods,
 		DriverNamespace: f.driverNS, DriverPodSelector: f.driverSelector,
 		CDIDirs: f.cdiDirs, Skip: f.skip, Only: f.only, Progress: stderr,
+		PublishTimeout: f.publishTimeout,
 	}
 	if f.readCDICmd != "" {
 		cfg.ReadCDICommand = []string{"sh", "-c", f.readCDICmd}

@@ -196,6 +196,10 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 		DriverName: nvdriver.DriverName, NodeName: c.NodeName, Client: c.Client,
 		RegistrationPath: c.PluginRegistryDir, CDIDirs: []string{c.CDIDir},
 		RestartDriver: d.restartDriver, Progress: progress,
+		// The driver publishes in a second here; after its restart it
+		// publishes the same slices, writes none, and the suite waits
+		// this long before it judges them.
+		PublishTimeout: 20 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("conformance: %w", err)

@@ -74,6 +74,14 @@ var Defects = map[string]string{
 	"health-unknown-refresh":  "reports every device Healthy once, then only Unknown (a runtime whose health source stopped reporting)",
 	"crash-before-prepare":    "crashes on an unprepare call that comes before its first prepare since it started (state it builds at the first prepare)",
 	"env-per-share":           "serves the shares of one device in a claim with one CDI device that sets one variable name once per share",
+	"slow-crash":              "crashes like crash-before-prepare, but its process lingers 3 s after its connections broke (a slow panic dump on a loaded machine)",
+	"env-name-uid":            "its CDI edits also set a variable named after the claim's UID (CONFORMANCE_<uid>), which a shell cannot read (a UID has '-')",
+	"two-shares-max":          "refuses a third allocation of a device that allows multiple allocations (a fixed number of slots, not the capacity)",
+	"unprepare-device-shares": "tears a shared device down when one of its claims is unprepared: every share's CDI spec goes, and the driver forgets the other claims",
+	"restart-forget-shares":   "checkpoints one claim per shared device (the last prepared): after a restart it has forgotten the device's other claims",
+	"wrong-share-id":          "returns the claim's UID as the share ID of a shared device, not the allocation's share ID",
+	"share-env-index":         "names a share's variable by the share's place in its claim (CONFORMANCE_SHARE_0_BANDWIDTH): unique in a claim, the same in every claim",
+	"share-amount-env":        "gives each share of a device the same variable name for its amount (CONFORMANCE_SHARE_BANDWIDTH=<amount>)",
 }
 
 // Variants lists the correct behaviours the driver can be started with
@@ -88,6 +96,9 @@ var Variants = map[string]string{
 	"shared-spec":       "keeps every claim's CDI devices in one spec file, written at start with a static device, that stays after unprepare",
 	"pcie-root-list":    "publishes pcieRoot as a list of two roots (needs the DRAListTypeAttributes feature gate)",
 	"cards":             "publishes partitionable cards (-cards N), each card's whole device first, then its two halves, as a partitionable driver orders them",
+	"publish-delay":     "publishes its slices only some time after it registered (-publish-delay D: discovery that takes time)",
+	"republish-delay":   "after a restart (a checkpoint exists) publishes only some time after it registered (-republish-delay D); with the same devices it writes nothing, as kubeletplugin's slice controller leaves identical slices alone",
+	"static-share-cdi":  "returns, for every share of its shared device, one static CDI device written at start (no per-share edits)",
 }
 
 // CDIVendor and CDIClass make up the CDI kind of the driver's devices.
@@ -126,6 +137,12 @@ type Options struct {
 	// publishes its whole device first, then two halves, on a counter
 	// set of its own.
 	Cards int
+	// PublishDelay delays the first publish of every start, and
+	// RepublishDelay that of a start that finds a checkpoint (a
+	// restart), after the driver registered.
+	PublishDelay, RepublishDelay time.Duration
+	// StaticShareCDI selects variant static-share-cdi.
+	StaticShareCDI bool
 }
 
 // Main parses args as flags and runs the driver until SIGTERM or SIGINT.
@@ -154,6 +171,9 @@ func Main(args []string) error {
 	fs.BoolVar(&o.SharedSpec, "shared-spec", false, Variants["shared-spec"])
 	fs.BoolVar(&o.PCIeRootList, "pcie-root-list", false, Variants["pcie-root-list"])
 	fs.IntVar(&o.Cards, "cards", 0, Variants["cards"])
+	fs.DurationVar(&o.PublishDelay, "publish-delay", 0, Variants["publish-delay"])
+	fs.DurationVar(&o.RepublishDelay, "republish-delay", 0, Variants["republish-delay"])
+	fs.BoolVar(&o.StaticShareCDI, "static-share-cdi", false, Variants["static-share-cdi"])
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -194,6 +214,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("create client: %w", err)
 	}
 	d := &driver{o: o, client: client, prepared: map[types.UID]*claimState{}}
+	_, statErr := os.Stat(o.StateFile)
+	restarted := statErr == nil
 	if d.defect("unstable-names") {
 		d.suffix = "-s" + instance
 	}
@@ -212,6 +234,11 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.StaticShareCDI {
+		if err := d.writeStaticShare(); err != nil {
+			return err
+		}
+	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(o.DriverName),
 		kubeletplugin.NodeName(o.NodeName),
@@ -225,6 +252,18 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("start kubelet plugin: %w", err)
 	}
 	defer helper.Stop()
+	delay := o.PublishDelay
+	if restarted {
+		delay = max(delay, o.RepublishDelay)
+	}
+	if delay > 0 {
+		klog.FromContext(ctx).Info("Delaying the first publish", "delay", delay, "restarted", restarted)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
 	if err := helper.PublishResources(ctx, d.resources()); err != nil {
 		return fmt.Errorf("publish resources: %w", err)
 	}
@@ -250,6 +289,8 @@ type claimState struct {
 	// CDIDevices are the claim's entries in the shared spec file
 	// (-shared-spec).
 	CDIDevices []cdispec.Device `json:"cdiDevices,omitempty"`
+	// Seq orders the claims by when they were first prepared.
+	Seq int `json:"seq"`
 }
 
 type driver struct {
@@ -258,6 +299,7 @@ type driver struct {
 	mu       sync.Mutex
 	prepared map[types.UID]*claimState
 	nonce    int
+	seq      int
 	// preparedOnce is set at the first prepare call (defect
 	// crash-before-prepare).
 	preparedOnce bool
@@ -357,11 +399,116 @@ func (d *driver) save() error {
 	if d.defect("forget-on-restart") {
 		return nil
 	}
-	data, err := json.Marshal(d.prepared)
+	saved := d.prepared
+	if d.defect("restart-forget-shares") {
+		saved = lastShareOnly(d.prepared)
+	}
+	data, err := json.Marshal(saved)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
 	return writeAtomic(d.o.StateFile, data)
+}
+
+// lastShareOnly returns the claims of prepared without those that hold
+// a share of a device of which a later claim holds a share too (defect
+// restart-forget-shares: one checkpoint entry per shared device).
+func lastShareOnly(prepared map[types.UID]*claimState) map[types.UID]*claimState {
+	last := map[string]int{} // pool/device -> Seq of the latest claim with a share
+	for _, st := range prepared {
+		for _, pd := range st.Devices {
+			if pd.ShareID != nil {
+				last[pd.Pool+"/"+pd.Device] = max(last[pd.Pool+"/"+pd.Device], st.Seq)
+			}
+		}
+	}
+	out := map[types.UID]*claimState{}
+	for uid, st := range prepared {
+		keep := true
+		for _, pd := range st.Devices {
+			if pd.ShareID != nil && last[pd.Pool+"/"+pd.Device] > st.Seq {
+				keep = false
+			}
+		}
+		if keep {
+			out[uid] = st
+		}
+	}
+	return out
+}
+
+// staticShareID is the CDI ID of variant static-share-cdi: one device
+// for every share of the shared device.
+func (d *driver) staticShareID() string {
+	return CDIVendor + "/" + CDIClass + "=static-share-" + d.o.DriverName
+}
+
+// writeStaticShare writes the spec of variant static-share-cdi; it stays
+// for the life of the driver, as a static per-device spec does.
+func (d *driver) writeStaticShare() error {
+	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass, Devices: []cdispec.Device{{
+		Name:           "static-share-" + d.o.DriverName,
+		ContainerEdits: cdispec.ContainerEdits{Env: []string{"CONFORMANCE_STATIC_SHARED_0=" + d.name("shared-0")}},
+	}}}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode CDI spec: %w", err)
+	}
+	return writeAtomic(filepath.Join(d.o.CDIDir, CDIVendor+"-static-share-"+d.o.DriverName+".json"), data)
+}
+
+// shareEnv returns the environment entry that tells a container the
+// amount of a share (result r of claim): a name per share (its share
+// ID), or, for defects share-env-index and share-amount-env, a name per
+// place in the claim (index) or one name for every share.
+func (d *driver) shareEnv(r resourceapi.DeviceRequestAllocationResult, index int) string {
+	amount := ""
+	if q, ok := r.ConsumedCapacity["bandwidth"]; ok {
+		amount = q.String()
+	}
+	switch {
+	case d.defect("share-env-index"):
+		return fmt.Sprintf("CONFORMANCE_SHARE_%d_BANDWIDTH=%s", index, amount)
+	case d.defect("share-amount-env"):
+		return "CONFORMANCE_SHARE_BANDWIDTH=" + amount
+	}
+	return fmt.Sprintf("CONFORMANCE_SHARE_%s_BANDWIDTH=%s", strings.ReplaceAll(string(*r.ShareID), "-", "_"), amount)
+}
+
+// sharesHeld counts the prepared claims other than uid that hold a share
+// of pool/dev; called with mu held.
+func (d *driver) sharesHeld(uid types.UID, pool, dev string) int {
+	n := 0
+	for other, st := range d.prepared {
+		if other == uid {
+			continue
+		}
+		for _, pd := range st.Devices {
+			if pd.Pool == pool && pd.Device == dev && pd.ShareID != nil {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// shutdownSockets breaks every socket of the process (defect slow-crash:
+// the connections end as in a crash while the process lingers).
+func shutdownSockets() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(link, "socket:") {
+			_ = syscall.Shutdown(fd, syscall.SHUT_RDWR)
+		}
+	}
 }
 
 func shareOf(id *types.UID) string {
@@ -510,6 +657,9 @@ func (d *driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			if d.o.OmitShareID {
 				dev.ShareID = nil
 			}
+			if d.defect("wrong-share-id") && dev.ShareID != nil {
+				dev.ShareID = &claim.UID
+			}
 			if d.o.NamesIfNeeded && len(claim.Spec.Devices.Requests) == 1 {
 				dev.Requests = nil
 			}
@@ -560,8 +710,10 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		d.nonce++
 		nonce = d.nonce
 	}
-	st := &claimState{Namespace: claim.Namespace, Name: claim.Name}
+	d.seq++
+	st := &claimState{Namespace: claim.Namespace, Name: claim.Name, Seq: d.seq}
 	spec := cdispec.Spec{Version: "0.6.0", Kind: CDIVendor + "/" + CDIClass}
+	shares := map[string]int{} // shares of each device in this claim so far
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != d.o.DriverName && !d.defect("other-driver") {
 			continue
@@ -585,6 +737,14 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 				}
 			}
 		}
+		if r.ShareID != nil && d.defect("two-shares-max") && d.sharesHeld(claim.UID, r.Pool, r.Device) >= 2 {
+			return nil, fmt.Errorf("device %s/%s already has 2 shares, the most this driver takes", r.Pool, r.Device)
+		}
+		if r.ShareID != nil && d.o.StaticShareCDI && r.Driver == d.o.DriverName {
+			st.Devices = append(st.Devices, preparedDevice{Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+				CDIIDs: []string{d.staticShareID()}, ShareID: (*string)(r.ShareID)})
+			continue
+		}
 		cdiName := fmt.Sprintf("%s-%s", claim.UID, r.Device)
 		if r.ShareID != nil && !d.defect("env-per-share") {
 			cdiName = fmt.Sprintf("%s-%s", cdiName, *r.ShareID)
@@ -598,6 +758,13 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		if d.defect("restart-new-edits") {
 			env = append(env, instanceEnv())
+		}
+		if d.defect("env-name-uid") {
+			env = append(env, fmt.Sprintf("CONFORMANCE_%s=%s", claim.UID, claim.Name))
+		}
+		if r.ShareID != nil && !d.defect("env-per-share") {
+			env = append(env, d.shareEnv(r, shares[r.Pool+"/"+r.Device]))
+			shares[r.Pool+"/"+r.Device]++
 		}
 		if i := slices.IndexFunc(spec.Devices, func(dev cdispec.Device) bool { return dev.Name == cdiName }); i >= 0 && d.defect("env-per-share") {
 			// Another share of the same device: its variable once more.
@@ -641,6 +808,12 @@ func (d *driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return st, nil
 	}
+	if len(spec.Devices) == 0 {
+		// Only static CDI devices: no spec of its own (a spec needs a
+		// device).
+		d.prepared[claim.UID] = st
+		return st, nil
+	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode CDI spec: %w", err)
@@ -665,6 +838,12 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		var state *claimState                                          // built at the first prepare
 		klog.FromContext(ctx).Info("Unpreparing", "first", state.Name) // nil pointer dereference
 	}
+	if d.defect("slow-crash") && !d.preparedOnce {
+		// The connections break at once, the process ends 3 s later.
+		shutdownSockets()
+		time.Sleep(3 * time.Second)
+		panic("unprepare before the first prepare: state not built")
+	}
 	out := map[types.UID]error{}
 	for _, c := range claims {
 		st, ok := d.prepared[c.UID]
@@ -677,6 +856,9 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			continue
 		}
 		out[c.UID] = nil // every claim needs an entry, also on success
+		if d.defect("unprepare-device-shares") {
+			d.tearDownShares(c.UID, st)
+		}
 		if !d.defect("leak-cdi") {
 			for _, f := range st.SpecFiles {
 				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -700,6 +882,31 @@ func (d *driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		return nil, err
 	}
 	return out, nil
+}
+
+// tearDownShares removes the CDI specs of every other claim with a share
+// of a device that st holds a share of, and forgets those claims
+// (defect unprepare-device-shares); called with mu held.
+func (d *driver) tearDownShares(uid types.UID, st *claimState) {
+	for _, pd := range st.Devices {
+		if pd.ShareID == nil {
+			continue
+		}
+		for other, ost := range d.prepared {
+			if other == uid {
+				continue
+			}
+			for _, od := range ost.Devices {
+				if od.Pool == pd.Pool && od.Device == pd.Device && od.ShareID != nil {
+					for _, f := range ost.SpecFiles {
+						_ = os.Remove(f)
+					}
+					delete(d.prepared, other)
+					break
+				}
+			}
+		}
+	}
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: it logs.
