@@ -115,6 +115,12 @@ type Key struct {
 // Option configures New.
 type Option func(*options) error
 
+// hostProc is where this process reads the kernel's view of the node's
+// NVIDIA devices (/proc/devices, /proc/driver/nvidia/capabilities):
+// kernel-global files, the same in every container; tests set a fake
+// one.
+var hostProc = "/proc"
+
 type options struct {
 	profiles []string
 	stateDir string
@@ -129,7 +135,7 @@ type options struct {
 	heartbeat         time.Duration
 	fullMIG           bool
 	noWholeDynamic    bool
-	procRoot          string // "/proc"; tests use a fake one
+	procRoot          string // hostProc
 	dynamicGPUs       []string
 	ignoredXIDs       map[uint64]bool
 	root              DriverRoot
@@ -296,7 +302,7 @@ func WithSimulatedContainers(simulated bool) Option {
 // GPU dropped from the list (see WithDynamicGPUs). Close releases the
 // state folder.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: hostProc, root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
