@@ -28,7 +28,7 @@ func TestCheck(t *testing.T) {
 	simState := filepath.Join(dir, "gpus.json")
 	var out bytes.Buffer
 	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", "-dynamic-mig-gpus=3,4,5,6,7"},
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", dynamicGates, dynamic},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
@@ -109,7 +109,7 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState},
+	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, dynamicGates},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
