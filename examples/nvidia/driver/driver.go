@@ -49,6 +49,9 @@ type Driver struct {
 
 	health monitor
 
+	// warnings are the problems New confined to one GPU (Warnings).
+	warnings []Warning
+
 	// layout is the layout publication's (WithMIGLayout).
 	layoutMu sync.Mutex
 	layout   layoutState
@@ -139,6 +142,7 @@ type options struct {
 	dynamicGPUs       []string
 	ignoredXIDs       map[uint64]bool
 	root              DriverRoot
+	warn              func(Warning)   // WithWarnings
 	editor            ContainerEditor // nil: nodeEditor
 	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
 }
@@ -347,7 +351,7 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	dynamic, err := d.dynamicUUIDs()
+	dynamic, record, err := d.resolveDynamic()
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
@@ -362,6 +366,12 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	// Under the state folder's lock: what each index named stays
+	// recorded beside the lifecycle's record of the dynamic GPUs.
+	if err := writeSelectors(o.stateDir, record); err != nil {
+		// The next start resolves the indexes not recorded again.
+		klog.Background().Error(err, "Could not record which GPU each dynamic MIG GPU index names")
 	}
 	d.watchBroken()
 	if n, ok := o.layoutSrc.(changeNotifier); ok {

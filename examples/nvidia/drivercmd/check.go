@@ -62,7 +62,7 @@ func newCheck(node, dir, keep string, nv *nvmlflag.Flags) (*checkRun, error) {
 	}
 	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state"), keep: keep != ""}
 	err = os.MkdirAll(c.stateDir, 0o755)
-	for _, f := range []string{lifecycle.CardsFile, lifecycle.JournalFile} {
+	for _, f := range []string{lifecycle.CardsFile, lifecycle.JournalFile, nvdriver.DynamicGPUsFile} {
 		if err == nil {
 			err = copyIfExists(filepath.Join(dir, f), filepath.Join(c.stateDir, f))
 		}
@@ -126,6 +126,9 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		c.node, sys.DriverVersion, sys.CUDAVersion, len(gpus), root.Host, root.Container)
 	fmt.Fprintf(w, "# inventory: %d pools, %d ResourceSlices, %s; nothing was published, created, destroyed or changed\n", len(inv.Pools), len(rs), valid)
 	fmt.Fprintf(w, "# (a spec's claim devices file is mounted from the check's temporary folder; the driver's is <-state-dir>/claims/<claim UID>.json)\n")
+	for _, x := range d.Warnings() {
+		fmt.Fprintf(w, "# WARNING %s: %s\n", x.Reason, x.Message)
+	}
 	specs, err := cdi.NewWriter(filepath.Join(c.tmp, "cdi"), nvdriver.DriverName, "claim")
 	if err != nil {
 		return fmt.Errorf("check: %w", err)

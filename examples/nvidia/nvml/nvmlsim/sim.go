@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,12 +19,14 @@ import (
 type simState struct {
 	Server string `json:"server"`
 	// Product replaces the server's catalog product (WithProduct).
-	Product   *productSpec `json:"product,omitempty"`
-	GPUs      []simGPU     `json:"gpus"`
-	Faults    []Fault      `json:"faults,omitempty"`
-	Stalls    []Stall      `json:"stalls,omitempty"`
-	NextEvent uint64       `json:"nextEvent"`
-	Events    []simEvent   `json:"events,omitempty"`
+	Product *productSpec `json:"product,omitempty"`
+	GPUs    []simGPU     `json:"gpus"`
+	// Gone are the GPUs NVML no longer enumerates (RemoveGPU).
+	Gone      []simGPU   `json:"gone,omitempty"`
+	Faults    []Fault    `json:"faults,omitempty"`
+	Stalls    []Stall    `json:"stalls,omitempty"`
+	NextEvent uint64     `json:"nextEvent"`
+	Events    []simEvent `json:"events,omitempty"`
 }
 
 // productSpec is a mig.Product as the state file keeps it.
@@ -40,6 +43,10 @@ func (ps *productSpec) product() (*mig.Product, error) {
 
 type simGPU struct {
 	UUID string `json:"uuid"`
+	// Slot is the GPU's place on the server (its PCI bus ID is the
+	// server's PCIBusIDs[Slot]); nil is its position in the state's
+	// GPUs, as every GPU has until one is removed (RemoveGPU).
+	Slot *int `json:"slot,omitempty"`
 	// Lost is set by XID 79 (fallen off the bus) and cleared by
 	// RecoverGPU: a lost GPU answers every query with ErrGPULost.
 	Lost      bool               `json:"lost,omitempty"`
@@ -231,8 +238,16 @@ func (st *simState) check() error {
 	if _, err := simServer(st.Server); err != nil {
 		return fmt.Errorf("corrupt state: %w", err)
 	}
-	if len(st.GPUs) != 8 {
-		return fmt.Errorf("corrupt state: %d GPUs, want 8", len(st.GPUs))
+	if n := len(st.GPUs) + len(st.Gone); n != 8 {
+		return fmt.Errorf("corrupt state: %d GPUs and %d gone, want 8 in all", len(st.GPUs), len(st.Gone))
+	}
+	seen := map[int]bool{}
+	for i, g := range append(slices.Clone(st.GPUs), st.Gone...) {
+		slot := g.slot(i)
+		if slot < 0 || slot >= 8 || seen[slot] {
+			return fmt.Errorf("corrupt state: GPU %s in slot %d", g.UUID, slot)
+		}
+		seen[slot] = true
 	}
 	return nil
 }
@@ -345,7 +360,9 @@ func (s *Sim) System() (nvml.System, error) {
 	return nvml.System{DriverVersion: DriverVersion, CUDAVersion: CUDAVersion}, nil
 }
 
-// GPUs lists the eight simulated GPUs.
+// GPUs lists the simulated GPUs NVML enumerates: the eight, less those
+// removed (RemoveGPU), in slot order, indexed and numbered (device minor)
+// by their place in that order.
 func (s *Sim) GPUs() ([]nvml.GPU, error) {
 	var out []nvml.GPU
 	err := s.view(func(st *simState) error {
@@ -353,7 +370,7 @@ func (s *Sim) GPUs() ([]nvml.GPU, error) {
 			out = append(out, nvml.GPU{
 				Index: i, UUID: g.UUID, ProductName: s.server.ProductName, Brand: "NVIDIA",
 				Architecture: s.server.Architecture, CUDAComputeCapability: s.server.ComputeCapability,
-				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[i], Minor: i,
+				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[g.slot(i)], Minor: i,
 			})
 		}
 		return nil
