@@ -82,6 +82,9 @@ type gpuInfo struct {
 	// vgpuGuest is set for a vGPU guest's GPU, which cannot change its
 	// MIG mode (see wholeOK).
 	vgpuGuest bool
+	// others is what NVML last said of the processes holding it (a
+	// GPU with MIG; Driver.wholeNow).
+	others *others
 	// broken is why the GPU could not be read at start: it is published
 	// whole from what NVML did say, with the health taint of a lost GPU,
 	// and read again until it answers (lostgpu.go).
@@ -468,6 +471,7 @@ func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
 			}
 		}
 		*anyMIG = true
+		gi.others = &others{}
 		gi.profiles = advertised(gi.product, d.o.profiles)
 		*anyProfile = *anyProfile || len(gi.profiles) > 0
 	}
@@ -548,10 +552,10 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return devInfo{}, false
 	}
 	if ref.Profile == "" {
-		if ok, _ := g.wholeOK(); !ok {
+		if ok, _ := d.wholeNow(g); !ok {
 			return devInfo{}, false
 		}
-		return d.wholeInfo(g), !d.o.noWholeDynamic
+		return d.wholeInfo(g), true
 	}
 	pr, err := g.product.Profile(ref.Profile)
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {

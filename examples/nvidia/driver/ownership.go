@@ -104,9 +104,15 @@ func (d *Driver) keyOf(dev kit.AllocatedDevice, data json.RawMessage) (lifecycle
 // (kit.Reconciler, lifecycle.Manager.Reconcile): a device that a held
 // claim names is kept and recorded as that claim's (also when the
 // journal lost it), one no held claim names is destroyed, a dynamic GPU
-// no claim holds whole gets MIG mode on again. It also removes the
-// temporary files that crashed writes left in the claims' devices
-// folder.
+// no claim holds whole gets MIG mode on again. Ownership follows the
+// records: a MIG device (or GPU held whole) that the runtime's checkpoint
+// says this driver made for a held claim stays the driver's when the
+// state folder was lost, also on a GPU no longer named dynamic
+// (lifecycle.Manager.Restore: the GPU is drained, the device destroyed
+// at the claim's release, never published as an administrator's). It
+// also makes the claims' devices files match the held claims (written
+// again where lost, removed where the runtime holds no claim) and
+// removes the temporary files that crashed writes left in their folder.
 func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error) {
 	// Only a prepare writes a devices file, and none runs during
 	// Reconcile: not in this process, nor (under the runtime's
@@ -116,5 +122,9 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 	} else if n > 0 {
 		klog.FromContext(ctx).Info("Removed the temporary files of interrupted devices file writes", "files", n)
 	}
-	return errors.Join(err, d.lc.Reconcile(ctx, held))
+	if rerr := d.lc.Restore(ctx, recordedPartitions(held)); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	err = errors.Join(err, d.lc.Reconcile(ctx, held))
+	return errors.Join(err, d.syncClaimFiles(ctx, held))
 }

@@ -56,9 +56,13 @@ type ClaimDevice struct {
 	// Profile and Placement describe a MIG device.
 	Profile   string         `json:"profile,omitempty"`
 	Placement *mig.Placement `json:"placement,omitempty"`
-	// TimeSlice is the GPU's time-slice when the claim configured
-	// time-slicing.
+	// TimeSlice is the GPU's time-slice this claim set (its
+	// configuration's time-slicing); empty when it set none.
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
+	// AdminAccess is true for a device the claim holds with admin
+	// access: nothing was applied to it (no MIG device made, no
+	// time-slice set), whatever the claim's configuration asks.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // ClaimFile is the devices file a claim's containers get, at
@@ -96,6 +100,9 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		return err
 	}
 	for _, dev := range devs {
+		if g, whole := d.dynamicWhole(dev); whole && !dev.AdminAccess {
+			d.readOthers(g) // what holds it now, not at the last heartbeat
+		}
 		info, ok := d.lookup(dev.Device)
 		if !ok {
 			return d.notOffered(dev)
@@ -115,7 +122,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 func (d *Driver) notOffered(dev kit.AllocatedDevice) error {
 	if ref, err := mig.ParseDeviceName(dev.Device); err == nil && ref.Profile == "" {
 		if gpus := d.hw(); ref.GPU >= 0 && ref.GPU < len(gpus) && d.dynamic(&gpus[ref.GPU]) {
-			if ok, why := gpus[ref.GPU].wholeOK(); !ok {
+			if ok, why := d.wholeNow(&gpus[ref.GPU]); !ok {
 				return fmt.Errorf("device %s: dynamic MIG GPU %d is not offered whole: %s; ask for one of its MIG devices", dev.ID(), ref.GPU, why)
 			}
 		}
@@ -170,8 +177,10 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 }
 
 // ClaimEdits gives every container of the claim EnvVisibleDevices=
-// VisibleDevicesVoid, the claim's devices file (ClaimFile) mounted
-// read-only in ClaimFileDir with the folder in EnvClaimFileDir, and on
+// VisibleDevicesVoid, the claim's devices file (ClaimFile: what
+// PrepareClaim and PrepareDevice applied; Reconcile writes it again from
+// the runtime's checkpoint when it is lost) mounted read-only in
+// ClaimFileDir with the folder in EnvClaimFileDir, and on
 // real hardware the ContainerEditor's CommonEdits (by default the control
 // nodes /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools). It
 // sets no variable to a value of its own claim: a container with two
@@ -187,7 +196,10 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		if err != nil {
 			return nil, err
 		}
-		cd.TimeSlice = cfg.timeSlice()
+		// What PrepareDevice applied: nothing with admin access.
+		if cd.AdminAccess = dev.AdminAccess; !dev.AdminAccess {
+			cd.TimeSlice = cfg.timeSlice()
+		}
 		f.Devices = append(f.Devices, cd)
 	}
 	host := d.claimFile(string(claim.UID))

@@ -53,6 +53,8 @@ type simGPU struct {
 	Mig       nvml.MigMode       `json:"mig"`
 	Instances []nvml.GPUInstance `json:"instances,omitempty"`
 	TimeSlice nvml.TimeSlice     `json:"timeSlice,omitempty"`
+	// Clients are the other processes holding the GPU (AttachClient).
+	Clients []nvml.Process `json:"clients,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -395,8 +397,8 @@ func (s *Sim) MigMode(gpu int) (nvml.MigMode, error) {
 // nvidia-smi or the reference driver on a dynamic GPU (ModeSetter): it
 // becomes pending, and current at once unless the model needs a GPU
 // reset (Server.ModeChangeNeedsReset: A100; then ResetGPU). It fails
-// with ErrInUse while GPU instances exist, changing nothing, and returns
-// the mode after the call.
+// with ErrInUse while GPU instances exist or other clients hold the GPU
+// (AttachClient), changing nothing, and returns the mode after the call.
 func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 	op := fmt.Sprintf("set MIG mode on GPU %d", gpu)
 	var m nvml.MigMode
@@ -407,6 +409,9 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 		}
 		if len(g.Instances) > 0 {
 			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		if err := g.held(op); err != nil {
+			return false, err
 		}
 		g.Mig.Pending = enabled
 		if !s.server.ModeChangeNeedsReset {
@@ -419,7 +424,8 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 }
 
 // ResetGPU resets the GPU, which makes a pending MIG mode current. It
-// fails with ErrInUse while GPU instances exist.
+// fails with ErrInUse while GPU instances exist or other clients hold
+// the GPU.
 func (s *Sim) ResetGPU(gpu int) error {
 	op := fmt.Sprintf("reset GPU %d", gpu)
 	return s.change(func(st *simState) (bool, error) {
@@ -429,6 +435,9 @@ func (s *Sim) ResetGPU(gpu int) error {
 		}
 		if len(g.Instances) > 0 {
 			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		if err := g.held(op); err != nil {
+			return false, err
 		}
 		g.Mig.Current = g.Mig.Pending
 		return true, nil
