@@ -129,6 +129,7 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 	for _, x := range d.Warnings() {
 		fmt.Fprintf(w, "# WARNING %s: %s\n", x.Reason, x.Message)
 	}
+	printGates(w, d.Readiness())
 	specs, err := cdi.NewWriter(filepath.Join(c.tmp, "cdi"), nvdriver.DriverName, "claim")
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
@@ -279,4 +280,49 @@ func (c *checkRun) dynamicGPUs() ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// printGates prints what decides the DynamicMIG and DynamicMIGWholeGPU
+// gates on this node, per GPU, and which GPUs each could serve.
+func printGates(w io.Writer, rs []nvdriver.GPUReadiness) {
+	fmt.Fprintf(w, "# gates %s and %s (alpha, off by default until this check has passed on a Hopper node): what decides them here\n", DynamicMIG, DynamicMIGWholeGPU)
+	var dyn, whole []string
+	for _, r := range rs {
+		verdict := func(why string) string {
+			if why == "" {
+				return "yes"
+			}
+			return "no: " + why
+		}
+		mode := "no MIG"
+		if r.MIG {
+			mode = fmt.Sprintf("MIG mode %s (pending %s)", onOff(r.MIGMode.Current), onOff(r.MIGMode.Pending))
+		}
+		owner := "not dynamic now"
+		if r.Dynamic {
+			owner = "dynamic now"
+		}
+		fmt.Fprintf(w, "#   GPU %d %s (%s, compute capability %s) %s: %s, %s; %s: %s; whole (%s): %s\n",
+			r.Index, r.ProductName, r.Architecture, r.ComputeCapability, r.UUID, mode, owner, DynamicMIG, verdict(r.DynamicMIG), DynamicMIGWholeGPU, verdict(r.Whole))
+		if r.DynamicMIG == "" {
+			dyn = append(dyn, strconv.Itoa(r.Index))
+		}
+		if r.DynamicMIG == "" && r.Whole == "" {
+			whole = append(whole, strconv.Itoa(r.Index))
+		}
+	}
+	list := func(gpus []string) string {
+		if len(gpus) == 0 {
+			return "none"
+		}
+		return strings.Join(gpus, ",")
+	}
+	fmt.Fprintf(w, "# %s could serve GPUs %s; %s GPUs %s\n", DynamicMIG, list(dyn), DynamicMIGWholeGPU, list(whole))
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
