@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,4 +174,33 @@ func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Who holds a GPU is read again at the health heartbeat (pollOthers)
+// while prepares and inventories read it (wholeNow): run them at once
+// under the race detector, with a client coming and going.
+func TestOthersReadConcurrently(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, WithRepublishDelay(0))
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for range 20 {
+				switch i {
+				case 0:
+					f.d.pollOthers()
+				case 1:
+					if _, err := f.d.Inventory(ctx); err != nil {
+						t.Error(err)
+					}
+				case 2:
+					f.d.lookup("gpu-5")
+				case 3:
+					_ = f.sim.AttachClient(5, nvml.Process{PID: 9})
+					_ = f.sim.DetachClient(5, 9)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
