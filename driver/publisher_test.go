@@ -26,9 +26,13 @@ import (
 // differently). The devices can change (the hardware, shared by both
 // versions), and the test sends change events to one process only.
 type viewDiscoverer struct {
-	view   string
-	hw     *sharedHW
-	events chan device.Event
+	eventDiscoverer // its Watch; Inventory is the view's
+	view            string
+	hw              *sharedHW
+}
+
+func viewOf(view string, hw *sharedHW) *viewDiscoverer {
+	return &viewDiscoverer{eventDiscoverer: eventDiscoverer{events: make(chan device.Event, 1)}, view: view, hw: hw}
 }
 
 // sharedHW is the node's devices per pool, which both versions see.
@@ -63,21 +67,6 @@ func (d *viewDiscoverer) Inventory(context.Context) (*device.Inventory, error) {
 		inv.Pools = append(inv.Pools, pool)
 	}
 	return inv, nil
-}
-
-func (d *viewDiscoverer) Watch(ctx context.Context, out chan<- device.Event) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev := <-d.events:
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-	}
 }
 
 // published is the node's slices as "pool/device=view", sorted.
@@ -146,14 +135,14 @@ func TestRestartRemovesPreviousPoolsAtOnce(t *testing.T) {
 	hw.set(testNode, "dev-0")
 	hw.set(testNode+"/gone", "dev-9")
 	slow := driver.WithSliceSyncDelay(time.Hour)
-	first := startDriver(ctx, t, c, d, &viewDiscoverer{view: "v1", hw: hw, events: make(chan device.Event)}, fhw, slow)
+	first := startDriver(ctx, t, c, d, viewOf("v1", hw), fhw, slow)
 	first.waitPublished(ctx, t, "the first process's slices")
 	first.stop(t)
 
 	hw.mu.Lock() // the second pool's devices are gone
 	delete(hw.pools, testNode+"/gone")
 	hw.mu.Unlock()
-	second := startDriver(ctx, t, c, d, &viewDiscoverer{view: "v2", hw: hw, events: make(chan device.Event)}, fhw, slow)
+	second := startDriver(ctx, t, c, d, viewOf("v2", hw), fhw, slow)
 	second.waitPublished(ctx, t, "the second process's slices")
 	want := testNode + "/dev-0=v2"
 	waitFor(ctx, t, "the previous process's pool removed", func(ctx context.Context) (bool, error) {
@@ -175,10 +164,10 @@ func TestSurgePublishesOneView(t *testing.T) {
 	hw := &sharedHW{}
 	hw.set(testNode, "dev-0", "dev-1")
 	fast := driver.WithSliceSyncDelay(200 * time.Millisecond)
-	oldDisc := &viewDiscoverer{view: "old", hw: hw, events: make(chan device.Event, 1)}
+	oldDisc := viewOf("old", hw)
 	old := startDriver(ctx, t, c, d, oldDisc, fhw, driver.WithRollingUpdate("old-pod"), fast)
 	old.waitPublished(ctx, t, "the old instance's slices")
-	newer := startDriver(ctx, t, c, d, &viewDiscoverer{view: "new", hw: hw, events: make(chan device.Event, 1)}, fhw, driver.WithRollingUpdate("new-pod"), fast)
+	newer := startDriver(ctx, t, c, d, viewOf("new", hw), fhw, driver.WithRollingUpdate("new-pod"), fast)
 	view := func(v string, devs ...string) []string {
 		var out []string
 		for _, dev := range devs {
@@ -276,11 +265,11 @@ func TestMeasureSurgeConflicts(t *testing.T) {
 				}
 				hw.set(fmt.Sprintf("%s/gpu-%02d", testNode, g), devs...)
 			}
-			old := startDriver(ctx, t, c, d, &viewDiscoverer{view: "old", hw: hw, events: make(chan device.Event)}, fhw, append(mode.opts, driver.WithRollingUpdate("old-pod"))...)
+			old := startDriver(ctx, t, c, d, viewOf("old", hw), fhw, append(mode.opts, driver.WithRollingUpdate("old-pod"))...)
 			old.waitPublished(ctx, t, "the old instance's slices")
 			conflicts := sliceRequests(ctx, t, c, "409", "PUT", "POST", "DELETE")
 			writes := sliceRequests(ctx, t, c, "2", "PUT", "POST", "DELETE")
-			newer := startDriver(ctx, t, c, d, &viewDiscoverer{view: "new", hw: hw, events: make(chan device.Event)}, fhw, append(mode.opts, driver.WithRollingUpdate("new-pod"))...)
+			newer := startDriver(ctx, t, c, d, viewOf("new", hw), fhw, append(mode.opts, driver.WithRollingUpdate("new-pod"))...)
 			flips, last := -1, fmt.Sprint(published(ctx, t, c)) // the start's change is not a flip
 			for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 				if v := fmt.Sprint(published(ctx, t, c)); v != last {
