@@ -126,12 +126,16 @@ func newSlicePublisher(d *Runtime) (*slicePublisher, error) {
 	}
 	id = strings.NewReplacer("/", "-", ".", "-").Replace(id)
 	p := &slicePublisher{d: d, id: id, doc: statefile.Document{Path: filepath.Join(d.o.lockDir, publisherFile), Volatile: true}, solo: d.o.soloPublisher}
-	l, err := statefile.TryAcquire(livenessFile(d.o.lockDir, id), statefile.Held())
-	if err != nil {
-		return nil, fmt.Errorf("publisher liveness lock: %w", err)
-	}
-	p.live = l
-	err = d.withCrossInstanceLock(func() error {
+	// Under the cross-instance lock: no other instance removes a
+	// liveness file it finds unlocked between this one's creation and
+	// its lock.
+	err := d.withCrossInstanceLock(func() error {
+		l, err := statefile.TryAcquire(livenessFile(d.o.lockDir, id), statefile.Held())
+		if err != nil {
+			return fmt.Errorf("publisher liveness lock: %w", err)
+		}
+		p.live = l
+		p.cleanStale()
 		var doc publisherDoc
 		return p.doc.Update(&doc, func(bool) (bool, error) {
 			from := doc.Publisher
@@ -144,10 +148,9 @@ func newSlicePublisher(d *Runtime) (*slicePublisher, error) {
 		})
 	})
 	if err != nil {
-		_ = l.Release()
+		_ = p.live.Release()
 		return nil, fmt.Errorf("take the publisher role: %w", err)
 	}
-	p.cleanStale()
 	return p, nil
 }
 
@@ -167,7 +170,8 @@ func (p *slicePublisher) alive(id string) bool {
 	return false
 }
 
-// cleanStale removes the liveness files of instances that are gone.
+// cleanStale removes the liveness files of instances that are gone; the
+// cross-instance lock must be held.
 func (p *slicePublisher) cleanStale() {
 	ents, _ := filepath.Glob(filepath.Join(p.d.o.lockDir, "publisher-*.lock"))
 	for _, e := range ents {
