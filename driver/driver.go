@@ -145,7 +145,9 @@ func New(name string, opts ...Option) (*Runtime, error) {
 			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
 		}
 	}
-	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}), firstPublish: make(chan struct{}), publishKick: make(chan struct{}, 1), rediscoverKick: make(chan struct{}, 1)}, nil
+	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}),
+		firstPublish: make(chan struct{}), publishKick: make(chan struct{}, 1),
+		rediscoverKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.

@@ -125,7 +125,12 @@ func newSlicePublisher(d *Runtime) (*slicePublisher, error) {
 		id = fmt.Sprintf("pid%d-%s", os.Getpid(), hex.EncodeToString(b))
 	}
 	id = strings.NewReplacer("/", "-", ".", "-").Replace(id)
-	p := &slicePublisher{d: d, id: id, doc: statefile.Document{Path: filepath.Join(d.o.lockDir, publisherFile), Volatile: true}, solo: d.o.soloPublisher}
+	p := &slicePublisher{
+		d:    d,
+		id:   id,
+		doc:  statefile.Document{Path: filepath.Join(d.o.lockDir, publisherFile), Volatile: true},
+		solo: d.o.soloPublisher,
+	}
 	// Under the cross-instance lock: no other instance removes a
 	// liveness file it finds unlocked between this one's creation and
 	// its lock.
@@ -245,7 +250,9 @@ func (p *slicePublisher) follow(ctx context.Context, doc publisherDoc) {
 	was := p.publishing.Swap(false)
 	p.stop()
 	if was {
-		klog.FromContext(ctx).Info("Another instance of the driver publishes the node's ResourceSlices now; this one stopped writing them", "publisher", doc.Publisher)
+		klog.FromContext(ctx).
+			Info("Another instance of the driver publishes the node's ResourceSlices now; this "+
+				"one stopped writing them", "publisher", doc.Publisher)
 	}
 	if doc.From == p.id && !doc.Released {
 		var d publisherDoc
@@ -257,7 +264,8 @@ func (p *slicePublisher) follow(ctx context.Context, doc publisherDoc) {
 			return true, nil
 		})
 		if err != nil {
-			klog.FromContext(ctx).Error(err, "Recording that this instance stopped writing the node's ResourceSlices")
+			klog.FromContext(ctx).
+				Error(err, "Recording that this instance stopped writing the node's ResourceSlices")
 		}
 	}
 }
@@ -279,7 +287,9 @@ func (p *slicePublisher) take(ctx context.Context, gone string) (publisherDoc, e
 		return d, fmt.Errorf("take the publisher role: %w", err)
 	}
 	if d.Publisher == p.id {
-		klog.FromContext(ctx).Info("The instance that published the node's ResourceSlices is gone; this one publishes them", "was", gone)
+		klog.FromContext(ctx).
+			Info("The instance that published the node's ResourceSlices is gone; this one "+
+				"publishes them", "was", gone)
 	}
 	return d, nil
 }
@@ -302,7 +312,14 @@ func (p *slicePublisher) awaitRelease(ctx context.Context, from string) error {
 			logger.Info("Took over publishing the node's ResourceSlices", "from", from)
 			return nil
 		case time.Now().After(deadline):
-			logger.Info("The previous instance did not say it stopped writing the node's ResourceSlices; publishing anyway", "previous", from, "waited", handoffWait)
+			logger.Info(
+				"The previous instance did not say it stopped writing the node's "+
+					"ResourceSlices; publishing anyway",
+				"previous",
+				from,
+				"waited",
+				handoffWait,
+			)
 			return nil
 		}
 		select {

@@ -24,7 +24,9 @@ func TestOnePublisherWhenInstancesStartAtOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			d := &Runtime{o: options{lockDir: dir, rollingUpdateUID: types.UID(fmt.Sprint("pod-", i))}}
+			d := &Runtime{
+				o: options{lockDir: dir, rollingUpdateUID: types.UID(fmt.Sprint("pod-", i))},
+			}
 			p, err := newSlicePublisher(d)
 			if err != nil {
 				t.Error(err)

@@ -32,7 +32,11 @@ type viewDiscoverer struct {
 }
 
 func viewOf(view string, hw *sharedHW) *viewDiscoverer {
-	return &viewDiscoverer{eventDiscoverer: eventDiscoverer{events: make(chan device.Event, 1)}, view: view, hw: hw}
+	return &viewDiscoverer{
+		eventDiscoverer: eventDiscoverer{events: make(chan device.Event, 1)},
+		view:            view,
+		hw:              hw,
+	}
 }
 
 // sharedHW is the node's devices per pool, which both versions see.
@@ -94,7 +98,13 @@ func published(ctx context.Context, t *testing.T, c *cluster.Cluster) []string {
 // with an HTTP code of the form code ("409", "2") and one of verbs, from
 // its own metrics (apiserver_request_total): what the API server saw,
 // not what a client believes it sent.
-func sliceRequests(ctx context.Context, t *testing.T, c *cluster.Cluster, code string, verbs ...string) int {
+func sliceRequests(
+	ctx context.Context,
+	t *testing.T,
+	c *cluster.Cluster,
+	code string,
+	verbs ...string,
+) int {
 	t.Helper()
 	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
@@ -105,7 +115,9 @@ func sliceRequests(ctx context.Context, t *testing.T, c *cluster.Cluster, code s
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="resourceslices"`) || !strings.Contains(line, `code="`+code) {
+		if !strings.HasPrefix(line, "apiserver_request_total{") ||
+			!strings.Contains(line, `resource="resourceslices"`) ||
+			!strings.Contains(line, `code="`+code) {
 			continue
 		}
 		verb := false
@@ -167,7 +179,16 @@ func TestSurgePublishesOneView(t *testing.T) {
 	oldDisc := viewOf("old", hw)
 	old := startDriver(ctx, t, c, d, oldDisc, fhw, driver.WithRollingUpdate("old-pod"), fast)
 	old.waitPublished(ctx, t, "the old instance's slices")
-	newer := startDriver(ctx, t, c, d, viewOf("new", hw), fhw, driver.WithRollingUpdate("new-pod"), fast)
+	newer := startDriver(
+		ctx,
+		t,
+		c,
+		d,
+		viewOf("new", hw),
+		fhw,
+		driver.WithRollingUpdate("new-pod"),
+		fast,
+	)
 	view := func(v string, devs ...string) []string {
 		var out []string
 		for _, dev := range devs {
@@ -179,18 +200,29 @@ func TestSurgePublishesOneView(t *testing.T) {
 		return slicesEqual(published(ctx, t, c), view("new", "dev-0", "dev-1")), nil
 	})
 	if old.d.Publishing() || !newer.d.Publishing() {
-		t.Fatalf("publishing: old %v, new %v; want the new instance only", old.d.Publishing(), newer.d.Publishing())
+		t.Fatalf(
+			"publishing: old %v, new %v; want the new instance only",
+			old.d.Publishing(),
+			newer.d.Publishing(),
+		)
 	}
 
 	// Quiet: nothing changes for 15 sync delays; two publishers would
 	// have written their views over each other all along.
 	conflicts := sliceRequests(ctx, t, c, "409", "PUT", "POST", "DELETE")
 	writes := sliceRequests(ctx, t, c, "2", "PUT", "POST", "DELETE")
-	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + testNode})
+	list, err := c.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + testNode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + testNode, ResourceVersion: list.ResourceVersion})
+	w, err := c.Client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{
+			FieldSelector:   "spec.nodeName=" + testNode,
+			ResourceVersion: list.ResourceVersion,
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,15 +248,25 @@ watch:
 	// The hardware changes and only the old instance hears of it.
 	hw.set(testNode, "dev-0", "dev-1", "dev-2")
 	oldDisc.events <- device.Event{Type: device.EventInventoryChanged}
-	waitFor(ctx, t, "the old instance's change published by the new one", func(ctx context.Context) (bool, error) {
-		return slicesEqual(published(ctx, t, c), view("new", "dev-0", "dev-1", "dev-2")), nil
-	})
+	waitFor(
+		ctx,
+		t,
+		"the old instance's change published by the new one",
+		func(ctx context.Context) (bool, error) {
+			return slicesEqual(published(ctx, t, c), view("new", "dev-0", "dev-1", "dev-2")), nil
+		},
+	)
 
 	// The new instance goes: the old one publishes again.
 	newer.stop(t)
-	waitFor(ctx, t, "the old instance's view after the new one left", func(ctx context.Context) (bool, error) {
-		return slicesEqual(published(ctx, t, c), view("old", "dev-0", "dev-1", "dev-2")), nil
-	})
+	waitFor(
+		ctx,
+		t,
+		"the old instance's view after the new one left",
+		func(ctx context.Context) (bool, error) {
+			return slicesEqual(published(ctx, t, c), view("old", "dev-0", "dev-1", "dev-2")), nil
+		},
+	)
 	if !old.d.Publishing() {
 		t.Error("the old instance does not say it publishes")
 	}
@@ -250,7 +292,10 @@ func TestMeasureSurgeConflicts(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opts []driver.Option
-	}{{"each instance publishes", []driver.Option{driver.WithSoloPublisher()}}, {"one publisher", nil}} {
+	}{
+		{"each instance publishes", []driver.Option{driver.WithSoloPublisher()}},
+		{"one publisher", nil},
+	} {
 		t.Run(mode.name, func(t *testing.T) {
 			c, ctx, _, d, fhw := setupE2E(t)
 			// The reference NVIDIA driver's shape on a node with four
@@ -265,13 +310,28 @@ func TestMeasureSurgeConflicts(t *testing.T) {
 				}
 				hw.set(fmt.Sprintf("%s/gpu-%02d", testNode, g), devs...)
 			}
-			old := startDriver(ctx, t, c, d, viewOf("old", hw), fhw, append(mode.opts, driver.WithRollingUpdate("old-pod"))...)
+			old := startDriver(
+				ctx,
+				t,
+				c,
+				d,
+				viewOf("old", hw),
+				fhw,
+				append(mode.opts, driver.WithRollingUpdate("old-pod"))...)
 			old.waitPublished(ctx, t, "the old instance's slices")
 			conflicts := sliceRequests(ctx, t, c, "409", "PUT", "POST", "DELETE")
 			writes := sliceRequests(ctx, t, c, "2", "PUT", "POST", "DELETE")
-			newer := startDriver(ctx, t, c, d, viewOf("new", hw), fhw, append(mode.opts, driver.WithRollingUpdate("new-pod"))...)
+			newer := startDriver(
+				ctx,
+				t,
+				c,
+				d,
+				viewOf("new", hw),
+				fhw,
+				append(mode.opts, driver.WithRollingUpdate("new-pod"))...)
 			flips, last := -1, fmt.Sprint(published(ctx, t, c)) // the start's change is not a flip
-			for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			end := time.Now().Add(time.Minute)
+			for ; time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 				if v := fmt.Sprint(published(ctx, t, c)); v != last {
 					flips, last = flips+1, v
 				}
@@ -279,8 +339,15 @@ func TestMeasureSurgeConflicts(t *testing.T) {
 					flips = 0
 				}
 			}
-			t.Logf("%s: in the surge's first minute the API server saw %d ResourceSlice update conflicts and %d writes; the published view changed %d times after the new instance's first",
-				mode.name, sliceRequests(ctx, t, c, "409", "PUT", "POST", "DELETE")-conflicts, sliceRequests(ctx, t, c, "2", "PUT", "POST", "DELETE")-writes, flips)
+			t.Logf(
+				"%s: in the surge's first minute the API server saw %d ResourceSlice update "+
+					"conflicts and %d writes; the published view changed %d times after the new "+
+					"instance's first",
+				mode.name,
+				sliceRequests(ctx, t, c, "409", "PUT", "POST", "DELETE")-conflicts,
+				sliceRequests(ctx, t, c, "2", "PUT", "POST", "DELETE")-writes,
+				flips,
+			)
 			newer.stop(t)
 			old.stop(t)
 		})

@@ -21,7 +21,14 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
+
+// schedulingTaint reports the taints that keep a pod off a node (the
+// scheduler's TaintToleration filter).
+func schedulingTaint(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
 
 // landing is the cluster as a plan's replacements meet it: the pods the
 // plan evicts are gone, and the replacements landed so far run on their
@@ -62,7 +69,8 @@ func (l *landing) land(r *corev1.Pod) { l.added = append(l.added, r) }
 func (l *landing) pods() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range l.cl.pods {
-		if p.Spec.NodeName == "" || l.gone[p.UID] || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || l.gone[p.UID] || p.Status.Phase == corev1.PodSucceeded ||
+			p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		out = append(out, p)
@@ -114,7 +122,12 @@ func (l *landing) onNode(node string) []*corev1.Pod {
 func (l *landing) resources(r *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) string {
 	alloc := node.Status.Allocatable
 	if max, ok := alloc[corev1.ResourcePods]; ok && int64(len(onNode)+1) > max.Value() {
-		return fmt.Sprintf("node %s runs %d pods, its most (allocatable pods %d)", node.Name, len(onNode), max.Value())
+		return fmt.Sprintf(
+			"node %s runs %d pods, its most (allocatable pods %d)",
+			node.Name,
+			len(onNode),
+			max.Value(),
+		)
 	}
 	want := resourcehelper.PodRequests(r, resourcehelper.PodResourcesOptions{})
 	dra := sets.New[corev1.ResourceName]()
@@ -147,7 +160,14 @@ func (l *landing) resources(r *corev1.Pod, node *corev1.Node, onNode []*corev1.P
 		free.Sub(u)
 		if q.Cmp(free) > 0 {
 			total, left := alloc[name], nonNegative(free)
-			return fmt.Sprintf("node %s has too little %s: it requests %s, and %s of its allocatable %s is free", node.Name, name, q.String(), left.String(), total.String())
+			return fmt.Sprintf(
+				"node %s has too little %s: it requests %s, and %s of its allocatable %s is free",
+				node.Name,
+				name,
+				q.String(),
+				left.String(),
+				total.String(),
+			)
 		}
 	}
 	return ""
@@ -171,7 +191,8 @@ func hostPortsOf(pod *corev1.Pod) []hostPort {
 	var out []hostPort
 	add := func(cs []corev1.Container, sidecarsOnly bool) {
 		for _, c := range cs {
-			if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			if sidecarsOnly &&
+				ptr.Deref(c.RestartPolicy, "") != corev1.ContainerRestartPolicyAlways {
 				continue
 			}
 			for _, p := range c.Ports {
@@ -204,8 +225,16 @@ func hostPortsConflict(r *corev1.Pod, onNode []*corev1.Pod) string {
 	for _, p := range onNode {
 		for _, h := range hostPortsOf(p) {
 			for _, w := range want {
-				if h.port == w.port && h.protocol == w.protocol && (h.ip == w.ip || h.ip == "0.0.0.0" || w.ip == "0.0.0.0") {
-					return fmt.Sprintf("host port %s/%d is taken on node %s by pod %s/%s", w.protocol, w.port, r.Spec.NodeName, p.Namespace, p.Name)
+				if h.port == w.port && h.protocol == w.protocol &&
+					(h.ip == w.ip || h.ip == "0.0.0.0" || w.ip == "0.0.0.0") {
+					return fmt.Sprintf(
+						"host port %s/%d is taken on node %s by pod %s/%s",
+						w.protocol,
+						w.port,
+						r.Spec.NodeName,
+						p.Namespace,
+						p.Name,
+					)
 				}
 			}
 		}
@@ -225,17 +254,32 @@ func (l *landing) volumes(ctx context.Context, r *corev1.Pod, node *corev1.Node)
 		switch {
 		case v.PersistentVolumeClaim != nil:
 			name := v.PersistentVolumeClaim.ClaimName
-			pvc, err := l.c.client.CoreV1().PersistentVolumeClaims(r.Namespace).Get(ctx, name, metav1.GetOptions{})
+			pvc, err := l.c.client.CoreV1().
+				PersistentVolumeClaims(r.Namespace).
+				Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Sprintf("its volume claim %s cannot be read: %v", name, err)
 			}
 			if pvc.Spec.VolumeName != "" {
-				pv, err := l.c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+				pv, err := l.c.client.CoreV1().
+					PersistentVolumes().
+					Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 				if err != nil {
-					return fmt.Sprintf("volume %s of its claim %s cannot be read: %v", pvc.Spec.VolumeName, name, err)
+					return fmt.Sprintf(
+						"volume %s of its claim %s cannot be read: %v",
+						pvc.Spec.VolumeName,
+						name,
+						err,
+					)
 				}
 				if err := volume.CheckNodeAffinity(pv, node.Labels); err != nil {
-					return fmt.Sprintf("its volume %s (claim %s) is not reachable from node %s: %v", pv.Name, name, node.Name, err)
+					return fmt.Sprintf(
+						"its volume %s (claim %s) is not reachable from node %s: %v",
+						pv.Name,
+						name,
+						node.Name,
+						err,
+					)
 				}
 				if why := zoneLabelsExclude(pv, node); why != "" {
 					return fmt.Sprintf("its volume %s (claim %s) %s", pv.Name, name, why)
@@ -258,7 +302,12 @@ func (l *landing) volumes(ctx context.Context, r *corev1.Pod, node *corev1.Node)
 }
 
 // zoneLabels are the volume labels VolumeZone compares with the node's.
-var zoneLabels = []string{corev1.LabelTopologyZone, corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion}
+var zoneLabels = []string{
+	corev1.LabelTopologyZone,
+	corev1.LabelTopologyRegion,
+	corev1.LabelFailureDomainBetaZone,
+	corev1.LabelFailureDomainBetaRegion,
+}
 
 // zoneLabelsExclude says why pv's zone or region labels exclude node.
 func zoneLabelsExclude(pv *corev1.PersistentVolume, node *corev1.Node) string {
@@ -295,8 +344,12 @@ func (l *landing) unboundClaim(ctx context.Context, class *string, node *corev1.
 	if sc == nil {
 		return "" // provisioned by the default class wherever it lands
 	}
-	if sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
-		return fmt.Sprintf("its claim of storage class %s is unbound and binds immediately, not for the node", sc.Name)
+	if sc.VolumeBindingMode == nil ||
+		*sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+		return fmt.Sprintf(
+			"its claim of storage class %s is unbound and binds immediately, not for the node",
+			sc.Name,
+		)
 	}
 	if len(sc.AllowedTopologies) == 0 {
 		return ""
@@ -310,12 +363,20 @@ func (l *landing) unboundClaim(ctx context.Context, class *string, node *corev1.
 			return ""
 		}
 	}
-	return fmt.Sprintf("storage class %s does not provision in node %s's topology", sc.Name, node.Name)
+	return fmt.Sprintf(
+		"storage class %s does not provision in node %s's topology",
+		sc.Name,
+		node.Name,
+	)
 }
 
 // termSelector is a label selector with matchLabelKeys folded in from
 // pod's labels.
-func termSelector(sel *metav1.LabelSelector, matchKeys []string, pod *corev1.Pod) (labels.Selector, error) {
+func termSelector(
+	sel *metav1.LabelSelector,
+	matchKeys []string,
+	pod *corev1.Pod,
+) (labels.Selector, error) {
 	s, err := metav1.LabelSelectorAsSelector(sel) // nil selects nothing
 	if err != nil {
 		return nil, err
@@ -358,7 +419,11 @@ func (l *landing) spread(r *corev1.Pod, node *corev1.Node) string {
 	required := nodeaffinity.GetRequiredNodeAffinity(r)
 	for _, c := range hard {
 		if _, ok := node.Labels[c.TopologyKey]; !ok {
-			return fmt.Sprintf("node %s has no label %s of its topology spread constraint", node.Name, c.TopologyKey)
+			return fmt.Sprintf(
+				"node %s has no label %s of its topology spread constraint",
+				node.Name,
+				c.TopologyKey,
+			)
 		}
 		sel, err := termSelector(c.LabelSelector, c.MatchLabelKeys, r)
 		if err != nil {
@@ -370,15 +435,15 @@ func (l *landing) spread(r *corev1.Pod, node *corev1.Node) string {
 					return false
 				}
 			}
-			if c.NodeAffinityPolicy == nil || *c.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor {
+			if c.NodeAffinityPolicy == nil ||
+				*c.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor {
 				if ok, err := required.Match(n); err != nil || !ok {
 					return false
 				}
 			}
 			if c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor {
-				if _, bad := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, r.Spec.Tolerations, func(t *corev1.Taint) bool {
-					return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-				}, false); bad {
+				if _, bad := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(),
+					n.Spec.Taints, r.Spec.Tolerations, schedulingTaint, false); bad {
 					return false
 				}
 			}
@@ -392,7 +457,9 @@ func (l *landing) spread(r *corev1.Pod, node *corev1.Node) string {
 		}
 		for _, p := range l.pods() {
 			n := nodes[p.Spec.NodeName]
-			if n == nil || p.Namespace != r.Namespace || p.DeletionTimestamp != nil || !eligible(n) || !sel.Matches(labels.Set(p.Labels)) {
+			if n == nil || p.Namespace != r.Namespace || p.DeletionTimestamp != nil ||
+				!eligible(n) ||
+				!sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
 			counts[n.Labels[c.TopologyKey]]++
@@ -412,7 +479,14 @@ func (l *landing) spread(r *corev1.Pod, node *corev1.Node) string {
 		}
 		domain := node.Labels[c.TopologyKey]
 		if skew := counts[domain] + self - max(least, 0); skew > int(c.MaxSkew) {
-			return fmt.Sprintf("its topology spread constraint on %s (maxSkew %d) would be at skew %d in %s %s", c.TopologyKey, c.MaxSkew, skew, c.TopologyKey, domain)
+			return fmt.Sprintf(
+				"its topology spread constraint on %s (maxSkew %d) would be at skew %d in %s %s",
+				c.TopologyKey,
+				c.MaxSkew,
+				skew,
+				c.TopologyKey,
+				domain,
+			)
 		}
 	}
 	return ""
@@ -440,13 +514,25 @@ func (l *landing) affinity(ctx context.Context, r *corev1.Pod, node *corev1.Node
 		if p.Spec.Affinity == nil || p.Spec.Affinity.PodAntiAffinity == nil {
 			continue
 		}
-		for _, t := range p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		anti := p.Spec.Affinity.PodAntiAffinity
+		for _, t := range anti.RequiredDuringSchedulingIgnoredDuringExecution {
 			ok, err := l.termMatches(ctx, &t, p, r)
 			if err != nil {
-				return fmt.Sprintf("pod %s/%s's anti-affinity cannot be evaluated: %v", p.Namespace, p.Name, err)
+				return fmt.Sprintf(
+					"pod %s/%s's anti-affinity cannot be evaluated: %v",
+					p.Namespace,
+					p.Name,
+					err,
+				)
 			}
 			if ok && sameDomain(p, t.TopologyKey) {
-				return fmt.Sprintf("pod %s/%s's required anti-affinity (%s) excludes it from node %s", p.Namespace, p.Name, t.TopologyKey, node.Name)
+				return fmt.Sprintf(
+					"pod %s/%s's required anti-affinity (%s) excludes it from node %s",
+					p.Namespace,
+					p.Name,
+					t.TopologyKey,
+					node.Name,
+				)
 			}
 		}
 	}
@@ -461,7 +547,13 @@ func (l *landing) affinity(ctx context.Context, r *corev1.Pod, node *corev1.Node
 					return fmt.Sprintf("its anti-affinity cannot be evaluated: %v", err)
 				}
 				if ok && sameDomain(p, t.TopologyKey) {
-					return fmt.Sprintf("its required anti-affinity (%s) excludes node %s, where pod %s/%s runs", t.TopologyKey, node.Name, p.Namespace, p.Name)
+					return fmt.Sprintf(
+						"its required anti-affinity (%s) excludes node %s, where pod %s/%s runs",
+						t.TopologyKey,
+						node.Name,
+						p.Namespace,
+						p.Name,
+					)
 				}
 			}
 		}
@@ -503,12 +595,19 @@ func (l *landing) affinity(ctx context.Context, r *corev1.Pod, node *corev1.Node
 			return ""
 		}
 	}
-	return fmt.Sprintf("its required pod affinity finds no matching pod in node %s's domain", node.Name)
+	return fmt.Sprintf(
+		"its required pod affinity finds no matching pod in node %s's domain",
+		node.Name,
+	)
 }
 
 // termMatches reports whether term (of owner) selects pod: pod in the
 // term's namespaces and its labels matching.
-func (l *landing) termMatches(ctx context.Context, term *corev1.PodAffinityTerm, owner, pod *corev1.Pod) (bool, error) {
+func (l *landing) termMatches(
+	ctx context.Context,
+	term *corev1.PodAffinityTerm,
+	owner, pod *corev1.Pod,
+) (bool, error) {
 	sel, err := termSelector(term.LabelSelector, term.MatchLabelKeys, owner)
 	if err != nil {
 		return false, err

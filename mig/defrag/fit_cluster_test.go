@@ -58,7 +58,12 @@ func TestLandingAgreesWithScheduler(t *testing.T) {
 	}
 	// What runs on zone-b (bound there, as the scheduler found them).
 	onB := func(name string, labels map[string]string, c corev1.Container) {
-		create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.PodSpec{NodeName: "zone-b", Containers: []corev1.Container{c}}})
+		create(
+			&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Spec:       corev1.PodSpec{NodeName: "zone-b", Containers: []corev1.Container{c}},
+			},
+		)
 	}
 	onB("big", nil, container("15", 0))
 	onB("port", nil, container("", 9000))
@@ -66,21 +71,41 @@ func TestLandingAgreesWithScheduler(t *testing.T) {
 	onB("spread-1", map[string]string{"app": "spread"}, container("", 0))
 	onB("db", map[string]string{"role": "db"}, container("", 0))
 	// A volume of zone z1's nodes, bound.
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "zonal"}, Spec: corev1.PersistentVolumeSpec{
-		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		StorageClassName:       "manual",
-		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/zonal"}},
-		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "zonal"},
-		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}}}}}},
-	}}
-	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "zonal"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse("1Gi"),
+			}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: "manual",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/zonal"},
+			},
+			ClaimRef: &corev1.ObjectReference{Namespace: ns, Name: "zonal"},
+			NodeAffinity: &corev1.VolumeNodeAffinity{
+				Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{
+						{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}},
+					}}}},
+			},
+		},
+	}
+	_, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "zonal", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-		StorageClassName: ptr.To("manual"), VolumeName: "zonal", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "zonal", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("manual"),
+			VolumeName:       "zonal",
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			}},
+	}
+	_, err = cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
@@ -90,19 +115,60 @@ func TestLandingAgreesWithScheduler(t *testing.T) {
 		t.Fatalf("the zonal claim is not bound: %v", err)
 	}
 
-	spread := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule,
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}
-	antiDB := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-		TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}}}}}}
-	zonal := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "zonal"}}}
+	spread := corev1.TopologySpreadConstraint{
+		MaxSkew:           1,
+		TopologyKey:       "zone",
+		WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}},
+	}
+	antiDB := &corev1.Affinity{
+		PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				TopologyKey:   "kubernetes.io/hostname",
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}},
+			}},
+		},
+	}
+	zonal := corev1.Volume{
+		Name: "data",
+		VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "zonal"},
+		},
+	}
 	pod := func(name string, spec corev1.PodSpec, labels map[string]string) *corev1.Pod {
 		if len(spec.Containers) == 0 {
 			spec.Containers = []corev1.Container{container("", 0)}
 		}
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, UID: types.UID("uid-" + name)}, Spec: spec}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      name,
+				Namespace: ns,
+				Labels:    labels,
+				UID:       types.UID("uid-" + name),
+			},
+			Spec: spec,
+		}
 	}
-	all := pod("all", corev1.PodSpec{Containers: []corev1.Container{container("2", 9000)}, Volumes: []corev1.Volume{zonal},
-		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread}, Affinity: antiDB}, map[string]string{"app": "spread"})
+	all := pod(
+		"all",
+		corev1.PodSpec{
+			Containers: []corev1.Container{container("2", 9000)},
+			Volumes:    []corev1.Volume{zonal},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+				spread,
+			},
+			Affinity: antiDB,
+		},
+		map[string]string{"app": "spread"},
+	)
+	cpuPod := pod("cpu", corev1.PodSpec{Containers: []corev1.Container{container("2", 0)}}, nil)
+	portPod := pod("hostport",
+		corev1.PodSpec{Containers: []corev1.Container{container("", 9000)}}, nil)
+	volumePod := pod("volume", corev1.PodSpec{Volumes: []corev1.Volume{zonal}}, nil)
+	antiPod := pod("anti", corev1.PodSpec{Affinity: antiDB}, nil)
+	spreadPod := pod("spread",
+		corev1.PodSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread}},
+		map[string]string{"app": "spread"})
 	c, err := defrag.New(cs, driver)
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +179,11 @@ func TestLandingAgreesWithScheduler(t *testing.T) {
 		node   string
 		refuse bool
 	}{
-		{"a CPU-full destination", pod("cpu", corev1.PodSpec{Containers: []corev1.Container{container("2", 0)}}, nil), "zone-b", true},
-		{"a host port taken", pod("hostport", corev1.PodSpec{Containers: []corev1.Container{container("", 9000)}}, nil), "zone-b", true},
-		{"a zonal volume", pod("volume", corev1.PodSpec{Volumes: []corev1.Volume{zonal}}, nil), "zone-b", true},
-		{"a spread constraint at skew", pod("spread", corev1.PodSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{spread}}, map[string]string{"app": "spread"}), "zone-b", true},
-		{"a required anti-affinity", pod("anti", corev1.PodSpec{Affinity: antiDB}, nil), "zone-b", true},
+		{"a CPU-full destination", cpuPod, "zone-b", true},
+		{"a host port taken", portPod, "zone-b", true},
+		{"a zonal volume", volumePod, "zone-b", true},
+		{"a spread constraint at skew", spreadPod, "zone-b", true},
+		{"a required anti-affinity", antiPod, "zone-b", true},
 		{"all of them where they fit", all, "zone-a", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,12 +208,21 @@ func TestLandingAgreesWithScheduler(t *testing.T) {
 // node but node cordoned and returns kube-scheduler's reason when it
 // finds it unschedulable, "" when it binds it to node. It deletes the
 // probe and uncordons the nodes.
-func schedulerRefuses(ctx context.Context, t *testing.T, env *testenv.Env, pod *corev1.Pod, node string, nodes []string) string {
+func schedulerRefuses(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	pod *corev1.Pod,
+	node string,
+	nodes []string,
+) string {
 	t.Helper()
 	cs := env.Client
 	cordon := func(name string, on bool) {
 		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
-		if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		_, err := cs.CoreV1().Nodes().
+			Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +238,10 @@ func schedulerRefuses(ctx context.Context, t *testing.T, env *testenv.Env, pod *
 		t.Fatal(err)
 	}
 	defer func() {
-		_ = cs.CoreV1().Pods(ns).Delete(context.WithoutCancel(ctx), probe.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		_ = cs.CoreV1().
+			Pods(ns).
+			Delete(context.WithoutCancel(ctx), probe.Name,
+				metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}()
 	var why string
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
@@ -178,7 +256,8 @@ func schedulerRefuses(ctx context.Context, t *testing.T, env *testenv.Env, pod *
 			return true, nil
 		}
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+				c.Reason == corev1.PodReasonUnschedulable {
 				why = c.Message
 				return true, nil
 			}

@@ -233,7 +233,8 @@ func (c *Controller) namespaceRefuses(pod *corev1.Pod) string {
 		names = append(names, ns)
 	}
 	sort.Strings(names)
-	return "pod " + pod.Namespace + "/" + pod.Name + " is not in a namespace the controller may evict from or allocate claims in (" + strings.Join(names, ", ") + ")"
+	return "pod " + pod.Namespace + "/" + pod.Name + " is not in a namespace the controller may " +
+		"evict from or allocate claims in (" + strings.Join(names, ", ") + ")"
 }
 
 // deadline is when an operation is abandoned: its timeout after it

@@ -967,7 +967,9 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 func classConfig(claim *resourceapi.ResourceClaim, alloc *resourceapi.AllocationResult) string {
 	for _, cfg := range alloc.Devices.Config {
 		if cfg.Source != resourceapi.AllocationConfigSourceClaim {
-			return "the allocation of claim " + claim.Namespace + "/" + claim.Name + " carries its DeviceClass's configuration, which the controller does not write (only a claim's own)"
+			return "the allocation of claim " + claim.Namespace + "/" + claim.Name +
+				" carries its DeviceClass's configuration, which the controller does not " +
+				"write (only a claim's own)"
 		}
 	}
 	return ""

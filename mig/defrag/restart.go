@@ -43,9 +43,22 @@ func restartable(pod *corev1.Pod, jobs map[types.UID]*batchv1.Job) string {
 		if job.Spec.BackoffLimit != nil {
 			limit = *job.Spec.BackoffLimit
 		}
-		return fmt.Sprintf("pod %s's Job %s would count the eviction as a failure (backoffLimit %d; a podFailurePolicy rule with action Ignore on the DisruptionTarget condition makes it restartable)", name, job.Name, limit)
+		return fmt.Sprintf(
+			"pod %s's Job %s would count the eviction as a failure (backoffLimit %d; a "+
+				"podFailurePolicy rule with action Ignore on the DisruptionTarget condition "+
+				"makes it restartable)",
+			name,
+			job.Name,
+			limit,
+		)
 	}
-	return fmt.Sprintf("pod %s's controller is a %s %s, which is not known to start an evicted pod again without counting a failure", name, owner.APIVersion, owner.Kind)
+	return fmt.Sprintf(
+		"pod %s's controller is a %s %s, which is not known to start an evicted pod again "+
+			"without counting a failure",
+		name,
+		owner.APIVersion,
+		owner.Kind,
+	)
 }
 
 // ignoresDisruptions reports whether job's pod failure policy ignores a
@@ -59,7 +72,8 @@ func ignoresDisruptions(job *batchv1.Job) bool {
 			continue
 		}
 		for _, c := range r.OnPodConditions {
-			if c.Type == corev1.DisruptionTarget && (c.Status == "" || c.Status == corev1.ConditionTrue) {
+			if c.Type == corev1.DisruptionTarget &&
+				(c.Status == "" || c.Status == corev1.ConditionTrue) {
 				return true
 			}
 		}
@@ -69,11 +83,17 @@ func ignoresDisruptions(job *batchv1.Job) bool {
 
 // readJobs reads the Jobs that control opted-in pods (only those may
 // move), by UID.
-func (c *Controller) readJobs(ctx context.Context, pods map[types.UID]*corev1.Pod) (map[types.UID]*batchv1.Job, error) {
+func (c *Controller) readJobs(
+	ctx context.Context,
+	pods map[types.UID]*corev1.Pod,
+) (map[types.UID]*batchv1.Job, error) {
 	out := map[types.UID]*batchv1.Job{}
 	for _, p := range pods {
 		owner := metav1.GetControllerOf(p)
-		if p.Annotations[AnnotationDefrag] != AllowValue || owner == nil || owner.APIVersion != "batch/v1" || owner.Kind != "Job" || out[owner.UID] != nil {
+		if p.Annotations[AnnotationDefrag] != AllowValue || owner == nil ||
+			owner.APIVersion != "batch/v1" ||
+			owner.Kind != "Job" ||
+			out[owner.UID] != nil {
 			continue
 		}
 		job, err := c.client.BatchV1().Jobs(p.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})

@@ -67,7 +67,9 @@ func (m *Manager) Restore(ctx context.Context, held map[Key][]string) error {
 			m.states[k.Card] = Draining
 			changed = true
 		}
-		klog.FromContext(ctx).Info("Restored a partition the runtime's checkpoint says the lifecycle made and the state folder lost; its card is drained", "key", k.String(), "claims", held[k])
+		klog.FromContext(ctx).
+			Info("Restored a partition the runtime's checkpoint says the lifecycle made and the "+
+				"state folder lost; its card is drained", "key", k.String(), "claims", held[k])
 	}
 	if !changed {
 		return nil

@@ -22,7 +22,8 @@ func TestRestoreAfterLostStateAndDroppedCard(t *testing.T) {
 	e.admin("c1", "4u", 4) // the administrator's, made meanwhile
 	e.open()
 	mine := Key{Card: "c1", Profile: "2u", Start: 0}
-	if err := e.m.Restore(ctx, map[Key][]string{mine: {"a"}, {Card: "c9", Profile: "1u", Start: 1}: nil}); err != nil {
+	held := map[Key][]string{mine: {"a"}, {Card: "c9", Profile: "1u", Start: 1}: nil}
+	if err := e.m.Restore(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 	if s := e.m.State("c1"); s != Draining {

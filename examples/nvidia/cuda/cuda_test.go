@@ -107,8 +107,10 @@ func inPrivateProcDriver(t *testing.T, name string) bool {
 	}
 	proc := t.TempDir()
 	_, gi, ci := fakeNVML(t)
-	write(t, filepath.Join(proc, "driver/nvidia-caps/mig-minors"), fmt.Sprintf("config 1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
-	write(t, filepath.Join(proc, "devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
+	write(t, filepath.Join(proc, "driver/nvidia-caps/mig-minors"), fmt.Sprintf("config "+
+		"1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
+	write(t, filepath.Join(proc, "devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 "+
+		"/dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v")
 	cmd.Env = append(os.Environ(), migMinorsEnv+"="+proc)
 	out, err := cmd.CombinedOutput()
@@ -356,7 +358,8 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	nv, gi, ci := fakeNVML(t)
 	writeProcCaps(t, gi, ci)
 	if _, err := os.Stat(filepath.Join(mounted, "proc")); err == nil {
-		t.Fatal("the fake driver root has a proc folder: the test would not show that none is needed")
+		t.Fatal("the fake driver root has a proc folder: the test would not show that none is " +
+			"needed")
 	}
 	const host = "/run/nvidia/driver"
 	e, err := New(nv, nvdriver.DriverRoot{Host: host, Container: mounted})
@@ -386,7 +389,8 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 		}
 	}
 	for _, m := range []int{giMinor, ciMinor} {
-		want := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d <- %s/dev/nvidia-caps/nvidia-cap%d c %d:%d 0444", m, host, m, capsMajor, m)
+		want := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d <- %s/dev/nvidia-caps/nvidia-cap%d c "+
+			"%d:%d 0444", m, host, m, capsMajor, m)
 		if !slices.Contains(got, want) {
 			t.Errorf("no capability node %q: %v", want, got)
 		}

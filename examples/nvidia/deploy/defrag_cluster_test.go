@@ -123,11 +123,13 @@ func TestDefragPolicy(t *testing.T) {
 	noExecute := taintRule("no-execute", own, defrag.TaintKey, nvdriver.DriverName)
 	noExecute.Spec.Taint.Effect = resourceapi.DeviceTaintEffectNoExecute
 	_, err = rules.Create(ctx, noExecute, metav1.CreateOptions{})
-	refused(t, "create a rule with effect NoExecute", err, sa+" may create only DeviceTaintRules with effect NoSchedule")
+	refused(t, "create a rule with effect NoExecute", err, sa+" may create only "+
+		"DeviceTaintRules with effect NoSchedule")
 	wholeDriver := taintRule("whole-driver", own, defrag.TaintKey, nvdriver.DriverName)
 	wholeDriver.Spec.DeviceSelector.Pool, wholeDriver.Spec.DeviceSelector.Device = nil, nil
 	_, err = rules.Create(ctx, wholeDriver, metav1.CreateOptions{})
-	msgOne := sa + " may create only DeviceTaintRules for one device (deviceSelector.pool and deviceSelector.device set)"
+	msgOne := sa + " may create only DeviceTaintRules for one device (deviceSelector.pool and " +
+		"deviceSelector.device set)"
 	refused(t, "create a rule of the whole driver", err, msgOne)
 	wholePool := taintRule("whole-pool", own, defrag.TaintKey, nvdriver.DriverName)
 	wholePool.Spec.DeviceSelector.Device = nil
@@ -197,7 +199,8 @@ func TestDefragPolicy(t *testing.T) {
 	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	refused(t, "allocate a claim to another driver's device", err, msgDriver)
 
-	msgConfig := sa + " may only write the claim's own configuration (spec.devices.config) into its allocation"
+	msgConfig := sa + " may only write the claim's own configuration (spec.devices.config) into " +
+		"its allocation"
 	for what, cfg := range map[string]resourceapi.DeviceAllocationConfiguration{
 		"another configuration": {Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 			Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)}}}},

@@ -67,7 +67,10 @@ func (d *Driver) syncClaimFiles(ctx context.Context, held []kit.HeldClaim) error
 		for _, dev := range c.Devices {
 			cd, err := d.recordedDevice(dev)
 			if err != nil {
-				errs = errors.Join(errs, fmt.Errorf("write the devices file of claim %s again: %w", c.ClaimRef, err))
+				errs = errors.Join(
+					errs,
+					fmt.Errorf("write the devices file of claim %s again: %w", c.ClaimRef, err),
+				)
 				f.Devices = nil
 				break
 			}
@@ -77,10 +80,17 @@ func (d *Driver) syncClaimFiles(ctx context.Context, held []kit.HeldClaim) error
 			continue
 		}
 		if err := writeJSON(d.claimFile(uid), f); err != nil {
-			errs = errors.Join(errs, fmt.Errorf("write the devices file of claim %s again: %w", c.ClaimRef, err))
+			errs = errors.Join(
+				errs,
+				fmt.Errorf("write the devices file of claim %s again: %w", c.ClaimRef, err),
+			)
 			continue
 		}
-		logger.Info("Wrote a held claim's lost devices file again from the checkpoint", "claim", c.ClaimRef.String())
+		logger.Info(
+			"Wrote a held claim's lost devices file again from the checkpoint",
+			"claim",
+			c.ClaimRef.String(),
+		)
 	}
 	ents, err := os.ReadDir(d.claimDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -90,11 +100,19 @@ func (d *Driver) syncClaimFiles(ctx context.Context, held []kit.HeldClaim) error
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || keep[e.Name()] {
 			continue
 		}
-		if err := os.Remove(filepath.Join(d.claimDir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = errors.Join(errs, fmt.Errorf("remove the devices file of a claim the driver does not hold: %w", err))
+		if err := os.Remove(filepath.Join(d.claimDir(), e.Name())); err != nil &&
+			!errors.Is(err, os.ErrNotExist) {
+			errs = errors.Join(
+				errs,
+				fmt.Errorf("remove the devices file of a claim the driver does not hold: %w", err),
+			)
 			continue
 		}
-		logger.Info("Removed the devices file of a claim the driver does not hold", "file", e.Name())
+		logger.Info(
+			"Removed the devices file of a claim the driver does not hold",
+			"file",
+			e.Name(),
+		)
 	}
 	return errs
 }
@@ -130,7 +148,15 @@ func (d *Driver) recordedDevice(dev kit.HeldDevice) (ClaimDevice, error) {
 	if err != nil {
 		return ClaimDevice{}, fmt.Errorf("device %s: %w", dev.ID(), err)
 	}
-	cd := ClaimDevice{Request: dev.Request, Device: dev.Device, Type: TypeGPU, GPU: pd.GPU, UUID: pd.UUID, TimeSlice: pd.TimeSlice, AdminAccess: dev.AdminAccess}
+	cd := ClaimDevice{
+		Request:     dev.Request,
+		Device:      dev.Device,
+		Type:        TypeGPU,
+		GPU:         pd.GPU,
+		UUID:        pd.UUID,
+		TimeSlice:   pd.TimeSlice,
+		AdminAccess: dev.AdminAccess,
+	}
 	g, found := d.gpuByUUID(pd.GPUUUID)
 	if found {
 		cd.GPU = g.Index

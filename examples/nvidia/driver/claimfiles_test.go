@@ -16,7 +16,8 @@ import (
 
 // timeSlicing is a GpuConfig asking for time-slice interval.
 func timeSlicing(interval string) string {
-	return `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"` + interval + `"}}}`
+	return `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig",` +
+		`"sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"` + interval + `"}}}`
 }
 
 // The state folder is wiped while claims are prepared (the runtime's
@@ -30,7 +31,13 @@ func timeSlicing(interval string) string {
 func TestDevicesFilesAfterStateFolderLoss(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	user := f.prepared(t, "user", alloc("gpu-1", timeSlicing("Long")), alloc("gpu-2-3g-71gb-4"), alloc("gpu-5-2g-35gb-2"))
+	user := f.prepared(
+		t,
+		"user",
+		alloc("gpu-1", timeSlicing("Long")),
+		alloc("gpu-2-3g-71gb-4"),
+		alloc("gpu-5-2g-35gb-2"),
+	)
 	adm := alloc("gpu-1", timeSlicing("Short"))
 	adm.AdminAccess = true
 	admin := f.prepared(t, "admin", adm)
@@ -51,7 +58,10 @@ func TestDevicesFilesAfterStateFolderLoss(t *testing.T) {
 		files[string(h.UID)] = cf
 	}
 	if got := files["admin"].Devices[0]; !got.AdminAccess || got.TimeSlice != "" {
-		t.Errorf("admin claim's devices file %+v: want adminAccess and no time-slice (none was set)", got)
+		t.Errorf(
+			"admin claim's devices file %+v: want adminAccess and no time-slice (none was set)",
+			got,
+		)
 	}
 	if got := files["user"].Devices[0]; got.AdminAccess || got.TimeSlice != "Long" {
 		t.Errorf("user claim's devices file %+v: want its time-slice Long", got)
@@ -113,7 +123,13 @@ func TestStateFolderLostAndDynamicListEmptied(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.dir, "state")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(f.sim, "node-1", WithStateDir(filepath.Join(f.dir, "state")), WithRepublishDelay(0), WithDynamicGPUs())
+	d, err := New(
+		f.sim,
+		"node-1",
+		WithStateDir(filepath.Join(f.dir, "state")),
+		WithRepublishDelay(0),
+		WithDynamicGPUs(),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -309,7 +309,9 @@ func WithSimulatedContainers(simulated bool) Option {
 // GPU dropped from the list (see WithDynamicGPUs). Close releases the
 // state folder.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: hostProc, root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: hostProc, root: DriverRoot{Host: "/", Container: "/"},
+		republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval,
+		heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)

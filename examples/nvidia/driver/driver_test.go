@@ -569,11 +569,13 @@ func TestRealHardwareEdits(t *testing.T) {
 			t.Errorf("capability file %q: %v, want an error naming the file", bad, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 nvidia-frontend\n\nBlock devices:\n236 nvidia-caps\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 "+
+		"nvidia-frontend\n\nBlock devices:\n236 nvidia-caps\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := MIGCapabilityNodes(proc, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "no nvidia-caps line") {
-		t.Errorf("a /proc/devices without a nvidia-caps character device: %v, want an error that says so", err)
+		t.Errorf("a /proc/devices without a nvidia-caps character device: %v, want an error "+
+			"that says so", err)
 	}
 }
 

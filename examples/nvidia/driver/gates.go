@@ -49,7 +49,8 @@ func (d *Driver) Readiness() []GPUReadiness {
 	if *d.o.simulated {
 		capsErr = nil // simulated containers get no device nodes
 	} else if capsErr == nil {
-		if _, err := os.Stat(filepath.Join(d.o.procRoot, "driver/nvidia/capabilities")); err != nil {
+		caps := filepath.Join(d.o.procRoot, "driver/nvidia/capabilities")
+		if _, err := os.Stat(caps); err != nil {
 			capsErr = fmt.Errorf("MIG capabilities: %w", err)
 		}
 	}
@@ -57,8 +58,15 @@ func (d *Driver) Readiness() []GPUReadiness {
 	gpus := d.hw()
 	for i := range gpus {
 		g := &gpus[i]
-		r := GPUReadiness{Index: g.Index, UUID: g.UUID, ProductName: g.ProductName, Architecture: g.Architecture,
-			ComputeCapability: g.CUDAComputeCapability, MIG: g.product != nil, Dynamic: d.dynamic(g)}
+		r := GPUReadiness{
+			Index:             g.Index,
+			UUID:              g.UUID,
+			ProductName:       g.ProductName,
+			Architecture:      g.Architecture,
+			ComputeCapability: g.CUDAComputeCapability,
+			MIG:               g.product != nil,
+			Dynamic:           d.dynamic(g),
+		}
 		switch {
 		case g.broken != nil:
 			r.DynamicMIG = fmt.Sprintf("it cannot be read: %v", g.broken)
@@ -73,7 +81,8 @@ func (d *Driver) Readiness() []GPUReadiness {
 			case capsErr != nil:
 				r.DynamicMIG = fmt.Sprintf("containers cannot get its MIG devices: %v", capsErr)
 			case !m.Current && major(g.cc) < 9:
-				r.DynamicMIG = "its MIG mode is off, and turning it on needs a GPU reset on this architecture"
+				r.DynamicMIG = "its MIG mode is off, and turning it on needs a GPU reset on " +
+					"this architecture"
 			}
 		}
 		r.Whole = "it has no MIG (a full GPU)"

@@ -15,7 +15,12 @@ import (
 // in /proc, no container could get a MIG device.
 func TestReadiness(t *testing.T) {
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-a100-80gb"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{1, 2, 3, 4, 5, 6, 7}}), nvmlsim.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-a100-80gb"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{1, 2, 3, 4, 5, 6, 7}}),
+		nvmlsim.WithPollInterval(5*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +30,9 @@ func TestReadiness(t *testing.T) {
 	if len(rs) != 8 {
 		t.Fatalf("%d GPUs, want 8", len(rs))
 	}
-	if r := rs[0]; !r.MIG || r.MIGMode.Current || !strings.Contains(r.DynamicMIG, "needs a GPU reset") || !strings.Contains(r.Whole, "GPU reset") {
+	if r := rs[0]; !r.MIG || r.MIGMode.Current ||
+		!strings.Contains(r.DynamicMIG, "needs a GPU reset") ||
+		!strings.Contains(r.Whole, "GPU reset") {
 		t.Errorf("A100 GPU 0 with MIG mode off: %+v", r)
 	}
 	if r := rs[4]; !r.Dynamic || r.DynamicMIG != "" || !strings.Contains(r.Whole, "GPU reset") {
@@ -35,7 +42,11 @@ func TestReadiness(t *testing.T) {
 	proc := fakeHostProc(t) // no nvidia-caps device
 	real := &fixture{sim: sim, dir: t.TempDir()}
 	real.d = real.open(t, WithSimulatedContainers(false))
-	if r := real.d.Readiness()[4]; !strings.Contains(r.DynamicMIG, "containers cannot get its MIG devices") || !strings.Contains(r.DynamicMIG, filepath.Join(proc, "devices")) {
+	if r := real.d.Readiness()[4]; !strings.Contains(
+		r.DynamicMIG,
+		"containers cannot get its MIG devices",
+	) ||
+		!strings.Contains(r.DynamicMIG, filepath.Join(proc, "devices")) {
 		t.Errorf("GPU 4 on a node without the nvidia-caps device: %+v", r)
 	}
 }

@@ -49,13 +49,19 @@ func TestWholeGPUHeldByOtherClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := names(inv); slices.Contains(n, "gpu-5") || !slices.Contains(n, "gpu-4") || !slices.Contains(n, "gpu-5-1g-18gb-0") {
-		t.Fatalf("with a client on GPU 5: devices %v, want gpu-4 whole and GPU 5's MIG devices, not gpu-5 whole", n)
+	if n := names(inv); slices.Contains(n, "gpu-5") || !slices.Contains(n, "gpu-4") ||
+		!slices.Contains(n, "gpu-5-1g-18gb-0") {
+		t.Fatalf(
+			"with a client on GPU 5: devices %v, want gpu-4 whole and GPU 5's MIG devices, not "+
+				"gpu-5 whole",
+			n,
+		)
 	}
 	// An allocation made before the client came is refused at prepare,
 	// naming the processes, and MIG mode is not touched.
 	err = f.d.PrepareClaim(ctx, claim("late"), []kit.AllocatedDevice{alloc("gpu-5")})
-	if err == nil || !strings.Contains(err.Error(), "other NVML clients hold it (processes 4242 (compute))") {
+	if err == nil ||
+		!strings.Contains(err.Error(), "other NVML clients hold it (processes 4242 (compute))") {
 		t.Fatalf("whole GPU 5 prepared while process 4242 holds it: %v", err)
 	}
 	if m := migMode(t, f.sim, 5); !m.Current {
@@ -127,13 +133,56 @@ func TestWholeGPUHeldByOtherClients(t *testing.T) {
 // asks for migMode "full" first (firstAvailable) and any GPU second.
 func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 	ctx := context.Background()
-	defaults := structured.Features{AdminAccess: true, PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true, DeviceBindingAndStatus: true, ConsumableCapacity: true}
-	stable := structured.Features{AdminAccess: true, PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true}
-	full := resourceapi.DeviceSubRequest{Name: "full", DeviceClassName: ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.attributes[%q].%s == %q", DriverName, AttrMIGMode, ModeFull)}}}}
-	anyGPU := resourceapi.DeviceSubRequest{Name: "any", DeviceClassName: ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
-	plain := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
-	preferFull := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{full, anyGPU}}
+	defaults := structured.Features{
+		AdminAccess:            true,
+		PartitionableDevices:   true,
+		PrioritizedList:        true,
+		DeviceTaints:           true,
+		DeviceBindingAndStatus: true,
+		ConsumableCapacity:     true,
+	}
+	stable := structured.Features{
+		AdminAccess:          true,
+		PartitionableDevices: true,
+		PrioritizedList:      true,
+		DeviceTaints:         true,
+	}
+	full := resourceapi.DeviceSubRequest{
+		Name:            "full",
+		DeviceClassName: ClassGPU,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           1,
+		Selectors: []resourceapi.DeviceSelector{
+			{
+				CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(
+						"device.attributes[%q].%s == %q",
+						DriverName,
+						AttrMIGMode,
+						ModeFull,
+					),
+				},
+			},
+		},
+	}
+	anyGPU := resourceapi.DeviceSubRequest{
+		Name:            "any",
+		DeviceClassName: ClassGPU,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           1,
+	}
+	plain := resourceapi.DeviceRequest{
+		Name: "gpu",
+		Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: ClassGPU,
+			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+			Count:           1,
+		},
+	}
+	preferFull := resourceapi.DeviceRequest{
+		Name:           "gpu",
+		FirstAvailable: []resourceapi.DeviceSubRequest{full, anyGPU},
+	}
 	for _, tc := range []struct {
 		name     string
 		opts     []Option
@@ -154,14 +203,39 @@ func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 			allocated := sets.New[structured.DeviceID]()
 			var got []string
 			for i := range 3 {
-				state := structured.AllocatedState{AllocatedDevices: allocated.Clone(), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
-				al, err := structured.NewAllocator(ctx, tc.features, state, classes(DeviceClasses(nil)), rs, cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}))
+				state := structured.AllocatedState{
+					AllocatedDevices:         allocated.Clone(),
+					AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+					AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+				}
+				al, err := structured.NewAllocator(
+					ctx,
+					tc.features,
+					state,
+					classes(DeviceClasses(nil)),
+					rs,
+					cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}),
+				)
 				if err != nil {
 					t.Fatal(err)
 				}
-				c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("c", i), Namespace: "default", UID: apitypes.UID(fmt.Sprint("u", i))},
-					Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{tc.req}}}}
-				res, err := al.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, []*resourceapi.ResourceClaim{c})
+				c := &resourceapi.ResourceClaim{
+					ObjectMeta: metav1.ObjectMeta{
+						Name:      fmt.Sprint("c", i),
+						Namespace: "default",
+						UID:       apitypes.UID(fmt.Sprint("u", i)),
+					},
+					Spec: resourceapi.ResourceClaimSpec{
+						Devices: resourceapi.DeviceClaim{
+							Requests: []resourceapi.DeviceRequest{tc.req},
+						},
+					},
+				}
+				res, err := al.Allocate(
+					ctx,
+					&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
+					[]*resourceapi.ResourceClaim{c},
+				)
 				if err != nil || len(res) != 1 {
 					t.Fatalf("allocate %d: %v, %v", i, res, err)
 				}
@@ -170,7 +244,10 @@ func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 				got = append(got, r.Device)
 			}
 			if got[0] != "gpu-0" || got[1] != "gpu-1" || !strings.HasPrefix(got[2], "gpu-") {
-				t.Errorf("three whole-GPU claims got %v, want gpu-0 and gpu-1 (static full) first", got)
+				t.Errorf(
+					"three whole-GPU claims got %v, want gpu-0 and gpu-1 (static full) first",
+					got,
+				)
 			}
 		})
 	}

@@ -376,7 +376,9 @@ func MIGCapabilityNodes(procRoot string, gpuMinor, gi, ci int) ([]cdi.DeviceNode
 		if err != nil {
 			return nil, err
 		}
-		nodes = append(nodes, cdi.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(c.minor), Type: "c", Major: major, Minor: int64(c.minor), FileMode: &c.mode})
+		path := "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(c.minor)
+		nodes = append(nodes, cdi.DeviceNode{Path: path, Type: "c", Major: major,
+			Minor: int64(c.minor), FileMode: &c.mode})
 	}
 	return nodes, nil
 }
@@ -428,13 +430,15 @@ func readCapability(path string) (capability, error) {
 		case "DeviceFileMinor":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return c, fmt.Errorf("read MIG capability %s: DeviceFileMinor %q is not a number", path, v)
+				return c, fmt.Errorf("read MIG capability %s: DeviceFileMinor %q is not a number",
+					path, v)
 			}
 			c.minor, minor = n, true
 		case "DeviceFileMode":
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil || n > 0o777 {
-				return c, fmt.Errorf("read MIG capability %s: DeviceFileMode %q is not a decimal permission", path, v)
+				return c, fmt.Errorf("read MIG capability %s: DeviceFileMode %q is not a decimal "+
+					"permission", path, v)
 			}
 			c.mode, mode = os.FileMode(n), true
 		}

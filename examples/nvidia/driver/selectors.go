@@ -89,14 +89,21 @@ func selectorKind(s string) (kind string, norm string, err error) {
 	case strings.Contains(s, ":"):
 		id, ok := normalizeBusID(s)
 		if !ok {
-			return "", "", fmt.Errorf("dynamic MIG GPU %q: not a PCI bus ID ([domain:]bus:device.function)", s)
+			return "", "", fmt.Errorf(
+				"dynamic MIG GPU %q: not a PCI bus ID ([domain:]bus:device.function)",
+				s,
+			)
 		}
 		return "pci", id, nil
 	}
 	if n, err := strconv.Atoi(s); err == nil && n >= 0 {
 		return "index", strconv.Itoa(n), nil
 	}
-	return "", "", fmt.Errorf("dynamic MIG GPU %q: want a GPU UUID (GPU-...), a PCI bus ID (0000:1b:00.0) or an NVML index", s)
+	return "", "", fmt.Errorf(
+		"dynamic MIG GPU %q: want a GPU UUID (GPU-...), a PCI bus ID (0000:1b:00.0) or an NVML "+
+			"index",
+		s,
+	)
 }
 
 // normalizeBusID writes a PCI bus ID as nvml.GPU.PCIBusID has it: lower
@@ -135,7 +142,9 @@ func normalizeBusID(s string) (string, bool) {
 func (d *Driver) resolveDynamic() (uuids []string, keep selectorsDoc, err error) {
 	rec, err := readSelectors(d.o.stateDir)
 	if err != nil {
-		klog.Background().Error(err, "Ignoring the record of the dynamic GPUs' indexes: each index names the GPU it has now", "path", filepath.Join(d.o.stateDir, DynamicGPUsFile))
+		klog.Background().
+			Error(err, "Ignoring the record of the dynamic GPUs' indexes: each index names the "+
+				"GPU it has now", "path", filepath.Join(d.o.stateDir, DynamicGPUsFile))
 		rec = selectorsDoc{}
 	}
 	keep = selectorsDoc{Indexes: map[string]selectorRecord{}}
@@ -154,13 +163,33 @@ func (d *Driver) resolveDynamic() (uuids []string, keep selectorsDoc, err error)
 		switch kind {
 		case "uuid":
 			if g, found = d.gpuByUUID(norm); !found {
-				d.warn(Warning{Reason: ReasonDynamicGPUMissing, GPU: norm, Message: fmt.Sprintf("dynamic MIG GPU %s is not on this node now (fell off the bus?): nothing of it is served; it is dynamic again when it is back", norm)})
+				d.warn(
+					Warning{
+						Reason: ReasonDynamicGPUMissing,
+						GPU:    norm,
+						Message: fmt.Sprintf(
+							"dynamic MIG GPU %s is not on this node now (fell off the bus?): "+
+								"nothing of it is served; it is dynamic again when it is back",
+							norm,
+						),
+					},
+				)
 				add(norm)
 				continue
 			}
 		case "pci":
 			if g, found = d.gpuByBusID(norm); !found {
-				d.warn(Warning{Reason: ReasonDynamicGPUMissing, Message: fmt.Sprintf("dynamic MIG GPU %q: no GPU at PCI bus ID %s on this node now (fell off the bus?)", s, norm)})
+				d.warn(
+					Warning{
+						Reason: ReasonDynamicGPUMissing,
+						Message: fmt.Sprintf(
+							"dynamic MIG GPU %q: no GPU at PCI bus ID %s on this node now (fell "+
+								"off the bus?)",
+							s,
+							norm,
+						),
+					},
+				)
 				continue
 			}
 		case "index":
@@ -169,7 +198,17 @@ func (d *Driver) resolveDynamic() (uuids []string, keep selectorsDoc, err error)
 			r, recorded := rec.Indexes[norm]
 			if !recorded {
 				if !atIndex {
-					d.warn(Warning{Reason: ReasonDynamicGPUMissing, Message: fmt.Sprintf("dynamic MIG GPU %q: NVML has no GPU %d on this node; name dynamic GPUs by UUID or PCI bus ID", s, idx)})
+					d.warn(
+						Warning{
+							Reason: ReasonDynamicGPUMissing,
+							Message: fmt.Sprintf(
+								"dynamic MIG GPU %q: NVML has no GPU %d on this node; name "+
+									"dynamic GPUs by UUID or PCI bus ID",
+								s,
+								idx,
+							),
+						},
+					)
 					continue
 				}
 				g, found = now, true
@@ -179,26 +218,74 @@ func (d *Driver) resolveDynamic() (uuids []string, keep selectorsDoc, err error)
 			was, there := d.gpuByUUID(r.UUID)
 			switch {
 			case recorded && !there:
-				msg := fmt.Sprintf("dynamic MIG GPU %q named %s (at %s) at the driver's first start, which is not on this node now (fell off the bus?): nothing of it is served; it is dynamic again when it is back", s, r.UUID, r.PCIBusID)
+				msg := fmt.Sprintf(
+					"dynamic MIG GPU %q named %s (at %s) at the driver's first start, which is "+
+						"not on this node now (fell off the bus?): nothing of it is served; it "+
+						"is dynamic again when it is back",
+					s,
+					r.UUID,
+					r.PCIBusID,
+				)
 				if atIndex {
-					msg += fmt.Sprintf(". NVML index %d is now %s (at %s), which is not made dynamic", idx, now.UUID, now.PCIBusID)
+					msg += fmt.Sprintf(
+						". NVML index %d is now %s (at %s), which is not made dynamic",
+						idx,
+						now.UUID,
+						now.PCIBusID,
+					)
 				}
-				d.warn(Warning{Reason: ReasonDynamicGPUMissing, GPU: r.UUID, Message: msg + ". Name dynamic GPUs by UUID or PCI bus ID"})
+				d.warn(
+					Warning{
+						Reason:  ReasonDynamicGPUMissing,
+						GPU:     r.UUID,
+						Message: msg + ". Name dynamic GPUs by UUID or PCI bus ID",
+					},
+				)
 				add(r.UUID)
 				continue
 			case recorded && (!atIndex || now.UUID != r.UUID):
-				msg := fmt.Sprintf("dynamic MIG GPU %q named %s (at %s) at the driver's first start; it is NVML index %d now, and stays dynamic", s, r.UUID, r.PCIBusID, was.Index)
+				msg := fmt.Sprintf(
+					"dynamic MIG GPU %q named %s (at %s) at the driver's first start; it is "+
+						"NVML index %d now, and stays dynamic",
+					s,
+					r.UUID,
+					r.PCIBusID,
+					was.Index,
+				)
 				gpu := r.UUID
 				if atIndex {
-					msg += fmt.Sprintf(". Index %d is now %s (at %s), which is not made dynamic for it", idx, now.UUID, now.PCIBusID)
+					msg += fmt.Sprintf(
+						". Index %d is now %s (at %s), which is not made dynamic for it",
+						idx,
+						now.UUID,
+						now.PCIBusID,
+					)
 					gpu = now.UUID
 				}
-				d.warn(Warning{Reason: ReasonDynamicGPUMoved, GPU: gpu, Message: msg + ". Name dynamic GPUs by UUID or PCI bus ID"})
+				d.warn(
+					Warning{
+						Reason:  ReasonDynamicGPUMoved,
+						GPU:     gpu,
+						Message: msg + ". Name dynamic GPUs by UUID or PCI bus ID",
+					},
+				)
 			}
 			g, found = was, true
 		}
 		if g.product == nil && g.broken == nil {
-			d.warn(Warning{Reason: ReasonDynamicGPUWithoutMIG, GPU: g.UUID, Message: fmt.Sprintf("dynamic MIG GPU %q (GPU %d, %s) has no MIG mode: it is served as a full GPU", s, g.Index, g.UUID)})
+			d.warn(
+				Warning{
+					Reason: ReasonDynamicGPUWithoutMIG,
+					GPU:    g.UUID,
+					Message: fmt.Sprintf(
+						"dynamic MIG GPU %q (GPU %d, %s) has no MIG mode: it is served as a "+
+							"full GPU",
+						s,
+						g.Index,
+						g.UUID,
+					),
+				},
+			)
 			delete(keep.Indexes, norm)
 			continue
 		}
@@ -249,11 +336,20 @@ func readSelectors(dir string) (selectorsDoc, error) {
 		return doc, fmt.Errorf("read the record of the dynamic GPUs: %w", err)
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return doc, fmt.Errorf("decode the record of the dynamic GPUs %s: %w", filepath.Join(dir, DynamicGPUsFile), err)
+		return doc, fmt.Errorf(
+			"decode the record of the dynamic GPUs %s: %w",
+			filepath.Join(dir, DynamicGPUsFile),
+			err,
+		)
 	}
 	for s, r := range doc.Indexes {
 		if !strings.HasPrefix(r.UUID, "GPU-") {
-			return selectorsDoc{}, fmt.Errorf("decode the record of the dynamic GPUs %s: index %s names %q, not a GPU UUID", filepath.Join(dir, DynamicGPUsFile), s, r.UUID)
+			return selectorsDoc{}, fmt.Errorf(
+				"decode the record of the dynamic GPUs %s: index %s names %q, not a GPU UUID",
+				filepath.Join(dir, DynamicGPUsFile),
+				s,
+				r.UUID,
+			)
 		}
 	}
 	return doc, nil

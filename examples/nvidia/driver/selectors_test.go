@@ -81,7 +81,13 @@ func TestDynamicGPUIndexesWhenAGPUIsGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			var reported []Warning
-			d, err := New(f.sim, "node-1", WithStateDir(state), WithDynamicGPUs(tc.indexes...), WithWarnings(func(w Warning) { reported = append(reported, w) }))
+			d, err := New(
+				f.sim,
+				"node-1",
+				WithStateDir(state),
+				WithDynamicGPUs(tc.indexes...),
+				WithWarnings(func(w Warning) { reported = append(reported, w) }),
+			)
 			if err != nil {
 				t.Fatalf("restart without GPU 2: %v", err)
 			}
@@ -102,12 +108,24 @@ func TestDynamicGPUIndexesWhenAGPUIsGone(t *testing.T) {
 			// A warning per index that moved, for the GPU at the index
 			// now (or the recorded one where the index is gone).
 			if !slices.Equal(reported, d.Warnings()) || len(reported) != len(tc.moved) {
-				t.Errorf("warnings %+v (reported %+v), want one per moved index %v", d.Warnings(), reported, tc.moved)
+				t.Errorf(
+					"warnings %+v (reported %+v), want one per moved index %v",
+					d.Warnings(),
+					reported,
+					tc.moved,
+				)
 			}
 			for _, w := range reported {
 				s := strings.SplitN(w.Message, `"`, 3)[1]
-				if w.Reason != ReasonDynamicGPUMoved || w.GPU != gpus[tc.moved[s]].UUID || !strings.Contains(w.Message, "by UUID or PCI bus ID") {
-					t.Errorf("warning for %q: %+v, want %s for GPU %s", s, w, ReasonDynamicGPUMoved, gpus[tc.moved[s]].UUID)
+				if w.Reason != ReasonDynamicGPUMoved || w.GPU != gpus[tc.moved[s]].UUID ||
+					!strings.Contains(w.Message, "by UUID or PCI bus ID") {
+					t.Errorf(
+						"warning for %q: %+v, want %s for GPU %s",
+						s,
+						w,
+						ReasonDynamicGPUMoved,
+						gpus[tc.moved[s]].UUID,
+					)
 				}
 			}
 			// The claim's MIG device on the old GPU 5 (index 4 now) is
@@ -122,7 +140,12 @@ func TestDynamicGPUIndexesWhenAGPUIsGone(t *testing.T) {
 			if admin != "" {
 				gis, err := f.sim.GPUInstances(6)
 				if err != nil || len(gis) != 1 || gis[0].ComputeInstances[0].UUID != admin {
-					t.Errorf("the administrator's MIG device %s on the old GPU 7 (index 6): %+v, %v", admin, gis, err)
+					t.Errorf(
+						"the administrator's MIG device %s on the old GPU 7 (index 6): %+v, %v",
+						admin,
+						gis,
+						err,
+					)
 				}
 			}
 			inv, err := d.Inventory(ctx)
@@ -133,7 +156,10 @@ func TestDynamicGPUIndexesWhenAGPUIsGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			if admin != "" && !slices.Contains(names(inv), "gpu-6-3g-71gb-4") {
-				t.Errorf("the administrator's MIG device is not published static at index 6: %v", names(inv))
+				t.Errorf(
+					"the administrator's MIG device is not published static at index 6: %v",
+					names(inv),
+				)
 			}
 			if err := d.UnprepareClaim(ctx, held.ClaimRef, nil); err != nil {
 				t.Fatal(err)
@@ -159,22 +185,34 @@ func TestDynamicGPUSelectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	bus := strings.ToUpper("0000" + gpus[5].PCIBusID) // NVML's own form: 00000000:XX:00.0
-	d, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDynamicGPUs(gpus[4].UUID, bus, gpus[0].UUID, "0000:ff:00.0"))
+	d, err := New(
+		f.sim,
+		"node-1",
+		WithStateDir(t.TempDir()),
+		WithDynamicGPUs(gpus[4].UUID, bus, gpus[0].UUID, "0000:ff:00.0"),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	for i, want := range map[int]lifecycle.CardState{0: lifecycle.Dynamic, 4: lifecycle.Dynamic, 5: lifecycle.Dynamic, 6: lifecycle.NotDynamic} {
+	want := map[int]lifecycle.CardState{
+		0: lifecycle.Dynamic, 4: lifecycle.Dynamic, 5: lifecycle.Dynamic, 6: lifecycle.NotDynamic,
+	}
+	for i, want := range want {
 		if got := d.lc.State(gpus[i].UUID); got != want {
 			t.Errorf("GPU %d: %q, want %q", i, got, want)
 		}
 	}
 	w := d.Warnings()
-	if len(w) != 2 || w[0].Reason != ReasonDynamicGPUMissing || w[0].GPU != gpus[0].UUID || w[1].Reason != ReasonDynamicGPUMissing || !strings.Contains(w[1].Message, "0000:ff:00.0") {
+	if len(w) != 2 || w[0].Reason != ReasonDynamicGPUMissing || w[0].GPU != gpus[0].UUID ||
+		w[1].Reason != ReasonDynamicGPUMissing ||
+		!strings.Contains(w[1].Message, "0000:ff:00.0") {
 		t.Errorf("warnings %+v, want GPU 0 and 0000:ff:00.0 missing", w)
 	}
 	for _, bad := range []string{"gpu4", "-1", "0000:zz:00.0", "1:2:3:4"} {
-		if _, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDynamicGPUs(bad)); err == nil || !strings.Contains(err.Error(), bad) {
+		_, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDynamicGPUs(bad))
+		if err == nil ||
+			!strings.Contains(err.Error(), bad) {
 			t.Errorf("selector %q: %v, want an error naming it", bad, err)
 		}
 	}

@@ -21,8 +21,9 @@ import (
 // guest) and while no other NVML client holds it (nvml.ProcessLister,
 // read again at every health heartbeat and before a whole-GPU prepare):
 // the NVIDIA driver refuses the mode change then, and the claim's pod
-// would wait in ContainerCreating on an allocation nothing changes. What the DynamicMIGWholeGPU feature gate
-// switches off (package drivercmd). A claim that holds a dynamic GPU
+// would wait in ContainerCreating on an allocation nothing changes.
+// What the DynamicMIGWholeGPU feature gate switches off (package
+// drivercmd). A claim that holds a dynamic GPU
 // whole keeps it until it is unprepared.
 func WithoutWholeDynamicGPUs() Option {
 	return func(o *options) error { o.noWholeDynamic = true; return nil }
@@ -51,7 +52,10 @@ func (d *Driver) readOthers(g *gpuInfo) (changed bool) {
 		return false
 	}
 	var procs []nvml.Process
-	err := fmt.Errorf("this NVML backend cannot list the processes holding a GPU: %w", nvml.ErrNotSupported)
+	err := fmt.Errorf(
+		"this NVML backend cannot list the processes holding a GPU: %w",
+		nvml.ErrNotSupported,
+	)
 	if pl, ok := d.nv.(nvml.ProcessLister); ok {
 		procs, err = pl.Processes(g.Index)
 	}
@@ -80,14 +84,22 @@ func (d *Driver) heldByOthers(g *gpuInfo) string {
 	defer o.mu.Unlock()
 	switch {
 	case o.err != nil:
-		return fmt.Sprintf("the processes holding it cannot be listed (%v), and its MIG mode is changed only when none does", o.err)
+		return fmt.Sprintf(
+			"the processes holding it cannot be listed (%v), and its MIG mode is changed only "+
+				"when none does",
+			o.err,
+		)
 	case len(o.procs) > 0:
 		ps := make([]string, len(o.procs))
 		for i, p := range o.procs {
 			ps[i] = fmt.Sprintf("%d (%s)", p.PID, p.Kind)
 		}
 		slices.Sort(ps)
-		return fmt.Sprintf("other NVML clients hold it (processes %s), and the NVIDIA driver refuses to change its MIG mode while they do", strings.Join(ps, ", "))
+		return fmt.Sprintf(
+			"other NVML clients hold it (processes %s), and the NVIDIA driver refuses to change "+
+				"its MIG mode while they do",
+			strings.Join(ps, ", "),
+		)
 	}
 	return ""
 }
@@ -97,7 +109,8 @@ func (d *Driver) heldByOthers(g *gpuInfo) string {
 // (gpuInfo.wholeOK), and no other NVML client holds it.
 func (d *Driver) wholeNow(g *gpuInfo) (bool, string) {
 	if d.o.noWholeDynamic {
-		return false, "dynamic GPUs are offered as MIG devices only (the DynamicMIGWholeGPU gate is off)"
+		return false, "dynamic GPUs are offered as MIG devices only (the DynamicMIGWholeGPU " +
+			"gate is off)"
 	}
 	if ok, why := g.wholeOK(); !ok {
 		return false, why
@@ -141,7 +154,8 @@ func (d *Driver) pollOthers() {
 func (d *Driver) dynamicWhole(dev kit.AllocatedDevice) (*gpuInfo, bool) {
 	ref, err := mig.ParseDeviceName(dev.Device)
 	gpus := d.hw()
-	if err != nil || ref.Profile != "" || ref.GPU < 0 || ref.GPU >= len(gpus) || !d.dynamic(&gpus[ref.GPU]) {
+	if err != nil || ref.Profile != "" || ref.GPU < 0 || ref.GPU >= len(gpus) ||
+		!d.dynamic(&gpus[ref.GPU]) {
 		return nil, false
 	}
 	return &gpus[ref.GPU], true

@@ -59,11 +59,14 @@ func TestCheck(t *testing.T) {
 		"decoders:", "multiprocessors:", "memory-slice-0:",
 		"# no CDI spec: a dynamic MIG device is made at prepare",
 		// What decides the gates, per GPU.
-		"# gates DynamicMIG and DynamicMIGWholeGPU (alpha, off by default until this check has passed on a Hopper node)",
+		"# gates DynamicMIG and DynamicMIGWholeGPU (alpha, off by default until this check has " +
+			"passed on a Hopper node)",
 		"#   GPU 0 NVIDIA H200 (Hopper, compute capability 9.0) GPU-",
-		": MIG mode off (pending off), not dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): yes",
+		": MIG mode off (pending off), not dynamic now; DynamicMIG: yes; whole " +
+			"(DynamicMIGWholeGPU): yes",
 		": MIG mode on (pending on), dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): yes",
-		": MIG mode on (pending on), dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): no: other NVML clients hold it (processes 4242 (compute))",
+		": MIG mode on (pending on), dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): " +
+			"no: other NVML clients hold it (processes 4242 (compute))",
 		"# DynamicMIG could serve GPUs 0,1,2,3,4,5,6,7; DynamicMIGWholeGPU GPUs 0,1,2,3,4,6,7",
 	} {
 		if !strings.Contains(s, want) {

@@ -30,9 +30,14 @@ func nodeWarnings(std *driverflag.Flags, node string) (func(nvdriver.Warning), f
 	}
 	b := record.NewBroadcaster(record.WithContext(context.Background()))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: nvdriver.DriverName, Host: node})
+	rec := b.NewRecorder(
+		scheme.Scheme,
+		corev1.EventSource{Component: nvdriver.DriverName, Host: node},
+	)
 	// The kubelet refers to its node with the node's name as UID too.
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID(node)}
-	report := func(w nvdriver.Warning) { rec.Event(ref, corev1.EventTypeWarning, w.Reason, w.Message) }
+	report := func(w nvdriver.Warning) {
+		rec.Event(ref, corev1.EventTypeWarning, w.Reason, w.Message)
+	}
 	return report, b.Shutdown, nil
 }

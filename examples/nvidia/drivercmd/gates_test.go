@@ -54,7 +54,8 @@ func modes(out string) []string {
 func TestGates(t *testing.T) {
 	for gate, spec := range drivercmd.FeatureGates() {
 		if spec.Default || spec.PreRelease != featuregate.Alpha {
-			t.Errorf("gate %s: %s, on %v; want alpha and off until the GPU check has passed on a Hopper node", gate, spec.PreRelease, spec.Default)
+			t.Errorf("gate %s: %s, on %v; want alpha and off until the GPU check has passed on "+
+				"a Hopper node", gate, spec.PreRelease, spec.Default)
 		}
 	}
 	out, err := check(t)

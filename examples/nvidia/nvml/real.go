@@ -682,7 +682,11 @@ func (r *Real) Processes(gpu int) ([]Process, error) {
 	for _, k := range []struct {
 		kind string
 		list func() ([]gonvml.ProcessInfo, gonvml.Return)
-	}{{"compute", d.GetComputeRunningProcesses}, {"graphics", d.GetGraphicsRunningProcesses}, {"mps", d.GetMPSComputeRunningProcesses}} {
+	}{
+		{"compute", d.GetComputeRunningProcesses},
+		{"graphics", d.GetGraphicsRunningProcesses},
+		{"mps", d.GetMPSComputeRunningProcesses},
+	} {
 		ps, ret := k.list()
 		if ret == gonvml.ERROR_NOT_SUPPORTED {
 			continue
@@ -695,7 +699,8 @@ func (r *Real) Processes(gpu int) ([]Process, error) {
 				continue
 			}
 			seen[p.Pid] = true
-			out = append(out, Process{PID: p.Pid, Kind: k.kind, UsedMemoryMiB: int64(p.UsedGpuMemory >> 20)})
+			mib := int64(p.UsedGpuMemory >> 20)
+			out = append(out, Process{PID: p.Pid, Kind: k.kind, UsedMemoryMiB: mib})
 		}
 	}
 	return out, nil

@@ -241,7 +241,8 @@ func (st *simState) check() error {
 		return fmt.Errorf("corrupt state: %w", err)
 	}
 	if n := len(st.GPUs) + len(st.Gone); n != 8 {
-		return fmt.Errorf("corrupt state: %d GPUs and %d gone, want 8 in all", len(st.GPUs), len(st.Gone))
+		return fmt.Errorf("corrupt state: %d GPUs and %d gone, want 8 in all",
+			len(st.GPUs), len(st.Gone))
 	}
 	seen := map[int]bool{}
 	for i, g := range append(slices.Clone(st.GPUs), st.Gone...) {

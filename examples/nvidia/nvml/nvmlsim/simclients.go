@@ -24,7 +24,10 @@ func (s *Sim) AttachClient(gpu int, p nvml.Process) error {
 		if err != nil {
 			return false, err
 		}
-		g.Clients = slices.DeleteFunc(g.Clients, func(c nvml.Process) bool { return c.PID == p.PID })
+		g.Clients = slices.DeleteFunc(
+			g.Clients,
+			func(c nvml.Process) bool { return c.PID == p.PID },
+		)
 		g.Clients = append(g.Clients, p)
 		return true, nil
 	})
@@ -42,7 +45,13 @@ func (s *Sim) DetachClient(gpu int, pid uint32) error {
 		n := len(g.Clients)
 		g.Clients = slices.DeleteFunc(g.Clients, func(c nvml.Process) bool { return c.PID == pid })
 		if len(g.Clients) == n {
-			return false, nvml.NewError(nvml.ErrorNotFound, op, "process %d holds no context on GPU %d", pid, gpu)
+			return false, nvml.NewError(
+				nvml.ErrorNotFound,
+				op,
+				"process %d holds no context on GPU %d",
+				pid,
+				gpu,
+			)
 		}
 		return true, nil
 	})

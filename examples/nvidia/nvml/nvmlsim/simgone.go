@@ -26,7 +26,13 @@ func (s *Sim) RemoveGPU(gpu int) error {
 	op := fmt.Sprintf("remove GPU %d", gpu)
 	return s.change(func(st *simState) (bool, error) {
 		if gpu < 0 || gpu >= len(st.GPUs) {
-			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", gpu, len(st.GPUs)-1)
+			return false, nvml.NewError(
+				nvml.ErrorInvalidArgument,
+				op,
+				"no GPU %d (have 0..%d)",
+				gpu,
+				len(st.GPUs)-1,
+			)
 		}
 		for i := range st.GPUs {
 			slot := st.GPUs[i].slot(i)
