@@ -158,6 +158,8 @@ func (d *Runtime) watch(ctx context.Context) {
 			}
 		case <-resync.C:
 			dirty = true
+		case <-d.rediscoverKick:
+			dirty = true
 		case <-discoverRetry:
 			discoverRetry = nil
 		}
@@ -176,5 +178,13 @@ func (d *Runtime) watch(ctx context.Context) {
 		}
 		dirty = false
 		discoverWait.reset()
+	}
+}
+
+// rediscover asks the watch loop to discover the inventory again.
+func (d *Runtime) rediscover() {
+	select {
+	case d.rediscoverKick <- struct{}{}:
+	default:
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/cdi"
@@ -42,6 +43,9 @@ type Runtime struct {
 	ready       chan struct{}
 	httpAddr    string
 	publishKick chan struct{}
+	// rediscoverKick asks the watch loop to discover again (a follower
+	// handed over an inventory change: publisher.go).
+	rediscoverKick chan struct{}
 	// slicesSynced is set once the first publish went through: the
 	// API server answered and the slice controller runs.
 	slicesSynced atomic.Bool
@@ -58,6 +62,9 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
+	// slices writes the node's slices while this process publishes
+	// (publisher.go).
+	slices *slicePublisher
 	engine *engine
 	client kubernetes.Interface
 	health *health.State
@@ -95,6 +102,7 @@ func New(name string, opts ...Option) (*Runtime, error) {
 		cdiVendor:            name,
 		cdiClass:             cdiClass,
 		bootIDFile:           DefaultBootIDFile,
+		sliceSyncDelay:       resourceslice.DefaultSyncDelay,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -137,7 +145,9 @@ func New(name string, opts ...Option) (*Runtime, error) {
 			return nil, fmt.Errorf("new driver %s: WithRegisterer: register metrics: %w", name, err)
 		}
 	}
-	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}), firstPublish: make(chan struct{}), publishKick: make(chan struct{}, 1)}, nil
+	return &Runtime{name: name, o: o, metrics: m, ready: make(chan struct{}),
+		firstPublish: make(chan struct{}), publishKick: make(chan struct{}, 1),
+		rediscoverKick: make(chan struct{}, 1)}, nil
 }
 
 // Name is the driver's name.
@@ -299,9 +309,20 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 		}()
 	}
 
+	// The instance that started last publishes (publisher.go).
+	slices, err := newSlicePublisher(d)
+	if err != nil {
+		return fmt.Errorf("run driver: %w", err)
+	}
+	d.mu.Lock()
+	d.slices = slices
+	d.mu.Unlock()
+	defer slices.close()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	d.kickPublish()
+	wg.Go(func() { slices.run(ctx) })
 	wg.Go(func() { d.publishLoop(ctx) })
 	wg.Go(func() { d.awaitFirstPublish(ctx) })
 	wg.Go(func() { d.watch(ctx) })

@@ -60,6 +60,12 @@ type options struct {
 	cdiVendor, cdiClass  string
 	uncheckedPools       map[string]bool
 	bootIDFile           string
+
+	// sliceSyncDelay is the slice controller's delay after a slice
+	// event (tests shorten it); soloPublisher turns the one-publisher
+	// rule off (publisher.go; the measurement that compares the two).
+	sliceSyncDelay time.Duration
+	soloPublisher  bool
 }
 
 // DefaultHousekeepingInterval is how often the runtime collects orphaned
@@ -223,7 +229,8 @@ func WithProbeSocket(path string) Option {
 // ([WithLockDir]) folders; calls are then serialized across the two
 // through a file lock in the lock folder and each call
 // reads the checkpoint from disk, so that either instance can unprepare
-// what the other prepared. The HTTP address ([WithHTTPAddress]) the
+// what the other prepared. Only the newer instance writes the node's
+// ResourceSlices ([Runtime.Publishing]). The HTTP address ([WithHTTPAddress]) the
 // other instance holds is taken when it lets go (the two pods share the
 // host's network): use [WithProbeSocket] for the pod's probes. Both must run with WithRollingUpdate: they
 // share the folders' instance lock, which a driver without it holds

@@ -72,8 +72,9 @@ func (d *Runtime) publishLoop(ctx context.Context) {
 	}
 }
 
-// publish hands inv, with health taints, to the slice publisher. inv has
-// passed nodeLocal.
+// publish hands inv, with health taints, to the slice controller while
+// this process is the node's publisher (publisher.go); a follower hands
+// the change over to the publisher. inv has passed nodeLocal.
 func (d *Runtime) publish(ctx context.Context, inv *device.Inventory) error {
 	tainted, err := d.health.Taint(inv)
 	if err != nil {
@@ -85,7 +86,19 @@ func (d *Runtime) publish(ctx context.Context, inv *device.Inventory) error {
 		d.metrics.error("publish", ReasonPublish)
 		return fmt.Errorf("publish devices: %w", err)
 	}
-	if err := d.helper.PublishResources(ctx, *res); err != nil {
+	// One publisher per node (publisher.go): a follower hands its
+	// change to the publisher instead.
+	switch publishing, err := d.slices.role(ctx); {
+	case err != nil:
+		d.metrics.error("publish", ReasonPublish)
+		return fmt.Errorf("publish devices: %w", err)
+	case !publishing:
+		if err := d.slices.handOver(); err != nil {
+			return fmt.Errorf("publish devices: hand the change to the publisher: %w", err)
+		}
+		return nil
+	}
+	if err := d.slices.write(ctx, res); err != nil {
 		d.metrics.error("publish", ReasonPublish)
 		return fmt.Errorf("publish devices: %w", err)
 	}

@@ -537,6 +537,8 @@ func startFleetDriver(c *cluster.Cluster) (*demoDriverProc, error) {
 		"-nvml-sim-state", filepath.Join(c.Dir, "real-node-gpus.json"),
 		"-nvml-sim-mig-gpus", fleetRealMIGGPUs,
 		"-dynamic-mig-gpus", fleetRealDynamicGPUs,
+		// Dynamic MIG is alpha and off by default; the demo shows it.
+		"--feature-gates", "DynamicMIG=true,DynamicMIGWholeGPU=true",
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -17,7 +17,11 @@
 //     mig.ParseDeviceName reads them) and the allocated ResourceClaims.
 //  3. An instance may move when every pod that holds it opted in (the
 //     annotation [AnnotationDefrag] set to "allow"), has a controller that
-//     will start it again (a ReplicaSet, a StatefulSet, ...), holds no
+//     starts it again without counting a failure (a ReplicaSet's, a
+//     StatefulSet's, a ReplicationController's, a Job's only when its
+//     pod failure policy ignores disruptions: an eviction counts against
+//     any other Job's backoffLimit, and one with backoffLimit 0 fails
+//     whole; a DaemonSet's pod, or a gang controller's, is not moved), holds no
 //     other MIG device, and every PodDisruptionBudget that selects it
 //     allows a disruption now. mig.Defragment finds the fewest such
 //     instances to move (at most [WithMaxMoves]) so that the large
@@ -26,7 +30,14 @@
 //  4. mig.Defragment knows only profiles, so the plan's destinations are
 //     checked before anything is evicted: for each evicted pod, the
 //     destination node must pass its node selection (spec.nodeSelector,
-//     required node affinity, cordon and taints it does not tolerate),
+//     required node affinity, cordon and taints it does not tolerate)
+//     and kube-scheduler's other filters for its replacement (its
+//     requests and the pod count against the node's allocatable less
+//     its pods', host ports, the topology of its volumes, its topology
+//     spread constraints, required pod affinity and anti-affinity, with
+//     the evicted pods gone and the earlier replacements landed: the
+//     replacement's claim is pinned to the destination, so a
+//     replacement that fits nowhere else would be a kill),
 //     and the real allocator must give its claim's spec (the template's:
 //     the replacement's claim is made from it) the device at the
 //     destination and no other, with the cluster as it will be (the

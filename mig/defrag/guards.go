@@ -34,9 +34,11 @@ const (
 	SystemCriticalPriority = 2000000000
 )
 
-// WithNamespaces limits the pods the controller may evict to those in
-// the given namespaces (default: every namespace). A pod must still opt
-// in with AnnotationDefrag. Each name must be a valid namespace name.
+// WithNamespaces limits the pods the controller may evict, and the
+// waiting pods it makes room for (it allocates their claims), to those
+// in the given namespaces (default: every namespace). A pod must still
+// opt in with AnnotationDefrag to be evicted. Each name must be a valid
+// namespace name.
 func WithNamespaces(namespaces ...string) Option {
 	return func(o *options) error {
 		o.namespaces = map[string]bool{}
@@ -231,7 +233,8 @@ func (c *Controller) namespaceRefuses(pod *corev1.Pod) string {
 		names = append(names, ns)
 	}
 	sort.Strings(names)
-	return "pod " + pod.Namespace + "/" + pod.Name + " is not in a namespace the controller may evict from (" + strings.Join(names, ", ") + ")"
+	return "pod " + pod.Namespace + "/" + pod.Name + " is not in a namespace the controller may " +
+		"evict from or allocate claims in (" + strings.Join(names, ", ") + ")"
 }
 
 // deadline is when an operation is abandoned: its timeout after it

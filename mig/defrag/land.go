@@ -26,8 +26,10 @@ const ReasonReplacementAllocated = "DefragReplacementAllocated"
 // RefusedPlans is how many plans the controller has refused since New
 // because an evicted pod's replacement could not land where the plan
 // moves it (its claim's selectors, class or constraints do not accept
-// the destination device, or its node selection, affinity or
-// tolerations exclude the destination node). Each refusal is logged at
+// the destination device, or one of the scheduler's filters refuses it
+// the destination node: node selection, affinity or tolerations,
+// resources, host ports, volume topology, topology spread, pod
+// affinity). Each refusal is logged at
 // V(2) with the reason. It is safe to call while Run runs.
 func (c *Controller) RefusedPlans() int64 {
 	c.mu.Lock()
@@ -55,20 +57,25 @@ func (c *Controller) refuse(ctx context.Context, p *plan, why string) {
 // eviction, in order, the destination (Move.ToNode, ToGPU, the same
 // profile, ToStart) must be a device of the driver; the pod's node
 // selector, required node affinity and tolerations must admit the
-// destination node; and the real allocator must give the pod's claim
-// spec (the replacement's claim is made from the same template) that
-// device and no other, with the cluster as it will be: the claims in
-// freed gone, the waiting claim holding held (its target), the earlier
-// evictions' replacements holding their destinations. It fills in each
+// destination node; the scheduler's other filters must pass its
+// replacement there (landing.fits: resources and pod count, host ports,
+// volume topology, topology spread, pod affinity), with the evicted pods
+// gone and the earlier replacements landed; and the real allocator must
+// give the pod's claim spec (the replacement's claim is made from the
+// same template) that device and no other, with the cluster as it will
+// be: the claims in freed gone, the waiting claim holding held (its
+// target), the earlier evictions' replacements holding their
+// destinations. It fills in each
 // eviction's destination device, owner and pod claim entry and appends
 // the devices overlapping the destinations to p.region (counted in
 // p.reserved). It returns "" when every replacement lands, otherwise
 // which pod does not and why; p is then not to be used.
 //
 // Without the check, mig.Defragment's plan (which only knows profiles)
-// would evict pods whose claims or node selection only accept where they
-// run: their replacements would stay Pending, and the waiting pod would
-// have cost a running one.
+// would evict pods whose claims, node selection, resources, volumes or
+// spread only accept where they run: their replacements, whose claims
+// are pinned to the destination, would stay Pending, and the waiting pod
+// would have cost a running one.
 func (c *Controller) land(ctx context.Context, cl *cluster, p *plan, freed map[string]bool, held []resourceapi.DeviceRequestAllocationResult) string {
 	held = slices.Clone(held)
 	inRegion := map[devKey]bool{}
@@ -77,6 +84,7 @@ func (c *Controller) land(ctx context.Context, cl *cluster, p *plan, freed map[s
 	}
 	var reserved []devKey
 	checked := map[types.UID]bool{} // claims already given their destination
+	lg := c.newLanding(cl, p)
 	for i := range p.op.Evictions {
 		e := &p.op.Evictions[i]
 		m := e.Move
@@ -90,9 +98,15 @@ func (c *Controller) land(ctx context.Context, cl *cluster, p *plan, freed map[s
 		if vp == nil || h == nil {
 			return fmt.Sprintf("pod %s cannot land at %s: the pod or its claim is not found", e.Pod, where)
 		}
-		if err := nodeAdmits(vp, nodeOf(cl, m.ToNode)); err != nil {
+		node := nodeOf(cl, m.ToNode)
+		if err := nodeAdmits(vp, node); err != nil {
 			return fmt.Sprintf("pod %s cannot land at %s: %v", e.Pod, where, err)
 		}
+		r := replacementOf(vp, m.ToNode)
+		if why := lg.fits(ctx, r, node); why != "" {
+			return fmt.Sprintf("pod %s cannot land at %s: %s", e.Pod, where, why)
+		}
+		lg.land(r)
 		if owner := metav1.GetControllerOf(vp); owner != nil {
 			e.Owner = owner.UID
 		}
@@ -107,6 +121,9 @@ func (c *Controller) land(ctx context.Context, cl *cluster, p *plan, freed map[s
 			alloc, err := c.allocate(ctx, cl, spec, m.ToNode, map[devKey]bool{dest: true}, freed, false, held...)
 			if err != nil {
 				return fmt.Sprintf("pod %s cannot land at %s (device %s): its claim %s does not take it: %v", e.Pod, where, dest.device, h.claim.Name, err)
+			}
+			if why := classConfig(spec, alloc); why != "" {
+				return fmt.Sprintf("pod %s cannot land at %s: %s", e.Pod, where, why)
 			}
 			held = append(held, alloc.Devices.Results...)
 		}

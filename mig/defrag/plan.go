@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -177,6 +178,8 @@ type cluster struct {
 	// unpublished are devices of the counter model the driver does not
 	// publish now (see completeModel).
 	unpublished map[devKey]bool
+	// jobs are the Jobs of opted-in pods (restartable).
+	jobs map[types.UID]*batchv1.Job
 }
 
 // waitingPods lists the pods that the scheduler found unschedulable,
@@ -235,6 +238,9 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}, unpublished: map[devKey]bool{}}
 	for _, p := range pods {
 		cl.pods[p.UID] = p
+	}
+	if cl.jobs, err = c.readJobs(ctx, cl.pods); err != nil {
+		return nil, err
 	}
 	c.readDevices(cl)
 	c.readInstances(cl)
@@ -488,9 +494,9 @@ func (c *Controller) readInstances(cl *cluster) {
 }
 
 // mayMove says why the holder's pods may not be evicted, "" when they
-// may: each opted in, has a controller to start it again, holds only this
-// MIG device, is not terminating, and its PodDisruptionBudgets allow a
-// disruption now.
+// may: each opted in, has a controller that starts it again without
+// counting a failure (restartable), holds only this MIG device, is not
+// terminating, and its PodDisruptionBudgets allow a disruption now.
 func (c *Controller) mayMove(cl *cluster, h *holder, perPod map[types.UID]int) string {
 	if len(h.pods) == 0 {
 		return "no pod holds the claim"
@@ -507,8 +513,8 @@ func (c *Controller) mayMove(cl *cluster, h *holder, perPod map[types.UID]int) s
 		switch {
 		case p.Annotations[AnnotationDefrag] != AllowValue:
 			return "pod " + name + " did not opt in (annotation " + AnnotationDefrag + ": " + AllowValue + ")"
-		case metav1.GetControllerOf(p) == nil:
-			return "pod " + name + " has no controller to start it again"
+		case restartable(p, cl.jobs) != "":
+			return restartable(p, cl.jobs)
 		case p.DeletionTimestamp != nil:
 			return "pod " + name + " is terminating"
 		case perPod[p.UID] > 1:
@@ -564,6 +570,12 @@ func (c *Controller) findPlan(ctx context.Context) (*plan, error) {
 		return nil, err
 	}
 	for _, pod := range waiting {
+		// Its claim is allocated by the controller, which (with its
+		// admission policy) writes claims in its namespaces only.
+		if why := c.namespaceRefuses(pod); why != "" {
+			c.logOnce(ctx, pod, why)
+			continue
+		}
 		if why := c.backingOff(pod); why != "" {
 			c.logOnce(ctx, pod, why)
 			continue
@@ -845,6 +857,9 @@ func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, c
 	if err != nil {
 		return nil, ""
 	}
+	if why := classConfig(claim, alloc); why != "" {
+		return nil, why
+	}
 	tloc := cl.devs[target]
 	for k, loc := range cl.devs {
 		if loc.overlaps(tloc) {
@@ -943,4 +958,19 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 		}
 	}
 	return nil, fmt.Errorf("device class %q not found", name)
+}
+
+// classConfig says why the controller may not write alloc into claim's
+// status, "" when it may: the allocation carries configuration of a
+// DeviceClass, and the controller writes only a claim's own (its
+// admission policy refuses the rest).
+func classConfig(claim *resourceapi.ResourceClaim, alloc *resourceapi.AllocationResult) string {
+	for _, cfg := range alloc.Devices.Config {
+		if cfg.Source != resourceapi.AllocationConfigSourceClaim {
+			return "the allocation of claim " + claim.Namespace + "/" + claim.Name +
+				" carries its DeviceClass's configuration, which the controller does not " +
+				"write (only a claim's own)"
+		}
+	}
+	return ""
 }

@@ -210,7 +210,7 @@ func simWithMock(t *testing.T, droot string) (*nvmlsim.Sim, *server.Server) {
 		}
 		return nil, gonvml.ERROR_NOT_FOUND
 	}
-	writeProcCaps(t, droot, gis[0].ID, gis[0].ComputeInstances[0].ID)
+	writeProcCaps(t, gis[0].ID, gis[0].ComputeInstances[0].ID)
 	return sim, nv
 }
 

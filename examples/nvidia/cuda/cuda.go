@@ -43,7 +43,6 @@ type Editor struct {
 	lib       nvcdi.Interface
 	transform transform.Transformer
 	root      nvdriver.DriverRoot
-	procRoot  string
 }
 
 var _ nvdriver.ContainerEditor = (*Editor)(nil)
@@ -106,9 +105,8 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 		return nil, fmt.Errorf("new CUDA container editor: %w", err)
 	}
 	return &Editor{
-		root:     dev,
-		procRoot: filepath.Join(root.Container, "proc"),
-		lib:      l,
+		root: dev,
+		lib:  l,
 		transform: transformroot.NewDriverTransformer(
 			transformroot.WithDriverRoot(root.Container),
 			transformroot.WithTargetDriverRoot(root.Host),
@@ -118,8 +116,9 @@ func New(lib gonvml.Interface, root nvdriver.DriverRoot, opts ...Option) (*Edito
 
 // DeviceEdits returns nvcdi's edits of the full GPU or MIG device
 // dev.UUID: its device nodes. A MIG device's two capability nodes are the
-// driver's own (nvdriver.MIGCapabilityNodes: type, major and minor read
-// from the driver root's /proc), in place of nvcdi's: nvcdi looks them up
+// driver's own (nvdriver.MIGCapabilityNodes: type, numbers and mode read
+// from this process's /proc, the kernel's view, whatever the driver
+// root), in place of nvcdi's: nvcdi looks them up
 // as files under the device root and silently leaves out the missing
 // ones, which is the normal case for a MIG device made after the node
 // booted, and the container would then see no MIG device.
@@ -135,7 +134,7 @@ func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	if !dev.MIG {
 		return e.edits(c, "container edits of "+dev.UUID)
 	}
-	caps, err := nvdriver.MIGCapabilityNodes(e.procRoot, dev.Minor, dev.GI, dev.CI)
+	caps, err := nvdriver.MIGCapabilityNodes("/proc", dev.Minor, dev.GI, dev.CI)
 	if err != nil {
 		return nil, fmt.Errorf("container edits of %s: %w", dev.UUID, err)
 	}

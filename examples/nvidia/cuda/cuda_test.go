@@ -73,32 +73,44 @@ func fakeDriverRoot(t *testing.T, capNodes bool) string {
 // capsMajor is the nvidia-caps major of the fake node's /proc/devices.
 const capsMajor = 236
 
-// writeProcCaps writes the driver root's /proc files of the MIG device
-// (gi, ci) on GPU 1 as the NVIDIA kernel driver has them: /proc/devices
-// with the nvidia-caps major and the instances' capability files.
-func writeProcCaps(t *testing.T, root string, gi, ci int) {
+// writeProcCaps writes the kernel's /proc files of the MIG device
+// (gi, ci) on GPU 1 as the NVIDIA kernel driver has them: the instances'
+// capability files under /proc/driver/nvidia/capabilities, which the
+// driver reads in its own /proc whatever the driver root. It runs in the
+// private mount namespace of inPrivateProcDriver only, where
+// /proc/driver is a fake and /proc/devices names the nvidia-caps major.
+func writeProcCaps(t *testing.T, gi, ci int) {
 	t.Helper()
-	write(t, filepath.Join(root, "proc/devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
-	base := filepath.Join(root, fmt.Sprintf("proc/driver/nvidia/capabilities/gpu1/mig/gi%d", gi))
+	if os.Getenv(migMinorsEnv) == "" {
+		t.Fatal("writeProcCaps outside the private mount namespace would write the host's /proc")
+	}
+	base := fmt.Sprintf("/proc/driver/nvidia/capabilities/gpu1/mig/gi%d", gi)
 	write(t, filepath.Join(base, "access"), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", giMinor))
 	write(t, filepath.Join(base, fmt.Sprintf("ci%d/access", ci)), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", ciMinor))
 }
 
 // inPrivateProcDriver runs test name again in a private mount namespace
-// with a fake /proc/driver/nvidia-caps/mig-minors (nvcdi reads the MIG
-// capability minors there, whatever the driver root) and reports true
-// in the run that should do the work.
+// with a fake /proc/driver (nvcdi reads the MIG capability minors in
+// /proc/driver/nvidia-caps/mig-minors, the driver reads the capability
+// files under /proc/driver/nvidia, whatever the driver root) and a fake
+// /proc/devices with the nvidia-caps major, and reports true in the run
+// that should do the work.
 func inPrivateProcDriver(t *testing.T, name string) bool {
 	t.Helper()
-	if os.Getenv(migMinorsEnv) != "" {
-		if err := syscall.Mount(os.Getenv(migMinorsEnv), "/proc/driver", "", syscall.MS_BIND, ""); err != nil {
-			t.Fatalf("mount the fake /proc/driver: %v", err)
+	if dir := os.Getenv(migMinorsEnv); dir != "" {
+		for _, m := range [][2]string{{"driver", "/proc/driver"}, {"devices", "/proc/devices"}} {
+			if err := syscall.Mount(filepath.Join(dir, m[0]), m[1], "", syscall.MS_BIND, ""); err != nil {
+				t.Fatalf("mount the fake %s: %v", m[1], err)
+			}
 		}
 		return true
 	}
 	proc := t.TempDir()
 	_, gi, ci := fakeNVML(t)
-	write(t, filepath.Join(proc, "nvidia-caps/mig-minors"), fmt.Sprintf("config 1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
+	write(t, filepath.Join(proc, "driver/nvidia-caps/mig-minors"), fmt.Sprintf("config "+
+		"1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
+	write(t, filepath.Join(proc, "devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 "+
+		"/dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v")
 	cmd.Env = append(os.Environ(), migMinorsEnv+"="+proc)
 	out, err := cmd.CombinedOutput()
@@ -229,9 +241,10 @@ func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
 	return s, gi, ci
 }
 
-// migMinorsEnv names, in the re-executed test, the folder to mount over
-// /proc/driver: nvcdi reads the MIG capability minors from the host's
-// /proc/driver/nvidia-caps/mig-minors, whatever the driver root.
+// migMinorsEnv names, in the re-executed test, the folder whose driver
+// folder and devices file are mounted over /proc/driver and
+// /proc/devices: nvcdi and the driver read the kernel's files there,
+// whatever the driver root.
 const migMinorsEnv = "DRAKIT_CUDA_TEST_PROC_DRIVER"
 
 // TestEditsAreNvcdis prepares, on a fake 580-series driver root seen at
@@ -252,7 +265,7 @@ func TestEditsAreNvcdis(t *testing.T) {
 	const host = "/run/nvidia/driver"
 	root := nvdriver.DriverRoot{Host: host, Container: mounted}
 	nv, gi, ci := fakeNVML(t)
-	writeProcCaps(t, mounted, gi, ci)
+	writeProcCaps(t, gi, ci)
 	e, err := New(nv, root, WithHookPath("/usr/local/nvidia/toolkit/nvidia-cdi-hook"))
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +356,11 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	}
 	mounted := fakeDriverRoot(t, false)
 	nv, gi, ci := fakeNVML(t)
-	writeProcCaps(t, mounted, gi, ci)
+	writeProcCaps(t, gi, ci)
+	if _, err := os.Stat(filepath.Join(mounted, "proc")); err == nil {
+		t.Fatal("the fake driver root has a proc folder: the test would not show that none is " +
+			"needed")
+	}
 	const host = "/run/nvidia/driver"
 	e, err := New(nv, nvdriver.DriverRoot{Host: host, Container: mounted})
 	if err != nil {
@@ -364,11 +381,16 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	var got []string
 	for _, c := range append([]cdispec.ContainerEdits{spec.ContainerEdits}, editsOf(spec)...) {
 		for _, n := range c.DeviceNodes {
-			got = append(got, fmt.Sprintf("%s <- %s %s %d:%d", n.Path, n.HostPath, n.Type, n.Major, n.Minor))
+			mode := "-"
+			if n.FileMode != nil {
+				mode = fmt.Sprintf("%#o", uint32(*n.FileMode))
+			}
+			got = append(got, fmt.Sprintf("%s <- %s %s %d:%d %s", n.Path, n.HostPath, n.Type, n.Major, n.Minor, mode))
 		}
 	}
 	for _, m := range []int{giMinor, ciMinor} {
-		want := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d <- %s/dev/nvidia-caps/nvidia-cap%d c %d:%d", m, host, m, capsMajor, m)
+		want := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d <- %s/dev/nvidia-caps/nvidia-cap%d c "+
+			"%d:%d 0444", m, host, m, capsMajor, m)
 		if !slices.Contains(got, want) {
 			t.Errorf("no capability node %q: %v", want, got)
 		}
@@ -377,7 +399,7 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 		t.Errorf("no /dev/nvidia1: %v", got)
 	}
 	// Without the capability files the edits fail, naming the file.
-	if err := os.RemoveAll(filepath.Join(mounted, "proc/driver/nvidia/capabilities")); err != nil {
+	if err := os.RemoveAll("/proc/driver/nvidia/capabilities"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci}); err == nil || !strings.Contains(err.Error(), "capabilities/gpu1/mig") {

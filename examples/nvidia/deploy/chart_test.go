@@ -364,9 +364,20 @@ func TestChartObjects(t *testing.T) {
 	if args := strings.Join(c.Args, " "); strings.Contains(args, "dynamic-mig-gpus") {
 		t.Errorf("default values: args %q decide the dynamic MIG GPUs", args)
 	}
-	dyn := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5")
+	dyn := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5", "--set", "featureGates.DynamicMIG=true")
 	if args := strings.Join(dyn.ds[0].Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--dynamic-mig-gpus=4,5") {
 		t.Errorf("dynamicMIGGPUs=4,5: args %q", args)
+	}
+	// Dynamic MIG is alpha and off by default: GPUs named without the
+	// gate are refused (the driver would refuse them at start), and with
+	// the gate set off they are not passed.
+	out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "dynamicMIGGPUs=4\\,5").CombinedOutput()
+	if want := "dynamicMIGGPUs=4,5 needs featureGates.DynamicMIG=true"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("dynamicMIGGPUs=4,5 without the gate: %v, want the error %q\n%s", err, want, out)
+	}
+	off := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5", "--set", "featureGates.DynamicMIG=false")
+	if args := strings.Join(off.ds[0].Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "dynamic-mig-gpus") {
+		t.Errorf("dynamicMIGGPUs=4,5 with DynamicMIG=false: args %q name dynamic GPUs", args)
 	}
 
 	// An administrator's own GPU label.

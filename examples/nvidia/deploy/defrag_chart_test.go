@@ -89,6 +89,7 @@ func TestChartDefrag(t *testing.T) {
 		"/resource.k8s.io/resourceclaims/get/*", "/resource.k8s.io/resourceclaims/list/*", "/resource.k8s.io/resourceclaims/watch/*", "/resource.k8s.io/resourceclaims/status/update/*",
 		"/resource.k8s.io/resourceclaims/binding/update/*",
 		"/resource.k8s.io/devicetaintrules/list/*", "/resource.k8s.io/devicetaintrules/watch/*", "/resource.k8s.io/devicetaintrules/create/*", "/resource.k8s.io/devicetaintrules/deletecollection/*",
+		"/batch/jobs/get/*", "//persistentvolumeclaims/get/*", "//persistentvolumes/get/*", "//namespaces/get/*", "/storage.k8s.io/storageclasses/get/*",
 		"/rbac.authorization.k8s.io/clusterroles/get/" + name,
 		deploy.Namespace + "/coordination.k8s.io/leases/create/*",
 		deploy.Namespace + "/coordination.k8s.io/leases/get/" + name, deploy.Namespace + "/coordination.k8s.io/leases/update/" + name,

@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -86,11 +87,13 @@ func untilRefused(t testing.TB, ctx context.Context, what string, dryRun func(co
 // lets it write any claim's status, any DeviceTaintRule and evict any
 // pod; the chart's ValidatingAdmissionPolicies refuse, each with its
 // message: a DeviceTaintRule without the operation label, with another
-// taint key or for another driver; deleting (deletecollection, admitted
-// per rule) a rule without the label; a status update of a claim that is
-// allocated already, an allocation to another driver's device, an
-// allocation that also changes status.reservedFor; an eviction outside
-// defrag-ok. What the controller does is allowed: creating and deleting
+// taint key, for another driver, with effect NoExecute, or for more than
+// one device (the whole driver, a whole pool); deleting
+// (deletecollection, admitted per rule) a rule without the label; a
+// status update of a claim that is allocated already, an allocation to
+// another driver's device, with a configuration that is not the claim's
+// own (another one, a class's), in a namespace outside defrag-ok, or
+// that also changes status.reservedFor; an eviction outside defrag-ok. What the controller does is allowed: creating and deleting
 // its own rules, allocating an unallocated claim to the driver's device,
 // evicting in defrag-ok. The administrator is not confined.
 func TestDefragPolicy(t *testing.T) {
@@ -117,6 +120,21 @@ func TestDefragPolicy(t *testing.T) {
 	refused(t, "create a rule with another taint key", err, sa+" may create only DeviceTaintRules with taint key "+defrag.TaintKey)
 	_, err = rules.Create(ctx, taintRule("other-driver", own, defrag.TaintKey, "other.example.com"), metav1.CreateOptions{})
 	refused(t, "create a rule for another driver", err, sa+" may create only DeviceTaintRules whose deviceSelector.driver is "+nvdriver.DriverName)
+	noExecute := taintRule("no-execute", own, defrag.TaintKey, nvdriver.DriverName)
+	noExecute.Spec.Taint.Effect = resourceapi.DeviceTaintEffectNoExecute
+	_, err = rules.Create(ctx, noExecute, metav1.CreateOptions{})
+	refused(t, "create a rule with effect NoExecute", err, sa+" may create only "+
+		"DeviceTaintRules with effect NoSchedule")
+	wholeDriver := taintRule("whole-driver", own, defrag.TaintKey, nvdriver.DriverName)
+	wholeDriver.Spec.DeviceSelector.Pool, wholeDriver.Spec.DeviceSelector.Device = nil, nil
+	_, err = rules.Create(ctx, wholeDriver, metav1.CreateOptions{})
+	msgOne := sa + " may create only DeviceTaintRules for one device (deviceSelector.pool and " +
+		"deviceSelector.device set)"
+	refused(t, "create a rule of the whole driver", err, msgOne)
+	wholePool := taintRule("whole-pool", own, defrag.TaintKey, nvdriver.DriverName)
+	wholePool.Spec.DeviceSelector.Device = nil
+	_, err = rules.Create(ctx, wholePool, metav1.CreateOptions{})
+	refused(t, "create a rule of a whole pool", err, msgOne)
 	if _, err := rules.Create(ctx, taintRule("mig-defrag-op-1-0", own, defrag.TaintKey, nvdriver.DriverName), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the controller cannot create its own rule: %v", err)
 	}
@@ -145,24 +163,28 @@ func TestDefragPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	newClaim := func(name string) *resourceapi.ResourceClaim {
+	ownConfig := resourceapi.DeviceClaimConfiguration{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig"}`)}}}}
+	newClaimIn := func(ns, name string) *resourceapi.ResourceClaim {
 		t.Helper()
-		c, err := env.Client.ResourceV1().ResourceClaims(allowedNS).Create(ctx, &resourceapi.ResourceClaim{
+		c, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
-			}}}},
+			}}, Config: []resourceapi.DeviceClaimConfiguration{ownConfig}}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
+	newClaim := func(name string) *resourceapi.ResourceClaim { return newClaimIn(allowedNS, name) }
+	// As the allocator writes it: the claim's own configuration.
 	allocation := func(driver string) *resourceapi.AllocationResult {
 		return &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 				Request: "gpu", Driver: driver, Pool: "node-a", Device: "gpu-0-4g-71gb-0",
-			}}},
+			}}, Config: []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim, Requests: ownConfig.Requests, DeviceConfiguration: ownConfig.DeviceConfiguration}}},
 			AllocationTimestamp: ptr.To(metav1.Now()),
 		}
 	}
@@ -176,6 +198,24 @@ func TestDefragPolicy(t *testing.T) {
 	}, msgDriver)
 	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	refused(t, "allocate a claim to another driver's device", err, msgDriver)
+
+	msgConfig := sa + " may only write the claim's own configuration (spec.devices.config) into " +
+		"its allocation"
+	for what, cfg := range map[string]resourceapi.DeviceAllocationConfiguration{
+		"another configuration": {Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)}}}},
+		"a class's configuration": {Source: resourceapi.AllocationConfigSourceClass, DeviceConfiguration: ownConfig.DeviceConfiguration},
+	} {
+		c = newClaim("config-" + strings.ReplaceAll(strings.ReplaceAll(what, " ", "-"), "'", ""))
+		c.Status.Allocation = allocation(nvdriver.DriverName)
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfg}
+		_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		refused(t, "allocate a claim with "+what, err, msgConfig)
+	}
+	c = newClaimIn(otherNS, "elsewhere")
+	c.Status.Allocation = allocation(nvdriver.DriverName)
+	_, err = dc.ResourceV1().ResourceClaims(otherNS).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	refused(t, "allocate a claim in "+otherNS, err, sa+" may allocate claims only in namespaces "+allowedNS+", not in "+otherNS)
 
 	c = newClaim("reserved")
 	c.Status.Allocation = allocation(nvdriver.DriverName)

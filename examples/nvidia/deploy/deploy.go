@@ -351,7 +351,9 @@ func FreeLocalPort() (int, error) {
 // SimulatorValues are the `helm install --set` values that run the driver
 // on a simulated DGX H200 on every node, as drakit's demo and tests do:
 // nvml.sim=dgx-h200 with GPUs 0-1 whole, 2-3 holding an administrator's
-// MIG devices and 4-7 dynamic MIG; no GPU node label required; a
+// MIG devices and 4-7 dynamic MIG (the alpha gates DynamicMIG and
+// DynamicMIGWholeGPU turned on: the demo shows dynamic MIG, which the
+// chart's defaults keep off); no GPU node label required; a
 // DeviceClass per H200 MIG profile; and the extended resource names
 // nvidia.com/gpu and nvidia.com/mig-<profile> on the classes (no device
 // plugin serves them there). The chart's defaults are for real GPUs
@@ -363,6 +365,8 @@ func SimulatorValues() []string {
 		"nvml.simMIGGPUs=2-7",
 		`nvml.simInstances=2:4g.71gb@0\,2:3g.71gb@4\,3:3g.71gb@0\,3:2g.35gb@4\,3:1g.18gb@6`,
 		`dynamicMIGGPUs=4\,5\,6\,7`,
+		"featureGates.DynamicMIG=true",
+		"featureGates.DynamicMIGWholeGPU=true",
 		"gpuNodeLabel=",
 		"deviceClasses.migProfiles={1g.18gb,1g.18gb+me,1g.35gb,2g.35gb,3g.71gb,4g.71gb,7g.141gb}",
 		"deviceClasses.extendedResources=true",

@@ -22,7 +22,7 @@ const webhookName = "nvidia-dra-driver-webhook"
 
 // dynamicGPU is the chart value that makes GPU 0 dynamic MIG: the layout
 // publication, the default, concerns only nodes with a dynamic GPU.
-const dynamicGPU = "dynamicMIGGPUs=0"
+const dynamicGPU = "dynamicMIGGPUs=0,featureGates.DynamicMIG=true"
 
 // TestChartLayoutPublication: with a dynamic GPU, the default
 // (migPublication=layout) gives the driver --mig-publication=layout and

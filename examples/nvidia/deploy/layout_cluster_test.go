@@ -80,7 +80,7 @@ func staleMessage(device, pool string) string {
 // the host's network at port, called by URL (the local cluster has no
 // service proxy).
 func layoutValues(port int) []string {
-	return []string{"dynamicMIGGPUs=0", "webhook.hostNetwork=true",
+	return []string{"dynamicMIGGPUs=0", "featureGates.DynamicMIG=true", "webhook.hostNetwork=true",
 		fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port)}
 }
 

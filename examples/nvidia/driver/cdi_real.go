@@ -59,8 +59,12 @@ func WithContainerEditor(e ContainerEditor) Option {
 // for a driver installed on the host, /run/nvidia/driver for the GPU
 // Operator's driver container); Container is where this process sees
 // that folder (the chart mounts it read-only at /driver-root). Device
-// nodes are Host/dev/..., the MIG capabilities are read from
-// Container/proc/driver/nvidia.
+// nodes are Host/dev/... (see DevRoot). The MIG capabilities are never
+// read under the driver root: /proc/devices and
+// /proc/driver/nvidia/capabilities are the kernel's, the same in every
+// container of the node, and this process reads its own /proc (as
+// NVIDIA's driver does), so a driver root without proc (GKE's
+// /home/kubernetes/bin/nvidia) serves MIG devices too.
 type DriverRoot struct {
 	Host, Container string
 }
@@ -77,7 +81,6 @@ func WithDriverRoot(r DriverRoot) Option {
 		}
 		r.Host, r.Container = filepath.Clean(r.Host), filepath.Clean(r.Container)
 		o.root = r
-		o.procRoot = filepath.Join(r.Container, "proc")
 		return nil
 	}
 }

@@ -49,6 +49,9 @@ type Driver struct {
 
 	health monitor
 
+	// warnings are the problems New confined to one GPU (Warnings).
+	warnings []Warning
+
 	// layout is the layout publication's (WithMIGLayout).
 	layoutMu sync.Mutex
 	layout   layoutState
@@ -79,6 +82,9 @@ type gpuInfo struct {
 	// vgpuGuest is set for a vGPU guest's GPU, which cannot change its
 	// MIG mode (see wholeOK).
 	vgpuGuest bool
+	// others is what NVML last said of the processes holding it (a
+	// GPU with MIG; Driver.wholeNow).
+	others *others
 	// broken is why the GPU could not be read at start: it is published
 	// whole from what NVML did say, with the health taint of a lost GPU,
 	// and read again until it answers (lostgpu.go).
@@ -115,6 +121,12 @@ type Key struct {
 // Option configures New.
 type Option func(*options) error
 
+// hostProc is where this process reads the kernel's view of the node's
+// NVIDIA devices (/proc/devices, /proc/driver/nvidia/capabilities):
+// kernel-global files, the same in every container; tests set a fake
+// one.
+var hostProc = "/proc"
+
 type options struct {
 	profiles []string
 	stateDir string
@@ -129,10 +141,11 @@ type options struct {
 	heartbeat         time.Duration
 	fullMIG           bool
 	noWholeDynamic    bool
-	procRoot          string // "/proc"; tests use a fake one
+	procRoot          string // hostProc
 	dynamicGPUs       []string
 	ignoredXIDs       map[uint64]bool
 	root              DriverRoot
+	warn              func(Warning)   // WithWarnings
 	editor            ContainerEditor // nil: nodeEditor
 	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
 }
@@ -296,7 +309,9 @@ func WithSimulatedContainers(simulated bool) Option {
 // GPU dropped from the list (see WithDynamicGPUs). Close releases the
 // state folder.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: hostProc, root: DriverRoot{Host: "/", Container: "/"},
+		republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval,
+		heartbeat: DefaultHealthHeartbeat}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -341,7 +356,7 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	if err := d.readHardware(); err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
-	dynamic, err := d.dynamicUUIDs()
+	dynamic, record, err := d.resolveDynamic()
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
@@ -356,6 +371,12 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
+	// Under the state folder's lock: what each index named stays
+	// recorded beside the lifecycle's record of the dynamic GPUs.
+	if err := writeSelectors(o.stateDir, record); err != nil {
+		// The next start resolves the indexes not recorded again.
+		klog.Background().Error(err, "Could not record which GPU each dynamic MIG GPU index names")
 	}
 	d.watchBroken()
 	if n, ok := o.layoutSrc.(changeNotifier); ok {
@@ -452,6 +473,7 @@ func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
 			}
 		}
 		*anyMIG = true
+		gi.others = &others{}
 		gi.profiles = advertised(gi.product, d.o.profiles)
 		*anyProfile = *anyProfile || len(gi.profiles) > 0
 	}
@@ -532,10 +554,10 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return devInfo{}, false
 	}
 	if ref.Profile == "" {
-		if ok, _ := g.wholeOK(); !ok {
+		if ok, _ := d.wholeNow(g); !ok {
 			return devInfo{}, false
 		}
-		return d.wholeInfo(g), !d.o.noWholeDynamic
+		return d.wholeInfo(g), true
 	}
 	pr, err := g.product.Profile(ref.Profile)
 	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {

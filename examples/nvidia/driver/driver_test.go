@@ -445,6 +445,14 @@ func specString(t *testing.T, e *cdi.Edits) string {
 // capability device node is made anywhere.
 func writeMIGCaps(t *testing.T, f *fixture, procRoot string, gpu int, dev string, giMinor, ciMinor int) {
 	t.Helper()
+	info, _ := f.d.deviceInfo(dev)
+	writeMIGCapsAt(t, procRoot, gpu, info.gi, info.ci, giMinor, ciMinor)
+}
+
+// writeMIGCapsAt is writeMIGCaps for GPU instance gi and compute
+// instance ci of GPU gpu.
+func writeMIGCapsAt(t *testing.T, procRoot string, gpu, gi, ci, giMinor, ciMinor int) {
+	t.Helper()
 	if err := os.MkdirAll(procRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -452,17 +460,17 @@ func writeMIGCaps(t *testing.T, f *fixture, procRoot string, gpu int, dev string
 	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(devices), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	info, _ := f.d.deviceInfo(dev)
-	base := filepath.Join(procRoot, "driver/nvidia/capabilities", "gpu"+strconv.Itoa(gpu), "mig", "gi"+strconv.Itoa(info.gi))
-	ci := "ci" + strconv.Itoa(info.ci)
-	if err := os.MkdirAll(filepath.Join(base, ci), 0o755); err != nil {
+	base := filepath.Join(procRoot, "driver/nvidia/capabilities", "gpu"+strconv.Itoa(gpu), "mig", "gi"+strconv.Itoa(gi))
+	cis := "ci" + strconv.Itoa(ci)
+	if err := os.MkdirAll(filepath.Join(base, cis), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []struct {
 		file  string
 		minor int
-	}{{"access", giMinor}, {ci + "/access", ciMinor}} {
-		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+strconv.Itoa(w.minor)+"\nDeviceFileMode: 292\n"), 0o644); err != nil {
+	}{{"access", giMinor}, {cis + "/access", ciMinor}} {
+		// As the kernel module writes them: the mode in decimal.
+		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+strconv.Itoa(w.minor)+"\nDeviceFileMode: 292\nDeviceFileModify: 1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -530,35 +538,56 @@ func TestMIGAttributes(t *testing.T) {
 }
 
 // On real hardware a container gets the device nodes: the GPU's, the MIG
-// capability nodes of a MIG device (minors from /proc), and the control
-// nodes.
+// capability nodes of a MIG device (minors and mode from /proc), and the
+// control nodes.
 func TestRealHardwareEdits(t *testing.T) {
 	ctx := context.Background()
+	proc := fakeHostProc(t)
 	f := newFixture(t, WithSimulatedContainers(false))
-	proc := t.TempDir()
-	f.d.o.procRoot = proc
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
 	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 21, 22)
 	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
-	// The capability nodes carry their type and numbers: the runtime
-	// makes them in the container although the node has none.
-	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21`,
-		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
+	// The capability nodes carry their type, numbers and mode: the
+	// runtime makes them in the container although the node has none.
+	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21,"fileMode":292`,
+		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22,"fileMode":292`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("edits lack %s: %s", want, all)
 		}
 	}
-	if _, err := capMinor(filepath.Join(proc, "nope")); err == nil {
-		t.Error("capMinor of a missing file succeeded")
+	if _, err := readCapability(filepath.Join(proc, "nope")); err == nil {
+		t.Error("readCapability of a missing file succeeded")
 	}
-	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 nvidia-frontend\n"), 0o644); err != nil {
+	for _, bad := range []string{"DeviceFileMinor: 3\n", "DeviceFileMode: 292\n", "DeviceFileMinor: x\nDeviceFileMode: 292\n", "DeviceFileMinor: 3\nDeviceFileMode: 4096\n"} {
+		p := filepath.Join(proc, "bad")
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readCapability(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("capability file %q: %v, want an error naming the file", bad, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 "+
+		"nvidia-frontend\n\nBlock devices:\n236 nvidia-caps\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := MIGCapabilityNodes(proc, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "no nvidia-caps line") {
-		t.Errorf("a /proc/devices without nvidia-caps: %v, want an error that says so", err)
+		t.Errorf("a /proc/devices without a nvidia-caps character device: %v, want an error "+
+			"that says so", err)
 	}
+}
+
+// fakeHostProc makes the drivers New makes until the test ends read the
+// kernel's files (/proc/devices, /proc/driver/nvidia) from a folder of
+// their own, which it returns.
+func fakeHostProc(t *testing.T) string {
+	t.Helper()
+	proc, was := t.TempDir(), hostProc
+	hostProc = proc
+	t.Cleanup(func() { hostProc = was })
+	return proc
 }
 
 // capsMajorForTests is the nvidia-caps major writeMIGCaps puts in

@@ -323,6 +323,9 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 		case <-ctx.Done():
 			return nil
 		case <-heartbeat.C:
+			// Whether other NVML clients hold an idle dynamic GPU
+			// decides whether it is offered whole.
+			d.pollOthers()
 			if !m.live(liveRounds * d.o.heartbeat) {
 				if !silent {
 					logger.Error(nil, "NVML's health event loop has not answered; no longer re-affirming the GPUs' health", "for", liveRounds*d.o.heartbeat)

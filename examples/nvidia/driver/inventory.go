@@ -275,14 +275,15 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 		return nil, err
 	}
 	for i, p := range pools {
-		// The GPU whole only where MIG mode can be left (gpuInfo.wholeOK).
+		// The GPU whole only where MIG mode can be left and no other
+		// NVML client holds it (Driver.wholeNow).
 		pools[i].Devices = slices.DeleteFunc(p.Devices, func(dev *device.Device) bool {
 			ref, err := mig.ParseDeviceName(dev.Name())
 			if err != nil || ref.Profile != "" {
 				return false
 			}
-			ok, _ := byIndex[ref.GPU].wholeOK()
-			return !ok || d.o.noWholeDynamic
+			ok, _ := d.wholeNow(byIndex[ref.GPU])
+			return !ok
 		})
 	}
 	for _, p := range pools {

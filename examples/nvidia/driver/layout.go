@@ -222,7 +222,7 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 		// A GPU that cannot be used whole publishes nothing rather than
 		// its whole device.
 		if len(c.Layout) == 0 && !c.Withheld && !c.WholeInUse {
-			if ok, _ := byIndex[c.Index].wholeOK(); !ok || d.o.noWholeDynamic {
+			if ok, _ := d.wholeNow(byIndex[c.Index]); !ok {
 				cardsOut[i].Withheld = true
 			}
 		}

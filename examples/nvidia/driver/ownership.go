@@ -15,10 +15,18 @@ import (
 	"github.com/drakit/drakit/statefile"
 )
 
-// WithDynamicGPUs names the dynamic MIG GPUs (by UUID, or by NVML index
-// at this start): the driver owns every MIG device on them, makes them
-// at prepare and destroys, at start, every one that no held claim names,
-// whoever made it. Without this option no GPU is dynamic (as NVIDIA's
+// WithDynamicGPUs names the dynamic MIG GPUs: by UUID ("GPU-..."), by PCI
+// bus ID ("0000:1b:00.0"), which both stay with the GPU, or by NVML
+// index. An index names a GPU at the start that first resolves it: the
+// GPU's UUID is recorded in the state folder (DynamicGPUsFile), and later
+// starts keep that GPU dynamic wherever NVML enumerates it (after a GPU
+// fell off the bus and the node rebooted, the later indexes move down);
+// the GPU an index names now, if another, is not made dynamic for it. A
+// dynamic GPU missing from the node, or one without MIG, is a Warning for
+// that GPU (see WithWarnings), and the others are served. The driver owns
+// every MIG device on the dynamic GPUs, makes them at prepare and
+// destroys, at start, every one that no held claim names, whoever made
+// it. Without this option no GPU is dynamic (as NVIDIA's
 // driver keeps dynamic MIG behind an alpha gate): a GPU in MIG mode
 // publishes its MIG devices as they are and nothing on it is ever
 // changed, whatever it holds at the driver's first start. The list is
@@ -39,22 +47,6 @@ func WithDynamicGPUs(gpus ...string) Option {
 	}
 }
 
-// dynamicUUIDs resolves the WithDynamicGPUs selectors to UUIDs.
-func (d *Driver) dynamicUUIDs() ([]string, error) {
-	var out []string
-	for _, s := range d.o.dynamicGPUs {
-		g, ok := d.gpuBySelector(s)
-		if !ok {
-			return nil, fmt.Errorf("dynamic MIG GPU %q: no such GPU on this node", s)
-		}
-		if g.product == nil && g.broken == nil {
-			return nil, fmt.Errorf("dynamic MIG GPU %q (GPU %d): it has no MIG mode", s, g.Index)
-		}
-		out = append(out, g.UUID)
-	}
-	return out, nil
-}
-
 // hw is the GPUs as the driver knows them now (a GPU unreadable at start
 // is read again when it answers; the slice is replaced then, never
 // changed in place).
@@ -62,16 +54,6 @@ func (d *Driver) hw() []gpuInfo {
 	d.gpuMu.Lock()
 	defer d.gpuMu.Unlock()
 	return d.gpus
-}
-
-// gpuBySelector finds a GPU by UUID or NVML index.
-func (d *Driver) gpuBySelector(s string) (gpuInfo, bool) {
-	for _, g := range d.hw() {
-		if g.UUID == s || fmt.Sprint(g.Index) == s {
-			return g, true
-		}
-	}
-	return gpuInfo{}, false
 }
 
 // gpuByUUID finds a GPU by UUID; false when this node has none (any
@@ -122,9 +104,15 @@ func (d *Driver) keyOf(dev kit.AllocatedDevice, data json.RawMessage) (lifecycle
 // (kit.Reconciler, lifecycle.Manager.Reconcile): a device that a held
 // claim names is kept and recorded as that claim's (also when the
 // journal lost it), one no held claim names is destroyed, a dynamic GPU
-// no claim holds whole gets MIG mode on again. It also removes the
-// temporary files that crashed writes left in the claims' devices
-// folder.
+// no claim holds whole gets MIG mode on again. Ownership follows the
+// records: a MIG device (or GPU held whole) that the runtime's checkpoint
+// says this driver made for a held claim stays the driver's when the
+// state folder was lost, also on a GPU no longer named dynamic
+// (lifecycle.Manager.Restore: the GPU is drained, the device destroyed
+// at the claim's release, never published as an administrator's). It
+// also makes the claims' devices files match the held claims (written
+// again where lost, removed where the runtime holds no claim) and
+// removes the temporary files that crashed writes left in their folder.
 func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error) {
 	// Only a prepare writes a devices file, and none runs during
 	// Reconcile: not in this process, nor (under the runtime's
@@ -134,5 +122,9 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 	} else if n > 0 {
 		klog.FromContext(ctx).Info("Removed the temporary files of interrupted devices file writes", "files", n)
 	}
-	return errors.Join(err, d.lc.Reconcile(ctx, held))
+	if rerr := d.lc.Restore(ctx, recordedPartitions(held)); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	err = errors.Join(err, d.lc.Reconcile(ctx, held))
+	return errors.Join(err, d.syncClaimFiles(ctx, held))
 }

@@ -56,9 +56,13 @@ type ClaimDevice struct {
 	// Profile and Placement describe a MIG device.
 	Profile   string         `json:"profile,omitempty"`
 	Placement *mig.Placement `json:"placement,omitempty"`
-	// TimeSlice is the GPU's time-slice when the claim configured
-	// time-slicing.
+	// TimeSlice is the GPU's time-slice this claim set (its
+	// configuration's time-slicing); empty when it set none.
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
+	// AdminAccess is true for a device the claim holds with admin
+	// access: nothing was applied to it (no MIG device made, no
+	// time-slice set), whatever the claim's configuration asks.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // ClaimFile is the devices file a claim's containers get, at
@@ -96,6 +100,9 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 		return err
 	}
 	for _, dev := range devs {
+		if g, whole := d.dynamicWhole(dev); whole && !dev.AdminAccess {
+			d.readOthers(g) // what holds it now, not at the last heartbeat
+		}
 		info, ok := d.lookup(dev.Device)
 		if !ok {
 			return d.notOffered(dev)
@@ -115,7 +122,7 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 func (d *Driver) notOffered(dev kit.AllocatedDevice) error {
 	if ref, err := mig.ParseDeviceName(dev.Device); err == nil && ref.Profile == "" {
 		if gpus := d.hw(); ref.GPU >= 0 && ref.GPU < len(gpus) && d.dynamic(&gpus[ref.GPU]) {
-			if ok, why := gpus[ref.GPU].wholeOK(); !ok {
+			if ok, why := d.wholeNow(&gpus[ref.GPU]); !ok {
 				return fmt.Errorf("device %s: dynamic MIG GPU %d is not offered whole: %s; ask for one of its MIG devices", dev.ID(), ref.GPU, why)
 			}
 		}
@@ -170,8 +177,10 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 }
 
 // ClaimEdits gives every container of the claim EnvVisibleDevices=
-// VisibleDevicesVoid, the claim's devices file (ClaimFile) mounted
-// read-only in ClaimFileDir with the folder in EnvClaimFileDir, and on
+// VisibleDevicesVoid, the claim's devices file (ClaimFile: what
+// PrepareClaim and PrepareDevice applied; Reconcile writes it again from
+// the runtime's checkpoint when it is lost) mounted read-only in
+// ClaimFileDir with the folder in EnvClaimFileDir, and on
 // real hardware the ContainerEditor's CommonEdits (by default the control
 // nodes /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools). It
 // sets no variable to a value of its own claim: a container with two
@@ -187,7 +196,10 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		if err != nil {
 			return nil, err
 		}
-		cd.TimeSlice = cfg.timeSlice()
+		// What PrepareDevice applied: nothing with admin access.
+		if cd.AdminAccess = dev.AdminAccess; !dev.AdminAccess {
+			cd.TimeSlice = cfg.timeSlice()
+		}
 		f.Devices = append(f.Devices, cd)
 	}
 	host := d.claimFile(string(claim.UID))
@@ -338,15 +350,20 @@ func (d *Driver) deviceNodes(info devInfo) ([]cdi.DeviceNode, error) {
 
 // MIGCapabilityNodes returns the two capability device nodes a container
 // needs to use MIG device (gi, ci) of the GPU with device minor gpuMinor,
-// as character devices with their numbers: the GPU instance's and the
-// compute instance's /dev/nvidia-caps/nvidia-cap<N>, N read from
+// as character devices with their numbers and file mode: the GPU
+// instance's and the compute instance's /dev/nvidia-caps/nvidia-cap<N>,
+// N and the mode read from
 // <procRoot>/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access and
-// .../ci<C>/access ("DeviceFileMinor: N"), the major from the
-// "nvidia-caps" line of <procRoot>/devices. The nodes need not exist on
-// the host (they seldom do for a MIG device made after the node booted):
-// with its type and numbers given, the container runtime makes the node
-// in the container without looking for it. A missing or unreadable file
-// is an error that names it.
+// .../ci<C>/access ("DeviceFileMinor: N", "DeviceFileMode: M", M the
+// decimal permission bits the kernel module gives the node, 292 for
+// 0444), the major from the "nvidia-caps" line of <procRoot>/devices.
+// procRoot is "/proc" on a node: these files are the kernel's, the same
+// in every container, whatever the driver root. The nodes need not exist
+// on the host (they seldom do for a MIG device made after the node
+// booted): with its type and numbers given, the container runtime makes
+// the node in the container without looking for it, with the mode the
+// kernel module would have given it. A missing or unreadable file is an
+// error that names it.
 func MIGCapabilityNodes(procRoot string, gpuMinor, gi, ci int) ([]cdi.DeviceNode, error) {
 	major, err := capsMajor(filepath.Join(procRoot, "devices"))
 	if err != nil {
@@ -355,26 +372,31 @@ func MIGCapabilityNodes(procRoot string, gpuMinor, gi, ci int) ([]cdi.DeviceNode
 	base := filepath.Join(procRoot, fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", gpuMinor, gi))
 	var nodes []cdi.DeviceNode
 	for _, p := range []string{base + "/access", fmt.Sprintf("%s/ci%d/access", base, ci)} {
-		minor, err := capMinor(p)
+		c, err := readCapability(p)
 		if err != nil {
 			return nil, err
 		}
-		nodes = append(nodes, cdi.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(minor), Type: "c", Major: major, Minor: int64(minor)})
+		path := "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(c.minor)
+		nodes = append(nodes, cdi.DeviceNode{Path: path, Type: "c", Major: major,
+			Minor: int64(c.minor), FileMode: &c.mode})
 	}
 	return nodes, nil
 }
 
 // capsMajor reads the major number of the nvidia-caps character devices
-// from /proc/devices ("236 nvidia-caps").
+// from /proc/devices ("236 nvidia-caps" among the character devices).
 func capsMajor(path string) (int64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("read the nvidia-caps device major: %w", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Block devices:") {
+			break // a block device of that name is not the caps' major
+		}
 		f := strings.Fields(line)
 		if len(f) == 2 && f[1] == "nvidia-caps" {
-			n, err := strconv.ParseInt(f[0], 10, 64)
+			n, err := strconv.ParseInt(f[0], 10, 32)
 			if err != nil || n <= 0 {
 				return 0, fmt.Errorf("read the nvidia-caps device major from %s: %q is not a major number", path, f[0])
 			}
@@ -384,22 +406,50 @@ func capsMajor(path string) (int64, error) {
 	return 0, fmt.Errorf("read the nvidia-caps device major: %s has no nvidia-caps line; is the NVIDIA kernel driver (with MIG support) loaded?", path)
 }
 
-// capMinor reads "DeviceFileMinor: N" from a MIG capability file.
-func capMinor(path string) (int, error) {
+// capability is what a MIG capability file says of its device node.
+type capability struct {
+	minor int
+	mode  os.FileMode
+}
+
+// readCapability reads "DeviceFileMinor: N" and "DeviceFileMode: M"
+// (decimal) from a MIG capability file.
+func readCapability(path string) (capability, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, fmt.Errorf("read MIG capability: %w", err)
+		return capability{}, fmt.Errorf("read MIG capability: %w", err)
 	}
+	c, minor, mode := capability{}, false, false
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "DeviceFileMinor:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return 0, fmt.Errorf("read MIG capability %s: %q is not a number", path, v)
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "DeviceFileMinor":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return c, fmt.Errorf("read MIG capability %s: DeviceFileMinor %q is not a number",
+					path, v)
 			}
-			return n, nil
+			c.minor, minor = n, true
+		case "DeviceFileMode":
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n > 0o777 {
+				return c, fmt.Errorf("read MIG capability %s: DeviceFileMode %q is not a decimal "+
+					"permission", path, v)
+			}
+			c.mode, mode = os.FileMode(n), true
 		}
 	}
-	return 0, fmt.Errorf("read MIG capability %s: no DeviceFileMinor", path)
+	switch {
+	case !minor:
+		return c, fmt.Errorf("read MIG capability %s: no DeviceFileMinor", path)
+	case !mode:
+		return c, fmt.Errorf("read MIG capability %s: no DeviceFileMode", path)
+	}
+	return c, nil
 }
 
 // writeJSON writes v to path atomically (mode 0644: containers of the

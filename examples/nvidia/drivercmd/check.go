@@ -62,7 +62,8 @@ func newCheck(node, dir, keep string, nv *nvmlflag.Flags) (*checkRun, error) {
 	}
 	c := &checkRun{node: node, tmp: tmp, stateDir: filepath.Join(tmp, "state"), keep: keep != ""}
 	err = os.MkdirAll(c.stateDir, 0o755)
-	for _, f := range []string{lifecycle.CardsFile, lifecycle.JournalFile} {
+	kept := []string{lifecycle.CardsFile, lifecycle.JournalFile, nvdriver.DynamicGPUsFile}
+	for _, f := range kept {
 		if err == nil {
 			err = copyIfExists(filepath.Join(dir, f), filepath.Join(c.stateDir, f))
 		}
@@ -102,7 +103,13 @@ func copyIfExists(src, dst string) error {
 // existing MIG device). A dynamic MIG device is made at prepare, which a
 // check does not do, so a dynamic GPU gets no spec. Problems are printed
 // where they arise and returned together at the end.
-func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d *nvdriver.Driver, root nvdriver.DriverRoot) error {
+func (c *checkRun) print(
+	ctx context.Context,
+	w io.Writer,
+	nv nvml.Interface,
+	d *nvdriver.Driver,
+	root nvdriver.DriverRoot,
+) error {
 	sys, err := nv.System()
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
@@ -122,17 +129,47 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		errs = append(errs, fmt.Errorf("check: inventory: %w", err))
 	}
 	rs := inv.ResourceSlices(c.node)
-	fmt.Fprintf(w, "# nvidia-dra-driver -check, node %s: NVIDIA driver %s, CUDA %s, %d GPUs, driver root %s (read at %s)\n",
-		c.node, sys.DriverVersion, sys.CUDAVersion, len(gpus), root.Host, root.Container)
-	fmt.Fprintf(w, "# inventory: %d pools, %d ResourceSlices, %s; nothing was published, created, destroyed or changed\n", len(inv.Pools), len(rs), valid)
-	fmt.Fprintf(w, "# (a spec's claim devices file is mounted from the check's temporary folder; the driver's is <-state-dir>/claims/<claim UID>.json)\n")
+	fmt.Fprintf(
+		w,
+		"# nvidia-dra-driver -check, node %s: NVIDIA driver %s, CUDA %s, %d GPUs, driver root "+
+			"%s (read at %s)\n",
+		c.node,
+		sys.DriverVersion,
+		sys.CUDAVersion,
+		len(gpus),
+		root.Host,
+		root.Container,
+	)
+	fmt.Fprintf(
+		w,
+		"# inventory: %d pools, %d ResourceSlices, %s; nothing was published, created, "+
+			"destroyed or changed\n",
+		len(inv.Pools),
+		len(rs),
+		valid,
+	)
+	fmt.Fprintf(
+		w,
+		"# (a spec's claim devices file is mounted from the check's temporary folder; the "+
+			"driver's is <-state-dir>/claims/<claim UID>.json)\n",
+	)
+	for _, x := range d.Warnings() {
+		fmt.Fprintf(w, "# WARNING %s: %s\n", x.Reason, x.Message)
+	}
+	printGates(w, d.Readiness())
 	specs, err := cdi.NewWriter(filepath.Join(c.tmp, "cdi"), nvdriver.DriverName, "claim")
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
 	for _, g := range gpus {
 		if g.Err != nil {
-			fmt.Fprintf(w, "---\n# GPU %d: %s cannot be read, left out: %v\n", g.Index, g.UUID, g.Err)
+			fmt.Fprintf(
+				w,
+				"---\n# GPU %d: %s cannot be read, left out: %v\n",
+				g.Index,
+				g.UUID,
+				g.Err,
+			)
 			errs = append(errs, fmt.Errorf("check: GPU %d: %w", g.Index, g.Err))
 			continue
 		}
@@ -141,7 +178,17 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		if len(devs) > 0 {
 			mode = modeOf(devs[0])
 		}
-		fmt.Fprintf(w, "---\n# GPU %d: %s %s at %s, minor %d: %s, %d devices\n", g.Index, g.ProductName, g.UUID, g.PCIBusID, g.Minor, mode, len(devs))
+		fmt.Fprintf(
+			w,
+			"---\n# GPU %d: %s %s at %s, minor %d: %s, %d devices\n",
+			g.Index,
+			g.ProductName,
+			g.UUID,
+			g.PCIBusID,
+			g.Minor,
+			mode,
+			len(devs),
+		)
 		doc := map[string]any{"devices": devs}
 		if len(sets) > 0 {
 			doc["sharedCounters"] = sets
@@ -156,7 +203,11 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		})
 		if i < 0 {
 			if len(devs) > 0 {
-				fmt.Fprintf(w, "# no CDI spec: a dynamic MIG device is made at prepare, which a check does not do\n")
+				fmt.Fprintf(
+					w,
+					"# no CDI spec: a dynamic MIG device is made at prepare, which a check does "+
+						"not do\n",
+				)
 			}
 			continue
 		}
@@ -166,7 +217,12 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 			errs = append(errs, fmt.Errorf("check: GPU %d: %w", g.Index, err))
 			continue
 		}
-		fmt.Fprintf(w, "# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s", devs[i].Name, spec)
+		fmt.Fprintf(
+			w,
+			"# CDI spec the driver would write for a claim on %s (valid for the CDI library):\n%s",
+			devs[i].Name,
+			spec,
+		)
 	}
 	if c.keep {
 		b := []byte(strings.Join(c.ids, "\n"))
@@ -176,7 +232,12 @@ func (c *checkRun) print(ctx context.Context, w io.Writer, nv nvml.Interface, d 
 		if err := os.WriteFile(filepath.Join(c.tmp, CheckDevicesFile), b, 0o644); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("check: %w", err))...)
 		}
-		fmt.Fprintf(w, "---\n# specs written to %s, their device IDs to %s\n", specs.Dir(), filepath.Join(c.tmp, CheckDevicesFile))
+		fmt.Fprintf(
+			w,
+			"---\n# specs written to %s, their device IDs to %s\n",
+			specs.Dir(),
+			filepath.Join(c.tmp, CheckDevicesFile),
+		)
 	}
 	return errors.Join(errs...)
 }
@@ -204,13 +265,17 @@ func noDevices(nv nvml.Interface, index int) string {
 
 // gpuDevices is the devices of GPU index in the slices (by their index
 // attribute), each one's pool, and the GPU's counter sets.
-func gpuDevices(rs []*resourceapi.ResourceSlice, index int) ([]resourceapi.Device, []string, []resourceapi.CounterSet) {
+func gpuDevices(
+	rs []*resourceapi.ResourceSlice,
+	index int,
+) ([]resourceapi.Device, []string, []resourceapi.CounterSet) {
 	var devs []resourceapi.Device
 	var pools []string
 	var sets []resourceapi.CounterSet
 	for _, s := range rs {
 		for _, dev := range s.Spec.Devices {
-			if a, ok := dev.Attributes[mig.AttrIndex]; ok && a.IntValue != nil && *a.IntValue == int64(index) {
+			if a, ok := dev.Attributes[mig.AttrIndex]; ok && a.IntValue != nil &&
+				*a.IntValue == int64(index) {
 				devs = append(devs, dev)
 				pools = append(pools, s.Spec.Pool.Name)
 			}
@@ -228,8 +293,20 @@ func gpuDevices(rs []*resourceapi.ResourceSlice, index int) ([]resourceapi.Devic
 // (the driver's PrepareClaim, PrepareDevice and ClaimEdits) and returns
 // the claim's CDI spec as YAML, built and read back by the CDI library.
 // The claim's devices file goes to the check's temporary state folder.
-func (c *checkRun) spec(ctx context.Context, specs *cdi.Writer, d *nvdriver.Driver, gpu int, pool, dev string) ([]byte, error) {
-	claim := kit.Claim{ClaimRef: kit.ClaimRef{UID: types.UID("gpu-check-" + strconv.Itoa(gpu)), Namespace: "gpu-check", Name: dev}}
+func (c *checkRun) spec(
+	ctx context.Context,
+	specs *cdi.Writer,
+	d *nvdriver.Driver,
+	gpu int,
+	pool, dev string,
+) ([]byte, error) {
+	claim := kit.Claim{
+		ClaimRef: kit.ClaimRef{
+			UID:       types.UID("gpu-check-" + strconv.Itoa(gpu)),
+			Namespace: "gpu-check",
+			Name:      dev,
+		},
+	}
 	ad := kit.AllocatedDevice{Request: "gpu", Pool: pool, Device: dev}
 	all := []kit.AllocatedDevice{ad}
 	if err := d.PrepareClaim(ctx, claim, all); err != nil {
@@ -276,4 +353,79 @@ func (c *checkRun) dynamicGPUs() ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// printGates prints what decides the DynamicMIG and DynamicMIGWholeGPU
+// gates on this node, per GPU, and which GPUs each could serve.
+func printGates(w io.Writer, rs []nvdriver.GPUReadiness) {
+	fmt.Fprintf(
+		w,
+		"# gates %s and %s (alpha, off by default until this check has passed on a Hopper "+
+			"node): what decides them here\n",
+		DynamicMIG,
+		DynamicMIGWholeGPU,
+	)
+	var dyn, whole []string
+	for _, r := range rs {
+		verdict := func(why string) string {
+			if why == "" {
+				return "yes"
+			}
+			return "no: " + why
+		}
+		mode := "no MIG"
+		if r.MIG {
+			mode = fmt.Sprintf(
+				"MIG mode %s (pending %s)",
+				onOff(r.MIGMode.Current),
+				onOff(r.MIGMode.Pending),
+			)
+		}
+		owner := "not dynamic now"
+		if r.Dynamic {
+			owner = "dynamic now"
+		}
+		fmt.Fprintf(
+			w,
+			"#   GPU %d %s (%s, compute capability %s) %s: %s, %s; %s: %s; whole (%s): %s\n",
+			r.Index,
+			r.ProductName,
+			r.Architecture,
+			r.ComputeCapability,
+			r.UUID,
+			mode,
+			owner,
+			DynamicMIG,
+			verdict(r.DynamicMIG),
+			DynamicMIGWholeGPU,
+			verdict(r.Whole),
+		)
+		if r.DynamicMIG == "" {
+			dyn = append(dyn, strconv.Itoa(r.Index))
+		}
+		if r.DynamicMIG == "" && r.Whole == "" {
+			whole = append(whole, strconv.Itoa(r.Index))
+		}
+	}
+	list := func(gpus []string) string {
+		if len(gpus) == 0 {
+			return "none"
+		}
+		return strings.Join(gpus, ",")
+	}
+	fmt.Fprintf(
+		w,
+		"# %s could serve GPUs %s; %s GPUs %s\n",
+		DynamicMIG,
+		list(dyn),
+		DynamicMIGWholeGPU,
+		list(whole),
+	)
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }

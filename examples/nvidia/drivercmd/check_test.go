@@ -14,21 +14,37 @@ import (
 
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
 // TestCheck runs -check on the simulated DGX H200 of the README (GPUs 0-1
-// full, 2 static MIG, 3-7 dynamic MIG): it prints every GPU's devices
-// with their capacities and counters, a CDI spec for a full GPU and for
-// a MIG device that the CDI library reads, and changes nothing: the
+// full, 2 static MIG, 3-7 dynamic MIG, a process of the host holding GPU
+// 5): it prints every GPU's devices with their capacities and counters, a
+// CDI spec for a full GPU and for a MIG device that the CDI library
+// reads, and per GPU what decides the dynamic MIG gates (GPU 5 is not
+// offered whole: the process holds it); and changes nothing: the
 // simulator's state file and the driver's state folder stay as they were.
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	simState := filepath.Join(dir, "gpus.json")
+	// A process of the host holds GPU 5.
+	sim, err := nvmlsim.Open(simState, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{2, 3, 4, 5, 6, 7},
+		Instances: []nvmlsim.Instance{{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AttachClient(5, nvml.Process{PID: 4242, Kind: "compute"}); err != nil {
+		t.Fatal(err)
+	}
+	simBefore, err := os.ReadFile(simState)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
-	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", "-dynamic-mig-gpus=3,4,5,6,7"},
+	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", dynamicGates, dynamic},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
@@ -42,6 +58,16 @@ func TestCheck(t *testing.T) {
 		"name: gpu-2-3g-71gb-4", "name: gpu-7-7g-141gb-0", "name: gpu-7-counters",
 		"decoders:", "multiprocessors:", "memory-slice-0:",
 		"# no CDI spec: a dynamic MIG device is made at prepare",
+		// What decides the gates, per GPU.
+		"# gates DynamicMIG and DynamicMIGWholeGPU (alpha, off by default until this check has " +
+			"passed on a Hopper node)",
+		"#   GPU 0 NVIDIA H200 (Hopper, compute capability 9.0) GPU-",
+		": MIG mode off (pending off), not dynamic now; DynamicMIG: yes; whole " +
+			"(DynamicMIGWholeGPU): yes",
+		": MIG mode on (pending on), dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): yes",
+		": MIG mode on (pending on), dynamic now; DynamicMIG: yes; whole (DynamicMIGWholeGPU): " +
+			"no: other NVML clients hold it (processes 4242 (compute))",
+		"# DynamicMIG could serve GPUs 0,1,2,3,4,5,6,7; DynamicMIGWholeGPU GPUs 0,1,2,3,4,6,7",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
@@ -71,8 +97,8 @@ func TestCheck(t *testing.T) {
 	if strings.Join(names, " ") != "gpu-0 gpu-1 gpu-2-4g-71gb-0" {
 		t.Errorf("specs for %v, want gpu-0, gpu-1 and gpu-2-4g-71gb-0", names)
 	}
-	if _, err := os.Stat(simState); !os.IsNotExist(err) {
-		t.Errorf("the simulator's state file was written: %v", err)
+	if b, err := os.ReadFile(simState); err != nil || !bytes.Equal(b, simBefore) {
+		t.Errorf("the simulator's state file changed (%v)", err)
 	}
 	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
 		t.Errorf("the driver's state folder was written: %v", err)
@@ -109,7 +135,7 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState},
+	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, dynamicGates},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())

@@ -13,19 +13,25 @@ import (
 
 // The driver's feature gates (--feature-gates, the chart's featureGates):
 // its experimental parts, each with a stage as Kubernetes' gates have
-// one. An alpha gate is off by default, a beta gate on.
+// one. An alpha gate is off by default, a beta gate on. A gate says what
+// has run: a part stays alpha until its code has run on the hardware it
+// changes, which for the MIG gates is the GPU check
+// (examples/nvidia/gpucheck) passing on a Hopper node; the simulator
+// enforces NVML's rules as documented, not a GPU's behaviour.
 const (
-	// DynamicMIG (beta, on): the driver owns the MIG devices of dynamic
-	// GPUs, makes them at prepare and destroys them at unprepare. Off,
-	// no GPU is dynamic: the same as -dynamic-mig-gpus=none, recorded in
-	// the state folder like it (turning the gate on again needs
-	// -dynamic-mig-gpus to name the dynamic GPUs), and -dynamic-mig-gpus
-	// naming GPUs is refused.
+	// DynamicMIG (alpha, off): the driver owns the MIG devices of
+	// dynamic GPUs, makes them at prepare and destroys them at
+	// unprepare. Off, no GPU is dynamic: the same as
+	// -dynamic-mig-gpus=none, recorded in the state folder like it
+	// (turning the gate on again needs -dynamic-mig-gpus to name the
+	// dynamic GPUs), and -dynamic-mig-gpus naming GPUs is refused.
+	// NVIDIA keeps its own DynamicMIG gate alpha and off as well.
 	DynamicMIG featuregate.Feature = "DynamicMIG"
-	// DynamicMIGWholeGPU (beta, on): a dynamic GPU none of whose MIG
-	// devices is in use is also offered whole, the driver turning its
-	// MIG mode off while a claim holds it. Off, dynamic GPUs are offered
-	// as MIG devices only (nvdriver.WithoutWholeDynamicGPUs).
+	// DynamicMIGWholeGPU (alpha, off): a dynamic GPU none of whose MIG
+	// devices is in use, and which no other NVML client holds, is also
+	// offered whole, the driver turning its MIG mode off while a claim
+	// holds it. Off, dynamic GPUs are offered as MIG devices only
+	// (nvdriver.WithoutWholeDynamicGPUs).
 	DynamicMIGWholeGPU featuregate.Feature = "DynamicMIGWholeGPU"
 	// MIGDefragmenter (alpha, off): the defrag-controller command (the
 	// chart's defragmenter Deployment) runs; it evicts pods. Off, it
@@ -36,8 +42,8 @@ const (
 // FeatureGates are the driver's gates with their stage and default.
 func FeatureGates() map[featuregate.Feature]featuregate.FeatureSpec {
 	return map[featuregate.Feature]featuregate.FeatureSpec{
-		DynamicMIG:         {Default: true, PreRelease: featuregate.Beta},
-		DynamicMIGWholeGPU: {Default: true, PreRelease: featuregate.Beta},
+		DynamicMIG:         {Default: false, PreRelease: featuregate.Alpha},
+		DynamicMIGWholeGPU: {Default: false, PreRelease: featuregate.Alpha},
 		MIGDefragmenter:    {Default: false, PreRelease: featuregate.Alpha},
 	}
 }

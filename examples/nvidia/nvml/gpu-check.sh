@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # gpu-check.sh is the real-GPU check of the reference NVIDIA driver. It
 # only reads: it never changes MIG mode, creates or destroys an instance,
-# or resets a GPU.
+# or resets a GPU. One command, at most five minutes:
 #
+#   examples/nvidia/nvml/gpu-check.sh         # on a GPU machine with Go: builds what is missing, then runs
+#   _output/gpucheck/gpu-check.sh             # on the GPU node, from the folder "build" made (no Go needed)
 #   examples/nvidia/nvml/gpu-check.sh build   # here, no GPU needed: _output/gpucheck/ (binaries and this script)
-#   _output/gpucheck/gpu-check.sh run [driver flags]   # on the GPU node, from the copied folder (no Go needed)
 #
-# "run" prints, and writes to $OUT (or the binaries' folder) as gpu-check.txt:
+# It prints, and writes to $OUT (or the binaries' folder) as gpu-check.txt:
+#   - first, what decides the driver's alpha gates DynamicMIG and
+#     DynamicMIGWholeGPU on this node, per GPU (architecture and compute
+#     capability, MIG mode and whether turning it on or off needs a GPU
+#     reset, the nvidia-caps device of /proc, the processes holding the
+#     GPU, a vGPU guest) and which GPUs each gate could serve: the gates
+#     go beta once this check has passed on a Hopper node;
 #   - nvidia-smi's view (GPUs, MIG profiles and placements);
 #   - nvidia-dra-driver -check: the image's own driver binary (with the
 #     CUDA container edits of nvidia-container-toolkit's nvcdi) runs its
@@ -28,14 +35,15 @@
 #     cuDeviceGetName. The hooks are the image's nvidia-cdi-hook unless
 #     NVIDIA_CDI_HOOK names the node's. TestContainerFromDriverSpec
 #     (examples/nvidia/cuda) runs this half without a GPU.
-# Everything runs in one call of at most five minutes.
+# Each step gets what is left of the five minutes (a step cut short says
+# so), and the gates come first.
 # The driver root is DRIVER_ROOT (default /; /run/nvidia/driver for the
 # GPU Operator's driver); STATE_DIR is the running driver's state folder
 # (default the chart's /run/nvidia-dra-driver), read for which GPUs are
 # dynamic MIG GPUs. Further arguments go to nvidia-dra-driver -check, e.g.
 # -dynamic-mig-gpus=none or -mig-profiles=1g.18gb,3g.71gb, or
-# -mig-publication=layout for the dynamic GPUs as the chart's default
-# publishes them (the binary's default is placements).
+# -mig-publication=layout for the dynamic GPUs as the chart's layout
+# publication publishes them (the binary's default is placements).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." 2>/dev/null && pwd || true)
@@ -57,22 +65,43 @@ build)
   cp "$HERE/gpu-check.sh" "$BIN/"
   ls -l "$BIN"
   ;;
-run)
-  shift
+run | "")
+  [ $# -gt 0 ] && shift
   droot="${DRIVER_ROOT:-/}"
   if [ ! -e "$droot/dev/nvidiactl" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1'; then
     echo "gpu-check: no NVIDIA GPU driver on this machine (no ${droot%/}/dev/nvidiactl, no libnvidia-ml.so.1): nothing to check"
     exit 0
   fi
+  if [ ! -x "$BIN/nvidia-dra-driver" ] && [ -n "$ROOT" ] && [ -f "$ROOT/go.mod" ] && command -v go >/dev/null; then
+    "$0" build >&2
+  fi
   out="${OUT:-$BIN}"
   mkdir -p "$out"
+  deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-290} ))
+  # left: the seconds left of the check's time (at least 1).
+  left() { local l=$(( deadline - $(date +%s) )); [ "$l" -gt 0 ] && echo "$l" || echo 1; }
+  cdir="$out/cdi-check"; rm -rf "$cdir"; mkdir -p "$cdir"
+  hook="${NVIDIA_CDI_HOOK:-}"
+  if [ -z "$hook" ]; then
+    hook="$out/nvidia-cdi-hook"
+    timeout "$(left)" "$BIN/gpu-container" -extract-hook "$hook" -image "$BIN/image.tar" >"$out/hook.log" 2>&1 \
+      || echo "gpu-container -extract-hook exit $? (log: $out/hook.log)" >&2
+  fi
+  # One run of -check: its output holds the gates, the devices and the
+  # specs, which it also writes for the containers.
+  timeout "$(left)" "$BIN/nvidia-dra-driver" -check -check-cdi-dir "$cdir" -nvidia-cdi-hook-path "$hook" -driver-root "$droot" \
+    -state-dir "${STATE_DIR:-/run/nvidia-dra-driver}" -node-name "${NODE_NAME:-$(hostname)}" "$@" >"$cdir/check.txt" 2>"$cdir/check.log" \
+    || echo "nvidia-dra-driver -check exit $? (log: $cdir/check.log)" >"$cdir/check.exit"
   {
-    echo "== nvidia-smi"; (nvidia-smi -L && nvidia-smi mig -lgip && nvidia-smi mig -lgipp) 2>&1 || true
+    echo "== gates (what decides DynamicMIG and DynamicMIGWholeGPU here)"
+    grep -E '^# (gates |  GPU |DynamicMIG |WARNING )' "$cdir/check.txt" || echo "(none: see $cdir/check.log)"
+    [ -f "$cdir/check.exit" ] && cat "$cdir/check.exit"
+    echo "== nvidia-smi"; (timeout "$(left)" nvidia-smi -L && timeout "$(left)" nvidia-smi mig -lgip && timeout "$(left)" nvidia-smi mig -lgipp) 2>&1 || true
     echo "== nvidia-dra-driver -check -driver-root $droot"
-    "$BIN/nvidia-dra-driver" -check -driver-root "$droot" -state-dir "${STATE_DIR:-/run/nvidia-dra-driver}" \
-      -node-name "${NODE_NAME:-$(hostname)}" "$@" 2>"$out/check.log" || echo "nvidia-dra-driver -check exit $? (log: $out/check.log)"
-    echo "== nvml-probe"; "$BIN/nvml-probe" 2>&1 || echo "nvml-probe exit $?"
-    echo "== TestRealBackendReadOnly"; "$BIN/nvml.test" -test.run '^TestRealBackendReadOnly$' -test.v -test.count=1 2>&1 || echo "test exit $?"
+    cat "$cdir/check.txt"
+    echo "== nvml-probe"; timeout "$(left)" "$BIN/nvml-probe" 2>&1 || echo "nvml-probe exit $?"
+    echo "== TestRealBackendReadOnly"
+    timeout "$(left)" "$BIN/nvml.test" -test.run '^TestRealBackendReadOnly$' -test.v -test.count=1 2>&1 || echo "test exit $?"
     lib=""
     for d in usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu usr/lib64 usr/lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu lib64 lib usr/lib/x86_64-linux-gnu/nvidia/current; do
       if [ -e "${droot%/}/$d/libnvidia-ml.so.1" ]; then lib="${droot%/}/$d/libnvidia-ml.so.1"; break; fi
@@ -81,19 +110,11 @@ run)
     echo "== readelf -d ${lib:-libnvidia-ml.so.1 (not found)}"
     if [ -n "$lib" ]; then readelf -d "$(readlink -f "$lib")" 2>&1 || echo "readelf exit $?"; fi
     echo "== containers from the driver's CDI specs (runc, cuda-probe)"
-    cdir="$out/cdi-check"; rm -rf "$cdir"; mkdir -p "$cdir"
-    hook="${NVIDIA_CDI_HOOK:-}"
-    if [ -z "$hook" ]; then
-      hook="$out/nvidia-cdi-hook"
-      "$BIN/gpu-container" -extract-hook "$hook" -image "$BIN/image.tar" 2>&1 || echo "gpu-container -extract-hook exit $?"
-    fi
-    "$BIN/nvidia-dra-driver" -check -check-cdi-dir "$cdir" -nvidia-cdi-hook-path "$hook" -driver-root "$droot" \
-      -state-dir "${STATE_DIR:-/run/nvidia-dra-driver}" -node-name "${NODE_NAME:-$(hostname)}" "$@" >"$cdir/check.txt" 2>"$cdir/check.log" \
-      || echo "nvidia-dra-driver -check -check-cdi-dir exit $? (log: $cdir/check.log)"
-    timeout 280 "$BIN/gpu-container" -image "$BIN/image.tar" -cdi-dir "$cdir" -probe "$BIN/cuda-probe" -runtime "${RUNC:-runc}" -timeout 270s 2>&1 \
-      || echo "gpu-container exit $?"
+    t=$(left)
+    timeout "$t" "$BIN/gpu-container" -image "$BIN/image.tar" -cdi-dir "$cdir" -probe "$BIN/cuda-probe" -runtime "${RUNC:-runc}" \
+      -timeout "$(( t > 5 ? t - 5 : 1 ))s" 2>&1 || echo "gpu-container exit $?"
   } | tee "$out/gpu-check.txt"
   ;;
 *)
-  echo "usage: $0 build | run [nvidia-dra-driver -check flags]" >&2; exit 2 ;;
+  echo "usage: $0 [run] [nvidia-dra-driver -check flags] | build" >&2; exit 2 ;;
 esac

@@ -17,10 +17,12 @@ func TestGPUCheckWithoutGPU(t *testing.T) {
 	if err := exec.Command("bash", "-n", "gpu-check.sh").Run(); err != nil {
 		t.Fatalf("bash -n gpu-check.sh: %v", err)
 	}
-	cmd := exec.Command("bash", "gpu-check.sh", "run")
-	cmd.Env = append(os.Environ(), "DRIVER_ROOT="+t.TempDir(), "OUT="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "no NVIDIA GPU driver on this machine") {
-		t.Errorf("gpu-check.sh run without a driver: %v\n%s\nwant exit 0 and that it says so", err, out)
+	for _, args := range [][]string{{"run"}, nil} { // run is the default
+		cmd := exec.Command("bash", append([]string{"gpu-check.sh"}, args...)...)
+		cmd.Env = append(os.Environ(), "DRIVER_ROOT="+t.TempDir(), "OUT="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "no NVIDIA GPU driver on this machine") {
+			t.Errorf("gpu-check.sh %v without a driver: %v\n%s\nwant exit 0 and that it says so", args, err, out)
+		}
 	}
 }

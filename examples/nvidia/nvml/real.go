@@ -668,3 +668,40 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 func (r *Real) Close() error {
 	return nvErr(r.lib.Shutdown(), "shut down NVML")
 }
+
+// Processes lists NVML's compute, graphics and MPS compute running
+// processes of the GPU (ProcessLister), each PID once; a kind NVML does
+// not support on the GPU is skipped.
+func (r *Real) Processes(gpu int) ([]Process, error) {
+	d, err := r.device(gpu)
+	if err != nil {
+		return nil, err
+	}
+	var out []Process
+	seen := map[uint32]bool{}
+	for _, k := range []struct {
+		kind string
+		list func() ([]gonvml.ProcessInfo, gonvml.Return)
+	}{
+		{"compute", d.GetComputeRunningProcesses},
+		{"graphics", d.GetGraphicsRunningProcesses},
+		{"mps", d.GetMPSComputeRunningProcesses},
+	} {
+		ps, ret := k.list()
+		if ret == gonvml.ERROR_NOT_SUPPORTED {
+			continue
+		}
+		if err := nvErr(ret, "list the %s processes of GPU %d", k.kind, gpu); err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			if seen[p.Pid] {
+				continue
+			}
+			seen[p.Pid] = true
+			mib := int64(p.UsedGpuMemory >> 20)
+			out = append(out, Process{PID: p.Pid, Kind: k.kind, UsedMemoryMiB: mib})
+		}
+	}
+	return out, nil
+}

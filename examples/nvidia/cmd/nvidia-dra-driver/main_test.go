@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 func simArgs(state string) []string {
 	return []string{
 		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7", "-dynamic-mig-gpus=4,5,6,7",
+		"--feature-gates=DynamicMIG=true,DynamicMIGWholeGPU=true",
 		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,12 +19,14 @@ import (
 type simState struct {
 	Server string `json:"server"`
 	// Product replaces the server's catalog product (WithProduct).
-	Product   *productSpec `json:"product,omitempty"`
-	GPUs      []simGPU     `json:"gpus"`
-	Faults    []Fault      `json:"faults,omitempty"`
-	Stalls    []Stall      `json:"stalls,omitempty"`
-	NextEvent uint64       `json:"nextEvent"`
-	Events    []simEvent   `json:"events,omitempty"`
+	Product *productSpec `json:"product,omitempty"`
+	GPUs    []simGPU     `json:"gpus"`
+	// Gone are the GPUs NVML no longer enumerates (RemoveGPU).
+	Gone      []simGPU   `json:"gone,omitempty"`
+	Faults    []Fault    `json:"faults,omitempty"`
+	Stalls    []Stall    `json:"stalls,omitempty"`
+	NextEvent uint64     `json:"nextEvent"`
+	Events    []simEvent `json:"events,omitempty"`
 }
 
 // productSpec is a mig.Product as the state file keeps it.
@@ -40,12 +43,18 @@ func (ps *productSpec) product() (*mig.Product, error) {
 
 type simGPU struct {
 	UUID string `json:"uuid"`
+	// Slot is the GPU's place on the server (its PCI bus ID is the
+	// server's PCIBusIDs[Slot]); nil is its position in the state's
+	// GPUs, as every GPU has until one is removed (RemoveGPU).
+	Slot *int `json:"slot,omitempty"`
 	// Lost is set by XID 79 (fallen off the bus) and cleared by
 	// RecoverGPU: a lost GPU answers every query with ErrGPULost.
 	Lost      bool               `json:"lost,omitempty"`
 	Mig       nvml.MigMode       `json:"mig"`
 	Instances []nvml.GPUInstance `json:"instances,omitempty"`
 	TimeSlice nvml.TimeSlice     `json:"timeSlice,omitempty"`
+	// Clients are the other processes holding the GPU (AttachClient).
+	Clients []nvml.Process `json:"clients,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -231,8 +240,17 @@ func (st *simState) check() error {
 	if _, err := simServer(st.Server); err != nil {
 		return fmt.Errorf("corrupt state: %w", err)
 	}
-	if len(st.GPUs) != 8 {
-		return fmt.Errorf("corrupt state: %d GPUs, want 8", len(st.GPUs))
+	if n := len(st.GPUs) + len(st.Gone); n != 8 {
+		return fmt.Errorf("corrupt state: %d GPUs and %d gone, want 8 in all",
+			len(st.GPUs), len(st.Gone))
+	}
+	seen := map[int]bool{}
+	for i, g := range append(slices.Clone(st.GPUs), st.Gone...) {
+		slot := g.slot(i)
+		if slot < 0 || slot >= 8 || seen[slot] {
+			return fmt.Errorf("corrupt state: GPU %s in slot %d", g.UUID, slot)
+		}
+		seen[slot] = true
 	}
 	return nil
 }
@@ -345,7 +363,9 @@ func (s *Sim) System() (nvml.System, error) {
 	return nvml.System{DriverVersion: DriverVersion, CUDAVersion: CUDAVersion}, nil
 }
 
-// GPUs lists the eight simulated GPUs.
+// GPUs lists the simulated GPUs NVML enumerates: the eight, less those
+// removed (RemoveGPU), in slot order, indexed and numbered (device minor)
+// by their place in that order.
 func (s *Sim) GPUs() ([]nvml.GPU, error) {
 	var out []nvml.GPU
 	err := s.view(func(st *simState) error {
@@ -353,7 +373,7 @@ func (s *Sim) GPUs() ([]nvml.GPU, error) {
 			out = append(out, nvml.GPU{
 				Index: i, UUID: g.UUID, ProductName: s.server.ProductName, Brand: "NVIDIA",
 				Architecture: s.server.Architecture, CUDAComputeCapability: s.server.ComputeCapability,
-				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[i], Minor: i,
+				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[g.slot(i)], Minor: i,
 			})
 		}
 		return nil
@@ -378,8 +398,8 @@ func (s *Sim) MigMode(gpu int) (nvml.MigMode, error) {
 // nvidia-smi or the reference driver on a dynamic GPU (ModeSetter): it
 // becomes pending, and current at once unless the model needs a GPU
 // reset (Server.ModeChangeNeedsReset: A100; then ResetGPU). It fails
-// with ErrInUse while GPU instances exist, changing nothing, and returns
-// the mode after the call.
+// with ErrInUse while GPU instances exist or other clients hold the GPU
+// (AttachClient), changing nothing, and returns the mode after the call.
 func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 	op := fmt.Sprintf("set MIG mode on GPU %d", gpu)
 	var m nvml.MigMode
@@ -390,6 +410,9 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 		}
 		if len(g.Instances) > 0 {
 			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		if err := g.held(op); err != nil {
+			return false, err
 		}
 		g.Mig.Pending = enabled
 		if !s.server.ModeChangeNeedsReset {
@@ -402,7 +425,8 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 }
 
 // ResetGPU resets the GPU, which makes a pending MIG mode current. It
-// fails with ErrInUse while GPU instances exist.
+// fails with ErrInUse while GPU instances exist or other clients hold
+// the GPU.
 func (s *Sim) ResetGPU(gpu int) error {
 	op := fmt.Sprintf("reset GPU %d", gpu)
 	return s.change(func(st *simState) (bool, error) {
@@ -412,6 +436,9 @@ func (s *Sim) ResetGPU(gpu int) error {
 		}
 		if len(g.Instances) > 0 {
 			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+		}
+		if err := g.held(op); err != nil {
+			return false, err
 		}
 		g.Mig.Current = g.Mig.Pending
 		return true, nil

@@ -55,11 +55,17 @@ unset: a string, also when --set made a number of it
 {{- end }}
 
 {{/* "true" when some GPU is dynamic MIG: dynamicMIGGPUs set and not
-"none", and the DynamicMIG gate not off. */}}
+"none", and the DynamicMIG gate (alpha, off by default) on. GPUs named
+with the gate off are refused: the driver would refuse them at start. */}}
 {{- define "nvidia-dra-driver.dynamicMIG" -}}
 {{- $gates := default dict .Values.featureGates -}}
 {{- $gpus := include "nvidia-dra-driver.dynamicMIGGPUs" . -}}
-{{- if and (ne $gpus "") (ne $gpus "none") (ne (toString (get $gates "DynamicMIG")) "false") }}true{{ end -}}
+{{- $named := and (ne $gpus "") (ne $gpus "none") -}}
+{{- $on := eq (toString (get $gates "DynamicMIG")) "true" -}}
+{{- if and $named (not $on) (not (hasKey $gates "DynamicMIG")) -}}
+{{- fail (printf "dynamicMIGGPUs=%s needs featureGates.DynamicMIG=true: dynamic MIG is alpha and off by default until the GPU check (examples/nvidia/gpucheck) has passed on a Hopper node (values.yaml, featureGates)" $gpus) -}}
+{{- end -}}
+{{- if and $named $on }}true{{ end -}}
 {{- end }}
 
 {{/* "true" when the driver lays its dynamic MIG GPUs out
