@@ -401,8 +401,12 @@ func refOf(r *checkpoint.Record) ClaimRef {
 	return ClaimRef{UID: r.ClaimUID, Namespace: r.Namespace, Name: r.Name}
 }
 
+// allocatedOf is the allocated device a record keeps: what the vendor's
+// unprepare and reconcile get (no opaque configuration).
 func allocatedOf(d checkpoint.Device) AllocatedDevice {
-	return AllocatedDevice{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess}
+	return AllocatedDevice{Request: d.Request, Pool: d.Pool, Device: d.Device,
+		ShareID: d.ShareID, AdminAccess: d.AdminAccess,
+		ConsumedCapacity: cloneCapacity(d.ConsumedCapacity)}
 }
 
 func resultOf(r *checkpoint.Record) kubeletplugin.PrepareResult {

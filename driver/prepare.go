@@ -9,6 +9,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -24,6 +25,7 @@ import (
 //	  reserve       the double-use guard, in memory
 //	  recordIntent  the checkpoint's intent, durable before any vendor call
 //	  vendorPrepare the vendor's claim hook, devices and claim edits
+//	  checkShareEdits  each share of a device with variables of its own
 //	  writeCDI      the claim's CDI spec
 //	  record        the completed record, durable; the kubelet's answer
 //
@@ -88,6 +90,9 @@ func (e *engine) prepareClaim(
 	}
 	defer pending.Close()
 	if err := e.vendorPrepare(ctx, p); err != nil {
+		return e.rollback(ctx, p, err)
+	}
+	if err := checkShareEdits(p); err != nil {
 		return e.rollback(ctx, p, err)
 	}
 	if err := e.writeCDI(ctx, p); err != nil {
@@ -287,6 +292,40 @@ func (p *preparation) addSpecDevice(i int, edits *cdi.Edits) {
 	p.specIndex = append(p.specIndex, i)
 }
 
+// checkShareEdits refuses a claim two of whose shares of one device set
+// the same environment variable: a container that gets both sees only
+// the last value (a vendor's defect; [AllocatedDevice.ShareName] names
+// per-share variables). Variables of the claim-wide edits are set once
+// and are not concerned.
+func checkShareEdits(p *preparation) error {
+	type owner struct {
+		share string
+		i     int
+	}
+	set := map[deviceKey]map[string]owner{}
+	for j, dev := range p.spec.Devices {
+		i := p.specIndex[j]
+		d := p.devs[i]
+		if d.ShareID == nil {
+			continue
+		}
+		k := deviceKey{d.Pool, d.Device}
+		if set[k] == nil {
+			set[k] = map[string]owner{}
+		}
+		for _, name := range dev.Edits.EnvNames() {
+			if o, ok := set[k][name]; ok && o.i != i {
+				return failed(ReasonVendor, "claim %s: shares %s and %s of device %s both set "+
+					"variable %s: a container that gets both would see one value; name "+
+					"per-share variables after AllocatedDevice.ShareName",
+					p.claim.ClaimRef, o.share, *d.ShareID, d.ID(), name)
+			}
+			set[k][name] = owner{share: string(*d.ShareID), i: i}
+		}
+	}
+	return nil
+}
+
 // writeCDI writes the claim's CDI spec, when it has devices, and puts
 // each device's CDI ID first in its list.
 func (e *engine) writeCDI(ctx context.Context, p *preparation) error {
@@ -353,10 +392,28 @@ func intentOf(obj *resourceapi.ResourceClaim, devs []AllocatedDevice) *checkpoin
 		State: checkpoint.StatePrepareStarted}
 	for _, d := range devs {
 		rec.Devices = append(rec.Devices, checkpoint.Device{Request: d.Request, Pool: d.Pool,
-			Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess})
+			Device: d.Device, ShareID: d.ShareID, AdminAccess: d.AdminAccess,
+			ConsumedCapacity: cloneCapacity(d.ConsumedCapacity)})
 	}
 	return rec
 }
 
-// cdiName is the name of a claim's i-th device in the claim's CDI spec.
-func cdiName(i int, d AllocatedDevice) string { return strconv.Itoa(i) + "-" + d.Device }
+// cdiName is the name of a claim's i-th device in the claim's CDI spec:
+// "<i>-<device>", and for a share "<i>-<device>-<share ID>"
+// ([AllocatedDevice.ShareName]), so that each share has a CDI device, and
+// edits, of its own.
+func cdiName(i int, d AllocatedDevice) string { return strconv.Itoa(i) + "-" + d.ShareName() }
+
+// cloneCapacity copies a share's consumed capacity; nil stays nil.
+func cloneCapacity(
+	in map[resourceapi.QualifiedName]resource.Quantity,
+) map[resourceapi.QualifiedName]resource.Quantity {
+	if in == nil {
+		return nil
+	}
+	out := make(map[resourceapi.QualifiedName]resource.Quantity, len(in))
+	for k, v := range in {
+		out[k] = v.DeepCopy()
+	}
+	return out
+}
