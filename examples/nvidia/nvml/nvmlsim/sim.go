@@ -46,6 +46,11 @@ type simGPU struct {
 	Mig       nvml.MigMode       `json:"mig"`
 	Instances []nvml.GPUInstance `json:"instances,omitempty"`
 	TimeSlice nvml.TimeSlice     `json:"timeSlice,omitempty"`
+	// ComputeMode is the GPU's compute mode ("" is Default).
+	ComputeMode nvml.ComputeMode `json:"computeMode,omitempty"`
+	// MPS is the MPS control daemon serving the GPU (simmps.go), nil
+	// when none registered.
+	MPS *simMPS `json:"mps,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -65,8 +70,9 @@ type Sim struct {
 }
 
 var (
-	_ nvml.Interface  = (*Sim)(nil)
-	_ nvml.ModeSetter = (*Sim)(nil)
+	_ nvml.Interface         = (*Sim)(nil)
+	_ nvml.ModeSetter        = (*Sim)(nil)
+	_ nvml.ComputeModeSetter = (*Sim)(nil)
 )
 
 // Option configures Open.
