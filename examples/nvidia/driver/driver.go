@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/device"
@@ -52,6 +53,10 @@ type Driver struct {
 	// layout is the layout publication's (WithMIGLayout).
 	layoutMu sync.Mutex
 	layout   layoutState
+
+	// mps runs the shared GPUs' MPS control daemons (mps.go).
+	mps       *mpsManager
+	mpsCancel context.CancelFunc
 
 	mu   sync.Mutex
 	devs map[string]devInfo // the last inventory's devices by name
@@ -135,6 +140,15 @@ type options struct {
 	root              DriverRoot
 	editor            ContainerEditor // nil: nodeEditor
 	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
+
+	// Shared GPUs (shared.go).
+	sharedGPUs       []string
+	shareMemStep     resource.Quantity
+	shareMem         resource.Quantity
+	shareComputeStep int64
+	shareCompute     int64
+	mpsControl       *MPSControl
+	mpsPoll          time.Duration // how often dead daemons are looked for; 0: a second
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
@@ -296,7 +310,9 @@ func WithSimulatedContainers(simulated bool) Option {
 // GPU dropped from the list (see WithDynamicGPUs). Close releases the
 // state folder.
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
-	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat}
+	o := options{procRoot: "/proc", root: DriverRoot{Host: "/", Container: "/"}, republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval, heartbeat: DefaultHealthHeartbeat,
+		shareMemStep: DefaultShareMemoryStep, shareMem: DefaultShareMemory,
+		shareComputeStep: DefaultShareComputeStep, shareCompute: DefaultShareCompute}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -357,6 +373,10 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
 	}
+	if err := d.openMPS(); err != nil {
+		_ = d.lc.Close()
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
 	d.watchBroken()
 	if n, ok := o.layoutSrc.(changeNotifier); ok {
 		n.OnChange(d.changed)
@@ -373,6 +393,9 @@ func (d *Driver) Close() error {
 	default:
 		close(d.stop)
 	}
+	// The MPS daemons keep serving their shares' containers: only their
+	// watch stops.
+	d.mpsCancel()
 	return d.lc.Close()
 }
 

@@ -134,5 +134,5 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 	} else if n > 0 {
 		klog.FromContext(ctx).Info("Removed the temporary files of interrupted devices file writes", "files", n)
 	}
-	return errors.Join(err, d.lc.Reconcile(ctx, held))
+	return errors.Join(err, d.lc.Reconcile(ctx, held), d.mps.reconcile(ctx, d.heldShares(held)))
 }
