@@ -214,7 +214,8 @@ func sharesVerdicts(ctx context.Context, t *testing.T, client kubernetes.Interfa
 	for name, s := range map[string]*Shares{"range": gpuShares(t), "values": values} {
 		accepted, causes, kept := serverVerdict(ctx, t, client, sliceOf(s.Apply(New("gpu-0"))))
 		if !accepted || !kept {
-			t.Errorf("%s: the API server accepted %v (causes %v), kept %v", name, accepted, causes, kept)
+			t.Errorf("%s: the API server accepted %v (causes %v), kept %v",
+				name, accepted, causes, kept)
 		}
 	}
 	for _, tc := range badShares {

@@ -143,7 +143,8 @@ func ptrs(qs []resource.Quantity) []*resource.Quantity {
 // check runs the API server's request policy rules on p.
 func (c ShareCapacity) check(p *RequestPolicy) error {
 	var ch checker
-	ch.requestPolicy(c.Capacity, p.api(), field.NewPath("capacity").Key(c.Name).Child("requestPolicy"))
+	ch.requestPolicy(c.Capacity, p.api(),
+		field.NewPath("capacity").Key(c.Name).Child("requestPolicy"))
 	var errs []error
 	for _, p := range ch.problems {
 		errs = append(errs, fmt.Errorf("%s: %s", p.Field, p.Detail))
@@ -227,7 +228,8 @@ func allowed(q resource.Quantity, c ShareCapacity, p *RequestPolicy) bool {
 		return true
 	}
 	if len(p.ValidValues) > 0 {
-		return slices.ContainsFunc(p.ValidValues, func(v resource.Quantity) bool { return v.Cmp(q) == 0 })
+		return slices.ContainsFunc(p.ValidValues,
+			func(v resource.Quantity) bool { return v.Cmp(q) == 0 })
 	}
 	if q.Cmp(*p.Min) < 0 || (p.Max != nil && q.Cmp(*p.Max) > 0) {
 		return false

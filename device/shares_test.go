@@ -113,14 +113,17 @@ func newShareAllocator(t *testing.T, inv *Inventory) *shareAllocator {
 
 // allocate asks for one share with the given capacity requests (nil:
 // the defaults) and returns its result, nil when it does not fit.
-func (a *shareAllocator) allocate(requests map[string]string) *resourceapi.DeviceRequestAllocationResult {
+func (a *shareAllocator) allocate(
+	requests map[string]string,
+) *resourceapi.DeviceRequestAllocationResult {
 	t := a.t
 	t.Helper()
 	a.n++
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: a.class.Name,
 		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 	if requests != nil {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		req.Capacity = &resourceapi.CapacityRequirements{
+			Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
 		for k, v := range requests {
 			req.Capacity.Requests[resourceapi.QualifiedName(k)] = resource.MustParse(v)
 		}
@@ -214,7 +217,8 @@ func TestSharesWithAllocator(t *testing.T) {
 	if n != 11 {
 		t.Errorf("%d more 1Gi 10%% shares fit, want 11", n)
 	}
-	if _, err := s.Of(map[resourceapi.QualifiedName]resource.Quantity{"memory": q("1536Mi")}); err == nil {
+	offStep := map[resourceapi.QualifiedName]resource.Quantity{"memory": q("1536Mi")}
+	if _, err := s.Of(offStep); err == nil {
 		t.Error("Of took an amount off the step")
 	}
 	if p := s.Percent(Share{"compute": q("25")}, "compute"); p != 25 {

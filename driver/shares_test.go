@@ -36,7 +36,8 @@ type recorder struct {
 	unprepared []AllocatedDevice
 }
 
-func (r *recorder) UnprepareDevice(ctx context.Context, claim ClaimRef, dev AllocatedDevice, data json.RawMessage) error {
+func (r *recorder) UnprepareDevice(ctx context.Context, claim ClaimRef, dev AllocatedDevice,
+	data json.RawMessage) error {
 	r.mu.Lock()
 	r.unprepared = append(r.unprepared, dev)
 	r.mu.Unlock()
@@ -84,8 +85,10 @@ func TestSharesOfOneDevice(t *testing.T) {
 		t.Fatalf("prepare: %v, %v", ra.Err, rb.Err)
 	}
 	for name, r := range map[string]kubeletplugin.PrepareResult{"a": ra, "b": rb} {
-		if len(r.Devices) != 1 || r.Devices[0].ShareID == nil || string(*r.Devices[0].ShareID) != "share-"+name {
-			t.Errorf("claim %s: devices %+v, want one with share ID share-%s", name, r.Devices, name)
+		if len(r.Devices) != 1 || r.Devices[0].ShareID == nil ||
+			string(*r.Devices[0].ShareID) != "share-"+name {
+			t.Errorf("claim %s: devices %+v, want one with share ID share-%s", name, r.Devices,
+				name)
 		}
 		if ids := cdiIDs(r); len(ids) != 1 || !strings.HasSuffix(ids[0], "0-gpu-share-"+name) {
 			t.Errorf("claim %s: CDI IDs %v, want one naming its share", name, ids)
@@ -121,7 +124,8 @@ func TestSharesOfOneDevice(t *testing.T) {
 	got := rec.unprepared[0]
 	mem := got.ConsumedCapacity["memory"]
 	if got.ShareID == nil || *got.ShareID != "share-a" || mem.String() != "4Gi" {
-		t.Errorf("unprepare got share %v with capacity %v, want share-a with memory 4Gi", got.ShareID, got.ConsumedCapacity)
+		t.Errorf("unprepare got share %v with capacity %v, want share-a with memory 4Gi",
+			got.ShareID, got.ConsumedCapacity)
 	}
 	if holders, _ := e.hw.Holders(); !slices.Equal(holders["node-a_gpu"], []types.UID{"b"}) {
 		t.Errorf("after a's unprepare the device is held by %v, want b", holders["node-a_gpu"])
@@ -166,7 +170,8 @@ func TestTwoSharesInOneClaim(t *testing.T) {
 		t.Errorf("CDI IDs %v, want one per share", ids)
 	}
 
-	twice := testClaim("twice", alloc{request: "x", device: "nic"}, alloc{request: "y", device: "nic"})
+	twice := testClaim("twice", alloc{request: "x", device: "nic"}, alloc{request: "y",
+		device: "nic"})
 	r = e.eng.Prepare(ctx, twice)
 	if r.Err == nil || !strings.Contains(r.Err.Error(), "without distinct share IDs") {
 		t.Errorf("a device allocated twice to one claim: %v, want an invalid allocation", r.Err)
@@ -201,7 +206,8 @@ func TestCheckpointOfPreviousRelease(t *testing.T) {
 	if r.Err != nil || !slices.Equal(cdiIDs(r), want) {
 		t.Fatalf("repeated prepare: %v %v, want the recorded %v", r.Err, cdiIDs(r), want)
 	}
-	if _, err := os.Stat(filepath.Join(e.cdiDir, "test.drakit.dev+claim+"+uid+".json")); err != nil {
+	if _, err := os.Stat(filepath.Join(e.cdiDir,
+		"test.drakit.dev+claim+"+uid+".json")); err != nil {
 		t.Errorf("the recorded CDI spec: %v", err)
 	}
 	if err := e.eng.Unprepare(ctx, ClaimRef{UID: uid}); err != nil {
@@ -250,7 +256,8 @@ func TestConcurrentShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(holders["node-a_gpu"]) != n || len(e.records(t)) != n {
-		t.Errorf("after a restart: %d holders, %d records, want %d", len(holders["node-a_gpu"]), len(e.records(t)), n)
+		t.Errorf("after a restart: %d holders, %d records, want %d", len(holders["node-a_gpu"]),
+			len(e.records(t)), n)
 	}
 	// Half go while the other half is prepared again.
 	run(func(c *resourceapi.ResourceClaim) error {
@@ -297,8 +304,10 @@ func TestKillWithSharesHeld(t *testing.T) {
 				return drivertest.Device{Device: "dev-0", ShareID: types.UID(id),
 					ConsumedCapacity: map[string]string{"memory": mem}}
 			}
-			a := createClaim(ctx, t, c, ns, "a", share("5d2f6a1b-0c3e-4f7a-9b8d-1e2f3a4b5c6a", "4Gi"))
-			b := createClaim(ctx, t, c, ns, "b", share("5d2f6a1b-0c3e-4f7a-9b8d-1e2f3a4b5c6b", "8Gi"))
+			a := createClaim(ctx, t, c, ns, "a", share("5d2f6a1b-0c3e-4f7a-9b8d-1e2f3a4b5c6a",
+				"4Gi"))
+			b := createClaim(ctx, t, c, ns, "b", share("5d2f6a1b-0c3e-4f7a-9b8d-1e2f3a4b5c6b",
+				"8Gi"))
 			base := childConfig{Kubeconfig: c.Kubeconfig, Dirs: d, Devices: 2}
 			dial := func() *drivertest.Kubelet {
 				k, err := drivertest.Dial(d.draSocket())
@@ -343,7 +352,8 @@ func TestKillWithSharesHeld(t *testing.T) {
 				if _, err := k.Prepare(ctx, a); err != nil {
 					t.Fatalf("retried prepare: %v", err)
 				}
-				checkNode(ctx, t, d, hw, map[*resourceapi.ResourceClaim][]string{a: {"dev-0"}, b: {"dev-0"}})
+				checkNode(ctx, t, d, hw, map[*resourceapi.ResourceClaim][]string{a: {"dev-0"},
+					b: {"dev-0"}})
 			}
 			if err := k.Unprepare(ctx, a); err != nil {
 				t.Fatalf("unprepare after the restart: %v", err)

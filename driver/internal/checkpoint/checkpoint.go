@@ -125,7 +125,7 @@ type Device struct {
 	// ConsumedCapacity is what a share took of the device's consumable
 	// capacities, as allocated; nil for an unshared device and in records
 	// written before it was kept (issue 49), which load as they were.
-	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity `json:"consumedCapacity,omitempty"`
+	ConsumedCapacity Capacity `json:"consumedCapacity,omitempty"`
 	// Fields "shared" and "prepared" of records written before issue 18
 	// were never read and are ignored: whether a device may be shared is
 	// AdminAccess or ShareID, and whether a device was prepared is the
@@ -141,6 +141,9 @@ type Device struct {
 	// (kubeletplugin.DeviceMetadata).
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
+
+// Capacity is a share's consumed capacity by capacity name.
+type Capacity = map[resourceapi.QualifiedName]resource.Quantity
 
 type envelope struct {
 	Kind    string          `json:"kind"`

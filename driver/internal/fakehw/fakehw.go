@@ -220,7 +220,9 @@ func (h *HW) UnprepareDevice(_ context.Context, claim driver.ClaimRef, dev drive
 	if dev.ShareID != nil {
 		share = *dev.ShareID
 	}
-	hs = slices.DeleteFunc(hs, func(x holder) bool { return x.Claim == claim.UID && x.Share == share })
+	hs = slices.DeleteFunc(hs, func(x holder) bool {
+		return x.Claim == claim.UID && x.Share == share
+	})
 	return h.write(path, hs)
 }
 

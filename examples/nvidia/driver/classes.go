@@ -56,8 +56,10 @@ func DeviceClasses(profiles []string) []*resourceapi.DeviceClass {
 	out := []*resourceapi.DeviceClass{
 		class(ClassGPU, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeGPU), ExtendedResourceGPU),
 		class(ClassMIG, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeMIG), ""),
-		class(ClassShared, fmt.Sprintf(`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`,
-			DriverName, mig.AttrType, TypeShared, DriverName, AttrSharing, SharingMPS), ExtendedResourceShared),
+		class(ClassShared, fmt.Sprintf(
+			`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`,
+			DriverName, mig.AttrType, TypeShared, DriverName, AttrSharing, SharingMPS),
+			ExtendedResourceShared),
 	}
 	seen := map[string]bool{}
 	for _, p := range profiles {

@@ -121,7 +121,8 @@ func decodeConfig(dev kit.AllocatedDevice, devType string) (GPUConfig, error) {
 	}
 	if s := c.Sharing; s != nil && devType != TypeGPU {
 		return *c, &kit.ConfigError{Request: dev.Request, Type: configScheme.Types()[0].String(),
-			Err: fmt.Errorf("sharing.strategy %s: only full GPUs are time-sliced, %s is %s", s.Strategy, dev.Device, kindOf(devType))}
+			Err: fmt.Errorf("sharing.strategy %s: only full GPUs are time-sliced, %s is %s",
+				s.Strategy, dev.Device, kindOf(devType))}
 	}
 	return *c, nil
 }

@@ -152,7 +152,9 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		// The scheduler walks pools by name: keep the inventory in its
 		// order.
 		pools = append(pools, shared...)
-		slices.SortStableFunc(pools, func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortStableFunc(pools, func(a, b device.Pool) int {
+			return strings.Compare(a.Name, b.Name)
+		})
 	}
 	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
 	ignored := d.health.ignoredXIDs()

@@ -80,7 +80,8 @@ type mpsManager struct {
 	restarts int
 }
 
-func newMPSManager(dir string, ctl MPSControl, nv nvml.Interface, index func(string) (int, bool)) (*mpsManager, error) {
+func newMPSManager(dir string, ctl MPSControl, nv nvml.Interface, index func(string) (int,
+	bool)) (*mpsManager, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("MPS state folder: %w", err)
 	}
@@ -215,7 +216,9 @@ func (m *mpsManager) acquireShare(ctx context.Context, uuid, key string) (string
 			return err
 		}
 		if len(r.Whole) > 0 {
-			return fmt.Errorf("GPU %s is held whole by claim %s: its shares wait until it is released", uuid, r.Whole[0])
+			return fmt.Errorf("GPU %s is held whole by claim %s: its shares wait until it is "+
+				"released",
+				uuid, r.Whole[0])
 		}
 		if !slices.Contains(r.Shares, key) {
 			r.Shares = append(r.Shares, key)
@@ -256,7 +259,9 @@ func (m *mpsManager) holdWhole(uuid, claim string) error {
 			return err
 		}
 		if len(r.Shares) > 0 {
-			return fmt.Errorf("GPU %s is shared (%d MPS shares hold it): it is not handed out whole until they go", uuid, len(r.Shares))
+			return fmt.Errorf("GPU %s is shared (%d MPS shares hold it): it is not handed out "+
+				"whole "+
+				"until they go", uuid, len(r.Shares))
 		}
 		if slices.Contains(r.Whole, claim) {
 			return nil
@@ -317,7 +322,8 @@ func (m *mpsManager) alive(r *mpsRecord) bool {
 		return false
 	}
 	want := []byte(mpsMarker + "=" + m.gpuDir(r.GPU) + "#" + r.Nonce)
-	return slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, want) })
+	return slices.ContainsFunc(bytes.Split(env, []byte{0}),
+		func(kv []byte) bool { return bytes.Equal(kv, want) })
 }
 
 // ensure starts r's daemon unless it runs: the nonce is recorded first,
@@ -358,7 +364,8 @@ func (m *mpsManager) ensure(ctx context.Context, r *mpsRecord) error {
 	if len(m.ctl.Command) == 0 {
 		return errors.New("no MPS control program (WithMPSControl)")
 	}
-	out, err := os.OpenFile(filepath.Join(logDir, "daemon.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	out, err := os.OpenFile(filepath.Join(logDir, "daemon.out"),
+		os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -382,17 +389,20 @@ func (m *mpsManager) ensure(ctx context.Context, r *mpsRecord) error {
 	deadline := time.Now().Add(m.timeout)
 	for {
 		if _, err := os.Stat(filepath.Join(pipe, "control")); err == nil {
-			logger.Info("Started MPS control daemon", "gpu", gpu, "uuid", r.GPU, "pid", r.PID, "shares", len(r.Shares))
+			logger.Info("Started MPS control daemon", "gpu", gpu, "uuid", r.GPU, "pid", r.PID,
+				"shares", len(r.Shares))
 			return nil
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("the MPS control daemon of GPU %d exited at start: %s", gpu, tail(filepath.Join(logDir, "daemon.out")))
+			return fmt.Errorf("the MPS control daemon of GPU %d exited at start: %s", gpu,
+				tail(filepath.Join(logDir, "daemon.out")))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			return fmt.Errorf("the MPS control daemon of GPU %d did not serve within %v: %s", gpu, m.timeout, tail(filepath.Join(logDir, "daemon.out")))
+			return fmt.Errorf("the MPS control daemon of GPU %d did not serve within %v: %s", gpu,
+				m.timeout, tail(filepath.Join(logDir, "daemon.out")))
 		}
 	}
 }
@@ -406,7 +416,8 @@ func (m *mpsManager) stop(ctx context.Context, r *mpsRecord) error {
 	}
 	if m.alive(r) {
 		cmd := exec.CommandContext(ctx, m.ctl.Command[0], m.ctl.Command[1:]...)
-		cmd.Env = append(append(os.Environ(), m.ctl.Env...), "CUDA_MPS_PIPE_DIRECTORY="+m.pipeDir(r.GPU))
+		cmd.Env = append(append(os.Environ(), m.ctl.Env...),
+			"CUDA_MPS_PIPE_DIRECTORY="+m.pipeDir(r.GPU))
 		cmd.Stdin = strings.NewReader("quit\n")
 		out, qerr := cmd.CombinedOutput()
 		deadline := time.Now().Add(m.timeout)
@@ -414,7 +425,8 @@ func (m *mpsManager) stop(ctx context.Context, r *mpsRecord) error {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if m.alive(r) {
-			klog.FromContext(ctx).Info("MPS control daemon did not quit; killing it", "uuid", r.GPU, "pid", r.PID, "quit", string(out), "err", qerr)
+			klog.FromContext(ctx).Info("MPS control daemon did not quit; killing it", "uuid", r.GPU,
+				"pid", r.PID, "quit", string(out), "err", qerr)
 			_ = syscall.Kill(r.PID, syscall.SIGKILL)
 		}
 		if done, ok := m.reaped[r.PID]; ok {
@@ -506,7 +518,9 @@ func (m *mpsManager) killOrphans(ctx context.Context, byGPU map[string]*mpsRecor
 			}
 		}
 		if !owned {
-			klog.FromContext(ctx).Info("Killing an MPS control daemon no record names (its record was lost)", "pid", pid)
+			klog.FromContext(ctx).Info("Killing an MPS control daemon no record names (its "+
+				"record was lost)",
+				"pid", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -540,7 +554,8 @@ func (m *mpsManager) watch(ctx context.Context) {
 				if len(r.Shares) == 0 || m.alive(r) {
 					continue
 				}
-				klog.FromContext(ctx).Info("MPS control daemon died; starting it again", "uuid", r.GPU, "pid", r.PID, "shares", len(r.Shares))
+				klog.FromContext(ctx).Info("MPS control daemon died; starting it again", "uuid",
+					r.GPU, "pid", r.PID, "shares", len(r.Shares))
 				m.restarts++
 				if err := m.ensure(ctx, r); err != nil {
 					return err

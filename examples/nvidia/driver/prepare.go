@@ -113,7 +113,8 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.hw()[info.gpu].UUID, ev.Time.Format(time.RFC3339))
 		}
 	}
-	if err := checkShares(devs, func(dev kit.AllocatedDevice) devInfo { i, _ := d.lookup(dev.Device); return i }); err != nil {
+	info := func(dev kit.AllocatedDevice) devInfo { i, _ := d.lookup(dev.Device); return i }
+	if err := checkShares(devs, info); err != nil {
 		return err
 	}
 	if err := d.holdWhole(claim.ClaimRef, devs); err != nil {

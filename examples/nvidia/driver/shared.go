@@ -82,7 +82,8 @@ var (
 // keeps them until they go.
 func WithSharedGPUs(gpus ...string) Option {
 	return func(o *options) error {
-		o.sharedGPUs = slices.DeleteFunc(slices.Clone(gpus), func(s string) bool { return s == "" || s == "none" })
+		o.sharedGPUs = slices.DeleteFunc(slices.Clone(gpus),
+			func(s string) bool { return s == "" || s == "none" })
 		return nil
 	}
 }
@@ -94,7 +95,9 @@ func WithSharedGPUs(gpus ...string) Option {
 func WithShareMemory(step, def resource.Quantity) Option {
 	return func(o *options) error {
 		if step.Sign() <= 0 || def.Cmp(step) < 0 {
-			return fmt.Errorf("share memory: step %s must be positive and the default %s at least the step", &step, &def)
+			return fmt.Errorf("share memory: step %s must be positive and the default %s at "+
+				"least the step",
+				&step, &def)
 		}
 		o.shareMemStep, o.shareMem = step.DeepCopy(), def.DeepCopy()
 		return nil
@@ -107,7 +110,9 @@ func WithShareMemory(step, def resource.Quantity) Option {
 func WithShareCompute(step, def int64) Option {
 	return func(o *options) error {
 		if step <= 0 || def < step || def > 100 {
-			return fmt.Errorf("share compute: step %d must be positive, the default %d between it and 100", step, def)
+			return fmt.Errorf("share compute: step %d must be positive, the default %d between "+
+				"it and 100",
+				step, def)
 		}
 		o.shareComputeStep, o.shareCompute = step, def
 		return nil
@@ -134,17 +139,19 @@ func (d *Driver) shareModel(g *gpuInfo) (*device.Shares, error) {
 	return device.NewShares(
 		device.ShareCapacity{Name: mig.CapMemory, Capacity: memory, Default: d.o.shareMem,
 			Min: &step, Step: &step},
-		device.ShareCapacity{Name: CapCompute, Capacity: *resource.NewQuantity(100, resource.DecimalSI),
+		device.ShareCapacity{Name: CapCompute, Capacity: *resource.NewQuantity(100,
+			resource.DecimalSI),
 			Default: *resource.NewQuantity(d.o.shareCompute, resource.DecimalSI),
 			Min:     resource.NewQuantity(d.o.shareComputeStep, resource.DecimalSI),
 			Step:    resource.NewQuantity(d.o.shareComputeStep, resource.DecimalSI)},
 	)
 }
 
-// sharedConfigured says whether the administrator shares full GPU g.
+// sharedConfigured says whether the administrator shares full GPU g
+// ("all" shares every GPU that is not a dynamic MIG GPU).
 func (d *Driver) sharedConfigured(g *gpuInfo) bool {
 	for _, s := range d.o.sharedGPUs {
-		if s == "all" || s == g.UUID || s == strconv.Itoa(g.Index) {
+		if (s == "all" && !d.dynamic(g)) || s == g.UUID || s == strconv.Itoa(g.Index) {
 			return true
 		}
 	}
@@ -175,7 +182,8 @@ func (d *Driver) sharedPool(g *gpuInfo, devs map[string]devInfo) (device.Pool, e
 		ConsumesCounters(set, one)
 	pool.Devices = []*device.Device{wd, sd}
 	devs[whole] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
-	devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeShared, uuid: g.UUID}
+	devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeShared,
+		uuid: g.UUID}
 	return pool, nil
 }
 
@@ -232,7 +240,8 @@ func checkShares(devs []kit.AllocatedDevice, info func(kit.AllocatedDevice) devI
 		shares = append(shares, dev.Request)
 	}
 	if len(shares) > 1 {
-		return fmt.Errorf("requests %s each ask for an MPS share: a container is the MPS client of one "+
+		return fmt.Errorf("requests %s each ask for an MPS share: a container is the MPS client "+
+			"of one "+
 			"GPU's daemon with one memory limit, so a claim takes one share; ask for a larger one",
 			strings.Join(shares, ", "))
 	}
@@ -242,7 +251,8 @@ func checkShares(devs []kit.AllocatedDevice, info func(kit.AllocatedDevice) devI
 // prepareShare makes share dev of GPU info.gpu ready: the GPU's daemon
 // runs (started for its first share), and the container gets the MPS
 // client's variables and the daemon's pipe folder.
-func (d *Driver) prepareShare(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice, info devInfo) (kit.PreparedDevice, error) {
+func (d *Driver) prepareShare(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice,
+	info devInfo) (kit.PreparedDevice, error) {
 	g := d.hw()[info.gpu]
 	sh, err := d.shareOf(&g, dev)
 	if err != nil {
@@ -277,14 +287,16 @@ func (d *Driver) prepareShare(ctx context.Context, claim kit.Claim, dev kit.Allo
 	}
 	meta := &kit.DeviceMetadata{Attributes: map[string]resourceapi.DeviceAttribute{
 		AttrUUID: {StringValue: ptr.To(g.UUID)}}}
-	klog.FromContext(ctx).V(3).Info("Prepared MPS share", "claim", claim.ClaimRef.String(), "gpu", g.Index,
+	klog.FromContext(ctx).V(3).Info("Prepared MPS share", "claim", claim.ClaimRef.String(), "gpu",
+		g.Index,
 		"memoryMiB", sh.MemoryMiB, "threads", sh.ComputePercent)
 	return kit.PreparedDevice{Edits: edits, Data: raw, Metadata: meta}, nil
 }
 
 // unprepareShare releases share dev: from its recorded data, or for a
 // prepare that did not finish from its name and the claim.
-func (d *Driver) unprepareShare(ctx context.Context, claim kit.ClaimRef, dev kit.AllocatedDevice, pd *preparedData) error {
+func (d *Driver) unprepareShare(ctx context.Context, claim kit.ClaimRef, dev kit.AllocatedDevice,
+	pd *preparedData) error {
 	if pd != nil && pd.MPS != nil {
 		return d.mps.releaseShare(ctx, pd.GPUUUID, pd.MPS.Key)
 	}
@@ -379,12 +391,31 @@ func (d *Driver) openMPS() error {
 			return fmt.Errorf("shared GPU %q: %w", s, err)
 		}
 	}
-	m, err := newMPSManager(filepath.Join(d.o.stateDir, "mps"), d.o.mpsControlOrDefault(), d.nv, d.mpsIndex)
+	m, err := newMPSManager(filepath.Join(d.o.stateDir, "mps"), d.o.mpsControlOrDefault(), d.nv,
+		d.mpsIndex)
 	if err != nil {
 		return err
 	}
 	if d.o.mpsPoll > 0 {
 		m.poll = d.o.mpsPoll
+	}
+	// A dynamic MIG GPU is re-partitioned at will: never while shares
+	// hold it, and it is not offered as shares.
+	dynamic, err := d.dynamicUUIDs()
+	if err != nil {
+		return err
+	}
+	for _, uuid := range dynamic {
+		g, _ := d.gpuByUUID(uuid)
+		if slices.Contains(d.o.sharedGPUs, uuid) || slices.Contains(d.o.sharedGPUs,
+			strconv.Itoa(g.Index)) {
+			return fmt.Errorf("GPU %d is both a dynamic MIG GPU and a shared one: choose one",
+				g.Index)
+		}
+		if r, err := m.read(uuid); err == nil && len(r.Shares) > 0 {
+			return fmt.Errorf("GPU %d is named a dynamic MIG GPU while %d MPS shares hold it: "+
+				"it is re-partitioned only once they are gone", g.Index, len(r.Shares))
+		}
 	}
 	d.mps = m
 	ctx, cancel := context.WithCancel(context.Background())

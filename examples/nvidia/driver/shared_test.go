@@ -48,7 +48,8 @@ func TestMPSStandInHelperProcess(t *testing.T) {
 
 // standIn is the MPSControl of the stand-in on the simulator's state.
 func standIn(state string) MPSControl {
-	return MPSControl{Command: []string{os.Args[0], "-test.run=^TestMPSStandInHelperProcess$", "-test.count=1", "--"},
+	return MPSControl{Command: []string{os.Args[0], "-test.run=^TestMPSStandInHelperProcess$",
+		"-test.count=1", "--"},
 		Env: []string{standInEnv + "=1", nvmlsim.EnvSimState + "=" + state}}
 }
 
@@ -62,7 +63,8 @@ func sharedFixture(t *testing.T, opts ...Option) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{sim: sim, state: state, dir: dir}
-	f.d = f.open(t, append([]Option{WithSharedGPUs("1"), WithMPSControl(standIn(state))}, opts...)...)
+	f.d = f.open(t, append([]Option{WithSharedGPUs("1"), WithMPSControl(standIn(state))},
+		opts...)...)
 	return f
 }
 
@@ -73,13 +75,15 @@ func share(id, memory string, compute int64) kit.AllocatedDevice {
 	s := types.UID(id)
 	a.ShareID = &s
 	a.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
-		mig.CapMemory: resource.MustParse(memory), CapCompute: *resource.NewQuantity(compute, resource.DecimalSI)}
+		mig.CapMemory: resource.MustParse(memory), CapCompute: *resource.NewQuantity(compute,
+			resource.DecimalSI)}
 	return a
 }
 
 // prepareShare prepares claim uid with devs as the runtime does and
 // returns what the runtime would keep of it.
-func prepareAll(t *testing.T, d *Driver, uid string, devs ...kit.AllocatedDevice) (kit.HeldClaim, []kit.PreparedDevice, error) {
+func prepareAll(t *testing.T, d *Driver, uid string, devs ...kit.AllocatedDevice) (kit.HeldClaim,
+	[]kit.PreparedDevice, error) {
 	t.Helper()
 	ctx := context.Background()
 	c := claim(uid)
@@ -181,8 +185,9 @@ type shareScheduler struct {
 
 func newShareScheduler(t *testing.T, d *Driver) *shareScheduler {
 	return &shareScheduler{t: t, d: d, state: structured.AllocatedState{
-		AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity: structured.NewConsumedCapacityCollection()}}
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection()}}
 }
 
 // allocate asks for one device of class with the memory request (""
@@ -198,22 +203,28 @@ func (s *shareScheduler) allocate(class, memory string) *resourceapi.DeviceReque
 	if err := device.Validate(slices...); err != nil {
 		s.t.Fatal(err)
 	}
-	features := structured.Features{AdminAccess: true, PartitionableDevices: true, PrioritizedList: true,
-		DeviceTaints: true, ConsumableCapacity: true}
+	features := structured.Features{AdminAccess: true, PartitionableDevices: true,
+		PrioritizedList: true,
+		DeviceTaints:    true, ConsumableCapacity: true}
 	al, err := structured.NewAllocator(ctx, features, s.state, classes(DeviceClasses(nil)), slices,
 		cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}))
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.n++
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: class,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 	if memory != "" {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			mig.CapMemory: resource.MustParse(memory)}}
+		mem := map[resourceapi.QualifiedName]resource.Quantity{
+			mig.CapMemory: resource.MustParse(memory)}
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: mem}
 	}
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("c", s.n), Namespace: "default", UID: types.UID(fmt.Sprint("uid-", s.n))},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}}}}}
-	res, err := al.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, []*resourceapi.ResourceClaim{c})
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("c", s.n),
+		Namespace: "default", UID: types.UID(fmt.Sprint("uid-", s.n))},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}}}}}
+	res, err := al.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
+		[]*resourceapi.ResourceClaim{c})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -226,7 +237,8 @@ func (s *shareScheduler) allocate(class, memory string) *resourceapi.DeviceReque
 		s.state.AllocatedDevices.Insert(id)
 	} else {
 		s.state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-		s.state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		s.state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id,
+			r.ConsumedCapacity))
 	}
 	return &r
 }
@@ -252,7 +264,8 @@ func TestSharedGPUPublication(t *testing.T) {
 			pool = &inv.Pools[i]
 		}
 	}
-	if pool == nil || len(pool.Devices) != 2 || pool.Devices[0].Name() != "gpu-1" || pool.Devices[1].Name() != "gpu-1-shared" || len(pool.CounterSets) != 1 {
+	if pool == nil || len(pool.Devices) != 2 || pool.Devices[0].Name() != "gpu-1" ||
+		pool.Devices[1].Name() != "gpu-1-shared" || len(pool.CounterSets) != 1 {
 		t.Fatalf("GPU 1's pool %+v, want its counter set, gpu-1 and gpu-1-shared", pool)
 	}
 	if got := names(inv)[0]; got != "gpu-0" {
@@ -312,14 +325,17 @@ func TestSharesThroughMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := record(t, f.d, g.UUID); r.PID != pid || len(r.Shares) != 2 || len(daemons(t, f.d)) != 1 {
-		t.Fatalf("after two shares: record %+v, daemons %v; want one daemon (pid %d) for both", r, daemons(t, f.d), pid)
+	if r := record(t, f.d, g.UUID); r.PID != pid || len(r.Shares) != 2 || len(daemons(t,
+		f.d)) != 1 {
+		t.Fatalf("after two shares: record %+v, daemons %v; want one daemon (pid %d) for both", r,
+			daemons(t, f.d), pid)
 	}
 	if m, _ := f.sim.ComputeMode(1); m != nvml.ComputeModeExclusiveProcess {
 		t.Errorf("GPU 1 in %s mode, want ExclusiveProcess", m)
 	}
 	envA, envB := containerEnv(t, pa[0].Edits), containerEnv(t, pb[0].Edits)
-	if envA[EnvMPSMemoryLimit] != "0=12288M" || envA[EnvMPSThreads] != "10" || envB[EnvMPSMemoryLimit] != "0=20480M" || envB[EnvMPSThreads] != "30" {
+	if envA[EnvMPSMemoryLimit] != "0=12288M" || envA[EnvMPSThreads] != "10" ||
+		envB[EnvMPSMemoryLimit] != "0=20480M" || envB[EnvMPSThreads] != "30" {
 		t.Errorf("containers got %v and %v", envA, envB)
 	}
 	cuda, err := f.sim.OpenCUDA(ctx, g.UUID, envA)
@@ -333,16 +349,20 @@ func TestSharesThroughMPS(t *testing.T) {
 	if err := cuda.Alloc(1); !errors.Is(err, nvmlsim.ErrCUDAOutOfMemory) {
 		t.Errorf("a's program past its 12 GiB: %v, want %v", err, nvmlsim.ErrCUDAOutOfMemory)
 	}
-	if _, err := f.sim.OpenCUDA(ctx, g.UUID, nil); !errors.Is(err, nvmlsim.ErrCUDADevicesUnavailable) {
-		t.Errorf("a program without MPS on the shared GPU: %v, want %v", err, nvmlsim.ErrCUDADevicesUnavailable)
+	if _, err := f.sim.OpenCUDA(ctx, g.UUID, nil); !errors.Is(err,
+		nvmlsim.ErrCUDADevicesUnavailable) {
+		t.Errorf("a program without MPS on the shared GPU: %v, want %v", err,
+			nvmlsim.ErrCUDADevicesUnavailable)
 	}
 
 	wholeDev := alloc("gpu-1")
 	wholeDev.Pool = mig.GPUPoolName("node-1", 1)
-	if _, _, err := prepareAll(t, f.d, "whole", wholeDev); err == nil || !strings.Contains(err.Error(), "shared") {
+	if _, _, err := prepareAll(t, f.d, "whole",
+		wholeDev); err == nil || !strings.Contains(err.Error(), "shared") {
 		t.Errorf("GPU 1 whole while shares hold it: %v, want a refusal", err)
 	}
-	if _, _, err := prepareAll(t, f.d, "two", share("s1", "1Gi", 1), share("s2", "1Gi", 1)); err == nil || !strings.Contains(err.Error(), "one share") {
+	if _, _, err := prepareAll(t, f.d, "two", share("s1", "1Gi", 1), share("s2", "1Gi",
+		1)); err == nil || !strings.Contains(err.Error(), "one share") {
 		t.Errorf("a claim of two shares: %v, want a refusal", err)
 	}
 
@@ -361,7 +381,8 @@ func TestSharesThroughMPS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GPU 1 whole once free: %v", err)
 	}
-	if _, _, err := prepareAll(t, f.d, "c", share("share-c", "4Gi", 10)); err == nil || !strings.Contains(err.Error(), "held whole") {
+	if _, _, err := prepareAll(t, f.d, "c", share("share-c", "4Gi",
+		10)); err == nil || !strings.Contains(err.Error(), "held whole") {
 		t.Errorf("a share while the GPU is whole: %v, want a refusal", err)
 	}
 	unprepareAll(t, f.d, w)
@@ -400,7 +421,8 @@ func TestMPSDaemonKilled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if len(r.Shares) != 1 || len(daemons(t, f.d)) != 1 {
-		t.Errorf("after the restart: %+v, daemons %v; want a's share and one daemon", r, daemons(t, f.d))
+		t.Errorf("after the restart: %+v, daemons %v; want a's share and one daemon", r, daemons(t,
+			f.d))
 	}
 	c, err := f.sim.OpenCUDA(ctx, gpus[1].UUID, containerEnv(t, p[0].Edits))
 	if err != nil {
@@ -435,7 +457,8 @@ func TestSharedDriverHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(sim, "node-1", WithStateDir(job.StateDir), WithSharedGPUs("1"), WithMPSControl(standIn(job.SimState)))
+	d, err := New(sim, "node-1", WithStateDir(job.StateDir), WithSharedGPUs("1"),
+		WithMPSControl(standIn(job.SimState)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +487,8 @@ func TestSharedDriverHelperProcess(t *testing.T) {
 // leaked.
 func TestKill9DriverWithSharesHeld(t *testing.T) {
 	dir := shortDir(t)
-	state, stateDir, heldFile := filepath.Join(dir, "gpus.json"), filepath.Join(dir, "state"), filepath.Join(dir, "held.json")
+	state, stateDir, heldFile := filepath.Join(dir, "gpus.json"), filepath.Join(dir,
+		"state"), filepath.Join(dir, "held.json")
 	sim, err := nvmlsim.Open(state, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(testSetup))
 	if err != nil {
 		t.Fatal(err)
@@ -506,7 +530,8 @@ func TestKill9DriverWithSharesHeld(t *testing.T) {
 	for _, d := range held[0].Devices {
 		var pd preparedData
 		_ = json.Unmarshal(d.Data, &pd)
-		env = map[string]string{nvmlsim.EnvMPSPipeDir: filepath.Join(stateDir, "mps", uuid[4:12], "pipe")}
+		env = map[string]string{nvmlsim.EnvMPSPipeDir: filepath.Join(stateDir, "mps", uuid[4:12],
+			"pipe")}
 	}
 	before, err := sim.OpenCUDA(ctx, uuid, env)
 	if err != nil {
@@ -516,7 +541,8 @@ func TestKill9DriverWithSharesHeld(t *testing.T) {
 
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-done
-	d, err := New(sim, "node-1", WithStateDir(stateDir), WithSharedGPUs("1"), WithMPSControl(standIn(state)))
+	d, err := New(sim, "node-1", WithStateDir(stateDir), WithSharedGPUs("1"),
+		WithMPSControl(standIn(state)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +596,8 @@ func TestMPSRecordLost(t *testing.T) {
 	r := record(t, f.d, gpus[1].UUID)
 	ds := daemons(t, f.d)
 	if r.PID == orphan || !f.d.mps.alive(r) || len(ds) != 1 || ds[0] != r.PID {
-		t.Errorf("after the reconcile: record %+v, daemons %v (orphan %d); want one new daemon", r, ds, orphan)
+		t.Errorf("after the reconcile: record %+v, daemons %v (orphan %d); want one new daemon", r,
+			ds, orphan)
 	}
 	unprepareAll(t, f.d, h)
 	if len(daemons(t, f.d)) != 0 {
@@ -602,7 +629,8 @@ func TestConcurrentShares(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			held[i], _, errs[i] = prepareAll(t, f.d, fmt.Sprint("c", i), share(fmt.Sprint("s", i), "4Gi", 10))
+			held[i], _, errs[i] = prepareAll(t, f.d, fmt.Sprint("c", i), share(fmt.Sprint("s", i),
+				"4Gi", 10))
 		})
 	}
 	wg.Wait()

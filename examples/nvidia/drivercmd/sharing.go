@@ -31,12 +31,23 @@ type sharingFlags struct {
 
 func registerSharing(fs *flag.FlagSet) *sharingFlags {
 	return &sharingFlags{
-		gpus:           fs.String("shared-gpus", "", `full GPUs (UUIDs or NVML indexes, comma-separated, or "all") also offered as MPS shares of their memory and compute (class `+nvdriver.ClassShared+`): each published whole and shared on one counter, so a GPU is one or the other; empty (the default) or "none": no GPU is shared`),
-		memStep:        fs.String("share-memory-step", nvdriver.DefaultShareMemoryStep.String(), "a share's memory is a multiple of this (and at least it): a request in between is rounded up"),
-		memDefault:     fs.String("share-memory-default", nvdriver.DefaultShareMemory.String(), "the memory of a share whose request names none (and of an nvidia.com/gpu.shared pod)"),
-		computeStep:    fs.Int64("share-compute-step", nvdriver.DefaultShareComputeStep, "a share's compute, in percent of the GPU, is a multiple of this"),
-		computeDefault: fs.Int64("share-compute-default", nvdriver.DefaultShareCompute, "the compute percentage of a share whose request names none"),
-		mpsControl:     fs.String("mps-control", "", "the MPS control program the driver runs per shared GPU (default: nvidia-cuda-mps-control from the PATH; with -nvml-sim the simulator's stand-in)"),
+		gpus: fs.String("shared-gpus", "",
+			`full GPUs (UUIDs or NVML indexes, comma-separated, or "all") also offered as MPS `+
+				`shares of their memory and compute (class `+nvdriver.ClassShared+`): each `+
+				`published whole and shared on one counter, so a GPU is one or the other; `+
+				`empty (the default) or "none": no GPU is shared`),
+		memStep: fs.String("share-memory-step", nvdriver.DefaultShareMemoryStep.String(),
+			"a share's memory is a multiple of this (and at least it): a request in between is "+
+				"rounded up"),
+		memDefault: fs.String("share-memory-default", nvdriver.DefaultShareMemory.String(),
+			"the memory of a share whose request names none (and of an nvidia.com/gpu.shared pod)"),
+		computeStep: fs.Int64("share-compute-step", nvdriver.DefaultShareComputeStep,
+			"a share's compute, in percent of the GPU, is a multiple of this"),
+		computeDefault: fs.Int64("share-compute-default", nvdriver.DefaultShareCompute,
+			"the compute percentage of a share whose request names none"),
+		mpsControl: fs.String("mps-control", "",
+			"the MPS control program the driver runs per shared GPU (default: "+
+				"nvidia-cuda-mps-control from the PATH; with -nvml-sim the simulator's stand-in)"),
 	}
 }
 
@@ -58,21 +69,24 @@ func (f *sharingFlags) options(nv *nvmlflag.Flags) ([]nvdriver.Option, error) {
 	}
 	switch {
 	case *f.mpsControl != "":
-		opts = append(opts, nvdriver.WithMPSControl(nvdriver.MPSControl{Command: strings.Fields(*f.mpsControl)}))
+		ctl := nvdriver.MPSControl{Command: strings.Fields(*f.mpsControl)}
+		opts = append(opts, nvdriver.WithMPSControl(ctl))
 	case nv.Sim != "":
 		self, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("MPS stand-in: %w", err)
 		}
 		if nv.SimState == "" && *f.gpus != "" {
-			return nil, errors.New("-shared-gpus with -nvml-sim needs -nvml-sim-state: the MPS stand-in is a process of its own")
+			return nil, errors.New("-shared-gpus with -nvml-sim needs -nvml-sim-state: " +
+				"the MPS stand-in is a process of its own")
 		}
 		state, err := filepath.Abs(nv.SimState)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, nvdriver.WithMPSControl(nvdriver.MPSControl{
-			Command: []string{self, MPSControlSimCommand}, Env: []string{nvmlsim.EnvSimState + "=" + state}}))
+			Command: []string{self,
+				MPSControlSimCommand}, Env: []string{nvmlsim.EnvSimState + "=" + state}}))
 	}
 	return opts, nil
 }

@@ -40,7 +40,8 @@ func (r *Real) SetComputeMode(gpu int, m ComputeMode) error {
 	}
 	nm, ok := computeModes[m]
 	if !ok {
-		return NewError(ErrorInvalidArgument, "set compute mode", string(m)+" is not a compute mode")
+		return NewError(ErrorInvalidArgument, "set compute mode",
+			string(m)+" is not a compute mode")
 	}
 	d, err := r.device(gpu)
 	if err != nil {

@@ -34,7 +34,8 @@ func startStandIn(t *testing.T, state, gpu, pipe string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMPSStandInProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), standInEnv+"=1", EnvSimState+"="+state,
-		EnvVisibleDevices+"="+gpu, EnvMPSPipeDir+"="+pipe, EnvMPSLogDir+"="+filepath.Join(pipe, "log"))
+		EnvVisibleDevices+"="+gpu, EnvMPSPipeDir+"="+pipe, EnvMPSLogDir+"="+filepath.Join(pipe,
+			"log"))
 	out, err := os.Create(filepath.Join(t.TempDir(), "standin.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +118,8 @@ func TestMPSStandIn(t *testing.T) {
 	}
 	b.Close()
 	if _, err := sim.OpenCUDA(ctx, g.UUID, nil); !errors.Is(err, ErrCUDADevicesUnavailable) {
-		t.Errorf("a program without MPS on an ExclusiveProcess GPU: %v, want %v", err, ErrCUDADevicesUnavailable)
+		t.Errorf("a program without MPS on an ExclusiveProcess GPU: %v, want %v", err,
+			ErrCUDADevicesUnavailable)
 	}
 	if _, err := sim.OpenCUDA(ctx, gpus[1].UUID, nil); err != nil {
 		t.Errorf("a program without MPS on a GPU in Default mode: %v", err)
@@ -126,7 +128,8 @@ func TestMPSStandIn(t *testing.T) {
 	second := exec.Command(os.Args[0], "-test.run=^TestMPSStandInProcess$", "-test.count=1")
 	second.Env = append(os.Environ(), standInEnv+"=1", EnvSimState+"="+state,
 		EnvVisibleDevices+"="+g.UUID, EnvMPSPipeDir+"="+pipe, EnvMPSLogDir+"="+t.TempDir())
-	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "another MPS control daemon") {
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out),
+		"another MPS control daemon") {
 		t.Errorf("a second daemon on the pipe folder: %v %s", err, out)
 	}
 
@@ -138,7 +141,8 @@ func TestMPSStandIn(t *testing.T) {
 		}
 		return ""
 	}
-	if rc := MPSControlMain(nil, env, strings.NewReader("get_server_list\nquit\n"), &out, &out); rc != 0 {
+	if rc := MPSControlMain(nil, env, strings.NewReader("get_server_list\nquit\n"), &out,
+		&out); rc != 0 {
 		t.Fatalf("control client: %d %s", rc, out.String())
 	}
 	if strings.TrimSpace(out.String()) != strconv.Itoa(daemon.Process.Pid) {

@@ -11,7 +11,8 @@ import (
 func (s *Sim) SetComputeMode(gpu int, m nvml.ComputeMode) error {
 	op := fmt.Sprintf("set compute mode %q on GPU %d", m, gpu)
 	if !m.Valid() {
-		return nvml.NewError(nvml.ErrorInvalidArgument, op, "want Default, ExclusiveProcess or Prohibited")
+		return nvml.NewError(nvml.ErrorInvalidArgument, op,
+			"want Default, ExclusiveProcess or Prohibited")
 	}
 	if m == nvml.ComputeModeDefault {
 		m = ""

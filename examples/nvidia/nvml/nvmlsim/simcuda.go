@@ -44,7 +44,8 @@ type CUDAContext struct {
 // refused (ErrCUDADevicesUnavailable) on a GPU in Prohibited mode or in
 // ExclusiveProcess mode while an MPS daemon serves the GPU, as on
 // hardware.
-func (s *Sim) OpenCUDA(ctx context.Context, gpu string, env map[string]string) (*CUDAContext, error) {
+func (s *Sim) OpenCUDA(ctx context.Context, gpu string, env map[string]string) (*CUDAContext,
+	error) {
 	var idx int
 	var memMiB int64
 	var mode nvml.ComputeMode
@@ -74,9 +75,11 @@ func (s *Sim) OpenCUDA(ctx context.Context, gpu string, env map[string]string) (
 	if pipe == "" {
 		switch {
 		case mode == nvml.ComputeModeProhibited:
-			return nil, fmt.Errorf("%w: GPU %d's compute mode is Prohibited", ErrCUDADevicesUnavailable, idx)
+			return nil, fmt.Errorf("%w: GPU %d's compute mode is Prohibited",
+				ErrCUDADevicesUnavailable, idx)
 		case mode == nvml.ComputeModeExclusiveProcess && daemon != nil && alive(daemon.PID):
-			return nil, fmt.Errorf("%w: GPU %d is in ExclusiveProcess mode and its MPS server holds it; "+
+			return nil, fmt.Errorf("%w: GPU %d is in ExclusiveProcess mode and its MPS server "+
+				"holds it; "+
 				"set %s to be its client", ErrCUDADevicesUnavailable, idx, EnvMPSPipeDir)
 		}
 		return &CUDAContext{memMiB: memMiB}, nil
@@ -96,7 +99,8 @@ func (s *Sim) OpenCUDA(ctx context.Context, gpu string, env map[string]string) (
 		return nil, err
 	}
 	var rep mpsReply
-	if err := c.call(mpsRequest{Op: "connect", PID: os.Getpid(), LimitMiB: limit, Threads: threads}, &rep); err != nil {
+	if err := c.call(mpsRequest{Op: "connect", PID: os.Getpid(), LimitMiB: limit, Threads: threads},
+		&rep); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -123,11 +127,13 @@ func pinnedLimitMiB(v, uuid string) (int64, error) {
 		}
 		unit := map[byte]int64{'K': 1, 'M': 1 << 10, 'G': 1 << 20, 'T': 1 << 30} // in KiB
 		if amount == "" || unit[amount[len(amount)-1]] == 0 {
-			return 0, fmt.Errorf("%s=%q: %q has no unit K, M, G or T", EnvMPSPinnedMemLimit, v, amount)
+			return 0, fmt.Errorf("%s=%q: %q has no unit K, M, G or T", EnvMPSPinnedMemLimit, v,
+				amount)
 		}
 		n, err := strconv.ParseInt(amount[:len(amount)-1], 10, 64)
 		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("%s=%q: %q is not a positive amount", EnvMPSPinnedMemLimit, v, amount)
+			return 0, fmt.Errorf("%s=%q: %q is not a positive amount", EnvMPSPinnedMemLimit, v,
+				amount)
 		}
 		return n * unit[amount[len(amount)-1]] / 1024, nil
 	}
@@ -149,7 +155,8 @@ func (c *CUDAContext) Alloc(mib int64) error {
 	}
 	if rep.Error != "" {
 		if strings.HasPrefix(rep.Error, ErrCUDAOutOfMemory.Error()) {
-			return fmt.Errorf("%w%s", ErrCUDAOutOfMemory, strings.TrimPrefix(rep.Error, ErrCUDAOutOfMemory.Error()))
+			return fmt.Errorf("%w%s", ErrCUDAOutOfMemory, strings.TrimPrefix(rep.Error,
+				ErrCUDAOutOfMemory.Error()))
 		}
 		return errors.New(rep.Error)
 	}

@@ -79,7 +79,8 @@ type mpsReply struct {
 // it is the control client: each line of stdin is a command to the
 // daemon of CUDA_MPS_PIPE_DIRECTORY (quit, get_server_list, and the
 // stand-in's get_clients), its answer on stdout.
-func MPSControlMain(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+func MPSControlMain(args []string, getenv func(string) string, stdin io.Reader, stdout,
+	stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-f" || args[0] == "-d") {
 		if err := runMPSDaemon(getenv, stderr); err != nil {
 			fmt.Fprintln(stderr, "nvidia-cuda-mps-control (simulated):", err)
@@ -124,7 +125,8 @@ type mpsConn struct{ net.Conn }
 func runMPSDaemon(getenv func(string) string, stderr io.Writer) error {
 	state := getenv(EnvSimState)
 	if state == "" {
-		return fmt.Errorf("%s is not set: the stand-in serves the simulated GPUs of a state file", EnvSimState)
+		return fmt.Errorf("%s is not set: the stand-in serves the simulated GPUs of a state file",
+			EnvSimState)
 	}
 	sim, err := Open(state)
 	if err != nil {
@@ -145,7 +147,8 @@ func runMPSDaemon(getenv func(string) string, stderr io.Writer) error {
 			return err
 		}
 	}
-	logFile, err := os.OpenFile(filepath.Join(logDir, "control.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(filepath.Join(logDir, "control.log"),
+		os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -198,7 +201,8 @@ func runMPSDaemon(getenv func(string) string, stderr io.Writer) error {
 // mpsGPU is the GPU a daemon serves and its memory.
 func mpsGPU(sim *Sim, visible string) (int, int64, error) {
 	if visible == "" || strings.Contains(visible, ",") {
-		return 0, 0, fmt.Errorf("%s=%q: the stand-in serves exactly one GPU", EnvVisibleDevices, visible)
+		return 0, 0, fmt.Errorf("%s=%q: the stand-in serves exactly one GPU", EnvVisibleDevices,
+			visible)
 	}
 	gpus, err := sim.GPUs()
 	if err != nil {
@@ -212,7 +216,8 @@ func mpsGPU(sim *Sim, visible string) (int, int64, error) {
 			return g.Index, g.MemoryMiB, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("%s=%q names no GPU of the simulated server", EnvVisibleDevices, visible)
+	return 0, 0, fmt.Errorf("%s=%q names no GPU of the simulated server", EnvVisibleDevices,
+		visible)
 }
 
 // register records the daemon on its GPU (or drops its own record).
@@ -287,13 +292,15 @@ func (d *mpsDaemon) handle(c *mpsConn, req mpsRequest) mpsReply {
 		return mpsReply{Clients: out}
 	case "connect":
 		if req.Threads < 0 || req.Threads > 100 {
-			return mpsReply{Error: fmt.Sprintf("%s=%d is not a percentage", EnvMPSThreads, req.Threads)}
+			return mpsReply{Error: fmt.Sprintf("%s=%d is not a percentage", EnvMPSThreads,
+				req.Threads)}
 		}
 		if req.Threads == 0 {
 			req.Threads = 100
 		}
 		d.clients[c] = &MPSClient{PID: req.PID, LimitMiB: req.LimitMiB, Threads: req.Threads}
-		d.logf("Client %d connected (pinned memory limit %d MiB, %d%% threads)", req.PID, req.LimitMiB, req.Threads)
+		d.logf("Client %d connected (pinned memory limit %d MiB, %d%% threads)", req.PID,
+			req.LimitMiB, req.Threads)
 		return mpsReply{Server: os.Getpid()}
 	case "alloc":
 		cl := d.clients[c]
@@ -301,7 +308,9 @@ func (d *mpsDaemon) handle(c *mpsConn, req mpsRequest) mpsReply {
 			return mpsReply{Error: "not connected"}
 		}
 		if cl.LimitMiB > 0 && cl.UsedMiB+req.MiB > cl.LimitMiB {
-			return mpsReply{Error: fmt.Sprintf("%s: client %d would hold %d MiB, over its pinned device memory limit of %d MiB",
+			return mpsReply{Error: fmt.Sprintf("%s: client %d would hold %d MiB, over its pinned "+
+				"device "+
+				"memory limit of %d MiB",
 				ErrCUDAOutOfMemory, cl.PID, cl.UsedMiB+req.MiB, cl.LimitMiB)}
 		}
 		var total int64
@@ -309,7 +318,8 @@ func (d *mpsDaemon) handle(c *mpsConn, req mpsRequest) mpsReply {
 			total += o.UsedMiB
 		}
 		if total+req.MiB > d.memMiB {
-			return mpsReply{Error: fmt.Sprintf("%s: the GPU has %d MiB free", ErrCUDAOutOfMemory, d.memMiB-total)}
+			return mpsReply{Error: fmt.Sprintf("%s: the GPU has %d MiB free", ErrCUDAOutOfMemory,
+				d.memMiB-total)}
 		}
 		cl.UsedMiB += req.MiB
 		return mpsReply{UsedMiB: cl.UsedMiB}
@@ -358,7 +368,8 @@ func dialMPS(ctx context.Context, pipe string) (*mpsClientConn, error) {
 	var dl net.Dialer
 	c, err := dl.DialContext(ctx, "unix", filepath.Join(pipe, "control"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: no MPS control daemon answers in %s: %v", ErrMPSConnection, pipe, err)
+		return nil, fmt.Errorf("%w: no MPS control daemon answers in %s: %v", ErrMPSConnection,
+			pipe, err)
 	}
 	return &mpsClientConn{Conn: c, r: bufio.NewScanner(c)}, nil
 }
