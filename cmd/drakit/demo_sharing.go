@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -107,11 +108,17 @@ func (d *nvidiaDemo) sharedFleet(ctx context.Context) error {
 			return fmt.Errorf("delete pod %s: %w", w.Name, err)
 		}
 	}
+	// The claims go once the pods do; the kubelet then unprepares them:
+	// the last share's unprepare stops the GPU's MPS daemon, and the GPU
+	// may be handed out whole again.
+	var specs []string
 	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := cs.ResourceV1().ResourceClaims(demoNS).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, err
+		specs, _ = filepath.Glob(filepath.Join(d.c.CDIDir, "*"+nvdriver.DriverName+"*"))
+		return err == nil && len(l.Items) == 0 && len(specs) == 0, err
 	}); err != nil {
-		return fmt.Errorf("wait for the fleet's claims to go: %w", err)
+		return fmt.Errorf("wait for the fleet's claims to be unprepared (CDI specs left: %v): %w",
+			specs, err)
 	}
 	d.linef("the fleet deleted: its shares unprepared and the GPU's MPS daemon stopped in %s",
 		since(t0))
