@@ -334,6 +334,13 @@ func (m *mpsManager) ensure(ctx context.Context, r *mpsRecord) error {
 	if m.alive(r) {
 		return nil
 	}
+	if done, ok := m.reaped[r.PID]; ok {
+		select {
+		case <-done: // the daemon this process started died and was reaped
+			delete(m.reaped, r.PID)
+		default:
+		}
+	}
 	logger := klog.FromContext(ctx)
 	gpu, ok := m.index(r.GPU)
 	if !ok {
@@ -420,6 +427,10 @@ func (m *mpsManager) stop(ctx context.Context, r *mpsRecord) error {
 			"CUDA_MPS_PIPE_DIRECTORY="+m.pipeDir(r.GPU))
 		cmd.Stdin = strings.NewReader("quit\n")
 		out, qerr := cmd.CombinedOutput()
+		if qerr != nil {
+			// The control client could not tell it: a signal can.
+			_ = syscall.Kill(r.PID, syscall.SIGTERM)
+		}
 		deadline := time.Now().Add(m.timeout)
 		for m.alive(r) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
