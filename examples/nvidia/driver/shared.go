@@ -226,16 +226,13 @@ func (d *Driver) shareOf(g *gpuInfo, dev kit.AllocatedDevice) (ShareInfo, error)
 }
 
 // checkShares refuses what a claim's shares cannot be: a container is
-// one MPS client of one daemon, so a claim takes one share; a shared GPU
-// is not time-sliced (decodeConfig) or given with admin access.
+// one MPS client of one daemon, so a claim takes one share (a shared GPU
+// is not time-sliced either: decodeConfig). Admin access is no share.
 func checkShares(devs []kit.AllocatedDevice, info func(kit.AllocatedDevice) devInfo) error {
 	var shares []string
 	for _, dev := range devs {
-		if info(dev).typ != TypeShared {
+		if info(dev).typ != TypeShared || dev.AdminAccess {
 			continue
-		}
-		if dev.AdminAccess {
-			return fmt.Errorf("device %s: an MPS share is not given with admin access", dev.ID())
 		}
 		shares = append(shares, dev.Request)
 	}
@@ -254,6 +251,9 @@ func checkShares(devs []kit.AllocatedDevice, info func(kit.AllocatedDevice) devI
 func (d *Driver) prepareShare(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice,
 	info devInfo) (kit.PreparedDevice, error) {
 	g := d.hw()[info.gpu]
+	if dev.AdminAccess {
+		return d.adminShare(dev, info, g)
+	}
 	sh, err := d.shareOf(&g, dev)
 	if err != nil {
 		return kit.PreparedDevice{}, err
@@ -291,6 +291,23 @@ func (d *Driver) prepareShare(ctx context.Context, claim kit.Claim, dev kit.Allo
 		g.Index,
 		"memoryMiB", sh.MemoryMiB, "threads", sh.ComputePercent)
 	return kit.PreparedDevice{Edits: edits, Data: raw, Metadata: meta}, nil
+}
+
+// adminShare is admin access to a shared GPU (monitoring): the GPU's
+// UUID and, on real hardware, its device nodes, for NVML; no share is
+// taken and no MPS client made (its programs are no MPS clients, and
+// the GPU's ExclusiveProcess mode refuses them a CUDA context).
+func (d *Driver) adminShare(dev kit.AllocatedDevice, info devInfo, g gpuInfo) (kit.PreparedDevice,
+	error) {
+	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+envSuffix(dev.ShareName()), g.UUID)
+	if !*d.o.simulated {
+		e, err := d.o.editor.DeviceEdits(d.containerDevice(info, g.UUID))
+		if err != nil {
+			return kit.PreparedDevice{}, err
+		}
+		edits.Append(e)
+	}
+	return kit.PreparedDevice{Edits: edits}, nil
 }
 
 // unprepareShare releases share dev: from its recorded data, or for a

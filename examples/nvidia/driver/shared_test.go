@@ -310,7 +310,8 @@ func TestSharedGPUPublication(t *testing.T) {
 // simulated CUDA program with a container's environment is held to its
 // limit; a program without MPS is refused. The GPU is not handed out
 // whole while shares hold it, a claim of two shares is refused, and the
-// last unprepare stops the daemon and gives the GPU back.
+// last unprepare stops the daemon and gives the GPU back. Admin access
+// to the shared GPU takes no share.
 func TestSharesThroughMPS(t *testing.T) {
 	f := sharedFixture(t)
 	ctx := context.Background()
@@ -354,6 +355,20 @@ func TestSharesThroughMPS(t *testing.T) {
 		t.Errorf("a program without MPS on the shared GPU: %v, want %v", err,
 			nvmlsim.ErrCUDADevicesUnavailable)
 	}
+
+	// Admin access (monitoring) takes no share and makes no MPS client.
+	adm := share("admin", "4Gi", 10)
+	adm.AdminAccess = true
+	ha, pad, err := prepareAll(t, f.d, "admin", adm)
+	if err != nil {
+		t.Fatalf("admin access to the shared GPU: %v", err)
+	}
+	if env := containerEnv(t, pad[0].Edits); env[EnvMPSPipeDir] != "" || len(record(t, f.d,
+		g.UUID).Shares) != 2 {
+		t.Errorf("admin access: env %v, record %+v; want no MPS client and no share", env, record(t,
+			f.d, g.UUID))
+	}
+	unprepareAll(t, f.d, ha)
 
 	wholeDev := alloc("gpu-1")
 	wholeDev.Pool = mig.GPUPoolName("node-1", 1)
