@@ -363,10 +363,9 @@ func TestSharesThroughMPS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admin access to the shared GPU: %v", err)
 	}
-	if env := containerEnv(t, pad[0].Edits); env[EnvMPSPipeDir] != "" || len(record(t, f.d,
-		g.UUID).Shares) != 2 {
-		t.Errorf("admin access: env %v, record %+v; want no MPS client and no share", env, record(t,
-			f.d, g.UUID))
+	env, rec := containerEnv(t, pad[0].Edits), record(t, f.d, g.UUID)
+	if env[EnvMPSPipeDir] != "" || len(rec.Shares) != 2 {
+		t.Errorf("admin access: env %v, record %+v; want no MPS client and no share", env, rec)
 	}
 	unprepareAll(t, f.d, ha)
 
