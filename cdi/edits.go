@@ -3,6 +3,7 @@ package cdi
 import (
 	"os"
 	"slices"
+	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -119,6 +120,20 @@ func (e *Edits) Hook(stage HookName, path string, args ...string) *Edits {
 func (e *Edits) AdditionalGIDs(gids ...uint32) *Edits {
 	e.e.AdditionalGIDs = append(e.e.AdditionalGIDs, gids...)
 	return e
+}
+
+// EnvNames returns the names of the environment variables e sets, in
+// the order they were added; nil for nil or no variable.
+func (e *Edits) EnvNames() []string {
+	if e == nil {
+		return nil
+	}
+	var out []string
+	for _, kv := range e.e.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(out, k)
+	}
+	return out
 }
 
 // IsEmpty reports whether no edit was added.

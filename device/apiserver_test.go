@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -77,6 +78,8 @@ func TestDifferentialAPIServer(t *testing.T) {
 			})
 		}
 	})
+
+	t.Run("shares", func(t *testing.T) { sharesVerdicts(ctx, t, c.Client) })
 
 	t.Run("publish", func(t *testing.T) {
 		// The real ResourceSlice controller, as kubeletplugin.Helper
@@ -187,4 +190,42 @@ func TestDifferentialAPIServer(t *testing.T) {
 			t.Errorf("random inventories gave %d accepted and %d rejected slices; the generator needs tuning", accepted, rejected)
 		}
 	})
+}
+
+// sharesVerdicts checks NewShares against the API server: a device made
+// shareable by a model NewShares accepts is stored unchanged, and every
+// model it refuses for an API rule is refused by the server too. It is
+// stricter than the server where a model has no policy at all (no name,
+// no form or two, a fraction, a zero step) and for a default above the
+// capacity.
+func sharesVerdicts(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	sliceOf := func(d *Device) *resourceapi.ResourceSlice {
+		inv := &Inventory{Driver: "gpu.example.com", Pools: []Pool{{Name: "node-shares",
+			Devices: []*Device{d}}}}
+		s := inv.ResourceSlices("node-shares")[0]
+		s.Name = "shares"
+		return s
+	}
+	values, err := NewShares(ShareCapacity{Name: "memory", Capacity: q("80Gi"),
+		Default: q("10Gi"), Values: []resource.Quantity{q("10Gi"), q("20Gi"), q("40Gi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*Shares{"range": gpuShares(t), "values": values} {
+		accepted, causes, kept := serverVerdict(ctx, t, client, sliceOf(s.Apply(New("gpu-0"))))
+		if !accepted || !kept {
+			t.Errorf("%s: the API server accepted %v (causes %v), kept %v",
+				name, accepted, causes, kept)
+		}
+	}
+	for _, tc := range badShares {
+		p, err := tc.c.policy()
+		if err != nil || tc.name == "default above capacity" {
+			continue // refused before there is a policy, or stricter than the server
+		}
+		d := New("gpu-0").AllowMultipleAllocations().Capacity(tc.c.Name, tc.c.Capacity, p)
+		if accepted, _, _ := serverVerdict(ctx, t, client, sliceOf(d)); accepted {
+			t.Errorf("%s: NewShares refuses it, the API server accepts it", tc.name)
+		}
+	}
 }

@@ -15,6 +15,14 @@
 // the inventory into the resourceslice.DriverResources that
 // kubeletplugin.Helper.PublishResources takes.
 //
+// A shareable device (consumable capacity, KEP-5075: many claims on one
+// device, each taking an amount of its memory or compute) is described by
+// a [Shares] model: [NewShares] checks the capacities and their request
+// policies (a range with a step, or a list of values; a default) by the
+// API server's rules, [Shares.Apply] makes a device shareable with them,
+// and [Shares.Of] reads what one allocation took. docs/sharing.md has a
+// worked example.
+//
 // Three discoverers are ready-made: [StaticDiscoverer] for an inventory
 // that never changes and has no health, [NewHealthDiscoverer] for a fixed
 // inventory whose health a vendor's monitor reports, polled or pushed, and

@@ -32,6 +32,12 @@
 //   - A device prepared for one claim is refused to another
 //     ([ErrDeviceInUse]) unless admin access or distinct shares allow
 //     both; a device the driver does not publish is refused.
+//   - Shares (consumable capacity): each share of a device is prepared,
+//     checkpointed (with its consumed capacity), unprepared and
+//     recovered on its own, with a CDI device of its own
+//     ([AllocatedDevice.ShareName]); two shares of a device in one claim
+//     must not set the same variable; a device's health is every
+//     share's. docs/sharing.md has a worked example.
 //   - One CDI spec per claim, with the request names and share IDs as
 //     allocated; common edits from an optional [ClaimEditor].
 //   - Health reaches the kubelet as the vendor last reported it; a report

@@ -236,6 +236,9 @@ func checkNode(ctx context.Context, t *testing.T, d dirs, hw *fakehw.HW, want ma
 		}
 	}
 	slices.Sort(wantClaims)
+	for _, h := range wantHolders {
+		slices.Sort(h) // as Holders lists them (shares: several claims a device)
+	}
 	if d := cmp.Diff(wantRecords, gotRecords); d != "" {
 		t.Errorf("checkpoint records (-want +got):\n%s", d)
 	}

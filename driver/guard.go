@@ -33,8 +33,20 @@ func compatible(a, b holder) bool {
 
 func holderOf(d checkpoint.Device) holder { return holder{admin: d.AdminAccess, share: d.ShareID} }
 
-// reserveLocked checks the guard for rec's devices and reserves them.
+// reserveLocked checks the guard for rec's devices and reserves them. A
+// device allocated twice within the claim is refused too unless the two
+// allocations may go together (distinct shares, admin access): the
+// scheduler never allocates that, a forged or corrupted allocation may.
 func (e *engine) reserveLocked(rec *checkpoint.Record) error {
+	for i, d := range rec.Devices {
+		for _, o := range rec.Devices[:i] {
+			if o.Pool == d.Pool && o.Device == d.Device && !compatible(holderOf(d), holderOf(o)) {
+				return failed(ReasonAllocation, "device %s/%s is allocated to requests %q and %q "+
+					"of claim %s without distinct share IDs: the allocation is invalid",
+					d.Pool, d.Device, o.Request, d.Request, refOf(rec))
+			}
+		}
+	}
 	for _, d := range rec.Devices {
 		k := deviceKey{d.Pool, d.Device}
 		for other, h := range e.holders[k] {
@@ -42,7 +54,12 @@ func (e *engine) reserveLocked(rec *checkpoint.Record) error {
 				continue
 			}
 			if !compatible(holderOf(d), h) {
-				return &ClaimError{reason: ReasonGuard, err: fmt.Errorf("device %s/%s (request %q): %w %s", d.Pool, d.Device, d.Request, ErrDeviceInUse, other)}
+				err := fmt.Errorf("device %s/%s (request %q): %w %s",
+					d.Pool, d.Device, d.Request, ErrDeviceInUse, other)
+				if h.share != nil && d.ShareID != nil {
+					err = fmt.Errorf("%w with the same share ID %s", err, *d.ShareID)
+				}
+				return &ClaimError{reason: ReasonGuard, err: err}
 			}
 		}
 	}

@@ -24,6 +24,15 @@ import (
 // the same claim without an UnprepareDevice in between, and that two
 // calls for the same claim never run at the same time; calls for
 // different claims may run concurrently.
+//
+// A device that allows multiple allocations (consumable capacity,
+// KEP-5075) is prepared once per share: each call gets the allocation's
+// ShareID and ConsumedCapacity, and the runtime keeps each share's
+// record, CDI device and guard entry as it keeps a device's, so the
+// shares of one device held by several claims are each crash-safe and
+// idempotent on their own. Calls for shares of one device in different
+// claims may run concurrently: per-device state shared by the shares (a
+// daemon serving them) must be safe for that.
 type Preparer interface {
 	// PrepareDevice makes one allocated device ready for the claim's
 	// containers and returns the container edits to apply. When it fails
@@ -131,13 +140,19 @@ type AllocatedDevice struct {
 	Pool    string
 	Device  string
 	// ShareID identifies this allocation of a device that allows multiple
-	// allocations (consumable capacity); nil otherwise.
+	// allocations (consumable capacity); nil otherwise. It is unique
+	// among the device's allocations and kept across restarts.
 	ShareID *types.UID
 	// AdminAccess is true when the claim asked for admin access: the
 	// device may be in use by other claims at the same time.
 	AdminAccess bool
 	// ConsumedCapacity is the share of the device's capacities that this
-	// allocation took (consumable capacity), nil otherwise.
+	// allocation took (consumable capacity), nil otherwise; the
+	// scheduler fills in the request policy's default for a capacity
+	// the request did not name. UnprepareDevice and Reconcile get it
+	// from the checkpoint; a record written before drakit kept it (issue
+	// 49) gives nil, so a vendor that needs the amounts at unprepare
+	// keeps them in its Data too.
 	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
 	// Config is the opaque configuration for this driver that applies to
 	// the request, in precedence order: class configs first, then claim
@@ -147,6 +162,19 @@ type AllocatedDevice struct {
 
 // ID returns "pool/device".
 func (d AllocatedDevice) ID() string { return d.Pool + "/" + d.Device }
+
+// ShareName names this allocation of the device on the node: the
+// device's name, and for a share (ShareID set) "<device>-<share ID>".
+// Two shares of one device have distinct names, and a share keeps its
+// name across restarts. Name what a share's edits set after it
+// (environment variables, files), so that two shares of one device in
+// one container do not overwrite each other (see [PreparedDevice]).
+func (d AllocatedDevice) ShareName() string {
+	if d.ShareID == nil {
+		return d.Device
+	}
+	return d.Device + "-" + string(*d.ShareID)
+}
 
 // BaseRequest returns the request name without the subrequest.
 func (d AllocatedDevice) BaseRequest() string {
@@ -172,7 +200,10 @@ type PreparedDevice struct {
 	// container with several devices gets all their edits, one device
 	// after the other, and a variable two devices set keeps only the
 	// last value: name environment variables per device (e.g. with a
-	// suffix from the device's name), see [cdi.Edits].
+	// suffix from the device's name), see [cdi.Edits]. The shares of one
+	// device in one claim each need variables of their own (named after
+	// [AllocatedDevice.ShareName]): the runtime refuses a claim two of
+	// whose shares of a device set the same variable.
 	Edits *cdi.Edits
 	// CDIDeviceIDs are additional, fully qualified CDI device IDs
 	// ("vendor.com/class=name") from specs the vendor maintains itself.

@@ -49,13 +49,18 @@ type benchConfig struct {
 	// measured in place of the no-op floor (the first column), with the
 	// same parameters: another driver to compare with in one run.
 	baseline benchBaseline
+	// device, when set, is every claim's device (-device: shares of one
+	// device); share, when set, makes each claim's allocation a share
+	// with a fresh share ID and this consumed capacity (-share).
+	device string
+	share  map[string]string
 }
 
 // benchBaseline is the -baseline-* flags: the driver in the first column
 // instead of the floor.
 type benchBaseline struct {
-	exec, socket, driverName, pool, devicePrefix string
-	devices                                      int
+	exec, socket, driverName, pool, devicePrefix, node string
+	devices                                            int
 }
 
 func (b benchBaseline) set() bool { return b.exec != "" || b.socket != "" }
@@ -100,8 +105,35 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.baseline.pool, "baseline-pool", "", "pool of the baseline driver's devices (default: the node name)")
 	fs.StringVar(&c.baseline.devicePrefix, "baseline-device-prefix", "dev-", "the baseline driver's devices are <prefix>0, <prefix>1, ...")
 	fs.IntVar(&c.baseline.devices, "baseline-devices", -1, "the baseline driver's device count, as -devices (default: -devices)")
+	fs.StringVar(&c.baseline.node, "baseline-node", "",
+		"node the baseline driver publishes for (NODE_NAME; a fake node when bench starts "+
+			"the cluster), for a baseline of the same driver name as the driver under test "+
+			"(default: -node)")
+	fs.StringVar(&c.device, "device", "",
+		"every claim of the driver under test gets this device (with -share: shares of one "+
+			"device; -devices is then not used)")
+	share := fs.String("share", "",
+		"claims of the driver under test are shares (consumable capacity) of their device, "+
+			"each with a fresh share ID and this consumed capacity, e.g. memory=12Gi,compute=10")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *share != "" {
+		c.share = map[string]string{}
+		for _, kv := range strings.Split(*share, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("%w: -share: %q is not name=amount", errUsage, kv)
+			}
+			c.share[k] = v
+		}
+	}
+	if c.device != "" && c.share == nil {
+		return fmt.Errorf("%w: -device needs -share (one device for every claim only as shares)",
+			errUsage)
+	}
+	if c.baseline.node == "" {
+		c.baseline.node = c.node
 	}
 	if c.baseline.exec != "" && c.baseline.socket == "" {
 		return fmt.Errorf("%w: -baseline-exec needs -baseline-socket", errUsage)
@@ -122,7 +154,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.exec != "" && c.socket == "" {
 		return fmt.Errorf("%w: -exec needs -socket", errUsage)
 	}
-	if c.devices > 0 && c.devices <= c.held+max(c.batch, c.callers) {
+	if c.device == "" && c.devices > 0 && c.devices <= c.held+max(c.batch, c.callers) {
 		return fmt.Errorf("%w: -devices must exceed -held plus -batch and -callers", errUsage)
 	}
 	if c.qps == 0 {
@@ -164,6 +196,11 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 		if err := cl.AddFakeNode(ctx, c.node, nil, nil); err != nil {
 			return err
 		}
+		if c.baseline.node != c.node {
+			if err := cl.AddFakeNode(ctx, c.baseline.node, nil, nil); err != nil {
+				return err
+			}
+		}
 		rc, kubeconfig = cl.RESTConfig, cl.Kubeconfig
 	} else if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -192,13 +229,17 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 	switch b := c.baseline; {
 	case b.exec != "":
 		floorName, floorCfg.pool, floorCfg.devicePrefix, floorCfg.devices = b.driverName, b.pool, b.devicePrefix, b.devices
+		floorCfg.device, floorCfg.share = "", nil
 		if err := os.MkdirAll(floorDir, 0o755); err != nil {
 			return err
 		}
 		floorSocket = strings.ReplaceAll(b.socket, "{dir}", floorDir)
-		floorProc, err = startProc(ctx, filepath.Join(tmp, "baseline.log"), strings.Fields(strings.ReplaceAll(b.exec, "{dir}", floorDir)), "KUBECONFIG="+kubeconfig, "NODE_NAME="+c.node)
+		argv := strings.Fields(strings.ReplaceAll(b.exec, "{dir}", floorDir))
+		floorProc, err = startProc(ctx, filepath.Join(tmp, "baseline.log"), argv,
+			"KUBECONFIG="+kubeconfig, "NODE_NAME="+b.node)
 	case b.socket != "":
 		floorName, floorCfg.pool, floorCfg.devicePrefix, floorCfg.devices = b.driverName, b.pool, b.devicePrefix, b.devices
+		floorCfg.device, floorCfg.share = "", nil
 		floorSocket = b.socket
 	default:
 		floorProc, err = startBenchChild(ctx, filepath.Join(tmp, "floor.log"), benchFloorCmd,
@@ -236,8 +277,10 @@ func benchPrepare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) 
 		defer targetProc.stop()
 	}
 
-	floor := &benchTarget{name: floorName, socket: floorSocket, cfg: floorCfg, client: admin, ns: ns, settle: 0}
-	target := &benchTarget{name: c.driverName, socket: targetSocket, cfg: c, client: admin, ns: ns}
+	floor := &benchTarget{name: floorName, socket: floorSocket, cfg: floorCfg, client: admin,
+		ns: ns, role: "floor"}
+	target := &benchTarget{name: c.driverName, socket: targetSocket, cfg: c, client: admin, ns: ns,
+		role: "target"}
 	if c.limited() {
 		// Before each measurement the driver's token bucket refills, so
 		// that no measurement pays for the one before it.
@@ -289,7 +332,16 @@ func printBenchHeader(w io.Writer, c benchConfig, target *benchTarget) {
 	case c.socket != "":
 		what = "external driver"
 	}
-	fmt.Fprintf(w, "drakit bench prepare: %s = %s, socket %s, pid %d, pool %s, devices %s<n>\n", target.name, what, target.socket, target.pid, c.pool, c.devicePrefix)
+	devs := c.devicePrefix + "<n>"
+	if c.device != "" {
+		devs = c.device
+	}
+	fmt.Fprintf(w, "drakit bench prepare: %s = %s, socket %s, pid %d, pool %s, devices %s\n",
+		target.name, what, target.socket, target.pid, c.pool, devs)
+	if c.share != nil {
+		fmt.Fprintf(w, "claims of %s are shares, a fresh share ID each, consuming %v\n",
+			target.name, c.share)
+	}
 	if b := c.baseline; b.set() {
 		what := b.exec
 		if what == "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drakit/drakit/driver/drivertest"
@@ -28,7 +30,9 @@ type benchTarget struct {
 	// settle is how long the driver's client limiter needs to refill;
 	// bench waits that long before each measurement.
 	settle time.Duration
-	seq    atomic.Int64
+	// role tells the two targets' claims apart ("floor", "target").
+	role string
+	seq  atomic.Int64
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -75,8 +79,19 @@ func (t *benchTarget) claims(ctx context.Context, n int) ([]*resourceapi.Resourc
 			if t.cfg.devices > 0 {
 				dev = id % int64(t.cfg.devices)
 			}
-			out[i], errs[i] = drivertest.CreateAllocatedClaim(ctx, t.client, drivertest.ClaimSpec{Namespace: t.ns, Name: fmt.Sprintf("%s-%d", t.name, id), Driver: t.name,
-				Devices: []drivertest.Device{{Pool: t.cfg.pool, Device: fmt.Sprintf("%s%d", t.cfg.devicePrefix, dev)}}})
+			d := drivertest.Device{Pool: t.cfg.pool,
+				Device: fmt.Sprintf("%s%d", t.cfg.devicePrefix, dev)}
+			if t.cfg.device != "" {
+				d.Device = t.cfg.device
+			}
+			if t.cfg.share != nil {
+				d.ShareID, d.ConsumedCapacity = benchShareID(), t.cfg.share
+			}
+			// A name of its own per target: a baseline of the same
+			// driver name makes claims in the same namespace.
+			out[i], errs[i] = drivertest.CreateAllocatedClaim(ctx, t.client, drivertest.ClaimSpec{
+				Namespace: t.ns, Name: fmt.Sprintf("%s-%s-%d", t.name, t.role, id), Driver: t.name,
+				Devices: []drivertest.Device{d}})
 		})
 	}
 	wg.Wait()
@@ -244,4 +259,13 @@ func (t *benchTarget) calls(ctx context.Context, callers, n int) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// benchShareID is a fresh share ID (a random version-4 UUID, the form
+// the API server takes).
+func benchShareID() types.UID {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80
+	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]))
 }

@@ -85,6 +85,11 @@ var schedShapes = []schedShape{
 	// The reference driver's layout publication itself (the chart's
 	// default), for 1g demand.
 	{name: "nvidia 1g MIG, -mig-publication=layout", synth: drakitLayoutFleet, standard: true},
+	// The reference driver's MPS shares: every GPU shared, a pool per
+	// GPU (its counter set, the GPU whole and shared); pods ask for a
+	// share of the default size (consumable capacity).
+	{name: "nvidia MPS shares, -shared-gpus=all (8 pools, consumable capacity)",
+		synth: drakitSharedFleet},
 }
 
 // simpleDriver is upstream's scheduler_perf DRA driver name.
@@ -130,6 +135,9 @@ given):
   14* the reference driver's own layout publication (-mig-publication=layout)
      while claims ask for 1g devices: seven 1g devices per GPU, 56 per
      node, one pool of one slice, no counters (shape 8, made by the driver)
+  15 the reference driver's MPS shares (-shared-gpus=all): a pool per GPU
+     with its counter set, the GPU whole and shared (consumable memory and
+     compute); every pod asks for a share of the default size
 
 Every shape runs -runs times, interleaved (run 1 of every shape, then run
 2, ...), so that a change of the machine's load hits each run's shapes

@@ -376,3 +376,20 @@ func edits(e ...func([]*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice)
 		return ss
 	}
 }
+
+// drakitSharedFleet is the reference driver's MPS shares of a simulated
+// DGX H200 with every GPU shared (-shared-gpus=all): a pool per GPU with
+// its counter set, the GPU whole and its shared device. Pods ask for a
+// share of the default size through the shared class.
+func drakitSharedFleet() (*synthFleet, error) {
+	proto, _, err := fleetInventoryWith("dgx-h200", "proto", false,
+		[]nvdriver.Option{nvdriver.WithSharedGPUs("all")})
+	if err != nil {
+		return nil, err
+	}
+	return &synthFleet{
+		slices:  driverSlices(proto, nil),
+		classes: nvdriver.DeviceClasses(nil),
+		request: resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ClassShared},
+	}, nil
+}

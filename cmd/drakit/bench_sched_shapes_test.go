@@ -72,12 +72,19 @@ func TestSchedSyntheticShapes(t *testing.T) {
 				if i+1 != 10 {
 					checkNoOverlap(t, ss)
 				}
+			case 15:
+				if st.devices != 16 || st.pools != 8 || st.counterSets != 8 || st.consumers != 16 {
+					t.Errorf("%s: %+v, want a pool per GPU: 16 devices on 8 counter sets", sh.name, st)
+				}
+				if !strings.HasSuffix(got, "-shared") {
+					t.Errorf("allocated %s, want a share of a shared GPU", got)
+				}
 			case 11, 12, 13:
 				if st.devices != 48 || st.pools != 8 || st.counterSets != 8 {
 					t.Errorf("%s: %+v, want 48 devices in 8 pools with counters", sh.name, st)
 				}
 			}
-			if i+1 >= 12 {
+			if i+1 == 12 || i+1 == 13 {
 				for _, s := range ss {
 					for _, cs := range s.Spec.SharedCounters {
 						if len(cs.Counters) != 8 {

@@ -95,7 +95,8 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	d.linef("built from %s and imported into the node's containerd in %s (%s)", deploy.DriverPackage, since(t0), desc.Digest[:19])
 
 	t0 = time.Now()
-	if err := d.helmInstall(ctx, cfg.helm, cfg.set); err != nil {
+	set := append([]string{demoSharedGPUs}, cfg.set...)
+	if err := d.helmInstall(ctx, cfg.helm, set); err != nil {
 		return err
 	}
 	pod, err := d.driverPod(ctx, "")
@@ -185,6 +186,9 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	d.users = map[string]string{}
 	d.stepf("all pods deleted: the restarted driver unprepared their claims in %s: CDI specs removed, the MIG devices it made destroyed", since(t0))
 	if err := d.picture("the GPUs after"); err != nil {
+		return err
+	}
+	if err := d.sharedFleet(ctx); err != nil {
 		return err
 	}
 

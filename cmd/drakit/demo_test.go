@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/internal/cluster"
 )
 
@@ -85,6 +86,19 @@ func TestDemoNVIDIA(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+	// The fleet: ten 12 GiB shares of the shared GPU, each container with
+	// its own limit, and the GPU's memory by share.
+	if !strings.Contains(text, "a fleet of 10 small models") {
+		t.Error("demo output lacks the fleet of small models")
+	}
+	if n := strings.Count(text, nvdriver.EnvMPSMemoryLimit+"=0=12288M"); n != 10 {
+		t.Errorf("%d containers saw a 12 GiB MPS limit, want 10", n)
+	}
+	picture := regexp.MustCompile(`gpu-1 MPS +\|0+1+2+3+4+5+6+7+8+9+\.+\|` +
+		` 120 of 140 GiB in 10 shares`)
+	if !picture.MatchString(text) {
+		t.Error("demo output lacks GPU 1's picture of ten 12 GiB shares")
 	}
 	if !strings.Contains(text, "conformance suite in cluster mode") {
 		t.Errorf("demo output lacks the cluster mode step")

@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -20,6 +22,12 @@ type Device struct {
 	Device  string
 	// AdminAccess requests admin access for the request.
 	AdminAccess bool
+	// ShareID, when set, makes the allocation a share of a device that
+	// allows multiple allocations (consumable capacity), with
+	// ConsumedCapacity what the share took (the bare capacity name for
+	// the driver's own domain).
+	ShareID          types.UID
+	ConsumedCapacity map[string]string
 }
 
 // ClaimSpec is an allocated claim to create.
@@ -85,6 +93,21 @@ func CreateAllocatedClaim(ctx context.Context, client kubernetes.Interface, spec
 		if d.AdminAccess {
 			t := true
 			res.AdminAccess = &t
+		}
+		if d.ShareID != "" {
+			id := d.ShareID
+			res.ShareID = &id
+		}
+		for name, v := range d.ConsumedCapacity {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				return nil, fmt.Errorf("create allocated claim %s/%s: consumed capacity %s: %w",
+					spec.Namespace, spec.Name, name, err)
+			}
+			if res.ConsumedCapacity == nil {
+				res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}
+			}
+			res.ConsumedCapacity[resourceapi.QualifiedName(name)] = q
 		}
 		alloc.Devices.Results = append(alloc.Devices.Results, res)
 	}

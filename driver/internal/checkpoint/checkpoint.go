@@ -55,6 +55,8 @@ import (
 	"syscall"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/drakit/drakit/statefile"
@@ -120,6 +122,10 @@ type Device struct {
 	Device      string     `json:"device"`
 	ShareID     *types.UID `json:"shareID,omitempty"`
 	AdminAccess bool       `json:"adminAccess,omitempty"`
+	// ConsumedCapacity is what a share took of the device's consumable
+	// capacities, as allocated; nil for an unshared device and in records
+	// written before it was kept (issue 49), which load as they were.
+	ConsumedCapacity Capacity `json:"consumedCapacity,omitempty"`
 	// Fields "shared" and "prepared" of records written before issue 18
 	// were never read and are ignored: whether a device may be shared is
 	// AdminAccess or ShareID, and whether a device was prepared is the
@@ -135,6 +141,9 @@ type Device struct {
 	// (kubeletplugin.DeviceMetadata).
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
+
+// Capacity is a share's consumed capacity by capacity name.
+type Capacity = map[resourceapi.QualifiedName]resource.Quantity
 
 type envelope struct {
 	Kind    string          `json:"kind"`

@@ -2,8 +2,8 @@
 // in files, so it survives the death of the driver process as real
 // hardware state does, and it enforces the rules real hardware would: a
 // device is configured for one claim at a time unless shared, and
-// preparing a device twice for the same claim is a violation (the runtime
-// promises never to do it).
+// preparing a device (or a share of it) twice for the same claim is a
+// violation (the runtime promises never to do it).
 package fakehw
 
 import (
@@ -38,6 +38,10 @@ type HW struct {
 	// EnvName is the env var set by the device's edits (default
 	// "FAKE_DEVICE").
 	EnvName string
+	// EnvPerShare names the variable of a share after the share
+	// (EnvName_<device>_<share ID>, '-' as '_'), as a driver must for
+	// two shares of one device in one claim.
+	EnvPerShare bool
 	// Metadata makes PrepareDevice return device metadata (the device's
 	// name and the claim's UID as attributes).
 	Metadata bool
@@ -161,7 +165,7 @@ func (h *HW) PrepareDevice(_ context.Context, claim driver.Claim, dev driver.All
 		me.Share = *dev.ShareID
 	}
 	for _, x := range hs {
-		if x.Claim == claim.UID {
+		if x.Claim == claim.UID && x.Share == me.Share {
 			h.violation(fmt.Sprintf("prepared-twice:%s:%s", dev.ID(), claim.UID))
 			return driver.PreparedDevice{}, fmt.Errorf("device %s already prepared for claim %s", dev.ID(), claim.UID)
 		}
@@ -174,7 +178,11 @@ func (h *HW) PrepareDevice(_ context.Context, claim driver.Claim, dev driver.All
 	if err := h.write(path, hs); err != nil {
 		return driver.PreparedDevice{}, err
 	}
-	edits := (&cdi.Edits{}).Env(h.EnvName, dev.Device)
+	env := h.EnvName
+	if h.EnvPerShare && dev.ShareID != nil {
+		env += "_" + strings.ReplaceAll(dev.ShareName(), "-", "_")
+	}
+	edits := (&cdi.Edits{}).Env(env, dev.Device)
 	data, _ := json.Marshal(map[string]string{"configuredFor": string(claim.UID)})
 	out := driver.PreparedDevice{Edits: edits, Data: data}
 	if h.Metadata {
@@ -208,7 +216,13 @@ func (h *HW) UnprepareDevice(_ context.Context, claim driver.ClaimRef, dev drive
 	if err != nil {
 		return err
 	}
-	hs = slices.DeleteFunc(hs, func(x holder) bool { return x.Claim == claim.UID })
+	var share types.UID
+	if dev.ShareID != nil {
+		share = *dev.ShareID
+	}
+	hs = slices.DeleteFunc(hs, func(x holder) bool {
+		return x.Claim == claim.UID && x.Share == share
+	})
 	return h.write(path, hs)
 }
 

@@ -114,9 +114,10 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 func TestE2E(t *testing.T) { e2e(t, true) }
 
 // TestE2EPlacements is TestE2E with migPublication=placements (every
-// placement of every profile, with shared counters), and then the MIG
-// defragmenter on the same cluster and driver, which needs that
-// publication.
+// placement of every profile, with shared counters) and GPU 1 shared
+// (sharing.gpus), and then MPS shares of GPU 1 (testSharing) and the MIG
+// defragmenter (which needs that publication) on the same cluster and
+// driver.
 func TestE2EPlacements(t *testing.T) { e2e(t, false) }
 
 func e2e(t *testing.T, layout bool) {
@@ -131,7 +132,9 @@ func e2e(t *testing.T, layout bool) {
 		// LocalClusterValues).
 		versions = watchLayout(t, ctx, env)
 	} else {
-		values = append(values, "migPublication=placements")
+		// GPU 1 is offered as MPS shares too (testSharing); the story's
+		// whole-GPU pods take it whole before, as they did.
+		values = append(values, "migPublication=placements", "sharing.gpus=1")
 	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {
@@ -295,7 +298,9 @@ func e2e(t *testing.T, layout bool) {
 		return
 	}
 
-	// The MIG defragmenter on the same cluster and driver.
+	// MPS shares of GPU 1, then the MIG defragmenter, on the same
+	// cluster and driver.
+	testSharing(t, ctx, env)
 	testDefrag(t, ctx, env)
 }
 

@@ -37,9 +37,9 @@ type Workload struct {
 }
 
 // ContainerScript is what every story pod's container runs: it prints
-// the devices it received (the driver's variables and its claims' devices
-// files), then sleeps until deleted.
-const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.EnvVisibleDevices + `"; env | grep '^NVIDIA_DRAKIT_' | sort; ` +
+// the devices it received (the driver's variables, an MPS share's limits
+// and its claims' devices files), then sleeps until deleted.
+const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.EnvVisibleDevices + `"; env | grep -E '^(NVIDIA_DRAKIT_|CUDA_MPS_)' | sort; ` +
 	`[ -n "$` + nvdriver.EnvClaimFileDir + `" ] && cat "$` + nvdriver.EnvClaimFileDir + `"/*.json; echo; echo END; sleep 3600`
 
 // Story returns the workloads, in the demo's order, for pods in namespace
@@ -123,7 +123,7 @@ type Seen struct {
 	// device variable (nvdriver.EnvDevicePrefix), in the variables'
 	// order.
 	UUIDs []string
-	// Env are the NVIDIA_DRAKIT_* variables.
+	// Env are the NVIDIA_DRAKIT_* variables, and an MPS share's CUDA_MPS_*.
 	Env map[string]string
 	// DevicesFiles is the content of the devices files of the
 	// container's claims.
@@ -140,7 +140,7 @@ func ParseSeen(log string) Seen {
 		switch {
 		case strings.HasPrefix(line, nvdriver.EnvVisibleDevices+"="):
 			s.VisibleDevices = strings.TrimPrefix(line, nvdriver.EnvVisibleDevices+"=")
-		case strings.HasPrefix(line, "NVIDIA_DRAKIT_"):
+		case strings.HasPrefix(line, "NVIDIA_DRAKIT_") || strings.HasPrefix(line, "CUDA_MPS_"):
 			k, v, _ := strings.Cut(line, "=")
 			s.Env[k] = v
 			if strings.HasPrefix(k, nvdriver.EnvDevicePrefix) {

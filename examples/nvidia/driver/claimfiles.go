@@ -144,10 +144,6 @@ func (d *Driver) recordedDevice(dev kit.HeldDevice) (ClaimDevice, error) {
 	if pd.UUID == "" {
 		return ClaimDevice{}, fmt.Errorf("device %s: its prepared data names no UUID", dev.ID())
 	}
-	ref, err := mig.ParseDeviceName(dev.Device)
-	if err != nil {
-		return ClaimDevice{}, fmt.Errorf("device %s: %w", dev.ID(), err)
-	}
 	cd := ClaimDevice{
 		Request:     dev.Request,
 		Device:      dev.Device,
@@ -160,6 +156,22 @@ func (d *Driver) recordedDevice(dev kit.HeldDevice) (ClaimDevice, error) {
 	g, found := d.gpuByUUID(pd.GPUUUID)
 	if found {
 		cd.GPU = g.Index
+	}
+	if strings.HasSuffix(dev.Device, SharedSuffix) {
+		// A share of a shared full GPU: what it took is in its record.
+		cd.Type, cd.Mode = TypeShared, ModeFull
+		if found && !dev.AdminAccess {
+			sh, err := d.shareOf(&g, dev.AllocatedDevice)
+			if err != nil {
+				return ClaimDevice{}, fmt.Errorf("device %s: %w", dev.ID(), err)
+			}
+			cd.Share = &sh
+		}
+		return cd, nil
+	}
+	ref, err := mig.ParseDeviceName(dev.Device)
+	if err != nil {
+		return ClaimDevice{}, fmt.Errorf("device %s: %w", dev.ID(), err)
 	}
 	switch info, ok := d.lookup(dev.Device); {
 	case pd.Partition != nil:

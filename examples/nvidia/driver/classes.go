@@ -45,7 +45,8 @@ func ProfileExtendedResource(profile string) string {
 // DeviceClasses returns the driver's DeviceClasses: ClassGPU for full
 // GPUs with extendedResourceName nvidia.com/gpu (so an unchanged
 // "nvidia.com/gpu: 1" pod runs on this driver), ClassMIG for any MIG
-// device, and one ProfileClass per profile in profiles (in the given
+// device, ClassShared for MPS shares of GPUs with extendedResourceName
+// nvidia.com/gpu.shared, and one ProfileClass per profile in profiles (in the given
 // order, repeats dropped) with ProfileExtendedResource as its
 // extendedResourceName. Profile names are canonicalized
 // (mig.ParseProfileName, so "MIG 1g.18gb" is "1g.18gb"); a name that is
@@ -55,6 +56,10 @@ func DeviceClasses(profiles []string) []*resourceapi.DeviceClass {
 	out := []*resourceapi.DeviceClass{
 		class(ClassGPU, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeGPU), ExtendedResourceGPU),
 		class(ClassMIG, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeMIG), ""),
+		class(ClassShared, fmt.Sprintf(
+			`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`,
+			DriverName, mig.AttrType, TypeShared, DriverName, AttrSharing, SharingMPS),
+			ExtendedResourceShared),
 	}
 	seen := map[string]bool{}
 	for _, p := range profiles {

@@ -121,7 +121,8 @@ func decodeConfig(dev kit.AllocatedDevice, devType string) (GPUConfig, error) {
 	}
 	if s := c.Sharing; s != nil && devType != TypeGPU {
 		return *c, &kit.ConfigError{Request: dev.Request, Type: configScheme.Types()[0].String(),
-			Err: fmt.Errorf("sharing.strategy %s: only full GPUs are time-sliced, %s is a MIG device", s.Strategy, dev.Device)}
+			Err: fmt.Errorf("sharing.strategy %s: only full GPUs are time-sliced, %s is %s",
+				s.Strategy, dev.Device, kindOf(devType))}
 	}
 	return *c, nil
 }
@@ -136,4 +137,12 @@ func (c GPUConfig) timeSlice() nvml.TimeSlice {
 		return ts.Interval
 	}
 	return nvml.TimeSliceDefault
+}
+
+// kindOf names a device type for a message.
+func kindOf(devType string) string {
+	if devType == TypeShared {
+		return "an MPS share of a GPU"
+	}
+	return "a MIG device"
 }

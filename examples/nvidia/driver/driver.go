@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/device"
@@ -55,6 +56,10 @@ type Driver struct {
 	// layout is the layout publication's (WithMIGLayout).
 	layoutMu sync.Mutex
 	layout   layoutState
+
+	// mps runs the shared GPUs' MPS control daemons (mps.go).
+	mps       *mpsManager
+	mpsCancel context.CancelFunc
 
 	mu   sync.Mutex
 	devs map[string]devInfo // the last inventory's devices by name
@@ -148,6 +153,15 @@ type options struct {
 	warn              func(Warning)   // WithWarnings
 	editor            ContainerEditor // nil: nodeEditor
 	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
+
+	// Shared GPUs (shared.go).
+	sharedGPUs       []string
+	shareMemStep     resource.Quantity
+	shareMem         resource.Quantity
+	shareComputeStep int64
+	shareCompute     int64
+	mpsControl       *MPSControl
+	mpsPoll          time.Duration // how often dead daemons are looked for; 0: a second
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
@@ -311,7 +325,9 @@ func WithSimulatedContainers(simulated bool) Option {
 func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	o := options{procRoot: hostProc, root: DriverRoot{Host: "/", Container: "/"},
 		republishDelay: DefaultRepublishDelay, republishInterval: DefaultRepublishInterval,
-		heartbeat: DefaultHealthHeartbeat}
+		heartbeat:    DefaultHealthHeartbeat,
+		shareMemStep: DefaultShareMemoryStep, shareMem: DefaultShareMemory,
+		shareComputeStep: DefaultShareComputeStep, shareCompute: DefaultShareCompute}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new NVIDIA driver: %w", err)
@@ -378,6 +394,10 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 		// The next start resolves the indexes not recorded again.
 		klog.Background().Error(err, "Could not record which GPU each dynamic MIG GPU index names")
 	}
+	if err := d.openMPS(dynamic); err != nil {
+		_ = d.lc.Close()
+		return nil, fmt.Errorf("new NVIDIA driver: %w", err)
+	}
 	d.watchBroken()
 	if n, ok := o.layoutSrc.(changeNotifier); ok {
 		n.OnChange(d.changed)
@@ -394,6 +414,9 @@ func (d *Driver) Close() error {
 	default:
 		close(d.stop)
 	}
+	// The MPS daemons keep serving their shares' containers: only their
+	// watch stops.
+	d.mpsCancel()
 	return d.lc.Close()
 }
 

@@ -416,7 +416,7 @@ func TestDeviceClasses(t *testing.T) {
 		}
 		got = append(got, c.Name+"="+er)
 	}
-	want := "gpu.nvidia.drakit.dev=nvidia.com/gpu mig.nvidia.drakit.dev= mig-1g-18gb.nvidia.drakit.dev=nvidia.com/mig-1g.18gb mig-1g-18gb-me.nvidia.drakit.dev=nvidia.com/mig-1g.18gb.me"
+	want := "gpu.nvidia.drakit.dev=nvidia.com/gpu mig.nvidia.drakit.dev= shared.gpu.nvidia.drakit.dev=nvidia.com/gpu.shared mig-1g-18gb.nvidia.drakit.dev=nvidia.com/mig-1g.18gb mig-1g-18gb-me.nvidia.drakit.dev=nvidia.com/mig-1g.18gb.me"
 	if strings.Join(got, " ") != want {
 		t.Errorf("classes %v\nwant %s", got, want)
 	}

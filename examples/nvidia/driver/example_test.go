@@ -10,7 +10,8 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 )
 
-// The DeviceClasses for full GPUs, any MIG device and two profiles, with
+// The DeviceClasses for full GPUs, any MIG device, MPS shares of GPUs and
+// two profiles, with
 // the extended resource names old-style pods ask for.
 func ExampleDeviceClasses() {
 	for _, c := range nvdriver.DeviceClasses([]string{"1g.18gb", "3g.71gb"}) {
@@ -23,6 +24,7 @@ func ExampleDeviceClasses() {
 	// Output:
 	// gpu.nvidia.drakit.dev nvidia.com/gpu
 	// mig.nvidia.drakit.dev -
+	// shared.gpu.nvidia.drakit.dev nvidia.com/gpu.shared
 	// mig-1g-18gb.nvidia.drakit.dev nvidia.com/mig-1g.18gb
 	// mig-3g-71gb.nvidia.drakit.dev nvidia.com/mig-3g.71gb
 }

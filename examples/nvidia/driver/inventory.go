@@ -50,6 +50,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	var model []mig.GPU
 	var dynamic []*gpuInfo
 	var lost []int
+	var shared []device.Pool // shared.go
 	gpus := d.hw()
 	for i := range gpus {
 		g := &gpus[i]
@@ -73,6 +74,14 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		}
 		switch mode {
 		case ModeFull:
+			if d.sharedConfigured(g) || d.mps.has(g.UUID) {
+				sp, err := d.sharedPool(g, devs)
+				if err != nil {
+					return nil, fmt.Errorf("inventory: %w", err)
+				}
+				shared = append(shared, sp)
+				continue
+			}
 			name := mig.DeviceRef{GPU: g.Index}.String()
 			dev := d.common(device.New(name), g, TypeGPU, ModeFull).
 				StringAttribute(AttrUUID, g.UUID).
@@ -115,7 +124,7 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 		}
 	}
 	var pools []device.Pool
-	if len(pool.Devices) > 0 || len(model) == 0 {
+	if len(pool.Devices) > 0 || (len(model) == 0 && len(shared) == 0) {
 		pools = append(pools, pool)
 	}
 	switch {
@@ -138,6 +147,14 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			return nil, fmt.Errorf("inventory: %w", err)
 		}
 		pools = append(pools, mp...)
+	}
+	if len(shared) > 0 {
+		// The scheduler walks pools by name: keep the inventory in its
+		// order.
+		pools = append(pools, shared...)
+		slices.SortStableFunc(pools, func(a, b device.Pool) int {
+			return strings.Compare(a.Name, b.Name)
+		})
 	}
 	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
 	ignored := d.health.ignoredXIDs()

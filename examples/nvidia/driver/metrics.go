@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"strings"
+
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,9 +20,12 @@ const MetricMIGDevices = "drakit_nvidia_mig_devices"
 
 // DeviceKind is a device's kind in the runtime's metrics
 // (kit.WithDeviceKind): the profile of a MIG device ("1g.18gb"), "gpu"
-// for a GPU whole; read from the name, so a device no longer published
-// has its kind too.
+// for a GPU whole, "mps" for a shared GPU's device; read from the name,
+// so a device no longer published has its kind too.
 func DeviceKind(id device.DeviceID) string {
+	if strings.HasSuffix(id.Device, SharedSuffix) {
+		return SharingMPS
+	}
 	ref, err := mig.ParseDeviceName(id.Device)
 	switch {
 	case err != nil:

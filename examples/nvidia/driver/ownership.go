@@ -125,6 +125,6 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 	if rerr := d.lc.Restore(ctx, recordedPartitions(held)); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	err = errors.Join(err, d.lc.Reconcile(ctx, held))
+	err = errors.Join(err, d.lc.Reconcile(ctx, held), d.mps.reconcile(ctx, d.heldShares(held)))
 	return errors.Join(err, d.syncClaimFiles(ctx, held))
 }

@@ -36,6 +36,10 @@ type preparedData struct {
 	// has it whole: what Reconcile finds the device by when the journal
 	// lost it, whatever the GPU's NVML index is then.
 	Partition *lifecycle.Key `json:"partition,omitempty"`
+	// MPS is a share of a shared GPU (shared.go); Whole marks a shared
+	// GPU held whole, which its shares wait for.
+	MPS   *mpsData `json:"mps,omitempty"`
+	Whole bool     `json:"whole,omitempty"`
 }
 
 // ClaimDevice is one device in a claim's devices file.
@@ -61,8 +65,11 @@ type ClaimDevice struct {
 	TimeSlice nvml.TimeSlice `json:"timeSlice,omitempty"`
 	// AdminAccess is true for a device the claim holds with admin
 	// access: nothing was applied to it (no MIG device made, no
-	// time-slice set), whatever the claim's configuration asks.
+	// time-slice set, no share taken), whatever the claim's
+	// configuration asks.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// Share is what a share of a shared GPU (Type TypeShared) took.
+	Share *ShareInfo `json:"share,omitempty"`
 }
 
 // ClaimFile is the devices file a claim's containers get, at
@@ -114,6 +121,13 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.hw()[info.gpu].UUID, ev.Time.Format(time.RFC3339))
 		}
 	}
+	info := func(dev kit.AllocatedDevice) devInfo { i, _ := d.lookup(dev.Device); return i }
+	if err := checkShares(devs, info); err != nil {
+		return err
+	}
+	if err := d.holdWhole(claim.ClaimRef, devs); err != nil {
+		return err
+	}
 	return d.lc.PrepareClaim(ctx, claim, devs)
 }
 
@@ -147,6 +161,9 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	if err != nil {
 		return kit.PreparedDevice{}, err
 	}
+	if info.typ == TypeShared {
+		return d.prepareShare(ctx, claim, dev, info)
+	}
 	suffix := envSuffix(dev.Device)
 	edits := (&cdi.Edits{}).Env(EnvDevicePrefix+suffix, cd.UUID)
 	data := preparedData{GPU: cd.GPU, GPUUUID: d.hw()[cd.GPU].UUID, UUID: cd.UUID}
@@ -154,6 +171,7 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 		k := info.part // a MIG device, or the GPU whole
 		data.Partition = &k
 	}
+	data.Whole = d.wholeOfShared(info, dev)
 	if ts := cfg.timeSlice(); ts != "" && !dev.AdminAccess {
 		if err := d.setTimeSlice(cd.GPU, ts); err != nil {
 			return kit.PreparedDevice{}, err
@@ -200,6 +218,14 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 		if cd.AdminAccess = dev.AdminAccess; !dev.AdminAccess {
 			cd.TimeSlice = cfg.timeSlice()
 		}
+		if info.typ == TypeShared && !dev.AdminAccess {
+			g := d.hw()[info.gpu]
+			sh, err := d.shareOf(&g, dev)
+			if err != nil {
+				return nil, err
+			}
+			cd.Share = &sh
+		}
 		f.Devices = append(f.Devices, cd)
 	}
 	host := d.claimFile(string(claim.UID))
@@ -225,11 +251,17 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 // It is idempotent.
 func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev kit.AllocatedDevice, data json.RawMessage) error {
 	if len(data) == 0 {
+		if isShared(dev) { // a prepare that did not finish
+			return d.unprepareShare(ctx, claim, dev, nil)
+		}
 		return nil
 	}
 	var pd preparedData
 	if err := json.Unmarshal(data, &pd); err != nil {
 		return fmt.Errorf("read prepared data of %s: %w", dev.ID(), err)
+	}
+	if isShared(dev) {
+		return d.unprepareShare(ctx, claim, dev, &pd)
 	}
 	if pd.TimeSlice != "" && pd.TimeSlice != nvml.TimeSliceDefault {
 		gpu := pd.GPU
@@ -258,6 +290,9 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 // is idempotent.
 func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
 	if err := d.lc.UnprepareClaim(ctx, claim, devs); err != nil {
+		return err
+	}
+	if err := d.mps.releaseWhole(ctx, string(claim.UID)); err != nil {
 		return err
 	}
 	// Look before removing: on a read-only folder the removal of a file

@@ -101,6 +101,8 @@ func Run(args []string, opts ...Option) error {
 			return runWebhook(args[1:])
 		case WaitForDriverCommand:
 			return runWaitForDriver(args[1:])
+		case MPSControlSimCommand:
+			runMPSControlSim(args[1:])
 		case ProbeCommand:
 			// An exec probe's status: no klog.Fatal stack traces in the
 			// pod's events.
@@ -131,6 +133,7 @@ func Run(args []string, opts ...Option) error {
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml is read under it; /proc/driver/nvidia is the kernel's, read in this process's /proc whatever the root (default: -driver-root)")
 	checkDir := fs.String("check-cdi-dir", "", "with -check: write the CDI specs it prints into <dir>/cdi, and the claims' devices files they mount into <dir>/state, and list the CDI device IDs in <dir>/"+CheckDevicesFile+` ("<GPU index> <ID>" a line), for a container to be made from them (gpu-check.sh); the folder is kept`)
+	sharing := registerSharing(fs)
 	check := fs.Bool("check", false, "read-only check of the node: run the driver's discovery with these flags and print, per GPU, the devices it would publish (attributes, capacities, counters) and the CDI spec it would write for one of them, then exit; changes no MIG mode, creates, destroys or resets nothing, needs no API server (node name: -node-name or the host name)")
 	for _, f := range o.flags {
 		f(fs)
@@ -197,6 +200,11 @@ func Run(args []string, opts ...Option) error {
 		defer backend.Close()
 	}
 	dopts := append([]nvdriver.Option{nvdriver.WithStateDir(dir)}, gated...)
+	sopts, err := sharing.options(&nv)
+	if err != nil {
+		return err
+	}
+	dopts = append(dopts, sopts...)
 	if o.backend != nil {
 		// Whatever it is, it stands for real GPUs: containers get the
 		// driver root's edits.

@@ -44,6 +44,17 @@ func ExampleRun() {
 	// apiVersion: resource.k8s.io/v1
 	// kind: DeviceClass
 	// metadata:
+	//   name: shared.gpu.nvidia.drakit.dev
+	// spec:
+	//   extendedResourceName: nvidia.com/gpu.shared
+	//   selectors:
+	//   - cel:
+	//       expression: device.driver == "gpu.nvidia.drakit.dev" && device.attributes["gpu.nvidia.drakit.dev"].type
+	//         == "shared" && device.attributes["gpu.nvidia.drakit.dev"].sharing == "mps"
+	// ---
+	// apiVersion: resource.k8s.io/v1
+	// kind: DeviceClass
+	// metadata:
 	//   name: mig-3g-71gb.nvidia.drakit.dev
 	// spec:
 	//   extendedResourceName: nvidia.com/mig-3g.71gb

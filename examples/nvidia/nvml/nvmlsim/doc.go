@@ -45,6 +45,19 @@
 // NVML_ERROR_GPU_IS_LOST until its reset), and FaultRegisterEvents makes
 // the next WatchHealth report a GPU Unmonitored. SetMigMode and ResetGPU
 // (ModeSetter) change a GPU's MIG mode by the product's rules.
+//
+// MPS: SetComputeMode sets a GPU's compute mode (nvml.ComputeModeSetter),
+// and MPSControlMain (command nvidia-cuda-mps-control, or any program
+// that calls it) is a stand-in for NVIDIA's MPS control daemon of one
+// GPU, a process of its own that registers on its GPU in the state.
+// Sim.OpenCUDA is a simulated CUDA program with a container's
+// environment: an MPS client gets at most its pinned device memory limit
+// (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) and all clients at most the GPU's
+// memory (ErrCUDAOutOfMemory); a program that is not a client is refused
+// on a GPU in ExclusiveProcess mode while a daemon serves it
+// (ErrCUDADevicesUnavailable); a client of a daemon that died fails
+// (ErrMPSConnection).
+//
 // Tests check rules 2-6 against the mig package's validator and
 // enumeration: every valid layout can be created, every invalid one is
 // refused at its first offending instance, and random creates and

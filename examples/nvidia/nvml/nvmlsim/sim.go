@@ -55,6 +55,11 @@ type simGPU struct {
 	TimeSlice nvml.TimeSlice     `json:"timeSlice,omitempty"`
 	// Clients are the other processes holding the GPU (AttachClient).
 	Clients []nvml.Process `json:"clients,omitempty"`
+	// ComputeMode is the GPU's compute mode ("" is Default).
+	ComputeMode nvml.ComputeMode `json:"computeMode,omitempty"`
+	// MPS is the MPS control daemon serving the GPU (simmps.go), nil
+	// when none registered.
+	MPS *simMPS `json:"mps,omitempty"`
 }
 
 // Sim is the simulated backend: an 8-GPU server whose MIG state lives in a
@@ -74,8 +79,9 @@ type Sim struct {
 }
 
 var (
-	_ nvml.Interface  = (*Sim)(nil)
-	_ nvml.ModeSetter = (*Sim)(nil)
+	_ nvml.Interface         = (*Sim)(nil)
+	_ nvml.ModeSetter        = (*Sim)(nil)
+	_ nvml.ComputeModeSetter = (*Sim)(nil)
 )
 
 // Option configures Open.
