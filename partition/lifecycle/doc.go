@@ -26,8 +26,9 @@
 //     names is kept (and recorded, also when the journal was lost); what
 //     none names is destroyed, partitions made only in part included.
 //   - Admin access never creates, destroys or switches anything.
-//   - One process per state folder ([ErrStateInUse]); the processes of a
-//     rolling update share it with [WithSharedState].
+//   - One driver per state folder ([ErrStateInUse]); the two instances
+//     of a rolling update share it ([WithRollingUpdate]), and a third
+//     process, or a second release of the driver, is refused.
 //   - Rollback: a failed prepare leaves nothing of its claim.
 //   - A lost card never blocks another card's prepare, unprepare or
 //     start: the work on each card is serialized on its own, a release

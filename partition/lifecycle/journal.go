@@ -118,15 +118,19 @@ func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
 	})
 }
 
-// settle removes claim (none when "") from every intent but those in
-// kept (their destroy failed: the claim still holds them), and forgets
-// the intents whose partitions are gone (done) and that no claim holds
-// any more, in one write.
-func (j *journal) settle(claim string, done, kept []Key) error {
+// settle removes claim (none when "") from every intent on card but
+// those in kept (their destroy failed: the claim still holds them), and
+// forgets the intents on card whose partitions are gone (done) and that
+// no claim holds any more, in one write.
+func (j *journal) settle(claim, card string, done, kept []Key) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		changed := false
 		out := d.Intents[:0]
 		for _, in := range d.Intents {
+			if in.Card != card {
+				out = append(out, in)
+				continue
+			}
 			if claim != "" && !slices.Contains(kept, in.Key) && in.drop(claim) {
 				changed = true
 			}

@@ -216,7 +216,7 @@ func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
 		gone = append(gone, p.Key)
 		klog.FromContext(ctx).Info("Destroyed a partition no claim holds before using its card whole", "key", p.Key.String())
 	}
-	if err := m.journal.settle("", gone, nil); err != nil {
+	if err := m.journal.settle("", k.Card, gone, nil); err != nil {
 		return fmt.Errorf("%s: %w", k, err)
 	}
 	if err := sw.SetWhole(ctx, k.Card, true); err != nil {
