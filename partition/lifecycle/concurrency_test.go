@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 )
 
 // TestReleaseAndPrepareOfOneKey runs claim a's release and claim b's
@@ -31,10 +33,11 @@ func TestReleaseAndPrepareOfOneKey(t *testing.T) {
 			return nil
 		}
 		waiting := make(chan struct{}, 8)
-		faultHook = func(point string) {
+		faults.Hook = func(_ context.Context, point, _ string) error {
 			if point == "card/wait" {
 				waiting <- struct{}{}
 			}
+			return nil
 		}
 		ctx := context.Background()
 		errs := make(chan error, 3)
@@ -48,7 +51,7 @@ func TestReleaseAndPrepareOfOneKey(t *testing.T) {
 		<-waiting // ...and so does a's release.
 		close(gate)
 		wg.Wait()
-		faultHook, e.tool.fail = nil, nil
+		faults.Hook, e.tool.fail = nil, nil
 		close(errs)
 		for err := range errs {
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 	"github.com/drakit/drakit/statefile"
 )
 
@@ -96,7 +97,8 @@ func TestLifecycleChild(t *testing.T) {
 			select {} // the signal is on its way
 		}
 	}
-	faultHook, toolHook = kill, kill
+	faults.Hook = func(_ context.Context, point, _ string) error { kill(point); return nil }
+	toolHook = kill
 	tool := &fakeTool{doc: fakeDoc(job.Tool)}
 	opts := []Option{WithDynamicCards(job.Dynamic...)}
 	if job.Shared {

@@ -1,9 +1,12 @@
 package lifecycle
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/drakit/drakit/statefile"
 )
@@ -19,6 +22,9 @@ type Intent struct {
 	// empty (not nil, [] in the file) once the last holder was released
 	// and until the partition is destroyed.
 	Claims []string `json:"claims"`
+	// Config is the configuration the partition was made with, as JSON
+	// (see [ConfigCreator]); empty when none applied.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // Released reports whether the intent's last holder went: its partition
@@ -95,9 +101,10 @@ func (j *journal) update(fn func(d *journalDoc) (bool, error)) error {
 	return refused
 }
 
-// hold records that claim holds k, after refuse (nil: none) accepted the
-// intents as they are, in one read-modify-write.
-func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
+// hold records that claim holds k, made with config cfg, after refuse
+// (nil: none) accepted the intents as they are, in one read-modify-write.
+// Another holder with another configuration refuses it.
+func (j *journal) hold(k Key, claim string, cfg json.RawMessage, refuse func([]Intent) error) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		if refuse != nil {
 			if err := refuse(d.Intents); err != nil {
@@ -106,12 +113,18 @@ func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
 		}
 		i := d.find(k)
 		if i < 0 {
-			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}})
+			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}, Config: cfg})
 			return true, nil
 		}
-		if slices.Contains(d.Intents[i].Claims, claim) {
+		in := &d.Intents[i]
+		if slices.Contains(in.Claims, claim) {
 			return false, nil
 		}
+		if !in.Released() && !sameJSON(in.Config, cfg) {
+			return false, fmt.Errorf("%s: %w by claim %s (%s, this claim %s)", k, ErrConfigMismatch,
+				strings.Join(in.Claims, ", "), orNone(in.Config), orNone(cfg))
+		}
+		in.Config = cfg
 		d.Intents[i].Claims = append(slices.Clone(d.Intents[i].Claims), claim)
 		slices.Sort(d.Intents[i].Claims)
 		return true, nil
@@ -148,10 +161,31 @@ func (j *journal) settle(claim, card string, done, kept []Key) error {
 // replace makes intents the journal's whole content.
 func (j *journal) replace(intents []Intent) error {
 	return j.update(func(d *journalDoc) (bool, error) {
-		if slices.EqualFunc(d.Intents, intents, func(a, b Intent) bool { return a.Key == b.Key && slices.Equal(a.Claims, b.Claims) }) {
+		same := func(a, b Intent) bool {
+			return a.Key == b.Key && slices.Equal(a.Claims, b.Claims) && sameJSON(a.Config, b.Config)
+		}
+		if slices.EqualFunc(d.Intents, intents, same) {
 			return false, nil
 		}
 		d.Intents = slices.Clone(intents)
 		return true, nil
 	})
+}
+
+// sameJSON reports whether two configurations are equal as JSON, the
+// file's indentation aside.
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+func orNone(cfg json.RawMessage) string {
+	var c bytes.Buffer
+	if len(cfg) == 0 || json.Compact(&c, cfg) != nil {
+		return "no configuration"
+	}
+	return c.String()
 }

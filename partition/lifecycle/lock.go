@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 	"github.com/drakit/drakit/statefile"
 )
 
@@ -261,7 +262,7 @@ func (f *folder) card(card string) chan struct{} {
 // other process.
 func (f *folder) lockCard(ctx context.Context, card string) (func(), error) {
 	c := f.card(card)
-	fault("card/wait")
+	_ = faults.At(ctx, "card/wait", card)
 	select {
 	case c <- struct{}{}:
 	case <-ctx.Done():

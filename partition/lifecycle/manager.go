@@ -94,6 +94,7 @@ type options struct {
 	interval    time.Duration
 	writeOption []statefile.WriteOption
 	cardTimeout time.Duration
+	configs     *driver.ConfigScheme
 }
 
 // WithDynamicCards names the cards (by their stable identity, as in
@@ -154,6 +155,22 @@ func WithRollingUpdate(driverName, owner string) Option {
 // release.
 func WithSharedState() Option {
 	return func(o *options) error { o.peer = &peer{}; return nil }
+}
+
+// WithConfigs decodes and checks the opaque configuration of a claim's
+// devices with the driver's scheme in [Manager.PrepareClaim], before
+// anything of the claim is recorded or made: a bad one fails the prepare
+// with the message admission gives (package admission), and a good one
+// reaches a tool that is a [ConfigCreator]. Without it configuration is
+// the preparer's to decode.
+func WithConfigs(s *driver.ConfigScheme) Option {
+	return func(o *options) error {
+		if s == nil {
+			return errors.New("configs: the scheme is nil")
+		}
+		o.configs = s
+		return nil
+	}
 }
 
 // DefaultRepublishDelay is how long after a partition was made or

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 )
 
 // UnprepareClaim releases the claim's holds (by claim UID: devs are not
@@ -105,7 +106,7 @@ func (m *Manager) releaseCard(ctx context.Context, uid, card string) (changed bo
 				failed = append(failed, in.Key)
 				continue
 			}
-			fault("release/undone")
+			_ = faults.At(ctx, "release/undone", card)
 		case in.Released(): // an earlier start's failed destroy
 			if err := m.undo(ctx, in.Key); err != nil {
 				klog.FromContext(ctx).Error(err, "Could not destroy a partition an earlier start left; the next release on its card or the next start tries again", "key", in.Key.String())
@@ -120,7 +121,7 @@ func (m *Manager) releaseCard(ctx context.Context, uid, card string) (changed bo
 	if err := m.journal.settle(uid, card, done, failed); err != nil {
 		errs = errors.Join(errs, err)
 	}
-	fault("release/settled")
+	_ = faults.At(ctx, "release/settled", card)
 	return changed, errs
 }
 
@@ -130,19 +131,15 @@ func (m *Manager) releaseCard(ctx context.Context, uid, card string) (changed bo
 func (m *Manager) undo(ctx context.Context, k Key) error {
 	logger := klog.FromContext(ctx)
 	if k.Whole {
-		sw, ok := m.tool.(WholeSwitcher)
-		if !ok {
-			return nil
-		}
 		// The card is idle now (the kubelet unprepares after the
 		// claim's containers are gone): switching now spares the next
 		// partition the wait.
-		if err := sw.SetWhole(ctx, k.Card, false); err != nil && !errors.Is(err, ErrCardGone) {
+		if err := m.toolSetWhole(ctx, k.Card, false); err != nil && !errors.Is(err, ErrCardGone) {
 			logger.Error(err, "Could not switch a card back from whole mode; its next partition tries again", "key", k.String())
 		}
 		return nil
 	}
-	err := m.tool.Destroy(ctx, k)
+	err := m.toolDestroy(ctx, k)
 	if errors.Is(err, ErrCardGone) {
 		logger.Info("The partition's card is gone; forgetting the partition", "key", k.String())
 		err = nil
