@@ -18,7 +18,6 @@ import (
 	"github.com/drakit/drakit/conformance"
 	"github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/driver/drivertest"
-	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -65,12 +64,9 @@ func TestPartitionAtPrepare(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := context.Background()
 	root, ids := machine(t, 2)
-	d, err := open(env.NodeName, root, filepath.Join(t.TempDir(), "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	rt, err := driver.New(DriverName, append(env.DriverOptions(DriverName), driver.WithDiscoverer(d.disc), driver.WithPreparer(d))...)
+	d := open(t, env.NodeName, root, filepath.Join(t.TempDir(), "state"))
+	opts := append(env.DriverOptions(DriverName), driver.WithDiscoverer(d), driver.WithPreparer(d))
+	rt, err := driver.New(DriverName, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +155,8 @@ func TestPartitionAtPrepare(t *testing.T) {
 	if got := modes(t, root, 0); got != "CPX/NPS4 0" {
 		t.Errorf("card 0 after the prepare: %q, want CPX/NPS4 with XCP 0", got)
 	}
-	p, _ := d.Made(d.mustKey(t, device(xcp)))
+	k, _ := d.Key(driver.AllocatedDevice{Device: device(xcp)}, nil)
+	p, _ := d.Made(k)
 	if spec := cdiSpecs(t, env.CDIDir); p.ID == "" || !strings.Contains(spec, "INSTINCT_XCP_GPU_0_CPX_NPS4_0="+p.ID) {
 		t.Errorf("the CDI specs do not hand the container partition %q:\n%s", p.ID, spec)
 	}
@@ -208,16 +205,6 @@ func TestPartitionAtPrepare(t *testing.T) {
 			t.Errorf("card %d after every unprepare: %q, want no partition", i, got)
 		}
 	}
-}
-
-// mustKey is the lifecycle key of a device name.
-func (d *instinct) mustKey(t *testing.T, name string) (k lifecycle.Key) {
-	t.Helper()
-	k, ok := d.keyOf(driver.AllocatedDevice{Device: name}, nil)
-	if !ok {
-		t.Fatalf("no key for %s", name)
-	}
-	return k
 }
 
 // cdiSpecs is every CDI spec in dir, concatenated.

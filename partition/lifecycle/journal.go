@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -69,6 +70,15 @@ func (j *journal) corrupt(err error) error {
 		return fmt.Errorf("%w: %s: %w", ErrCorruptJournal, j.file.Path, err)
 	}
 	return err
+}
+
+// ReadIntents returns the intent journal in the state folder dir (empty
+// when there is none), as the process that holds the folder last wrote
+// it, without taking the folder's lock: what a check of a node, or a
+// test, reads of the running driver's records.
+func ReadIntents(dir string) ([]Intent, error) {
+	j := journal{file: statefile.Document{Path: filepath.Join(dir, JournalFile)}}
+	return j.intents()
 }
 
 // intents returns the recorded intents, by key.

@@ -137,22 +137,29 @@ func NewNode(b Binding, state string, opts ...Option) (*Node, error) {
 func (n *Node) Changed() { n.Manager.Changed() }
 
 // Key names the partition of an allocated device of the node: by the key
-// its prepare recorded in data when there is one, else by its name in
-// its card's scheme.
+// its prepare recorded in data when there is one, else by its name
+// ([Binding.Key]).
 func (n *Node) Key(dev driver.AllocatedDevice, data json.RawMessage) (Key, bool) {
 	var k Key
 	if json.Unmarshal(data, &k) == nil && k.check() == nil {
 		return k, true
 	}
-	for i, c := range n.b.Cards {
-		if i > 0 && c.Scheme == n.b.Cards[i-1].Scheme {
+	return n.b.Key(dev.Device)
+}
+
+// Key names the partition of a device of the binding's node by its name
+// in its card's scheme; ok is false for a name that is no card and no
+// partition of the node.
+func (b Binding) Key(device string) (k Key, ok bool) {
+	for i, c := range b.Cards {
+		if i > 0 && c.Scheme == b.Cards[i-1].Scheme {
 			continue
 		}
-		ref, err := c.Scheme.ParseDeviceName(dev.Device)
-		if err != nil || ref.Card >= len(n.b.Cards) || n.b.Cards[ref.Card].Scheme != c.Scheme {
+		ref, err := c.Scheme.ParseDeviceName(device)
+		if err != nil || ref.Card >= len(b.Cards) || b.Cards[ref.Card].Scheme != c.Scheme {
 			continue
 		}
-		id := n.b.Cards[ref.Card].ID
+		id := b.Cards[ref.Card].ID
 		return Key{Card: id, Profile: ref.Profile, Start: ref.Start, Whole: ref.Profile == ""}, true
 	}
 	return k, false

@@ -109,7 +109,9 @@ func (m *Manager) toolList(ctx context.Context, card string) ([]Partition, error
 	if err := faults.At(ctx, "tool/list", card); err != nil {
 		return nil, err
 	}
-	return m.tool.List(ctx, card)
+	parts, err := m.tool.List(ctx, card)
+	_ = faults.At(ctx, "tool/listed", card)
+	return parts, err
 }
 
 // toolSetWhole switches card's mode; a tool without a switch has

@@ -11,9 +11,9 @@ import "context"
 // card the step works on: "tool/create", "tool/destroy", "tool/list" and
 // "tool/switch" right before a tool call (an error it returns is taken
 // for the tool's, and the tool is not called), "tool/created",
-// "tool/destroyed" and "tool/switched" right after one, and the
-// lifecycle's own steps ("prepare/held", "release/undone", ...) after
-// each durable write. Set it before the first Manager is opened and
+// "tool/destroyed", "tool/switched" and "tool/listed" right after one,
+// and the lifecycle's own steps ("prepare/held", "release/undone", ...)
+// after each durable write. Set it before the first Manager is opened and
 // leave it: it is read without synchronization.
 var Hook func(ctx context.Context, point, card string) error
 
