@@ -81,10 +81,19 @@ type Step struct {
 	// Devices are the devices allocated to the claim, by name, for a
 	// prepare; none for an unprepare.
 	Devices []string
+	// Config is the claim's opaque configuration for the driver (the
+	// parameters' JSON), for every request; empty for none.
+	Config string
 }
 
 // Prepare is the step that prepares claim with devices.
 func Prepare(claim string, devices ...string) Step { return Step{Claim: claim, Devices: devices} }
+
+// PrepareWith is the step that prepares claim with devices and the
+// claim's opaque configuration config (JSON) for them.
+func PrepareWith(claim, config string, devices ...string) Step {
+	return Step{Claim: claim, Devices: devices, Config: config}
+}
 
 // Unprepare is the step that unprepares claim.
 func Unprepare(claim string) Step { return Step{Claim: claim} }

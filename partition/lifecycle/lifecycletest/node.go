@@ -12,6 +12,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/drakit/drakit/driver/drivertest"
 	"github.com/drakit/drakit/partition/lifecycle"
@@ -34,6 +35,7 @@ type node struct {
 	gen    map[string]int                        // objects made for the name
 	held   []string                              // the claims prepared, in order
 	devs   map[string][]string                   // claim → its devices
+	cfgs   map[string]string                     // claim → its configuration
 	ids    map[string]map[string]string          // claim → device → partition ID
 }
 
@@ -53,7 +55,8 @@ func (s *suite) newNode(t *testing.T) *node {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := &node{s: s, t: t, name: name, dir: dir,
 		claims: map[string]*resourceapi.ResourceClaim{}, devs: map[string][]string{}, gen: map[string]int{},
-		ids: map[string]map[string]string{}}
+		cfgs: map[string]string{},
+		ids:  map[string]map[string]string{}}
 	for _, d := range []string{"machine", "state", "driver"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -144,27 +147,46 @@ func (n *node) stop() {
 	}
 }
 
-// claim is the claim object of the script's claim name, created (as the
-// scheduler allocates it) from devices the driver publishes.
-func (n *node) claim(ctx context.Context, name string, devices []string) (*resourceapi.ResourceClaim, error) {
-	if c := n.claims[name]; c != nil {
+// claim is the claim object of the script's claim name, created and
+// allocated (as the scheduler allocates it) from devices the driver
+// publishes, with the step's configuration.
+func (n *node) claim(ctx context.Context, st Step) (*resourceapi.ResourceClaim, error) {
+	if c := n.claims[st.Claim]; c != nil {
 		return c, nil
 	}
-	n.gen[name]++
-	spec := drivertest.ClaimSpec{Namespace: n.s.ns, Name: fmt.Sprintf("%s-%s-%d", n.name, name, n.gen[name]),
-		Driver: n.s.c.Driver}
-	for _, d := range devices {
+	n.gen[st.Claim]++
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: n.s.ns,
+		Name: fmt.Sprintf("%s-%s-%d", n.name, st.Claim, n.gen[st.Claim])}}
+	alloc := &resourceapi.AllocationResult{}
+	for i, d := range st.Devices {
 		pool, err := n.published(ctx, d)
 		if err != nil {
 			return nil, err
 		}
-		spec.Devices = append(spec.Devices, drivertest.Device{Pool: pool, Device: d})
+		req := fmt.Sprint("req-", i)
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: req,
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "lifecycletest", Count: 1,
+				AllocationMode: resourceapi.DeviceAllocationModeExactCount}})
+		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: req, Driver: n.s.c.Driver, Pool: pool, Device: d})
 	}
-	c, err := drivertest.CreateAllocatedClaim(ctx, n.s.env.Client, spec)
+	if st.Config != "" {
+		cfg := resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: n.s.c.Driver, Parameters: runtime.RawExtension{Raw: []byte(st.Config)}}}
+		c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: cfg}}
+		alloc.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+			Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: cfg}}
+	}
+	claims := n.s.env.Client.ResourceV1().ResourceClaims(n.s.ns)
+	created, err := claims.Create(ctx, c, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("create claim %s: %w", name, err)
+		return nil, fmt.Errorf("create claim %s: %w", st.Claim, err)
 	}
-	n.claims[name] = c
+	created.Status.Allocation = alloc
+	if c, err = claims.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("allocate claim %s: %w", st.Claim, err)
+	}
+	n.claims[st.Claim] = c
 	return c, nil
 }
 
@@ -194,7 +216,7 @@ func (n *node) published(ctx context.Context, device string) (string, error) {
 func (n *node) call(st Step) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := n.claim(ctx, st.Claim, st.Devices)
+	c, err := n.claim(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -213,7 +235,7 @@ func (n *node) call(st Step) error {
 	if !slices.Contains(n.held, st.Claim) {
 		n.held = append(n.held, st.Claim)
 	}
-	n.devs[st.Claim] = st.Devices
+	n.devs[st.Claim], n.cfgs[st.Claim] = st.Devices, st.Config
 	return n.record(ctx, st.Claim, st.Devices)
 }
 

@@ -343,7 +343,7 @@ func (s *suite) lostCard(t *testing.T) {
 	before := calls()
 	devs := n.devs[other]
 	n.retry(Unprepare(other))
-	n.retry(Prepare(other, devs...))
+	n.retry(Step{Claim: other, Devices: devs, Config: n.cfgs[other]})
 	if after := calls(); after != before {
 		t.Errorf("the work on card %s called the tool on lost card %s %d times", n.cardOf(other), j.Lost, after-before)
 	}
@@ -405,7 +405,7 @@ func (s *suite) concurrent(t *testing.T) {
 			renamed := fmt.Sprintf("%s-r%d", st.Claim, round)
 			next[old] = renamed
 			oldClaim := n.claims[old]
-			newClaim, err := n.claim(ctx, renamed, st.Devices)
+			newClaim, err := n.claim(ctx, Step{Claim: renamed, Devices: st.Devices, Config: st.Config})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -422,7 +422,7 @@ func (s *suite) concurrent(t *testing.T) {
 		for old, renamed := range next {
 			n.held = slices.DeleteFunc(n.held, func(h string) bool { return h == old })
 			n.held = append(n.held, renamed)
-			n.devs[renamed] = n.devs[old]
+			n.devs[renamed], n.cfgs[renamed] = n.devs[old], n.cfgs[old]
 			delete(n.claims, old)
 			delete(n.ids, old)
 			if err := n.record(ctx, renamed, n.devs[renamed]); err != nil {
