@@ -125,8 +125,10 @@ func TestScheme(t *testing.T) {
 // field and the values allowed; a good one sets HSA_XNACK.
 func TestConfig(t *testing.T) {
 	cfg := func(xnack string) driver.AllocatedDevice {
-		raw := fmt.Sprintf(`{"apiVersion":"%s/v1","kind":"XCPConfig","xnack":%q}`, DriverName, xnack)
-		return driver.AllocatedDevice{Device: "gpu-0", Config: []driver.OpaqueConfig{{Parameters: []byte(raw)}}}
+		raw := fmt.Sprintf(`{"apiVersion":"%s/v1","kind":"XCPConfig","xnack":%q}`,
+			DriverName, xnack)
+		cfg := driver.OpaqueConfig{Parameters: []byte(raw)}
+		return driver.AllocatedDevice{Device: "gpu-0", Config: []driver.OpaqueConfig{cfg}}
 	}
 	_, err := driver.DecodeAs[XCPConfig](Configs, cfg("maybe"))
 	if err == nil || !strings.Contains(err.Error(), `xnack "maybe": want on or off`) {
@@ -196,7 +198,8 @@ func TestToolRules(t *testing.T) {
 		}
 	}
 	p, err := a.Create(ctx, key("QPX/NPS4", 1))
-	if parts, _ := a.List(ctx, ids[0]); err != nil || len(parts) != 2 || !slices.Contains(parts, p) {
+	parts, _ := a.List(ctx, ids[0])
+	if err != nil || len(parts) != 2 || !slices.Contains(parts, p) {
 		t.Errorf("create again %+v (%v): list %+v, want it once among 2", p, err, parts)
 	}
 	if err := a.SetWhole(ctx, ids[0], true); err == nil || modes(t, root, 0) != "QPX/NPS4 1 3" {

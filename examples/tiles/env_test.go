@@ -29,9 +29,11 @@ func TestConformance(t *testing.T) {
 		filepath.Join(t.TempDir(), "state")}, env.DriverArgs(DriverName)...)
 	c.StartEnv = []string{runAsDriver + "=1"}
 	sel := `device.attributes["` + DriverName + `"].profile == "2t"`
+	two := &resourceapi.ExactDeviceRequest{Count: 2,
+		Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: sel}}}}
 	c.ExtraClaims = []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{{Name: "tiles", Exactly: &resourceapi.ExactDeviceRequest{
-			Count: 2, Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: sel}}}}}}}}}
+		Requests: []resourceapi.DeviceRequest{{Name: "tiles", Exactly: two}}}}}
 	rep := conformance.Test(t, c)
 	counts := map[conformance.Status]int{}
 	for _, res := range rep.Results {

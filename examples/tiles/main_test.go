@@ -119,7 +119,8 @@ func TestScheme(t *testing.T) {
 	for _, c := range DeviceClasses() {
 		names = append(names, c.Name)
 	}
-	want := "npu.tiles.drakit.dev 1t.tiles.drakit.dev 2t.tiles.drakit.dev 4t.tiles.drakit.dev 8t.tiles.drakit.dev"
+	want := "npu.tiles.drakit.dev 1t.tiles.drakit.dev 2t.tiles.drakit.dev " +
+		"4t.tiles.drakit.dev 8t.tiles.drakit.dev"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("classes %s, want %s", got, want)
 	}
@@ -139,10 +140,14 @@ func TestConfig(t *testing.T) {
 	n, tool := node(t, 1)
 	ctx := context.Background()
 	card := func() string { return parts(t, tool, "T8-004711") }
-	claim := func(uid string) driver.Claim { return driver.Claim{ClaimRef: driver.ClaimRef{UID: types.UID(uid)}} }
-	bad := []driver.AllocatedDevice{withSRAM("npu-0-1t-0", "scratch"), withSRAM("npu-0-2t-2", "huge")}
+	claim := func(uid string) driver.Claim {
+		return driver.Claim{ClaimRef: driver.ClaimRef{UID: types.UID(uid)}}
+	}
+	bad := []driver.AllocatedDevice{withSRAM("npu-0-1t-0", "scratch"),
+		withSRAM("npu-0-2t-2", "huge")}
 	err := n.PrepareClaim(ctx, claim("a"), bad)
-	if err == nil || !strings.Contains(err.Error(), `sram "huge": want cache or scratch`) || card() != "" {
+	if err == nil || !strings.Contains(err.Error(), `sram "huge": want cache or scratch`) ||
+		card() != "" {
 		t.Errorf("a claim with a bad split: %v, card %q; want its error, nothing made", err, card())
 	}
 	good := withSRAM("npu-0-2t-2", "scratch")
@@ -151,12 +156,14 @@ func TestConfig(t *testing.T) {
 	}
 	out, err := n.PrepareDevice(ctx, claim("a"), good)
 	edits := fmt.Sprint(out.Edits)
-	if err != nil || card() != "2-2t scratch" || !strings.Contains(edits, "NPU_0_2T_2_SRAM=scratch") {
+	if err != nil || card() != "2-2t scratch" ||
+		!strings.Contains(edits, "NPU_0_2T_2_SRAM=scratch") {
 		t.Errorf("prepare: %v, card %q, edits %v", err, card(), edits)
 	}
 	other := []driver.AllocatedDevice{withSRAM("npu-0-2t-2", "cache")}
 	if err := n.PrepareClaim(ctx, claim("b"), other); !errors.Is(err, lifecycle.ErrConfigMismatch) {
-		t.Errorf("a second claim of the partition with another split: %v, want ErrConfigMismatch", err)
+		t.Errorf("a second claim of the partition with another split: %v, "+
+			"want ErrConfigMismatch", err)
 	}
 	whole := driver.AllocatedDevice{Request: "r", Pool: "node/npu-00", Device: "npu-0"}
 	err = n.PrepareClaim(ctx, claim("w"), []driver.AllocatedDevice{whole})
@@ -206,7 +213,8 @@ func TestToolRules(t *testing.T) {
 		}
 	}
 	p, err := tool.Create(ctx, key("2t", 2))
-	if list, _ := tool.List(ctx, ids[0]); err != nil || len(list) != 3 || !slices.Contains(list, p) {
+	list, _ := tool.List(ctx, ids[0])
+	if err != nil || len(list) != 3 || !slices.Contains(list, p) {
 		t.Errorf("create again %+v (%v): list %+v, want it once among 3", p, err, list)
 	}
 	cfg := &TileConfig{SRAM: "scratch"}
@@ -218,7 +226,7 @@ func TestToolRules(t *testing.T) {
 	if err := os.WriteFile(tool.file(key("1t", 1)), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	list, _ := tool.List(ctx, ids[0])
+	list, _ = tool.List(ctx, ids[0])
 	cut := slices.IndexFunc(list, func(p lifecycle.Partition) bool { return p.Key == key("1t", 1) })
 	if cut < 0 || list[cut].Complete {
 		t.Errorf("a partition cut short: %+v, want it listed made in part", list)
@@ -226,7 +234,8 @@ func TestToolRules(t *testing.T) {
 	if p, err := tool.CreateWithConfig(ctx, key("1t", 1), cfg); err != nil || !p.Complete {
 		t.Errorf("complete a partition made in part: %+v, %v", p, err)
 	}
-	for _, k := range []lifecycle.Key{key("4t", 4), key("4t", 4), key("2t", 2), key("1t", 0), key("1t", 1)} {
+	all := []lifecycle.Key{key("4t", 4), key("4t", 4), key("2t", 2), key("1t", 0), key("1t", 1)}
+	for _, k := range all {
 		if err := tool.Destroy(ctx, k); err != nil {
 			t.Fatal(err)
 		}
