@@ -26,13 +26,16 @@ func Classes(driverName, domain string, schemes ...*partition.Scheme) []device.C
 		if slices.ContainsFunc(out, func(c device.Class) bool { return c.Name == name }) {
 			return
 		}
-		c := device.Class{Name: name + "." + driverName, Driver: driverName, Selectors: []string{sel}}
+		c := device.Class{Name: name + "." + driverName, Driver: driverName,
+			Selectors: []string{sel}}
 		if domain != "" {
 			c.ExtendedResourceName = domain + "/" + strings.ReplaceAll(resource, "-", "_")
 		}
 		out = append(out, c)
 	}
-	attr := func(name string) string { return fmt.Sprintf("device.attributes[%q].%s", driverName, name) }
+	attr := func(name string) string {
+		return fmt.Sprintf("device.attributes[%q].%s", driverName, name)
+	}
 	for _, s := range schemes {
 		n := s.Names
 		if n.TypeAttribute == partition.Omit {
@@ -49,8 +52,10 @@ func Classes(driverName, domain string, schemes ...*partition.Scheme) []device.C
 			if err != nil {
 				continue
 			}
-			dns := strings.TrimSuffix(strings.TrimPrefix(name, n.Device+"-0-"), "-"+strconv.Itoa(pr.Placements[0].Start))
-			sel := fmt.Sprintf("%s%q && %s == %q", typ, n.PartitionType, attr(n.ProfileAttribute), p)
+			dns := strings.TrimPrefix(name, n.Device+"-0-")
+			dns = strings.TrimSuffix(dns, "-"+strconv.Itoa(pr.Placements[0].Start))
+			sel := fmt.Sprintf("%s%q && %s == %q", typ, n.PartitionType,
+				attr(n.ProfileAttribute), p)
 			add(dns, sel, dns)
 		}
 	}

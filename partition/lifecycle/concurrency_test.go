@@ -88,7 +88,8 @@ func TestConcurrentClaims(t *testing.T) {
 				k, _ := fakeKeyOf(devs(dev)[0], nil)
 				parts, err := e.tool.List(ctx, k.Card)
 				if err != nil || !hasComplete(parts, k) {
-					fails <- fmt.Sprintf("claim %s holds %s, and the card has %v (%v)", uid, k, parts, err)
+					fails <- fmt.Sprintf("claim %s holds %s, and the card has %v (%v)",
+						uid, k, parts, err)
 					return
 				}
 				if err := e.release(uid); err != nil {

@@ -427,7 +427,8 @@ func TestSecondProcessIsRefused(t *testing.T) {
 				second := holdChild(t, e, childJob{Shared: true})
 				_, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"), WithSharedState())
 				if !errors.Is(err, ErrStateInUse) {
-					t.Fatalf("a third process beside a rolling update's two: %v, want ErrStateInUse", err)
+					t.Fatalf("a third process beside a rolling update's two: %v, "+
+						"want ErrStateInUse", err)
 				}
 				t.Log(err)
 				for _, c := range []*exec.Cmd{first, second} {
@@ -461,7 +462,8 @@ func TestSecondReleaseIsRefused(t *testing.T) {
 		t.Fatalf("a second release beside the first: %v, want ErrStateInUse", err)
 	}
 	t.Log(err)
-	for _, want := range []string{e.state, "process " + strconv.Itoa(first.Process.Pid), "gpus/release-a", "gpus/release-b"} {
+	for _, want := range []string{e.state, "process " + strconv.Itoa(first.Process.Pid),
+		"gpus/release-a", "gpus/release-b"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not name %s", err, want)
 		}

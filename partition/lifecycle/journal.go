@@ -114,7 +114,8 @@ func (j *journal) update(fn func(d *journalDoc) (bool, error)) error {
 // hold records that claim holds k, made with config cfg, after refuse
 // (nil: none) accepted the intents as they are, in one read-modify-write.
 // Another holder with another configuration refuses it.
-func (j *journal) hold(k Key, claim string, cfg json.RawMessage, refuse func([]Intent) error) error {
+func (j *journal) hold(k Key, claim string, cfg json.RawMessage,
+	refuse func([]Intent) error) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		if refuse != nil {
 			if err := refuse(d.Intents); err != nil {
@@ -189,7 +190,8 @@ func sameJSON(a, b json.RawMessage) bool {
 		return len(a) == len(b)
 	}
 	var ca, cb bytes.Buffer
-	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil &&
+		bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 func orNone(cfg json.RawMessage) string {

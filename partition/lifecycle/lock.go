@@ -91,8 +91,9 @@ func acquireFolder(dir string, p *peer) (*folder, error) {
 	folders.Lock()
 	defer folders.Unlock()
 	if f := folders.m[abs]; f != nil {
-		if (f.peer == nil) != (p == nil) || p != nil && (f.peer.Driver != p.Driver || f.peer.Owner != p.Owner) {
-			return nil, fmt.Errorf("%w: %s is open in this process with other sharing options", ErrStateInUse, abs)
+		if (f.peer == nil) != (p == nil) || p != nil && (*f.peer != *p) {
+			return nil, fmt.Errorf("%w: %s is open in this process with other sharing options",
+				ErrStateInUse, abs)
 		}
 		f.refs++
 		return f, nil
@@ -122,7 +123,8 @@ func (f *folder) lockAlone() error {
 			holders = names
 		}
 		return fmt.Errorf("%w: %s is held by %s: run one driver per state folder (the two "+
-			"instances of a rolling update both need WithRollingUpdate)", ErrStateInUse, f.path, holders)
+			"instances of a rolling update both need WithRollingUpdate)",
+			ErrStateInUse, f.path, holders)
 	}
 	if err != nil {
 		return fmt.Errorf("lock state folder: %w", err)
@@ -145,7 +147,8 @@ func (f *folder) lockPeer() (err error) {
 			f.unlock()
 		}
 	}()
-	l, err := statefile.TryAcquire(filepath.Join(f.path, lockFile), statefile.Shared(), statefile.Held())
+	l, err := statefile.TryAcquire(filepath.Join(f.path, lockFile),
+		statefile.Shared(), statefile.Held())
 	var locked *statefile.LockedError
 	if errors.As(err, &locked) {
 		return fmt.Errorf("%w: %s is held by process %d, which runs without WithRollingUpdate",
@@ -179,7 +182,8 @@ func (f *folder) lockPeer() (err error) {
 			me := *f.peer
 			me.PID = os.Getpid()
 			return fmt.Errorf("%w: %s is held by %s, and %s is not the other instance of its "+
-				"rolling update (another release of the driver on this node?)", ErrStateInUse, f.path, o, me)
+				"rolling update (another release of the driver on this node?)",
+				ErrStateInUse, f.path, o, me)
 		}
 	}
 	me := *f.peer

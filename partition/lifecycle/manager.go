@@ -139,7 +139,8 @@ func WithoutFsync() Option {
 func WithRollingUpdate(driverName, owner string) Option {
 	return func(o *options) error {
 		if driverName == "" || owner == "" {
-			return fmt.Errorf("rolling update: driver %q and owner %q must not be empty", driverName, owner)
+			return fmt.Errorf("rolling update: driver %q and owner %q must not be empty",
+				driverName, owner)
 		}
 		o.peer = &peer{Driver: driverName, Owner: owner}
 		return nil

@@ -100,7 +100,8 @@ type Node struct {
 func NewNode(b Binding, state string, opts ...Option) (*Node, error) {
 	switch {
 	case b.Driver == "" || b.NodeName == "" || b.Tool == nil || b.Edits == nil:
-		return nil, errors.New("new partition node: the binding needs a driver name, a node name, a tool and edits")
+		return nil, errors.New("new partition node: " +
+			"the binding needs a driver name, a node name, a tool and edits")
 	case b.HealthInterval == 0:
 		b.HealthInterval = DefaultHealthInterval
 	}
@@ -167,10 +168,12 @@ func (b Binding) Key(device string) (k Key, ok bool) {
 
 // PrepareClaim is [Manager.PrepareClaim], refusing first any opaque
 // configuration when the binding has no Configs.
-func (n *Node) PrepareClaim(ctx context.Context, claim driver.Claim, devs []driver.AllocatedDevice) error {
+func (n *Node) PrepareClaim(ctx context.Context, claim driver.Claim,
+	devs []driver.AllocatedDevice) error {
 	for _, dev := range devs {
 		if n.b.Configs == nil && len(dev.Config) > 0 {
-			err := fmt.Errorf("device %s: %w: the driver takes none", dev.ID(), driver.ErrInvalidConfig)
+			err := fmt.Errorf("device %s: %w: the driver takes none",
+				dev.ID(), driver.ErrInvalidConfig)
 			return driver.NewClaimError(driver.ReasonConfig, err)
 		}
 	}
@@ -180,10 +183,12 @@ func (n *Node) PrepareClaim(ctx context.Context, claim driver.Claim, devs []driv
 // PrepareDevice hands the container the device's partition, as
 // PrepareClaim made it (or, for admin access, as it is), through the
 // binding's Edits, and records the partition's key.
-func (n *Node) PrepareDevice(ctx context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+func (n *Node) PrepareDevice(ctx context.Context, _ driver.Claim, dev driver.AllocatedDevice) (
+	driver.PreparedDevice, error) {
 	k, ok := n.Key(dev, nil)
 	if !ok {
-		return driver.PreparedDevice{}, fmt.Errorf("device %s is no card or partition of the node", dev.ID())
+		err := fmt.Errorf("device %s is no card or partition of the node", dev.ID())
+		return driver.PreparedDevice{}, err
 	}
 	var cfg any
 	var err error
@@ -217,7 +222,8 @@ func (n *Node) partition(ctx context.Context, k Key) (Partition, error) {
 	if err != nil {
 		return Partition{}, fmt.Errorf("find partition %s: %w", k, err)
 	}
-	if i := slices.IndexFunc(parts, func(p Partition) bool { return p.Key == k && p.Complete }); i >= 0 {
+	at := func(p Partition) bool { return p.Key == k && p.Complete }
+	if i := slices.IndexFunc(parts, at); i >= 0 {
 		return parts[i], nil
 	}
 	return Partition{}, fmt.Errorf("partition %s was not made", k)
@@ -225,7 +231,8 @@ func (n *Node) partition(ctx context.Context, k Key) (Partition, error) {
 
 // UnprepareDevice has nothing to do: UnprepareClaim destroys the claim's
 // partitions.
-func (n *Node) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
+func (n *Node) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice,
+	json.RawMessage) error {
 	return nil
 }
 
@@ -253,7 +260,8 @@ func (n *Node) inventory(context.Context) (*device.Inventory, error) {
 func (n *Node) health(ctx context.Context) ([]device.HealthReport, error) {
 	out := make([]device.HealthReport, len(n.b.Cards))
 	for i, c := range n.b.Cards {
-		id := device.DeviceID{Pool: c.Scheme.PoolName(n.b.NodeName, i), Device: c.Scheme.CounterSetName(i)}
+		id := device.DeviceID{Pool: c.Scheme.PoolName(n.b.NodeName, i),
+			Device: c.Scheme.CounterSetName(i)}
 		out[i] = device.HealthReport{Device: id, Health: device.Healthy}
 		if err := n.b.Health(ctx, c.ID); err != nil {
 			out[i].Health, out[i].Message = device.Unhealthy, err.Error()

@@ -84,8 +84,8 @@ func newNode(t *testing.T, wrap func(*fakeTool) Tool, sick map[string]bool) (*en
 	if wrap != nil {
 		tool = wrap(e.tool)
 	}
-	configs, err := driver.NewConfigScheme("split.example.com", driver.NewConfigType("split.example.com/v1",
-		"SplitConfig", func(c *splitConfig) error {
+	configs, err := driver.NewConfigScheme("split.example.com", driver.NewConfigType(
+		"split.example.com/v1", "SplitConfig", func(c *splitConfig) error {
 			if c.Mode != "fast" && c.Mode != "safe" {
 				return fmt.Errorf("mode %q: want fast or safe", c.Mode)
 			}
@@ -95,7 +95,8 @@ func newNode(t *testing.T, wrap func(*fakeTool) Tool, sick map[string]bool) (*en
 		t.Fatal(err)
 	}
 	b := Binding{Driver: "split.example.com", NodeName: "node", Tool: tool, Configs: configs,
-		Cards: []Card{{ID: "c1", Scheme: fakeScheme(t, "S8")}, {ID: "c2", Scheme: fakeScheme(t, "S8b")}},
+		Cards: []Card{{ID: "c1", Scheme: fakeScheme(t, "S8")},
+			{ID: "c2", Scheme: fakeScheme(t, "S8b")}},
 		Edits: func(dev driver.AllocatedDevice, p Partition, cfg any) (*cdi.Edits, error) {
 			mode := "none"
 			if sc, ok := cfg.(*splitConfig); ok {
@@ -133,7 +134,8 @@ func TestNodeConfig(t *testing.T) {
 	good, bad := withMode(nodeDev("card-0-2u-0"), "fast"), withMode(nodeDev("card-1-4u-4"), "turbo")
 	err := n.PrepareClaim(ctx, claim("a"), []driver.AllocatedDevice{good, bad})
 	var ce *driver.ClaimError
-	if !errors.As(err, &ce) || ce.Reason() != driver.ReasonConfig || !strings.Contains(err.Error(), `mode "turbo"`) {
+	if !errors.As(err, &ce) || ce.Reason() != driver.ReasonConfig ||
+		!strings.Contains(err.Error(), `mode "turbo"`) {
 		t.Fatalf("a claim with a bad configuration: %v, want an InvalidConfig error naming it", err)
 	}
 	if got := strings.Join(tool.got, ",") + e.parts("c1") + e.intents(); got != "" {
@@ -153,9 +155,10 @@ func TestNodeConfig(t *testing.T) {
 	if got := strings.Join(tool.got, ","); got != "card c1 profile 2u at 0 fast" {
 		t.Errorf("creates %q, want the claim's mode at create", got)
 	}
-	err = n.PrepareClaim(ctx, claim("b"), []driver.AllocatedDevice{withMode(nodeDev("card-0-2u-0"), "safe")})
-	if !errors.Is(err, ErrConfigMismatch) {
-		t.Errorf("a second claim of the partition with another mode: %v, want ErrConfigMismatch", err)
+	safe := []driver.AllocatedDevice{withMode(nodeDev("card-0-2u-0"), "safe")}
+	if err := n.PrepareClaim(ctx, claim("b"), safe); !errors.Is(err, ErrConfigMismatch) {
+		t.Errorf("a second claim of the partition with another mode: %v, "+
+			"want ErrConfigMismatch", err)
 	}
 	if err := n.PrepareClaim(ctx, claim("c"), []driver.AllocatedDevice{good}); err != nil {
 		t.Errorf("a second claim of the partition with its mode: %v", err)
@@ -169,7 +172,7 @@ func TestNodeConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := n.PrepareClaim(ctx, claim("b"), []driver.AllocatedDevice{withMode(good, "safe")}); err != nil {
+	if err := n.PrepareClaim(ctx, claim("b"), safe); err != nil {
 		t.Errorf("the other mode once the partition's holders are gone: %v", err)
 	}
 }
@@ -188,17 +191,19 @@ func TestWholeCardWithoutSwitch(t *testing.T) {
 	if err := n.PrepareClaim(ctx, claim("w"), whole); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := n.PrepareDevice(ctx, claim("w"), whole[0]); err != nil || !strings.Contains(fmt.Sprint(out.Edits), "=c2 none") {
+	out, err := n.PrepareDevice(ctx, claim("w"), whole[0])
+	if err != nil || !strings.Contains(fmt.Sprint(out.Edits), "=c2 none") {
 		t.Errorf("the card whole: %v, %v; want the card's ID", out.Edits, err)
 	}
-	err := n.PrepareClaim(ctx, claim("p"), []driver.AllocatedDevice{nodeDev("card-1-2u-2")})
+	err = n.PrepareClaim(ctx, claim("p"), []driver.AllocatedDevice{nodeDev("card-1-2u-2")})
 	if !errors.Is(err, ErrCardBusy) {
 		t.Errorf("a partition of a card held whole: %v, want ErrCardBusy", err)
 	}
 	if err := e.release("w"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.PrepareClaim(ctx, claim("p"), []driver.AllocatedDevice{nodeDev("card-1-2u-2")}); err != nil {
+	part := []driver.AllocatedDevice{nodeDev("card-1-2u-2")}
+	if err := n.PrepareClaim(ctx, claim("p"), part); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.PrepareClaim(ctx, claim("w"), whole); !errors.Is(err, ErrCardBusy) {
@@ -256,17 +261,21 @@ func TestNodeInventory(t *testing.T) {
 		t.Error("a device of no card has a key")
 	}
 	for uid, name := range map[string]string{"a": "card-0-4u-0", "b": "card-0-4u-4"} {
-		if err := n.PrepareClaim(ctx, claim(uid), []driver.AllocatedDevice{nodeDev(name)}); err != nil {
+		devs := []driver.AllocatedDevice{nodeDev(name)}
+		if err := n.PrepareClaim(ctx, claim(uid), devs); err != nil {
 			t.Fatal(err)
 		}
 	}
 	inv, _ = n.Inventory(ctx)
 	if got := fmt.Sprint(count(inv)); got != "[2 16]" {
-		t.Errorf("devices per pool with card c1 full: %s, want its two partitions and all of c2", got)
+		t.Errorf("devices per pool with card c1 full: %s, "+
+			"want its two partitions and all of c2", got)
 	}
 	reports, err := n.health(ctx)
-	if err != nil || len(reports) != 2 || reports[0].Health != device.Healthy || reports[1].Health != device.Unhealthy ||
-		reports[1].Device.Device != "card-1-counters" || !strings.Contains(reports[1].Message, "does not answer") {
-		t.Errorf("health %+v, %v; want c2's counter set unhealthy with the check's error", reports, err)
+	if err != nil || len(reports) != 2 || reports[0].Health != device.Healthy ||
+		reports[1].Health != device.Unhealthy || reports[1].Device.Device != "card-1-counters" ||
+		!strings.Contains(reports[1].Message, "does not answer") {
+		t.Errorf("health %+v, %v; want c2's counter set unhealthy with the check's error",
+			reports, err)
 	}
 }

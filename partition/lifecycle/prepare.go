@@ -106,7 +106,8 @@ func (m *Manager) decode(devs []driver.AllocatedDevice) (map[Key]config, error) 
 	for _, dev := range devs {
 		v, err := m.o.configs.Decode(dev)
 		if err != nil {
-			return nil, driver.NewClaimError(driver.ReasonConfig, fmt.Errorf("device %s: %w", dev.ID(), err))
+			err = fmt.Errorf("device %s: %w", dev.ID(), err)
+			return nil, driver.NewClaimError(driver.ReasonConfig, err)
 		}
 		k, ok := m.keyOf(dev, nil)
 		if _, seen := out[k]; !ok || seen || v == nil {

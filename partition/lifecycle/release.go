@@ -109,7 +109,9 @@ func (m *Manager) releaseCard(ctx context.Context, uid, card string) (changed bo
 			_ = faults.At(ctx, "release/undone", card)
 		case in.Released(): // an earlier start's failed destroy
 			if err := m.undo(ctx, in.Key); err != nil {
-				klog.FromContext(ctx).Error(err, "Could not destroy a partition an earlier start left; the next release on its card or the next start tries again", "key", in.Key.String())
+				klog.FromContext(ctx).Error(err, "Could not destroy a partition an earlier start "+
+					"left; the next release on its card or the next start tries again",
+					"key", in.Key.String())
 				continue
 			}
 		default:

@@ -92,9 +92,11 @@ func (j *job) run(c Config) error {
 	}
 	plugins := filepath.Join(j.Dir, "plugins")
 	opts := []driver.Option{driver.WithRESTConfig(cfg), driver.WithNodeName(j.Node.Name),
-		driver.WithRegistrarDir(filepath.Join(j.Dir, "registry")), driver.WithPluginDataDir(plugins),
-		driver.WithCheckpointDir(filepath.Join(plugins, "checkpoint")), driver.WithCDIDir(filepath.Join(j.Dir, "cdi")),
-		driver.WithDiscoverer(d), driver.WithPreparer(hooked{d})}
+		driver.WithRegistrarDir(filepath.Join(j.Dir, "registry")),
+		driver.WithPluginDataDir(plugins),
+		driver.WithCheckpointDir(filepath.Join(plugins, "checkpoint")),
+		driver.WithCDIDir(filepath.Join(j.Dir, "cdi")), driver.WithDiscoverer(d),
+		driver.WithPreparer(hooked{d})}
 	if j.PodUID != "" {
 		opts = append(opts, driver.WithRollingUpdate(types.UID(j.PodUID)))
 	}
@@ -140,7 +142,8 @@ func (j *job) hook() func(ctx context.Context, point, card string) error {
 		switch op {
 		case "create", "destroy", "switch", "list":
 			if busy[card]++; busy[card] > 1 {
-				appendLine(filepath.Join(j.Dir, "overlaps"), "two tool calls at once on card "+card+": "+op)
+				msg := "two tool calls at once on card " + card + ": " + op
+				appendLine(filepath.Join(j.Dir, "overlaps"), msg)
 			}
 			if card == j.Lost {
 				busy[card]--
@@ -182,16 +185,19 @@ func at(ctx context.Context, point string, err error) error {
 	return err
 }
 
-func (h hooked) PrepareDevice(ctx context.Context, c driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+func (h hooked) PrepareDevice(ctx context.Context, c driver.Claim, dev driver.AllocatedDevice) (
+	driver.PreparedDevice, error) {
 	out, err := h.d.PrepareDevice(ctx, c, dev)
 	return out, at(ctx, "preparer/device-prepared", err)
 }
 
-func (h hooked) UnprepareDevice(ctx context.Context, c driver.ClaimRef, dev driver.AllocatedDevice, data json.RawMessage) error {
+func (h hooked) UnprepareDevice(ctx context.Context, c driver.ClaimRef, dev driver.AllocatedDevice,
+	data json.RawMessage) error {
 	return at(ctx, "preparer/device-unprepared", h.d.UnprepareDevice(ctx, c, dev, data))
 }
 
-func (h hooked) PrepareClaim(ctx context.Context, c driver.Claim, devs []driver.AllocatedDevice) error {
+func (h hooked) PrepareClaim(ctx context.Context, c driver.Claim, devs []driver.AllocatedDevice,
+) error {
 	cp, ok := h.d.(driver.ClaimPreparer)
 	if !ok {
 		return nil
@@ -199,7 +205,8 @@ func (h hooked) PrepareClaim(ctx context.Context, c driver.Claim, devs []driver.
 	return at(ctx, "preparer/claim-prepared", cp.PrepareClaim(ctx, c, devs))
 }
 
-func (h hooked) UnprepareClaim(ctx context.Context, c driver.ClaimRef, devs []driver.AllocatedDevice) error {
+func (h hooked) UnprepareClaim(ctx context.Context, c driver.ClaimRef,
+	devs []driver.AllocatedDevice) error {
 	cp, ok := h.d.(driver.ClaimPreparer)
 	if !ok {
 		return nil
@@ -214,7 +221,8 @@ func (h hooked) Reconcile(ctx context.Context, held []driver.HeldClaim) error {
 	return nil
 }
 
-func (h hooked) ClaimEdits(ctx context.Context, c driver.Claim, devs []driver.AllocatedDevice) (*cdi.Edits, error) {
+func (h hooked) ClaimEdits(ctx context.Context, c driver.Claim, devs []driver.AllocatedDevice,
+) (*cdi.Edits, error) {
 	if e, ok := h.d.(driver.ClaimEditor); ok {
 		return e.ClaimEdits(ctx, c, devs)
 	}

@@ -54,9 +54,9 @@ func (s *suite) newNode(t *testing.T) *node {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := &node{s: s, t: t, name: name, dir: dir,
-		claims: map[string]*resourceapi.ResourceClaim{}, devs: map[string][]string{}, gen: map[string]int{},
-		cfgs: map[string]string{},
-		ids:  map[string]map[string]string{}}
+		claims: map[string]*resourceapi.ResourceClaim{}, devs: map[string][]string{},
+		gen: map[string]int{}, cfgs: map[string]string{},
+		ids: map[string]map[string]string{}}
 	for _, d := range []string{"machine", "state", "driver"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -164,11 +164,13 @@ func (n *node) claim(ctx context.Context, st Step) (*resourceapi.ResourceClaim, 
 			return nil, err
 		}
 		req := fmt.Sprint("req-", i)
-		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: req,
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "lifecycletest", Count: 1,
-				AllocationMode: resourceapi.DeviceAllocationModeExactCount}})
-		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-			Request: req, Driver: n.s.c.Driver, Pool: pool, Device: d})
+		one := &resourceapi.ExactDeviceRequest{DeviceClassName: "lifecycletest", Count: 1,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount}
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name: req, Exactly: one})
+		res := resourceapi.DeviceRequestAllocationResult{Request: req, Driver: n.s.c.Driver,
+			Pool: pool, Device: d}
+		alloc.Devices.Results = append(alloc.Devices.Results, res)
 	}
 	if st.Config != "" {
 		cfg := resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
@@ -199,7 +201,8 @@ func (n *node) published(ctx context.Context, device string) (string, error) {
 			FieldSelector: "spec.nodeName=" + n.name + ",spec.driver=" + n.s.c.Driver})
 		if err == nil {
 			for _, sl := range list.Items {
-				if slices.ContainsFunc(sl.Spec.Devices, func(d resourceapi.Device) bool { return d.Name == device }) {
+				named := func(d resourceapi.Device) bool { return d.Name == device }
+				if slices.ContainsFunc(sl.Spec.Devices, named) {
 					return sl.Spec.Pool.Name, nil
 				}
 			}
@@ -257,7 +260,8 @@ func (n *node) record(ctx context.Context, claim string, devices []string) error
 			return fmt.Errorf("claim %s prepared: %w", claim, err)
 		}
 		if !strings.Contains(spec, p.ID) {
-			return fmt.Errorf("claim %s prepared: its CDI spec does not name partition %s (%s):\n%s", claim, k, p.ID, spec)
+			return fmt.Errorf("claim %s prepared: its CDI spec does not name "+
+				"partition %s (%s):\n%s", claim, k, p.ID, spec)
 		}
 		ids[d] = p.ID
 	}
@@ -271,9 +275,11 @@ func (n *node) partition(ctx context.Context, k lifecycle.Key) (lifecycle.Partit
 	if err != nil {
 		return lifecycle.Partition{}, err
 	}
-	i := slices.IndexFunc(parts, func(p lifecycle.Partition) bool { return p.Key == k && p.Complete })
+	at := func(p lifecycle.Partition) bool { return p.Key == k && p.Complete }
+	i := slices.IndexFunc(parts, at)
 	if i < 0 {
-		return lifecycle.Partition{}, fmt.Errorf("partition %s is not there (the card has %v)", k, parts)
+		err := fmt.Errorf("partition %s is not there (the card has %v)", k, parts)
+		return lifecycle.Partition{}, err
 	}
 	return parts[i], nil
 }
@@ -366,7 +372,8 @@ func (n *node) check(when string) {
 			case !p.Complete:
 				errs = append(errs, fmt.Sprintf("%s is left made in part", p.Key))
 			case holders[p.Key] == nil:
-				errs = append(errs, fmt.Sprintf("%s (%s) is left, no held claim has it (leaked)", p.Key, p.ID))
+				errs = append(errs, fmt.Sprintf("%s (%s) is left, no held claim has it (leaked)",
+					p.Key, p.ID))
 			}
 		}
 		for k := range holders {
@@ -375,8 +382,8 @@ func (n *node) check(when string) {
 			}
 			got := slices.IndexFunc(parts, func(p lifecycle.Partition) bool { return p.Key == k })
 			if want := n.idOf(k); got < 0 || parts[got].ID != want {
-				errs = append(errs, fmt.Sprintf("%s: %v on the card, want partition %s its claim got "+
-					"(destroyed, or made again)", k, parts, want))
+				errs = append(errs, fmt.Sprintf("%s: %v on the card, "+
+					"want partition %s its claim got (destroyed, or made again)", k, parts, want))
 			}
 			if holders[lifecycle.WholeCard(card)] != nil {
 				errs = append(errs, fmt.Sprintf("card %s is held whole and %s at once", card, k))
@@ -392,12 +399,14 @@ func (n *node) check(when string) {
 		seen[in.Key] = true
 		want := slices.Sorted(slices.Values(holders[in.Key]))
 		if !slices.Equal(in.Claims, slices.Compact(want)) {
-			errs = append(errs, fmt.Sprintf("the journal says %s is held by %v, want %v", in.Key, in.Claims, want))
+			errs = append(errs, fmt.Sprintf("the journal says %s is held by %v, want %v",
+				in.Key, in.Claims, want))
 		}
 	}
 	for k := range holders {
 		if !seen[k] {
-			errs = append(errs, fmt.Sprintf("the journal does not record %s, which a held claim has", k))
+			errs = append(errs, fmt.Sprintf("the journal does not record %s, "+
+				"which a held claim has", k))
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(n.dir, "driver", "overlaps")); err == nil {

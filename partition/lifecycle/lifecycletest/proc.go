@@ -81,9 +81,11 @@ func (p *proc) wait() (string, error) {
 	case socket := <-p.ready:
 		return socket, nil
 	case <-p.done:
-		return "", fmt.Errorf("driver process %d exited (%v) before it served:\n%s", p.cmd.Process.Pid, p.cmd.ProcessState, p.tail())
+		return "", fmt.Errorf("driver process %d exited (%v) before it served:\n%s",
+			p.cmd.Process.Pid, p.cmd.ProcessState, p.tail())
 	case <-time.After(2 * time.Minute):
-		return "", fmt.Errorf("driver process %d does not serve after 2 minutes:\n%s", p.cmd.Process.Pid, p.tail())
+		return "", fmt.Errorf("driver process %d does not serve after 2 minutes:\n%s",
+			p.cmd.Process.Pid, p.tail())
 	}
 }
 
@@ -95,7 +97,8 @@ func (p *proc) exited() error {
 	case <-p.done:
 		return nil
 	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("driver process %d neither serves nor exits after 2 minutes", p.cmd.Process.Pid)
+		return fmt.Errorf("driver process %d neither serves nor exits after 2 minutes",
+			p.cmd.Process.Pid)
 	}
 }
 

@@ -88,7 +88,9 @@ func Run(t *testing.T, c Config) {
 	s := &suite{c: c, env: env, prefix: "lct-" + strings.ToLower(rand.Text()[:6])}
 	s.ns = s.prefix
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}
-	if _, err := env.Client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+	ctx := context.Background()
+	_, err := env.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var hits map[string]int
@@ -165,7 +167,8 @@ func (s *suite) script(t *testing.T) map[string]int {
 // the same state there as at the tool call's end.
 func killable(point string) bool {
 	switch point {
-	case "tool/list", "tool/listed", "card/wait", "prepare/created", "release/undone", "whole/switched":
+	case "tool/list", "tool/listed", "card/wait",
+		"prepare/created", "release/undone", "whole/switched":
 		return false
 	}
 	return true
@@ -302,7 +305,8 @@ func (s *suite) rollingUpdate(t *testing.T) {
 	old := n.proc
 	n.start(instance("drivers/release-a", "pod-2"))
 	surge := n.proc
-	pids := []string{fmt.Sprint("process ", old.cmd.Process.Pid), fmt.Sprint("process ", surge.cmd.Process.Pid)}
+	pids := []string{fmt.Sprint("process ", old.cmd.Process.Pid),
+		fmt.Sprint("process ", surge.cmd.Process.Pid)}
 	n.refused(instance("drivers/release-a", "pod-3"), append(pids, n.state())...)
 	// The new instance serves.
 	first := s.prefixSteps()[0]
@@ -345,7 +349,8 @@ func (s *suite) lostCard(t *testing.T) {
 	n.retry(Unprepare(other))
 	n.retry(Step{Claim: other, Devices: devs, Config: n.cfgs[other]})
 	if after := calls(); after != before {
-		t.Errorf("the work on card %s called the tool on lost card %s %d times", n.cardOf(other), j.Lost, after-before)
+		t.Errorf("the work on card %s called the tool on lost card %s %d times",
+			n.cardOf(other), j.Lost, after-before)
 	}
 	n.check("while card " + j.Lost + " is lost")
 	n.stop()
@@ -405,7 +410,8 @@ func (s *suite) concurrent(t *testing.T) {
 			renamed := fmt.Sprintf("%s-r%d", st.Claim, round)
 			next[old] = renamed
 			oldClaim := n.claims[old]
-			newClaim, err := n.claim(ctx, Step{Claim: renamed, Devices: st.Devices, Config: st.Config})
+			again := Step{Claim: renamed, Devices: st.Devices, Config: st.Config}
+			newClaim, err := n.claim(ctx, again)
 			if err != nil {
 				t.Fatal(err)
 			}
