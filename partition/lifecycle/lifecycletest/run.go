@@ -60,7 +60,9 @@ type suite struct {
 //     it reaches it (before and after each tool call, after each of the
 //     lifecycle's journal writes and each call of the preparer), and
 //     started again; the first kill at a step kills the restart too, in
-//     its recovery. The kubelet retries the call the kill cut short.
+//     its recovery. After the restart the claim of the call cut short
+//     holds all its partitions or none; then the kubelet retries the
+//     call.
 //   - lost-state: with the claims of the script's first prepares held,
 //     the driver is killed and its journal deleted, its checkpoint wiped,
 //     its state folder deleted, or both folders, before it starts again.
@@ -76,8 +78,9 @@ type suite struct {
 //     once it is back the kubelet's retry releases it.
 //   - concurrent: the first prepares' claims are released while new
 //     claims of the same devices are prepared, all at once, a few
-//     rounds: the runtime's concurrent calls, with the race detector when
-//     the test runs with -race.
+//     rounds, on cards whose changes take 50 ms more: the runtime's
+//     concurrent calls, with the race detector when the test runs with
+//     -race.
 //
 // The test binary's TestMain must call [Child] first.
 func Run(t *testing.T, c Config) {
