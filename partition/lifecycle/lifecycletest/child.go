@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -48,6 +50,10 @@ type job struct {
 	// Hits, when set, is a file the process appends each point it
 	// reaches to.
 	Hits string
+	// Slow makes each change on a card take this long more, as a real
+	// card's do (a MIG create takes a good part of a second), so that
+	// calls that overlap on one card would be seen overlapping.
+	Slow time.Duration
 }
 
 // Child runs a driver process of the kit when the test binary was
@@ -121,40 +127,57 @@ func (j *job) run(c Config) error {
 // records two tool calls on one card at once (which the lifecycle's card
 // lock must never allow).
 func (j *job) hook() func(ctx context.Context, point, card string) error {
-	var mu sync.Mutex
-	hits := map[string]int{}
-	busy := map[string]int{}
+	s := &seam{j: j, hits: map[string]int{}, busy: map[string]int{}}
 	return func(_ context.Context, point, card string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		hits[point]++
-		if j.Hits != "" {
-			appendLine(j.Hits, point)
+		err := s.at(point, card)
+		if err == nil && j.Slow > 0 && slices.Contains(changes, point) {
+			time.Sleep(j.Slow)
 		}
-		if point == j.Point && hits[point] == j.N {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
-		}
-		op, ok := strings.CutPrefix(point, "tool/")
-		if !ok {
-			return nil
-		}
-		switch op {
-		case "create", "destroy", "switch", "list":
-			if busy[card]++; busy[card] > 1 {
-				msg := "two tool calls at once on card " + card + ": " + op
-				appendLine(filepath.Join(j.Dir, "overlaps"), msg)
-			}
-			if card == j.Lost {
-				busy[card]--
-				appendLine(filepath.Join(j.Dir, "lost-calls"), op)
-				return fmt.Errorf("lifecycletest: card %s is lost: it answers nothing", card)
-			}
-		default:
-			busy[card]--
-		}
+		return err
+	}
+}
+
+// changes are the points right before a tool call that changes a card.
+var changes = []string{"tool/create", "tool/destroy", "tool/switch"}
+
+// seam is the hook's state: the points reached, the tool calls under way
+// per card.
+type seam struct {
+	j          *job
+	mu         sync.Mutex
+	hits, busy map[string]int
+}
+
+func (s *seam) at(point, card string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hits[point]++
+	if s.j.Hits != "" {
+		appendLine(s.j.Hits, point)
+	}
+	if point == s.j.Point && s.hits[point] == s.j.N {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+	op, ok := strings.CutPrefix(point, "tool/")
+	if !ok {
 		return nil
 	}
+	switch op {
+	case "create", "destroy", "switch", "list":
+		if s.busy[card]++; s.busy[card] > 1 {
+			msg := "two tool calls at once on card " + card + ": " + op
+			appendLine(filepath.Join(s.j.Dir, "overlaps"), msg)
+		}
+		if card == s.j.Lost {
+			s.busy[card]--
+			appendLine(filepath.Join(s.j.Dir, "lost-calls"), op)
+			return fmt.Errorf("lifecycletest: card %s is lost: it answers nothing", card)
+		}
+	default:
+		s.busy[card]--
+	}
+	return nil
 }
 
 func appendLine(path, line string) {

@@ -311,8 +311,44 @@ func (n *node) do(st Step, restart func() job, kill bool) (died bool) {
 		n.t.Fatalf("%s: the driver exited: %v\n%s", st, err, n.proc.tail())
 	}
 	n.restart(restart(), kill)
+	n.checkCutShort(st)
 	n.retry(st)
 	return true
+}
+
+// checkCutShort checks the node after a restart, before the kubelet
+// retries the call st that the kill cut short: the claim of st holds all
+// its partitions (the driver recorded the prepare, or had not begun the
+// unprepare) or none (it undid what it had begun), and every other
+// partition is a held claim's, as check says.
+func (n *node) checkCutShort(st Step) {
+	n.t.Helper()
+	ctx := context.Background()
+	devs := st.Devices
+	if devs == nil {
+		devs = n.devs[st.Claim]
+	}
+	present := 0
+	for _, d := range devs {
+		if k, _ := n.m.Key(d); !k.Whole {
+			if _, err := n.partition(ctx, k); err == nil {
+				present++
+			}
+		}
+	}
+	held, devsBefore, idsBefore := slices.Clone(n.held), n.devs[st.Claim], n.ids[st.Claim]
+	n.held = slices.DeleteFunc(n.held, func(h string) bool { return h == st.Claim })
+	if present > 0 {
+		n.held = append(n.held, st.Claim)
+		n.devs[st.Claim] = devs
+		if st.Devices != nil { // made by the prepare cut short: its IDs are new
+			if err := n.record(ctx, st.Claim, devs); err != nil {
+				n.t.Errorf("after the restart, before the retry of %s: %v", st, err)
+			}
+		}
+	}
+	n.check("after the restart, before the retry of " + st.String())
+	n.held, n.devs[st.Claim], n.ids[st.Claim] = held, devsBefore, idsBefore
 }
 
 // retry repeats st until it succeeds, as the kubelet repeats a failed

@@ -392,10 +392,12 @@ func (n *node) cardOf(claim string) string {
 }
 
 // concurrent releases claims while new claims of their devices are
-// prepared, all at once.
+// prepared, all at once, on cards whose changes take a while.
 func (s *suite) concurrent(t *testing.T) {
 	n := s.newNode(t)
-	n.start(n.job())
+	j := n.job()
+	j.Slow = 50 * time.Millisecond
+	n.start(j)
 	steps := s.prefixSteps()
 	for _, st := range steps {
 		n.do(st, nil, false)
