@@ -87,6 +87,7 @@ func (j *job) run(c Config) error {
 	faults.Hook = j.hook()
 	if j.Owner != "" {
 		j.Node.Options = append(j.Node.Options, lifecycle.WithRollingUpdate(c.Driver, j.Owner))
+		j.Node.Owner = j.Owner
 	}
 	d, err := c.Open(j.Node)
 	if err != nil {

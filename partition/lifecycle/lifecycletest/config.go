@@ -65,6 +65,10 @@ type Node struct {
 	// rolling update's [lifecycle.WithRollingUpdate]): pass them after
 	// the driver's own.
 	Options []lifecycle.Option
+	// Owner is set when the process is an instance of a rolling update
+	// (Options then hold lifecycle.WithRollingUpdate with it), for a
+	// driver that takes a rolling update by an option of its own.
+	Owner string
 }
 
 // Driver is a driver's discoverer and preparer, as its main hands them
