@@ -111,10 +111,15 @@ func (j *journal) update(fn func(d *journalDoc) (bool, error)) error {
 	return refused
 }
 
-// hold records that claim holds k, made with config cfg, after refuse
-// (nil: none) accepted the intents as they are, in one read-modify-write.
-// Another holder with another configuration refuses it.
-func (j *journal) hold(k Key, claim string, cfg json.RawMessage,
+// hold records that claim holds k, after refuse (nil: none) accepted
+// the intents as they are, in one read-modify-write.
+func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
+	return j.holdWith(k, claim, nil, refuse)
+}
+
+// holdWith is hold for a partition made with configuration cfg: another
+// holder with another configuration refuses it.
+func (j *journal) holdWith(k Key, claim string, cfg json.RawMessage,
 	refuse func([]Intent) error) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		if refuse != nil {

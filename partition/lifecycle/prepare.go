@@ -189,7 +189,7 @@ func holdersOn(intents []Intent, card string, whole bool) []string {
 // create records that claim uid holds k, then makes it. Card k.Card's
 // lock is held.
 func (m *Manager) create(ctx context.Context, k Key, uid string, cfg config) (Partition, error) {
-	err := m.journal.hold(k, uid, cfg.raw, func(in []Intent) error {
+	err := m.journal.holdWith(k, uid, cfg.raw, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, true); len(held) > 0 {
 			return fmt.Errorf("%s: %w whole by claim %s; it can be partitioned once that claim is unprepared", k, ErrCardBusy, strings.Join(held, ", "))
 		}
@@ -225,7 +225,7 @@ func (m *Manager) create(ctx context.Context, k Key, uid string, cfg config) (Pa
 // destroyed, and the card is switched to whole mode (by a WholeSwitcher).
 // Card k.Card's lock is held. Each step is idempotent.
 func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
-	err := m.journal.hold(k, uid, nil, func(in []Intent) error {
+	err := m.journal.hold(k, uid, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, false); len(held) > 0 {
 			return fmt.Errorf("%s: %w: partitions of the card are held by claim %s; it can be used whole once they are unprepared", k, ErrCardBusy, strings.Join(held, ", "))
 		}
