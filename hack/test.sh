@@ -19,6 +19,7 @@ unformatted=$(gofmt -l $(git ls-files '*.go') 2>&1 || true)
 if [ -n "$unformatted" ]; then
   echo "gofmt would change these files:" >&2; echo "$unformatted" >&2; exit 1
 fi
+"$ROOT/hack/linewidth.sh" # examples/: lines of at most 100 columns
 say "lint: go vet"
 go vet ./...
 (cd examples/nvidia/cuda && GOWORK=off go vet ./...) # a module of its own (nvidia-container-toolkit)

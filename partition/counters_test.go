@@ -241,7 +241,7 @@ func TestCounterModelNames(t *testing.T) {
 		}
 	}
 	wantAttrs := map[string]string{"kind": "slice", "accelerator": "0", "model": "tile-4", "uuid": "ACC-0", "shape": "quarter+codec",
-		"memoryStart": "0", "memorySize": "1", "computeStart": "3", "computeSize": "1"}
+		"memoryStart": "0", "computeStart": "3"}
 	if diff := cmp.Diff(wantAttrs, attrs); diff != "" {
 		t.Errorf("attributes of acc-0-quarter-codec-3 (-want +got):\n%s", diff)
 	}

@@ -58,8 +58,10 @@ type Names struct {
 	// scheme's name ("model"), the card's UUID ("uuid", published when
 	// known), the profile's name and ID ("profile", "profileID", on
 	// partitions), and the first unit and unit count of a placed
-	// dimension ("memoryStart", "memorySize", "computeStart",
-	// "computeSize", on partitions that take units of it).
+	// dimension ("memoryStart", "computeStart", on partitions that take
+	// units of it; the counts "memorySize" and "computeSize" are left
+	// out unless named, the profile and the capacities say them), so
+	// that the defaults stay within 8 attributes per device.
 	TypeAttribute         string `json:"typeAttribute,omitempty"`
 	IndexAttribute        string `json:"indexAttribute,omitempty"`
 	ModelAttribute        string `json:"modelAttribute,omitempty"`
@@ -128,9 +130,9 @@ func (n Names) withDefaults(memPlaced, compPlaced bool) (Names, error) {
 	def(&n.ProfileAttribute, "profile")
 	def(&n.ProfileIDAttribute, "profileID")
 	def(&n.MemoryStartAttribute, "memoryStart")
-	def(&n.MemorySizeAttribute, "memorySize")
+	def(&n.MemorySizeAttribute, Omit)
 	def(&n.ComputeStartAttribute, "computeStart")
-	def(&n.ComputeSizeAttribute, "computeSize")
+	def(&n.ComputeSizeAttribute, Omit)
 	def(&n.MemoryCapacity, "memory")
 	def(&n.ComputeCapacity, "compute")
 	if len(n.Device) > 40 || !devicePartRE.MatchString(n.Device) {

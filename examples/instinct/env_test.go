@@ -18,7 +18,6 @@ import (
 	"github.com/drakit/drakit/conformance"
 	"github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/driver/drivertest"
-	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -33,11 +32,16 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := env.ConformanceConfig(DriverName)
-	c.StartCommand = append([]string{self, "--sysfs-root", root, "--state-dir", filepath.Join(t.TempDir(), "state")}, env.DriverArgs(DriverName)...)
+	c.StartCommand = append([]string{self, "--sysfs-root", root, "--state-dir",
+		filepath.Join(t.TempDir(), "state")}, env.DriverArgs(DriverName)...)
 	c.StartEnv = []string{runAsDriver + "=1"}
-	c.ExtraClaims = []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "xcps",
-		Exactly: &resourceapi.ExactDeviceRequest{Count: 2, Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.attributes["` + DriverName + `"].type == "xcp" && device.attributes["` + DriverName + `"].profile == "CPX/NPS4"`}}}}}}}}}
+	attrs := `device.attributes["` + DriverName + `"]`
+	sel := attrs + `.type == "xcp" && ` + attrs + `.profile == "CPX/NPS4"`
+	two := &resourceapi.ExactDeviceRequest{Count: 2,
+		Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: sel}}}}
+	c.ExtraClaims = []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "xcps", Exactly: two}}}}}
 	rep := conformance.Test(t, c)
 	counts := map[conformance.Status]int{}
 	for _, res := range rep.Results {
@@ -48,7 +52,9 @@ func TestConformance(t *testing.T) {
 
 func poll(t *testing.T, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, cond); err != nil {
+	ctx := context.Background()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond)
+	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
@@ -65,12 +71,9 @@ func TestPartitionAtPrepare(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := context.Background()
 	root, ids := machine(t, 2)
-	d, err := open(env.NodeName, root, filepath.Join(t.TempDir(), "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	rt, err := driver.New(DriverName, append(env.DriverOptions(DriverName), driver.WithDiscoverer(d.disc), driver.WithPreparer(d))...)
+	d := open(t, env.NodeName, root, filepath.Join(t.TempDir(), "state"))
+	opts := append(env.DriverOptions(DriverName), driver.WithDiscoverer(d), driver.WithPreparer(d))
+	rt, err := driver.New(DriverName, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,39 +106,48 @@ func TestPartitionAtPrepare(t *testing.T) {
 
 	// schedule creates a pod (with a claim of class, or asking for the
 	// extended resource) and returns its allocated claim.
+	claims := env.Client.ResourceV1().ResourceClaims("default")
+	pods := env.Client.CoreV1().Pods("default")
 	schedule := func(name, class, extended, config string) *resourceapi.ResourceClaim {
 		t.Helper()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+		meta := metav1.ObjectMeta{Name: name, Namespace: "default"}
+		pod := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "c", Image: "unused"}}}}
 		claimName := name
 		if extended != "" {
-			pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(extended): resource.MustParse("1")}
+			one := corev1.ResourceList{corev1.ResourceName(extended): resource.MustParse("1")}
+			pod.Spec.Containers[0].Resources.Limits = one
 		} else {
-			cl := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
-				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "xcp", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}}}}}
+			req := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
+			reqs := []resourceapi.DeviceRequest{{Name: "xcp", Exactly: req}}
+			cl := &resourceapi.ResourceClaim{ObjectMeta: meta, Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: reqs}}}
 			if config != "" {
-				cl.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-					Driver: DriverName, Parameters: runtime.RawExtension{Raw: []byte(config)}}}}}
+				opaque := &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName,
+					Parameters: runtime.RawExtension{Raw: []byte(config)}}
+				cl.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{
+					{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: opaque}}}
 			}
-			if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, cl, metav1.CreateOptions{}); err != nil {
+			if _, err := claims.Create(ctx, cl, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "xcp", ResourceClaimName: &cl.Name}}
+			use := corev1.PodResourceClaim{Name: "xcp", ResourceClaimName: &cl.Name}
+			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{use}
 			pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "xcp"}}
 		}
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var claim *resourceapi.ResourceClaim
 		poll(t, "pod "+name+"'s claim allocated", func(ctx context.Context) (bool, error) {
 			if extended != "" {
-				p, err := env.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+				p, err := pods.Get(ctx, name, metav1.GetOptions{})
 				if err != nil || p.Status.ExtendedResourceClaimStatus == nil {
 					return false, err
 				}
 				claimName = p.Status.ExtendedResourceClaimStatus.ResourceClaimName
 			}
-			c, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+			c, err := claims.Get(ctx, claimName, metav1.GetOptions{})
 			if err != nil || c.Status.Allocation == nil {
 				return false, nil
 			}
@@ -144,7 +156,9 @@ func TestPartitionAtPrepare(t *testing.T) {
 		})
 		return claim
 	}
-	device := func(c *resourceapi.ResourceClaim) string { return c.Status.Allocation.Devices.Results[0].Device }
+	device := func(c *resourceapi.ResourceClaim) string {
+		return c.Status.Allocation.Devices.Results[0].Device
+	}
 
 	xcp := schedule("xcp", "cpx-nps4."+DriverName, "", "")
 	if got := device(xcp); got != "gpu-0-cpx-nps4-0" {
@@ -159,12 +173,15 @@ func TestPartitionAtPrepare(t *testing.T) {
 	if got := modes(t, root, 0); got != "CPX/NPS4 0" {
 		t.Errorf("card 0 after the prepare: %q, want CPX/NPS4 with XCP 0", got)
 	}
-	p, _ := d.Made(d.mustKey(t, device(xcp)))
-	if spec := cdiSpecs(t, env.CDIDir); p.ID == "" || !strings.Contains(spec, "INSTINCT_XCP_GPU_0_CPX_NPS4_0="+p.ID) {
+	k, _ := d.Key(driver.AllocatedDevice{Device: device(xcp)}, nil)
+	p, _ := d.Made(k)
+	spec := cdiSpecs(t, env.CDIDir)
+	if p.ID == "" || !strings.Contains(spec, "INSTINCT_XCP_GPU_0_CPX_NPS4_0="+p.ID) {
 		t.Errorf("the CDI specs do not hand the container partition %q:\n%s", p.ID, spec)
 	}
 	poll(t, "card 0 publishing only CPX/NPS4 partitions", func(ctx context.Context) (bool, error) {
-		list, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + DriverName})
+		opts := metav1.ListOptions{FieldSelector: "spec.driver=" + DriverName}
+		list, err := env.Client.ResourceV1().ResourceSlices().List(ctx, opts)
 		if err != nil {
 			return false, err
 		}
@@ -189,12 +206,15 @@ func TestPartitionAtPrepare(t *testing.T) {
 	if _, err := kubelet.Prepare(ctx, gpu); err != nil {
 		t.Fatal(err)
 	}
-	if got, spec := modes(t, root, 1), cdiSpecs(t, env.CDIDir); got != "SPX/NPS1" || !strings.Contains(spec, "INSTINCT_XCP_GPU_1="+ids[1]) {
+	got, spec := modes(t, root, 1), cdiSpecs(t, env.CDIDir)
+	if got != "SPX/NPS1" || !strings.Contains(spec, "INSTINCT_XCP_GPU_1="+ids[1]) {
 		t.Errorf("card 1 whole: %q, CDI specs:\n%s", got, spec)
 	}
 
-	bad := schedule("bad", "cpx-nps4."+DriverName, "", `{"apiVersion":"`+DriverName+`/v1","kind":"XCPConfig","xnack":"maybe"}`)
-	if _, err := kubelet.Prepare(ctx, bad); err == nil || !strings.Contains(err.Error(), `xnack "maybe": want on or off`) {
+	maybe := `{"apiVersion":"` + DriverName + `/v1","kind":"XCPConfig","xnack":"maybe"}`
+	bad := schedule("bad", "cpx-nps4."+DriverName, "", maybe)
+	_, err = kubelet.Prepare(ctx, bad)
+	if err == nil || !strings.Contains(err.Error(), `xnack "maybe": want on or off`) {
 		t.Errorf("prepare with a bad XCPConfig: %v", err)
 	}
 	if got := modes(t, root, 0); got != "CPX/NPS4 0" {
@@ -208,16 +228,6 @@ func TestPartitionAtPrepare(t *testing.T) {
 			t.Errorf("card %d after every unprepare: %q, want no partition", i, got)
 		}
 	}
-}
-
-// mustKey is the lifecycle key of a device name.
-func (d *instinct) mustKey(t *testing.T, name string) (k lifecycle.Key) {
-	t.Helper()
-	k, ok := d.keyOf(driver.AllocatedDevice{Device: name}, nil)
-	if !ok {
-		t.Fatalf("no key for %s", name)
-	}
-	return k
 }
 
 // cdiSpecs is every CDI spec in dir, concatenated.

@@ -7,24 +7,21 @@
 // partition mode (NPS1: the 192 GiB interleaved over all 8 HBM stacks
 // and shared; NPS4: four NUMA nodes of two stacks, a QPX partition on its
 // own node, two CPX partitions sharing one, modelled as a stack each).
-// Each valid
-// combination but SPX/NPS1, which is the card whole, is a profile of
-// Scheme named "<compute>/<memory>" and its card-wide mode: compute is
-// placed on XCDs, memory on HBM stacks for NPS4 only, and a card holds
-// partitions of one combination at a time.
+// Each valid combination but SPX/NPS1, which is the card whole, is a
+// profile of Scheme named "<compute>/<memory>" and its card-wide mode:
+// compute is placed on XCDs, memory on HBM stacks for NPS4 only, and a
+// card holds partitions of one combination at a time.
 //
 // The cards are found in sysfs (/sys/class/drm/card*/device with a
 // current_compute_partition); every one is dynamic. Package
 // partition/lifecycle makes a claim's partition at prepare with amd-smi
-// (amdSMI) and destroys it when the claim is unprepared, crash-safely; the
-// node publishes, card by card, only the devices that still fit, in the
-// planner's order.
+// (amdSMI) and destroys it when the claim is unprepared, crash-safely,
+// and publishes, card by card, only the devices that still fit.
 package main
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -57,15 +53,19 @@ const DriverName, EnvVar = "instinct.drakit.dev", "INSTINCT_XCP"
 // constant: TestScheme checks that it builds.
 var Scheme, _ = partition.NewScheme(func() partition.Scheme {
 	const gib = int64(1) << 30
-	s := partition.Scheme{Name: "MI300X", MemoryBytes: 192 * gib, Compute: partition.Units{Count: 8, Placed: true}, Memory: partition.Units{Count: 8, Placed: true},
-		Names: partition.Names{Card: "GPU", Partition: "XCP", ComputeUnit: "XCD", MemoryUnit: "HBM stack", Device: "gpu",
-			ComputeCounter: "xcd-", MemoryCounter: "hbm-", CardType: "gpu", PartitionType: "xcp"}}
+	units := partition.Units{Count: 8, Placed: true}
+	s := partition.Scheme{Name: "MI300X", MemoryBytes: 192 * gib, Compute: units, Memory: units,
+		Names: partition.Names{Card: "GPU", Partition: "XCP", ComputeUnit: "XCD",
+			MemoryUnit: "HBM stack", Device: "gpu", ComputeCounter: "xcd-", MemoryCounter: "hbm-",
+			CardType: "gpu", PartitionType: "xcp"}}
 	for i, name := range []string{"DPX/NPS1", "QPX/NPS1", "QPX/NPS4", "CPX/NPS1", "CPX/NPS4"} {
 		n := xcps[name[:3]]
 		// An NPS4 partition takes the HBM stacks next to its XCDs.
-		p := partition.Profile{Name: name, ID: i + 1, Mode: name, Compute: 8 / n, Memory: 8 / n * strings.Count(name, "NPS4"), MemoryBytes: 192 * gib / int64(n), MaxCount: n}
+		p := partition.Profile{Name: name, ID: i + 1, Mode: name, Compute: 8 / n, MaxCount: n,
+			Memory: 8 / n * strings.Count(name, "NPS4"), MemoryBytes: 192 * gib / int64(n)}
 		for x := range n {
-			p.Placements = append(p.Placements, partition.Placement{Start: x, Compute: x * 8 / n, Memory: x * p.Memory})
+			at := partition.Placement{Start: x, Compute: x * 8 / n, Memory: x * p.Memory}
+			p.Placements = append(p.Placements, at)
 		}
 		s.Profiles = append(s.Profiles, p)
 	}
@@ -82,152 +82,69 @@ type XCPConfig struct {
 	XNACK      string `json:"xnack,omitempty"`
 }
 
-// Configs decodes and checks XCPConfig at prepare (and in a webhook);
-// TestConfig checks that it builds.
-var Configs, _ = driver.NewConfigScheme(DriverName, driver.NewConfigType(DriverName+"/v1", "XCPConfig", func(c *XCPConfig) error {
-	if c.XNACK != "" && c.XNACK != "on" && c.XNACK != "off" {
-		return fmt.Errorf("xnack %q: want on or off", c.XNACK)
-	}
-	return nil
-}))
+// Configs decodes and checks XCPConfig, at prepare before anything is
+// made (and in a webhook); TestConfig checks that it builds.
+var Configs, _ = driver.NewConfigScheme(DriverName, driver.NewConfigType(DriverName+"/v1",
+	"XCPConfig", func(c *XCPConfig) error {
+		if c.XNACK != "" && c.XNACK != "on" && c.XNACK != "off" {
+			return fmt.Errorf("xnack %q: want on or off", c.XNACK)
+		}
+		return nil
+	}))
 
 // DeviceClasses are the driver's classes, for its chart (render them
 // with device.ClassesYAML): gpu.instinct.drakit.dev for cards whole
 // (extended resource amd.com/gpu) and one per profile, e.g.
 // cpx-nps4.instinct.drakit.dev (amd.com/cpx_nps4).
-func DeviceClasses() []device.Class {
-	typ := fmt.Sprintf("device.attributes[%q].type == ", DriverName)
-	out := []device.Class{{Name: "gpu." + DriverName, Driver: DriverName, Selectors: []string{typ + `"gpu"`}, ExtendedResourceName: "amd.com/gpu"}}
-	for _, p := range Scheme.ProfileNames() {
-		low, sel := strings.ToLower(p), fmt.Sprintf(`%s"xcp" && device.attributes[%q].profile == %q`, typ, DriverName, p)
-		out = append(out, device.Class{Name: strings.ReplaceAll(low, "/", "-") + "." + DriverName, Driver: DriverName,
-			Selectors: []string{sel}, ExtendedResourceName: "amd.com/" + strings.ReplaceAll(low, "/", "_")})
-	}
-	return out
-}
+func DeviceClasses() []device.Class { return lifecycle.Classes(DriverName, "amd.com", Scheme) }
 
-// wrapTool lets the tests stop a driver at a tool call.
-var wrapTool = func(t lifecycle.Tool) lifecycle.Tool { return t }
-
-// instinct is the driver's preparer: the lifecycle makes and destroys the
-// partitions (its embedded Manager), PrepareDevice hands them out.
-type instinct struct {
-	*lifecycle.Manager
-	node  string
-	ids   []string // the cards' unique_id, by index
-	tool  amdSMI
-	model partition.CounterModel
-	disc  *device.DynamicDiscoverer
-}
-
-// open finds the GPUs under sysfs and opens the lifecycle's state folder.
-func open(node, sysfs, state string, opts ...lifecycle.Option) (*instinct, error) {
-	d := &instinct{node: node, tool: amdSMI{}}
-	d.disc, _ = device.NewDynamicDiscoverer(d.inventory, device.PollHealth(10*time.Second, d.health))   // fails for nil arguments only
-	files, _ := filepath.Glob(filepath.Join(sysfs, "class/drm/card*/device/current_compute_partition")) // ErrBadPattern only
-	var cards []partition.Card
-	for i, f := range files {
+// binding is the driver's part: the GPUs found under sysfs, amd-smi, the
+// container edits, the configuration and the health check.
+func binding(node, sysfs string) (lifecycle.Binding, error) {
+	tool := amdSMI{}
+	health := func(_ context.Context, id string) error { _, err := tool.read(id); return err }
+	b := lifecycle.Binding{Driver: DriverName, NodeName: node, Tool: tool, Configs: Configs,
+		Edits: edits, Health: health}
+	pattern := filepath.Join(sysfs, "class/drm/card*/device/current_compute_partition")
+	files, _ := filepath.Glob(pattern) // ErrBadPattern only
+	for _, f := range files {
 		id, err := os.ReadFile(filepath.Join(filepath.Dir(f), "unique_id"))
 		if err != nil {
-			return d, fmt.Errorf("discover GPUs: %w", err)
+			return b, fmt.Errorf("discover GPUs: %w", err)
 		}
-		d.ids = append(d.ids, strings.TrimSpace(string(id)))
-		d.tool[d.ids[i]] = filepath.Dir(f)
-		cards = append(cards, partition.Card{Index: i, Scheme: Scheme, UUID: d.ids[i]})
+		tool[strings.TrimSpace(string(id))] = filepath.Dir(f)
+		b.Cards = append(b.Cards, lifecycle.Card{ID: strings.TrimSpace(string(id)), Scheme: Scheme})
 	}
-	var err error
-	if d.model, err = partition.NewCounterModel(cards); err != nil {
-		return d, fmt.Errorf("discover GPUs: %w", err)
-	}
-	opts = append([]lifecycle.Option{lifecycle.WithDynamicCards(d.ids...),
-		lifecycle.WithRepublish(d.disc.Changed, lifecycle.DefaultRepublishDelay, lifecycle.DefaultRepublishInterval)}, opts...)
-	d.Manager, err = lifecycle.Open(state, wrapTool(d.tool), d.keyOf, opts...)
-	return d, err
+	return b, nil
 }
 
-// inventory publishes what still fits beside the partitions claims hold.
-func (d *instinct) inventory(context.Context) (*device.Inventory, error) {
-	intents, err := d.Intents()
-	fleet := make([]partition.FleetCard, len(d.ids))
-	for i := range fleet {
-		fleet[i] = partition.FleetCard{Node: d.node, Index: i, Scheme: Scheme}
+// edits hands the container its partition and its XCPConfig.
+func edits(dev driver.AllocatedDevice, p lifecycle.Partition, cfg any) (*cdi.Edits, error) {
+	name := EnvVar + "_" + strings.ToUpper(strings.ReplaceAll(dev.Device, "-", "_"))
+	e := (&cdi.Edits{}).Env(name, p.ID)
+	if c, _ := cfg.(*XCPConfig); c != nil && c.XNACK != "" {
+		e.Env("HSA_XNACK", map[string]string{"on": "1", "off": "0"}[c.XNACK])
 	}
-	for _, in := range intents {
-		if i := slices.Index(d.ids, in.Card); i >= 0 && !in.Whole && !in.Released() {
-			fleet[i].Layout = append(fleet[i].Layout, partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true})
-		}
-	}
-	pools, perr := d.model.CardPools(d.node, fleet, partition.WithFitOnly())
-	return &device.Inventory{Driver: DriverName, Pools: pools}, errors.Join(err, perr)
-}
-
-// health reports a card whose sysfs amd-smi cannot read as unhealthy,
-// with all its partitions.
-func (d *instinct) health(context.Context) (out []device.HealthReport, _ error) {
-	for i, id := range d.ids {
-		r := device.HealthReport{Device: device.DeviceID{Pool: Scheme.PoolName(d.node, i), Device: Scheme.CounterSetName(i)}, Health: device.Healthy}
-		if _, err := d.tool.read(id); err != nil {
-			r.Health, r.Reason = device.Unhealthy, err.Error()
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// keyOf names a device's partition: by the key its prepare recorded, or
-// by its name.
-func (d *instinct) keyOf(dev driver.AllocatedDevice, data json.RawMessage) (lifecycle.Key, bool) {
-	var k lifecycle.Key
-	if json.Unmarshal(data, &k) == nil && k.Card != "" {
-		return k, true
-	}
-	ref, err := Scheme.ParseDeviceName(dev.Device)
-	if err != nil || ref.Card >= len(d.ids) {
-		return k, false
-	}
-	return lifecycle.Key{Card: d.ids[ref.Card], Profile: ref.Profile, Start: ref.Start, Whole: ref.Profile == ""}, true
-}
-
-// PrepareDevice hands the container the partition PrepareClaim made (the
-// card's unique_id for a card whole) and its XCPConfig.
-func (d *instinct) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
-	cfg, err := driver.DecodeAs[XCPConfig](Configs, dev)
-	k, _ := d.keyOf(dev, nil)
-	p, _ := d.Made(k)
-	if k.Whole {
-		p.ID = k.Card
-	} else if p.ID == "" && err == nil {
-		err = fmt.Errorf("device %s: its partition was not made", dev.Device)
-	}
-	if err != nil {
-		return driver.PreparedDevice{}, err
-	}
-	data, err := json.Marshal(k)
-	edits := (&cdi.Edits{}).Env(EnvVar+"_"+strings.ToUpper(strings.ReplaceAll(dev.Device, "-", "_")), p.ID)
-	if cfg != nil && cfg.XNACK != "" {
-		edits.Env("HSA_XNACK", map[string]string{"on": "1", "off": "0"}[cfg.XNACK])
-	}
-	return driver.PreparedDevice{Edits: edits, Data: data}, err
-}
-
-// UnprepareDevice has nothing to do: the embedded Manager's
-// UnprepareClaim destroys the claim's partitions.
-func (d *instinct) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
-	return nil // UnprepareClaim destroys the partition
+	return e, nil
 }
 
 func main() {
 	std := driverflag.Register(flag.CommandLine)
 	sysfs := flag.String("sysfs-root", "/sys", "where sysfs is mounted")
-	state := flag.String("state-dir", "/var/lib/instinct-dra", "the partition lifecycle's state folder, on the host")
+	state := flag.String("state-dir", "/var/lib/instinct-dra",
+		"the partition lifecycle's state folder, on the host")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts, err := std.Options()
-	d, oerr := open(std.NodeName, *sysfs, *state)
-	rt, nerr := driver.New(DriverName, append(opts, driver.WithDiscoverer(d.disc), driver.WithPreparer(d))...)
-	if err = errors.Join(err, oerr, nerr); err == nil {
-		err = rt.Run(ctx)
+	b, berr := binding(std.NodeName, *sysfs)
+	n, nerr := lifecycle.NewNode(b, *state)
+	if err = errors.Join(err, berr, nerr); err == nil {
+		opts = append(opts, driver.WithDiscoverer(n), driver.WithPreparer(n))
+		var rt *driver.Runtime
+		if rt, err = driver.New(DriverName, opts...); err == nil {
+			err = rt.Run(ctx)
+		}
 	}
 	if err != nil {
 		klog.Fatal(err)
@@ -238,21 +155,19 @@ func main() {
 // mode makes, and nps the memory partition modes each allows on MI300X:
 // SPX and DPX with NPS1 only, QPX and CPX with NPS1 or NPS4 (the Linux
 // kernel's amdgpu, aqua_vanjaram.c: the compatible NPS modes of each
-// compute partition mode, masked by the NPS modes MI300X supports, NPS1
-// and NPS4).
+// compute partition mode, masked by the NPS modes MI300X supports).
 var xcps = map[string]int{"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
-var nps = map[string][]string{"SPX": {"NPS1"}, "DPX": {"NPS1"}, "QPX": {"NPS1", "NPS4"}, "CPX": {"NPS1", "NPS4"}}
+var nps = map[string][]string{"SPX": {"NPS1"}, "DPX": {"NPS1"},
+	"QPX": {"NPS1", "NPS4"}, "CPX": {"NPS1", "NPS4"}}
 
 // amdSMI stands in for amd-smi's partition commands on the cards' sysfs
 // folders (/sys/class/drm/cardN/device): current_compute_partition and
 // current_memory_partition hold the card's modes, and a made partition is
-// a file xcp/<index> holding its ID. It enforces the hardware's rules: a
-// mode combination the card does not support is refused, and so is a mode
-// change while any partition of the card exists (the kernel refuses to
-// repartition a card in use); SPX is the card whole. It implements
-// lifecycle.Tool and lifecycle.WholeSwitcher; Key.Profile is
+// a file xcp/<index>-<ID>. It enforces the hardware's rules: a mode
+// combination the card does not support is refused, and so is a mode
+// change while any partition of the card exists; SPX is the card whole.
+// It is a lifecycle.Tool and WholeSwitcher; Key.Profile is
 // "<compute mode>/<memory mode>" and Key.Start the XCP's index.
-// The lifecycle never calls it twice at once for one card.
 type amdSMI map[string]string // card unique_id → its sysfs device folder
 
 // card is what amd-smi reads of one card.
@@ -273,7 +188,7 @@ func (a amdSMI) read(id string) (card, error) {
 		return c, fmt.Errorf("amd-smi: GPU %s: %w", id, err)
 	}
 	c.compute, c.memory = strings.TrimSpace(string(cm)), strings.TrimSpace(string(mm))
-	for _, e := range ents { // "<index>-<ID>"
+	for _, e := range ents {
 		x, xid, _ := strings.Cut(e.Name(), "-")
 		start, _ := strconv.Atoi(x)
 		k := lifecycle.Key{Card: id, Profile: c.compute + "/" + c.memory, Start: start}
@@ -288,12 +203,17 @@ func (c card) setModes(compute, memory string) error {
 	case c.compute == compute && c.memory == memory:
 		return nil
 	case !slices.Contains(nps[compute], memory):
-		return fmt.Errorf("amd-smi: %s/%s: MI300X supports SPX and DPX with NPS1, QPX and CPX with NPS1 or NPS4", compute, memory)
+		return fmt.Errorf("amd-smi: %s/%s: MI300X supports SPX and DPX with NPS1, "+
+			"QPX and CPX with NPS1 or NPS4", compute, memory)
 	case len(c.parts) > 0:
-		return fmt.Errorf("amd-smi: cannot set %s/%s: %d partitions of %s/%s are in use", compute, memory, len(c.parts), c.compute, c.memory)
+		return fmt.Errorf("amd-smi: cannot set %s/%s: %d partitions of %s/%s are in use",
+			compute, memory, len(c.parts), c.compute, c.memory)
 	}
-	return errors.Join(os.WriteFile(filepath.Join(c.dir, "current_compute_partition"), []byte(compute+"\n"), 0o644),
-		os.WriteFile(filepath.Join(c.dir, "current_memory_partition"), []byte(memory+"\n"), 0o644))
+	write := func(mode, v string) error {
+		f := filepath.Join(c.dir, "current_"+mode+"_partition")
+		return os.WriteFile(f, []byte(v+"\n"), 0o644)
+	}
+	return errors.Join(write("compute", compute), write("memory", memory))
 }
 
 // Create makes the partition at k, setting the card's modes first when
@@ -305,18 +225,26 @@ func (a amdSMI) Create(_ context.Context, k lifecycle.Key) (lifecycle.Partition,
 	case err != nil:
 		return lifecycle.Partition{}, err
 	case c.compute == "SPX":
-		return lifecycle.Partition{}, fmt.Errorf("amd-smi: GPU %s is in SPX mode: %w", k.Card, lifecycle.ErrWholeMode)
+		return lifecycle.Partition{}, fmt.Errorf("amd-smi: GPU %s is in SPX mode: %w",
+			k.Card, lifecycle.ErrWholeMode)
 	case k.Start < 0 || k.Start >= xcps[compute]:
 		return lifecycle.Partition{}, fmt.Errorf("amd-smi: %s has no XCP %d", k.Profile, k.Start)
 	}
-	if i := slices.IndexFunc(c.parts, func(p lifecycle.Partition) bool { return p.Key == k }); i >= 0 {
-		return c.parts[i], nil
+	for _, p := range c.parts {
+		if p.Key == k {
+			return p, nil
+		}
 	}
 	if err := c.setModes(compute, memory); err != nil {
 		return lifecycle.Partition{}, err
 	}
 	p := lifecycle.Partition{Key: k, ID: "xcp-" + rand.Text()[:12], Complete: true}
-	return p, os.WriteFile(filepath.Join(c.dir, "xcp", fmt.Sprint(k.Start, "-", p.ID)), nil, 0o644)
+	return p, os.WriteFile(c.xcp(p), nil, 0o644)
+}
+
+// xcp is the file of partition p.
+func (c card) xcp(p lifecycle.Partition) string {
+	return filepath.Join(c.dir, "xcp", fmt.Sprint(p.Start, "-", p.ID))
 }
 
 // Destroy removes the partition at k, if it is there.
@@ -324,7 +252,7 @@ func (a amdSMI) Destroy(_ context.Context, k lifecycle.Key) error {
 	c, err := a.read(k.Card)
 	for _, p := range c.parts {
 		if p.Key == k {
-			return os.Remove(filepath.Join(c.dir, "xcp", fmt.Sprint(k.Start, "-", p.ID)))
+			return os.Remove(c.xcp(p))
 		}
 	}
 	return err

@@ -28,12 +28,14 @@ func TestStartedByCLI(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	reg, plugin, cdiDir := filepath.Join(dir, "registry"), filepath.Join(dir, "plugin"), filepath.Join(dir, "cdi")
+	reg, plugin := filepath.Join(dir, "registry"), filepath.Join(dir, "plugin")
+	cdiDir := filepath.Join(dir, "cdi")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "drakit"), "conformance",
-		"--driver", driverName, "--registration", reg, "--cdi-dir", cdiDir, "--driver-log", filepath.Join(dir, "driver.log"),
-		"--", filepath.Join(bin, "minimal"), "--registrar-dir", reg, "--plugin-data-dir", plugin, "--cdi-dir", cdiDir)
+		"--driver", driverName, "--registration", reg, "--cdi-dir", cdiDir,
+		"--driver-log", filepath.Join(dir, "driver.log"), "--", filepath.Join(bin, "minimal"),
+		"--registrar-dir", reg, "--plugin-data-dir", plugin, "--cdi-dir", cdiDir)
 	// No kubeconfig of the test's own reaches the CLI or the driver.
 	cmd.Env = append(os.Environ(), "KUBECONFIG=", "NODE_NAME=")
 	// On timeout the CLI gets SIGTERM and stops its cluster.

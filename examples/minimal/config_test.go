@@ -21,16 +21,23 @@ func TestDeviceConfigStrict(t *testing.T) {
 	dev := func(params ...string) driver.AllocatedDevice {
 		d := driver.AllocatedDevice{Request: "gpu", Pool: "node", Device: "dev-0"}
 		for i, p := range params {
-			d.Config = append(d.Config, driver.OpaqueConfig{FromClass: i == 0 && len(params) > 1, Parameters: json.RawMessage(p)})
+			fromClass := i == 0 && len(params) > 1
+			cfg := driver.OpaqueConfig{FromClass: fromClass, Parameters: json.RawMessage(p)}
+			d.Config = append(d.Config, cfg)
 		}
 		return d
 	}
-	_, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{}, dev(`{"lable":"blue"}`))
-	if !errors.Is(err, driver.ErrInvalidConfig) || !strings.Contains(err.Error(), `unknown field "lable"`) || !strings.Contains(err.Error(), `request "gpu"`) {
-		t.Errorf("prepare with an unknown config field = %v, want %v naming the field and the request", err, driver.ErrInvalidConfig)
+	ctx := context.Background()
+	_, err := simulated{}.PrepareDevice(ctx, driver.Claim{}, dev(`{"lable":"blue"}`))
+	if !errors.Is(err, driver.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), `unknown field "lable"`) ||
+		!strings.Contains(err.Error(), `request "gpu"`) {
+		t.Errorf("prepare with an unknown config field = %v, "+
+			"want %v naming the field and the request", err, driver.ErrInvalidConfig)
 	}
 	// The claim's config overrides the class's.
-	out, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{}, dev(`{"label":"red"}`, `{"label":"blue"}`))
+	both := dev(`{"label":"red"}`, `{"label":"blue"}`)
+	out, err := simulated{}.PrepareDevice(ctx, driver.Claim{}, both)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +48,8 @@ func TestDeviceConfigStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := w.Write(context.Background(), cdi.Claim{UID: "c1", Devices: []cdi.Device{{Name: "dev-0", Edits: out.Edits}}})
+	devs := []cdi.Device{{Name: "dev-0", Edits: out.Edits}}
+	ids, err := w.Write(ctx, cdi.Claim{UID: "c1", Devices: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +70,10 @@ func TestTwoDevicesKeepTheirEnv(t *testing.T) {
 	var devs []cdi.Device
 	for i, label := range []string{"red", "blue"} {
 		name := []string{"dev-0", "dev-1"}[i]
+		cfg := driver.OpaqueConfig{Parameters: json.RawMessage(`{"label":"` + label + `"}`)}
 		out, err := simulated{}.PrepareDevice(context.Background(), driver.Claim{},
-			driver.AllocatedDevice{Request: "gpu", Pool: "node", Device: name, Config: []driver.OpaqueConfig{{Parameters: json.RawMessage(`{"label":"` + label + `"}`)}}})
+			driver.AllocatedDevice{Request: "gpu", Pool: "node", Device: name,
+				Config: []driver.OpaqueConfig{cfg}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +92,8 @@ func TestTwoDevicesKeepTheirEnv(t *testing.T) {
 	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"MINIMAL_DEVICE_DEV_0=dev-0", "MINIMAL_DEVICE_DEV_1=dev-1", "MINIMAL_LABEL_DEV_0=red", "MINIMAL_LABEL_DEV_1=blue"} {
+	for _, want := range []string{"MINIMAL_DEVICE_DEV_0=dev-0", "MINIMAL_DEVICE_DEV_1=dev-1",
+		"MINIMAL_LABEL_DEV_0=red", "MINIMAL_LABEL_DEV_1=blue"} {
 		if !slices.Contains(spec.Process.Env, want) {
 			t.Errorf("container env %v lacks %s", spec.Process.Env, want)
 		}

@@ -31,7 +31,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := env.ConformanceConfig(driverName)
-	cfg.StartCommand = append([]string{self, "-driver-name", driverName, "-devices", "6"}, env.DriverArgs(driverName)...)
+	cfg.StartCommand = append([]string{self, "-driver-name", driverName, "-devices", "6"},
+		env.DriverArgs(driverName)...)
 	cfg.StartEnv = []string{asDriverEnv + "=1"}
 	conformance.Test(t, cfg)
 }

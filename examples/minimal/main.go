@@ -45,7 +45,8 @@ func envName(prefix, dev string) string {
 // simulated prepares a device by handing out an environment variable.
 type simulated struct{}
 
-func (simulated) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+func (simulated) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (
+	driver.PreparedDevice, error) {
 	cfg, err := deviceConfig(dev)
 	if err != nil {
 		return driver.PreparedDevice{}, err
@@ -57,7 +58,8 @@ func (simulated) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.All
 	return driver.PreparedDevice{Edits: edits}, nil
 }
 
-func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
+func (simulated) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice,
+	json.RawMessage) error {
 	return nil // nothing was configured on the (simulated) hardware
 }
 
@@ -70,7 +72,8 @@ func New(name, node string, devices int, opts ...driver.Option) (*driver.Runtime
 	}
 	pool := device.Pool{Name: node}
 	for i := range devices {
-		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "simulated"))
+		dev := device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "simulated")
+		pool.Devices = append(pool.Devices, dev)
 	}
 	inv := &device.Inventory{Driver: name, Pools: []device.Pool{pool}}
 	return driver.New(name, append([]driver.Option{

@@ -64,7 +64,8 @@ func startDriver(ctx context.Context, t *testing.T, env *testenv.Env) func() {
 
 func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond); err != nil {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond)
+	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
@@ -95,15 +96,21 @@ func TestPodGetsDevice(t *testing.T) {
 	defer cancel()
 	stop := startDriver(ctx, t, env)
 	cs := env.Client
+	sel := resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+		Expression: `device.driver == "` + driverName + `"`}}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "minimal"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + driverName + `"`}}}}}
-	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{sel}}}
+	_, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "dev",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "minimal"}}}}}}
-	if _, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "dev",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "minimal"}}}}}}
+	_, err = cs.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The container exits with an error unless the variable is set; it
@@ -111,12 +118,16 @@ func TestPodGetsDevice(t *testing.T) {
 	script := `env | grep "^` + EnvVar + `_" || exit 3; sleep 3600`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: "default"},
 		Spec: corev1.PodSpec{
-			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "dev", ResourceClaimName: &claim.Name}},
-			Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", script}, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}}}},
+			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims: []corev1.PodResourceClaim{
+				{Name: "dev", ResourceClaimName: &claim.Name}},
+			Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage,
+				ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", script},
+				Resources: corev1.ResourceRequirements{
+					Claims: []corev1.ResourceClaim{{Name: "dev"}}}}},
 		}}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err = cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("pod created")
@@ -126,7 +137,8 @@ func TestPodGetsDevice(t *testing.T) {
 			return false, err
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return false, fmt.Errorf("pod ended: %s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+			err := fmt.Errorf("pod ended: %s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+			return false, err
 		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})
@@ -152,7 +164,7 @@ func TestPodGetsDevice(t *testing.T) {
 	stop()
 	startDriver(ctx, t, env)
 
-	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err = cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(ctx, t, "pod gone", func(ctx context.Context) (bool, error) {
@@ -160,8 +172,10 @@ func TestPodGetsDevice(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 	t.Log("pod deleted")
-	poll(ctx, t, "claim unprepared (CDI spec and checkpoint record removed)", func(ctx context.Context) (bool, error) {
-		records, _ := filepath.Glob(filepath.Join(env.PluginDataDir(driverName), "checkpoint", "*.json"))
+	checkpoint := filepath.Join(env.PluginDataDir(driverName), "checkpoint")
+	what := "claim unprepared (CDI spec and checkpoint record removed)"
+	poll(ctx, t, what, func(context.Context) (bool, error) {
+		records, _ := filepath.Glob(filepath.Join(checkpoint, "*.json"))
 		return len(claimSpecs(t, env)) == 0 && len(records) == 0, nil
 	})
 

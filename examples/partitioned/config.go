@@ -48,7 +48,8 @@ func (c *CardConfig) validate() error {
 // admission), so that a bad claim is refused when it is created with the
 // message prepare would give.
 var Scheme = func() *driver.ConfigScheme {
-	s, err := driver.NewConfigScheme(DriverName, driver.NewConfigType(ConfigAPIVersion, ConfigKind, (*CardConfig).validate))
+	typ := driver.NewConfigType(ConfigAPIVersion, ConfigKind, (*CardConfig).validate)
+	s, err := driver.NewConfigScheme(DriverName, typ)
 	if err != nil {
 		panic(err) // constant: every test of the package would fail
 	}

@@ -17,7 +17,8 @@ import (
 func TestBothHalvesVisible(t *testing.T) {
 	var devs []cdi.Device
 	for _, name := range []string{"card-0-a", "card-0-b"} {
-		out, err := cards{}.PrepareDevice(context.Background(), driver.Claim{}, driver.AllocatedDevice{Request: "half", Pool: "node", Device: name})
+		dev := driver.AllocatedDevice{Request: "half", Pool: "node", Device: name}
+		out, err := cards{}.PrepareDevice(context.Background(), driver.Claim{}, dev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +37,8 @@ func TestBothHalvesVisible(t *testing.T) {
 	if err := cdi.Inject(spec, []string{dir}, ids...); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"PARTITIONED_DEVICE_CARD_0_A=card-0-a", "PARTITIONED_DEVICE_CARD_0_B=card-0-b"} {
+	for _, want := range []string{"PARTITIONED_DEVICE_CARD_0_A=card-0-a",
+		"PARTITIONED_DEVICE_CARD_0_B=card-0-b"} {
 		if !slices.Contains(spec.Process.Env, want) {
 			t.Errorf("container env %v lacks %s", spec.Process.Env, want)
 		}

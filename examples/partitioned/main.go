@@ -76,13 +76,16 @@ func Inventory(node string, cfg Config) (*device.Inventory, error) {
 			return nil, err
 		}
 		card := fmt.Sprintf("card-%d", i)
-		pool.CounterSets = append(pool.CounterSets, device.CounterSet{Name: card, Counters: halves(2)})
+		set := device.CounterSet{Name: card, Counters: halves(2)}
+		pool.CounterSets = append(pool.CounterSets, set)
 		for _, h := range []string{"a", "b"} {
 			pool.Devices = append(pool.Devices, pci.SetAttributes(device.New(card+"-"+h)).
-				StringAttribute("card", card).BoolAttribute("whole", false).ConsumesCounters(card, halves(1)))
+				StringAttribute("card", card).BoolAttribute("whole", false).
+				ConsumesCounters(card, halves(1)))
 		}
 		wholes = append(wholes, pci.SetAttributes(device.New(card)).
-			StringAttribute("card", card).BoolAttribute("whole", true).ConsumesCounters(card, halves(2)))
+			StringAttribute("card", card).BoolAttribute("whole", true).
+			ConsumesCounters(card, halves(2)))
 	}
 	pool.Devices = append(pool.Devices, wholes...)
 	return &device.Inventory{Driver: DriverName, Pools: []device.Pool{pool}}, nil
@@ -95,11 +98,13 @@ func halves(n int64) map[string]resource.Quantity {
 // monitor reports each card's health: Unhealthy when its file exists in
 // dir (the file holds the reason), else Healthy. A report on a card (its
 // counter set) applies to the card and both halves.
-func monitor(node string, cards int, dir string) func(context.Context) ([]device.HealthReport, error) {
+func monitor(node string, cards int, dir string) func(context.Context) (
+	[]device.HealthReport, error) {
 	return func(context.Context) ([]device.HealthReport, error) {
 		var out []device.HealthReport
 		for i := range cards {
-			r := device.HealthReport{Device: device.DeviceID{Pool: node, Device: fmt.Sprintf("card-%d", i)}, Health: device.Healthy}
+			id := device.DeviceID{Pool: node, Device: fmt.Sprintf("card-%d", i)}
+			r := device.HealthReport{Device: id, Health: device.Healthy}
 			data, err := os.ReadFile(filepath.Join(dir, r.Device.Device))
 			switch {
 			case err == nil:
@@ -144,16 +149,19 @@ func webhook(args []string) error {
 // cards prepares a device by handing its name to the container.
 type cards struct{}
 
-func (cards) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (driver.PreparedDevice, error) {
+func (cards) PrepareDevice(_ context.Context, _ driver.Claim, dev driver.AllocatedDevice) (
+	driver.PreparedDevice, error) {
 	clk, err := clock(dev)
 	if err != nil {
 		return driver.PreparedDevice{}, err
 	}
 	suffix := strings.TrimPrefix(EnvName(dev.Device), EnvVar)
-	return driver.PreparedDevice{Edits: (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device).Env(ClockEnvVar+suffix, clk)}, nil
+	edits := (&cdi.Edits{}).Env(EnvName(dev.Device), dev.Device).Env(ClockEnvVar+suffix, clk)
+	return driver.PreparedDevice{Edits: edits}, nil
 }
 
-func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice, json.RawMessage) error {
+func (cards) UnprepareDevice(context.Context, driver.ClaimRef, driver.AllocatedDevice,
+	json.RawMessage) error {
 	return nil // the simulated card keeps no per-claim state
 }
 
@@ -163,7 +171,8 @@ func New(node string, cfg Config, opts ...driver.Option) (*driver.Runtime, error
 	if err != nil {
 		return nil, err
 	}
-	disc, err := device.NewHealthDiscoverer(inv, device.PollHealth(cfg.HealthInterval, monitor(node, len(cfg.BusIDs), cfg.HealthDir)))
+	health := monitor(node, len(cfg.BusIDs), cfg.HealthDir)
+	disc, err := device.NewHealthDiscoverer(inv, device.PollHealth(cfg.HealthInterval, health))
 	if err != nil {
 		return nil, err
 	}
@@ -182,8 +191,10 @@ func main() {
 	var cfg Config
 	busIDs := flag.String("cards", "", "comma-separated PCI addresses of the cards")
 	flag.StringVar(&cfg.SysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted")
-	flag.StringVar(&cfg.HealthDir, "health-dir", "/run/partitioned/health", "the card monitor's folder")
-	flag.DurationVar(&cfg.HealthInterval, "health-interval", 10*time.Second, "how often card health is read")
+	flag.StringVar(&cfg.HealthDir, "health-dir", "/run/partitioned/health",
+		"the card monitor's folder")
+	flag.DurationVar(&cfg.HealthInterval, "health-interval", 10*time.Second,
+		"how often card health is read")
 	flag.Parse()
 	cfg.BusIDs = strings.Split(*busIDs, ",")
 	opts, err := std.Options()

@@ -43,7 +43,8 @@ func machine(t *testing.T) Config {
 	cfg := Config{SysfsRoot: s.Root, HealthDir: t.TempDir(), HealthInterval: 200 * time.Millisecond}
 	for i, id := range []string{"0000:03:00.0", "0000:04:00.0", "0000:81:00.0", "0000:82:00.0"} {
 		root := []string{"pci0000:00", "pci0000:80"}[i/2]
-		if err := s.AddPCIDevice(topologytest.PCIDevice{BusID: id, Root: root, NUMANode: i / 2}); err != nil {
+		dev := topologytest.PCIDevice{BusID: id, Root: root, NUMANode: i / 2}
+		if err := s.AddPCIDevice(dev); err != nil {
 			t.Fatal(err)
 		}
 		cfg.BusIDs = append(cfg.BusIDs, id)
@@ -64,11 +65,13 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := env.ConformanceConfig(DriverName)
-	c.StartCommand = append([]string{self, "--cards", strings.Join(cfg.BusIDs, ","), "--sysfs-root", cfg.SysfsRoot,
-		"--health-dir", cfg.HealthDir}, env.DriverArgs(DriverName)...)
+	c.StartCommand = append([]string{self, "--cards", strings.Join(cfg.BusIDs, ","),
+		"--sysfs-root", cfg.SysfsRoot, "--health-dir", cfg.HealthDir},
+		env.DriverArgs(DriverName)...)
 	c.StartEnv = []string{runAsDriver + "=1"}
-	twoHalves, err := topology.ClaimSpec([]topology.Request{{Name: "halves", Count: 2, Selectors: []string{
-		`!device.attributes["` + DriverName + `"].whole`}}}, topology.SamePCIeRoot())
+	halves := []topology.Request{{Name: "halves", Count: 2, Selectors: []string{
+		`!device.attributes["` + DriverName + `"].whole`}}}
+	twoHalves, err := topology.ClaimSpec(halves, topology.SamePCIeRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,14 +109,17 @@ func start(t *testing.T, env *testenv.Env, cfg Config) {
 
 func poll(t *testing.T, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, cond); err != nil {
+	ctx := context.Background()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond)
+	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
 // tainted lists the driver's published devices that carry a taint.
 func tainted(ctx context.Context, env *testenv.Env) ([]string, error) {
-	list, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + DriverName})
+	opts := metav1.ListOptions{FieldSelector: "spec.driver=" + DriverName}
+	list, err := env.Client.ResourceV1().ResourceSlices().List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +141,8 @@ func TestCardHealth(t *testing.T) {
 	env := testenv.Start(t)
 	cfg := machine(t)
 	start(t, env, cfg)
-	if err := os.WriteFile(filepath.Join(cfg.HealthDir, "card-1"), []byte("Overheat\n"), 0o600); err != nil {
+	broken := filepath.Join(cfg.HealthDir, "card-1")
+	if err := os.WriteFile(broken, []byte("Overheat\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"card-1", "card-1-a", "card-1-b"}
@@ -143,7 +150,7 @@ func TestCardHealth(t *testing.T) {
 		got, err := tainted(ctx, env)
 		return slices.Equal(got, want), err
 	})
-	if err := os.Remove(filepath.Join(cfg.HealthDir, "card-1")); err != nil {
+	if err := os.Remove(broken); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, "taints cleared", func(ctx context.Context) (bool, error) {
@@ -159,11 +166,7 @@ func TestPacking(t *testing.T) {
 	env := testenv.Start(t)
 	start(t, env, machine(t))
 	ctx := context.Background()
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "cards"}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + DriverName + `"`}}}}}
-	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createClass(t, env)
 	poll(t, "slices published", func(ctx context.Context) (bool, error) {
 		list, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) > 0, err
@@ -174,21 +177,21 @@ func TestPacking(t *testing.T) {
 		{`device.attributes["` + DriverName + `"].whole`, "card-1"},
 	} {
 		name := []string{"first", "second", "whole"}[i]
-		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "card",
-				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "cards", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: tc.selector}}}}}}}}}
-		if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		cel := &resourceapi.CELDeviceSelector{Expression: tc.selector}
+		req := &resourceapi.ExactDeviceRequest{DeviceClassName: "cards",
+			Selectors: []resourceapi.DeviceSelector{{CEL: cel}}}
+		claim := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "card", Exactly: req}}}}}
+		claims := env.Client.ResourceV1().ResourceClaims("default")
+		if _, err := claims.Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "card", ResourceClaimName: &claim.Name}},
-			Containers:     []corev1.Container{{Name: "c", Image: "unused", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "card"}}}}}}}
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createPod(t, env, name, claim.Name)
 		var got string
 		poll(t, "claim "+name+" allocated", func(ctx context.Context) (bool, error) {
-			c, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+			c, err := claims.Get(ctx, name, metav1.GetOptions{})
 			if err != nil || c.Status.Allocation == nil {
 				return false, err
 			}
@@ -198,5 +201,35 @@ func TestPacking(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("claim %s got %s, want %s", name, got, tc.want)
 		}
+	}
+}
+
+// createClass creates the class "cards" of every device of the driver.
+func createClass(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	sel := resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+		Expression: `device.driver == "` + DriverName + `"`}}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "cards"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{sel}}}
+	ctx := context.Background()
+	_, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createPod creates pod name in namespace default with the claim named
+// claim, for its one container.
+func createPod(t *testing.T, env *testenv.Env, name, claim string) {
+	t.Helper()
+	use := corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "card"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "card", ResourceClaimName: &claim}},
+			Containers:     []corev1.Container{{Name: "c", Image: "unused", Resources: use}}}}
+	ctx := context.Background()
+	_, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,11 +38,7 @@ func TestWebhook(t *testing.T) {
 	go func() { done <- d.Run(rctx) }()
 	defer func() { cancel(); <-done }()
 	<-d.Ready()
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "cards"}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + DriverName + `"`}}}}}
-	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createClass(t, env)
 	kubelet, err := drivertest.Dial(d.DRASocket())
 	if err != nil {
 		t.Fatal(err)
@@ -51,22 +46,22 @@ func TestWebhook(t *testing.T) {
 	defer kubelet.Close()
 	claims := env.Client.ResourceV1().ResourceClaims("default")
 	claim := func(name, clock string) *resourceapi.ResourceClaim {
-		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		raw := fmt.Appendf(nil, `{"apiVersion":%q,"kind":%q,"clock":%q}`,
+			ConfigAPIVersion, ConfigKind, clock)
+		cfg := resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: DriverName, Parameters: runtime.RawExtension{Raw: raw}}}
+		req := &resourceapi.ExactDeviceRequest{DeviceClassName: "cards"}
+		return &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{{Name: "card", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "cards"}}},
-				Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-					Driver: DriverName, Parameters: runtime.RawExtension{Raw: fmt.Appendf(nil, `{"apiVersion":%q,"kind":%q,"clock":%q}`, ConfigAPIVersion, ConfigKind, clock)}}}}},
+				Requests: []resourceapi.DeviceRequest{{Name: "card", Exactly: req}},
+				Config:   []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: cfg}},
 			}}}
 	}
 	// prepare allocates the claim for a pod on the (fake) node and
 	// prepares it as the kubelet would.
 	prepare := func(c *resourceapi.ResourceClaim) (string, error) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: "default"}, Spec: corev1.PodSpec{
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "card", ResourceClaimName: &c.Name}},
-			Containers:     []corev1.Container{{Name: "c", Image: "unused", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "card"}}}}}}}
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createPod(t, env, c.Name, c.Name)
 		poll(t, "claim "+c.Name+" allocated", func(ctx context.Context) (bool, error) {
 			got, err := claims.Get(ctx, c.Name, metav1.GetOptions{})
 			c = got
@@ -81,7 +76,8 @@ func TestWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, prepErr := prepare(bad)
-	const want = `invalid opaque device configuration: request "card": CardConfig (partitioned.drakit.dev/v1): clock "Turbo": want Base or Boost`
+	const want = `invalid opaque device configuration: request "card": ` +
+		`CardConfig (partitioned.drakit.dev/v1): clock "Turbo": want Base or Boost`
 	if prepErr == nil || !strings.HasSuffix(prepErr.Error(), ": "+want) {
 		t.Fatalf("prepare of a bad clock: %v, want it to end with %s", prepErr, want)
 	}
@@ -96,13 +92,20 @@ func TestWebhook(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	vwc := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "partitioned"}, Webhooks: []admissionregv1.ValidatingWebhook{
-		admission.Webhook(DriverName, admissionregv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.Path)}, admissionregv1.Fail)}}
-	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+	client := admissionregv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.Path)}
+	hook := admission.Webhook(DriverName, client, admissionregv1.Fail)
+	vwc := &admissionregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "partitioned"},
+		Webhooks:   []admissionregv1.ValidatingWebhook{hook}}
+	vwcs := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := vwcs.Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := admission.NewServer(v, admission.WithAddress(addr), admission.WithSelfSignedCert(admission.SelfSigned{
-		Client: env.Client, Namespace: "default", Secret: "partitioned-webhook", WebhookConfiguration: "partitioned", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}))
+	cert := admission.SelfSigned{Client: env.Client, Namespace: "default",
+		Secret: "partitioned-webhook", WebhookConfiguration: "partitioned",
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	srv, err := admission.NewServer(v, admission.WithAddress(addr),
+		admission.WithSelfSignedCert(cert))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +141,7 @@ func TestWebhook(t *testing.T) {
 		all += string(b)
 	}
 	if !strings.Contains(all, ClockEnvVar+"_CARD_0_B=Boost") {
-		t.Errorf("the good claim (%s): its CDI spec lacks %s_CARD_0_B=Boost:\n%s", out, ClockEnvVar, all)
+		t.Errorf("the good claim (%s): its CDI spec lacks %s_CARD_0_B=Boost:\n%s",
+			out, ClockEnvVar, all)
 	}
 }

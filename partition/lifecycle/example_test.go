@@ -16,6 +16,7 @@ import (
 	"github.com/drakit/drakit/cdi"
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/lifecycle"
 )
 
@@ -194,5 +195,67 @@ func Example() {
 	// driver: <nil>
 	// prepared: card card0 profile 2u at 2 split-1 {"card":"card0","profile":"2u","start":2}
 	// whole: card card0 whole: card is in use: partitions of the card are held by claim uid-1; it can be used whole once they are unprepared
+	// after unprepare: 0 partitions
+}
+
+// A driver on a Node: the vendor's binding (the cards and their scheme,
+// the tool, the container edits) and the calls the driver runtime makes.
+func ExampleNewNode() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "split-state-")
+	defer os.RemoveAll(dir)
+	// The cards' scheme: 4 memory units placed, partitions of 1, 2 or 4
+	// units at aligned starts.
+	s := partition.Scheme{Name: "split4", MemoryBytes: 4 << 30,
+		Memory: partition.Units{Count: 4, Placed: true}, Compute: partition.Units{Count: 4}}
+	for i, n := range []int{1, 2, 4} {
+		p := partition.Profile{Name: fmt.Sprint(n, "u"), ID: i + 1, Memory: n, Compute: n,
+			MemoryBytes: int64(n) << 30, MaxCount: 4 / n}
+		for start := 0; start < 4; start += n {
+			p.Placements = append(p.Placements, partition.Placement{Start: start, Memory: start})
+		}
+		s.Profiles = append(s.Profiles, p)
+	}
+	scheme, err := partition.NewScheme(s)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tool := &splitTool{cards: map[string][]lifecycle.Partition{}, whole: map[string]bool{}}
+	edits := func(dev driver.AllocatedDevice, p lifecycle.Partition, _ any) (*cdi.Edits, error) {
+		name := "SPLIT_" + strings.ToUpper(strings.ReplaceAll(dev.Device, "-", "_"))
+		return (&cdi.Edits{}).Env(name, p.ID), nil
+	}
+	n, err := lifecycle.NewNode(lifecycle.Binding{Driver: "split.example.com", NodeName: "node-1",
+		Cards: []lifecycle.Card{{ID: "SN-0001", Scheme: scheme}}, Tool: tool, Edits: edits}, dir)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer n.Close()
+	// The driver's main runs driver.New("split.example.com",
+	// driver.WithDiscoverer(n), driver.WithPreparer(n), ...), and the
+	// runtime calls what follows.
+	_ = n.Reconcile(ctx, nil)
+	c := driver.Claim{ClaimRef: driver.ClaimRef{UID: "uid-1", Namespace: "default", Name: "train"}}
+	devs := []driver.AllocatedDevice{{Request: "acc", Pool: "node-1/card-00", Device: "card-0-2u-2"}}
+	if err := n.PrepareClaim(ctx, c, devs); err != nil {
+		fmt.Println(err)
+		return
+	}
+	pd, _ := n.PrepareDevice(ctx, c, devs[0])
+	inv, _ := n.Inventory(ctx)
+	var fit []string
+	for _, d := range inv.Pools[0].Devices {
+		fit = append(fit, d.Name())
+	}
+	fmt.Println("prepared:", string(pd.Data))
+	fmt.Println("published:", fit)
+	_ = n.UnprepareClaim(ctx, c.ClaimRef, devs)
+	parts, _ := tool.List(ctx, "SN-0001")
+	fmt.Println("after unprepare:", len(parts), "partitions")
+	// Output:
+	// prepared: {"card":"SN-0001","profile":"2u","start":2}
+	// published: [card-0-1u-0 card-0-1u-1 card-0-2u-0 card-0-2u-2]
 	// after unprepare: 0 partitions
 }

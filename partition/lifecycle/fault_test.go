@@ -15,9 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 	"github.com/drakit/drakit/statefile"
 )
 
@@ -37,6 +37,9 @@ type childJob struct {
 	Log     string
 	Dynamic []string
 	Shared  bool
+	// Driver and Owner, when set, open the folder for a rolling update
+	// (WithRollingUpdate).
+	Driver, Owner string
 	// Point and N: the child kills itself at the N-th time it reaches
 	// Point (none when N is 0).
 	Point string
@@ -94,11 +97,15 @@ func TestLifecycleChild(t *testing.T) {
 			select {} // the signal is on its way
 		}
 	}
-	faultHook, toolHook = kill, kill
+	faults.Hook = func(_ context.Context, point, _ string) error { kill(point); return nil }
+	toolHook = kill
 	tool := &fakeTool{doc: fakeDoc(job.Tool)}
 	opts := []Option{WithDynamicCards(job.Dynamic...)}
 	if job.Shared {
 		opts = append(opts, WithSharedState())
+	}
+	if job.Owner != "" {
+		opts = append(opts, WithRollingUpdate(job.Driver, job.Owner))
 	}
 	m, err := Open(job.State, tool, fakeKeyOf, opts...)
 	if err != nil {
@@ -400,59 +407,105 @@ func (e *env) checkRecovered(log string, dynamic []string) {
 }
 
 // A second process on the same state folder is refused, naming the
-// first; the processes of a rolling update share it (WithSharedState),
-// and still keep a third, exclusive one out.
+// folder and the first; the processes of a rolling update share it, and
+// a third process is refused whoever it is.
 func TestSecondProcessIsRefused(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
 			e := newEnv(t, "c1")
-			job := childJob{Do: "hold", State: e.state, Tool: e.tool.doc.Path, Dynamic: []string{"c1"}, Shared: shared}
-			raw, _ := json.Marshal(job)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestLifecycleChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || line != "ready\n" {
-				t.Fatalf("child: %q, %v", line, err)
-			}
-			_, err = Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"))
+			first := holdChild(t, e, childJob{Shared: shared})
+			_, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"))
 			if !errors.Is(err, ErrStateInUse) {
 				t.Fatalf("a second process on the state folder: %v, want ErrStateInUse", err)
 			}
-			if pid := strconv.Itoa(cmd.Process.Pid); !shared && !strings.Contains(err.Error(), "process "+pid) {
-				t.Errorf("the refusal %q does not name process %s", err, pid)
+			for _, want := range []string{e.state, "process " + strconv.Itoa(first.Process.Pid)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the refusal %q does not name %s", err, want)
+				}
 			}
 			if shared {
-				m, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"), WithSharedState())
-				if err != nil {
-					t.Fatalf("a rolling update's second process: %v", err)
+				second := holdChild(t, e, childJob{Shared: true})
+				_, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"), WithSharedState())
+				if !errors.Is(err, ErrStateInUse) {
+					t.Fatalf("a third process beside a rolling update's two: %v, "+
+						"want ErrStateInUse", err)
 				}
-				e.m = m
-				e.prepare("a", "c1-2u-2")
-				_ = m.Close()
+				t.Log(err)
+				for _, c := range []*exec.Cmd{first, second} {
+					if pid := strconv.Itoa(c.Process.Pid); !strings.Contains(err.Error(), pid) {
+						t.Errorf("the refusal %q does not name process %s", err, pid)
+					}
+				}
+				stop(second)
 			}
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			stop(first)
 			// The kernel released the dead process's lock.
-			deadline := time.Now().Add(time.Minute)
-			for {
-				m, err := Open(e.state, e.tool, fakeKeyOf)
-				if err == nil {
-					_ = m.Close()
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("open after the first process died: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
+			m, err := Open(e.state, e.tool, fakeKeyOf)
+			if err != nil {
+				t.Fatalf("open after the first process died: %v", err)
 			}
+			_ = m.Close()
 		})
+	}
+}
+
+// A second release of the same driver on the node (another owner) is
+// refused beside the first, with a message naming the folder, the process
+// and its owner; the other instance of the first's rolling update is let
+// in and prepares beside it.
+func TestSecondReleaseIsRefused(t *testing.T) {
+	e := newEnv(t, "c1")
+	first := holdChild(t, e, childJob{Driver: "gpu.example.com", Owner: "gpus/release-a"})
+	_, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"),
+		WithRollingUpdate("gpu.example.com", "gpus/release-b"))
+	if !errors.Is(err, ErrStateInUse) {
+		t.Fatalf("a second release beside the first: %v, want ErrStateInUse", err)
+	}
+	t.Log(err)
+	for _, want := range []string{e.state, "process " + strconv.Itoa(first.Process.Pid),
+		"gpus/release-a", "gpus/release-b"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %s", err, want)
+		}
+	}
+	m, err := Open(e.state, e.tool, fakeKeyOf, WithDynamicCards("c1"),
+		WithRollingUpdate("gpu.example.com", "gpus/release-a"))
+	if err != nil {
+		t.Fatalf("the other instance of the rolling update: %v", err)
+	}
+	e.m = m
+	e.prepare("a", "c1-2u-2")
+	_ = m.Close()
+	stop(first)
+}
+
+// holdChild starts a child that opens the state folder with job's
+// sharing and holds it until stop; the test stops it by PID in the end.
+func holdChild(t *testing.T, e *env, job childJob) *exec.Cmd {
+	t.Helper()
+	job.Do, job.State, job.Tool, job.Dynamic = "hold", e.state, e.tool.doc.Path, []string{"c1"}
+	raw, _ := json.Marshal(job)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLifecycleChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(cmd) })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	return cmd
+}
+
+// stop kills a child by PID and waits for it; again is a no-op.
+func stop(cmd *exec.Cmd) {
+	if cmd.ProcessState == nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 	}
 }

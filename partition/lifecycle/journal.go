@@ -1,9 +1,13 @@
 package lifecycle
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/drakit/drakit/statefile"
 )
@@ -19,6 +23,9 @@ type Intent struct {
 	// empty (not nil, [] in the file) once the last holder was released
 	// and until the partition is destroyed.
 	Claims []string `json:"claims"`
+	// Config is the configuration the partition was made with, as JSON
+	// (see [ConfigCreator]); empty when none applied.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // Released reports whether the intent's last holder went: its partition
@@ -65,6 +72,15 @@ func (j *journal) corrupt(err error) error {
 	return err
 }
 
+// ReadIntents returns the intent journal in the state folder dir (empty
+// when there is none), as the process that holds the folder last wrote
+// it, without taking the folder's lock: what a check of a node, or a
+// test, reads of the running driver's records.
+func ReadIntents(dir string) ([]Intent, error) {
+	j := journal{file: statefile.Document{Path: filepath.Join(dir, JournalFile)}}
+	return j.intents()
+}
+
 // intents returns the recorded intents, by key.
 func (j *journal) intents() ([]Intent, error) {
 	var d journalDoc
@@ -95,9 +111,16 @@ func (j *journal) update(fn func(d *journalDoc) (bool, error)) error {
 	return refused
 }
 
-// hold records that claim holds k, after refuse (nil: none) accepted the
-// intents as they are, in one read-modify-write.
+// hold records that claim holds k, after refuse (nil: none) accepted
+// the intents as they are, in one read-modify-write.
 func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
+	return j.holdWith(k, claim, nil, refuse)
+}
+
+// holdWith is hold for a partition made with configuration cfg: another
+// holder with another configuration refuses it.
+func (j *journal) holdWith(k Key, claim string, cfg json.RawMessage,
+	refuse func([]Intent) error) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		if refuse != nil {
 			if err := refuse(d.Intents); err != nil {
@@ -106,27 +129,37 @@ func (j *journal) hold(k Key, claim string, refuse func([]Intent) error) error {
 		}
 		i := d.find(k)
 		if i < 0 {
-			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}})
+			d.Intents = append(d.Intents, Intent{Key: k, Claims: []string{claim}, Config: cfg})
 			return true, nil
 		}
-		if slices.Contains(d.Intents[i].Claims, claim) {
+		in := &d.Intents[i]
+		if slices.Contains(in.Claims, claim) {
 			return false, nil
 		}
+		if !in.Released() && !sameJSON(in.Config, cfg) {
+			return false, fmt.Errorf("%s: %w by claim %s (%s, this claim %s)", k, ErrConfigMismatch,
+				strings.Join(in.Claims, ", "), orNone(in.Config), orNone(cfg))
+		}
+		in.Config = cfg
 		d.Intents[i].Claims = append(slices.Clone(d.Intents[i].Claims), claim)
 		slices.Sort(d.Intents[i].Claims)
 		return true, nil
 	})
 }
 
-// settle removes claim (none when "") from every intent but those in
-// kept (their destroy failed: the claim still holds them), and forgets
-// the intents whose partitions are gone (done) and that no claim holds
-// any more, in one write.
-func (j *journal) settle(claim string, done, kept []Key) error {
+// settle removes claim (none when "") from every intent on card but
+// those in kept (their destroy failed: the claim still holds them), and
+// forgets the intents on card whose partitions are gone (done) and that
+// no claim holds any more, in one write.
+func (j *journal) settle(claim, card string, done, kept []Key) error {
 	return j.update(func(d *journalDoc) (bool, error) {
 		changed := false
 		out := d.Intents[:0]
 		for _, in := range d.Intents {
+			if in.Card != card {
+				out = append(out, in)
+				continue
+			}
 			if claim != "" && !slices.Contains(kept, in.Key) && in.drop(claim) {
 				changed = true
 			}
@@ -144,10 +177,32 @@ func (j *journal) settle(claim string, done, kept []Key) error {
 // replace makes intents the journal's whole content.
 func (j *journal) replace(intents []Intent) error {
 	return j.update(func(d *journalDoc) (bool, error) {
-		if slices.EqualFunc(d.Intents, intents, func(a, b Intent) bool { return a.Key == b.Key && slices.Equal(a.Claims, b.Claims) }) {
+		same := func(a, b Intent) bool {
+			return a.Key == b.Key && slices.Equal(a.Claims, b.Claims) && sameJSON(a.Config, b.Config)
+		}
+		if slices.EqualFunc(d.Intents, intents, same) {
 			return false, nil
 		}
 		d.Intents = slices.Clone(intents)
 		return true, nil
 	})
+}
+
+// sameJSON reports whether two configurations are equal as JSON, the
+// file's indentation aside.
+func sameJSON(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil &&
+		bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+func orNone(cfg json.RawMessage) string {
+	var c bytes.Buffer
+	if len(cfg) == 0 || json.Compact(&c, cfg) != nil {
+		return "no configuration"
+	}
+	return c.String()
 }

@@ -46,7 +46,8 @@ type KeyFunc func(dev driver.AllocatedDevice, data json.RawMessage) (key Key, ok
 //     destroyed, partitions made in part included;
 //   - a device allocated with admin access is never created, destroyed
 //     or switched: admin access changes nothing on the device;
-//   - one process per state folder ([ErrStateInUse]);
+//   - one driver per state folder, with the other instance of its rolling
+//     update ([WithRollingUpdate]), and no other process ([ErrStateInUse]);
 //   - the work on one card never waits for another card: a card that is
 //     lost (its tool calls fail or hang) fails the prepares and releases
 //     of its own partitions only;
@@ -56,7 +57,11 @@ type KeyFunc func(dev driver.AllocatedDevice, data json.RawMessage) (key Key, ok
 // It is a [driver.ClaimPreparer] and a [driver.Reconciler]: a vendor's
 // preparer calls PrepareClaim, UnprepareClaim and Reconcile from its own
 // (or embeds the Manager) and hands its containers the partitions that
-// [Manager.Made] returns. Its methods are safe for concurrent use.
+// [Manager.Made] returns. Its methods are safe for concurrent use: the
+// runtime prepares and unprepares different claims at once, and what a
+// release destroys is decided under its card's lock from the journal as
+// it is then, so a prepare of the same partition by another claim keeps
+// it.
 type Manager struct {
 	dir     string
 	tool    Tool
@@ -83,12 +88,13 @@ type Option func(*options) error
 type options struct {
 	dynamic     []string
 	volatile    bool
-	shared      bool
+	peer        *peer
 	notify      func()
 	delay       time.Duration
 	interval    time.Duration
 	writeOption []statefile.WriteOption
 	cardTimeout time.Duration
+	configs     *driver.ConfigScheme
 }
 
 // WithDynamicCards names the cards (by their stable identity, as in
@@ -118,13 +124,54 @@ func WithoutFsync() Option {
 	return func(o *options) error { o.volatile = true; return nil }
 }
 
-// WithSharedState lets the processes of a rolling update
-// ([driver.WithRollingUpdate]) share the state folder: each takes its
-// instance lock shared, so that any other process is still refused, and
-// every card's work is serialized between them by a lock file per card.
-// The runtime serializes their prepares, unprepares and reconciles.
+// WithRollingUpdate lets the two instances of a rolling update of one
+// driver ([driver.WithRollingUpdate]) share the state folder: Open admits
+// a process while at most one other holds the folder and that one runs
+// with the same driver and owner. It refuses a third process, a process
+// of another owner (a second release of the driver on the node) and a
+// process without this option, with [ErrStateInUse] naming the folder
+// and the processes that hold it. owner names the deployment whose pods
+// take turns on the node, the same for both instances and different for
+// any other (the DaemonSet's namespace/name, which a chart knows). The
+// work on each card is serialized between the two by a lock file per
+// card; the runtime serializes their prepares, unprepares and
+// reconciles.
+func WithRollingUpdate(driverName, owner string) Option {
+	return func(o *options) error {
+		if driverName == "" || owner == "" {
+			return fmt.Errorf("rolling update: driver %q and owner %q must not be empty",
+				driverName, owner)
+		}
+		o.peer = &peer{Driver: driverName, Owner: owner}
+		return nil
+	}
+}
+
+// WithSharedState is [WithRollingUpdate] for a driver and owner that
+// are not known: two processes that both use it share the folder, and a
+// third is refused.
+//
+// Deprecated: use WithRollingUpdate, which also refuses a second release
+// of the driver on the node. WithSharedState will be removed in the next
+// release.
 func WithSharedState() Option {
-	return func(o *options) error { o.shared = true; return nil }
+	return func(o *options) error { o.peer = &peer{}; return nil }
+}
+
+// WithConfigs decodes and checks the opaque configuration of a claim's
+// devices with the driver's scheme in [Manager.PrepareClaim], before
+// anything of the claim is recorded or made: a bad one fails the prepare
+// with the message admission gives (package admission), and a good one
+// reaches a tool that is a [ConfigCreator]. Without it configuration is
+// the preparer's to decode.
+func WithConfigs(s *driver.ConfigScheme) Option {
+	return func(o *options) error {
+		if s == nil {
+			return errors.New("configs: the scheme is nil")
+		}
+		o.configs = s
+		return nil
+	}
 }
 
 // DefaultRepublishDelay is how long after a partition was made or
@@ -204,7 +251,7 @@ func Open(dir string, tool Tool, keyOf KeyFunc, opts ...Option) (*Manager, error
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open partition lifecycle: %w", err)
 	}
-	f, err := acquireFolder(dir, o.shared)
+	f, err := acquireFolder(dir, o.peer)
 	if err != nil {
 		return nil, fmt.Errorf("open partition lifecycle: %w", err)
 	}

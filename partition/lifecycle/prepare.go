@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 )
 
 // ErrCardBusy is wrapped by [Manager.PrepareClaim]'s error for a card
@@ -19,25 +21,27 @@ import (
 // covers a new claim prepared before the old one is unprepared.
 var ErrCardBusy = errors.New("card is in use")
 
-// faultHook is nil except in this package's test binary, which sets it
-// to kill the process at a step (see fault).
-var faultHook func(point string)
-
-func fault(point string) {
-	if faultHook != nil {
-		faultHook(point)
-	}
-}
+// ErrConfigMismatch is wrapped by [Manager.PrepareClaim]'s error for a
+// partition that another claim holds with another configuration (see
+// [ConfigCreator]): it is made afresh for this claim once the other is
+// unprepared, so the kubelet's retry succeeds then.
+var ErrConfigMismatch = errors.New("partition is held with another configuration")
 
 // PrepareClaim makes the claim's partitions on dynamic cards: for each
 // device that keyOf names on a [Dynamic] card, the journal records that
 // the claim holds it, then the tool makes it ([Tool.Create]; on a card
 // left in whole mode it switches the card back first). A card wanted
 // whole ([WholeCard]) is recorded as held, its partitions that no claim
-// holds are destroyed, and it is switched to whole mode. A device with
+// holds are destroyed, and it is switched to whole mode (by a
+// [WholeSwitcher]; a tool without one needs no switch). A device with
 // admin access, one that is no partition, or one on a card that is not
 // dynamic is left alone (nothing is made for it). The cards are worked
 // on in order, each one at a time.
+//
+// With [WithConfigs], the opaque configuration of every device of the
+// claim is decoded and checked first: a bad one fails the prepare
+// (a [driver.ClaimError] with [driver.ReasonConfig]) before anything is
+// recorded or made, and a good one reaches a [ConfigCreator].
 //
 // A failed PrepareClaim leaves nothing of the claim: what it holds is
 // released and destroyed again; what cannot be destroyed stays recorded
@@ -45,6 +49,10 @@ func fault(point string) {
 // calls UnprepareClaim) or the next start destroys it. Repeating it for
 // a prepared claim changes nothing (Create is idempotent).
 func (m *Manager) PrepareClaim(ctx context.Context, claim driver.Claim, devs []driver.AllocatedDevice) error {
+	configs, err := m.decode(devs)
+	if err != nil {
+		return err
+	}
 	keys, err := m.wanted(devs)
 	if err != nil || len(keys) == 0 {
 		return err
@@ -67,7 +75,7 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim driver.Claim, devs []d
 			err = m.takeWhole(ctx, k, uid)
 		} else {
 			var p Partition
-			if p, err = m.create(ctx, k, uid); err == nil {
+			if p, err = m.create(ctx, k, uid, configs[k]); err == nil {
 				m.remember(p)
 				made = true
 				klog.FromContext(ctx).V(2).Info("Made partition", "claim", claim.ClaimRef.String(), "key", k.String(), "id", p.ID)
@@ -85,6 +93,39 @@ func (m *Manager) PrepareClaim(ctx context.Context, claim driver.Claim, devs []d
 		m.rep.changed()
 	}
 	return err
+}
+
+// decode decodes and checks the configuration of every device (with a
+// scheme, WithConfigs), and returns it by the device's partition key,
+// as JSON too for the journal.
+func (m *Manager) decode(devs []driver.AllocatedDevice) (map[Key]config, error) {
+	if m.o.configs == nil {
+		return nil, nil
+	}
+	out := map[Key]config{}
+	for _, dev := range devs {
+		v, err := m.o.configs.Decode(dev)
+		if err != nil {
+			err = fmt.Errorf("device %s: %w", dev.ID(), err)
+			return nil, driver.NewClaimError(driver.ReasonConfig, err)
+		}
+		k, ok := m.keyOf(dev, nil)
+		if _, seen := out[k]; !ok || seen || v == nil {
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: record its configuration: %w", dev.ID(), err)
+		}
+		out[k] = config{value: v, raw: raw}
+	}
+	return out, nil
+}
+
+// config is a device's decoded configuration and its JSON.
+type config struct {
+	value any
+	raw   json.RawMessage
 }
 
 // wanted is the keys of the devices whose partitions the lifecycle
@@ -147,27 +188,27 @@ func holdersOn(intents []Intent, card string, whole bool) []string {
 
 // create records that claim uid holds k, then makes it. Card k.Card's
 // lock is held.
-func (m *Manager) create(ctx context.Context, k Key, uid string) (Partition, error) {
-	err := m.journal.hold(k, uid, func(in []Intent) error {
+func (m *Manager) create(ctx context.Context, k Key, uid string, cfg config) (Partition, error) {
+	err := m.journal.holdWith(k, uid, cfg.raw, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, true); len(held) > 0 {
 			return fmt.Errorf("%s: %w whole by claim %s; it can be partitioned once that claim is unprepared", k, ErrCardBusy, strings.Join(held, ", "))
 		}
 		return nil
 	})
-	if errors.Is(err, ErrCardBusy) {
+	if errors.Is(err, ErrCardBusy) || errors.Is(err, ErrConfigMismatch) {
 		return Partition{}, err
 	}
 	if err != nil {
 		return Partition{}, fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
 	}
-	fault("prepare/held")
-	p, err := m.tool.Create(ctx, k)
-	if sw, ok := m.tool.(WholeSwitcher); ok && errors.Is(err, ErrWholeMode) {
+	_ = faults.At(ctx, "prepare/held", k.Card)
+	p, err := m.toolCreate(ctx, k, cfg.value)
+	if _, ok := m.tool.(WholeSwitcher); ok && errors.Is(err, ErrWholeMode) {
 		// Used whole last, and its release could not switch it back.
-		if err := sw.SetWhole(ctx, k.Card, false); err != nil {
+		if err := m.toolSetWhole(ctx, k.Card, false); err != nil {
 			return Partition{}, fmt.Errorf("create %s: switch the card from whole mode: %w", k, err)
 		}
-		p, err = m.tool.Create(ctx, k)
+		p, err = m.toolCreate(ctx, k, cfg.value)
 	}
 	if err != nil {
 		return Partition{}, fmt.Errorf("create %s: %w", k, err)
@@ -175,19 +216,15 @@ func (m *Manager) create(ctx context.Context, k Key, uid string) (Partition, err
 	if p.Key != k || !p.Complete {
 		return Partition{}, fmt.Errorf("create %s: the tool returned %+v, not the complete partition at the key", k, p)
 	}
-	fault("prepare/created")
+	_ = faults.At(ctx, "prepare/created", k.Card)
 	return p, nil
 }
 
 // takeWhole gives claim uid card k.Card whole: the hold is recorded,
 // the card's partitions that no claim holds (a destroy that failed) are
-// destroyed, and the card is switched to whole mode. Card k.Card's lock
-// is held. Each step is idempotent.
+// destroyed, and the card is switched to whole mode (by a WholeSwitcher).
+// Card k.Card's lock is held. Each step is idempotent.
 func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
-	sw, ok := m.tool.(WholeSwitcher)
-	if !ok {
-		return fmt.Errorf("%s: the partition tool cannot switch a card to whole mode", k)
-	}
 	err := m.journal.hold(k, uid, func(in []Intent) error {
 		if held := holdersOn(in, k.Card, false); len(held) > 0 {
 			return fmt.Errorf("%s: %w: partitions of the card are held by claim %s; it can be used whole once they are unprepared", k, ErrCardBusy, strings.Join(held, ", "))
@@ -200,8 +237,8 @@ func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
 	if err != nil {
 		return fmt.Errorf("record intent %s for claim %s: %w", k, uid, err)
 	}
-	fault("whole/held")
-	parts, err := m.tool.List(ctx, k.Card)
+	_ = faults.At(ctx, "whole/held", k.Card)
+	parts, err := m.toolList(ctx, k.Card)
 	if err != nil {
 		return fmt.Errorf("%s: list its partitions: %w", k, err)
 	}
@@ -209,19 +246,19 @@ func (m *Manager) takeWhole(ctx context.Context, k Key, uid string) error {
 	for _, p := range parts {
 		// No claim holds one (the hold above refused otherwise): a
 		// destroy that failed earlier.
-		if err := m.tool.Destroy(ctx, p.Key); err != nil {
+		if err := m.toolDestroy(ctx, p.Key); err != nil {
 			return fmt.Errorf("%s: destroy %s, which no claim holds: %w", k, p.Key, err)
 		}
 		m.forget(p.Key)
 		gone = append(gone, p.Key)
 		klog.FromContext(ctx).Info("Destroyed a partition no claim holds before using its card whole", "key", p.Key.String())
 	}
-	if err := m.journal.settle("", gone, nil); err != nil {
+	if err := m.journal.settle("", k.Card, gone, nil); err != nil {
 		return fmt.Errorf("%s: %w", k, err)
 	}
-	if err := sw.SetWhole(ctx, k.Card, true); err != nil {
+	if err := m.toolSetWhole(ctx, k.Card, true); err != nil {
 		return fmt.Errorf("%s: switch to whole mode: %w", k, err)
 	}
-	fault("whole/switched")
+	_ = faults.At(ctx, "whole/switched", k.Card)
 	return nil
 }

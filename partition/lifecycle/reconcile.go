@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 )
 
 // Reconcile makes the partitions of the dynamic and draining cards, and
@@ -131,7 +132,11 @@ func (m *Manager) reconcileCard(ctx context.Context, card string, state CardStat
 	hold := func(k Key, claims []string) {
 		c := slices.Clone(claims)
 		slices.Sort(c)
-		keep = append(keep, Intent{Key: k, Claims: slices.Compact(c)})
+		in := Intent{Key: k, Claims: slices.Compact(c)}
+		if i := slices.IndexFunc(intents, func(in Intent) bool { return in.Key == k }); i >= 0 {
+			in.Config = intents[i].Config
+		}
+		keep = append(keep, in)
 	}
 	// On a draining card only what the journal records is the
 	// lifecycle's: a held claim's partition it does not record is the
@@ -140,13 +145,13 @@ func (m *Manager) reconcileCard(ctx context.Context, card string, state CardStat
 	whole := WholeCard(card)
 	if c := holders[whole]; len(c) > 0 && mine(whole) {
 		hold(whole, c)
-	} else if sw, ok := m.tool.(WholeSwitcher); ok && mine(whole) {
-		if err := sw.SetWhole(ctx, card, false); err != nil && !errors.Is(err, ErrCardGone) {
+	} else if mine(whole) {
+		if err := m.toolSetWhole(ctx, card, false); err != nil && !errors.Is(err, ErrCardGone) {
 			// The card's next partition tries again.
 			logger.Error(err, "Could not switch a card no claim holds whole back from whole mode", "card", card)
 		}
 	}
-	parts, err := m.tool.List(ctx, card)
+	parts, err := m.toolList(ctx, card)
 	if errors.Is(err, ErrCardGone) {
 		// Its partitions went with it: keep only what held claims name,
 		// so that their release finds the record.
@@ -172,8 +177,8 @@ func (m *Manager) reconcileCard(ctx context.Context, card string, state CardStat
 			hold(p.Key, c)
 			continue
 		}
-		fault("reconcile/destroy")
-		if err := m.tool.Destroy(ctx, p.Key); err != nil {
+		_ = faults.At(ctx, "reconcile/destroy", card)
+		if err := m.toolDestroy(ctx, p.Key); err != nil {
 			keep = append(keep, Intent{Key: p.Key, Claims: []string{}}) // released: the next release or start destroys it
 			errs = errors.Join(errs, fmt.Errorf("destroy %s, which no held claim names: %w", p.Key, err))
 			continue

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/driver"
+	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 )
 
 // UnprepareClaim releases the claim's holds (by claim UID: devs are not
@@ -37,41 +37,28 @@ func (m *Manager) UnprepareClaim(ctx context.Context, claim driver.ClaimRef, dev
 }
 
 // release drops claim uid's holds and undoes what is left without a
-// holder. The locks of the cards in locked are held by the caller (a
-// failed prepare's rollback); keys of the claim on other cards are then
-// left to a later release.
+// holder, card by card: under each card's lock it reads the journal as
+// it is then, so that a prepare of the same partition by another claim,
+// before or after, is either seen (the partition stays, held by the
+// other claim) or comes after the destroy (and makes it again). The
+// locks of the cards in locked are held by the caller (a failed
+// prepare's rollback); keys of the claim on other cards are then left
+// to a later release.
 func (m *Manager) release(ctx context.Context, uid string, locked []string) error {
-	logger := klog.FromContext(ctx)
 	intents, err := m.journal.intents()
 	if err != nil {
 		return err
 	}
-	var mine []Key // the claim is the last holder
-	cards := map[string]bool{}
-	holds := false
+	var cards []string // the cards the claim holds something on
 	for _, in := range intents {
-		if !slices.Contains(in.Claims, uid) {
-			continue
-		}
-		holds = true
-		if len(in.Claims) == 1 {
-			mine = append(mine, in.Key)
-			cards[in.Card] = true
+		if slices.Contains(in.Claims, uid) && !slices.Contains(cards, in.Card) {
+			cards = append(cards, in.Card)
 		}
 	}
-	if !holds {
-		return nil
-	}
-	var left []Key // released on the claim's cards: an earlier start's failed destroy
-	for _, in := range intents {
-		if in.Released() && cards[in.Card] {
-			left = append(left, in.Key)
-		}
-	}
-	var done, failed []Key
+	slices.Sort(cards)
 	var errs error
 	changed := false
-	for _, card := range slices.Sorted(maps.Keys(cards)) {
+	for _, card := range cards {
 		unlock := func() {}
 		switch {
 		case slices.Contains(locked, card):
@@ -79,58 +66,65 @@ func (m *Manager) release(ctx context.Context, uid string, locked []string) erro
 			u, err := m.folder.lockCard(ctx, card)
 			if err != nil {
 				errs = errors.Join(errs, err)
-				for _, k := range mine {
-					if k.Card == card {
-						failed = append(failed, k)
-					}
-				}
-				continue
+				continue // the claim keeps its holds there, for the next release
 			}
 			unlock = u
 		default:
 			// A rollback's key on a card it does not hold: left, held by
 			// the claim, for the runtime's unprepare.
-			for _, k := range mine {
-				if k.Card == card {
-					failed = append(failed, k)
-				}
-			}
 			continue
 		}
-		for _, k := range mine {
-			if k.Card != card {
-				continue
-			}
-			if err := m.undo(ctx, k); err != nil {
-				errs = errors.Join(errs, err)
-				failed = append(failed, k)
-				continue
-			}
-			done = append(done, k)
-			changed = changed || !k.Whole
-			fault("release/undone")
-		}
-		for _, k := range left {
-			if k.Card != card {
-				continue
-			}
-			if err := m.undo(ctx, k); err != nil {
-				logger.Error(err, "Could not destroy a partition an earlier start left; the next release on its card or the next start tries again", "key", k.String())
-				continue
-			}
-			done = append(done, k)
-			changed = true
-		}
+		c, err := m.releaseCard(ctx, uid, card)
 		unlock()
-	}
-	if err := m.journal.settle(uid, done, failed); err != nil {
+		changed = changed || c
 		errs = errors.Join(errs, err)
 	}
-	fault("release/settled")
 	if changed {
 		m.rep.changed()
 	}
 	return errs
+}
+
+// releaseCard drops claim uid's holds on card, whose lock is held:
+// the partitions it was the last holder of are destroyed, and so are
+// the released ones an earlier start could not destroy; then the journal
+// forgets them, in one write. changed reports a partition destroyed.
+func (m *Manager) releaseCard(ctx context.Context, uid, card string) (changed bool, err error) {
+	intents, err := m.journal.intents()
+	if err != nil {
+		return false, err
+	}
+	var done, failed []Key
+	var errs error
+	for _, in := range intents {
+		switch {
+		case in.Card != card:
+			continue
+		case slices.Equal(in.Claims, []string{uid}): // the last holder
+			if err := m.undo(ctx, in.Key); err != nil {
+				errs = errors.Join(errs, err)
+				failed = append(failed, in.Key)
+				continue
+			}
+			_ = faults.At(ctx, "release/undone", card)
+		case in.Released(): // an earlier start's failed destroy
+			if err := m.undo(ctx, in.Key); err != nil {
+				klog.FromContext(ctx).Error(err, "Could not destroy a partition an earlier start "+
+					"left; the next release on its card or the next start tries again",
+					"key", in.Key.String())
+				continue
+			}
+		default:
+			continue
+		}
+		done = append(done, in.Key)
+		changed = changed || !in.Whole
+	}
+	if err := m.journal.settle(uid, card, done, failed); err != nil {
+		errs = errors.Join(errs, err)
+	}
+	_ = faults.At(ctx, "release/settled", card)
+	return changed, errs
 }
 
 // undo destroys the partition at k, or switches a card held whole back
@@ -139,19 +133,15 @@ func (m *Manager) release(ctx context.Context, uid string, locked []string) erro
 func (m *Manager) undo(ctx context.Context, k Key) error {
 	logger := klog.FromContext(ctx)
 	if k.Whole {
-		sw, ok := m.tool.(WholeSwitcher)
-		if !ok {
-			return nil
-		}
 		// The card is idle now (the kubelet unprepares after the
 		// claim's containers are gone): switching now spares the next
 		// partition the wait.
-		if err := sw.SetWhole(ctx, k.Card, false); err != nil && !errors.Is(err, ErrCardGone) {
+		if err := m.toolSetWhole(ctx, k.Card, false); err != nil && !errors.Is(err, ErrCardGone) {
 			logger.Error(err, "Could not switch a card back from whole mode; its next partition tries again", "key", k.String())
 		}
 		return nil
 	}
-	err := m.tool.Destroy(ctx, k)
+	err := m.toolDestroy(ctx, k)
 	if errors.Is(err, ErrCardGone) {
 		logger.Info("The partition's card is gone; forgetting the partition", "key", k.String())
 		err = nil
