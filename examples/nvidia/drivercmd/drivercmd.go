@@ -275,7 +275,7 @@ func Run(args []string, opts ...Option) error {
 	if std.PodUID != "" && chk == nil {
 		// The runtime runs with WithRollingUpdate (std.Options): the
 		// surge pod shares the state folder with the old one.
-		dopts = append(dopts, nvdriver.WithRollingUpdate())
+		dopts = append(dopts, nvdriver.WithRollingUpdate(std.RollingUpdateOwner))
 	}
 	node := std.NodeName
 	if chk != nil {
