@@ -161,6 +161,11 @@ func Run(args []string, opts ...Option) error {
 		if kopts, err = std.Options(); err != nil {
 			return err
 		}
+		if std.PodUID != "" && std.RollingUpdateOwner == "" {
+			return errors.New("--pod-uid (a rolling update) needs --rolling-update-owner, the " +
+				"DaemonSet's namespace/name: the other pod of its update is admitted to the " +
+				"node's folders, a second release of the driver is refused")
+		}
 	}
 	dir := *stateDir
 	if dir == "" {
