@@ -119,7 +119,8 @@ func lockAtOnce(t *testing.T, jobs ...lockJob) []*proc {
 	}
 	for _, p := range ps {
 		line, err := p.out.ReadString('\n')
-		if err != nil || !strings.HasPrefix(line, "admitted") && !strings.HasPrefix(line, "refused") {
+		ok := strings.HasPrefix(line, "admitted") || strings.HasPrefix(line, "refused")
+		if err != nil || !ok {
 			t.Fatalf("process %d: %q, %v", p.pid(), line, err)
 		}
 		p.said = strings.TrimSpace(line)
@@ -189,7 +190,8 @@ func TestLockInstanceProcessesAtOnce(t *testing.T) {
 						in = append(in, i)
 					}
 				}
-				if !slices.ContainsFunc(c.admit, func(s []int) bool { return slices.Equal(s, in) }) {
+				same := func(s []int) bool { return slices.Equal(s, in) }
+				if !slices.ContainsFunc(c.admit, same) {
 					t.Fatalf("round %d: admitted %v, want one of %v", round, in, c.admit)
 				}
 				for _, p := range ps {
@@ -358,8 +360,9 @@ func TestLockInstanceMessages(t *testing.T) {
 			rolling("ns/a"), who("ns/a") + " and " + who("ns/a") + ": they are the two " +
 				"instances of a rolling update, and a third process is refused"},
 		{"record lost", [][]statefile.InstanceOption{rolling("ns/a")}, "drakit.slot0.holder",
-			rolling("ns/a"), fmt.Sprintf("process %d: its record of who it is is missing, so %s "+
-				"cannot tell that it is the other instance of its rolling update", pid, who("ns/a"))},
+			rolling("ns/a"), fmt.Sprintf("process %d: its record of who it is is missing, "+
+				"so %s cannot tell that it is the other instance of its rolling update", pid,
+				who("ns/a"))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
