@@ -250,8 +250,14 @@ func TestModesUnderUmask000(t *testing.T) {
 				filepath.Join(d.PluginData, "checkpoint/drakit.lock"): 0o600,
 				r.d.DRASocket(): 0o600 | fs.ModeSocket,
 			}
+			// The instance lock's admission gate, and the record of who
+			// holds it.
+			want[filepath.Join(d.PluginData, "drakit.gate")] = 0o600
+			want[filepath.Join(d.PluginData, "drakit.holder")] = 0o600
 			if rolling {
 				want[filepath.Join(d.PluginData, "serialize.lock")] = 0o600
+				delete(want, filepath.Join(d.PluginData, "drakit.holder"))
+				want[filepath.Join(d.PluginData, "drakit.slot0.holder")] = 0o600
 			}
 			regs, _ := filepath.Glob(filepath.Join(d.Registrar, "*.sock"))
 			if len(regs) != 1 {
