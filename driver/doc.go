@@ -42,8 +42,10 @@
 //     allocated; common edits from an optional [ClaimEditor].
 //   - Health reaches the kubelet as the vendor last reported it; a report
 //     older than [WithHealthTimeout] shows as Unknown.
-//   - One driver process per folder ([ErrFoldersInUse]), two during a
-//     rolling update ([WithRollingUpdate]).
+//   - One driver process per folder, or the two instances of its rolling
+//     update of one owner ([WithRollingUpdate], [WithRollingUpdateOwner]);
+//     a third process or a second release of the driver is refused
+//     ([ErrFoldersInUse]).
 //   - Metrics, /healthz and /readyz on [WithHTTPAddress]; per-claim
 //     errors are [ClaimError]s with a reason.
 //

@@ -233,7 +233,14 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 		}
 	}
 	// Own the folders before anything in them is read or changed.
-	release, err := ownFolders([]string{d.o.pluginDataDir, d.o.checkpointDir}, d.o.rollingUpdateUID != "")
+	rolling := d.o.rollingUpdateUID != ""
+	if rolling && d.o.rollingUpdateOwner == "" {
+		klog.FromContext(ctx).Info("Rolling update without an owner " +
+			"(WithRollingUpdateOwner): a second release of the driver on this node that names " +
+			"no owner either would be taken for this one's other instance")
+	}
+	release, err := ownFolders([]string{d.o.pluginDataDir, d.o.checkpointDir},
+		d.name, d.o.rollingUpdateOwner, rolling)
 	if err != nil {
 		return fmt.Errorf("run driver: %w", err)
 	}

@@ -49,6 +49,9 @@ type childConfig struct {
 	FaultHit int
 	// FailDevice is a device whose PrepareDevice fails ("" for none).
 	FailDevice string
+	// PodUID and Owner, when set, run the child as an instance of a
+	// rolling update (WithRollingUpdate, WithRollingUpdateOwner).
+	PodUID, Owner string
 }
 
 func (d dirs) readyFile() string { return filepath.Join(d.Root, "ready") }
@@ -97,7 +100,7 @@ func childMain() int {
 			return nil
 		}
 	}
-	d, err := driver.New(testDriver,
+	opts := []driver.Option{
 		driver.WithDiscoverer(device.StaticDiscoverer{Inv: testInventory(cfg.Devices)}),
 		driver.WithPreparer(hw),
 		driver.WithRESTConfig(rc),
@@ -105,7 +108,14 @@ func childMain() int {
 		driver.WithRegistrarDir(cfg.Dirs.Registrar),
 		driver.WithPluginDataDir(cfg.Dirs.PluginData),
 		driver.WithCDIDir(cfg.Dirs.CDI),
-		driver.WithDeviceMetadata())
+		driver.WithDeviceMetadata()}
+	if cfg.PodUID != "" {
+		opts = append(opts, driver.WithRollingUpdate(types.UID(cfg.PodUID)))
+	}
+	if cfg.Owner != "" {
+		opts = append(opts, driver.WithRollingUpdateOwner(cfg.Owner))
+	}
+	d, err := driver.New(testDriver, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

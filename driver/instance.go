@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"k8s.io/klog/v2"
 
@@ -23,13 +22,19 @@ const (
 	checkpointMode fs.FileMode = 0o700
 )
 
-// instanceLockFile is the name of the lock file that marks the plugin
-// data and checkpoint folders as owned by one running driver.
-const instanceLockFile = "drakit.lock"
+// instanceLock is the name of the instance lock (statefile.LockInstance)
+// that keeps the plugin data and checkpoint folders to one running driver,
+// or to the two instances of its rolling update: drakit.lock, beside
+// drakit.gate and the rolling update's slots.
+const instanceLock = "drakit"
 
-// ErrFoldersInUse is wrapped by [Runtime.Run]'s error when another process
-// runs a driver on the same plugin data or checkpoint folder. The message
-// names the lock file and its holder.
+// ErrFoldersInUse is wrapped by [Runtime.Run]'s error when the plugin
+// data or checkpoint folder is held by a driver process this one may not
+// run beside: another driver, a third process beside the two instances of
+// a rolling update, or a process of another owner (a second release of
+// the driver on the node, see [WithRollingUpdateOwner]). The message names
+// the folder and the processes that hold it; the error wraps
+// [statefile.ErrInUse] too.
 var ErrFoldersInUse = errors.New("folder in use by another driver process")
 
 // ensureFolder creates dir with mode create (and missing parents), and
@@ -58,21 +63,20 @@ func ensureFolder(ctx context.Context, dir string, create, maxMode fs.FileMode) 
 
 // ownFolders takes the instance lock in each folder (once per distinct
 // folder) and returns the function that releases them. Without a rolling
-// update the lock is exclusive and records this process's PID: a second
-// driver on the same folders fails at once with an error naming the
-// first. With a rolling update it is shared, so that the two pods of an
-// update run side by side while a driver without rolling update is still
-// kept out; their calls are then serialized by the call lock (serialize.go).
-func ownFolders(folders []string, shared bool) (release func(), err error) {
-	var held []*statefile.Lock
-	release = func() {
-		for _, l := range held {
-			_ = l.Release()
+// update a driver holds the folders alone; with one (rolling), the two
+// instances of the rolling update of the same driver and owner hold them,
+// their calls serialized by the call lock (serialize.go). Any other
+// process fails at once with an error naming the folder and the holders.
+func ownFolders(folders []string, driverName, owner string, rolling bool) (func(), error) {
+	var held []*statefile.InstanceLock
+	release := func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			_ = held[i].Release()
 		}
 	}
-	var opts []statefile.LockOption
-	if shared {
-		opts = append(opts, statefile.Shared())
+	opts := []statefile.InstanceOption{statefile.As(driverName, owner)}
+	if rolling {
+		opts = append(opts, statefile.RollingUpdate())
 	}
 	seen := map[string]bool{}
 	for _, dir := range folders {
@@ -81,15 +85,9 @@ func ownFolders(folders []string, shared bool) (release func(), err error) {
 			continue
 		}
 		seen[dir] = true
-		path := filepath.Join(dir, instanceLockFile)
-		l, err := statefile.TryAcquire(path, opts...)
-		var locked *statefile.LockedError
-		if errors.As(err, &locked) {
-			holder := "driver processes running with WithRollingUpdate"
-			if locked.HolderPID > 0 {
-				holder = "driver process with PID " + strconv.Itoa(locked.HolderPID)
-			}
-			err = fmt.Errorf("%w: %s is locked by %s; run one driver per node (two pods of a rolling update both need WithRollingUpdate)", ErrFoldersInUse, path, holder)
+		l, err := statefile.LockInstance(dir, instanceLock, opts...)
+		if errors.Is(err, statefile.ErrInUse) {
+			err = fmt.Errorf("%w: %w", ErrFoldersInUse, err)
 		}
 		if err != nil {
 			release()

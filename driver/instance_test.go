@@ -80,7 +80,7 @@ func TestOneInstancePerFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	sockets := socketInodes(t, d)
-	wantHolder := fmt.Sprintf("driver process with PID %d", os.Getpid())
+	wantHolder := fmt.Sprintf("process %d (driver %s)", os.Getpid(), testDriver)
 
 	t.Run("in this process", func(t *testing.T) {
 		err := runBriefly(ctx, t, rc, d, disc)
@@ -129,6 +129,54 @@ func TestOneInstancePerFolder(t *testing.T) {
 	first.stop(t)
 	// Once the first is gone, a second starts.
 	startWith(ctx, t, rc, d, disc, hw)
+}
+
+// TestRollingUpdateAdmitsItsPeerOnly: the folders' instance lock admits
+// the two instances of a rolling update of one driver and owner, each a
+// process of its own, and refuses a third process and a process of
+// another owner (a second release of the driver on the node), naming the
+// folder and the processes that hold it; once one instance is gone the
+// next instance of the same owner starts.
+func TestRollingUpdateAdmitsItsPeerOnly(t *testing.T) {
+	ctx := testCtx(t)
+	d := newDirs(t)
+	rc := deadAPI(t)
+	disc := device.StaticDiscoverer{Inv: testInventory(2)}
+	instance := func(owner, pod string) childConfig {
+		return childConfig{APIHost: rc.Host, Dirs: d, Devices: 2, Owner: owner, PodUID: pod}
+	}
+	old := startChildWith(t, instance("gpus/release-a", "pod-1"))
+	surge := startChildWith(t, instance("gpus/release-a", "pod-2"))
+	named := func(c *child, owner string) string {
+		return fmt.Sprintf("process %d (driver %s of %s)", c.cmd.Process.Pid, testDriver, owner)
+	}
+	refused := func(err error, want ...string) {
+		t.Helper()
+		if !errors.Is(err, driver.ErrFoldersInUse) {
+			t.Fatalf("Run = %v, want %v", err, driver.ErrFoldersInUse)
+		}
+		for _, w := range append(want, d.PluginData+" is held by ") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("the refusal %q does not name %q", err, w)
+			}
+		}
+	}
+	third := []driver.Option{driver.WithRollingUpdate("pod-3"),
+		driver.WithRollingUpdateOwner("gpus/release-a")}
+	refused(runBriefly(ctx, t, rc, d, disc, third...), named(old, "gpus/release-a"),
+		named(surge, "gpus/release-a"), "a third process is refused")
+	old.kill()
+	other := []driver.Option{driver.WithRollingUpdate("pod-4"),
+		driver.WithRollingUpdateOwner("gpus/release-b")}
+	refused(runBriefly(ctx, t, rc, d, disc, other...), named(surge, "gpus/release-a"),
+		"(driver "+testDriver+" of gpus/release-b) is not the other instance")
+	refused(runBriefly(ctx, t, rc, d, disc), named(surge, "gpus/release-a"),
+		"this process is not one of them")
+	// The next instance of the same owner runs beside the surviving one.
+	next := startWith(ctx, t, rc, d, disc, newHW(t, d), driver.WithRollingUpdate("pod-5"),
+		driver.WithRollingUpdateOwner("gpus/release-a"))
+	next.stop(t)
+	surge.kill()
 }
 
 // runBriefly runs a driver on d and returns Run's error, or fails the
@@ -202,8 +250,14 @@ func TestModesUnderUmask000(t *testing.T) {
 				filepath.Join(d.PluginData, "checkpoint/drakit.lock"): 0o600,
 				r.d.DRASocket(): 0o600 | fs.ModeSocket,
 			}
+			// The instance lock's admission gate, and the record of who
+			// holds it.
+			want[filepath.Join(d.PluginData, "drakit.gate")] = 0o600
+			want[filepath.Join(d.PluginData, "drakit.holder")] = 0o600
 			if rolling {
 				want[filepath.Join(d.PluginData, "serialize.lock")] = 0o600
+				delete(want, filepath.Join(d.PluginData, "drakit.holder"))
+				want[filepath.Join(d.PluginData, "drakit.slot0.holder")] = 0o600
 			}
 			regs, _ := filepath.Glob(filepath.Join(d.Registrar, "*.sock"))
 			if len(regs) != 1 {

@@ -49,6 +49,7 @@ type options struct {
 	deviceKind           func(device.DeviceID) string
 	collectors           []prometheus.Collector
 	rollingUpdateUID     types.UID
+	rollingUpdateOwner   string
 	serialize            bool
 	healthTimeout        time.Duration
 	extraHelperOpts      []kubeletplugin.Option
@@ -227,14 +228,19 @@ func WithProbeSocket(path string) Option {
 // DaemonSet rolling update. podUID must be the pod's UID (downward API).
 // Both instances must share the plugin data, checkpoint and lock
 // ([WithLockDir]) folders; calls are then serialized across the two
-// through a file lock in the lock folder and each call
-// reads the checkpoint from disk, so that either instance can unprepare
-// what the other prepared. Only the newer instance writes the node's
-// ResourceSlices ([Runtime.Publishing]). The HTTP address ([WithHTTPAddress]) the
-// other instance holds is taken when it lets go (the two pods share the
-// host's network): use [WithProbeSocket] for the pod's probes. Both must run with WithRollingUpdate: they
-// share the folders' instance lock, which a driver without it holds
-// alone (see [ErrFoldersInUse]). So the rollout that turns rolling
+// through a file lock in the lock folder and each call reads the
+// checkpoint from disk, so that either instance can unprepare what the
+// other prepared. Only the newer instance writes the node's
+// ResourceSlices ([Runtime.Publishing]). The HTTP address
+// ([WithHTTPAddress]) the other instance holds is taken when it lets go
+// (the two pods share the host's network): use [WithProbeSocket] for the
+// pod's probes.
+//
+// The folders' instance lock then admits two processes: this one and the
+// other instance of the same driver and owner ([WithRollingUpdateOwner]).
+// A third process, a process of another owner and a driver without
+// WithRollingUpdate are refused ([ErrFoldersInUse]), and so is this one
+// beside a driver that runs without it: the rollout that turns rolling
 // updates on must replace the old pods before it starts new ones
 // (maxUnavailable, not maxSurge).
 func WithRollingUpdate(podUID types.UID) Option {
@@ -243,6 +249,26 @@ func WithRollingUpdate(podUID types.UID) Option {
 			return errors.New("WithRollingUpdate: empty pod UID")
 		}
 		o.rollingUpdateUID = podUID
+		return nil
+	}
+}
+
+// WithRollingUpdateOwner names the deployment whose pods run this driver
+// on the node, the same for both instances of a rolling update and
+// different for any other: the DaemonSet's namespace/name, which a chart
+// knows (driverflag's --rolling-update-owner). With [WithRollingUpdate]
+// the folders' instance lock admits beside this process only the other
+// instance of the same driver and owner, so that a second release of the
+// driver on the node is refused at start instead of running beside the
+// first; refusals name the owner. Without it the owner is empty: a rolling
+// update's process pairs with any other process of the driver that gives
+// no owner, and a third is still refused.
+func WithRollingUpdateOwner(owner string) Option {
+	return func(o *options) error {
+		if owner == "" {
+			return errors.New("WithRollingUpdateOwner: empty owner")
+		}
+		o.rollingUpdateOwner = owner
 		return nil
 	}
 }

@@ -37,6 +37,8 @@ func TestNewValidation(t *testing.T) {
 		{name: "empty node", driver: "a.b", opts: with(driver.WithNodeName("")), wantErr: "WithNodeName: empty node name"},
 		{name: "short health timeout", driver: "a.b", opts: with(driver.WithHealthTimeout(1)), wantErr: "WithHealthTimeout"},
 		{name: "empty rolling update uid", driver: "a.b", opts: with(driver.WithRollingUpdate("")), wantErr: "WithRollingUpdate: empty pod UID"},
+		{name: "empty rolling update owner", driver: "a.b",
+			opts: with(driver.WithRollingUpdateOwner("")), wantErr: "WithRollingUpdateOwner: empty owner"},
 		{name: "CDI kind without class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com")), wantErr: "WithCDIKind: CDI kind \"acme.example.com\": must be <vendor>/<class>"},
 		{name: "bad CDI class", driver: "a.b", opts: with(driver.WithCDIKind("acme.example.com/-fpga")), wantErr: "WithCDIKind"},
 		{name: "zero housekeeping interval", driver: "a.b", opts: with(driver.WithHousekeepingInterval(0)), wantErr: "WithHousekeepingInterval"},

@@ -4,7 +4,9 @@
 // never a torn file; [Acquire] and [TryAcquire] take an advisory lock
 // (flock) that the kernel releases when its holder dies, so a killed
 // process never blocks the next one; [Document] joins the two into a
-// JSON file that processes read and change in turn.
+// JSON file that processes read and change in turn; [LockInstance] keeps
+// a folder to one process, or to the two instances of a rolling update
+// of one owner.
 //
 // The drakit runtime keeps its checkpoint, CDI specs and instance locks
 // with it, and so can a vendor's driver for state of its own (the NVIDIA

@@ -2,6 +2,7 @@ package statefile_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -36,4 +37,45 @@ func Example() {
 	out, _ := os.ReadFile(path)
 	fmt.Println(string(out))
 	// Output: {"held":["gpu-0"]}
+}
+
+// The pods of a driver's DaemonSet take a folder's instance lock as the
+// instances of its rolling update: a second release of the driver on the
+// node is refused, the new pod of the update gets in beside the old one,
+// and a third process is refused.
+func ExampleLockInstance() {
+	dir, err := os.MkdirTemp("", "instance-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	lock := func(owner string) *statefile.InstanceLock {
+		l, err := statefile.LockInstance(dir, "drakit",
+			statefile.As("gpu.example.com", owner), statefile.RollingUpdate())
+		var inUse *statefile.InUseError
+		if errors.As(err, &inUse) {
+			var holders []string
+			for _, h := range inUse.Holders {
+				holders = append(holders, h.Owner)
+			}
+			fmt.Println(owner, "refused, the folder is held by", holders)
+			return nil
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(owner, "admitted")
+		return l
+	}
+	old := lock("gpus/nvidia")
+	defer old.Release()
+	lock("other/nvidia")
+	surge := lock("gpus/nvidia")
+	defer surge.Release()
+	lock("gpus/nvidia")
+	// Output:
+	// gpus/nvidia admitted
+	// other/nvidia refused, the folder is held by [gpus/nvidia]
+	// gpus/nvidia admitted
+	// gpus/nvidia refused, the folder is held by [gpus/nvidia gpus/nvidia]
 }

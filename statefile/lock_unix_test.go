@@ -5,6 +5,7 @@ package statefile
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,5 +108,41 @@ func TestHeldLockHasNoWritableDescriptor(t *testing.T) {
 	}
 	if open != 1 {
 		t.Errorf("%d descriptors of the lock file open, want 1", open)
+	}
+}
+
+// TestLockInstanceReadOnly: on a folder remounted read-only a process
+// alone still takes the instance lock, whether an earlier holder left a
+// gate there or not, and a second one is refused; a rolling update's
+// process, which must record itself, gets an error naming the folder.
+func TestLockInstanceReadOnly(t *testing.T) {
+	for _, files := range [][]string{{"drakit.lock", "drakit.gate"}, {"drakit.lock"}} {
+		dir := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+			dir).CombinedOutput(); err != nil {
+			t.Skipf("needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, out)
+		}
+		defer func() { _ = exec.Command("umount", dir).Run() }()
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, lockMode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+			t.Fatalf("remount read-only: %v: %s", err, out)
+		}
+		l, err := LockInstance(dir, "drakit", As("d", "ns/a"))
+		if err != nil {
+			t.Fatalf("%v on a read-only folder: %v", files, err)
+		}
+		if _, err := LockInstance(dir, "drakit"); !errors.Is(err, ErrInUse) {
+			t.Errorf("%v: a second process on a read-only folder: %v, want ErrInUse", files, err)
+		}
+		_ = l.Release()
+		_, err = LockInstance(dir, "drakit", As("d", "ns/a"), RollingUpdate())
+		if err == nil || errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("%v: a rolling update's process on a read-only folder: %v, want an "+
+				"error naming the folder", files, err)
+		}
 	}
 }

@@ -130,6 +130,12 @@ type Flags struct {
 	// maxSurge starts the new pod beside the old one, and the kubelet
 	// (1.33+) moves to the new one without a gap.
 	PodUID string
+	// RollingUpdateOwner names the deployment whose pods run the driver
+	// (--rolling-update-owner, e.g. the DaemonSet's namespace/name), so
+	// that a rolling update admits the other pod of the same DaemonSet
+	// only and a second release of the driver on the node is refused
+	// ([driver.WithRollingUpdateOwner]); empty: none.
+	RollingUpdateOwner string
 	// ProbeSocket is a unix socket, private to the pod, on which the
 	// driver also serves /healthz and /readyz (--probe-socket, see
 	// [driver.WithProbeSocket] and [Probe]); empty: none.
@@ -165,6 +171,9 @@ func Register(fs *flag.FlagSet) *Flags {
 	fs.Float64Var(&f.KubeAPIQPS, "kube-api-qps", driver.DefaultQPS, "sustained API requests per second of the driver's client (one per prepared claim); negative: no limit")
 	fs.IntVar(&f.KubeAPIBurst, "kube-api-burst", driver.DefaultBurst, "API requests the driver's client may make at once above --kube-api-qps: claims prepared in a burst without waiting")
 	fs.StringVar(&f.PodUID, "pod-uid", os.Getenv(PodUIDEnv), "the driver pod's UID (default $"+PodUIDEnv+"); set: the driver supports a seamless rolling update, a new pod beside the old one (DaemonSet maxSurge)")
+	fs.StringVar(&f.RollingUpdateOwner, "rolling-update-owner", "", "the deployment whose pods "+
+		"run this driver, e.g. the DaemonSet's namespace/name: a rolling update admits the other "+
+		"pod of the same owner only, and refuses a second release of the driver on the node")
 	fs.StringVar(&f.ProbeSocket, "probe-socket", "", "a unix socket, private to the pod, that also serves /healthz and /readyz, for exec probes (driverflag.Probe) that must reach this instance while another holds --http-address")
 	fs.DurationVar(&f.HealthTimeout, "health-timeout", 0, "how long a device health report stays valid before the device shows as Unknown; must exceed the health monitor's report interval (default 30s)")
 	f.registerLogging(fs)
@@ -223,6 +232,7 @@ func (f *Flags) Options() ([]driver.Option, error) {
 		{f.HTTPAddress, driver.WithHTTPAddress},
 		{f.ProbeSocket, driver.WithProbeSocket},
 		{f.PodUID, func(uid string) driver.Option { return driver.WithRollingUpdate(types.UID(uid)) }},
+		{f.RollingUpdateOwner, driver.WithRollingUpdateOwner},
 	} {
 		if o.value != "" {
 			opts = append(opts, o.opt(o.value))

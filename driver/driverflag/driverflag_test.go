@@ -119,6 +119,16 @@ func TestOptions(t *testing.T) {
 			t.Fatalf("error %v, want ErrNoConfig", err)
 		}
 	})
+	t.Run("rolling update owner", func(t *testing.T) {
+		f := parse(t, "--node-name", "n", "--kubeconfig", kc, "--pod-uid", "u",
+			"--rolling-update-owner", "gpus/nvidia-dra-driver")
+		if f.RollingUpdateOwner != "gpus/nvidia-dra-driver" {
+			t.Errorf("owner %q, want gpus/nvidia-dra-driver", f.RollingUpdateOwner)
+		}
+		if _, err := f.Options(); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("node name from the environment", func(t *testing.T) {
 		t.Setenv("NODE_NAME", "from-env")
 		if f := parse(t); f.NodeName != "from-env" {

@@ -4,69 +4,42 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/drakit/drakit/partition/lifecycle/internal/faults"
 	"github.com/drakit/drakit/statefile"
 )
 
-// The instance lock's files in the state folder: lifecycle.lock is held
-// exclusively by a driver alone, shared by the processes of a rolling
-// update; each of those also holds one of two slot locks, beside a record
-// of who it is; lifecycle.gate serializes the rolling-update processes'
-// admission.
-const (
-	lockFile = "lifecycle.lock"
-	gateFile = "lifecycle.gate"
-	slots    = 2
-)
-
-func slotLock(dir string, i int) string {
-	return filepath.Join(dir, fmt.Sprintf("lifecycle.slot%d.lock", i))
-}
-func slotRecord(dir string, i int) string {
-	return filepath.Join(dir, fmt.Sprintf("lifecycle.slot%d.json", i))
-}
+// lockName is the state folder's instance lock (statefile.LockInstance):
+// lifecycle.lock, held by a driver alone or by the two instances of its
+// rolling update, beside lifecycle.gate and their slots.
+const lockName = "lifecycle"
 
 // ErrStateInUse is wrapped by [Open]'s error when the state folder is
 // taken: by another process, or by the two processes of a rolling update
 // (or one that is not this process's peer, see [WithRollingUpdate]). The
-// message names the folder and the processes that hold it. Two drivers
-// that each take every partition on a dynamic card for theirs destroy
-// each other's.
+// message names the folder and the processes that hold it; the error
+// wraps [statefile.ErrInUse] too. Two drivers that each take every
+// partition on a dynamic card for theirs destroy each other's.
 var ErrStateInUse = errors.New("partition state folder is in use by another process")
 
 // peer is who a rolling-update process is: the other instance of the
 // same driver and owner shares the folder with it.
-type peer struct {
-	Driver string `json:"driver"`
-	Owner  string `json:"owner"`
-	PID    int    `json:"pid"`
-}
-
-func (p peer) String() string {
-	if p.Driver == "" && p.Owner == "" {
-		return "process " + strconv.Itoa(p.PID) + " (WithSharedState)"
-	}
-	return fmt.Sprintf("process %d (driver %s of %s)", p.PID, p.Driver, p.Owner)
-}
+type peer struct{ Driver, Owner string }
 
 // folder is one state folder as this process holds it: the instance lock
 // and the per-card locks, shared by every Manager of the process on the
 // folder (a test's restarts, a driver that reopens it), so that two of
 // them take turns per card instead of refusing each other.
 type folder struct {
-	path  string
-	peer  *peer             // nil: the folder is this process's alone
-	locks []*statefile.Lock // the instance lock, and the slot of a peer
-	refs  int
+	path string
+	peer *peer // nil: the folder is this process's alone
+	lock *statefile.InstanceLock
+	refs int
 
 	mu    sync.Mutex
 	cards map[string]chan struct{}
@@ -98,143 +71,20 @@ func acquireFolder(dir string, p *peer) (*folder, error) {
 		f.refs++
 		return f, nil
 	}
-	f := &folder{path: abs, peer: p, refs: 1, cards: map[string]chan struct{}{}}
-	if p == nil {
-		err = f.lockAlone()
-	} else {
-		err = f.lockPeer()
+	var opts []statefile.InstanceOption
+	if p != nil {
+		opts = append(opts, statefile.As(p.Driver, p.Owner), statefile.RollingUpdate())
+	}
+	l, err := statefile.LockInstance(abs, lockName, opts...)
+	if errors.Is(err, statefile.ErrInUse) {
+		return nil, fmt.Errorf("%w: %w", ErrStateInUse, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock state folder: %w", err)
 	}
+	f := &folder{path: abs, peer: p, lock: l, refs: 1, cards: map[string]chan struct{}{}}
 	folders.m[abs] = f
 	return f, nil
-}
-
-// lockAlone takes the instance lock exclusively.
-func (f *folder) lockAlone() error {
-	l, err := statefile.TryAcquire(filepath.Join(f.path, lockFile), statefile.Held())
-	var locked *statefile.LockedError
-	if errors.As(err, &locked) {
-		holders := "a rolling update's processes"
-		if locked.HolderPID > 0 {
-			holders = "process " + strconv.Itoa(locked.HolderPID)
-		} else if names := f.peers(); names != "" {
-			holders = names
-		}
-		return fmt.Errorf("%w: %s is held by %s: run one driver per state folder (the two "+
-			"instances of a rolling update both need WithRollingUpdate)",
-			ErrStateInUse, f.path, holders)
-	}
-	if err != nil {
-		return fmt.Errorf("lock state folder: %w", err)
-	}
-	f.locks = []*statefile.Lock{l}
-	return nil
-}
-
-// lockPeer takes the instance lock shared and a free slot, under the
-// gate, after checking that the process in the other slot, if any, is
-// this one's peer; it records who this process is in its slot.
-func (f *folder) lockPeer() (err error) {
-	gate, err := statefile.Acquire(filepath.Join(f.path, gateFile))
-	if err != nil {
-		return fmt.Errorf("lock state folder: %w", err)
-	}
-	defer func() { _ = gate.Release() }()
-	defer func() {
-		if err != nil {
-			f.unlock()
-		}
-	}()
-	l, err := statefile.TryAcquire(filepath.Join(f.path, lockFile),
-		statefile.Shared(), statefile.Held())
-	var locked *statefile.LockedError
-	if errors.As(err, &locked) {
-		return fmt.Errorf("%w: %s is held by process %d, which runs without WithRollingUpdate",
-			ErrStateInUse, f.path, locked.HolderPID)
-	}
-	if err != nil {
-		return fmt.Errorf("lock state folder: %w", err)
-	}
-	f.locks = append(f.locks, l)
-	mine, others := -1, []peer{}
-	for i := range slots {
-		l, err := statefile.TryAcquire(slotLock(f.path, i), statefile.Held())
-		switch {
-		case errors.As(err, &locked):
-			others = append(others, readPeer(f.path, i, locked.HolderPID))
-		case err != nil:
-			return fmt.Errorf("lock state folder: %w", err)
-		case mine < 0:
-			mine = i
-			f.locks = append(f.locks, l)
-		default:
-			_ = l.Release() // free: nobody's
-		}
-	}
-	if mine < 0 {
-		return fmt.Errorf("%w: %s is held by %s and %s, the two instances of a rolling update: "+
-			"a third process is refused", ErrStateInUse, f.path, others[0], others[1])
-	}
-	for _, o := range others {
-		if o.Driver != f.peer.Driver || o.Owner != f.peer.Owner {
-			me := *f.peer
-			me.PID = os.Getpid()
-			return fmt.Errorf("%w: %s is held by %s, and %s is not the other instance of its "+
-				"rolling update (another release of the driver on this node?)",
-				ErrStateInUse, f.path, o, me)
-		}
-	}
-	me := *f.peer
-	me.PID = os.Getpid()
-	b, _ := json.Marshal(me)
-	if err := statefile.WriteFile(slotRecord(f.path, mine), b); err != nil {
-		return fmt.Errorf("lock state folder: record this process: %w", err)
-	}
-	return nil
-}
-
-// readPeer is the record of the process that holds slot i (pid, from its
-// lock), as far as it says.
-func readPeer(dir string, i, pid int) peer {
-	var p peer
-	if b, err := os.ReadFile(slotRecord(dir, i)); err == nil {
-		_ = json.Unmarshal(b, &p)
-	}
-	if pid > 0 {
-		p.PID = pid
-	}
-	return p
-}
-
-// peers names the processes of a rolling update that hold the folder,
-// for a message.
-func (f *folder) peers() string {
-	gate, err := statefile.Acquire(filepath.Join(f.path, gateFile))
-	if err != nil {
-		return ""
-	}
-	defer func() { _ = gate.Release() }()
-	var names []string
-	for i := range slots {
-		l, err := statefile.TryAcquire(slotLock(f.path, i), statefile.Held())
-		var locked *statefile.LockedError
-		if errors.As(err, &locked) {
-			names = append(names, readPeer(f.path, i, locked.HolderPID).String())
-		} else if err == nil {
-			_ = l.Release()
-		}
-	}
-	return strings.Join(names, " and ")
-}
-
-// unlock releases the locks taken, the last first.
-func (f *folder) unlock() {
-	for i := len(f.locks) - 1; i >= 0; i-- {
-		_ = f.locks[i].Release()
-	}
-	f.locks = nil
 }
 
 // release drops one reference; the last releases the instance lock.
@@ -245,8 +95,7 @@ func (f *folder) release() error {
 		return nil
 	}
 	delete(folders.m, f.path)
-	f.unlock()
-	return nil
+	return f.lock.Release()
 }
 
 func (f *folder) card(card string) chan struct{} {

@@ -35,8 +35,9 @@ func template(t testing.TB, set ...string) rendered {
 // TestChartRollingUpdate: the DaemonSet upgrades without a gap, the
 // kubelet's seamless plugin upgrade: a new pod beside the old one
 // (maxSurge 1, maxUnavailable 0), the driver told its pod's UID
-// (driver.WithRollingUpdate), no host port that would keep the new pod
-// off the node, and exec probes through the pod's own probe socket.
+// (driver.WithRollingUpdate) and its DaemonSet (the owner that pairs
+// the two pods), no host port that would keep the new pod off the node,
+// and exec probes through the pod's own probe socket.
 func TestChartRollingUpdate(t *testing.T) {
 	ds := template(t).ds[0]
 	u := ds.Spec.UpdateStrategy
@@ -51,6 +52,12 @@ func TestChartRollingUpdate(t *testing.T) {
 	}
 	if !slices.Contains(c.Args, "--pod-uid=$(POD_UID)") || !slices.Contains(c.Args, "--probe-socket=/tmp/probe.sock") {
 		t.Errorf("args %v lack --pod-uid=$(POD_UID) or --probe-socket=/tmp/probe.sock", c.Args)
+	}
+	// The owner the driver's instance locks pair its pods by: this
+	// DaemonSet, so that another release's pods are refused.
+	if owner := "--rolling-update-owner=" + ds.Namespace + "/" + ds.Name; ds.Namespace == "" ||
+		!slices.Contains(c.Args, owner) {
+		t.Errorf("args %v lack %s", c.Args, owner)
 	}
 	uid := false
 	for _, e := range c.Env {

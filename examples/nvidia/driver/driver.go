@@ -135,9 +135,9 @@ var hostProc = "/proc"
 type options struct {
 	profiles []string
 	stateDir string
-	// sharedState: the state folder is shared with the other pod of a
-	// rolling update (WithRollingUpdate).
-	sharedState bool
+	// updateOwner: the state folder is shared with the other pod of a
+	// rolling update of this owner (WithRollingUpdate); empty: alone.
+	updateOwner string
 	sysfsRoot   string
 	simulated   *bool
 
@@ -280,14 +280,23 @@ func WithStateDir(dir string) Option {
 }
 
 // WithRollingUpdate lets this driver share its state folder with the
-// other process of a rolling update (the runtime's
-// driver.WithRollingUpdate, which every process of the update must use
-// too): both take the lifecycle's instance lock shared, any third process
-// is still refused, and the work on each GPU is serialized between them
-// (lifecycle.WithSharedState). Without it, the new pod of a surge update
-// fails at start while the old one holds the folder.
-func WithRollingUpdate() Option {
-	return func(o *options) error { o.sharedState = true; return nil }
+// other pod of its rolling update: the DaemonSet named owner (its
+// namespace/name, the chart's --rolling-update-owner), whose pods run the
+// runtime with driver.WithRollingUpdate and the same
+// driver.WithRollingUpdateOwner. The lifecycle's instance lock then admits
+// the two pods of the update, refuses a third process and a process of
+// another owner (a second release of the driver on the node), and the work
+// on each GPU is serialized between the two (lifecycle.WithRollingUpdate).
+// Without it, the new pod of a surge update fails at start while the old
+// one holds the folder.
+func WithRollingUpdate(owner string) Option {
+	return func(o *options) error {
+		if owner == "" {
+			return errors.New("rolling update: empty owner")
+		}
+		o.updateOwner = owner
+		return nil
+	}
 }
 
 // WithSysfsRoot reads the GPUs' PCI topology from dir instead of /sys.
@@ -381,8 +390,8 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 	// (a GPU comes up from a reset without them).
 	lopts := []lifecycle.Option{lifecycle.WithDynamicCards(dynamic...), lifecycle.WithoutFsync(),
 		lifecycle.WithRepublish(d.kickWatch, o.republishDelay, o.republishInterval)}
-	if o.sharedState {
-		lopts = append(lopts, lifecycle.WithSharedState())
+	if o.updateOwner != "" {
+		lopts = append(lopts, lifecycle.WithRollingUpdate(DriverName, o.updateOwner))
 	}
 	d.lc, err = lifecycle.Open(o.stateDir, d.tool, d.keyOf, lopts...)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -346,16 +347,24 @@ func TestWholeGPUBlockedByOtherClientsSaysSo(t *testing.T) {
 	}
 }
 
-// The child of TestSecondDriverProcessIsRefused: a driver that holds the
-// state folder until it is killed.
+// holdEnv carries a holdJob to TestHoldStateHelperProcess.
 const holdEnv = "DRAKIT_NVIDIA_HOLD_STATE"
 
+// holdJob is a driver process that holds a state folder: alone, or with
+// Owner as a pod of Owner's rolling update with Dynamic GPUs.
+type holdJob struct {
+	Sim, State, Owner string
+	Dynamic           []string
+}
+
+// The child of holdState: a driver that holds the state folder until it
+// is killed.
 func TestHoldStateHelperProcess(t *testing.T) {
 	raw := os.Getenv(holdEnv)
 	if raw == "" {
-		t.Skip("runs only as the child of TestSecondDriverProcessIsRefused")
+		t.Skip("runs only as the child of holdState")
 	}
-	var job struct{ Sim, State string }
+	var job holdJob
 	if err := json.Unmarshal([]byte(raw), &job); err != nil {
 		t.Fatal(err)
 	}
@@ -363,21 +372,24 @@ func TestHoldStateHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(s, "node-1", WithStateDir(job.State)); err != nil {
+	opts := []Option{WithStateDir(job.State)}
+	if job.Owner != "" {
+		opts = append(opts, WithDynamicGPUs(job.Dynamic...), WithRollingUpdate(job.Owner))
+	}
+	if _, err := New(s, "node-1", opts...); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("ready\n")
 	select {}
 }
 
-// A second driver process on the same state folder (its own plugin,
-// registrar and CDI folders) is refused at start: it would take every
-// MIG device of the first for its own and destroy the ones in use.
-func TestSecondDriverProcessIsRefused(t *testing.T) {
-	n := newNode(t, "dgx-h200")
-	job, _ := json.Marshal(struct{ Sim, State string }{filepath.Join(filepath.Dir(n.state), "gpus.json"), n.state})
+// holdState starts a driver process of job and waits until it holds the
+// state folder; the test kills it by its PID in the end.
+func holdState(t *testing.T, job holdJob) *exec.Cmd {
+	t.Helper()
+	raw, _ := json.Marshal(job)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldStateHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holdEnv+"="+string(job))
+	cmd.Env = append(os.Environ(), holdEnv+"="+string(raw))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -385,12 +397,21 @@ func TestSecondDriverProcessIsRefused(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	buf := make([]byte, 6)
-	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
 		t.Fatalf("child: %q, %v", buf, err)
 	}
-	_, err = New(n.sim, "node-1", WithStateDir(n.state))
+	return cmd
+}
+
+// A second driver process on the same state folder (its own plugin,
+// registrar and CDI folders) is refused at start: it would take every
+// MIG device of the first for its own and destroy the ones in use.
+func TestSecondDriverProcessIsRefused(t *testing.T) {
+	n := newNode(t, "dgx-h200")
+	holdState(t, holdJob{Sim: filepath.Join(filepath.Dir(n.state), "gpus.json"), State: n.state})
+	_, err := New(n.sim, "node-1", WithStateDir(n.state))
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("a second driver process on the state folder: %v, want a refusal", err)
 	}

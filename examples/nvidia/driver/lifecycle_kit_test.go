@@ -58,7 +58,7 @@ func migKit() lifecycletest.Config {
 			}
 			opts := []Option{WithStateDir(n.State), WithDynamicGPUs(kitDynamicGPUs...)}
 			if n.Owner != "" {
-				opts = append(opts, WithRollingUpdate())
+				opts = append(opts, WithRollingUpdate(n.Owner))
 			}
 			return New(sim, n.Name, opts...)
 		},
@@ -76,10 +76,6 @@ func migKit() lifecycletest.Config {
 			lifecycletest.Unprepare("b"),
 			lifecycletest.Unprepare("d"),
 		},
-		// The driver's WithRollingUpdate does not name its owner (it takes
-		// the lifecycle's instance lock with WithSharedState): a second
-		// release of it on the node is not told from its rolling update.
-		Skip: []string{"rolling-update/second-release"},
 	}
 }
 

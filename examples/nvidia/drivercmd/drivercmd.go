@@ -161,6 +161,11 @@ func Run(args []string, opts ...Option) error {
 		if kopts, err = std.Options(); err != nil {
 			return err
 		}
+		if std.PodUID != "" && std.RollingUpdateOwner == "" {
+			return errors.New("--pod-uid (a rolling update) needs --rolling-update-owner, the " +
+				"DaemonSet's namespace/name: the other pod of its update is admitted to the " +
+				"node's folders, a second release of the driver is refused")
+		}
 	}
 	dir := *stateDir
 	if dir == "" {
@@ -275,7 +280,7 @@ func Run(args []string, opts ...Option) error {
 	if std.PodUID != "" && chk == nil {
 		// The runtime runs with WithRollingUpdate (std.Options): the
 		// surge pod shares the state folder with the old one.
-		dopts = append(dopts, nvdriver.WithRollingUpdate())
+		dopts = append(dopts, nvdriver.WithRollingUpdate(std.RollingUpdateOwner))
 	}
 	node := std.NodeName
 	if chk != nil {

@@ -107,6 +107,9 @@ func (j *job) run(c Config) error {
 	if j.PodUID != "" {
 		opts = append(opts, driver.WithRollingUpdate(types.UID(j.PodUID)))
 	}
+	if j.Owner != "" {
+		opts = append(opts, driver.WithRollingUpdateOwner(j.Owner))
+	}
 	rt, err := driver.New(c.Driver, opts...)
 	if err != nil {
 		return err
