@@ -158,10 +158,7 @@ func (l *Ledger) Pools() []string {
 }
 
 // IsOpen reports whether d is Open.
-func (l *Ledger) IsOpen(d Device) bool {
-	_, ok := slices.BinarySearchFunc(l.Open, d, compareDevices)
-	return ok
-}
+func (l *Ledger) IsOpen(d Device) bool { return slices.Contains(l.Open, d) }
 
 // Holder returns the claims that hold d, in Held's order.
 func (l *Ledger) Holder(d Device) []ClaimRef {

@@ -144,11 +144,13 @@ func (s *Store) cached(name string) *corev1.ConfigMap {
 func (s *Store) Update(ctx context.Context, node string, create bool, change func(*Ledger) error) (*Ledger, error) {
 	name := s.Name(node)
 	cm := s.cached(name)
+	fromCache := cm != nil
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("update the layout ledger of node %s: %w", node, err)
 		}
 		if cm == nil || attempt > 0 {
+			fromCache = false
 			got, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
@@ -174,6 +176,11 @@ func (s *Store) Update(ctx context.Context, node string, create bool, change fun
 		}
 		next := cur.Clone()
 		if err := change(next); err != nil {
+			if fromCache {
+				// Decided on the cached version: decide again on the
+				// API server's before failing (a device opened since).
+				continue
+			}
 			return nil, err
 		}
 		if cm != nil && reflect.DeepEqual(cur, next) {
