@@ -36,8 +36,8 @@ type Flags struct {
 	// ReusePort opens the port with SO_REUSEPORT (WithReusePort).
 	ReusePort bool
 	// Drain is WithDrain's.
-	Drain time.Duration
-	newClient         func(kubeconfig string) (kubernetes.Interface, error)
+	Drain     time.Duration
+	newClient func(kubeconfig string) (kubernetes.Interface, error)
 }
 
 // Register adds the flags to fs.

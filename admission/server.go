@@ -25,8 +25,8 @@ type Server struct {
 	cert     atomic.Pointer[tls.Certificate]
 	ready    atomic.Bool
 	draining atomic.Bool
-	addr    atomic.Pointer[string]
-	started chan struct{}
+	addr     atomic.Pointer[string]
+	started  chan struct{}
 }
 
 // Option configures a [Server].
