@@ -15,6 +15,7 @@ import (
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/ledger"
 )
 
 // synthFleet is a shape "drakit bench sched" builds itself instead of
@@ -211,8 +212,9 @@ func drakitFleet(edit func([]*resourceapi.ResourceSlice) []*resourceapi.Resource
 // 1g device through the driver's profile class.
 func drakitLayoutFleet() (*synthFleet, error) {
 	profiles := mig.DefaultProfiles(mustProduct("NVIDIA H200"))
-	demand := layoutDemand{profiles[0]: 56}
-	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(demand)})
+	demand := partition.Demand{profiles[0]: 56}
+	agent := ledger.NewMemoryAgent("proto", demand, nvdriver.LayoutOptions()...)
+	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(agent)})
 	if err != nil {
 		return nil, err
 	}
@@ -222,13 +224,6 @@ func drakitLayoutFleet() (*synthFleet, error) {
 		request: resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass(profiles[0])},
 	}, nil
 }
-
-// layoutDemand is a layout source with nothing allocated and a fixed
-// demand.
-type layoutDemand partition.Demand
-
-func (layoutDemand) Allocated(string) []string  { return nil }
-func (d layoutDemand) Demand() partition.Demand { return partition.Demand(d) }
 
 func mustProduct(name string) *mig.Product {
 	p, err := mig.Lookup(name)

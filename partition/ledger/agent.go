@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/drakit/drakit/partition"
 )
@@ -47,6 +49,17 @@ type Agent struct {
 	store *Store
 	node  string
 	opts  []partition.Option
+
+	mu       sync.Mutex
+	onChange []func()
+}
+
+// OnChange registers f, called (from Run's goroutine) after every version
+// of the node's ledger Run sees. Call it before Run.
+func (a *Agent) OnChange(f func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onChange = append(a.onChange, f)
 }
 
 // NewAgent returns the agent of node, publishing in PoolName(node) (and
@@ -63,12 +76,16 @@ func NewAgent(store *Store, node string, opts ...partition.Option) (*Agent, erro
 func (a *Agent) Pool() string { return PoolName(a.node) }
 
 // Run watches the node's ledger (a field selector on its name) and calls
-// onChange, from one goroutine, after every version it sees, until ctx
-// is done. synced, when not nil, is closed after the first list.
-func (a *Agent) Run(ctx context.Context, onChange func(), synced chan<- struct{}) error {
+// the OnChange functions, from one goroutine, after every version it
+// sees, until ctx is done; Sync then starts from the version seen.
+// synced, when not nil, is closed after the first list.
+func (a *Agent) Run(ctx context.Context, synced chan<- struct{}) error {
 	return a.store.Watch(ctx, a.node, func(string, *Ledger) {
-		if onChange != nil {
-			onChange()
+		a.mu.Lock()
+		fs := slices.Clone(a.onChange)
+		a.mu.Unlock()
+		for _, f := range fs {
+			f()
 		}
 	}, synced)
 }
@@ -103,4 +120,44 @@ func (a *Agent) Sync(ctx context.Context, cards []AgentCard) (*Ledger, []partiti
 		return nil, nil, nil, err
 	}
 	return l, layout, withheld, nil
+}
+
+// MemoryAgent is an Agent whose ledger lives in memory, seeded, with a
+// fixed Demand and nothing held: what a node publishes for that demand
+// when no claim holds anything. For checks and benchmarks that run a
+// driver without an API server; never for a node that serves claims.
+// It is safe for concurrent use.
+type MemoryAgent struct {
+	node string
+	opts []partition.Option
+	mu   sync.Mutex
+	l    *Ledger
+}
+
+// NewMemoryAgent returns the MemoryAgent of node with demand (opts as
+// for NewAgent).
+func NewMemoryAgent(node string, demand partition.Demand, opts ...partition.Option) *MemoryAgent {
+	d := partition.Demand{}
+	for k, v := range demand {
+		d[k] = v
+	}
+	return &MemoryAgent{node: node, opts: opts, l: &Ledger{Node: node, Seeded: true, Demand: d}}
+}
+
+// Pool is the node's layout pool name.
+func (a *MemoryAgent) Pool() string { return PoolName(a.node) }
+
+// Sync is Agent.Sync on the ledger in memory.
+func (a *MemoryAgent) Sync(_ context.Context, cards []AgentCard) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	withheld, err := a.l.Publish(a.Pool(), cards, a.opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	layout, err := a.l.Layout(a.Pool(), cards, a.opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return a.l.Clone(), layout, withheld, nil
 }

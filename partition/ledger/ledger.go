@@ -74,16 +74,6 @@ type Card struct {
 	NoWhole bool `json:"noWhole,omitempty"`
 }
 
-// Reservation keeps a card's free space for a profile that fits nowhere
-// yet: its agent opens nothing else on the card (Publish), so that the
-// partitions on it drain until the profile fits.
-type Reservation struct {
-	// Card is the card's index.
-	Card int `json:"card"`
-	// Profile is the profile the card is kept for.
-	Profile string `json:"profile"`
-}
-
 // Ledger is a node's layout ledger: the one record of which of the
 // node's layout devices may be allocated (Open) and which claims hold
 // (Held). It is changed only by compare-and-swap (Store.Update), and
@@ -117,8 +107,10 @@ type Ledger struct {
 	Held []Hold `json:"held,omitempty"`
 	// Demand is what the planner asks the node to lay out for.
 	Demand partition.Demand `json:"demand,omitempty"`
-	// Reserved are cards the planner keeps for a larger profile.
-	Reserved []Reservation `json:"reserved,omitempty"`
+	// Reserved are cards the planner keeps for a larger profile that fits
+	// nowhere yet (partition.AssignFleet): the agent opens nothing else
+	// on them, so that their partitions drain.
+	Reserved []partition.ReservedCard `json:"reserved,omitempty"`
 }
 
 // Clone returns a deep copy.

@@ -275,6 +275,25 @@ func (s *Store) Watch(ctx context.Context, node string, onChange func(node strin
 	return ctx.Err()
 }
 
+// CachedAll returns every ledger Watch has seen (or Update written), by
+// node; a ledger that does not decode is left out.
+func (s *Store) CachedAll() map[string]*Ledger {
+	s.mu.Lock()
+	cms := make([]*corev1.ConfigMap, 0, len(s.latest))
+	for _, cm := range s.latest {
+		cms = append(cms, cm)
+	}
+	s.mu.Unlock()
+	out := make(map[string]*Ledger, len(cms))
+	for _, cm := range cms {
+		n := cm.Annotations[AnnotationNode]
+		if l, err := s.decode(cm, n); err == nil {
+			out[n] = l
+		}
+	}
+	return out
+}
+
 // Cached returns node's ledger as last seen by Watch or written by
 // Update (nil when none), with its resourceVersion.
 func (s *Store) Cached(node string) (*Ledger, string) {

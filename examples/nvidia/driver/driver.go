@@ -134,7 +134,7 @@ type options struct {
 	ignoredXIDs       map[uint64]bool
 	root              DriverRoot
 	editor            ContainerEditor // nil: nodeEditor
-	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
+	layoutSrc         LayoutLedger    // WithMIGLayout; nil: every placement
 }
 
 // WithFullMIGAttributes publishes dynamic MIG devices with every GPU fact
