@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"maps"
 	"os/exec"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/admission"
@@ -27,15 +29,15 @@ const dynamicGPU = "dynamicMIGGPUs=0"
 // TestChartLayoutPublication: with a dynamic GPU, the default
 // (migPublication=layout) gives the driver --mig-publication=layout and
 // runs the webhook (webhook.enabled auto; false is refused with a
-// message); the webhook then runs with --layout-allocations (its other
-// arguments unchanged), its configuration gets a second entry equal to
+// message) and the planner; the webhook then runs with
+// --layout-allocations and --layout-namespace (its other arguments
+// unchanged), its configuration gets a second entry equal to
 // admission.LayoutWebhook (UPDATE of resourceclaims/status at
-// admission.LayoutPath, only writes that allocate a device of this
-// driver, failurePolicy webhook.layoutFailurePolicy, Fail by default),
-// beside the configuration check unchanged, and its ServiceAccount may
-// get, list and watch ResourceSlices, nothing more. No
-// ValidatingAdmissionPolicy is installed (the one that did this before
-// was evaluated once per ResourceSlice in the cluster).
+// admission.LayoutPath, only writes that allocate a device of a layout
+// pool of this driver, failurePolicy webhook.layoutFailurePolicy, Fail by
+// default), beside the configuration check unchanged, and its
+// ServiceAccount may get, list, watch and update ConfigMaps of the
+// release's namespace (the ledgers), nothing more.
 // migPublication=placements leaves the driver's and the webhook's
 // arguments and the webhook's configuration as they were before the
 // layout existed; so does the default without a dynamic GPU (none set,
@@ -144,8 +146,9 @@ func TestChartLayoutPublication(t *testing.T) {
 		t.Errorf("migPublication=layout changes other args (-default +layout):\n%s", diff)
 	}
 	rest, n = without(webhookArgs(r), "--layout-allocations")
-	if n != 1 {
-		t.Errorf("migPublication=layout: webhook args %v, want --layout-allocations once", webhookArgs(r))
+	rest, m := without(rest, "--layout-namespace="+deploy.Namespace)
+	if n != 1 || m != 1 {
+		t.Errorf("migPublication=layout: webhook args %v, want --layout-allocations and --layout-namespace once", webhookArgs(r))
 	}
 	if diff := cmp.Diff(webhookArgs(def), rest); diff != "" {
 		t.Errorf("migPublication=layout changes the webhook's other args (-default +layout):\n%s", diff)
@@ -166,10 +169,29 @@ func TestChartLayoutPublication(t *testing.T) {
 	if diff := cmp.Diff(want, ws[1]); diff != "" {
 		t.Errorf("the chart's layout webhook differs from admission.LayoutWebhook (-want +got):\n%s", diff)
 	}
-	wantGrants := append(grants(def), "/resource.k8s.io/resourceslices/get/*", "/resource.k8s.io/resourceslices/list/*", "/resource.k8s.io/resourceslices/watch/*")
-	sort.Strings(wantGrants)
-	if diff := cmp.Diff(wantGrants, grants(r)); diff != "" {
-		t.Errorf("the webhook's cluster grants with migPublication=layout (-want +got):\n%s", diff)
+	if diff := cmp.Diff(grants(def), grants(r)); diff != "" {
+		t.Errorf("the webhook's cluster grants with migPublication=layout (-placements +layout):\n%s", diff)
+	}
+	var nsGrants []string
+	for _, role := range r.roles {
+		if role.Name == webhookName+"-layout" {
+			nsGrants = append(nsGrants, rules(role.Namespace, role.Rules)...)
+		}
+	}
+	sort.Strings(nsGrants)
+	wantNS := []string{deploy.Namespace + "//configmaps/get/*", deploy.Namespace + "//configmaps/list/*",
+		deploy.Namespace + "//configmaps/update/*", deploy.Namespace + "//configmaps/watch/*"}
+	if diff := cmp.Diff(wantNS, nsGrants); diff != "" {
+		t.Errorf("the webhook's grants on the ledgers (-want +got):\n%s", diff)
+	}
+	planners := 0
+	for _, d := range r.deployments {
+		if d.Name == deploy.DaemonSet+"-planner" {
+			planners++
+		}
+	}
+	if planners != 1 {
+		t.Errorf("migPublication=layout: %d planner Deployments, want 1", planners)
 	}
 
 	// The failure policy is a value; by URL, the guard's path.
@@ -186,9 +208,9 @@ func TestChartLayoutPublication(t *testing.T) {
 	// text), the same role and its binding to the webhook.
 	cm := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", dynamicGPU,
 		"--set", "webhook.certManager.enabled=true")
-	if strings.Count(cm, "name: "+webhookName+"-layout\n") != 3 || !strings.Contains(cm, "resources: [resourceslices]\n    verbs: [get, list, watch]") ||
+	if strings.Count(cm, "name: "+webhookName+"-layout\n") != 3 || !strings.Contains(cm, "resources: [configmaps]\n    verbs: [get, list, watch, update]") ||
 		!strings.Contains(cm, "- --layout-allocations") {
-		t.Errorf("with cert-manager: the webhook's ClusterRole %s-layout, its binding or --layout-allocations missing", webhookName)
+		t.Errorf("with cert-manager: the webhook's Role %s-layout, its binding or --layout-allocations missing", webhookName)
 	}
 
 	refused := func(want string, set ...string) {
@@ -212,5 +234,55 @@ func TestChartLayoutPublication(t *testing.T) {
 	for _, bad := range []string{"bogus", "Layout", ""} {
 		refused(`migPublication must be layout (each GPU's current layout, the default) or placements`, "migPublication="+bad)
 		refused(`not "`+bad+`"`, "migPublication="+bad)
+	}
+}
+
+// TestChartLayoutCritical: with the layout, the webhook is a critical
+// component: 2 replicas, a PodDisruptionBudget that keeps one (selecting
+// exactly its pods), spread across nodes, a priority class, a drain
+// (--drain) shorter than its grace period; the planner runs one
+// leader-elected replica with a priority class. With replicas=1 there is
+// no PDB (it would block every drain).
+func TestChartLayoutCritical(t *testing.T) {
+	r := template(t, dynamicGPU)
+	var web, planner *appsv1.Deployment
+	for _, d := range r.deployments {
+		switch d.Name {
+		case webhookName:
+			web = d
+		case deploy.DaemonSet + "-planner":
+			planner = d
+		}
+	}
+	if web == nil || planner == nil {
+		t.Fatalf("webhook %v, planner %v", web != nil, planner != nil)
+	}
+	spec := web.Spec.Template.Spec
+	if web.Spec.Replicas == nil || *web.Spec.Replicas != 2 {
+		t.Errorf("webhook replicas %v, want 2", web.Spec.Replicas)
+	}
+	if spec.PriorityClassName != "system-cluster-critical" {
+		t.Errorf("webhook priority class %q", spec.PriorityClassName)
+	}
+	if len(spec.TopologySpreadConstraints) != 1 || spec.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" ||
+		!mapsContain(web.Spec.Template.Labels, spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels) {
+		t.Errorf("webhook spread %+v", spec.TopologySpreadConstraints)
+	}
+	if !slices.Contains(spec.Containers[0].Args, "--drain=5s") || spec.TerminationGracePeriodSeconds == nil ||
+		*spec.TerminationGracePeriodSeconds < 15 {
+		t.Errorf("webhook drain: args %v, grace %v", spec.Containers[0].Args, spec.TerminationGracePeriodSeconds)
+	}
+	if len(r.pdbs) != 1 || r.pdbs[0].Spec.MinAvailable == nil || r.pdbs[0].Spec.MinAvailable.IntValue() != 1 ||
+		!maps.Equal(r.pdbs[0].Spec.Selector.MatchLabels, web.Spec.Selector.MatchLabels) {
+		t.Errorf("webhook PDBs %+v, want one keeping 1 of the webhook's pods", r.pdbs)
+	}
+	if one := template(t, dynamicGPU, "webhook.replicas=1"); len(one.pdbs) != 0 {
+		t.Errorf("webhook.replicas=1 renders %d PDBs", len(one.pdbs))
+	}
+	pspec := planner.Spec.Template.Spec
+	if pspec.PriorityClassName != "system-cluster-critical" ||
+		!slices.Contains(pspec.Containers[0].Args, "--lease-name="+deploy.DaemonSet+"-planner") ||
+		!slices.Contains(pspec.Containers[0].Args, "planner") {
+		t.Errorf("planner: priority %q, args %v", pspec.PriorityClassName, pspec.Containers[0].Args)
 	}
 }
