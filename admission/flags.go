@@ -129,11 +129,20 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 }
 
 // loadClient is the client of driverflag.LoadRESTConfig.
+// WebhookQPS is the client-side rate limit of the webhook's client made
+// from Flags (requests per second; the burst is twice as many).
+const WebhookQPS = 200
+
 func loadClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := driverflag.LoadRESTConfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
+	// On the allocation path, a layout admission reads and writes its
+	// node's ledger: client-go's default 5 requests/s would queue a burst
+	// past the webhook's timeout. The API server's priority and fairness
+	// protects it.
+	cfg.QPS, cfg.Burst = WebhookQPS, 2*WebhookQPS
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -70,9 +71,11 @@ func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resour
 	return c
 }
 
-// staleMessage is what the layout webhook says of device in pool.
-func staleMessage(device, pool string) string {
-	return "device " + device + " of pool " + pool + " (driver " + nvdriver.DriverName + ") was allocated from an older publication of the layout"
+// staleMessage is what the layout webhook says of device of node's
+// layout pool.
+func staleMessage(device, node string) string {
+	return "device " + ledger.PoolName(node) + "/" + device + " (driver " + nvdriver.DriverName + ") on node " + node +
+		": not open for allocation in the node's layout ledger"
 }
 
 // layoutValues are the chart's values of the layout publication (its
@@ -179,45 +182,50 @@ func asWebhook(t *testing.T, env *testenv.Env) string {
 
 // TestLayoutWebhook installs the chart with migPublication=layout and
 // the webhook (by URL, on the host's network) on a real API server, runs
-// the webhook its Deployment describes (serveChartWebhook) as its
+// the two replicas its Deployment describes (serveChartWebhook: the
+// Deployment's arguments, --reuse-port sharing one port) as its
 // ServiceAccount (the chart's RBAC: its Secret, its configuration's
-// caBundle, the driver's ResourceSlices), and writes
-// allocations as the scheduler's PreBind does. ResourceSlices: the
-// driver's one-slice pool n1 (the layout publication) listing
-// gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1, a pool n2 of two slices, another
-// driver's slice for pool n1. An allocation of a device the current
-// slice of its pool lists is admitted; of one it does not list, or no
-// longer lists after the slice is updated, refused with a message that
-// names the claim and the device. Admitted too: a device of the
-// two-slice pool that only its other slice lists, another driver's
-// device, a device of a pool without slices; and every write that does
-// not allocate: the driver's status.devices and the scheduler's
-// reservedFor on a claim whose device is no longer published,
-// deallocation. (admission.TestLayoutOnAPIServer checks the same of the
-// SDK's webhook, and what happens while it is down.)
+// caBundle, the ledgers' ConfigMaps), and writes allocations as the
+// scheduler's PreBind does. Node n1's ledger (seeded, as the planner
+// does) opens gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1. An allocation of an
+// open device is admitted; of a device that is not open, or that the
+// node closed since, refused with a message that names the claim and the
+// device; of a device of a node without a ledger, refused. Admitted
+// without the webhook: another driver's device, the driver's device of a
+// pool that is not a layout pool; and every write that does not
+// allocate. Then one of the two replicas is stopped (SIGTERM's path: it
+// drains) during a burst of 40 allocations: none is refused.
+// (admission.TestLayoutOnAPIServer checks the same of the SDK's webhook,
+// and what happens while no replica runs.)
 func TestLayoutWebhook(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	values := layoutValues(freeLocalPort(t))
 	helmInstall(t, ctx, env, values...)
-	// The webhook as its ServiceAccount: the chart's grants suffice.
-	serveChartWebhook(t, ctx, asWebhook(t, env), template(t, values...))
+	r := template(t, values...)
+	for _, d := range r.deployments {
+		if d.Name == webhookName && (d.Spec.Replicas == nil || *d.Spec.Replicas != 2) {
+			t.Fatalf("the webhook Deployment runs %v replicas, want 2", d.Spec.Replicas)
+		}
+	}
+	// The two replicas, as their ServiceAccount: the chart's grants suffice.
+	stopFirst := serveChartWebhook(t, ctx, asWebhook(t, env), r)
+	serveChartWebhook(t, ctx, asWebhook(t, env), r)
 	const ns, other = "layout", "other.example.com"
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rs := env.Client.ResourceV1().ResourceSlices()
-	n1 := layoutSlice("n1-layout", nvdriver.DriverName, "n1", "n1", 1, "gpu-0-1g-18gb-0", "gpu-0-1g-18gb-1")
-	for _, s := range []*resourceapi.ResourceSlice{
-		n1,
-		layoutSlice("n2-0", nvdriver.DriverName, "n2", "n2", 2, "gpu-0"),
-		layoutSlice("n2-1", nvdriver.DriverName, "n2", "n2", 2, "gpu-1"),
-		layoutSlice("n1-other", other, "n1", "n1", 1, "dev-0"),
-	} {
-		if _, err := rs.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	store, err := ledger.NewStore(env.Client, deploy.Namespace, nvdriver.DriverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pool = "n1/layout"
+	if _, err := store.Update(ctx, "n1", true, func(l *ledger.Ledger) error {
+		l.Seeded, l.Open = true, []ledger.Device{{Pool: pool, Name: "gpu-0-1g-18gb-0"}, {Pool: pool, Name: "gpu-0-1g-18gb-1"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	claims := env.Client.ResourceV1().ResourceClaims(ns)
 	newClaim := func(name string) *resourceapi.ResourceClaim {
@@ -229,17 +237,13 @@ func TestLayoutWebhook(t *testing.T) {
 		return c
 	}
 	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
-	// untilStale waits until an allocation of device of pool n1 is
-	// refused (the API server reads the webhook's configuration, and the
-	// webhook the slices, through informers).
+	// The API server reads the webhook's configuration through an
+	// informer.
 	probe := newClaim("probe")
-	untilStale := func(device string) {
-		t.Helper()
-		untilRefused(t, ctx, "an allocation of "+device, func(ctx context.Context) error {
-			_, err := claims.UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, "n1", device), dryRun)
-			return err
-		}, staleMessage(device, "n1"))
-	}
+	untilRefused(t, ctx, "an allocation of a device that is not open", func(ctx context.Context) error {
+		_, err := claims.UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"), dryRun)
+		return err
+	}, staleMessage("gpu-0-1g-18gb-7", "n1"))
 	admitted := func(what string, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 		t.Helper()
 		got, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
@@ -250,50 +254,37 @@ func TestLayoutWebhook(t *testing.T) {
 		return got
 	}
 
-	untilStale("gpu-0-1g-18gb-7")
-	_, err := claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
-	refused(t, "allocate a device the slice does not list", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
+	_, err = claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
+	refused(t, "allocate a device that is not open", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
 	if err != nil && !strings.Contains(err.Error(), "claim "+ns+"/unlisted") {
 		t.Errorf("the refusal %q does not name the claim", err)
 	}
+	held := admitted("allocate an open device", allocate(newClaim("listed"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-0"))
+	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, pool, "gone"))
+	admitted("allocate the driver's device of a pool that is not a layout pool", allocate(newClaim("static"), nvdriver.DriverName, "n1", "gpu-3"))
+	_, err = claims.UpdateStatus(ctx, allocate(newClaim("no-ledger"), nvdriver.DriverName, "n3/layout", "gpu-0"), metav1.UpdateOptions{})
+	refused(t, "allocate a device of a node without a ledger", err, "not seeded")
 
-	held := admitted("allocate a listed device", allocate(newClaim("listed"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-0"))
-	admitted("allocate a device that only the other slice of a two-slice pool lists",
-		allocate(newClaim("two-slices"), nvdriver.DriverName, "n2", "gpu-1"))
-	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, "n1", "gone"))
-	admitted("allocate a device of a pool without slices", allocate(newClaim("no-pool"), nvdriver.DriverName, "n3", "gpu-0"))
-
-	// The driver re-lays the GPU out: gpu-0-1g-18gb-1 is withdrawn, and
-	// gpu-0-1g-18gb-0 too, which the claim "listed" holds (the driver
-	// never withdraws an allocated device; here the slice is written by
-	// hand to show that writes that do not allocate are not checked).
-	cur, err := rs.Get(ctx, n1.Name, metav1.GetOptions{})
-	if err != nil {
+	// The node lays the GPU out again: gpu-0-1g-18gb-1 closed, a 2g open.
+	if _, err := store.Update(ctx, "n1", false, func(l *ledger.Ledger) error {
+		l.Open = []ledger.Device{{Pool: pool, Name: "gpu-0-2g-35gb-2"}}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	cur.Spec.Devices = []resourceapi.Device{{Name: "gpu-0-2g-35gb-2"}}
-	cur.Spec.Pool.Generation++
-	if _, err := rs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	untilStale("gpu-0-1g-18gb-1")
-	untilStale("gpu-0-1g-18gb-0")
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("withdrawn"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
-	refused(t, "allocate a device the slice no longer lists", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
-	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), nvdriver.DriverName, "n1", "gpu-0-2g-35gb-2"))
+	_, err = claims.UpdateStatus(ctx, allocate(newClaim("withdrawn"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
+	refused(t, "allocate a device the node closed", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
+	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), nvdriver.DriverName, pool, "gpu-0-2g-35gb-2"))
 
 	withStatus := held.DeepCopy()
 	withStatus.Status.Devices = []resourceapi.AllocatedDeviceStatus{{
-		Driver: nvdriver.DriverName, Pool: "n1", Device: "gpu-0-1g-18gb-0",
+		Driver: nvdriver.DriverName, Pool: pool, Device: "gpu-0-1g-18gb-0",
 		Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)},
 	}}
-	held = admitted("the driver's status.devices of a claim whose device is no longer published", withStatus)
+	held = admitted("the driver's status.devices", withStatus)
 	reserve := held.DeepCopy()
 	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
-	held = admitted("reserve a claim whose device is no longer published", reserve)
-	// The resource claim controller drops the reservation of a pod that
-	// does not exist, changing the claim meanwhile: deallocate the claim
-	// as it is now, again on a conflict with it.
+	held = admitted("reserve the claim", reserve)
 	var got *resourceapi.ResourceClaim
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		now, err := claims.Get(ctx, held.Name, metav1.GetOptions{})
@@ -310,6 +301,42 @@ func TestLayoutWebhook(t *testing.T) {
 	case got.Status.Allocation != nil:
 		t.Errorf("the deallocated claim has allocation %+v", got.Status.Allocation)
 	}
+
+	// One replica stops during a burst.
+	const burst = 40
+	var open []ledger.Device
+	for i := range burst {
+		open = append(open, ledger.Device{Pool: "n2/layout", Name: fmt.Sprintf("gpu-%d", i)})
+	}
+	if _, err := store.Update(ctx, "n2", true, func(l *ledger.Ledger) error {
+		l.Seeded, l.Open = true, open
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	for i := range burst {
+		c := newClaim(fmt.Sprintf("burst-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+			if _, err := claims.UpdateStatus(ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name), metav1.UpdateOptions{}); err != nil {
+				errs <- fmt.Errorf("burst-%d: %w", i, err)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopFirst()
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		n++
+		t.Errorf("a replica stopped during a burst: %v", err)
+	}
+	t.Logf("a replica stopped during a burst of %d allocations: %d refused", burst, n)
 }
 
 // BenchmarkLayoutWebhook measures the layout webhook's price on a real

@@ -42,6 +42,9 @@ func runPlanner(args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", PlannerCommand, err)
 	}
+	// One component for the fleet: client-go's default 5 requests/s would
+	// queue the ledgers' writes of a burst.
+	cfg.QPS, cfg.Burst = 100, 200
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", PlannerCommand, err)
