@@ -114,6 +114,7 @@ type acard struct {
 	free   map[string]bool // free partitions ("profile@start") not taken
 	reserv string          // reserved for this profile
 	relaid bool
+	used   int // compute units in use or assigned
 }
 
 // anode is a node's working state.
@@ -175,7 +176,10 @@ func AssignFleet(nodes []Node, reqs []PendingRequest, opts ...AssignOption) (*Fl
 			if err != nil {
 				return nil, fmt.Errorf("assign fleet: %w: node %s card %d: %w", ErrFleet, n.Name, c.Index, err)
 			}
-			ac := &acard{node: i, c: c, st: st, whole: c.WholeInUse, free: map[string]bool{}}
+			ac := &acard{node: i, c: c, st: st, whole: c.WholeInUse, free: map[string]bool{}, used: computeOf(c.Scheme, c.InUse)}
+			if c.WholeInUse {
+				ac.used = c.Scheme.Compute.Count
+			}
 			for _, in := range c.Free {
 				ac.free[in.Profile+"@"+fmt.Sprint(in.Start)] = true
 			}
@@ -291,20 +295,23 @@ func (p pick) apply(an *anode) {
 	c := p.card
 	an.demand[p.profile]++
 	s := c.c.Scheme
+	n := 0
 	switch {
 	case p.profile == WholeCard:
 		c.whole = true
-		an.used += s.Compute.Count
+		n = s.Compute.Count
 	case p.freeKey != "":
 		delete(c.free, p.freeKey)
 		if si := s.slotOfKey(p.freeKey); si >= 0 {
 			s.add(&c.st, si)
-			an.used += s.Profiles[s.slots[si].prof].Compute
+			n = s.Profiles[s.slots[si].prof].Compute
 		}
 	default:
 		s.add(&c.st, p.slot)
-		an.used += s.Profiles[s.slots[p.slot].prof].Compute
+		n = s.Profiles[s.slots[p.slot].prof].Compute
 	}
+	an.used += n
+	c.used += n
 	if p.cost > 0 {
 		c.relaid, an.relaid = true, true
 	}
@@ -448,9 +455,8 @@ func reserve(ns []*anode, byName map[string]int, cands []string, r PendingReques
 			if _, err := s.profileIndex(largest); err != nil {
 				continue
 			}
-			used := int(c.st.n)
-			if best == nil || used < bestUsed {
-				best, bestUsed = c, used
+			if best == nil || c.used < bestUsed {
+				best, bestUsed = c, c.used
 			}
 		}
 	}

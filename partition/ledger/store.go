@@ -275,6 +275,25 @@ func (s *Store) Watch(ctx context.Context, node string, onChange func(node strin
 	return ctx.Err()
 }
 
+// List reads every ledger of the driver from the API server, by node; a
+// ledger that does not decode is left out.
+func (s *Store) List(ctx context.Context) (map[string]*Ledger, error) {
+	l, err := s.client.CoreV1().ConfigMaps(s.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelLedger: s.driver}).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the layout ledgers: %w", err)
+	}
+	out := make(map[string]*Ledger, len(l.Items))
+	for i := range l.Items {
+		cm := &l.Items[i]
+		n := cm.Annotations[AnnotationNode]
+		if led, err := s.decode(cm, n); err == nil {
+			out[n] = led
+		}
+	}
+	return out, nil
+}
+
 // CachedAll returns every ledger Watch has seen (or Update written), by
 // node; a ledger that does not decode is left out.
 func (s *Store) CachedAll() map[string]*Ledger {

@@ -292,6 +292,8 @@ func e2e(t *testing.T, layout bool) {
 	freeAgent(t, ctx, env, stateFile, before)
 	if layout {
 		versions.check(t)
+		// The MIG defragmenter with the default publication.
+		testLayoutDefrag(t, ctx, env)
 		return
 	}
 
@@ -361,12 +363,19 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 		// is gone: a claim of an extended resource is deleted before
 		// that), its MIG devices are destroyed and the GPU is offered
 		// whole again (fit-only publishing lists it only then).
-		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
-			_, whole := deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
-			return err == nil && len(l.Items) == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, err
+		var claimsLeft int
+		var whole bool
+		if err := poll(ctx, 2*time.Minute, func(pctx context.Context) (bool, error) {
+			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(pctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			claimsLeft = len(l.Items)
+			_, whole = deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
+			return claimsLeft == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, nil
 		}); err != nil {
-			t.Fatalf("after pod %s: claims left, MIG devices %v (want %v) or GPU %d whole not published: %v", ws[0].Name, migInstances(t, stateFile), static, gpu, err)
+			t.Fatalf("after pod %s: %d claims left, CDI specs %v, MIG devices %v (want %v), GPU %d whole published %v: %v",
+				ws[0].Name, claimsLeft, cdiSpecs(t, env), migInstances(t, stateFile), static, gpu, whole, err)
 		}
 	}
 

@@ -42,8 +42,7 @@ const dynamicGPU = "dynamicMIGGPUs=0"
 // arguments and the webhook's configuration as they were before the
 // layout existed; so does the default without a dynamic GPU (none set,
 // "none", or the DynamicMIG gate off), where the webhook does not run
-// unless enabled. Any other value is refused with a message; so is the
-// defragmenter with the layout. The webhook's behaviour on an API server
+// unless enabled. Any other value is refused with a message. The webhook's behaviour on an API server
 // is admission.TestLayoutOnAPIServer's.
 func TestChartLayoutPublication(t *testing.T) {
 	args := func(r rendered) []string {
@@ -226,8 +225,23 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 	refused("migPublication=layout (the default) with dynamic MIG GPUs needs the webhook", dynamicGPU, "webhook.enabled=false")
 	refused(`webhook.enabled must be auto (the default: on where migPublication=layout needs it), true or false; not "yes"`, "webhook.enabled=yes")
-	refused("the defragmenter (defrag.enabled, gate MIGDefragmenter) needs migPublication=placements", dynamicGPU, "defrag.enabled=true")
-	refused("the defragmenter (defrag.enabled, gate MIGDefragmenter) needs migPublication=placements", dynamicGPU, "featureGates.MIGDefragmenter=true")
+	// The defragmenter with the layout acts on the planner's reservations
+	// in the ledgers: --layout-namespace and a Role reading them.
+	withDefrag := template(t, dynamicGPU, "defrag.enabled=true")
+	found := false
+	for _, d := range withDefrag.deployments {
+		if strings.HasSuffix(d.Name, "-defrag") {
+			found = slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--layout-namespace="+deploy.Namespace)
+		}
+	}
+	var defragLayoutRole bool
+	for _, role := range withDefrag.roles {
+		defragLayoutRole = defragLayoutRole || strings.HasSuffix(role.Name, "-defrag-layout") &&
+			slices.Equal(rules(role.Namespace, role.Rules), []string{deploy.Namespace + "//configmaps/get/*", deploy.Namespace + "//configmaps/list/*"})
+	}
+	if !found || !defragLayoutRole {
+		t.Errorf("defrag.enabled with the layout: --layout-namespace %v, the Role reading the ledgers %v", found, defragLayoutRole)
+	}
 	if r := template(t, dynamicGPU, "defrag.enabled=true", "migPublication=placements"); len(r.deployments) != 1 {
 		t.Errorf("the defragmenter with migPublication=placements: %d Deployments, want the defragmenter's", len(r.deployments))
 	}
