@@ -160,7 +160,9 @@ func (s *fleetSim) push(t float64, kind, pod int) {
 	heap.Push(s.h, lev{t: t, kind: kind, seq: s.seq, pod: pod})
 }
 
-func (s *fleetSim) at(t float64) time.Time { return s.base.Add(time.Duration(t * float64(time.Second))) }
+func (s *fleetSim) at(t float64) time.Time {
+	return s.base.Add(time.Duration(t * float64(time.Second)))
+}
 
 // inUse reports whether a node's GPU holds a partition.
 func (fn *fleetNode) inUse(gpu int, prof string, start int) bool {
@@ -435,7 +437,7 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 	for i := range pods {
 		s.push(pods[i].arrive, evArrive, i)
 	}
-	var waiting []int // failed at least once, not done: retried by poke
+	var waiting []int     // failed at least once, not done: retried by poke
 	var pendingPods []int // arrived, not done: what claim watches see
 	serverFree := 0.0
 	enqueue := func(i int, t float64) {
