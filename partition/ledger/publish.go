@@ -290,7 +290,9 @@ func (l *Ledger) Layout(pool string, cards []AgentCard, opts ...partition.Option
 		open := l.openOn(v)
 		wholeOpen := slices.ContainsFunc(open, func(x partition.Instance) bool { return x.Profile == "" })
 		switch {
-		case v.heldWhole:
+		case v.heldWhole || v.BusyWhole && len(v.held) == 0:
+			// Held whole, or used whole on the node (being prepared or
+			// released): the whole device stays published, in use.
 			c.WholeInUse = true
 		case len(v.held) == 0 && len(open) == 0:
 			c.Withheld = true
