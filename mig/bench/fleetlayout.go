@@ -71,6 +71,9 @@ type FleetLayoutResult struct {
 	// Writes is the number of slice versions published per node per
 	// second of the run (republishes).
 	Writes float64
+	// LedgerWrites is the number of ledger versions per node per second
+	// (LedgerShape): the events a node's agent watches.
+	LedgerWrites float64
 	// WaitsBy are the waits (s) of placed pods by profile.
 	WaitsBy map[string][]float64
 }
@@ -85,6 +88,10 @@ type fleetNode struct {
 	next   float64                // pending republish, -1 none
 	last   float64                // last change (churn lag)
 	writes int
+	// ledgerWrites counts the node's ledger versions (LedgerShape):
+	// admissions, its agent's plans, the planner's demand and
+	// resolutions. Its agent's watch gets one event per version.
+	ledgerWrites int
 }
 
 // fleetSim is one run's state.
@@ -238,7 +245,11 @@ func (s *fleetSim) admit(ni, gpu, start int, prof string, pod int) bool {
 	}
 	d := ledger.Device{Pool: ledger.PoolName(fn.name), Name: name}
 	ref := ledger.ClaimRef{UID: types.UID(strconv.Itoa(pod)), Namespace: "ns", Name: strconv.Itoa(pod)}
-	return fn.led.Admit(ref, "1", []ledger.Device{d}) == nil
+	if fn.led.Admit(ref, "1", []ledger.Device{d}) != nil {
+		return false
+	}
+	fn.ledgerWrites++
+	return true
 }
 
 // change schedules a node's republish after the lag.
@@ -314,8 +325,12 @@ func (s *fleetSim) republish(ni int, t float64, waiting []int) (bool, error) {
 		for g := range fn.cards {
 			fn.cards[g].Busy = nil
 		}
+		before := slices.Clone(fn.led.Open)
 		if _, err := fn.led.Publish(ledger.PoolName(fn.name), fn.cards); err != nil {
 			return false, err
+		}
+		if !slices.Equal(before, fn.led.Open) {
+			fn.ledgerWrites++
 		}
 		l, err := fn.led.Layout(ledger.PoolName(fn.name), fn.cards)
 		if err != nil {
@@ -393,6 +408,7 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 			continue
 		}
 		fn.led.Demand, fn.led.Reserved = d, r
+		fn.ledgerWrites++
 		s.change(ni, t)
 	}
 	return nil
@@ -552,6 +568,7 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 			})
 			if shape == LedgerShape {
 				fn.led.Observe(ledger.Observation{Claim: ledger.ClaimRef{UID: types.UID(strconv.Itoa(e.pod))}, Deleted: true}, false)
+				fn.ledgerWrites++
 				demandChanged(t)
 			}
 			if shape == Counters {
@@ -600,11 +617,13 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 	if s.since >= 0 && s.lastPlaced > s.since {
 		s.noWhole += s.lastPlaced - s.since
 	}
-	writes := 0
+	writes, lw := 0, 0
 	for _, fn := range s.nodes {
 		writes += fn.writes
+		lw += fn.ledgerWrites
 	}
 	res.Writes = float64(writes) / float64(nodes) / math.Max(end, 1)
+	res.LedgerWrites = float64(lw) / float64(nodes) / math.Max(end, 1)
 	warm := len(pods) / 10
 	var arrivedC, acceptedC float64
 	waited := 0
@@ -693,7 +712,7 @@ func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayo
 	}
 	shapes := []Shape{Counters, LayoutShape, LedgerShape}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tload\tshape\tcw-accept\tvs counters (pts)\twaited\twait p50\tp99\t7g p99\t1g p99\twrites/node/s\t")
+	fmt.Fprintln(tw, "nodes\tload\tshape\tcw-accept\tvs counters (pts)\twaited\twait p50\tp99\t7g p99\t1g p99\tslice writes/node/s\tledger writes/node/s\t")
 	for _, n := range sizes {
 		for _, load := range cfg.Loads {
 			accs := map[Shape][]float64{}
@@ -713,8 +732,9 @@ func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayo
 			}
 			for _, sh := range shapes {
 				var all, big, small []float64
-				var waited, writes float64
+				var waited, writes, lwrites float64
 				for _, r := range rows[sh] {
+					lwrites += r.LedgerWrites
 					all = append(all, r.Waits...)
 					big = append(big, r.WaitsBy["7g.80gb"]...)
 					small = append(small, r.WaitsBy["1g.10gb"]...)
@@ -734,9 +754,9 @@ func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayo
 				sort.Float64s(all)
 				sort.Float64s(big)
 				sort.Float64s(small)
-				fmt.Fprintf(tw, "%d\t%.1f\t%s\t%.4f ± %.4f\t%s\t%.1f%%\t%.1fs\t%.1fs\t%.1fs\t%.1fs\t%.3f\t\n", n, load, sh, m.mean, m.se, diff,
+				fmt.Fprintf(tw, "%d\t%.1f\t%s\t%.4f ± %.4f\t%s\t%.1f%%\t%.1fs\t%.1fs\t%.1fs\t%.1fs\t%.3f\t%.3f\t\n", n, load, sh, m.mean, m.se, diff,
 					100*waited/float64(len(rows[sh])), fquantile(all, 0.5), fquantile(all, 0.99), fquantile(big, 0.99),
-					fquantile(small, 0.99), writes/float64(len(rows[sh])))
+					fquantile(small, 0.99), writes/float64(len(rows[sh])), lwrites/float64(len(rows[sh])))
 			}
 		}
 	}
