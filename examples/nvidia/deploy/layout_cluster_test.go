@@ -340,11 +340,13 @@ func TestLayoutWebhook(t *testing.T) {
 }
 
 // BenchmarkLayoutWebhook measures the layout webhook's price on a real
-// API server with 500 one-slice pools of this driver (each a node of 8
-// GPUs as the layout publishes it: 56 MIG devices with the driver's
-// attributes): the latency of the scheduler's allocation write
-// (UpdateStatus setting status.allocation to a device the current slice
-// lists) and of the driver's status.devices write that follows, with the
+// API server with 500 nodes of this driver's layout (each 8 GPUs as the
+// layout publishes them: 56 MIG devices with the driver's attributes in
+// the pool <node>/layout, and the node's ledger with all of them open):
+// the latency of the scheduler's allocation write (UpdateStatus setting
+// status.allocation to an open device: the webhook moves it to Held in
+// the node's ledger, a compare-and-swap, before it admits the write) and
+// of the driver's status.devices write that follows, with the
 // chart's webhook configuration (the webhook in the test's process, as
 // its Deployment runs it, called by URL) and without it. Both are
 // measured in the same run, interleaved write by write: the chart's
@@ -391,15 +393,15 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 	}
 	createSlices(b, ctx, env.Client, pools, gpus, perGPU)
 	serveChartWebhook(b, ctx, env.Kubeconfig, r)
-	// The webhook is called, and has every slice, once it refuses an
-	// allocation of a device the last slice does not list.
+	// The webhook is called once it refuses an allocation of a device the
+	// last node's ledger does not open.
 	probe, err := claimIn(ctx, env.Client, on, "probe")
 	if err != nil {
 		b.Fatal(err)
 	}
 	last := fmt.Sprintf("node-%03d", pools-1)
-	untilRefused(b, ctx, "the webhook with every slice", func(ctx context.Context) error {
-		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, last, "gpu-9-1g-18gb-0"),
+	untilRefused(b, ctx, "the webhook with every ledger", func(ctx context.Context) error {
+		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
 			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}, staleMessage("gpu-9-1g-18gb-0", last))
@@ -436,9 +438,9 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 			return got, d
 		}
 		for w, p := range ps {
-			// A device the current slice of a pool lists: the webhook
-			// looks it up and admits it.
-			pool := fmt.Sprintf("node-%03d", (i*writes+w)%pools)
+			// A device the node's ledger has open: the webhook moves it to
+			// Held (a compare-and-swap of the node's ledger) and admits it.
+			pool := ledger.PoolName(fmt.Sprintf("node-%03d", (i*writes+w)%pools))
 			dev := fmt.Sprintf("gpu-%d-1g-18gb-%d", w%gpus, w%perGPU)
 			order := []*resourceapi.ResourceClaim{p.on, p.off}
 			if w%2 == 1 { // alternate which goes first
@@ -491,6 +493,10 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 // H200) with the attributes and capacities the driver publishes.
 func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n, gpus, perGPU int) {
 	tb.Helper()
+	store, err := ledger.NewStore(c, deploy.Namespace, nvdriver.DriverName)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
 	num := func(i int) resourceapi.DeviceAttribute {
 		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i))}
@@ -502,7 +508,7 @@ func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n,
 		wg.Go(func() {
 			for i := range next {
 				node := fmt.Sprintf("node-%03d", i)
-				s := layoutSlice(node+"-layout", nvdriver.DriverName, node, node, 1)
+				s := layoutSlice(node+"-layout", nvdriver.DriverName, ledger.PoolName(node), node, 1)
 				for g := range gpus {
 					for d := range perGPU {
 						s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
@@ -519,6 +525,17 @@ func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n,
 					}
 				}
 				if _, err := c.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+					errs <- err
+				}
+				// The node's ledger, seeded, every device open.
+				var open []ledger.Device
+				for _, d := range s.Spec.Devices {
+					open = append(open, ledger.Device{Pool: s.Spec.Pool.Name, Name: d.Name})
+				}
+				if _, err := store.Update(ctx, node, true, func(l *ledger.Ledger) error {
+					l.Seeded, l.Open = true, open
+					return nil
+				}); err != nil {
 					errs <- err
 				}
 			}
