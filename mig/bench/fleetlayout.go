@@ -88,6 +88,9 @@ type fleetNode struct {
 	next   float64                // pending republish, -1 none
 	last   float64                // last change (churn lag)
 	writes int
+	// order is the node's placements in the planner's order (Counters),
+	// nil when its GPUs changed since.
+	order []string
 	// ledgerWrites counts the node's ledger versions (LedgerShape):
 	// admissions, its agent's plans, the planner's demand and
 	// resolutions. Its agent's watch gets one event per version.
@@ -199,11 +202,13 @@ func (s *fleetSim) place(prof string) (int, int, int, bool, error) {
 		if !s.anyFits(fn, prof) {
 			continue
 		}
-		order, err := mig.Preference(fn.fleet)
-		if err != nil {
-			return 0, 0, 0, false, err
+		if fn.order == nil {
+			var err error
+			if fn.order, err = mig.Preference(fn.fleet); err != nil {
+				return 0, 0, 0, false, err
+			}
 		}
-		for _, name := range order {
+		for _, name := range fn.order {
 			r, err := mig.ParseDeviceName(name)
 			if err != nil {
 				return 0, 0, 0, false, err
@@ -537,6 +542,7 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 				q.placed, q.gpu, q.start, q.at = true, gpu, start, t
 				s.where[e.pod] = ni
 				fn.fleet[gpu].Layout = append(fn.fleet[gpu].Layout, mig.Instance{Profile: q.profile, Start: start, InUse: true})
+				fn.order = nil
 				if err := p.Validate(fn.fleet[gpu].Layout); err != nil {
 					return res, nil, fmt.Errorf("fleet model: node %d GPU %d after %s@%d: %w", ni, gpu, q.profile, start, err)
 				}
@@ -566,6 +572,7 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 			fn.fleet[q.gpu].Layout = slices.DeleteFunc(fn.fleet[q.gpu].Layout, func(in mig.Instance) bool {
 				return in.Profile == q.profile && in.Start == q.start
 			})
+			fn.order = nil
 			if shape == LedgerShape {
 				fn.led.Observe(ledger.Observation{Claim: ledger.ClaimRef{UID: types.UID(strconv.Itoa(e.pod))}, Deleted: true}, false)
 				fn.ledgerWrites++
