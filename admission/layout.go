@@ -52,7 +52,10 @@ type LayoutGuard struct {
 // written with client (which needs get, list, watch and update on
 // configmaps there). It watches nothing until [LayoutGuard.Run] (a
 // [Server] given [WithLayoutGuard] runs it).
-func NewLayoutGuard(client kubernetes.Interface, driverName, namespace string) (*LayoutGuard, error) {
+func NewLayoutGuard(
+	client kubernetes.Interface,
+	driverName, namespace string,
+) (*LayoutGuard, error) {
 	store, err := ledger.NewStore(client, namespace, driverName)
 	if err != nil {
 		return nil, fmt.Errorf("new layout guard: %w", err)
@@ -107,8 +110,14 @@ type StaleAllocationError struct {
 }
 
 func (e *StaleAllocationError) Error() string {
-	return fmt.Sprintf("claim %s: device %s (driver %s) on node %s: %s; the scheduler will try again",
-		e.Claim, strings.Join(e.Devices, ", "), e.Driver, e.Node, e.Reason)
+	return fmt.Sprintf(
+		"claim %s: device %s (driver %s) on node %s: %s; the scheduler will try again",
+		e.Claim,
+		strings.Join(e.Devices, ", "),
+		e.Driver,
+		e.Node,
+		e.Reason,
+	)
 }
 
 // Admit decides the update of a claim's status from old to claim: when it
@@ -123,7 +132,8 @@ func (e *StaleAllocationError) Error() string {
 // tries again). Everything else returns nil without a request: writes
 // that do not allocate, other drivers' and other pools' devices.
 func (g *LayoutGuard) Admit(ctx context.Context, old, claim *resourceapi.ResourceClaim) error {
-	if claim == nil || claim.Status.Allocation == nil || (old != nil && old.Status.Allocation != nil) {
+	if claim == nil || claim.Status.Allocation == nil ||
+		(old != nil && old.Status.Allocation != nil) {
 		return nil
 	}
 	byNode := map[string][]ledger.Device{}
@@ -152,16 +162,31 @@ func (g *LayoutGuard) Admit(ctx context.Context, old, claim *resourceapi.Resourc
 	slices.Sort(nodes)
 	for _, node := range nodes {
 		devs := byNode[node]
-		_, err := g.store.Update(ctx, node, false, func(l *ledger.Ledger) error { return l.Admit(ref, rv, devs) })
+		_, err := g.store.Update(
+			ctx,
+			node,
+			false,
+			func(l *ledger.Ledger) error { return l.Admit(ref, rv, devs) },
+		)
 		var notOpen *ledger.NotOpenError
 		switch {
 		case err == nil:
 			continue
 		case errors.As(err, &notOpen):
-			return g.stale(ref, node, notOpen.Devices, "not open for allocation in the node's layout ledger:"+
-				" it was allocated from an older publication of the layout")
+			return g.stale(
+				ref,
+				node,
+				notOpen.Devices,
+				"not open for allocation in the node's layout ledger:"+
+					" it was allocated from an older publication of the layout",
+			)
 		case errors.Is(err, ledger.ErrNoLedger), errors.Is(err, ledger.ErrNotSeeded):
-			return g.stale(ref, node, devs, "the node's layout ledger is not seeded yet: nothing is open")
+			return g.stale(
+				ref,
+				node,
+				devs,
+				"the node's layout ledger is not seeded yet: nothing is open",
+			)
 		default:
 			return fmt.Errorf("claim %s: admit its allocation on node %s: %w", ref, node, err)
 		}
@@ -169,7 +194,12 @@ func (g *LayoutGuard) Admit(ctx context.Context, old, claim *resourceapi.Resourc
 	return nil
 }
 
-func (g *LayoutGuard) stale(ref ledger.ClaimRef, node string, devs []ledger.Device, reason string) *StaleAllocationError {
+func (g *LayoutGuard) stale(
+	ref ledger.ClaimRef,
+	node string,
+	devs []ledger.Device,
+	reason string,
+) *StaleAllocationError {
 	e := &StaleAllocationError{Claim: ref.String(), Driver: g.driver, Node: node, Reason: reason}
 	for _, d := range devs {
 		e.Devices = append(e.Devices, d.String())
@@ -189,28 +219,60 @@ var ErrLayoutNotSynced = errors.New("layout guard: the layout ledgers are not re
 // be read or written, and refused as unavailable ([ErrLayoutNotSynced])
 // before the guard has synced. Anything else is allowed, with a warning
 // when it is not a claim status update.
-func (g *LayoutGuard) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (g *LayoutGuard) Review(
+	ctx context.Context,
+	req *admissionv1.AdmissionRequest,
+) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	logger := klog.FromContext(ctx).WithValues("operation", req.Operation, "resource", req.Resource.Resource, "object", klog.KRef(req.Namespace, req.Name))
-	if req.Resource.Group != resourceapi.GroupName || req.Resource.Version != "v1" || req.Resource.Resource != ResourceClaims ||
-		req.SubResource != "status" || req.Operation != admissionv1.Update {
-		resp.Warnings = []string{fmt.Sprintf("%s layout admission: %s %s %s not checked: only UPDATE of resource.k8s.io/v1 %s/status is", g.driver, req.Operation, req.Resource.String(), req.SubResource, ResourceClaims)}
+	logger := klog.FromContext(ctx).
+		WithValues("operation", req.Operation, "resource", req.Resource.Resource, "object", klog.KRef(req.Namespace, req.Name))
+	if req.Resource.Group != resourceapi.GroupName || req.Resource.Version != "v1" ||
+		req.Resource.Resource != ResourceClaims ||
+		req.SubResource != "status" ||
+		req.Operation != admissionv1.Update {
+		resp.Warnings = []string{
+			fmt.Sprintf(
+				"%s layout admission: %s %s %s not checked: only UPDATE of resource.k8s.io/v1 %s/status is",
+				g.driver,
+				req.Operation,
+				req.Resource.String(),
+				req.SubResource,
+				ResourceClaims,
+			),
+		}
 		return resp
 	}
 	if !g.HasSynced() {
 		resp.Allowed = false
-		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Message: ErrLayoutNotSynced.Error(), Reason: metav1.StatusReasonServiceUnavailable, Code: http.StatusServiceUnavailable}
+		resp.Result = &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Message: ErrLayoutNotSynced.Error(),
+			Reason:  metav1.StatusReasonServiceUnavailable,
+			Code:    http.StatusServiceUnavailable,
+		}
 		return resp
 	}
 	var claim, old resourceapi.ResourceClaim
 	if err := json.Unmarshal(req.Object.Raw, &claim); err != nil {
 		logger.Error(err, "Cannot decode the claim; allowed unchecked")
-		resp.Warnings = []string{fmt.Sprintf("%s layout admission: not checked: decode ResourceClaim: %v", g.driver, err)}
+		resp.Warnings = []string{
+			fmt.Sprintf(
+				"%s layout admission: not checked: decode ResourceClaim: %v",
+				g.driver,
+				err,
+			),
+		}
 		return resp
 	}
 	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 		logger.Error(err, "Cannot decode the old claim; allowed unchecked")
-		resp.Warnings = []string{fmt.Sprintf("%s layout admission: not checked: decode the old ResourceClaim: %v", g.driver, err)}
+		resp.Warnings = []string{
+			fmt.Sprintf(
+				"%s layout admission: not checked: decode the old ResourceClaim: %v",
+				g.driver,
+				err,
+			),
+		}
 		return resp
 	}
 	if claim.Namespace == "" {
@@ -255,7 +317,11 @@ func (g *LayoutGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveReview decodes a POSTed AdmissionReview, answers it with review
 // and writes the answer.
-func serveReview(w http.ResponseWriter, r *http.Request, review func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) {
+func serveReview(
+	w http.ResponseWriter,
+	r *http.Request,
+	review func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse,
+) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 		return
@@ -273,7 +339,10 @@ func serveReview(w http.ResponseWriter, r *http.Request, review func(context.Con
 		http.Error(w, "decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: review(r.Context(), in.Request)}
+	out := admissionv1.AdmissionReview{
+		TypeMeta: in.TypeMeta,
+		Response: review(r.Context(), in.Request),
+	}
 	if out.APIVersion == "" {
 		out.APIVersion, out.Kind = admissionv1.SchemeGroupVersion.String(), "AdmissionReview"
 	}

@@ -151,7 +151,11 @@ type anode struct {
 // opens nothing else on it, so that its partitions drain and the larger
 // profile does not lose forever to smaller ones placed first. The result
 // is deterministic. Errors wrap ErrFleet for invalid input.
-func AssignFleet(nodes []Node, reqs []PendingRequest, opts ...AssignOption) (*FleetAssignment, error) {
+func AssignFleet(
+	nodes []Node,
+	reqs []PendingRequest,
+	opts ...AssignOption,
+) (*FleetAssignment, error) {
 	o := assignOptions{aging: DefaultAging}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -163,20 +167,43 @@ func AssignFleet(nodes []Node, reqs []PendingRequest, opts ...AssignOption) (*Fl
 	for i := range nodes {
 		n := &nodes[i]
 		if _, dup := byName[n.Name]; dup || n.Name == "" {
-			return nil, fmt.Errorf("assign fleet: %w: node %q is empty or repeated", ErrFleet, n.Name)
+			return nil, fmt.Errorf(
+				"assign fleet: %w: node %q is empty or repeated",
+				ErrFleet,
+				n.Name,
+			)
 		}
 		byName[n.Name] = i
 		an := &anode{n: n, demand: Demand{}}
 		for j := range n.Cards {
 			c := &n.Cards[j]
 			if err := c.Scheme.check(); err != nil {
-				return nil, fmt.Errorf("assign fleet: %w: node %s card %d: %w", ErrFleet, n.Name, c.Index, err)
+				return nil, fmt.Errorf(
+					"assign fleet: %w: node %s card %d: %w",
+					ErrFleet,
+					n.Name,
+					c.Index,
+					err,
+				)
 			}
 			st, err := c.Scheme.stateOf(c.InUse)
 			if err != nil {
-				return nil, fmt.Errorf("assign fleet: %w: node %s card %d: %w", ErrFleet, n.Name, c.Index, err)
+				return nil, fmt.Errorf(
+					"assign fleet: %w: node %s card %d: %w",
+					ErrFleet,
+					n.Name,
+					c.Index,
+					err,
+				)
 			}
-			ac := &acard{node: i, c: c, st: st, whole: c.WholeInUse, free: map[string]bool{}, used: computeOf(c.Scheme, c.InUse)}
+			ac := &acard{
+				node:  i,
+				c:     c,
+				st:    st,
+				whole: c.WholeInUse,
+				free:  map[string]bool{},
+				used:  computeOf(c.Scheme, c.InUse),
+			}
 			if c.WholeInUse {
 				ac.used = c.Scheme.Compute.Count
 			}
@@ -214,9 +241,17 @@ func AssignFleet(nodes []Node, reqs []PendingRequest, opts ...AssignOption) (*Fl
 		if aged(a) {
 			return cmp.Or(cmp.Compare(b.Waited, a.Waited), strings.Compare(a.ID, b.ID))
 		}
-		return cmp.Or(cmp.Compare(size(b), size(a)), cmp.Compare(b.Waited, a.Waited), strings.Compare(a.ID, b.ID))
+		return cmp.Or(
+			cmp.Compare(size(b), size(a)),
+			cmp.Compare(b.Waited, a.Waited),
+			strings.Compare(a.ID, b.ID),
+		)
 	})
-	out := &FleetAssignment{Demand: map[string]Demand{}, Reserved: map[string][]ReservedCard{}, Placed: map[string]string{}}
+	out := &FleetAssignment{
+		Demand:   map[string]Demand{},
+		Reserved: map[string][]ReservedCard{},
+		Placed:   map[string]string{},
+	}
 	for _, r := range order {
 		if len(r.Profiles) == 0 {
 			continue
@@ -390,7 +425,8 @@ func bestPick(an *anode, profile string) (pick, bool) {
 			continue
 		}
 		pi, err := s.profileIndex(profile)
-		if err != nil || len(cc.Profiles) > 0 && !slices.Contains(cc.Profiles, s.Profiles[pi].Name) {
+		if err != nil ||
+			len(cc.Profiles) > 0 && !slices.Contains(cc.Profiles, s.Profiles[pi].Name) {
 			continue
 		}
 		name := s.Profiles[pi].Name
@@ -401,7 +437,11 @@ func bestPick(an *anode, profile string) (pick, bool) {
 		for k := range c.free {
 			if strings.HasPrefix(k, name+"@") {
 				if si := s.slotOfKey(k); si >= 0 && s.fits(&c.st, si) {
-					consider(pick{card: c, profile: name, slot: -1, freeKey: k, cost: 0}, 0, &bestLoss)
+					consider(
+						pick{card: c, profile: name, slot: -1, freeKey: k, cost: 0},
+						0,
+						&bestLoss,
+					)
 				}
 			}
 		}
@@ -414,7 +454,11 @@ func bestPick(an *anode, profile string) (pick, bool) {
 			before := s.sc.score(c.st)
 			after := c.st
 			s.add(&after, si)
-			consider(pick{card: c, profile: name, slot: si, cost: cost}, before-s.sc.score(after), &bestLoss)
+			consider(
+				pick{card: c, profile: name, slot: si, cost: cost},
+				before-s.sc.score(after),
+				&bestLoss,
+			)
 		}
 	}
 	return best, found
@@ -422,7 +466,13 @@ func bestPick(an *anode, profile string) (pick, bool) {
 
 // reserve keeps, for an aged request that fits nowhere, the candidate
 // card of its largest profile with the least compute in use.
-func reserve(ns []*anode, byName map[string]int, cands []string, r PendingRequest, out *FleetAssignment) {
+func reserve(
+	ns []*anode,
+	byName map[string]int,
+	cands []string,
+	r PendingRequest,
+	out *FleetAssignment,
+) {
 	largest, lc := "", -1
 	for _, p := range r.Profiles {
 		if p == WholeCard {
@@ -431,7 +481,8 @@ func reserve(ns []*anode, byName map[string]int, cands []string, r PendingReques
 		}
 		for _, an := range ns {
 			for _, c := range an.cards {
-				if pi, err := c.c.Scheme.profileIndex(p); err == nil && c.c.Scheme.Profiles[pi].Compute > lc {
+				if pi, err := c.c.Scheme.profileIndex(p); err == nil &&
+					c.c.Scheme.Profiles[pi].Compute > lc {
 					largest, lc = c.c.Scheme.Profiles[pi].Name, c.c.Scheme.Profiles[pi].Compute
 				}
 			}

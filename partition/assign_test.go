@@ -25,7 +25,10 @@ func idleFleet(s *partition.Scheme, n int) []partition.Node {
 	for i := 0; i < n; i++ {
 		node := partition.Node{Name: fmt.Sprintf("node-%03d", i)}
 		for c := 0; c < 8; c++ {
-			node.Cards = append(node.Cards, partition.NodeCard{Index: c, Scheme: s, FreeWhole: true})
+			node.Cards = append(
+				node.Cards,
+				partition.NodeCard{Index: c, Scheme: s, FreeWhole: true},
+			)
 		}
 		out = append(out, node)
 	}
@@ -35,7 +38,10 @@ func idleFleet(s *partition.Scheme, n int) []partition.Node {
 func burst(n int, profile string) []partition.PendingRequest {
 	var out []partition.PendingRequest
 	for i := 0; i < n; i++ {
-		out = append(out, partition.PendingRequest{ID: fmt.Sprintf("r%03d", i), Profiles: []string{profile}})
+		out = append(
+			out,
+			partition.PendingRequest{ID: fmt.Sprintf("r%03d", i), Profiles: []string{profile}},
+		)
 	}
 	return out
 }
@@ -47,7 +53,10 @@ func burst(n int, profile string) []partition.PendingRequest {
 func TestAssignFleetBurstLandsOnFewNodes(t *testing.T) {
 	s := h100Scheme(t)
 	for _, n := range []int{8, 32, 128} {
-		reqs := append(burst(100, "1g.10gb"), partition.PendingRequest{ID: "big", Profiles: []string{"7g.80gb"}})
+		reqs := append(
+			burst(100, "1g.10gb"),
+			partition.PendingRequest{ID: "big", Profiles: []string{"7g.80gb"}},
+		)
 		a, err := partition.AssignFleet(idleFleet(s, n), reqs)
 		if err != nil {
 			t.Fatal(err)
@@ -71,8 +80,12 @@ func TestAssignFleetBurstLandsOnFewNodes(t *testing.T) {
 func TestAssignFleetPrefersOpenDevices(t *testing.T) {
 	s := h100Scheme(t)
 	nodes := idleFleet(s, 3)
-	nodes[2].Cards[5] = partition.NodeCard{Index: 5, Scheme: s, InUse: partition.Layout{{Profile: "3g.40gb", Start: 0, InUse: true}},
-		Free: partition.Layout{{Profile: "2g.20gb", Start: 4}, {Profile: "1g.10gb", Start: 6}}}
+	nodes[2].Cards[5] = partition.NodeCard{
+		Index:  5,
+		Scheme: s,
+		InUse:  partition.Layout{{Profile: "3g.40gb", Start: 0, InUse: true}},
+		Free:   partition.Layout{{Profile: "2g.20gb", Start: 4}, {Profile: "1g.10gb", Start: 6}},
+	}
 	a, err := partition.AssignFleet(nodes, []partition.PendingRequest{
 		{ID: "two", Profiles: []string{"2g.20gb"}},
 		{ID: "pinned", Profiles: []string{"1g.10gb"}, Nodes: []string{"node-001"}},
@@ -80,7 +93,8 @@ func TestAssignFleetPrefersOpenDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Placed["two"] != "node-002" || a.Placed["pinned"] != "node-001" || !slices.Equal(a.Relaid, []string{"node-001"}) {
+	if a.Placed["two"] != "node-002" || a.Placed["pinned"] != "node-001" ||
+		!slices.Equal(a.Relaid, []string{"node-001"}) {
 		t.Errorf("placed %v relaid %v", a.Placed, a.Relaid)
 	}
 }
@@ -98,7 +112,8 @@ func TestAssignFleetNoStarvation(t *testing.T) {
 		nodes[0].Cards[c] = partition.NodeCard{Index: c, Scheme: s,
 			InUse: partition.Layout{{Profile: "1g.10gb", Start: c % 7, InUse: true}}}
 	}
-	reqs := append([]partition.PendingRequest{{ID: "big", Profiles: []string{"7g.80gb"}, Waited: time.Minute}},
+	reqs := append(
+		[]partition.PendingRequest{{ID: "big", Profiles: []string{"7g.80gb"}, Waited: time.Minute}},
 		burst(50, "1g.10gb")...)
 	a, err := partition.AssignFleet(nodes, reqs)
 	if err != nil {
@@ -109,19 +124,35 @@ func TestAssignFleetNoStarvation(t *testing.T) {
 		t.Fatalf("reserved %v, want one card for 7g.80gb", res)
 	}
 	if got := a.Demand["node-000"]["1g.10gb"]; got != 7*6 {
-		t.Errorf("1g assigned %d, want the 42 free slots of the 7 cards not reserved: %v", got, a.Demand)
+		t.Errorf(
+			"1g assigned %d, want the 42 free slots of the 7 cards not reserved: %v",
+			got,
+			a.Demand,
+		)
 	}
 
 	idle := idleFleet(s, 1)
-	reqs = []partition.PendingRequest{{ID: "old-3g", Profiles: []string{"3g.40gb"}, Waited: time.Minute}}
+	reqs = []partition.PendingRequest{
+		{ID: "old-3g", Profiles: []string{"3g.40gb"}, Waited: time.Minute},
+	}
 	for i := 0; i < 8; i++ {
-		reqs = append(reqs, partition.PendingRequest{ID: fmt.Sprint("whole-", i), Profiles: []string{partition.WholeCard}})
+		reqs = append(
+			reqs,
+			partition.PendingRequest{
+				ID:       fmt.Sprint("whole-", i),
+				Profiles: []string{partition.WholeCard},
+			},
+		)
 	}
 	a, err = partition.AssignFleet(idle, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Placed["old-3g"] == "" || len(a.Unplaced) != 1 {
-		t.Errorf("placed %v unplaced %v: want the aged 3g placed and one whole card short", a.Placed, a.Unplaced)
+		t.Errorf(
+			"placed %v unplaced %v: want the aged 3g placed and one whole card short",
+			a.Placed,
+			a.Unplaced,
+		)
 	}
 }

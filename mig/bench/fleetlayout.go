@@ -61,7 +61,11 @@ type FleetLayoutParams struct {
 func DefaultFleetLayoutParams() FleetLayoutParams {
 	lp := DefaultLayoutParams()
 	lp.AttemptTime[LedgerShape] = lp.AttemptTime[LayoutShape]
-	return FleetLayoutParams{LayoutParams: lp, PlannerLag: 250 * time.Millisecond, SliceLag: 50 * time.Millisecond}
+	return FleetLayoutParams{
+		LayoutParams: lp,
+		PlannerLag:   250 * time.Millisecond,
+		SliceLag:     50 * time.Millisecond,
+	}
 }
 
 // FleetLayoutResult is one run of the fleet model.
@@ -128,8 +132,17 @@ const (
 )
 
 func newFleetSim(p *mig.Product, nodes int, shape Shape, fp FleetLayoutParams) (*fleetSim, error) {
-	s := &fleetSim{p: p, shape: shape, fp: fp, h: &levHeap{}, base: time.Unix(0, 0), plan: -1, since: -1, relaid: map[int]bool{},
-		shows: map[int][]partition.LayoutCard{}}
+	s := &fleetSim{
+		p:      p,
+		shape:  shape,
+		fp:     fp,
+		h:      &levHeap{},
+		base:   time.Unix(0, 0),
+		plan:   -1,
+		since:  -1,
+		relaid: map[int]bool{},
+		shows:  map[int][]partition.LayoutCard{},
+	}
 	for n := 0; n < nodes; n++ {
 		fn := &fleetNode{name: fmt.Sprintf("node-%03d", n), next: -1, last: math.Inf(-1)}
 		var cards []partition.Card
@@ -176,7 +189,10 @@ func (s *fleetSim) at(t float64) time.Time {
 
 // inUse reports whether a node's GPU holds a partition.
 func (fn *fleetNode) inUse(gpu int, prof string, start int) bool {
-	return slices.ContainsFunc(fn.fleet[gpu].Layout, func(in mig.Instance) bool { return in.Profile == prof && in.Start == start })
+	return slices.ContainsFunc(
+		fn.fleet[gpu].Layout,
+		func(in mig.Instance) bool { return in.Profile == prof && in.Start == start },
+	)
 }
 
 func (s *fleetSim) fits(fn *fleetNode, gpu int, in mig.Instance) bool {
@@ -213,7 +229,8 @@ func (s *fleetSim) place(prof string) (int, int, int, bool, error) {
 			if err != nil {
 				return 0, 0, 0, false, err
 			}
-			if r.Profile == prof && !fn.inUse(r.GPU, r.Profile, r.Start) && s.fits(fn, r.GPU, mig.Instance{Profile: r.Profile, Start: r.Start}) {
+			if r.Profile == prof && !fn.inUse(r.GPU, r.Profile, r.Start) &&
+				s.fits(fn, r.GPU, mig.Instance{Profile: r.Profile, Start: r.Start}) {
 				return ni, r.GPU, r.Start, true, nil
 			}
 		}
@@ -249,7 +266,11 @@ func (s *fleetSim) admit(ni, gpu, start int, prof string, pod int) bool {
 		return false
 	}
 	d := ledger.Device{Pool: ledger.PoolName(fn.name), Name: name}
-	ref := ledger.ClaimRef{UID: types.UID(strconv.Itoa(pod)), Namespace: "ns", Name: strconv.Itoa(pod)}
+	ref := ledger.ClaimRef{
+		UID:       types.UID(strconv.Itoa(pod)),
+		Namespace: "ns",
+		Name:      strconv.Itoa(pod),
+	}
 	if fn.led.Admit(ref, "1", []ledger.Device{d}) != nil {
 		return false
 	}
@@ -287,7 +308,8 @@ func (s *fleetSim) wholeWatch(t float64) {
 		}
 		if s.shape != Counters {
 			for _, c := range fn.shown {
-				if !c.Withheld && !c.WholeInUse && len(c.Layout) == 0 && len(fn.fleet[c.Index].Layout) == 0 {
+				if !c.Withheld && !c.WholeInUse && len(c.Layout) == 0 &&
+					len(fn.fleet[c.Index].Layout) == 0 {
 					offered = true
 				}
 			}
@@ -362,7 +384,11 @@ func (s *fleetSim) republish(ni int, t float64, waiting []int) (bool, error) {
 func sameLayout(a, b []partition.LayoutCard) bool {
 	return slices.EqualFunc(a, b, func(x, y partition.LayoutCard) bool {
 		return x.Index == y.Index && x.WholeInUse == y.WholeInUse && x.Withheld == y.Withheld &&
-			slices.EqualFunc(x.Layout, y.Layout, func(p, q partition.Instance) bool { return p.Profile == q.Profile && p.Start == q.Start })
+			slices.EqualFunc(
+				x.Layout,
+				y.Layout,
+				func(p, q partition.Instance) bool { return p.Profile == q.Profile && p.Start == q.Start },
+			)
 	})
 }
 
@@ -376,7 +402,10 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 		for g := range fn.fleet {
 			nc := partition.NodeCard{Index: g, Scheme: s.p.Scheme()}
 			for _, in := range fn.fleet[g].Layout {
-				nc.InUse = append(nc.InUse, partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true})
+				nc.InUse = append(
+					nc.InUse,
+					partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true},
+				)
 			}
 			n.Cards = append(n.Cards, nc)
 		}
@@ -400,8 +429,11 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 		if q.done() || q.profile == "" {
 			continue
 		}
-		reqs = append(reqs, partition.PendingRequest{ID: strconv.Itoa(i), Profiles: []string{q.profile},
-			Waited: time.Duration((t - q.arrive) * float64(time.Second))})
+		reqs = append(
+			reqs,
+			partition.PendingRequest{ID: strconv.Itoa(i), Profiles: []string{q.profile},
+				Waited: time.Duration((t - q.arrive) * float64(time.Second))},
+		)
 	}
 	a, err := partition.AssignFleet(nodes, reqs)
 	if err != nil {
@@ -434,8 +466,16 @@ func equalDemand(a, b partition.Demand) bool {
 // SimulateFleetLayout runs the fleet model for nodes nodes of 8 GPUs of
 // p, one shape, at load (of the whole fleet), with n pods from seed; the
 // first tenth warms up.
-func SimulateFleetLayout(ctx context.Context, p *mig.Product, nodes int, load float64, shape Shape, n int, seed int64,
-	fp FleetLayoutParams) (FleetLayoutResult, error) {
+func SimulateFleetLayout(
+	ctx context.Context,
+	p *mig.Product,
+	nodes int,
+	load float64,
+	shape Shape,
+	n int,
+	seed int64,
+	fp FleetLayoutParams,
+) (FleetLayoutResult, error) {
 	lp := fp.LayoutParams
 	pods := layoutArrivals(p, load*float64(nodes), n, seed, lp)
 	r, _, err := runFleet(ctx, p, nodes, load, shape, pods, seed, fp)
@@ -444,10 +484,21 @@ func SimulateFleetLayout(ctx context.Context, p *mig.Product, nodes int, load fl
 
 // runFleet runs the fleet model on pods and returns its result and final
 // state.
-func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shape Shape, pods []layoutPod, seed int64,
-	fp FleetLayoutParams) (FleetLayoutResult, *fleetSim, error) {
-	res := FleetLayoutResult{LayoutResult: LayoutResult{Product: p.Name, Load: load, Shape: shape, Seed: seed}, Nodes: nodes,
-		WaitsBy: map[string][]float64{}}
+func runFleet(
+	ctx context.Context,
+	p *mig.Product,
+	nodes int,
+	load float64,
+	shape Shape,
+	pods []layoutPod,
+	seed int64,
+	fp FleetLayoutParams,
+) (FleetLayoutResult, *fleetSim, error) {
+	res := FleetLayoutResult{
+		LayoutResult: LayoutResult{Product: p.Name, Load: load, Shape: shape, Seed: seed},
+		Nodes:        nodes,
+		WaitsBy:      map[string][]float64{},
+	}
 	s, err := newFleetSim(p, nodes, shape, fp)
 	if err != nil {
 		return res, nil, err
@@ -541,10 +592,20 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 				fn := s.nodes[ni]
 				q.placed, q.gpu, q.start, q.at = true, gpu, start, t
 				s.where[e.pod] = ni
-				fn.fleet[gpu].Layout = append(fn.fleet[gpu].Layout, mig.Instance{Profile: q.profile, Start: start, InUse: true})
+				fn.fleet[gpu].Layout = append(
+					fn.fleet[gpu].Layout,
+					mig.Instance{Profile: q.profile, Start: start, InUse: true},
+				)
 				fn.order = nil
 				if err := p.Validate(fn.fleet[gpu].Layout); err != nil {
-					return res, nil, fmt.Errorf("fleet model: node %d GPU %d after %s@%d: %w", ni, gpu, q.profile, start, err)
+					return res, nil, fmt.Errorf(
+						"fleet model: node %d GPU %d after %s@%d: %w",
+						ni,
+						gpu,
+						q.profile,
+						start,
+						err,
+					)
 				}
 				dropWaiting(e.pod)
 				s.push(t+q.life, evDepart, e.pod)
@@ -569,12 +630,21 @@ func runFleet(ctx context.Context, p *mig.Product, nodes int, load float64, shap
 			q := &s.pods[e.pod]
 			ni := s.where[e.pod]
 			fn := s.nodes[ni]
-			fn.fleet[q.gpu].Layout = slices.DeleteFunc(fn.fleet[q.gpu].Layout, func(in mig.Instance) bool {
-				return in.Profile == q.profile && in.Start == q.start
-			})
+			fn.fleet[q.gpu].Layout = slices.DeleteFunc(
+				fn.fleet[q.gpu].Layout,
+				func(in mig.Instance) bool {
+					return in.Profile == q.profile && in.Start == q.start
+				},
+			)
 			fn.order = nil
 			if shape == LedgerShape {
-				fn.led.Observe(ledger.Observation{Claim: ledger.ClaimRef{UID: types.UID(strconv.Itoa(e.pod))}, Deleted: true}, false)
+				fn.led.Observe(
+					ledger.Observation{
+						Claim:   ledger.ClaimRef{UID: types.UID(strconv.Itoa(e.pod))},
+						Deleted: true,
+					},
+					false,
+				)
 				fn.ledgerWrites++
 				demandChanged(t)
 			}
@@ -675,8 +745,17 @@ type FleetBurstResult struct {
 
 // SimulateFleetBurst runs n pods of prof at t=0 on an idle fleet and one
 // pod of large at t=lateAt, none departing, with an hour's patience.
-func SimulateFleetBurst(ctx context.Context, p *mig.Product, nodes int, prof string, n int, large string, lateAt float64,
-	shape Shape, fp FleetLayoutParams) (FleetBurstResult, error) {
+func SimulateFleetBurst(
+	ctx context.Context,
+	p *mig.Product,
+	nodes int,
+	prof string,
+	n int,
+	large string,
+	lateAt float64,
+	shape Shape,
+	fp FleetLayoutParams,
+) (FleetBurstResult, error) {
 	out := FleetBurstResult{Shape: shape, Nodes: nodes}
 	pods := make([]layoutPod, n+1)
 	for i := 0; i < n; i++ {
@@ -712,21 +791,36 @@ func SimulateFleetBurst(ctx context.Context, p *mig.Product, nodes int, prof str
 // per load for each fleet size (cfg.Arrivals pods per 8 nodes: a run
 // fills a larger fleet as far), the burst rows, and slice writes per
 // node per second.
-func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayoutParams, w io.Writer) error {
+func FleetLayoutBench(
+	ctx context.Context,
+	cfg Config,
+	sizes []int,
+	fp FleetLayoutParams,
+	w io.Writer,
+) error {
 	p, err := mig.Lookup(cfg.Products[0])
 	if err != nil {
 		return err
 	}
 	shapes := []Shape{Counters, LayoutShape, LedgerShape}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tload\tshape\tcw-accept\tvs counters (pts)\twaited\twait p50\tp99\t7g p99\t1g p99\tslice writes/node/s\tledger writes/node/s\t")
+	fmt.Fprintln(
+		tw,
+		"nodes\tload\tshape\tcw-accept\tvs counters (pts)\twaited\twait p50\tp99\t7g p99\t1g p99\tslice writes/node/s\tledger writes/node/s\t",
+	)
 	for _, n := range sizes {
 		for _, load := range cfg.Loads {
 			accs := map[Shape][]float64{}
 			rows := map[Shape][]FleetLayoutResult{}
 			for k := 0; k < cfg.Seeds; k++ {
 				seed := cfg.Seed + int64(k)
-				arrivals := layoutArrivals(p, load*float64(n), cfg.Arrivals*max(n/8, 1), seed, fp.LayoutParams)
+				arrivals := layoutArrivals(
+					p,
+					load*float64(n),
+					cfg.Arrivals*max(n/8, 1),
+					seed,
+					fp.LayoutParams,
+				)
 				for _, sh := range shapes {
 					pods := slices.Clone(arrivals)
 					r, _, err := runFleet(ctx, p, n, load, sh, pods, seed, fp)
@@ -761,9 +855,28 @@ func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayo
 				sort.Float64s(all)
 				sort.Float64s(big)
 				sort.Float64s(small)
-				fmt.Fprintf(tw, "%d\t%.1f\t%s\t%.4f ± %.4f\t%s\t%.1f%%\t%.1fs\t%.1fs\t%.1fs\t%.1fs\t%.3f\t%.3f\t\n", n, load, sh, m.mean, m.se, diff,
-					100*waited/float64(len(rows[sh])), fquantile(all, 0.5), fquantile(all, 0.99), fquantile(big, 0.99),
-					fquantile(small, 0.99), writes/float64(len(rows[sh])), lwrites/float64(len(rows[sh])))
+				fmt.Fprintf(
+					tw,
+					"%d\t%.1f\t%s\t%.4f ± %.4f\t%s\t%.1f%%\t%.1fs\t%.1fs\t%.1fs\t%.1fs\t%.3f\t%.3f\t\n",
+					n,
+					load,
+					sh,
+					m.mean,
+					m.se,
+					diff,
+					100*waited/float64(
+						len(rows[sh]),
+					),
+					fquantile(all, 0.5),
+					fquantile(all, 0.99),
+					fquantile(big, 0.99),
+					fquantile(
+						small,
+						0.99,
+					),
+					writes/float64(len(rows[sh])),
+					lwrites/float64(len(rows[sh])),
+				)
 			}
 		}
 	}
@@ -773,14 +886,27 @@ func FleetLayoutBench(ctx context.Context, cfg Config, sizes []int, fp FleetLayo
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Burst: 100 pods of 1g.10gb at once on an idle fleet, one 7g.80gb 2 s later\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tshape\tlast 1g placed\tnodes re-laid out\tnodes landed on\tno free whole GPU (s)\t7g wait\t")
+	fmt.Fprintln(
+		tw,
+		"nodes\tshape\tlast 1g placed\tnodes re-laid out\tnodes landed on\tno free whole GPU (s)\t7g wait\t",
+	)
 	for _, n := range sizes {
 		for _, sh := range shapes {
 			b, err := SimulateFleetBurst(ctx, p, n, "1g.10gb", 100, "7g.80gb", 2, sh, fp)
 			if err != nil {
 				return fmt.Errorf("burst %d nodes %s: %w", n, sh, err)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.2fs\t%d\t%d\t%.2f\t%.2fs\t\n", n, sh, b.Last, b.Relaid, b.Landed, b.NoWhole, b.Large)
+			fmt.Fprintf(
+				tw,
+				"%d\t%s\t%.2fs\t%d\t%d\t%.2f\t%.2fs\t\n",
+				n,
+				sh,
+				b.Last,
+				b.Relaid,
+				b.Landed,
+				b.NoWhole,
+				b.Large,
+			)
 		}
 	}
 	return tw.Flush()

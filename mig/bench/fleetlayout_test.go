@@ -23,19 +23,47 @@ func TestFleetLayoutBurst(t *testing.T) {
 	}
 	fp := DefaultFleetLayoutParams()
 	for _, n := range []int{8, 32} {
-		l, err := SimulateFleetBurst(context.Background(), p, n, "1g.10gb", 100, "7g.80gb", 2, LedgerShape, fp)
+		l, err := SimulateFleetBurst(
+			context.Background(),
+			p,
+			n,
+			"1g.10gb",
+			100,
+			"7g.80gb",
+			2,
+			LedgerShape,
+			fp,
+		)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.Relaid > l.Landed+1 || l.NoWhole > 0 || l.Large <= 0 || l.Large > 60 {
-			t.Errorf("%d nodes, ledger: %+v; want relaid <= landed (+1 for the 7g), no window without a whole GPU, the 7g placed", n, l)
+			t.Errorf(
+				"%d nodes, ledger: %+v; want relaid <= landed (+1 for the 7g), no window without a whole GPU, the 7g placed",
+				n,
+				l,
+			)
 		}
-		f, err := SimulateFleetBurst(context.Background(), p, n, "1g.10gb", 100, "7g.80gb", 2, LayoutShape, fp)
+		f, err := SimulateFleetBurst(
+			context.Background(),
+			p,
+			n,
+			"1g.10gb",
+			100,
+			"7g.80gb",
+			2,
+			LayoutShape,
+			fp,
+		)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if f.Relaid != n || f.NoWhole == 0 {
-			t.Errorf("%d nodes, the decision-fence layout: %+v; the model should see every node re-laid out and a window without a whole GPU", n, f)
+			t.Errorf(
+				"%d nodes, the decision-fence layout: %+v; the model should see every node re-laid out and a window without a whole GPU",
+				n,
+				f,
+			)
 		}
 		t.Logf("%d nodes: ledger %+v; decision fence %+v", n, l, f)
 	}
@@ -49,7 +77,16 @@ func TestFleetLayoutOnline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range []Shape{Counters, LayoutShape, LedgerShape} {
-		r, err := SimulateFleetLayout(context.Background(), p, 8, 0.8, sh, 600, 1, DefaultFleetLayoutParams())
+		r, err := SimulateFleetLayout(
+			context.Background(),
+			p,
+			8,
+			0.8,
+			sh,
+			600,
+			1,
+			DefaultFleetLayoutParams(),
+		)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -121,13 +121,29 @@ func (c *Controller) layoutStep(ctx context.Context) (*Operation, error) {
 			continue
 		}
 		if c.o.dryRun != nil {
-			fmt.Fprintf(c.o.dryRun, "%s waits for %s: evict %s\n", op.Pod, op.placement(), op.evicted())
+			fmt.Fprintf(
+				c.o.dryRun,
+				"%s waits for %s: evict %s\n",
+				op.Pod,
+				op.placement(),
+				op.evicted(),
+			)
 			return op, nil
 		}
-		c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonDefragmenting,
-			fmt.Sprintf("evicting %s to free %s (card reserved for it by the layout planner)", op.evicted(), op.placement()))
-		klog.FromContext(ctx).Info("Defragmenting a reserved card", "pod", op.Pod.String(), "node", op.Node,
-			"gpu", op.GPU, "profile", op.Profile, "evicting", op.evicted())
+		c.event(
+			ctx,
+			op.Pod,
+			corev1.EventTypeNormal,
+			ReasonDefragmenting,
+			fmt.Sprintf(
+				"evicting %s to free %s (card reserved for it by the layout planner)",
+				op.evicted(),
+				op.placement(),
+			),
+		)
+		klog.FromContext(ctx).
+			Info("Defragmenting a reserved card", "pod", op.Pod.String(), "node", op.Node,
+				"gpu", op.GPU, "profile", op.Profile, "evicting", op.evicted())
 		return op, c.evictLayout(ctx, op)
 	}
 	return nil, nil
@@ -135,7 +151,11 @@ func (c *Controller) layoutStep(ctx context.Context) (*Operation, error) {
 
 // waitingFor is the oldest unschedulable pod whose unallocated claim asks
 // for profile.
-func (c *Controller) waitingFor(pods []*corev1.Pod, claims map[types.UID]*resourceapi.ResourceClaim, profile string) *corev1.Pod {
+func (c *Controller) waitingFor(
+	pods []*corev1.Pod,
+	claims map[types.UID]*resourceapi.ResourceClaim,
+	profile string,
+) *corev1.Pod {
 	byName := map[string]*resourceapi.ResourceClaim{}
 	for _, cl := range claims {
 		byName[cl.Namespace+"/"+cl.Name] = cl
@@ -163,7 +183,10 @@ func (c *Controller) waitingFor(pods []*corev1.Pod, claims map[types.UID]*resour
 	if len(out) == 0 {
 		return nil
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
+	sort.SliceStable(
+		out,
+		func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) },
+	)
 	return out[0]
 }
 
@@ -185,8 +208,15 @@ func podClaimNames(pod *corev1.Pod) []string {
 
 // layoutPlan finds the fewest evictions that free the reserved card's
 // region for its profile; nil and why not.
-func (c *Controller) layoutPlan(ctx context.Context, cl *cluster, ledgers map[string]*ledger.Ledger,
-	claims map[types.UID]*resourceapi.ResourceClaim, node string, res partition.ReservedCard, waiting *corev1.Pod) (*Operation, string, error) {
+func (c *Controller) layoutPlan(
+	ctx context.Context,
+	cl *cluster,
+	ledgers map[string]*ledger.Ledger,
+	claims map[types.UID]*resourceapi.ResourceClaim,
+	node string,
+	res partition.ReservedCard,
+	waiting *corev1.Pod,
+) (*Operation, string, error) {
 	// The fleet from the ledgers: held partitions in use (restartable
 	// when their pods may move), busy ones in use.
 	type at struct {
@@ -206,7 +236,10 @@ func (c *Controller) layoutPlan(ctx context.Context, cl *cluster, ledgers map[st
 			s := p.Scheme()
 			fc := partition.FleetCard{Node: n, Index: card.Index, Scheme: s}
 			for _, in := range card.Busy {
-				fc.Layout = append(fc.Layout, partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true})
+				fc.Layout = append(
+					fc.Layout,
+					partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true},
+				)
 			}
 			whole := card.BusyWhole
 			for _, h := range l.Held {
@@ -220,7 +253,11 @@ func (c *Controller) layoutPlan(ctx context.Context, cl *cluster, ledgers map[st
 						continue
 					}
 					in := partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true}
-					k := at{n, card.Index, partition.Instance{Profile: ref.Profile, Start: ref.Start}}
+					k := at{
+						n,
+						card.Index,
+						partition.Instance{Profile: ref.Profile, Start: ref.Start},
+					}
 					if holders[k] == nil {
 						hd := &holder{claim: claims[h.Claim.UID]}
 						if hd.claim != nil {
@@ -261,28 +298,53 @@ func (c *Controller) layoutPlan(ctx context.Context, cl *cluster, ledgers map[st
 		}
 	}
 	card := res.Card
-	d, err := partition.Defragment(fleet, partition.Request{Profile: res.Profile, Node: node, Card: &card},
-		partition.WithMaxMoves(c.o.maxMoves))
+	d, err := partition.Defragment(
+		fleet,
+		partition.Request{Profile: res.Profile, Node: node, Card: &card},
+		partition.WithMaxMoves(c.o.maxMoves),
+	)
 	if err != nil {
 		return nil, "", err
 	}
 	if !d.Found {
-		return nil, fmt.Sprintf("no set of at most %d restartable pods frees %s on GPU %d of node %s: %s",
-			c.o.maxMoves, res.Profile, res.Card, node, d.Reason), nil
+		return nil, fmt.Sprintf(
+			"no set of at most %d restartable pods frees %s on GPU %d of node %s: %s",
+			c.o.maxMoves,
+			res.Profile,
+			res.Card,
+			node,
+			d.Reason,
+		), nil
 	}
 	if len(d.Moves) == 0 {
 		return nil, "its reserved card will hold it once its partitions end", nil
 	}
-	op := &Operation{Pod: refOf(&waiting.ObjectMeta), Node: node, GPU: res.Card, Profile: res.Profile, Start: d.Target.Start}
+	op := &Operation{
+		Pod:     refOf(&waiting.ObjectMeta),
+		Node:    node,
+		GPU:     res.Card,
+		Profile: res.Profile,
+		Start:   d.Target.Start,
+	}
 	for _, m := range d.Moves {
 		h := holders[at{m.Node, m.Card, partition.Instance{Profile: m.Profile, Start: m.Start}}]
 		if h == nil {
 			return nil, "a partition to move has no holder", nil
 		}
 		for _, vp := range h.pods {
-			op.Evictions = append(op.Evictions, Eviction{Pod: refOf(&vp.ObjectMeta), Claim: refOf(&h.claim.ObjectMeta),
-				Move: mig.Move{Node: m.Node, GPU: m.Card, Profile: m.Profile, Start: m.Start, ToNode: m.ToNode,
-					ToGPU: m.ToCard, ToStart: m.ToStart}})
+			op.Evictions = append(
+				op.Evictions,
+				Eviction{Pod: refOf(&vp.ObjectMeta), Claim: refOf(&h.claim.ObjectMeta),
+					Move: mig.Move{
+						Node:    m.Node,
+						GPU:     m.Card,
+						Profile: m.Profile,
+						Start:   m.Start,
+						ToNode:  m.ToNode,
+						ToGPU:   m.ToCard,
+						ToStart: m.ToStart,
+					}},
+			)
 		}
 	}
 	return op, "", nil
@@ -293,13 +355,18 @@ func (c *Controller) layoutPlan(ctx context.Context, cl *cluster, ledgers map[st
 func (c *Controller) evictLayout(ctx context.Context, op *Operation) error {
 	for _, e := range op.Evictions {
 		ev := &policyv1.Eviction{
-			ObjectMeta:    metav1.ObjectMeta{Name: e.Pod.Name, Namespace: e.Pod.Namespace},
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(e.Pod.UID)}},
+			ObjectMeta: metav1.ObjectMeta{Name: e.Pod.Name, Namespace: e.Pod.Namespace},
+			DeleteOptions: &metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: ptr.To(e.Pod.UID)},
+			},
 		}
 		err := c.client.PolicyV1().Evictions(e.Pod.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil:
-			c.mem.evictions = append(c.mem.evictions, evictionRecord{at: c.o.now(), node: e.Move.Node})
+			c.mem.evictions = append(
+				c.mem.evictions,
+				evictionRecord{at: c.o.now(), node: e.Move.Node},
+			)
 			c.eventRelated(ctx, e.Pod, corev1.EventTypeNormal, ReasonEvicted,
 				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, op.placement()),
 				&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.Move.Node})
@@ -307,7 +374,10 @@ func (c *Controller) evictLayout(ctx context.Context, op *Operation) error {
 		default:
 			why := fmt.Sprintf("eviction of %s refused: %v", e.Pod, err)
 			if apierrors.IsTooManyRequests(err) {
-				why = fmt.Sprintf("eviction of %s refused: its PodDisruptionBudget allows no disruption now", e.Pod)
+				why = fmt.Sprintf(
+					"eviction of %s refused: its PodDisruptionBudget allows no disruption now",
+					e.Pod,
+				)
 			}
 			c.mem.abandoned[op.Pod.UID] = c.o.now()
 			c.event(ctx, op.Pod, corev1.EventTypeWarning, ReasonAbandoned, why)

@@ -167,8 +167,18 @@ type Planner struct {
 // store needs (get, list, watch, create, update on configmaps in its
 // namespace) and, with WithLeaderElection, get, create and update on the
 // Lease.
-func New(client kubernetes.Interface, store *ledger.Store, driver string, opts ...Option) (*Planner, error) {
-	o := options{aging: partition.DefaultAging, interval: 200 * time.Millisecond, resync: 10 * time.Second, now: time.Now}
+func New(
+	client kubernetes.Interface,
+	store *ledger.Store,
+	driver string,
+	opts ...Option,
+) (*Planner, error) {
+	o := options{
+		aging:    partition.DefaultAging,
+		interval: 200 * time.Millisecond,
+		resync:   10 * time.Second,
+		now:      time.Now,
+	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new fleet planner: %w", err)
@@ -176,11 +186,19 @@ func New(client kubernetes.Interface, store *ledger.Store, driver string, opts .
 	}
 	switch {
 	case client == nil || store == nil || driver == "":
-		return nil, errors.New("new fleet planner: a client, a ledger store and a driver name are needed")
+		return nil, errors.New(
+			"new fleet planner: a client, a ledger store and a driver name are needed",
+		)
 	case !o.classProfileOK() || o.schemes == nil:
 		return nil, errors.New("new fleet planner: WithClassProfile and WithSchemes are needed")
 	}
-	return &Planner{client: client, store: store, driver: driver, o: o, kick: make(chan struct{}, 1)}, nil
+	return &Planner{
+		client: client,
+		store:  store,
+		driver: driver,
+		o:      o,
+		kick:   make(chan struct{}, 1),
+	}, nil
 }
 
 // StepResult is what one Step did.
@@ -208,9 +226,13 @@ func (p *Planner) Last() StepResult {
 // start starts the informers and waits for them.
 func (p *Planner) start(ctx context.Context) error {
 	f := informers.NewSharedInformerFactory(p.client, 0)
-	pf := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
-	}))
+	pf := informers.NewSharedInformerFactoryWithOptions(
+		p.client,
+		0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
+		}),
+	)
 	ci := f.Resource().V1().ResourceClaims()
 	ni := f.Core().V1().Nodes()
 	pi := pf.Core().V1().Pods()
@@ -227,7 +249,11 @@ func (p *Planner) start(ctx context.Context) error {
 		}
 	}
 	p.claims, p.nodes, p.pods = ci.Lister(), ni.Lister(), pi.Lister()
-	p.synced = []cache.InformerSynced{ci.Informer().HasSynced, ni.Informer().HasSynced, pi.Informer().HasSynced}
+	p.synced = []cache.InformerSynced{
+		ci.Informer().HasSynced,
+		ni.Informer().HasSynced,
+		pi.Informer().HasSynced,
+	}
 	f.Start(ctx.Done())
 	pf.Start(ctx.Done())
 	ledgers := make(chan struct{})
@@ -372,7 +398,8 @@ func allocationNode(a *resourceapi.AllocationResult) string {
 	}
 	for _, t := range a.NodeSelector.NodeSelectorTerms {
 		for _, f := range t.MatchFields {
-			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn &&
+				len(f.Values) == 1 {
 				return f.Values[0]
 			}
 		}
@@ -421,7 +448,9 @@ func (p *Planner) Step(ctx context.Context) (StepResult, error) {
 			if !ok {
 				// Not in the informer: read it by name before it counts
 				// as gone (the informer may lag its creation).
-				got, err := p.client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+				got, err := p.client.ResourceV1().
+					ResourceClaims(ref.Namespace).
+					Get(ctx, ref.Name, metav1.GetOptions{})
 				switch {
 				case apierrors.IsNotFound(err) || err == nil && got.UID != ref.UID:
 					obs[node] = append(obs[node], ledger.Observation{Claim: ref, Deleted: true})
@@ -453,7 +482,8 @@ func (p *Planner) Step(ctx context.Context) (StepResult, error) {
 	for _, node := range nodes {
 		l := ledgers[node]
 		d, r := demand[node], reserved[node]
-		if l.Seeded && len(obs[node]) == 0 && maps.Equal(l.Demand, d) && slices.Equal(l.Reserved, r) {
+		if l.Seeded && len(obs[node]) == 0 && maps.Equal(l.Demand, d) &&
+			slices.Equal(l.Reserved, r) {
 			continue
 		}
 		var seeded, resolved, recorded int
@@ -497,9 +527,17 @@ func boolInt(b bool) int {
 }
 
 // observe is what the API server shows of claim c on node.
-func (p *Planner) observe(c *resourceapi.ResourceClaim, node string, allocs map[string][]nodeAlloc) ledger.Observation {
-	o := ledger.Observation{Claim: refOf(c), ResourceVersion: c.ResourceVersion, Deleted: c.DeletionTimestamp != nil &&
-		c.Status.Allocation == nil}
+func (p *Planner) observe(
+	c *resourceapi.ResourceClaim,
+	node string,
+	allocs map[string][]nodeAlloc,
+) ledger.Observation {
+	o := ledger.Observation{
+		Claim:           refOf(c),
+		ResourceVersion: c.ResourceVersion,
+		Deleted: c.DeletionTimestamp != nil &&
+			c.Status.Allocation == nil,
+	}
 	for _, a := range allocs[node] {
 		if a.claim.UID == c.UID {
 			o.Allocated = a.devs
@@ -509,7 +547,10 @@ func (p *Planner) observe(c *resourceapi.ResourceClaim, node string, allocs map[
 }
 
 // assign computes each node's Demand and Reserved cards.
-func (p *Planner) assign(ledgers map[string]*ledger.Ledger, claims map[string]*resourceapi.ResourceClaim) (
+func (p *Planner) assign(
+	ledgers map[string]*ledger.Ledger,
+	claims map[string]*resourceapi.ResourceClaim,
+) (
 	map[string]partition.Demand, map[string][]partition.ReservedCard, int, *partition.FleetAssignment, error) {
 	var nodes []partition.Node
 	nodeObjs := map[string]*corev1.Node{}
@@ -567,8 +608,11 @@ func (p *Planner) assign(ledgers map[string]*ledger.Ledger, claims map[string]*r
 			}
 			cands = append(cands, n.Name)
 		}
-		reqs = append(reqs, partition.PendingRequest{ID: pod.Namespace + "/" + pod.Name, Profiles: profiles,
-			Nodes: append([]string{}, cands...), Waited: now.Sub(pod.CreationTimestamp.Time)})
+		reqs = append(
+			reqs,
+			partition.PendingRequest{ID: pod.Namespace + "/" + pod.Name, Profiles: profiles,
+				Nodes: append([]string{}, cands...), Waited: now.Sub(pod.CreationTimestamp.Time)},
+		)
 	}
 	a, err := partition.AssignFleet(nodes, reqs, partition.WithAging(p.o.aging))
 	if err != nil {
@@ -586,8 +630,13 @@ func (p *Planner) nodeView(l *ledger.Ledger) (partition.Node, error) {
 		if err != nil {
 			return n, fmt.Errorf("fleet planner: node %s card %d: %w", l.Node, c.Index, err)
 		}
-		nc := partition.NodeCard{Index: c.Index, Scheme: s, Profiles: c.Profiles, NoWhole: c.NoWhole,
-			WholeInUse: c.BusyWhole}
+		nc := partition.NodeCard{
+			Index:      c.Index,
+			Scheme:     s,
+			Profiles:   c.Profiles,
+			NoWhole:    c.NoWhole,
+			WholeInUse: c.BusyWhole,
+		}
 		for _, in := range c.Busy {
 			in.InUse = true
 			nc.InUse = append(nc.InUse, in)
@@ -603,7 +652,10 @@ func (p *Planner) nodeView(l *ledger.Ledger) (partition.Node, error) {
 			case ref.Profile == "":
 				nc.WholeInUse = true
 			default:
-				nc.InUse = append(nc.InUse, partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
+				nc.InUse = append(
+					nc.InUse,
+					partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true},
+				)
 			}
 		}
 		for _, d := range l.Open {

@@ -236,7 +236,12 @@ func newWorld(t testing.TB, p advParams) *world {
 		w.whLedgers[r] = map[int]*vLedger{}
 	}
 	for i := 0; i < p.nodes; i++ {
-		n := &aNode{i: i, name: "node-" + strconv.Itoa(i), nvml: map[int]partition.Layout{}, whole: map[int]bool{}}
+		n := &aNode{
+			i:     i,
+			name:  "node-" + strconv.Itoa(i),
+			nvml:  map[int]partition.Layout{},
+			whole: map[int]bool{},
+		}
 		n.pool = n.name + "/layout"
 		n.ledger = vLedger{rv: w.bump(), l: &ledger.Ledger{Node: n.name, Seeded: true}}
 		n.slice = vSlice{rv: w.bump()}
@@ -267,7 +272,12 @@ func (w *world) delay(max time.Duration) time.Duration {
 func (w *world) agentCards(n *aNode) []ledger.AgentCard {
 	out := make([]ledger.AgentCard, w.p.cards)
 	for c := range out {
-		out[c] = ledger.AgentCard{Index: c, Scheme: w.scheme, Busy: slices.Clone(n.nvml[c]), BusyWhole: n.whole[c]}
+		out[c] = ledger.AgentCard{
+			Index:     c,
+			Scheme:    w.scheme,
+			Busy:      slices.Clone(n.nvml[c]),
+			BusyWhole: n.whole[c],
+		}
 	}
 	return out
 }
@@ -376,7 +386,10 @@ func (w *world) restartPub(pub *aPub) {
 				}
 				l := partition.LayoutCard{Index: c.Index, Scheme: c.Scheme}
 				for _, in := range c.Layout {
-					l.Layout = append(l.Layout, partition.Instance{Profile: in.Profile, Start: in.Start})
+					l.Layout = append(
+						l.Layout,
+						partition.Instance{Profile: in.Profile, Start: in.Start},
+					)
 				}
 				pubd = append(pubd, l)
 			}
@@ -613,7 +626,11 @@ func (w *world) plannerObserve(c aClaim) {
 		}
 	}
 	for _, n := range w.nodes {
-		o := ledger.Observation{Claim: c.ref, ResourceVersion: strconv.FormatInt(c.rv, 10), Deleted: c.deleted}
+		o := ledger.Observation{
+			Claim:           c.ref,
+			ResourceVersion: strconv.FormatInt(c.rv, 10),
+			Deleted:         c.deleted,
+		}
 		if c.node == n.i {
 			o.Allocated = c.alloc
 		}
@@ -664,7 +681,11 @@ func selector(al *alloc.Allocator, profile string) string {
 	if profile == partition.WholeCard {
 		return al.Attr(mig.AttrType) + ` == "gpu"`
 	}
-	return al.Attr(mig.AttrType) + ` == "mig" && ` + al.Attr(mig.AttrProfile) + ` == "` + profile + `"`
+	return al.Attr(
+		mig.AttrType,
+	) + ` == "mig" && ` + al.Attr(
+		mig.AttrProfile,
+	) + ` == "` + profile + `"`
 }
 
 func (w *world) slicesOf(n int) []*resourceapi.ResourceSlice {
@@ -718,14 +739,22 @@ func (w *world) attempt(p *aPod) {
 			}
 		}
 		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
-		got, err := w.al.One(context.Background(), node, sl, allocated, selector(w.al, p.claim.profile))
+		got, err := w.al.One(
+			context.Background(),
+			node,
+			sl,
+			allocated,
+			selector(w.al, p.claim.profile),
+		)
 		if err != nil {
 			w.t.Fatal(err)
 		}
 		if got == "" {
 			continue
 		}
-		p.state, p.node, p.devs, p.gen = inPermit, ni, []ledger.Device{{Pool: n.pool, Name: got}}, w.schedGen
+		p.state, p.node, p.devs, p.gen = inPermit, ni, []ledger.Device{
+			{Pool: n.pool, Name: got},
+		}, w.schedGen
 		hold := w.delay(100 * time.Millisecond)
 		if w.rng.Intn(10) == 0 { // a gang member waits for the others
 			hold = 30*advSecond + time.Duration(w.rng.Int63n(int64(w.p.gangHoldMax)))
@@ -838,7 +867,13 @@ func (w *world) commit(p *aPod, rv int64) {
 	}
 	c.alloc, c.node, c.rv = slices.Clone(p.devs), p.node, w.bump()
 	if w.schedGen == p.gen { // the scheduler's assume cache has its own write at once
-		w.schedClaims[c.ref.UID] = aClaim{ref: c.ref, rv: c.rv, profile: c.profile, alloc: slices.Clone(c.alloc), node: c.node}
+		w.schedClaims[c.ref.UID] = aClaim{
+			ref:     c.ref,
+			rv:      c.rv,
+			profile: c.profile,
+			alloc:   slices.Clone(c.alloc),
+			node:    c.node,
+		}
 	}
 	w.claimChanged(c)
 	w.checkOverlap(p.node)
@@ -869,7 +904,10 @@ func (w *world) checkOverlap(ni int) {
 				whole[ref.Card]++
 				continue
 			}
-			parts[ref.Card] = append(parts[ref.Card], partition.Instance{Profile: ref.Profile, Start: ref.Start})
+			parts[ref.Card] = append(
+				parts[ref.Card],
+				partition.Instance{Profile: ref.Profile, Start: ref.Start},
+			)
 		}
 	}
 	for card := 0; card < w.p.cards; card++ {
@@ -903,7 +941,8 @@ func (w *world) prepare(p *aPod) {
 			continue
 		}
 		in := partition.Instance{Profile: ref.Profile, Start: ref.Start}
-		if n.whole[ref.Card] || w.scheme.Validate(append(slices.Clone(n.nvml[ref.Card]), in)) != nil {
+		if n.whole[ref.Card] ||
+			w.scheme.Validate(append(slices.Clone(n.nvml[ref.Card]), in)) != nil {
 			w.stuck(p)
 			return
 		}
@@ -928,7 +967,12 @@ func (w *world) prepare(p *aPod) {
 func (w *world) stuck(p *aPod) {
 	w.stats.stuck++
 	if w.stats.firstOverlap == "" {
-		w.stats.firstOverlap = fmt.Sprintf("t=%s: prepare of %v on node %d refused by NVML", w.now, p.devs, p.node)
+		w.stats.firstOverlap = fmt.Sprintf(
+			"t=%s: prepare of %v on node %d refused by NVML",
+			w.now,
+			p.devs,
+			p.node,
+		)
 	}
 	w.release(p)
 }
@@ -966,12 +1010,22 @@ func (w *world) release(p *aPod) {
 	})
 }
 
-var advProfiles = []string{"1g.10gb", "1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
-	partition.WholeCard}
+var advProfiles = []string{
+	"1g.10gb",
+	"1g.10gb",
+	"1g.10gb",
+	"2g.20gb",
+	"3g.40gb",
+	"4g.40gb",
+	"7g.80gb",
+	partition.WholeCard,
+}
 
 func (w *world) arrive(k int) {
 	c := &aClaim{ref: ledger.ClaimRef{UID: types.UID(fmt.Sprintf("uid-%d", k)), Namespace: "ns",
-		Name: "claim-" + strconv.Itoa(k)}, profile: advProfiles[w.rng.Intn(len(advProfiles))], node: -1}
+		Name: "claim-" + strconv.Itoa(
+			k,
+		)}, profile: advProfiles[w.rng.Intn(len(advProfiles))], node: -1}
 	c.rv = w.bump()
 	w.claims[c.ref.UID] = c
 	p := &aPod{claim: c, refusedAt: -1}
@@ -1022,23 +1076,48 @@ func TestAdversarial(t *testing.T) {
 	var fence advStats
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		s := runAdversarial(t, defaultAdv(designLedger, seed))
-		t.Logf("ledger seed %d: placed %d, refused %d, conflicts %d, restarts %d, overlaps %d, stuck %d,"+
-			" longest refusal-to-placement %s", seed, s.placed, s.refused, s.conflicts, s.restarts,
-			s.overlaps, s.stuck, s.maxRecovery.Round(time.Millisecond))
+		t.Logf(
+			"ledger seed %d: placed %d, refused %d, conflicts %d, restarts %d, overlaps %d, stuck %d,"+
+				" longest refusal-to-placement %s",
+			seed,
+			s.placed,
+			s.refused,
+			s.conflicts,
+			s.restarts,
+			s.overlaps,
+			s.stuck,
+			s.maxRecovery.Round(time.Millisecond),
+		)
 		if s.overlaps > 0 || s.stuck > 0 {
-			t.Errorf("ledger seed %d: %d overlapping allocations committed, %d pods stuck: first %s",
-				seed, s.overlaps, s.stuck, s.firstOverlap)
+			t.Errorf(
+				"ledger seed %d: %d overlapping allocations committed, %d pods stuck: first %s",
+				seed,
+				s.overlaps,
+				s.stuck,
+				s.firstOverlap,
+			)
 		}
 		if s.placed < defaultAdv(designLedger, seed).pods/2 {
 			t.Errorf("ledger seed %d: only %d pods placed", seed, s.placed)
 		}
 		f := runAdversarial(t, defaultAdv(designFence, seed))
-		t.Logf("fence  seed %d: placed %d, refused %d, restarts %d, overlaps %d, stuck %d: first %s",
-			seed, f.placed, f.refused, f.restarts, f.overlaps, f.stuck, f.firstOverlap)
+		t.Logf(
+			"fence  seed %d: placed %d, refused %d, restarts %d, overlaps %d, stuck %d: first %s",
+			seed,
+			f.placed,
+			f.refused,
+			f.restarts,
+			f.overlaps,
+			f.stuck,
+			f.firstOverlap,
+		)
 		fence.overlaps += f.overlaps
 		fence.stuck += f.stuck
 	}
 	if fence.overlaps+fence.stuck == 0 {
-		t.Errorf("the model found no failure of the decision fence in %d seeds: it is not adversarial enough", seeds)
+		t.Errorf(
+			"the model found no failure of the decision fence in %d seeds: it is not adversarial enough",
+			seeds,
+		)
 	}
 }

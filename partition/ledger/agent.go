@@ -23,7 +23,8 @@ func PoolName(node string) string { return node + PoolSuffix }
 // NodeOfPool returns the node of a layout pool name, and false for a
 // pool that is not one.
 func NodeOfPool(pool string) (string, bool) {
-	if node, ok := strings.CutSuffix(pool, PoolSuffix); ok && node != "" && !strings.Contains(node, "/") {
+	if node, ok := strings.CutSuffix(pool, PoolSuffix); ok && node != "" &&
+		!strings.Contains(node, "/") {
 		return node, true
 	}
 	i := strings.Index(pool, PoolSuffix+"/")
@@ -97,7 +98,10 @@ func (a *Agent) Run(ctx context.Context, synced chan<- struct{}) error {
 // write fails (the API server unreachable), it returns the error with
 // the layout of the last ledger it knows: publishing that is safe, since
 // allocations are admitted against the ledger, not the slice.
-func (a *Agent) Sync(ctx context.Context, cards []AgentCard) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+func (a *Agent) Sync(
+	ctx context.Context,
+	cards []AgentCard,
+) (*Ledger, []partition.LayoutCard, map[int]string, error) {
 	var withheld map[int]string
 	l, err := a.store.Update(ctx, a.node, true, func(l *Ledger) error {
 		var err error
@@ -148,7 +152,10 @@ func NewMemoryAgent(node string, demand partition.Demand, opts ...partition.Opti
 func (a *MemoryAgent) Pool() string { return PoolName(a.node) }
 
 // Sync is Agent.Sync on the ledger in memory.
-func (a *MemoryAgent) Sync(_ context.Context, cards []AgentCard) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+func (a *MemoryAgent) Sync(
+	_ context.Context,
+	cards []AgentCard,
+) (*Ledger, []partition.LayoutCard, map[int]string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	withheld, err := a.l.Publish(a.Pool(), cards, a.opts...)

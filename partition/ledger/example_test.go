@@ -36,7 +36,10 @@ func Example() {
 	fmt.Println("open:", l.Open)
 	other := ledger.ClaimRef{UID: "uid-2", Namespace: "default", Name: "two"}
 	var notOpen *ledger.NotOpenError
-	fmt.Println("stale allocation refused:", errors.As(l.Admit(other, "42", []ledger.Device{stale}), &notOpen))
+	fmt.Println(
+		"stale allocation refused:",
+		errors.As(l.Admit(other, "42", []ledger.Device{stale}), &notOpen),
+	)
 	// Output:
 	// open: [n1/layout/gpu-0-3g-40gb-0 n1/layout/gpu-0-3g-40gb-4]
 	// admit: <nil>

@@ -34,11 +34,16 @@ var claimB = ledger.ClaimRef{UID: "b", Namespace: "ns", Name: "b"}
 // admitted again (a retried write); another claim, a device that is not
 // Open and a ledger not seeded are refused, changing nothing.
 func TestAdmit(t *testing.T) {
-	l := &ledger.Ledger{Node: "n1", Seeded: true, Open: []ledger.Device{dev("gpu-0-1g-10gb-0"), dev("gpu-0-1g-10gb-1")}}
+	l := &ledger.Ledger{
+		Node:   "n1",
+		Seeded: true,
+		Open:   []ledger.Device{dev("gpu-0-1g-10gb-0"), dev("gpu-0-1g-10gb-1")},
+	}
 	if err := l.Admit(claimA, "10", []ledger.Device{dev("gpu-0-1g-10gb-0")}); err != nil {
 		t.Fatal(err)
 	}
-	if l.IsOpen(dev("gpu-0-1g-10gb-0")) || !slices.Equal(l.Holder(dev("gpu-0-1g-10gb-0")), []ledger.ClaimRef{claimA}) {
+	if l.IsOpen(dev("gpu-0-1g-10gb-0")) ||
+		!slices.Equal(l.Holder(dev("gpu-0-1g-10gb-0")), []ledger.ClaimRef{claimA}) {
 		t.Fatalf("after Admit: open %v held %v", l.Open, l.Held)
 	}
 	if err := l.Admit(claimA, "12", []ledger.Device{dev("gpu-0-1g-10gb-0")}); err != nil {
@@ -47,14 +52,18 @@ func TestAdmit(t *testing.T) {
 	before := l.Clone()
 	var notOpen *ledger.NotOpenError
 	err := l.Admit(claimB, "11", []ledger.Device{dev("gpu-0-1g-10gb-0"), dev("gpu-0-1g-10gb-1")})
-	if !errors.As(err, &notOpen) || !slices.Equal(notOpen.Devices, []ledger.Device{dev("gpu-0-1g-10gb-0")}) {
+	if !errors.As(err, &notOpen) ||
+		!slices.Equal(notOpen.Devices, []ledger.Device{dev("gpu-0-1g-10gb-0")}) {
 		t.Fatalf("another claim's allocation of a held device: %v", err)
 	}
 	if diff := gocmp.Diff(before, l); diff != "" {
 		t.Fatalf("a refusal changed the ledger (-before +after):\n%s", diff)
 	}
 	unseeded := &ledger.Ledger{Node: "n2", Open: []ledger.Device{dev("gpu-0")}}
-	if err := unseeded.Admit(claimA, "1", []ledger.Device{dev("gpu-0")}); !errors.Is(err, ledger.ErrNotSeeded) {
+	if err := unseeded.Admit(claimA, "1", []ledger.Device{dev("gpu-0")}); !errors.Is(
+		err,
+		ledger.ErrNotSeeded,
+	) {
 		t.Fatalf("unseeded: %v", err)
 	}
 }
@@ -63,7 +72,11 @@ func TestAdmit(t *testing.T) {
 // resourceVersion without its devices, or deleted; an allocation seen
 // that no entry names is recorded (allocated without Admit).
 func TestObserve(t *testing.T) {
-	l := &ledger.Ledger{Node: "n1", Seeded: true, Open: []ledger.Device{dev("gpu-0-1g-10gb-0"), dev("gpu-0-1g-10gb-1")}}
+	l := &ledger.Ledger{
+		Node:   "n1",
+		Seeded: true,
+		Open:   []ledger.Device{dev("gpu-0-1g-10gb-0"), dev("gpu-0-1g-10gb-1")},
+	}
 	if err := l.Admit(claimA, "10", []ledger.Device{dev("gpu-0-1g-10gb-0")}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +106,8 @@ func TestObserve(t *testing.T) {
 	c = l.Clone()
 	changed, rec := c.Observe(ledger.Observation{Claim: claimB, ResourceVersion: "20",
 		Allocated: []ledger.Device{dev("gpu-0-1g-10gb-1")}}, true)
-	if !changed || !slices.Equal(rec, []ledger.Device{dev("gpu-0-1g-10gb-1")}) || c.IsOpen(dev("gpu-0-1g-10gb-1")) {
+	if !changed || !slices.Equal(rec, []ledger.Device{dev("gpu-0-1g-10gb-1")}) ||
+		c.IsOpen(dev("gpu-0-1g-10gb-1")) {
 		t.Errorf("record: changed %v recorded %v open %v", changed, rec, c.Open)
 	}
 }
@@ -124,8 +138,14 @@ func TestPublishKeepsInvariant(t *testing.T) {
 				}
 				switch rng.Intn(4) {
 				case 0:
-					l.Held = append(l.Held, ledger.Hold{Claim: ledger.ClaimRef{UID: types.UID("u" + name)}, ResourceVersion: "5",
-						Devices: []ledger.Device{dev(name)}})
+					l.Held = append(
+						l.Held,
+						ledger.Hold{
+							Claim:           ledger.ClaimRef{UID: types.UID("u" + name)},
+							ResourceVersion: "5",
+							Devices:         []ledger.Device{dev(name)},
+						},
+					)
 				case 1:
 					cards[c].Busy = append(cards[c].Busy, in)
 				case 2: // a stale open device: Publish must check it
@@ -180,9 +200,16 @@ func TestPublishKeepsInvariant(t *testing.T) {
 // through another pool (an earlier publication's) opens nothing.
 func TestPublishWithholdsForeign(t *testing.T) {
 	s := h100(t)
-	l := &ledger.Ledger{Node: "n1", Seeded: true, Held: []ledger.Hold{{Claim: claimA, ResourceVersion: "3",
-		Devices: []ledger.Device{{Pool: "n1/gpu-00", Name: "gpu-0-1g-10gb-0"}}}}}
-	w, err := l.Publish("n1/layout", []ledger.AgentCard{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
+	l := &ledger.Ledger{
+		Node:   "n1",
+		Seeded: true,
+		Held: []ledger.Hold{{Claim: claimA, ResourceVersion: "3",
+			Devices: []ledger.Device{{Pool: "n1/gpu-00", Name: "gpu-0-1g-10gb-0"}}}},
+	}
+	w, err := l.Publish(
+		"n1/layout",
+		[]ledger.AgentCard{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,10 @@ func (l *Ledger) view(pool string, cards []AgentCard, opts []partition.Option) (
 			case ref.Profile == "":
 				v.heldWhole = true
 			default:
-				v.held = append(v.held, partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
+				v.held = append(
+					v.held,
+					partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true},
+				)
 			}
 		}
 	}
@@ -125,15 +128,26 @@ func hasInstance(l partition.Layout, x partition.Instance) bool {
 // Before the ledger is seeded nothing is opened. The result keeps the
 // ledger's invariant whatever Open held before. Withheld returns, per
 // card index opened nothing for a reason, the reason.
-func (l *Ledger) Publish(pool string, cards []AgentCard, opts ...partition.Option) (withheld map[int]string, err error) {
+func (l *Ledger) Publish(
+	pool string,
+	cards []AgentCard,
+	opts ...partition.Option,
+) (withheld map[int]string, err error) {
 	views, err := l.view(pool, cards, opts)
 	if err != nil {
 		return nil, fmt.Errorf("publish the layout of node %s: %w", l.Node, err)
 	}
 	l.Cards = l.Cards[:0]
 	for _, v := range views {
-		c := Card{Index: v.Index, Scheme: v.Scheme.Name, Pool: v.pool, Profiles: slices.Clone(v.Profiles),
-			Busy: v.busy, BusyWhole: v.BusyWhole && !v.heldWhole, NoWhole: v.NoWhole}
+		c := Card{
+			Index:     v.Index,
+			Scheme:    v.Scheme.Name,
+			Pool:      v.pool,
+			Profiles:  slices.Clone(v.Profiles),
+			Busy:      v.busy,
+			BusyWhole: v.BusyWhole && !v.heldWhole,
+			NoWhole:   v.NoWhole,
+		}
 		l.Cards = append(l.Cards, c)
 	}
 	slices.SortFunc(l.Cards, func(a, b Card) int { return a.Index - b.Index })
@@ -157,14 +171,21 @@ func (l *Ledger) Publish(pool string, cards []AgentCard, opts ...partition.Optio
 			withheld[v.Index] = fmt.Sprintf("in use: %v", v.conflict)
 			continue
 		}
-		in := partition.LayoutCard{Index: v.Index, Scheme: v.Scheme, WholeInUse: v.heldWhole || v.BusyWhole,
-			Layout: slices.Clone(v.inUse)}
+		in := partition.LayoutCard{
+			Index:      v.Index,
+			Scheme:     v.Scheme,
+			WholeInUse: v.heldWhole || v.BusyWhole,
+			Layout:     slices.Clone(v.inUse),
+		}
 		if !in.WholeInUse {
 			for _, x := range l.openOn(v) {
 				if x.Profile == "" {
 					continue
 				}
-				cand := append(slices.Clone(in.Layout), partition.Instance{Profile: x.Profile, Start: x.Start})
+				cand := append(
+					slices.Clone(in.Layout),
+					partition.Instance{Profile: x.Profile, Start: x.Start},
+				)
 				if v.Scheme.Validate(cand) == nil {
 					in.Layout = cand
 				}
@@ -189,8 +210,13 @@ func (l *Ledger) Publish(pool string, cards []AgentCard, opts ...partition.Optio
 	for _, in := range kept {
 		v := views[slices.IndexFunc(views, func(v cardView) bool { return v.Index == in.Index })]
 		p := reserved[in.Index]
-		one, err := partition.PlanLayouts([]partition.LayoutCard{in}, partition.Demand{p: 1},
-			append(slices.Clone(opts), partition.WithDefaultMix(func(*partition.Scheme) []string { return nil }))...)
+		one, err := partition.PlanLayouts(
+			[]partition.LayoutCard{in},
+			partition.Demand{p: 1},
+			append(
+				slices.Clone(opts),
+				partition.WithDefaultMix(func(*partition.Scheme) []string { return nil }),
+			)...)
 		if err != nil {
 			return nil, fmt.Errorf("publish the layout of node %s: %w", l.Node, err)
 		}
@@ -278,7 +304,11 @@ func (l *Ledger) opened(v cardView, t partition.LayoutCard, only string) []Devic
 // Withheld when the card has neither. Held devices of other pools are
 // not published (the card is withheld while they are held). Two agents
 // given the same ledger and cards return the same layout.
-func (l *Ledger) Layout(pool string, cards []AgentCard, opts ...partition.Option) ([]partition.LayoutCard, error) {
+func (l *Ledger) Layout(
+	pool string,
+	cards []AgentCard,
+	opts ...partition.Option,
+) ([]partition.LayoutCard, error) {
 	views, err := l.view(pool, cards, opts)
 	if err != nil {
 		return nil, fmt.Errorf("layout of node %s: %w", l.Node, err)
@@ -288,7 +318,10 @@ func (l *Ledger) Layout(pool string, cards []AgentCard, opts ...partition.Option
 	for i, v := range views {
 		c := partition.LayoutCard{Index: v.Index, Scheme: v.Scheme}
 		open := l.openOn(v)
-		wholeOpen := slices.ContainsFunc(open, func(x partition.Instance) bool { return x.Profile == "" })
+		wholeOpen := slices.ContainsFunc(
+			open,
+			func(x partition.Instance) bool { return x.Profile == "" },
+		)
 		switch {
 		case v.heldWhole || v.BusyWhole && len(v.held) == 0:
 			// Held whole, or used whole on the node (being prepared or
@@ -305,8 +338,11 @@ func (l *Ledger) Layout(pool string, cards []AgentCard, opts ...partition.Option
 				}
 			}
 			if v.Scheme.Validate(append(slices.Clone(c.Layout), v.busy...)) == nil {
-				pref = append(pref, partition.FleetCard{Node: "node", Index: v.Index, Scheme: v.Scheme,
-					Layout: append(slices.Clone(v.held), v.busy...)})
+				pref = append(
+					pref,
+					partition.FleetCard{Node: "node", Index: v.Index, Scheme: v.Scheme,
+						Layout: append(slices.Clone(v.held), v.busy...)},
+				)
 			}
 		}
 		out[i] = c
@@ -329,7 +365,10 @@ func (l *Ledger) Layout(pool string, cards []AgentCard, opts ...partition.Option
 				}
 				return len(rank)
 			}
-			sort.SliceStable(c.Layout, func(a, b int) bool { return r(c.Layout[a]) < r(c.Layout[b]) })
+			sort.SliceStable(
+				c.Layout,
+				func(a, b int) bool { return r(c.Layout[a]) < r(c.Layout[b]) },
+			)
 		}
 	}
 	return out, nil

@@ -59,7 +59,12 @@ func NewStore(client kubernetes.Interface, namespace, driver string) (*Store, er
 	case driver == "":
 		return nil, errors.New("new ledger store: no driver name")
 	}
-	return &Store{client: client, namespace: namespace, driver: driver, latest: map[string]*corev1.ConfigMap{}}, nil
+	return &Store{
+		client:    client,
+		namespace: namespace,
+		driver:    driver,
+		latest:    map[string]*corev1.ConfigMap{},
+	}, nil
 }
 
 // Namespace is the namespace of the ledgers.
@@ -83,7 +88,13 @@ func (s *Store) decode(cm *corev1.ConfigMap, node string) (*Ledger, error) {
 		return nil, fmt.Errorf("decode the layout ledger %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	if l.Node != node {
-		return nil, fmt.Errorf("decode the layout ledger %s/%s: it is node %q's, not %q", cm.Namespace, cm.Name, l.Node, node)
+		return nil, fmt.Errorf(
+			"decode the layout ledger %s/%s: it is node %q's, not %q",
+			cm.Namespace,
+			cm.Name,
+			l.Node,
+			node,
+		)
 	}
 	return &l, nil
 }
@@ -141,7 +152,12 @@ func (s *Store) cached(name string) *corev1.ConfigMap {
 // ledger, Update creates one (Node set, nothing else) when create is
 // true, and fails with an error wrapping ErrNoLedger otherwise. It
 // returns the ledger as written (or as found, when unchanged).
-func (s *Store) Update(ctx context.Context, node string, create bool, change func(*Ledger) error) (*Ledger, error) {
+func (s *Store) Update(
+	ctx context.Context,
+	node string,
+	create bool,
+	change func(*Ledger) error,
+) (*Ledger, error) {
 	name := s.Name(node)
 	cm := s.cached(name)
 	fromCache := cm != nil
@@ -151,7 +167,9 @@ func (s *Store) Update(ctx context.Context, node string, create bool, change fun
 		}
 		if cm == nil || attempt > 0 {
 			fromCache = false
-			got, err := s.client.CoreV1().ConfigMaps(s.namespace).Get(ctx, name, metav1.GetOptions{})
+			got, err := s.client.CoreV1().
+				ConfigMaps(s.namespace).
+				Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 				cm = nil
@@ -224,15 +242,24 @@ func (s *Store) Update(ctx context.Context, node string, create bool, change fun
 // ctx is done. Update then starts from the versions seen. synced, when
 // not nil, is closed once the first list is in. It returns ctx's error
 // when done, or the informer's setup error.
-func (s *Store) Watch(ctx context.Context, node string, onChange func(node string, l *Ledger), synced chan<- struct{}) error {
+func (s *Store) Watch(
+	ctx context.Context,
+	node string,
+	onChange func(node string, l *Ledger),
+	synced chan<- struct{},
+) error {
 	tweak := func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelLedger: s.driver}).String()
 		if node != "" {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name(node)).String()
 		}
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(s.namespace),
-		informers.WithTweakListOptions(tweak))
+	f := informers.NewSharedInformerFactoryWithOptions(
+		s.client,
+		0,
+		informers.WithNamespace(s.namespace),
+		informers.WithTweakListOptions(tweak),
+	)
 	inf := f.Core().V1().ConfigMaps().Informer()
 	handle := func(obj any, gone bool) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {

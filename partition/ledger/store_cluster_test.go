@@ -39,7 +39,11 @@ func TestStoreOnAPIServer(t *testing.T) {
 	schemes := func(string) (*partition.Scheme, error) { return s, nil }
 	cards := []ledger.AgentCard{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}}
 	store := func(t *testing.T) *ledger.Store {
-		st, err := ledger.NewStore(kubernetes.NewForConfigOrDie(env.RESTConfig), ns, "gpu.example.com")
+		st, err := ledger.NewStore(
+			kubernetes.NewForConfigOrDie(env.RESTConfig),
+			ns,
+			"gpu.example.com",
+		)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +75,11 @@ func TestStoreOnAPIServer(t *testing.T) {
 		go func(r int) {
 			defer wg.Done()
 			for k := r; k < 40; k += 4 {
-				claim := ledger.ClaimRef{UID: types.UID("uid-" + strconv.Itoa(k)), Namespace: "ns", Name: fmt.Sprint("c", k)}
+				claim := ledger.ClaimRef{
+					UID:       types.UID("uid-" + strconv.Itoa(k)),
+					Namespace: "ns",
+					Name:      fmt.Sprint("c", k),
+				}
 				for attempt := 0; attempt < 20; attempt++ {
 					cur, _ := st.Cached("n1")
 					if cur == nil || len(cur.Open) == 0 {

@@ -33,18 +33,30 @@ import (
 // the other 1g pod is untouched.
 func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	const ns = "defrag-layout"
-	s := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: nvdriver.ProfileClass, Running: true,
-		Timeout: 2 * time.Minute,
+	s := &defragtest.Scene{
+		T:         t,
+		Ctx:       ctx,
+		Client:    env.Client,
+		Namespace: ns,
+		Class:     nvdriver.ProfileClass,
+		Running:   true,
+		Timeout:   2 * time.Minute,
 		PodSpec: corev1.PodSpec{
 			HostNetwork:                   true,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers: []corev1.Container{{
-				Name: "ctr", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+				Name: "ctr", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sleep", "3600"},
 			}},
-		}}
+		},
+	}
 	t0 := time.Now()
-	defer func() { t.Logf("the layout defragmentation scenario took %s", time.Since(t0).Round(time.Second)) }()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	defer func() {
+		t.Logf("the layout defragmentation scenario took %s", time.Since(t0).Round(time.Second))
+	}()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	_, err := env.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
@@ -54,8 +66,22 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		t.Fatal(err)
 	}
 	// The planner's aging short, so that the reservation comes soon.
-	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
-		"--wait", "--timeout", "3m", "--set", "planner.aging=5s")
+	runHelm(
+		t,
+		"upgrade",
+		deploy.Release,
+		"chart",
+		"--kubeconfig",
+		env.Kubeconfig,
+		"--namespace",
+		deploy.Namespace,
+		"--reuse-values",
+		"--wait",
+		"--timeout",
+		"3m",
+		"--set",
+		"planner.aging=5s",
+	)
 	gpuOf := func(device string) int {
 		ref, err := mig.ParseDeviceName(device)
 		if err != nil {
@@ -101,7 +127,8 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		if app == low || app == high {
 			continue
 		}
-		if err := env.Client.AppsV1().Deployments(ns).Delete(ctx, app, metav1.DeleteOptions{}); err != nil {
+		err := env.Client.AppsV1().Deployments(ns).Delete(ctx, app, metav1.DeleteOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,13 +136,32 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	s.WaitUnschedulable("big")
 	// The planner reserves GPU g for 4g once big has waited its aging.
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		return strings.Contains(ledgerJSON(t, ctx, env), fmt.Sprintf(`"reserved":[{"card":%d,"profile":"4g.71gb"}]`, g)), nil
+		want := fmt.Sprintf(`"reserved":[{"card":%d,"profile":"4g.71gb"}]`, g)
+		return strings.Contains(ledgerJSON(t, ctx, env), want), nil
 	}); err != nil {
 		t.Fatalf("the planner reserved no GPU for big: %v\n%s", err, ledgerJSON(t, ctx, env))
 	}
 
-	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
-		"--wait", "--timeout", "3m", "--set", "defrag.enabled=true", "--set", "defrag.hostNetwork=true", "--set", "defrag.interval=500ms")
+	runHelm(
+		t,
+		"upgrade",
+		deploy.Release,
+		"chart",
+		"--kubeconfig",
+		env.Kubeconfig,
+		"--namespace",
+		deploy.Namespace,
+		"--reuse-values",
+		"--wait",
+		"--timeout",
+		"3m",
+		"--set",
+		"defrag.enabled=true",
+		"--set",
+		"defrag.hostNetwork=true",
+		"--set",
+		"defrag.interval=500ms",
+	)
 	var bigRun defragtest.Placed
 	if err := poll(ctx, 3*time.Minute, func(context.Context) (bool, error) {
 		got := s.Placed("big")
@@ -127,7 +173,13 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	}); err != nil {
 		p, _ := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
 		t.Logf("the defragmenter's log:\n%s", defragLog(ctx, env))
-		t.Fatalf("big does not run (%+v; events %v): %v\n%s", p.Status.Conditions, s.Events("big"), err, ledgerJSON(t, ctx, env))
+		t.Fatalf(
+			"big does not run (%+v; events %v): %v\n%s",
+			p.Status.Conditions,
+			s.Events("big"),
+			err,
+			ledgerJSON(t, ctx, env),
+		)
 	}
 	if ref, _ := mig.ParseDeviceName(bigRun.Device); ref.GPU != g || ref.Profile != "4g.71gb" {
 		t.Errorf("big runs on %s, want a 4g.71gb of GPU %d", bigRun.Device, g)
@@ -142,14 +194,25 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		t.Errorf("%s: running %v, want %v untouched", stayed, got, small[stayed])
 	}
 	if ev := s.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(ev, small[moved].Pod) {
-		t.Errorf("big's %s event %q does not name %s", defrag.ReasonDefragmenting, ev, small[moved].Pod)
+		t.Errorf(
+			"big's %s event %q does not name %s",
+			defrag.ReasonDefragmenting,
+			ev,
+			small[moved].Pod,
+		)
 	}
 	// The evicted pod's replacement runs once big is placed.
 	again := s.WaitPlaced(moved)
 	if again.UID == small[moved].UID {
 		t.Errorf("%s was not moved: %v", moved, again)
 	}
-	t.Logf("big on %s; %s moved from %s to %s", bigRun.Device, moved, small[moved].Device, again.Device)
+	t.Logf(
+		"big on %s; %s moved from %s to %s",
+		bigRun.Device,
+		moved,
+		small[moved].Device,
+		again.Device,
+	)
 	if !slices.Contains([]string{"1g.18gb"}, mustProfile(again.Device)) {
 		t.Errorf("the replacement got %s", again.Device)
 	}

@@ -37,7 +37,10 @@ type LayoutLedger interface {
 	// Pool is the node's layout pool name (ledger.PoolName).
 	Pool() string
 	// Sync is ledger.Agent.Sync.
-	Sync(ctx context.Context, cards []ledger.AgentCard) (*ledger.Ledger, []partition.LayoutCard, map[int]string, error)
+	Sync(
+		ctx context.Context,
+		cards []ledger.AgentCard,
+	) (*ledger.Ledger, []partition.LayoutCard, map[int]string, error)
 }
 
 // changeNotifier is a LayoutLedger that says when the ledger changed
@@ -87,7 +90,11 @@ const layoutTimeout = 5 * time.Second
 
 // layoutPools is the layout publication of the dynamic GPUs, in the
 // node's layout pool(s), with devs filled in.
-func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
+func (d *Driver) layoutPools(
+	fleet []mig.FleetGPU,
+	gpus []*gpuInfo,
+	devs map[string]devInfo,
+) ([]device.Pool, error) {
 	byIndex := map[int]*gpuInfo{}
 	for _, g := range gpus {
 		byIndex[g.Index] = g
@@ -107,12 +114,17 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 		}
 		add := func(profile string, start int) {
 			in := partition.Instance{Profile: profile, Start: start, InUse: true}
-			if slices.ContainsFunc(c.Busy, func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
+			if slices.ContainsFunc(
+				c.Busy,
+				func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start },
+			) {
 				return
 			}
 			if err := g.product.Validate(append(slices.Clone(c.Busy), in)); err != nil {
-				klog.Background().Error(err, "MIG layout: an in-use device overlaps another; left out of the layout",
-					"gpu", g.Index, "device", mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String())
+				klog.Background().
+					Error(err, "MIG layout: an in-use device overlaps another; left out of the layout",
+						"gpu", g.Index,
+						"device", mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String())
 				return
 			}
 			c.Busy = append(c.Busy, in)
@@ -148,7 +160,8 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 		return nil, err
 	case err != nil:
 		if ls.syncErr != err.Error() {
-			klog.Background().Error(err, "MIG layout: the node's ledger was not written; publishing what it last said")
+			klog.Background().
+				Error(err, "MIG layout: the node's ledger was not written; publishing what it last said")
 		}
 		ls.syncErr = err.Error()
 	default:
@@ -181,7 +194,11 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 	if err != nil {
 		return nil, err
 	}
-	pools, err := m.LayoutPools(l.Pool(), layout, partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters))
+	pools, err := m.LayoutPools(
+		l.Pool(),
+		layout,
+		partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +218,8 @@ func (d *Driver) layoutPools(fleet []mig.FleetGPU, gpus []*gpuInfo, devs map[str
 // advertised profiles). profiles are the advertised profiles per product
 // (nil: mig.DefaultProfiles).
 func LayoutOptions() []partition.Option {
-	return []partition.Option{partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
+	return []partition.Option{
+		partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
 		partition.WithDefaultMix(func(s *partition.Scheme) []string {
 			p, err := mig.Lookup(s.Name)
 			if err != nil {
@@ -215,7 +233,8 @@ func LayoutOptions() []partition.Option {
 				}
 			}
 			return out
-		})}
+		}),
+	}
 }
 
 // Schemes resolves a ledger card's scheme name (a MIG product's name) to
@@ -230,7 +249,12 @@ func Schemes(name string) (*partition.Scheme, error) {
 
 // decorateDynamic gives a dynamic GPU's device of pool (the counter
 // model's) the driver's attributes and records it in devs.
-func (d *Driver) decorateDynamic(dev *device.Device, pool string, byIndex map[int]*gpuInfo, devs map[string]devInfo) error {
+func (d *Driver) decorateDynamic(
+	dev *device.Device,
+	pool string,
+	byIndex map[int]*gpuInfo,
+	devs map[string]devInfo,
+) error {
 	ref, err := mig.ParseDeviceName(dev.Name())
 	if err != nil {
 		return err
@@ -257,7 +281,15 @@ func (d *Driver) decorateDynamic(dev *device.Device, pool string, byIndex map[in
 	} else {
 		d.lean(dev, g)
 	}
-	devs[dev.Name()] = devInfo{pool: pool, gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}
+	devs[dev.Name()] = devInfo{
+		pool:    pool,
+		gpu:     g.Index,
+		mode:    ModeDynamic,
+		typ:     TypeMIG,
+		profile: pr.Name,
+		key:     Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start},
+		part:    lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start},
+	}
 	return nil
 }
 

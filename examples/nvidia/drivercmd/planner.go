@@ -28,15 +28,36 @@ const PlannerCommand = "planner"
 // runPlanner runs the planner until SIGINT or SIGTERM.
 func runPlanner(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+PlannerCommand, flag.ExitOnError)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
-	ns := fs.String("layout-namespace", os.Getenv(podNamespaceEnv), "the namespace of the layout ledgers and of the lease (default $"+podNamespaceEnv+")")
-	lease := fs.String("lease-name", "", "the Lease that elects one planning replica (empty: no election)")
-	aging := fs.Duration("aging", 0, "how long a request waits before it is planned before younger ones, whatever their sizes (default partition.DefaultAging)")
+	kubeconfig := fs.String(
+		"kubeconfig",
+		"",
+		"kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)",
+	)
+	ns := fs.String(
+		"layout-namespace",
+		os.Getenv(podNamespaceEnv),
+		"the namespace of the layout ledgers and of the lease (default $"+podNamespaceEnv+")",
+	)
+	lease := fs.String(
+		"lease-name",
+		"",
+		"the Lease that elects one planning replica (empty: no election)",
+	)
+	aging := fs.Duration(
+		"aging",
+		0,
+		"how long a request waits before it is planned before younger ones, whatever their"+
+			" sizes (default partition.DefaultAging)",
+	)
 	if _, err := parseComponent(fs, args); err != nil {
 		return err
 	}
 	if *ns == "" {
-		return fmt.Errorf("%s: -layout-namespace (or $%s) is needed", PlannerCommand, podNamespaceEnv)
+		return fmt.Errorf(
+			"%s: -layout-namespace (or $%s) is needed",
+			PlannerCommand,
+			podNamespaceEnv,
+		)
 	}
 	cfg, err := driverflag.LoadRESTConfig(*kubeconfig)
 	if err != nil {
