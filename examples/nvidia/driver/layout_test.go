@@ -36,8 +36,15 @@ import (
 func TestClassProfile(t *testing.T) {
 	for _, p := range mig.Products() {
 		for _, pr := range p.Profiles {
-			if got, ok := nvdriver.ClassProfile(nvdriver.ProfileClass(pr.Name)); !ok || got != pr.Name {
-				t.Errorf("%s: ClassProfile(%s) = %q, %v", p.Name, nvdriver.ProfileClass(pr.Name), got, ok)
+			if got, ok := nvdriver.ClassProfile(nvdriver.ProfileClass(pr.Name)); !ok ||
+				got != pr.Name {
+				t.Errorf(
+					"%s: ClassProfile(%s) = %q, %v",
+					p.Name,
+					nvdriver.ProfileClass(pr.Name),
+					got,
+					ok,
+				)
 			}
 			er := corev1.ResourceName(nvdriver.ProfileExtendedResource(pr.Name))
 			if got, ok := nvdriver.ExtendedResourceProfile(er); !ok || got != pr.Name {
@@ -55,7 +62,8 @@ func TestClassProfile(t *testing.T) {
 			t.Errorf("ClassProfile(%q) = %q; want nothing", c, got)
 		}
 	}
-	if got, ok := nvdriver.ExtendedResourceProfile(nvdriver.ExtendedResourceGPU); !ok || got != partition.WholeCard {
+	if got, ok := nvdriver.ExtendedResourceProfile(nvdriver.ExtendedResourceGPU); !ok ||
+		got != partition.WholeCard {
 		t.Errorf("ExtendedResourceProfile(%s) = %q, %v", nvdriver.ExtendedResourceGPU, got, ok)
 	}
 }
@@ -88,7 +96,8 @@ func TestLayoutTwoInstances(t *testing.T) {
 	}
 	profiles := []string{"1g.18gb", "1g.18gb", "1g.18gb", "2g.35gb", "2g.35gb", "3g.71gb", ""}
 	for _, c := range nvdriver.DeviceClasses(profiles[:6]) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil &&
+			!apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -112,7 +121,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 	var vmu sync.Mutex
 	var bad []string
 	versions := 0
-	sw, err := env.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	sw, err := env.Client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +174,11 @@ func TestLayoutTwoInstances(t *testing.T) {
 	}()
 
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +251,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 				claims := env.Client.ResourceV1().ResourceClaims(ns)
 				claim, err := claims.Get(ctx, name, metav1.GetOptions{})
 				if err == nil {
-					err = call(func(kl *drivertest.Kubelet) error { _, err := kl.Prepare(ctx, claim); return err })
+					err = call(
+						func(kl *drivertest.Kubelet) error { _, err := kl.Prepare(ctx, claim); return err },
+					)
 				}
 				if err == nil {
 					time.Sleep(holds[i])
@@ -252,7 +269,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 					failures = append(failures, fmt.Sprintf("pod %s: %v", name, err))
 					mu.Unlock()
 				}
-				_ = env.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				_ = env.Client.CoreV1().
+					Pods(ns).
+					Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 				_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
 			}(p.Name, i)
 		}
@@ -263,7 +282,12 @@ func TestLayoutTwoInstances(t *testing.T) {
 		case <-ctx.Done():
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("the stream did not finish: %v; %d pods handled; failures: %v", ctx.Err(), len(handled), failures)
+			t.Fatalf(
+				"the stream did not finish: %v; %d pods handled; failures: %v",
+				ctx.Err(),
+				len(handled),
+				failures,
+			)
 		}
 	}
 	for i := range pods {
@@ -288,9 +312,11 @@ func TestLayoutTwoInstances(t *testing.T) {
 		}
 		claim := &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
-			}}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
+				}}},
+			},
 		}
 		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -298,9 +324,19 @@ func TestLayoutTwoInstances(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
-				Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+				Containers: []corev1.Container{
+					{
+						Name:  "c",
+						Image: "busybox",
+						Resources: corev1.ResourceRequirements{
+							Claims: []corev1.ResourceClaim{{Name: "gpu"}},
+						},
+					},
+				},
+				ResourceClaims: []corev1.PodResourceClaim{
+					{Name: "gpu", ResourceClaimName: ptr.To(name)},
+				},
+				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			},
 		}
 		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -333,7 +369,11 @@ func TestLayoutTwoInstances(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not idle a minute after the stream: layout devices %v, %d MIG devices left", names, left)
+			t.Fatalf(
+				"not idle a minute after the stream: layout devices %v, %d MIG devices left",
+				names,
+				left,
+			)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -360,7 +400,10 @@ func overlapping(p *mig.Product, names []string) string {
 			whole[ref.GPU]++
 			continue
 		}
-		parts[ref.GPU] = append(parts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+		parts[ref.GPU] = append(
+			parts[ref.GPU],
+			mig.Instance{Profile: ref.Profile, Start: ref.Start},
+		)
 	}
 	for g := range 8 {
 		if whole[g] > 1 || whole[g] == 1 && len(parts[g]) > 0 {
@@ -378,7 +421,12 @@ func overlapping(p *mig.Product, names []string) string {
 // devices are its whole device alone or a valid MIG layout.
 func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
 	if s.Spec.Pool.ResourceSliceCount != 1 || len(s.Spec.SharedCounters) > 0 {
-		return fmt.Sprintf("slice %s: %d slices in its pool, %d counter sets", s.Name, s.Spec.Pool.ResourceSliceCount, len(s.Spec.SharedCounters))
+		return fmt.Sprintf(
+			"slice %s: %d slices in its pool, %d counter sets",
+			s.Name,
+			s.Spec.Pool.ResourceSliceCount,
+			len(s.Spec.SharedCounters),
+		)
 	}
 	whole := map[int]bool{}
 	layouts := map[int]mig.Layout{}
@@ -394,14 +442,29 @@ func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
 			whole[ref.GPU] = true
 			continue
 		}
-		layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+		layouts[ref.GPU] = append(
+			layouts[ref.GPU],
+			mig.Instance{Profile: ref.Profile, Start: ref.Start},
+		)
 	}
 	for g, l := range layouts {
 		if whole[g] {
-			return fmt.Sprintf("slice %s (generation %d): GPU %d published whole beside %s", s.Name, s.Spec.Pool.Generation, g, l)
+			return fmt.Sprintf(
+				"slice %s (generation %d): GPU %d published whole beside %s",
+				s.Name,
+				s.Spec.Pool.Generation,
+				g,
+				l,
+			)
 		}
 		if err := p.Validate(l); err != nil {
-			return fmt.Sprintf("slice %s (generation %d): GPU %d: %v", s.Name, s.Spec.Pool.Generation, g, err)
+			return fmt.Sprintf(
+				"slice %s (generation %d): GPU %d: %v",
+				s.Name,
+				s.Spec.Pool.Generation,
+				g,
+				err,
+			)
 		}
 	}
 	return ""
@@ -423,21 +486,48 @@ func TestLayoutSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	claims := env.Client.ResourceV1().ResourceClaims(ns)
-	old, err := claims.Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}}}}, metav1.CreateOptions{})
+	old, err := claims.Create(
+		ctx,
+		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}},
+			}},
+		metav1.CreateOptions{},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-		{Request: "mig", Driver: nvdriver.DriverName, Pool: mig.GPUPoolName(node, 0), Device: "gpu-0-1g-18gb-0"}}},
-		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+	old.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{
+				{
+					Request: "mig",
+					Driver:  nvdriver.DriverName,
+					Pool:    mig.GPUPoolName(node, 0),
+					Device:  "gpu-0-1g-18gb-0",
+				}},
+		},
+		NodeSelector: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchFields: []corev1.NodeSelectorRequirement{
+					{
+						Key:      "metadata.name",
+						Operator: corev1.NodeSelectorOpIn,
+						Values:   []string{node},
+					}}},
+			},
+		},
+	}
 	if _, err := claims.UpdateStatus(ctx, old, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +543,11 @@ func TestLayoutSwitch(t *testing.T) {
 	published := func(gpu int) []string { return gpuPublished(ctx, t, env, node, gpu) }
 	time.Sleep(2 * partition.DefaultFence) // any later version is out by now
 	if g := published(0); len(g) > 0 {
-		t.Errorf("GPU 0, whose device a claim holds through pool %s, publishes %v", mig.GPUPoolName(node, 0), g)
+		t.Errorf(
+			"GPU 0, whose device a claim holds through pool %s, publishes %v",
+			mig.GPUPoolName(node, 0),
+			g,
+		)
 	}
 	if g := published(1); len(g) == 0 {
 		t.Errorf("GPU 1, which no claim holds, publishes nothing")
@@ -479,8 +573,15 @@ const layoutNamespace = "kube-system"
 // layout publication of the dynamic GPUs gpus, its ledger agent as
 // drivercmd sets it up (rolling: sharing the state folder with another
 // instance); stop also closes the driver.
-func startLayoutDriver(ctx context.Context, t *testing.T, env *testenv.Env, sim *nvmlsim.Sim, node, stateDir string, rolling bool,
-	gpus ...int) *benchDriver {
+func startLayoutDriver(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	sim *nvmlsim.Sim,
+	node, stateDir string,
+	rolling bool,
+	gpus ...int,
+) *benchDriver {
 	t.Helper()
 	return startLayoutDriverAt(ctx, t, env, sim, node, stateDir, t.TempDir(), rolling, gpus...)
 }
@@ -488,8 +589,15 @@ func startLayoutDriver(ctx context.Context, t *testing.T, env *testenv.Env, sim 
 // startLayoutDriverAt is startLayoutDriver with the runtime's folders
 // (plugin data, registration, CDI) in dir: the same dir again is the
 // same instance restarted.
-func startLayoutDriverAt(ctx context.Context, t *testing.T, env *testenv.Env, sim *nvmlsim.Sim, node, stateDir, dir string,
-	rolling bool, gpus ...int) *benchDriver {
+func startLayoutDriverAt(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	sim *nvmlsim.Sim,
+	node, stateDir, dir string,
+	rolling bool,
+	gpus ...int,
+) *benchDriver {
 	t.Helper()
 	store, err := ledger.NewStore(env.Client, layoutNamespace, nvdriver.DriverName)
 	if err != nil {
@@ -500,7 +608,11 @@ func startLayoutDriverAt(ctx context.Context, t *testing.T, env *testenv.Env, si
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithCancel(ctx)
-	opts := []nvdriver.Option{nvdriver.WithStateDir(stateDir), dynamicMIG(gpus), nvdriver.WithMIGLayout(agent)}
+	opts := []nvdriver.Option{
+		nvdriver.WithStateDir(stateDir),
+		dynamicMIG(gpus),
+		nvdriver.WithMIGLayout(agent),
+	}
 	if rolling {
 		opts = append(opts, nvdriver.WithRollingUpdate())
 	}
@@ -511,9 +623,18 @@ func startLayoutDriverAt(ctx context.Context, t *testing.T, env *testenv.Env, si
 	synced := make(chan struct{})
 	go func() { _ = agent.Run(wctx, synced) }()
 	<-synced
-	k, err := kit.New(nvdriver.DriverName, append(drv.Options(), kit.WithRESTConfig(env.RESTConfig), kit.WithNodeName(node),
-		kit.WithRegistrarDir(filepath.Join(dir, "reg")), kit.WithPluginDataDir(filepath.Join(dir, "plugin")),
-		kit.WithCDIDir(filepath.Join(dir, "cdi")))...)
+	k, err := kit.New(
+		nvdriver.DriverName,
+		append(
+			drv.Options(),
+			kit.WithRESTConfig(env.RESTConfig),
+			kit.WithNodeName(node),
+			kit.WithRegistrarDir(
+				filepath.Join(dir, "reg"),
+			),
+			kit.WithPluginDataDir(filepath.Join(dir, "plugin")),
+			kit.WithCDIDir(filepath.Join(dir, "cdi")),
+		)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +656,7 @@ func startLayoutDriverAt(ctx context.Context, t *testing.T, env *testenv.Env, si
 
 // startPlanner runs the fleet planner of the reference driver's ledgers
 // until stop.
-func startPlanner(ctx context.Context, t *testing.T, env *testenv.Env) (stop func()) {
+func startPlanner(ctx context.Context, t testing.TB, env *testenv.Env) (stop func()) {
 	t.Helper()
 	store, err := ledger.NewStore(env.Client, layoutNamespace, nvdriver.DriverName)
 	if err != nil {
@@ -564,7 +685,7 @@ func startPlanner(ctx context.Context, t *testing.T, env *testenv.Env) (stop fun
 
 // startLayoutWebhook serves the layout webhook (admission.LayoutGuard)
 // on a free local port, registered with failure policy Fail.
-func startLayoutWebhook(ctx context.Context, t *testing.T, env *testenv.Env) {
+func startLayoutWebhook(ctx context.Context, t testing.TB, env *testenv.Env) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -578,14 +699,26 @@ func startLayoutWebhook(ctx context.Context, t *testing.T, env *testenv.Env) {
 	}
 	const cfg = "layout-webhook"
 	vwc := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfg},
-		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(nvdriver.DriverName,
-			admissionregv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.LayoutPath)}, admissionregv1.Fail)}}
+		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(
+			nvdriver.DriverName,
+			admissionregv1.WebhookClientConfig{
+				URL: ptr.To("https://" + addr + admission.LayoutPath),
+			},
+			admissionregv1.Fail,
+		)}}
 	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := admission.NewServer(nil, admission.WithAddress(addr), admission.WithLayoutGuard(g), admission.WithDrain(0),
-		admission.WithSelfSignedCert(admission.SelfSigned{Client: env.Client, Namespace: layoutNamespace,
-			Secret: "layout-webhook-tls", WebhookConfiguration: cfg, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}))
+	srv, err := admission.NewServer(
+		nil,
+		admission.WithAddress(addr),
+		admission.WithLayoutGuard(g),
+		admission.WithDrain(0),
+		admission.WithSelfSignedCert(
+			admission.SelfSigned{Client: env.Client, Namespace: layoutNamespace,
+				Secret: "layout-webhook-tls", WebhookConfiguration: cfg, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+		),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,9 +735,11 @@ func startLayoutWebhook(ctx context.Context, t *testing.T, env *testenv.Env) {
 
 // layoutPublished returns the names of node's published layout devices
 // (its pool <node>/layout), sorted.
-func layoutPublished(ctx context.Context, t *testing.T, env *testenv.Env, node string) []string {
+func layoutPublished(ctx context.Context, t testing.TB, env *testenv.Env, node string) []string {
 	t.Helper()
-	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,9 +758,17 @@ func layoutPublished(ctx context.Context, t *testing.T, env *testenv.Env, node s
 
 // gpuPublished returns the names of node's published devices of GPU gpu
 // (the counter model's names), sorted.
-func gpuPublished(ctx context.Context, t *testing.T, env *testenv.Env, node string, gpu int) []string {
+func gpuPublished(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	node string,
+	gpu int,
+) []string {
 	t.Helper()
-	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
