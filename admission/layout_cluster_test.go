@@ -25,12 +25,17 @@ import (
 
 // allocate sets c's allocation to one device, as the scheduler's PreBind
 // writes it.
-func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resourceapi.ResourceClaim {
+func allocate(
+	c *resourceapi.ResourceClaim,
+	driver, pool, device string,
+) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.Allocation = &resourceapi.AllocationResult{
-		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: driver, Pool: pool, Device: device,
-		}}},
+		Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: driver, Pool: pool, Device: device,
+			}},
+		},
 		AllocationTimestamp: ptr.To(metav1.Now()),
 	}
 	return c
@@ -61,7 +66,10 @@ func TestLayoutOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := []ledger.Device{{Pool: pool, Name: "gpu-0-1g-18gb-0"}, {Pool: pool, Name: "gpu-0-1g-18gb-1"}}
+	open := []ledger.Device{
+		{Pool: pool, Name: "gpu-0-1g-18gb-0"},
+		{Pool: pool, Name: "gpu-0-1g-18gb-1"},
+	}
 	if _, err := store.Update(ctx, "n1", true, func(l *ledger.Ledger) error {
 		l.Seeded, l.Open = true, open
 		return nil
@@ -77,16 +85,36 @@ func TestLayoutOnAPIServer(t *testing.T) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	const cfgName, secret = "layout-gpu-example-com", "layout-gpu-example-com-webhook-tls"
-	vwc := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfgName},
-		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(testDriver,
-			admissionregv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.LayoutPath)}, admissionregv1.Fail)}}
+	vwc := &admissionregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: cfgName},
+		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(
+			testDriver,
+			admissionregv1.WebhookClientConfig{
+				URL: ptr.To("https://" + addr + admission.LayoutPath),
+			},
+			admissionregv1.Fail,
+		)},
+	}
 	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the webhook (its matchConditions must compile): %v", err)
 	}
-	self := admission.SelfSigned{Client: env.Client, Namespace: ns, Secret: secret, WebhookConfiguration: cfgName,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	stopWebhook := serve(t, ctx, nil, admission.WithAddress(addr), admission.WithSelfSignedCert(self),
-		admission.WithLayoutGuard(g), admission.WithDrain(time.Second), admission.WithReusePort())
+	self := admission.SelfSigned{
+		Client:               env.Client,
+		Namespace:            ns,
+		Secret:               secret,
+		WebhookConfiguration: cfgName,
+		IPAddresses:          []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	stopWebhook := serve(
+		t,
+		ctx,
+		nil,
+		admission.WithAddress(addr),
+		admission.WithSelfSignedCert(self),
+		admission.WithLayoutGuard(g),
+		admission.WithDrain(time.Second),
+		admission.WithReusePort(),
+	)
 	if !g.HasSynced() {
 		t.Fatal("the server started before its layout guard synced")
 	}
@@ -96,7 +124,11 @@ func TestLayoutOnAPIServer(t *testing.T) {
 		t.Helper()
 		c, err := claims.Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{exactly("gpu")}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{
+					Requests: []resourceapi.DeviceRequest{exactly("gpu")},
+				},
+			},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +152,14 @@ func TestLayoutOnAPIServer(t *testing.T) {
 		case err == nil:
 			t.Errorf("%s: admitted", what)
 		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), device) || !strings.Contains(err.Error(), "claim "+ns+"/"+claim+":"):
-			t.Errorf("%s: %v, want Forbidden naming claim %s/%s and %s", what, err, ns, claim, device)
+			t.Errorf(
+				"%s: %v, want Forbidden naming claim %s/%s and %s",
+				what,
+				err,
+				ns,
+				claim,
+				device,
+			)
 		default:
 			t.Logf("%s: refused: %v", what, err)
 		}
@@ -135,30 +174,54 @@ func TestLayoutOnAPIServer(t *testing.T) {
 		return got
 	}
 
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), testDriver, pool, "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("unlisted"), testDriver, pool, "gpu-0-1g-18gb-7"),
+		metav1.UpdateOptions{},
+	)
 	refused("allocate a device that is not open", err, "gpu-0-1g-18gb-7", "unlisted")
 
 	first := newClaim("first")
-	held := admitted("allocate an open device", allocate(first, testDriver, pool, "gpu-0-1g-18gb-0"))
+	held := admitted(
+		"allocate an open device",
+		allocate(first, testDriver, pool, "gpu-0-1g-18gb-0"),
+	)
 	l, _, err := store.Get(ctx, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := l.Holder(open[0]); len(got) != 1 || got[0].UID != first.UID || l.IsOpen(open[0]) ||
 		l.Held[0].ResourceVersion != first.ResourceVersion {
-		t.Errorf("after the allocation: held %+v, open %v; want %s held by %s at resourceVersion %s",
-			l.Held, l.Open, open[0], first.UID, first.ResourceVersion)
+		t.Errorf(
+			"after the allocation: held %+v, open %v; want %s held by %s at resourceVersion %s",
+			l.Held,
+			l.Open,
+			open[0],
+			first.UID,
+			first.ResourceVersion,
+		)
 	}
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("second"), testDriver, pool, "gpu-0-1g-18gb-0"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("second"), testDriver, pool, "gpu-0-1g-18gb-0"),
+		metav1.UpdateOptions{},
+	)
 	refused("allocate a device another claim holds", err, "gpu-0-1g-18gb-0", "second")
 	if _, err := claims.UpdateStatus(ctx, allocate(first, testDriver, pool, "gpu-0-1g-18gb-0"), dryRun); err != nil &&
 		!apierrors.IsConflict(err) {
 		t.Errorf("a retried write of the same claim: %v", err)
 	}
-	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, pool, "gone"))
+	admitted(
+		"allocate another driver's device",
+		allocate(newClaim("other-driver"), other, pool, "gone"),
+	)
 	admitted("allocate the driver's device of a pool that is not a layout pool",
 		allocate(newClaim("static"), testDriver, "n1", "gpu-3"))
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("no-ledger"), testDriver, "n3/layout", "gpu-0"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("no-ledger"), testDriver, "n3/layout", "gpu-0"),
+		metav1.UpdateOptions{},
+	)
 	refused("allocate a device of a node without a ledger", err, "gpu-0", "no-ledger")
 
 	// The node's agent lays the GPU out again: gpu-0-1g-18gb-1 is closed
@@ -169,9 +232,16 @@ func TestLayoutOnAPIServer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("closed"), testDriver, pool, "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("closed"), testDriver, pool, "gpu-0-1g-18gb-1"),
+		metav1.UpdateOptions{},
+	)
 	refused("allocate a device closed a moment ago", err, "gpu-0-1g-18gb-1", "closed")
-	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), testDriver, pool, "gpu-0-2g-35gb-2"))
+	admitted(
+		"allocate a device of the new layout",
+		allocate(newClaim("new-layout"), testDriver, pool, "gpu-0-2g-35gb-2"),
+	)
 
 	// Writes that do not allocate, with the webhook up and then down.
 	notAllocating := func(when string, held *resourceapi.ResourceClaim, device string) {
@@ -183,7 +253,9 @@ func TestLayoutOnAPIServer(t *testing.T) {
 		}}
 		held = admitted(when+": the driver's status.devices", withStatus)
 		reserve := held.DeepCopy()
-		reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
+		reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+			{Resource: "pods", Name: "p", UID: "1234"},
+		}
 		held = admitted(when+": reserve the claim", reserve)
 		var got *resourceapi.ResourceClaim
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -250,12 +322,22 @@ func TestLayoutOnAPIServer(t *testing.T) {
 
 	stop2()
 	notAllocating("webhook down", held2, "gpu-0-2g-35gb-2")
-	admitted("webhook down: allocate another driver's device", allocate(newClaim("other-driver-down"), other, pool, "gone"))
+	admitted(
+		"webhook down: allocate another driver's device",
+		allocate(newClaim("other-driver-down"), other, pool, "gone"),
+	)
 	admitted("webhook down: allocate the driver's device of a pool that is not a layout pool",
 		allocate(newClaim("static-down"), testDriver, "n1", "gpu-3"))
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("layout-down"), testDriver, pool, "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("layout-down"), testDriver, pool, "gpu-0-1g-18gb-1"),
+		metav1.UpdateOptions{},
+	)
 	if err == nil || !strings.Contains(err.Error(), admission.LayoutWebhookName(testDriver)) {
-		t.Errorf("webhook down: an allocation of a layout device: %v, want refused by the failure policy (Fail)", err)
+		t.Errorf(
+			"webhook down: an allocation of a layout device: %v, want refused by the failure policy (Fail)",
+			err,
+		)
 	} else {
 		t.Logf("webhook down: an allocation of a layout device: %v", err)
 	}

@@ -35,11 +35,20 @@ func newGuard(t *testing.T) *LayoutGuard {
 
 // allocated is a claim allocated to (driver, pool, device) triples.
 func allocated(results ...[3]string) *resourceapi.ResourceClaim {
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u", ResourceVersion: "5"}}
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u", ResourceVersion: "5"},
+	}
 	c.Status.Allocation = &resourceapi.AllocationResult{}
 	for i, r := range results {
-		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
-			resourceapi.DeviceRequestAllocationResult{Request: "r" + string(rune('0'+i)), Driver: r[0], Pool: r[1], Device: r[2]})
+		c.Status.Allocation.Devices.Results = append(
+			c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{
+				Request: "r" + string(rune('0'+i)),
+				Driver:  r[0],
+				Pool:    r[1],
+				Device:  r[2],
+			},
+		)
 	}
 	return c
 }
@@ -71,7 +80,14 @@ func TestLayoutGuardNeedsNoLedger(t *testing.T) {
 	}
 	// A layout device needs the ledger: with no API server, the write is
 	// refused as unavailable, not admitted.
-	resp := g.Review(ctx, review(t, &resourceapi.ResourceClaim{}, allocated([3]string{guardDriver, "n1/layout", "gpu-0"})))
+	resp := g.Review(
+		ctx,
+		review(
+			t,
+			&resourceapi.ResourceClaim{},
+			allocated([3]string{guardDriver, "n1/layout", "gpu-0"}),
+		),
+	)
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable {
 		t.Errorf("a layout device without a reachable ledger: %+v", resp)
 	}
@@ -87,7 +103,18 @@ func review(t *testing.T, old, claim *resourceapi.ResourceClaim) *admissionv1.Ad
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &admissionv1.AdmissionRequest{UID: "r", Operation: admissionv1.Update, SubResource: "status",
-		Resource:  metav1.GroupVersionResource{Group: resourceapi.GroupName, Version: "v1", Resource: ResourceClaims},
-		Namespace: "ns", Name: "c", Object: runtime.RawExtension{Raw: n}, OldObject: runtime.RawExtension{Raw: o}}
+	return &admissionv1.AdmissionRequest{
+		UID:         "r",
+		Operation:   admissionv1.Update,
+		SubResource: "status",
+		Resource: metav1.GroupVersionResource{
+			Group:    resourceapi.GroupName,
+			Version:  "v1",
+			Resource: ResourceClaims,
+		},
+		Namespace: "ns",
+		Name:      "c",
+		Object:    runtime.RawExtension{Raw: n},
+		OldObject: runtime.RawExtension{Raw: o},
+	}
 }

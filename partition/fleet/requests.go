@@ -104,7 +104,8 @@ func podClaims(pod *corev1.Pod) []string {
 
 // pending reports whether the scheduler may still place pod.
 func pending(pod *corev1.Pod) bool {
-	return pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && len(pod.Spec.SchedulingGates) == 0 &&
+	return pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil &&
+		len(pod.Spec.SchedulingGates) == 0 &&
 		pod.Status.Phase != corev1.PodSucceeded &&
 		pod.Status.Phase != corev1.PodFailed
 }

@@ -106,18 +106,19 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 // fit stays Pending with the scheduler's reason; deleting the driver's
 // pod mid-way (the DaemonSet starts another) loses nothing: the pods keep
 // running, and unprepare works after. The dynamic GPUs are published as
-// layouts (migPublication=layout, the default): the driver lays each out
-// for the story's pods as they arrive, and the chart's webhook (its pod
-// on the node, which the chart runs for the layout) refuses stale
-// allocations, failing closed; every version of the node's layout pool
-// is one slice without counters and a valid layout per GPU.
-func TestE2E(t *testing.T) { e2e(t, true) }
+// the chart's default, the placements (every placement of every profile,
+// with shared counters); then the MIG defragmenter runs on the same
+// cluster and driver.
+func TestE2E(t *testing.T) { e2e(t, false) }
 
-// TestE2EPlacements is TestE2E with migPublication=placements (every
-// placement of every profile, with shared counters), and then the MIG
-// defragmenter on the same cluster and driver, which needs that
-// publication.
-func TestE2EPlacements(t *testing.T) { e2e(t, false) }
+// TestE2ELayout is TestE2E with migPublication=layout (an option): the
+// driver lays each GPU out for the story's pods as they arrive, as the
+// planner tells it, and the chart's webhook (its pods on the node, which
+// the chart runs for the layout) admits each allocation through the
+// node's layout ledger, failing closed; every version of the node's
+// layout pool is one slice without counters and a valid layout per GPU.
+// Then the MIG defragmenter runs with the layout.
+func TestE2ELayout(t *testing.T) { e2e(t, true) }
 
 func e2e(t *testing.T, layout bool) {
 	env := testenv.Start(t, testenv.WithRealNode())
@@ -126,12 +127,10 @@ func e2e(t *testing.T, layout bool) {
 	values := deploy.SimulatorValues()
 	var versions *layoutVersions
 	if layout {
-		// The chart's default: the layout's stale-allocation check
-		// runs in the chart's webhook, a pod on the node (host network,
-		// LocalClusterValues).
+		// The layout's allocation check runs in the chart's webhook,
+		// pods on the node (host network, LocalClusterValues).
 		versions = watchLayout(t, ctx, env)
-	} else {
-		values = append(values, "migPublication=placements")
+		values = append(values, "migPublication=layout")
 	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {
@@ -292,7 +291,7 @@ func e2e(t *testing.T, layout bool) {
 	freeAgent(t, ctx, env, stateFile, before)
 	if layout {
 		versions.check(t)
-		// The MIG defragmenter with the default publication.
+		// The MIG defragmenter with the layout.
 		testLayoutDefrag(t, ctx, env)
 		return
 	}

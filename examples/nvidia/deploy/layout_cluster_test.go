@@ -32,12 +32,20 @@ import (
 // layoutSlice is a ResourceSlice that is the whole of pool on node (the
 // layout publication's shape) or, with count > 1, one of count slices of
 // it, listing devices.
-func layoutSlice(name, driver, pool, node string, count int64, devices ...string) *resourceapi.ResourceSlice {
+func layoutSlice(
+	name, driver, pool, node string,
+	count int64,
+	devices ...string,
+) *resourceapi.ResourceSlice {
 	s := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driver,
-			Pool:     resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: count},
+			Driver: driver,
+			Pool: resourceapi.ResourcePool{
+				Name:               pool,
+				Generation:         1,
+				ResourceSliceCount: count,
+			},
 			NodeName: ptr.To(node),
 		},
 	}
@@ -49,23 +57,34 @@ func layoutSlice(name, driver, pool, node string, count int64, devices ...string
 
 // claimIn creates an unallocated claim for one device of the driver's
 // class in ns.
-func claimIn(ctx context.Context, c kubernetes.Interface, ns, name string) (*resourceapi.ResourceClaim, error) {
+func claimIn(
+	ctx context.Context,
+	c kubernetes.Interface,
+	ns, name string,
+) (*resourceapi.ResourceClaim, error) {
 	return c.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
-		}}}},
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+			}}},
+		},
 	}, metav1.CreateOptions{})
 }
 
 // allocate sets c's allocation to one device, as the scheduler's PreBind
 // writes it.
-func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resourceapi.ResourceClaim {
+func allocate(
+	c *resourceapi.ResourceClaim,
+	driver, pool, device string,
+) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.Allocation = &resourceapi.AllocationResult{
-		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: driver, Pool: pool, Device: device,
-		}}},
+		Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: driver, Pool: pool, Device: device,
+			}},
+		},
 		AllocationTimestamp: ptr.To(metav1.Now()),
 	}
 	return c
@@ -74,16 +93,18 @@ func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resour
 // staleMessage is what the layout webhook says of device of node's
 // layout pool.
 func staleMessage(device, node string) string {
-	return "device " + ledger.PoolName(node) + "/" + device + " (driver " + nvdriver.DriverName + ") on node " + node +
+	return "device " + ledger.PoolName(
+		node,
+	) + "/" + device + " (driver " + nvdriver.DriverName + ") on node " + node +
 		": not open for allocation in the node's layout ledger"
 }
 
-// layoutValues are the chart's values of the layout publication (its
-// default, with a dynamic GPU) with the webhook (which auto runs then) on
+// layoutValues are the chart's values of the layout publication (an
+// option, with a dynamic GPU) with the webhook (which auto runs then) on
 // the host's network at port, called by URL (the local cluster has no
 // service proxy).
 func layoutValues(port int) []string {
-	return []string{"dynamicMIGGPUs=0", "webhook.hostNetwork=true",
+	return []string{"dynamicMIGGPUs=0", layoutPub, "webhook.hostNetwork=true",
 		fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port)}
 }
 
@@ -93,7 +114,12 @@ func layoutValues(port int) []string {
 // component flags left out), with kubeconfig, until the test ends or
 // stop is called. It returns once the server is ready (its
 // layout guard synced).
-func serveChartWebhook(tb testing.TB, ctx context.Context, kubeconfig string, r rendered) (stop func()) {
+func serveChartWebhook(
+	tb testing.TB,
+	ctx context.Context,
+	kubeconfig string,
+	r rendered,
+) (stop func()) {
 	tb.Helper()
 	var args []string
 	for _, d := range r.deployments {
@@ -171,7 +197,11 @@ func asWebhook(t *testing.T, env *testenv.Env) string {
 	}
 	for _, a := range cfg.AuthInfos {
 		a.Impersonate = "system:serviceaccount:" + deploy.Namespace + ":" + webhookName
-		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + deploy.Namespace, "system:authenticated"}
+		a.ImpersonateGroups = []string{
+			"system:serviceaccounts",
+			"system:serviceaccounts:" + deploy.Namespace,
+			"system:authenticated",
+		}
 	}
 	path := filepath.Join(t.TempDir(), "webhook.kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
@@ -213,7 +243,9 @@ func TestLayoutWebhook(t *testing.T) {
 	stopFirst := serveChartWebhook(t, ctx, asWebhook(t, env), r)
 	serveChartWebhook(t, ctx, asWebhook(t, env), r)
 	const ns, other = "layout", "other.example.com"
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.NewStore(env.Client, deploy.Namespace, nvdriver.DriverName)
@@ -240,10 +272,20 @@ func TestLayoutWebhook(t *testing.T) {
 	// The API server reads the webhook's configuration through an
 	// informer.
 	probe := newClaim("probe")
-	untilRefused(t, ctx, "an allocation of a device that is not open", func(ctx context.Context) error {
-		_, err := claims.UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"), dryRun)
-		return err
-	}, staleMessage("gpu-0-1g-18gb-7", "n1"))
+	untilRefused(
+		t,
+		ctx,
+		"an allocation of a device that is not open",
+		func(ctx context.Context) error {
+			_, err := claims.UpdateStatus(
+				ctx,
+				allocate(probe, nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"),
+				dryRun,
+			)
+			return err
+		},
+		staleMessage("gpu-0-1g-18gb-7", "n1"),
+	)
 	admitted := func(what string, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 		t.Helper()
 		got, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
@@ -254,15 +296,32 @@ func TestLayoutWebhook(t *testing.T) {
 		return got
 	}
 
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("unlisted"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"),
+		metav1.UpdateOptions{},
+	)
 	refused(t, "allocate a device that is not open", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
 	if err != nil && !strings.Contains(err.Error(), "claim "+ns+"/unlisted") {
 		t.Errorf("the refusal %q does not name the claim", err)
 	}
-	held := admitted("allocate an open device", allocate(newClaim("listed"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-0"))
-	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, pool, "gone"))
-	admitted("allocate the driver's device of a pool that is not a layout pool", allocate(newClaim("static"), nvdriver.DriverName, "n1", "gpu-3"))
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("no-ledger"), nvdriver.DriverName, "n3/layout", "gpu-0"), metav1.UpdateOptions{})
+	held := admitted(
+		"allocate an open device",
+		allocate(newClaim("listed"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-0"),
+	)
+	admitted(
+		"allocate another driver's device",
+		allocate(newClaim("other-driver"), other, pool, "gone"),
+	)
+	admitted(
+		"allocate the driver's device of a pool that is not a layout pool",
+		allocate(newClaim("static"), nvdriver.DriverName, "n1", "gpu-3"),
+	)
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("no-ledger"), nvdriver.DriverName, "n3/layout", "gpu-0"),
+		metav1.UpdateOptions{},
+	)
 	refused(t, "allocate a device of a node without a ledger", err, "not seeded")
 
 	// The node lays the GPU out again: gpu-0-1g-18gb-1 closed, a 2g open.
@@ -272,9 +331,16 @@ func TestLayoutWebhook(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("withdrawn"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("withdrawn"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-1"),
+		metav1.UpdateOptions{},
+	)
 	refused(t, "allocate a device the node closed", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
-	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), nvdriver.DriverName, pool, "gpu-0-2g-35gb-2"))
+	admitted(
+		"allocate a device of the new layout",
+		allocate(newClaim("new-layout"), nvdriver.DriverName, pool, "gpu-0-2g-35gb-2"),
+	)
 
 	withStatus := held.DeepCopy()
 	withStatus.Status.Devices = []resourceapi.AllocatedDeviceStatus{{
@@ -283,7 +349,9 @@ func TestLayoutWebhook(t *testing.T) {
 	}}
 	held = admitted("the driver's status.devices", withStatus)
 	reserve := held.DeepCopy()
-	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
+	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+		{Resource: "pods", Name: "p", UID: "1234"},
+	}
 	held = admitted("reserve the claim", reserve)
 	var got *resourceapi.ResourceClaim
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -322,7 +390,9 @@ func TestLayoutWebhook(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
-			if _, err := claims.UpdateStatus(ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name), metav1.UpdateOptions{}); err != nil {
+			if _, err := claims.UpdateStatus(
+				ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name), metav1.UpdateOptions{},
+			); err != nil {
 				errs <- fmt.Errorf("burst-%d: %w", i, err)
 			}
 		}()
@@ -370,12 +440,16 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		if ns == on {
 			labels["layout-webhook"] = "on"
 		}
-		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Namespaces().Create(
+			ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for _, s := range r.secrets {
-		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(
+			ctx, s, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -387,8 +461,12 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 	if cfg.Webhooks[0].Name != admission.LayoutWebhookName(nvdriver.DriverName) {
 		b.Fatalf("webhook %s, want the layout's", cfg.Webhooks[0].Name)
 	}
-	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"layout-webhook": "on"}}
-	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{
+		MatchLabels: map[string]string{"layout-webhook": "on"},
+	}
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(
+		ctx, cfg, metav1.CreateOptions{},
+	); err != nil {
 		b.Fatal(err)
 	}
 	createSlices(b, ctx, env.Client, pools, gpus, perGPU)
@@ -401,8 +479,10 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 	}
 	last := fmt.Sprintf("node-%03d", pools-1)
 	untilRefused(b, ctx, "the webhook with every ledger", func(ctx context.Context) error {
-		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
-			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := env.Client.ResourceV1().
+			ResourceClaims(on).
+			UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
+				metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}, staleMessage("gpu-9-1g-18gb-0", last))
 
@@ -430,7 +510,9 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		var aOn, aOff, sOn, sOff []time.Duration
 		timed := func(c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, time.Duration) {
 			t0 := time.Now()
-			got, err := env.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			got, err := env.Client.ResourceV1().
+				ResourceClaims(c.Namespace).
+				UpdateStatus(ctx, c, metav1.UpdateOptions{})
 			d := time.Since(t0)
 			if err != nil {
 				b.Fatalf("write of %s/%s: %v", c.Namespace, c.Name, err)
@@ -458,8 +540,10 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 			}
 			for _, g := range got {
 				c := g.DeepCopy()
-				c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: nvdriver.DriverName, Pool: pool, Device: dev,
-					Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)}}}
+				c.Status.Devices = []resourceapi.AllocatedDeviceStatus{
+					{Driver: nvdriver.DriverName, Pool: pool, Device: dev,
+						Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)}},
+				}
 				_, d := timed(c)
 				if c.Namespace == on {
 					sOn = append(sOn, d)
@@ -481,8 +565,19 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		b.ReportMetric(mr, what+"-ratio")
 		b.ReportMetric(lo, what+"-ratio-min")
 		b.ReportMetric(hi, what+"-ratio-max")
-		b.Logf("%s writes, %d slices of %d devices: median %.2f ms with the webhook, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
-			what, pools, gpus*perGPU, ms(median(with)), ms(median(without)), len(with), mr, lo, hi, len(ratios))
+		b.Logf(
+			"%s writes, %d slices of %d devices: median %.2f ms with the webhook, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+			what,
+			pools,
+			gpus*perGPU,
+			ms(median(with)),
+			ms(median(without)),
+			len(with),
+			mr,
+			lo,
+			hi,
+			len(ratios),
+		)
 	}
 	report("alloc", allocOn, allocOff, allocRatios)
 	report("status", statusOn, statusOff, statusRatios)
@@ -508,23 +603,39 @@ func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n,
 		wg.Go(func() {
 			for i := range next {
 				node := fmt.Sprintf("node-%03d", i)
-				s := layoutSlice(node+"-layout", nvdriver.DriverName, ledger.PoolName(node), node, 1)
+				s := layoutSlice(
+					node+"-layout",
+					nvdriver.DriverName,
+					ledger.PoolName(node),
+					node,
+					1,
+				)
 				for g := range gpus {
 					for d := range perGPU {
 						s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
 							Name: fmt.Sprintf("gpu-%d-1g-18gb-%d", g, d),
 							Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-								"type": str("mig"), "index": num(g), "productName": str("NVIDIA H200"),
-								"uuid": str(fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g)), "profile": str("1g.18gb"),
-								"profileID": num(19), "placementStart": num(d), "placementSize": num(1),
+								"type": str(
+									"mig",
+								), "index": num(g), "productName": str("NVIDIA H200"),
+								"uuid": str(
+									fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g),
+								), "profile": str("1g.18gb"),
+								"profileID": num(
+									19,
+								), "placementStart": num(d), "placementSize": num(1),
 							},
 							Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-								"memory": {Value: resource.MustParse("16384Mi")}, "computeSlices": {Value: resource.MustParse("1")},
+								"memory": {
+									Value: resource.MustParse("16384Mi"),
+								}, "computeSlices": {Value: resource.MustParse("1")},
 							},
 						})
 					}
 				}
-				if _, err := c.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				if _, err := c.ResourceV1().ResourceSlices().Create(
+					ctx, s, metav1.CreateOptions{},
+				); err != nil {
 					errs <- err
 				}
 				// The node's ledger, seeded, every device open.

@@ -27,9 +27,16 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 		return nil
 	}
 	def := template(t, dynamicGPU, "webhook.enabled=true", "migPublication=placements")
-	lay := template(t, dynamicGPU, "webhook.enabled=true")
-	if got, want := clusterGrants(lay, deploy.DaemonSet), clusterGrants(def, deploy.DaemonSet); !slices.Equal(got, want) {
-		t.Errorf("migPublication=layout grants the driver %v cluster-wide, want placements' %v", got, want)
+	lay := template(t, dynamicGPU, "webhook.enabled=true", layoutPub)
+	if got, want := clusterGrants(lay, deploy.DaemonSet), clusterGrants(def, deploy.DaemonSet); !slices.Equal(
+		got,
+		want,
+	) {
+		t.Errorf(
+			"migPublication=layout grants the driver %v cluster-wide, want placements' %v",
+			got,
+			want,
+		)
 	}
 	for _, g := range clusterGrants(lay, deploy.DaemonSet) {
 		if g.verb == "list" || g.verb == "watch" {

@@ -80,7 +80,9 @@ func BenchmarkLayoutLags(b *testing.B) {
 				}}},
 			},
 		}
-		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(
+			ctx, claim, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -95,7 +97,9 @@ func BenchmarkLayoutLags(b *testing.B) {
 				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			}}
 		t0 := time.Now()
-		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 		var tp, ta, ts, tb time.Duration

@@ -101,7 +101,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	for { // pods need the namespace's default ServiceAccount
@@ -318,7 +320,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 				}}},
 			},
 		}
-		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(
+			ctx, claim, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		pod := &corev1.Pod{
@@ -339,7 +343,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			},
 		}
-		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -706,7 +712,9 @@ func startLayoutWebhook(ctx context.Context, t testing.TB, env *testenv.Env) {
 			},
 			admissionregv1.Fail,
 		)}}
-	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(
+		ctx, vwc, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := admission.NewServer(
