@@ -371,10 +371,13 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 			}
 			claimsLeft = len(l.Items)
 			_, whole = deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
-			return claimsLeft == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, nil
+			return claimsLeft == 0 && len(cdiSpecs(t, env)) == 0 &&
+				maps.Equal(migInstances(t, stateFile), static) && whole, nil
 		}); err != nil {
-			t.Fatalf("after pod %s: %d claims left, CDI specs %v, MIG devices %v (want %v), GPU %d whole published %v: %v\nledgers: %s",
-				ws[0].Name, claimsLeft, cdiSpecs(t, env), migInstances(t, stateFile), static, gpu, whole, err, ledgerJSON(t, ctx, env))
+			t.Fatalf("after pod %s: %d claims left, CDI specs %v, MIG devices %v (want %v), "+
+				"GPU %d whole published %v: %v\nledgers: %s",
+				ws[0].Name, claimsLeft, cdiSpecs(t, env), migInstances(t, stateFile), static, gpu,
+				whole, err, ledgerJSON(t, ctx, env))
 		}
 	}
 

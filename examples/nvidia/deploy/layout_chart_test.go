@@ -47,7 +47,8 @@ const layoutPub = "migPublication=layout"
 // arguments and the webhook's configuration as they were before the
 // layout existed; so does the layout without a dynamic GPU (none set,
 // "none", or the DynamicMIG gate off), where the webhook does not run
-// unless enabled. Any other value is refused with a message. The webhook's behaviour on an API server
+// unless enabled. Any other value is refused with a message. The
+// webhook's behaviour on an API server
 // is admission.TestLayoutOnAPIServer's.
 func TestChartLayoutPublication(t *testing.T) {
 	args := func(r rendered) []string {
@@ -135,7 +136,8 @@ func TestChartLayoutPublication(t *testing.T) {
 			len(p.deployments),
 		)
 	}
-	if diff := cmp.Diff(def, template(t, dynamicGPU, "webhook.enabled=true"), cmp.AllowUnexported(rendered{})); diff != "" {
+	unexported := cmp.AllowUnexported(rendered{})
+	if diff := cmp.Diff(def, template(t, dynamicGPU, "webhook.enabled=true"), unexported); diff != "" {
 		t.Errorf(
 			"the default with a dynamic GPU is not migPublication=placements (-explicit +default):\n%s",
 			diff,
@@ -177,7 +179,8 @@ func TestChartLayoutPublication(t *testing.T) {
 	if !slices.Contains(args(r), "--dynamic-mig-gpus=0") {
 		t.Errorf("%s: args %v lack --dynamic-mig-gpus=0", dynamicGPU, args(r))
 	}
-	if diff := cmp.Diff(template(t, dynamicGPU, "webhook.enabled=true", layoutPub), r, cmp.AllowUnexported(rendered{})); diff != "" {
+	explicit := template(t, dynamicGPU, "webhook.enabled=true", layoutPub)
+	if diff := cmp.Diff(explicit, r, unexported); diff != "" {
 		t.Errorf(
 			"migPublication=layout with a dynamic GPU does not run the webhook (-enabled +auto):\n%s",
 			diff,
@@ -327,7 +330,8 @@ func TestChartLayoutPublication(t *testing.T) {
 		"webhook.enabled=false",
 	)
 	refused(
-		`webhook.enabled must be auto (the default: on where migPublication=layout needs it), true or false; not "yes"`,
+		`webhook.enabled must be auto (the default: on where migPublication=layout needs it), `+
+			`true or false; not "yes"`,
 		"webhook.enabled=yes",
 	)
 	// The defragmenter with the layout acts on the planner's reservations
@@ -370,7 +374,8 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 	for _, bad := range []string{"bogus", "Layout", ""} {
 		refused(
-			`migPublication must be placements (every placement with shared counters, the default) or layout`,
+			`migPublication must be placements (every placement with shared counters, `+
+				`the default) or layout`,
 			"migPublication="+bad,
 		)
 		refused(`not "`+bad+`"`, "migPublication="+bad)

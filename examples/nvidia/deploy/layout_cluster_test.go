@@ -254,7 +254,9 @@ func TestLayoutWebhook(t *testing.T) {
 	}
 	const pool = "n1/layout"
 	if _, err := store.Update(ctx, "n1", true, func(l *ledger.Ledger) error {
-		l.Seeded, l.Open = true, []ledger.Device{{Pool: pool, Name: "gpu-0-1g-18gb-0"}, {Pool: pool, Name: "gpu-0-1g-18gb-1"}}
+		l.Seeded, l.Open = true, []ledger.Device{
+			{Pool: pool, Name: "gpu-0-1g-18gb-0"}, {Pool: pool, Name: "gpu-0-1g-18gb-1"},
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -441,7 +443,9 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 			labels["layout-webhook"] = "on"
 		}
 		if _, err := env.Client.CoreV1().Namespaces().Create(
-			ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{},
+			ctx,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
+			metav1.CreateOptions{},
 		); err != nil {
 			b.Fatal(err)
 		}
@@ -566,7 +570,8 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		b.ReportMetric(lo, what+"-ratio-min")
 		b.ReportMetric(hi, what+"-ratio-max")
 		b.Logf(
-			"%s writes, %d slices of %d devices: median %.2f ms with the webhook, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+			"%s writes, %d slices of %d devices: median %.2f ms with the webhook, "+
+				"%.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
 			what,
 			pools,
 			gpus*perGPU,

@@ -28,15 +28,11 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 	}
 	def := template(t, dynamicGPU, "webhook.enabled=true", "migPublication=placements")
 	lay := template(t, dynamicGPU, "webhook.enabled=true", layoutPub)
-	if got, want := clusterGrants(lay, deploy.DaemonSet), clusterGrants(def, deploy.DaemonSet); !slices.Equal(
-		got,
-		want,
-	) {
-		t.Errorf(
-			"migPublication=layout grants the driver %v cluster-wide, want placements' %v",
-			got,
-			want,
-		)
+	gotCluster := clusterGrants(lay, deploy.DaemonSet)
+	placements := clusterGrants(def, deploy.DaemonSet)
+	if !slices.Equal(gotCluster, placements) {
+		t.Errorf("migPublication=layout grants the driver %v cluster-wide, want placements' %v",
+			gotCluster, placements)
 	}
 	for _, g := range clusterGrants(lay, deploy.DaemonSet) {
 		if g.verb == "list" || g.verb == "watch" {
@@ -68,7 +64,11 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 		t.Errorf("no policy %s-ledgers", deploy.DaemonSet)
 	}
 	planner := clusterGrants(lay, deploy.DaemonSet+"-planner")
-	for _, g := range []grant{{"resource.k8s.io", "resourceclaims", "watch", ""}, {"", "pods", "watch", ""}, {"", "nodes", "watch", ""}} {
+	for _, g := range []grant{
+		{"resource.k8s.io", "resourceclaims", "watch", ""},
+		{"", "pods", "watch", ""},
+		{"", "nodes", "watch", ""},
+	} {
 		if !slices.Contains(planner, g) {
 			t.Errorf("the planner may not %s %s: %v", g.verb, g.resource, planner)
 		}
@@ -79,7 +79,9 @@ func TestChartLayoutDriverRBAC(t *testing.T) {
 }
 
 func compareGrants(a, b grant) int {
-	for _, c := range [][2]string{{a.group, b.group}, {a.resource, b.resource}, {a.verb, b.verb}, {a.namespace, b.namespace}} {
+	for _, c := range [][2]string{
+		{a.group, b.group}, {a.resource, b.resource}, {a.verb, b.verb}, {a.namespace, b.namespace},
+	} {
 		if c[0] != c[1] {
 			if c[0] < c[1] {
 				return -1

@@ -142,8 +142,11 @@ func profileFromParts(parts []string) (string, bool) {
 // planner: its classes and extended resources (ClassProfile,
 // ExtendedResourceProfile) and its MIG products' schemes (Schemes).
 func PlannerOptions() []fleet.Option {
-	return []fleet.Option{fleet.WithClassProfile(ClassProfile), fleet.WithExtendedResource(ExtendedResourceProfile),
-		fleet.WithSchemes(Schemes)}
+	return []fleet.Option{
+		fleet.WithClassProfile(ClassProfile),
+		fleet.WithExtendedResource(ExtendedResourceProfile),
+		fleet.WithSchemes(Schemes),
+	}
 }
 
 // LayoutWatchOptions are the claimwatch options of the driver's classes

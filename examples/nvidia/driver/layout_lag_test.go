@@ -76,7 +76,9 @@ func BenchmarkLayoutLags(b *testing.B) {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: resourceapi.ResourceClaimSpec{
 				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-					Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("3g.71gb")},
+					Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+						DeviceClassName: nvdriver.ProfileClass("3g.71gb"),
+					},
 				}}},
 			},
 		}
@@ -170,7 +172,8 @@ func BenchmarkLayoutLags(b *testing.B) {
 	b.ReportMetric(float64(med(slice).Milliseconds()), "slice-ms")
 	b.ReportMetric(float64(med(bound).Milliseconds()), "bound-ms")
 	b.Logf(
-		"from the pod's creation, medians of %d: demand in the ledger %s, the 3g open %s, in the slice %s, the pod bound %s",
+		"from the pod's creation, medians of %d: demand in the ledger %s, the 3g open %s, "+
+			"in the slice %s, the pod bound %s",
 		len(bound),
 		med(planner),
 		med(agent),

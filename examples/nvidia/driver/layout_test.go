@@ -260,7 +260,10 @@ func TestLayoutTwoInstances(t *testing.T) {
 				if err == nil {
 					time.Sleep(holds[i])
 					for try := 0; try < 50; try++ { // an instance restarting meanwhile
-						if err = call(func(kl *drivertest.Kubelet) error { return kl.Unprepare(ctx, claim) }); err == nil {
+						unprepare := func(kl *drivertest.Kubelet) error {
+							return kl.Unprepare(ctx, claim)
+						}
+						if err = call(unprepare); err == nil {
 							break
 						}
 						time.Sleep(100 * time.Millisecond)
@@ -724,7 +727,8 @@ func startLayoutWebhook(ctx context.Context, t testing.TB, env *testenv.Env) {
 		admission.WithDrain(0),
 		admission.WithSelfSignedCert(
 			admission.SelfSigned{Client: env.Client, Namespace: layoutNamespace,
-				Secret: "layout-webhook-tls", WebhookConfiguration: cfg, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+				Secret: "layout-webhook-tls", WebhookConfiguration: cfg,
+				IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 		),
 	)
 	if err != nil {
