@@ -128,8 +128,17 @@ func Run(args []string, opts ...Option) error {
 	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or NVML indexes, comma-separated) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. Empty (the default) or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices as they are, never changed. Recorded in the state folder: a GPU dropped from the list while claims hold MIG devices on it is drained (they stay until their claims are unprepared; the MIG devices the driver did not make are never touched). With -check and no value, the GPUs the running driver recorded dynamic`)
 	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
 	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
-	publication := fs.String("mig-publication", nvdriver.PublicationPlacements, `how dynamic-MIG GPUs are published: "placements" (every advertised profile x placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's current layout, kept in the node's layout ledger for the fleet planner's demand, without counters, in the pool <node>/layout of one slice: about simple devices' scheduler cost; needs the node's ledger (get, watch, create, update on its ConfigMap in -layout-namespace), the planner and the webhook of the chart; docs/dynamic-mig-publication.md)`)
-	layoutNS := fs.String("layout-namespace", os.Getenv(podNamespaceEnv), "the namespace of the layout ledgers (with -mig-publication=layout; default $"+podNamespaceEnv+")")
+	publication := fs.String("mig-publication", nvdriver.PublicationPlacements,
+		`how dynamic-MIG GPUs are published: "placements" (every advertised profile x `+
+			`placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's `+
+			`current layout, kept in the node's layout ledger for the fleet planner's demand, `+
+			`without counters, in the pool <node>/layout of one slice: about simple devices' `+
+			`scheduler cost; needs the node's ledger (get, watch, create, update on its ConfigMap `+
+			`in -layout-namespace), the planner and the webhook of the chart; `+
+			`docs/dynamic-mig-publication.md)`)
+	layoutNS := fs.String("layout-namespace", os.Getenv(podNamespaceEnv),
+		"the namespace of the layout ledgers (with -mig-publication=layout; default $"+
+			podNamespaceEnv+")")
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml and /proc/driver/nvidia are read under it (default: -driver-root)")
@@ -232,10 +241,12 @@ func Run(args []string, opts ...Option) error {
 	case nvdriver.PublicationLayout:
 		if chk != nil {
 			// What an idle node publishes: nothing held, nothing asked.
-			dopts = append(dopts, nvdriver.WithMIGLayout(ledger.NewMemoryAgent(chk.node, nil, nvdriver.LayoutOptions()...)))
+			agent := ledger.NewMemoryAgent(chk.node, nil, nvdriver.LayoutOptions()...)
+			dopts = append(dopts, nvdriver.WithMIGLayout(agent))
 		} else {
 			if *layoutNS == "" {
-				return fmt.Errorf("-mig-publication=%s needs -layout-namespace (or $%s)", nvdriver.PublicationLayout, podNamespaceEnv)
+				return fmt.Errorf("-mig-publication=%s needs -layout-namespace (or $%s)",
+					nvdriver.PublicationLayout, podNamespaceEnv)
 			}
 			cfg, err := std.RESTConfig()
 			if err != nil {
