@@ -45,32 +45,28 @@
 //
 // # Allocations from an older layout
 //
-// A driver that publishes each pool as one ResourceSlice listing a
-// current layout, and replaces free devices by overlapping ones after a
-// fence (docs/dynamic-mig-publication.md, "What it guarantees", rule 3),
-// needs the API server to refuse an allocation the scheduler made from
-// an older version of the slice. A [LayoutGuard] does it, served by the
-// same Server at [LayoutPath]:
+// A driver that publishes a layout (package partition/ledger: per node a
+// pool "<node>/layout" listing the current layout, free devices replaced
+// by overlapping ones as demand moves) needs every allocation of a
+// layout device admitted against the node's layout ledger. A
+// [LayoutGuard] does it, served by the same Server at [LayoutPath]:
 //
-//	g, err := admission.NewLayoutGuard(client, "gpu.example.com")
+//	g, err := admission.NewLayoutGuard(client, "gpu.example.com", "ledger-namespace")
 //	srv, err := admission.NewServer(v, admission.WithLayoutGuard(g), admission.WithSelfSignedCert(...))
 //
-// (or the flag --layout-allocations of [Flags]), registered as
-// [LayoutWebhook]. It keeps the driver's slices in an informer (field
-// selector spec.driver; the webhook's account needs get, list and watch
-// on resourceslices) and answers from an index: a request costs a map
-// lookup per allocated device, whatever the number of slices.
-// [LayoutMatchConditions] send it only the status updates that allocate
-// a device of the driver, so every other write pays nothing. It refuses
-// ([StaleAllocationError]) an allocation of a device that its pool's
-// only slice does not list; it admits other drivers' devices, pools of
-// several slices, pools without a slice, and writes that do not
-// allocate. It answers only once its informer has synced; Fail is its
-// recommended failure policy (see [LayoutWebhook]).
+// (or the flags --layout-allocations and --layout-namespace of [Flags]),
+// registered as [LayoutWebhook] with failure policy Fail. It admits an
+// allocation only by moving its devices from Open to Held in the node's
+// ledger by compare-and-swap, and refuses ([StaleAllocationError]) a
+// device that is not Open. [LayoutMatchConditions] send it only the
+// status updates that allocate a device of a layout pool, so every other
+// write (and every other device of the driver) pays nothing and does not
+// depend on the webhook. Run two replicas or more; [WithDrain] keeps a
+// replica that is stopping serving while the API server moves to the
+// other, and [WithReusePort] lets two replicas share a host port.
 //
-// A ValidatingAdmissionPolicy with the slices as params can express the
-// same check, but the API server evaluates it once per selected slice
-// and the driver's slices carry no label to select them by: at 500
-// slices an allocation write took 245x as long (docs, "The admission
-// check").
+// A ValidatingAdmissionPolicy cannot write the ledger, and with the
+// slices as params the API server evaluates it once per selected slice:
+// at 500 slices an allocation write took 245x as long
+// (docs/dynamic-mig-measurements.md, "The admission check").
 package admission

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -27,10 +28,16 @@ type Flags struct {
 	WebhookConfiguration  string
 	DNSNames, IPAddresses string // comma-separated
 	Kubeconfig            string
-	// LayoutAllocations serves a LayoutGuard of the driver at LayoutPath
-	// (it reads the driver's ResourceSlices: get, list, watch).
+	// LayoutAllocations serves a LayoutGuard of the driver at LayoutPath,
+	// with the ledgers in LayoutNamespace (get, list, watch, update on
+	// configmaps there).
 	LayoutAllocations bool
-	newClient         func(kubeconfig string) (kubernetes.Interface, error)
+	LayoutNamespace   string
+	// ReusePort opens the port with SO_REUSEPORT (WithReusePort).
+	ReusePort bool
+	// Drain is WithDrain's.
+	Drain     time.Duration
+	newClient func(kubeconfig string) (kubernetes.Interface, error)
 }
 
 // Register adds the flags to fs.
@@ -42,7 +49,10 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.WebhookConfiguration, "webhook-configuration", "", "the ValidatingWebhookConfiguration whose caBundle the webhook sets (with --self-signed-secret)")
 	fs.StringVar(&f.DNSNames, "dns-names", "", "comma-separated names of the self-made certificate: the Service's (svc, svc.namespace, svc.namespace.svc)")
 	fs.StringVar(&f.IPAddresses, "ip-addresses", "", "comma-separated IP addresses of the self-made certificate: the host of a webhook reached by URL")
-	fs.BoolVar(&f.LayoutAllocations, "layout-allocations", false, "also refuse, at "+LayoutPath+", an allocation of a device that the current ResourceSlice of its one-slice pool no longer lists (a layout publication); reads the driver's ResourceSlices")
+	fs.BoolVar(&f.LayoutAllocations, "layout-allocations", false, "also admit, at "+LayoutPath+", an allocation of a layout device only by moving it from Open to Held in its node's layout ledger (package partition/ledger), refusing it when it is not open; reads and writes the ledgers (ConfigMaps in --layout-namespace)")
+	fs.StringVar(&f.LayoutNamespace, "layout-namespace", "", "the namespace of the layout ledgers (with --layout-allocations)")
+	fs.BoolVar(&f.ReusePort, "reuse-port", false, "open --address with SO_REUSEPORT, so that replicas on one host's network share the port")
+	fs.DurationVar(&f.Drain, "drain", DefaultDrain, "how long to keep serving after SIGTERM, /readyz failing, before finishing the requests in flight and exiting")
 	if fs.Lookup("kubeconfig") == nil {
 		fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account), for --self-signed-secret and --layout-allocations")
 	}
@@ -54,7 +64,10 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 	if v == nil {
 		return nil, errors.New("webhook flags: nil validator")
 	}
-	opts := []Option{WithAddress(f.Address)}
+	opts := []Option{WithAddress(f.Address), WithDrain(f.Drain)}
+	if f.ReusePort {
+		opts = append(opts, WithReusePort())
+	}
 	var client kubernetes.Interface
 	kube := func() (kubernetes.Interface, error) {
 		if client != nil {
@@ -76,7 +89,10 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		g, err := NewLayoutGuard(c, v.Driver())
+		if f.LayoutNamespace == "" {
+			return nil, errors.New("webhook flags: --layout-allocations needs --layout-namespace")
+		}
+		g, err := NewLayoutGuard(c, v.Driver(), f.LayoutNamespace)
 		if err != nil {
 			return nil, fmt.Errorf("webhook flags: --layout-allocations: %w", err)
 		}
@@ -113,11 +129,20 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 }
 
 // loadClient is the client of driverflag.LoadRESTConfig.
+// WebhookQPS is the client-side rate limit of the webhook's client made
+// from Flags (requests per second; the burst is twice as many).
+const WebhookQPS = 200
+
 func loadClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := driverflag.LoadRESTConfig(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
+	// On the allocation path, a layout admission reads and writes its
+	// node's ledger: client-go's default 5 requests/s would queue a burst
+	// past the webhook's timeout. The API server's priority and fairness
+	// protects it.
+	cfg.QPS, cfg.Burst = WebhookQPS, 2*WebhookQPS
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -56,8 +56,12 @@ func TestFlags(t *testing.T) {
 		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--ip-addresses=localhost"}, wantErr: `"localhost" is not an IP address`},
 		{args: []string{"--self-signed-secret=ns/s", "--dns-names=a"}, wantErr: "ValidatingWebhookConfiguration"},
 		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c"}, wantErr: "DNS name or an IP address"},
-		{args: []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--layout-allocations"}, wantLayout: true},
-		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--dns-names=a", "--layout-allocations"}, wantLayout: true},
+		{args: []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--layout-allocations",
+			"--layout-namespace=ns", "--reuse-port", "--drain=2s"}, wantLayout: true},
+		{args: []string{"--self-signed-secret=ns/s", "--webhook-configuration=c", "--dns-names=a", "--layout-allocations",
+			"--layout-namespace=ns"}, wantLayout: true},
+		{args: []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--layout-allocations"},
+			wantErr: "--layout-namespace"},
 	} {
 		fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

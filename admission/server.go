@@ -20,12 +20,13 @@ import (
 // from files that something else renews, e.g. cert-manager's Secret
 // mounted into the pod ([WithCertFiles]).
 type Server struct {
-	v       *Validator
-	o       options
-	cert    atomic.Pointer[tls.Certificate]
-	ready   atomic.Bool
-	addr    atomic.Pointer[string]
-	started chan struct{}
+	v        *Validator
+	o        options
+	cert     atomic.Pointer[tls.Certificate]
+	ready    atomic.Bool
+	draining atomic.Bool
+	addr     atomic.Pointer[string]
+	started  chan struct{}
 }
 
 // Option configures a [Server].
@@ -37,6 +38,8 @@ type options struct {
 	self              *SelfSigned
 	interval          time.Duration
 	layout            *LayoutGuard
+	reusePort         bool
+	drain             time.Duration
 }
 
 // DefaultAddress is where a Server listens unless [WithAddress] says
@@ -114,11 +117,41 @@ func WithLayoutGuard(g *LayoutGuard) Option {
 	}
 }
 
+// WithReusePort opens the listening socket with SO_REUSEPORT, so that
+// several replicas on one host's network share one port (the kernel
+// spreads the connections among them): what lets a webhook on the host
+// network (drakit's local cluster) run two replicas and roll with a
+// surge. Linux only; elsewhere it is an error at Run.
+func WithReusePort() Option {
+	return func(o *options) error {
+		o.reusePort = true
+		return nil
+	}
+}
+
+// WithDrain sets how long the Server keeps serving after its context is
+// done, with /readyz failing, before it stops accepting and waits for the
+// requests in flight (default DefaultDrain): the time for the API server
+// (or kube-proxy) to stop sending it new requests, so that a replica
+// deleted during a burst refuses nothing. d must not be negative.
+func WithDrain(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("WithDrain: %v is negative", d)
+		}
+		o.drain = d
+		return nil
+	}
+}
+
+// DefaultDrain is the drain of a Server unless [WithDrain] says otherwise.
+const DefaultDrain = 5 * time.Second
+
 // NewServer returns a Server of v, not running yet. Exactly one of
 // [WithCertFiles] and [WithSelfSignedCert] is needed. v may be nil when
 // [WithLayoutGuard] is given: the Server then serves only the guard.
 func NewServer(v *Validator, opts ...Option) (*Server, error) {
-	o := options{address: DefaultAddress, interval: time.Minute}
+	o := options{address: DefaultAddress, interval: time.Minute, drain: DefaultDrain}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new admission server: %w", err)
@@ -152,8 +185,10 @@ func (s *Server) Addr() string {
 
 // Run gets the certificate (retrying with a growing delay while the API
 // server or the files are not there yet), runs the layout guard if any,
-// then serves until ctx is done and returns nil, or an error when it
-// cannot listen or the guard cannot run.
+// then serves until ctx is done, drains ([WithDrain]: /readyz fails,
+// requests are still served, then those in flight are finished) and
+// returns nil, or an error when it cannot listen or the guard cannot
+// run. Requests in flight are not canceled by ctx.
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	renew := s.loadFiles
@@ -198,13 +233,15 @@ func (s *Server) Run(ctx context.Context) error {
 		switch {
 		case !s.ready.Load():
 			http.Error(w, "no valid certificate", http.StatusServiceUnavailable)
+		case s.draining.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		case s.o.layout != nil && !s.o.layout.HasSynced():
 			http.Error(w, ErrLayoutNotSynced.Error(), http.StatusServiceUnavailable)
 		default:
 			_, _ = w.Write([]byte("ok\n"))
 		}
 	})
-	ln, err := net.Listen("tcp", s.o.address)
+	ln, err := listen(ctx, s.o.address, s.o.reusePort)
 	if err != nil {
 		return fmt.Errorf("admission server: listen: %w", err)
 	}
@@ -213,7 +250,7 @@ func (s *Server) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil },
@@ -263,7 +300,14 @@ func (s *Server) Run(ctx context.Context) error {
 				logger.Error(err, "Keeping the webhook's certificate failed; retrying")
 			}
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			s.draining.Store(true)
+			logger.Info("Draining: still serving, /readyz failing", "for", s.o.drain)
+			select {
+			case <-time.After(s.o.drain):
+			case err := <-done:
+				return fmt.Errorf("admission server: %w", err)
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 			return nil

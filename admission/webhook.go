@@ -6,6 +6,8 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/drakit/drakit/partition/ledger"
 )
 
 // Path is where [Server] serves the [Validator].
@@ -71,14 +73,16 @@ func LayoutWebhookName(driverName string) string { return "layout." + driverName
 // LayoutMatchConditions are the CEL matchConditions of the layout
 // webhook: only an update of a claim's status that allocates it (it had
 // no status.allocation and gets one) with at least one device of
-// driverName is sent. Every other write (the driver's status.devices,
-// reservedFor, deallocation, other drivers' claims) is decided by the API
-// server without calling the webhook: it costs nothing and is never
-// refused, also while the webhook is down.
+// driverName in a layout pool (package ledger's "<node>/layout" and its
+// groups) is sent. Every other write (the driver's status.devices,
+// reservedFor, deallocation, other drivers' claims, the driver's whole
+// GPUs of static nodes and an administrator's MIG devices) is decided by
+// the API server without calling the webhook: it costs nothing and is
+// never refused, also while the webhook is down.
 func LayoutMatchConditions(driverName string) []admissionregv1.MatchCondition {
 	return []admissionregv1.MatchCondition{
 		{Name: "allocates", Expression: `has(object.status) && has(object.status.allocation) && !(has(oldObject.status) && has(oldObject.status.allocation))`},
-		{Name: "this-driver", Expression: fmt.Sprintf(`has(object.status) && has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) && object.status.allocation.devices.results.exists(r, r.driver == %q)`, driverName)},
+		{Name: "this-driver", Expression: fmt.Sprintf(`has(object.status) && has(object.status.allocation) && has(object.status.allocation.devices) && has(object.status.allocation.devices.results) && object.status.allocation.devices.results.exists(r, r.driver == %q && (r.pool.endsWith(%q) || r.pool.contains(%q)))`, driverName, ledger.PoolSuffix, ledger.PoolSuffix+"/")},
 	}
 }
 
@@ -91,20 +95,15 @@ func LayoutMatchConditions(driverName string) []admissionregv1.MatchCondition {
 // effects, a 5 s timeout and the given failure policy. client's path
 // (or URL) must end in [LayoutPath].
 //
-// Failure policy: Fail is recommended. While no webhook answers, the
-// scheduler's allocation writes of the driver's devices (all of them:
-// the matchConditions cannot tell a layout pool from another) are
-// refused; PreBind fails and the pods are scheduled again with backoff,
-// so the outage delays this driver's pods and corrupts nothing. Ignore
-// keeps them flowing but admits, silently, exactly the stale allocations
-// the guard exists to stop: what is left then is the driver's fence
-// (a withdrawn device is replaced only after a margin, 1 s in the
-// reference driver) and its checks at prepare (a device withdrawn too
-// long ago is refused, and NVML refuses an overlapping instance), so a
-// stale allocation that passes cannot make two overlapping partitions,
-// but one of the two claims fails at prepare and its pod waits in
-// ContainerCreating instead of being scheduled again. The webhook's own
-// pods use no claims, so Fail cannot keep it from starting.
+// Failure policy: Fail is required for the layout's safety. While no
+// webhook answers, the scheduler's allocation writes of the driver's
+// layout devices (only those) are refused; PreBind fails and the pods are
+// scheduled again with backoff, so the outage delays them and corrupts
+// nothing. Run two replicas or more (the reference chart's default, with
+// a PodDisruptionBudget). Ignore would admit, silently, allocations that
+// no ledger records: the node's agent could then open a device over
+// them. The webhook's own pods use no claims, so Fail cannot keep it from
+// starting.
 func LayoutWebhook(driverName string, client admissionregv1.WebhookClientConfig, failure admissionregv1.FailurePolicyType) admissionregv1.ValidatingWebhook {
 	return admissionregv1.ValidatingWebhook{
 		Name:         LayoutWebhookName(driverName),

@@ -61,24 +61,28 @@
 //
 // # Layout publication (without counters)
 //
-// The shape chosen in docs/dynamic-mig-publication.md, not yet any
+// The shape chosen in docs/dynamic-mig-publication.md and the reference
 // driver's default: per card either the whole card's device or one
 // device per partition of its current layout, no counters, one pool of
 // one slice per node. PlanLayouts chooses the layouts (in-use partitions
 // kept, the pending Demand placed by PlanFleet's order, the rest filled
 // by DefaultMix or WithDefaultMix; Scheme.PlanLayout for one card);
 // CounterModel.LayoutPools and CounterModel.LayoutSlices publish them
-// (cut by groups of cards beyond LayoutMaxDevices, WithPoolDevices);
-// LayoutPublisher sequences versions so that a free device replaced by
-// an overlapping one is retired first and the new one published only
-// after a fence (WithFence, DefaultFence), the rule that keeps a
-// scheduler with a stale view from combining overlapping devices. The
-// tests prove each version, greedy allocation on it and the union of the
-// versions of a fence window valid with the real allocator.
+// (cut by groups of cards beyond LayoutMaxDevices, WithPoolDevices;
+// LayoutCardPools says which pool a card's devices are in). What makes
+// replacing a free device by an overlapping one safe across processes
+// and clocks is package partition/ledger (a per-node ledger in the API
+// server, changed only by compare-and-swap); AssignFleet and package
+// partition/fleet decide which node lays out for which pending request.
+// LayoutPublisher, the single-process sequencer with a time fence, is
+// deprecated for drivers (its fence counts from a decision): the
+// benchmarks keep it as the design it replaced.
 //
 // # Fleets and defragmentation
 //
-// PlanFleet turns a fleet and requests into create and destroy
+// AssignFleet assigns pending requests to nodes for the layout
+// publication: a burst on as few nodes as it needs, aged requests first,
+// a card reserved for a larger profile that fits nowhere. PlanFleet turns a fleet and requests into create and destroy
 // operations that never touch in-use partitions, place as much compute
 // as possible and keep whole cards free, with exact searches bounded by
 // counted work (WithWorkBudget), so a plan is the same on a busy and an

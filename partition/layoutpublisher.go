@@ -84,10 +84,19 @@ type pubCard struct {
 	retired []retiredDevice
 }
 
-// LayoutPublisher sequences the layout publication of one node
-// (docs/dynamic-mig-publication.md, rule 3, "retire, then reuse"), so
-// that no two devices a scheduler can combine overlap, even when it
-// allocates from a version the driver has since replaced.
+// LayoutPublisher sequences the layout publication of one node in one
+// process with a time fence ("retire, then reuse",
+// docs/dynamic-mig-measurements.md, issue 38), so that no two devices a
+// scheduler can combine overlap, even when it allocates from a version
+// the driver has since replaced, as long as the in-use sets are complete
+// and a fence's time covers every lag.
+//
+// Deprecated: the fence counts from Next's decision, not from what the
+// API server shows, and lives in one process: a late or conflicting
+// slice write, a second instance of a rolling update or a restart within
+// the fence defeats it (package partition/ledger's TestAdversarial counts
+// the overlaps). Drivers publish with package partition/ledger; the
+// benchmarks keep LayoutPublisher as the design it replaced.
 //
 // Next is called on every change of what is in use or pending (and at
 // Retry); it plans the layouts (PlanLayouts, over the in-use partitions

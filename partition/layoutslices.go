@@ -115,6 +115,28 @@ func LayoutPoolNames(name string, cards []LayoutCard, opts ...Option) ([]string,
 	return out, nil
 }
 
+// LayoutCardPools is, per card index, the name of the pool LayoutPools
+// puts the card's devices in (WithPoolDevices as for LayoutPools): the
+// pools of LayoutPoolNames, by card. Like it, it depends on the cards'
+// schemes and indices only.
+func LayoutCardPools(name string, cards []LayoutCard, opts ...Option) (map[int]string, error) {
+	limit, err := poolLimit(opts)
+	if err != nil {
+		return nil, fmt.Errorf("layout card pools: %w", err)
+	}
+	groups, err := layoutGroups(name, cards, limit)
+	if err != nil {
+		return nil, fmt.Errorf("layout card pools: %w", err)
+	}
+	out := map[int]string{}
+	for _, g := range groups {
+		for _, c := range g.cards {
+			out[c.Index] = g.name
+		}
+	}
+	return out, nil
+}
+
 // layoutDevices returns the model's devices of one pool's cards, without
 // counter consumption: per card in index order, the whole card's device
 // when its layout is empty, else one device per partition in layout

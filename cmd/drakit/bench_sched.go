@@ -90,6 +90,9 @@ var schedShapes = []schedShape{
 	// share of the default size (consumable capacity).
 	{name: "nvidia MPS shares, -shared-gpus=all (8 pools, consumable capacity)",
 		synth: drakitSharedFleet},
+	// The same on the chart's allocation path (issue 46): the nodes'
+	// layout ledgers and the layout webhook on every allocation write.
+	{name: "nvidia 1g MIG, layout, ledgers and webhook (the chart's path)", synth: drakitLedgerFleet, standard: true},
 }
 
 // simpleDriver is upstream's scheduler_perf DRA driver name.
@@ -138,6 +141,9 @@ given):
   15 the reference driver's MPS shares (-shared-gpus=all): a pool per GPU
      with its counter set, the GPU whole and shared (consumable memory and
      compute); every pod asks for a share of the default size
+  16* shape 14 on the chart's allocation path: every node's layout ledger
+     (seeded, its devices open) and the layout webhook (by URL, failure
+     policy Fail) admitting each allocation write through the ledger
 
 Every shape runs -runs times, interleaved (run 1 of every shape, then run
 2, ...), so that a change of the machine's load hits each run's shapes
@@ -163,7 +169,7 @@ func runBenchSched(ctx context.Context, args []string, stdout, stderr io.Writer)
 	nodesFlag := fs.String("nodes", "100,500", "comma-separated fleet sizes")
 	podsPerNode := fs.Float64("pods-per-node", 2, "pods per node of each shape (upstream: 10 on 500 nodes)")
 	qps := fs.Int("qps", 5000, "kube-scheduler's client QPS and burst")
-	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (see above), or \"all\"; default the standard ones (1,2,7,8)")
+	shapesFlag := fs.String("shapes", "", "comma-separated shape numbers to run (see above), or \"all\"; default the standard ones (1,2,7,14,16)")
 	poolCache := fs.Bool("pool-cache", false, "also run every shape on "+poolCacheScheduler+" (built by drakit setup -scheduler-pool-cache), right after the stock scheduler")
 	runs := fs.Int("runs", 3, "runs of every shape, interleaved (run 1 of every shape, then run 2, ...); the table gives the median and [min-max]")
 	profDir := fs.String("cpuprofile", "", "folder to write kube-scheduler CPU profiles to (sched-<nodes>-<shape>.pprof, first run only; read with go tool pprof -top)")
@@ -418,6 +424,17 @@ func benchSchedOne(ctx context.Context, dir, binDir string, n, pods, qps int, sh
 		return nil
 	}); err != nil {
 		return res, err
+	}
+	if synth != nil && synth.setup != nil {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("node-%04d", i)
+		}
+		stop, err := synth.setup(ctx, cs, names, synth.slices)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "simple"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", simpleDriver)}}}}}

@@ -1,20 +1,26 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/admission"
 	"github.com/drakit/drakit/device"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/ledger"
 )
 
 // synthFleet is a shape "drakit bench sched" builds itself instead of
@@ -26,6 +32,10 @@ type synthFleet struct {
 	// classes are created once; request is every pod's one request.
 	classes []*resourceapi.DeviceClass
 	request resourceapi.ExactDeviceRequest
+	// setup, when set, runs once the nodes' slices are published and
+	// before the pods are made: what the shape needs besides its slices
+	// (the layout's ledgers and webhook); stop undoes it.
+	setup func(ctx context.Context, cs kubernetes.Interface, nodes []string, slices func(node string) []*resourceapi.ResourceSlice) (stop func(), err error)
 }
 
 // NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) with its
@@ -211,8 +221,9 @@ func drakitFleet(edit func([]*resourceapi.ResourceSlice) []*resourceapi.Resource
 // 1g device through the driver's profile class.
 func drakitLayoutFleet() (*synthFleet, error) {
 	profiles := mig.DefaultProfiles(mustProduct("NVIDIA H200"))
-	demand := layoutDemand{profiles[0]: 56}
-	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(demand)})
+	demand := partition.Demand{profiles[0]: 56}
+	agent := ledger.NewMemoryAgent("proto", demand, nvdriver.LayoutOptions()...)
+	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(agent)})
 	if err != nil {
 		return nil, err
 	}
@@ -223,12 +234,93 @@ func drakitLayoutFleet() (*synthFleet, error) {
 	}, nil
 }
 
-// layoutDemand is a layout source with nothing allocated and a fixed
-// demand.
-type layoutDemand partition.Demand
+// drakitLedgerFleet is drakitLayoutFleet on the chart's allocation path:
+// every node's layout ledger (seeded, its 56 1g devices open, as the
+// planner and the node's agent leave it for 1g demand) and the layout
+// webhook (admission.LayoutGuard, by URL, failure policy Fail, in the
+// bench's process): every allocation write of a pod moves its device from
+// Open to Held in the node's ledger, by compare-and-swap, before it is
+// admitted. The slices do not change (Held devices stay published), as
+// for a 1g burst on the driver.
+func drakitLedgerFleet() (*synthFleet, error) {
+	f, err := drakitLayoutFleet()
+	if err != nil {
+		return nil, err
+	}
+	f.setup = ledgerWebhook
+	return f, nil
+}
 
-func (layoutDemand) Allocated(string) []string  { return nil }
-func (d layoutDemand) Demand() partition.Demand { return partition.Demand(d) }
+// ledgerWebhook seeds every node's ledger with its published layout
+// devices open and serves the layout webhook.
+func ledgerWebhook(ctx context.Context, cs kubernetes.Interface, nodes []string,
+	slices func(node string) []*resourceapi.ResourceSlice) (func(), error) {
+	const ns = "kube-system"
+	store, err := ledger.NewStore(cs, ns, nvdriver.DriverName)
+	if err != nil {
+		return nil, err
+	}
+	if err := parallel(ctx, len(nodes), func(ctx context.Context, i int) error {
+		node := nodes[i]
+		var open []ledger.Device
+		for _, s := range slices(node) {
+			if !ledger.IsLayoutPool(s.Spec.Pool.Name) {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				open = append(open, ledger.Device{Pool: s.Spec.Pool.Name, Name: d.Name})
+			}
+		}
+		_, err := store.Update(ctx, node, true, func(l *ledger.Ledger) error {
+			l.Seeded, l.Open = true, open
+			return nil
+		})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("seed the ledgers: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	g, err := admission.NewLayoutGuard(cs, nvdriver.DriverName, ns)
+	if err != nil {
+		return nil, err
+	}
+	const cfg = "bench-layout-webhook"
+	vwc := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfg},
+		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(nvdriver.DriverName,
+			admissionregv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.LayoutPath)}, admissionregv1.Fail)}}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	srv, err := admission.NewServer(nil, admission.WithAddress(addr), admission.WithLayoutGuard(g), admission.WithDrain(0),
+		admission.WithSelfSignedCert(admission.SelfSigned{Client: cs, Namespace: ns, Secret: cfg + "-tls",
+			WebhookConfiguration: cfg, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}))
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(wctx) }()
+	select {
+	case <-srv.Started():
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("layout webhook: %w", err)
+	}
+	return func() { cancel(); <-done }, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
 
 func mustProduct(name string) *mig.Product {
 	p, err := mig.Lookup(name)

@@ -403,9 +403,9 @@ func (d *nvidiaDemo) describeDevices(devs []resourceapi.Device) {
 			what = fmt.Sprintf("static MIG: the administrator's %d MIG devices, as they are", g.mig)
 		case nvdriver.ModeDynamic:
 			switch {
-			case g.dynamic > 0: // -mig-publication=placements
+			case g.dynamic > 0: // -mig-publication=placements (the chart's default)
 				what = fmt.Sprintf("dynamic MIG: %d profile x placement devices sharing the GPU's counters, made at prepare", g.dynamic)
-			case g.mig > 0: // the layout (the chart's default)
+			case g.mig > 0: // -mig-publication=layout
 				what = fmt.Sprintf("dynamic MIG, laid out on demand: the %d MIG devices of its current layout, made at prepare", g.mig)
 			default:
 				what = "dynamic MIG, laid out on demand: idle, offered whole"

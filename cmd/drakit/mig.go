@@ -34,6 +34,7 @@ const migUsage = `usage:
   drakit mig bench [flags]           benchmark the planner (fixed seeds, prints a table)
   drakit mig bench -part defrag      the defragmenter's table: k = 1, 2, 3 moves, restartable fractions 1 and 0.5, loads 0.6-1.2
   drakit mig bench -part layout      the layout publication against today's shape with republish lag, bursts and patience (issue 38)
+  drakit mig bench -part fleet-layout  the fleet model: placements, the decision-fence layout and the ledger with its planner at 8, 32, 128 nodes (issue 46)
   drakit mig bench -fleet [flags]    benchmark the scheduler's cost of the dynamic-MIG slice models on 10 to 1,000 nodes`
 
 func runMIG(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -305,7 +306,13 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	long := fs.Bool("long", false, "longer runs for tighter figures (several minutes)")
 	seed := fs.Int64("seed", 1, "first random seed; online run s of a row uses seed+s")
 	seeds := fs.Int("seeds", 0, "online runs per row (0: the default of -long or short, at least 10)")
-	part := fs.String("part", "all", "which part: all, batch, online, latency, defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores), or layout (the layout publication against today's shape in the waiting model: 8 x H100, 3 seeds of 2,000 pods, loads 0.6-1.2)")
+	part := fs.String("part", "all", "which part: all, batch, online, latency, defrag (the defragmenter's table, its own configuration: 8 x H100, 10 seeds of 3,000 arrivals, loads 0.6-1.2; about 12 minutes per load on two busy cores), layout (the layout publication against today's shape in the waiting model: 8 x H100, 3 seeds of 2,000 pods, loads 0.6-1.2), or fleet-layout (the fleet model of issue 46: -fleet-nodes of 8 x H100, 3 seeds of 2,000 pods per node count, loads 0.6-1.2, and the burst rows)")
+	fleetNodes := fs.String("fleet-nodes", "8,32,128", "-part fleet-layout: comma-separated node counts")
+	plannerLag := fs.Duration("planner-lag", 0, "-part fleet-layout: from a change to the planner's new demand (default 250ms)")
+	sliceLag := fs.Duration("slice-lag", 0, "-part fleet-layout: from a node's ledger change to the scheduler seeing its slice (default 50ms)")
+	republishLag := fs.Duration("republish-lag", 0,
+		"-part fleet-layout: from a change to a node's new layout, coalesced or not "+
+			"(default 100ms, 1s under churn; BenchmarkLayoutLags measured 0.87s)")
 	patience := fs.Duration("patience", 0, "-part layout: how long a pod waits for a device before it counts as rejected (default 1m)")
 	lifetime := fs.Duration("lifetime", 0, "-part layout: mean pod lifetime (default 30m)")
 	arrivals := fs.Int("arrivals", 0, "arrivals per online run (0: the default of -long or short)")
@@ -396,7 +403,7 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch *part {
 	case "defrag":
 		cfg = bench.DefragConfig()
-	case "layout":
+	case "layout", "fleet-layout":
 		cfg = bench.LayoutConfig()
 	}
 	cfg.Seed = *seed
@@ -458,8 +465,38 @@ func migBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			lp.MeanLife = *lifetime
 		}
 		return bench.LayoutBench(ctx, cfg, lp, stdout)
+	case "fleet-layout":
+		fp := bench.DefaultFleetLayoutParams()
+		if *patience < 0 || *lifetime < 0 || *plannerLag < 0 || *sliceLag < 0 || *republishLag < 0 {
+			return fmt.Errorf("%w: -patience, -lifetime, -planner-lag, -slice-lag and "+
+				"-republish-lag must not be negative", errUsage)
+		}
+		if *republishLag > 0 {
+			fp.Lag, fp.ChurnLag = *republishLag, *republishLag
+		}
+		if *patience > 0 {
+			fp.Patience = *patience
+		}
+		if *lifetime > 0 {
+			fp.MeanLife = *lifetime
+		}
+		if *plannerLag > 0 {
+			fp.PlannerLag = *plannerLag
+		}
+		if *sliceLag > 0 {
+			fp.SliceLag = *sliceLag
+		}
+		var sizes []int
+		for _, f := range strings.Split(*fleetNodes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%w: -fleet-nodes: %q is not a positive integer", errUsage, f)
+			}
+			sizes = append(sizes, n)
+		}
+		return bench.FleetLayoutBench(ctx, cfg, sizes, fp, stdout)
 	}
-	return fmt.Errorf("%w: -part %q: want all, batch, online, latency, defrag or layout", errUsage, *part)
+	return fmt.Errorf("%w: -part %q: want all, batch, online, latency, defrag, layout or fleet-layout", errUsage, *part)
 }
 
 // readInputFile reads a YAML input file of a mig command strictly into

@@ -95,6 +95,9 @@ type options struct {
 	leaseName      string
 	owner          string
 	crash          func(point string) bool // tests: end Step as a kill would
+	// Layout publication (layout.go).
+	ledgerNS     string
+	classProfile func(class string) (string, bool)
 }
 
 // WithMaxMoves sets the most pods one operation evicts (default
@@ -255,6 +258,9 @@ func (c *Controller) loop(ctx context.Context) error {
 // operation (or, in a dry run, prints it). It returns the operation it
 // started or advanced, nil when there was none.
 func (c *Controller) Step(ctx context.Context) (*Operation, error) {
+	if c.o.ledgerNS != "" {
+		return c.layoutStep(ctx)
+	}
 	if c.o.dryRun == nil {
 		op, err := c.current(ctx)
 		if err != nil {

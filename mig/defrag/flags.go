@@ -46,6 +46,10 @@ type Flags struct {
 	LeaseName      string
 	// OwnerClusterRole sets WithOwner.
 	OwnerClusterRole string
+	// LayoutNamespace, with ClassProfile (the driver's classes: set by
+	// the program, not a flag), sets WithLayoutLedgers.
+	LayoutNamespace string
+	ClassProfile    func(class string) (string, bool)
 }
 
 // Register adds the flags to fs with driver as the default of -driver.
@@ -65,6 +69,7 @@ func (f *Flags) Register(fs *flag.FlagSet, driver string) {
 	fs.StringVar(&f.LeaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&f.LeaseName, "leader-elect-name", "mig-defrag", "the Lease's name")
 	fs.StringVar(&f.OwnerClusterRole, "owner-cluster-role", "", "the ClusterRole that owns the controller's DeviceTaintRules: deleting it (uninstall) deletes them")
+	fs.StringVar(&f.LayoutNamespace, "layout-namespace", "", "the driver publishes layouts, with its layout ledgers in this namespace: act on the layout planner's reserved cards")
 }
 
 // Options are the options the flags describe.
@@ -92,6 +97,12 @@ func (f *Flags) Options() ([]Option, error) {
 	}
 	if f.OwnerClusterRole != "" {
 		opts = append(opts, WithOwner(f.OwnerClusterRole))
+	}
+	if f.LayoutNamespace != "" {
+		if f.ClassProfile == nil {
+			return nil, errors.New("--layout-namespace needs the driver's class mapping (Flags.ClassProfile)")
+		}
+		opts = append(opts, WithLayoutLedgers(f.LayoutNamespace, f.ClassProfile))
 	}
 	return opts, nil
 }

@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -129,6 +130,7 @@ type rendered struct {
 	configs  []*corev1.ConfigMap
 	secrets  []*corev1.Secret
 	webhooks []*admissionv1.ValidatingWebhookConfiguration
+	pdbs     []*policyv1.PodDisruptionBudget
 }
 
 func render(t testing.TB, args ...string) rendered {
@@ -166,6 +168,8 @@ func render(t testing.TB, args ...string) rendered {
 			r.secrets = append(r.secrets, o)
 		case *admissionv1.ValidatingWebhookConfiguration:
 			r.webhooks = append(r.webhooks, o)
+		case *policyv1.PodDisruptionBudget:
+			r.pdbs = append(r.pdbs, o)
 		default:
 			t.Errorf("the chart renders an unexpected %T", o)
 		}

@@ -318,7 +318,7 @@ func sharedLibraries(ctx context.Context, bin string) ([]string, error) {
 // driver's own state in stateDir/driver (so that nothing of a test run is
 // left on the host), and the image already imported (pull policy Never).
 // The local cluster has no pod network either, so the webhook, where it
-// runs (the layout publication's, by default with a dynamic MIG GPU),
+// runs (with migPublication=layout and a dynamic MIG GPU, or enabled),
 // serves on the host's network at 127.0.0.1:webhookPort, which the API
 // server calls by URL ([FreeLocalPort] finds a free one). They select no
 // simulator: add [SimulatorValues] for that.

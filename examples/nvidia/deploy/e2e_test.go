@@ -106,19 +106,20 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 // fit stays Pending with the scheduler's reason; deleting the driver's
 // pod mid-way (the DaemonSet starts another) loses nothing: the pods keep
 // running, and unprepare works after. The dynamic GPUs are published as
-// layouts (migPublication=layout, the default): the driver lays each out
-// for the story's pods as they arrive, and the chart's webhook (its pod
-// on the node, which the chart runs for the layout) refuses stale
-// allocations, failing closed; every version of the node's layout pool
-// is one slice without counters and a valid layout per GPU.
-func TestE2E(t *testing.T) { e2e(t, true) }
+// the chart's default, the placements (every placement of every profile,
+// with shared counters), and GPU 1 is shared too (sharing.gpus); then MPS
+// shares of GPU 1 (testSharing) and the MIG defragmenter run on the same
+// cluster and driver.
+func TestE2E(t *testing.T) { e2e(t, false) }
 
-// TestE2EPlacements is TestE2E with migPublication=placements (every
-// placement of every profile, with shared counters) and GPU 1 shared
-// (sharing.gpus), and then MPS shares of GPU 1 (testSharing) and the MIG
-// defragmenter (which needs that publication) on the same cluster and
-// driver.
-func TestE2EPlacements(t *testing.T) { e2e(t, false) }
+// TestE2ELayout is TestE2E with migPublication=layout (an option): the
+// driver lays each GPU out for the story's pods as they arrive, as the
+// planner tells it, and the chart's webhook (its pods on the node, which
+// the chart runs for the layout) admits each allocation through the
+// node's layout ledger, failing closed; every version of the node's
+// layout pool is one slice without counters and a valid layout per GPU.
+// Then the MIG defragmenter runs with the layout.
+func TestE2ELayout(t *testing.T) { e2e(t, true) }
 
 func e2e(t *testing.T, layout bool) {
 	env := testenv.Start(t, testenv.WithRealNode())
@@ -127,14 +128,14 @@ func e2e(t *testing.T, layout bool) {
 	values := deploy.SimulatorValues()
 	var versions *layoutVersions
 	if layout {
-		// The chart's default: the layout's stale-allocation check
-		// runs in the chart's webhook, a pod on the node (host network,
-		// LocalClusterValues).
+		// The layout's allocation check runs in the chart's webhook,
+		// pods on the node (host network, LocalClusterValues).
 		versions = watchLayout(t, ctx, env)
+		values = append(values, "migPublication=layout")
 	} else {
 		// GPU 1 is offered as MPS shares too (testSharing); the story's
 		// whole-GPU pods take it whole before, as they did.
-		values = append(values, "migPublication=placements", "sharing.gpus=1")
+		values = append(values, "sharing.gpus=1")
 	}
 	in := install(t, ctx, env, deploy.DriverPackage, deploy.Image, values...)
 	defer func() {
@@ -295,6 +296,8 @@ func e2e(t *testing.T, layout bool) {
 	freeAgent(t, ctx, env, stateFile, before)
 	if layout {
 		versions.check(t)
+		// The MIG defragmenter with the layout.
+		testLayoutDefrag(t, ctx, env)
 		return
 	}
 
@@ -366,12 +369,22 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 		// is gone: a claim of an extended resource is deleted before
 		// that), its MIG devices are destroyed and the GPU is offered
 		// whole again (fit-only publishing lists it only then).
-		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
-			_, whole := deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
-			return err == nil && len(l.Items) == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static) && whole, err
+		var claimsLeft int
+		var whole bool
+		if err := poll(ctx, 2*time.Minute, func(pctx context.Context) (bool, error) {
+			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(pctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			claimsLeft = len(l.Items)
+			_, whole = deviceUUIDs(t, ctx, env)[fmt.Sprintf("gpu-%d", gpu)]
+			return claimsLeft == 0 && len(cdiSpecs(t, env)) == 0 &&
+				maps.Equal(migInstances(t, stateFile), static) && whole, nil
 		}); err != nil {
-			t.Fatalf("after pod %s: claims left, MIG devices %v (want %v) or GPU %d whole not published: %v", ws[0].Name, migInstances(t, stateFile), static, gpu, err)
+			t.Fatalf("after pod %s: %d claims left, CDI specs %v, MIG devices %v (want %v), "+
+				"GPU %d whole published %v: %v\nledgers: %s",
+				ws[0].Name, claimsLeft, cdiSpecs(t, env), migInstances(t, stateFile), static, gpu,
+				whole, err, ledgerJSON(t, ctx, env))
 		}
 	}
 

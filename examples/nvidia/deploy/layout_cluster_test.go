@@ -25,18 +25,27 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/drivercmd"
+	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/testenv"
 )
 
 // layoutSlice is a ResourceSlice that is the whole of pool on node (the
 // layout publication's shape) or, with count > 1, one of count slices of
 // it, listing devices.
-func layoutSlice(name, driver, pool, node string, count int64, devices ...string) *resourceapi.ResourceSlice {
+func layoutSlice(
+	name, driver, pool, node string,
+	count int64,
+	devices ...string,
+) *resourceapi.ResourceSlice {
 	s := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driver,
-			Pool:     resourceapi.ResourcePool{Name: pool, Generation: 1, ResourceSliceCount: count},
+			Driver: driver,
+			Pool: resourceapi.ResourcePool{
+				Name:               pool,
+				Generation:         1,
+				ResourceSliceCount: count,
+			},
 			NodeName: ptr.To(node),
 		},
 	}
@@ -48,39 +57,55 @@ func layoutSlice(name, driver, pool, node string, count int64, devices ...string
 
 // claimIn creates an unallocated claim for one device of the driver's
 // class in ns.
-func claimIn(ctx context.Context, c kubernetes.Interface, ns, name string) (*resourceapi.ResourceClaim, error) {
+func claimIn(
+	ctx context.Context,
+	c kubernetes.Interface,
+	ns, name string,
+) (*resourceapi.ResourceClaim, error) {
 	return c.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
-		}}}},
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+			}}},
+		},
 	}, metav1.CreateOptions{})
 }
 
 // allocate sets c's allocation to one device, as the scheduler's PreBind
 // writes it.
-func allocate(c *resourceapi.ResourceClaim, driver, pool, device string) *resourceapi.ResourceClaim {
+func allocate(
+	c *resourceapi.ResourceClaim,
+	driver, pool, device string,
+) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.Allocation = &resourceapi.AllocationResult{
-		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: driver, Pool: pool, Device: device,
-		}}},
+		Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: driver, Pool: pool, Device: device,
+			}},
+		},
 		AllocationTimestamp: ptr.To(metav1.Now()),
 	}
 	return c
 }
 
-// staleMessage is what the layout webhook says of device in pool.
-func staleMessage(device, pool string) string {
-	return "device " + device + " of pool " + pool + " (driver " + nvdriver.DriverName + ") was allocated from an older publication of the layout"
+// staleMessage is what the layout webhook says of device of node's
+// layout pool.
+func staleMessage(device, node string) string {
+	return "device " + ledger.PoolName(
+		node,
+	) + "/" + device + " (driver " + nvdriver.DriverName + ") on node " + node +
+		": not open for allocation in the node's layout ledger"
 }
 
-// layoutValues are the chart's values of the layout publication (its
-// default, with a dynamic GPU) with the webhook (which auto runs then) on
+// layoutValues are the chart's values of the layout publication (an
+// option, with a dynamic GPU) with the webhook (which auto runs then) on
 // the host's network at port, called by URL (the local cluster has no
 // service proxy).
 func layoutValues(port int) []string {
-	return []string{"dynamicMIGGPUs=0", "featureGates.DynamicMIG=true", "webhook.hostNetwork=true",
+	return []string{"dynamicMIGGPUs=0", "featureGates.DynamicMIG=true", layoutPub,
+		"webhook.hostNetwork=true",
 		fmt.Sprintf("webhook.port=%d", port), fmt.Sprintf("webhook.url=https://127.0.0.1:%d", port)}
 }
 
@@ -90,7 +115,12 @@ func layoutValues(port int) []string {
 // component flags left out), with kubeconfig, until the test ends or
 // stop is called. It returns once the server is ready (its
 // layout guard synced).
-func serveChartWebhook(tb testing.TB, ctx context.Context, kubeconfig string, r rendered) (stop func()) {
+func serveChartWebhook(
+	tb testing.TB,
+	ctx context.Context,
+	kubeconfig string,
+	r rendered,
+) (stop func()) {
 	tb.Helper()
 	var args []string
 	for _, d := range r.deployments {
@@ -168,7 +198,11 @@ func asWebhook(t *testing.T, env *testenv.Env) string {
 	}
 	for _, a := range cfg.AuthInfos {
 		a.Impersonate = "system:serviceaccount:" + deploy.Namespace + ":" + webhookName
-		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + deploy.Namespace, "system:authenticated"}
+		a.ImpersonateGroups = []string{
+			"system:serviceaccounts",
+			"system:serviceaccounts:" + deploy.Namespace,
+			"system:authenticated",
+		}
 	}
 	path := filepath.Join(t.TempDir(), "webhook.kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
@@ -179,45 +213,54 @@ func asWebhook(t *testing.T, env *testenv.Env) string {
 
 // TestLayoutWebhook installs the chart with migPublication=layout and
 // the webhook (by URL, on the host's network) on a real API server, runs
-// the webhook its Deployment describes (serveChartWebhook) as its
+// the two replicas its Deployment describes (serveChartWebhook: the
+// Deployment's arguments, --reuse-port sharing one port) as its
 // ServiceAccount (the chart's RBAC: its Secret, its configuration's
-// caBundle, the driver's ResourceSlices), and writes
-// allocations as the scheduler's PreBind does. ResourceSlices: the
-// driver's one-slice pool n1 (the layout publication) listing
-// gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1, a pool n2 of two slices, another
-// driver's slice for pool n1. An allocation of a device the current
-// slice of its pool lists is admitted; of one it does not list, or no
-// longer lists after the slice is updated, refused with a message that
-// names the claim and the device. Admitted too: a device of the
-// two-slice pool that only its other slice lists, another driver's
-// device, a device of a pool without slices; and every write that does
-// not allocate: the driver's status.devices and the scheduler's
-// reservedFor on a claim whose device is no longer published,
-// deallocation. (admission.TestLayoutOnAPIServer checks the same of the
-// SDK's webhook, and what happens while it is down.)
+// caBundle, the ledgers' ConfigMaps), and writes allocations as the
+// scheduler's PreBind does. Node n1's ledger (seeded, as the planner
+// does) opens gpu-0-1g-18gb-0 and gpu-0-1g-18gb-1. An allocation of an
+// open device is admitted; of a device that is not open, or that the
+// node closed since, refused with a message that names the claim and the
+// device; of a device of a node without a ledger, refused. Admitted
+// without the webhook: another driver's device, the driver's device of a
+// pool that is not a layout pool; and every write that does not
+// allocate. Then one of the two replicas is stopped (SIGTERM's path: it
+// drains) during a burst of 40 allocations: none is refused.
+// (admission.TestLayoutOnAPIServer checks the same of the SDK's webhook,
+// and what happens while no replica runs.)
 func TestLayoutWebhook(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	values := layoutValues(freeLocalPort(t))
 	helmInstall(t, ctx, env, values...)
-	// The webhook as its ServiceAccount: the chart's grants suffice.
-	serveChartWebhook(t, ctx, asWebhook(t, env), template(t, values...))
+	r := template(t, values...)
+	for _, d := range r.deployments {
+		if d.Name == webhookName && (d.Spec.Replicas == nil || *d.Spec.Replicas != 2) {
+			t.Fatalf("the webhook Deployment runs %v replicas, want 2", d.Spec.Replicas)
+		}
+	}
+	// The two replicas, as their ServiceAccount: the chart's grants suffice.
+	stopFirst := serveChartWebhook(t, ctx, asWebhook(t, env), r)
+	serveChartWebhook(t, ctx, asWebhook(t, env), r)
 	const ns, other = "layout", "other.example.com"
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
-	rs := env.Client.ResourceV1().ResourceSlices()
-	n1 := layoutSlice("n1-layout", nvdriver.DriverName, "n1", "n1", 1, "gpu-0-1g-18gb-0", "gpu-0-1g-18gb-1")
-	for _, s := range []*resourceapi.ResourceSlice{
-		n1,
-		layoutSlice("n2-0", nvdriver.DriverName, "n2", "n2", 2, "gpu-0"),
-		layoutSlice("n2-1", nvdriver.DriverName, "n2", "n2", 2, "gpu-1"),
-		layoutSlice("n1-other", other, "n1", "n1", 1, "dev-0"),
-	} {
-		if _, err := rs.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+	store, err := ledger.NewStore(env.Client, deploy.Namespace, nvdriver.DriverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pool = "n1/layout"
+	if _, err := store.Update(ctx, "n1", true, func(l *ledger.Ledger) error {
+		l.Seeded, l.Open = true, []ledger.Device{
+			{Pool: pool, Name: "gpu-0-1g-18gb-0"}, {Pool: pool, Name: "gpu-0-1g-18gb-1"},
 		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	claims := env.Client.ResourceV1().ResourceClaims(ns)
 	newClaim := func(name string) *resourceapi.ResourceClaim {
@@ -229,17 +272,23 @@ func TestLayoutWebhook(t *testing.T) {
 		return c
 	}
 	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
-	// untilStale waits until an allocation of device of pool n1 is
-	// refused (the API server reads the webhook's configuration, and the
-	// webhook the slices, through informers).
+	// The API server reads the webhook's configuration through an
+	// informer.
 	probe := newClaim("probe")
-	untilStale := func(device string) {
-		t.Helper()
-		untilRefused(t, ctx, "an allocation of "+device, func(ctx context.Context) error {
-			_, err := claims.UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, "n1", device), dryRun)
+	untilRefused(
+		t,
+		ctx,
+		"an allocation of a device that is not open",
+		func(ctx context.Context) error {
+			_, err := claims.UpdateStatus(
+				ctx,
+				allocate(probe, nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"),
+				dryRun,
+			)
 			return err
-		}, staleMessage(device, "n1"))
-	}
+		},
+		staleMessage("gpu-0-1g-18gb-7", "n1"),
+	)
 	admitted := func(what string, c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 		t.Helper()
 		got, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
@@ -250,50 +299,63 @@ func TestLayoutWebhook(t *testing.T) {
 		return got
 	}
 
-	untilStale("gpu-0-1g-18gb-7")
-	_, err := claims.UpdateStatus(ctx, allocate(newClaim("unlisted"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-7"), metav1.UpdateOptions{})
-	refused(t, "allocate a device the slice does not list", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("unlisted"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-7"),
+		metav1.UpdateOptions{},
+	)
+	refused(t, "allocate a device that is not open", err, staleMessage("gpu-0-1g-18gb-7", "n1"))
 	if err != nil && !strings.Contains(err.Error(), "claim "+ns+"/unlisted") {
 		t.Errorf("the refusal %q does not name the claim", err)
 	}
+	held := admitted(
+		"allocate an open device",
+		allocate(newClaim("listed"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-0"),
+	)
+	admitted(
+		"allocate another driver's device",
+		allocate(newClaim("other-driver"), other, pool, "gone"),
+	)
+	admitted(
+		"allocate the driver's device of a pool that is not a layout pool",
+		allocate(newClaim("static"), nvdriver.DriverName, "n1", "gpu-3"),
+	)
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("no-ledger"), nvdriver.DriverName, "n3/layout", "gpu-0"),
+		metav1.UpdateOptions{},
+	)
+	refused(t, "allocate a device of a node without a ledger", err, "not seeded")
 
-	held := admitted("allocate a listed device", allocate(newClaim("listed"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-0"))
-	admitted("allocate a device that only the other slice of a two-slice pool lists",
-		allocate(newClaim("two-slices"), nvdriver.DriverName, "n2", "gpu-1"))
-	admitted("allocate another driver's device", allocate(newClaim("other-driver"), other, "n1", "gone"))
-	admitted("allocate a device of a pool without slices", allocate(newClaim("no-pool"), nvdriver.DriverName, "n3", "gpu-0"))
-
-	// The driver re-lays the GPU out: gpu-0-1g-18gb-1 is withdrawn, and
-	// gpu-0-1g-18gb-0 too, which the claim "listed" holds (the driver
-	// never withdraws an allocated device; here the slice is written by
-	// hand to show that writes that do not allocate are not checked).
-	cur, err := rs.Get(ctx, n1.Name, metav1.GetOptions{})
-	if err != nil {
+	// The node lays the GPU out again: gpu-0-1g-18gb-1 closed, a 2g open.
+	if _, err := store.Update(ctx, "n1", false, func(l *ledger.Ledger) error {
+		l.Open = []ledger.Device{{Pool: pool, Name: "gpu-0-2g-35gb-2"}}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	cur.Spec.Devices = []resourceapi.Device{{Name: "gpu-0-2g-35gb-2"}}
-	cur.Spec.Pool.Generation++
-	if _, err := rs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	untilStale("gpu-0-1g-18gb-1")
-	untilStale("gpu-0-1g-18gb-0")
-	_, err = claims.UpdateStatus(ctx, allocate(newClaim("withdrawn"), nvdriver.DriverName, "n1", "gpu-0-1g-18gb-1"), metav1.UpdateOptions{})
-	refused(t, "allocate a device the slice no longer lists", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
-	admitted("allocate a device of the new layout", allocate(newClaim("new-layout"), nvdriver.DriverName, "n1", "gpu-0-2g-35gb-2"))
+	_, err = claims.UpdateStatus(
+		ctx,
+		allocate(newClaim("withdrawn"), nvdriver.DriverName, pool, "gpu-0-1g-18gb-1"),
+		metav1.UpdateOptions{},
+	)
+	refused(t, "allocate a device the node closed", err, staleMessage("gpu-0-1g-18gb-1", "n1"))
+	admitted(
+		"allocate a device of the new layout",
+		allocate(newClaim("new-layout"), nvdriver.DriverName, pool, "gpu-0-2g-35gb-2"),
+	)
 
 	withStatus := held.DeepCopy()
 	withStatus.Status.Devices = []resourceapi.AllocatedDeviceStatus{{
-		Driver: nvdriver.DriverName, Pool: "n1", Device: "gpu-0-1g-18gb-0",
+		Driver: nvdriver.DriverName, Pool: pool, Device: "gpu-0-1g-18gb-0",
 		Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)},
 	}}
-	held = admitted("the driver's status.devices of a claim whose device is no longer published", withStatus)
+	held = admitted("the driver's status.devices", withStatus)
 	reserve := held.DeepCopy()
-	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "1234"}}
-	held = admitted("reserve a claim whose device is no longer published", reserve)
-	// The resource claim controller drops the reservation of a pod that
-	// does not exist, changing the claim meanwhile: deallocate the claim
-	// as it is now, again on a conflict with it.
+	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+		{Resource: "pods", Name: "p", UID: "1234"},
+	}
+	held = admitted("reserve the claim", reserve)
 	var got *resourceapi.ResourceClaim
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		now, err := claims.Get(ctx, held.Name, metav1.GetOptions{})
@@ -310,14 +372,54 @@ func TestLayoutWebhook(t *testing.T) {
 	case got.Status.Allocation != nil:
 		t.Errorf("the deallocated claim has allocation %+v", got.Status.Allocation)
 	}
+
+	// One replica stops during a burst.
+	const burst = 40
+	var open []ledger.Device
+	for i := range burst {
+		open = append(open, ledger.Device{Pool: "n2/layout", Name: fmt.Sprintf("gpu-%d", i)})
+	}
+	if _, err := store.Update(ctx, "n2", true, func(l *ledger.Ledger) error {
+		l.Seeded, l.Open = true, open
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	for i := range burst {
+		c := newClaim(fmt.Sprintf("burst-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+			if _, err := claims.UpdateStatus(
+				ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name), metav1.UpdateOptions{},
+			); err != nil {
+				errs <- fmt.Errorf("burst-%d: %w", i, err)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopFirst()
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		n++
+		t.Errorf("a replica stopped during a burst: %v", err)
+	}
+	t.Logf("a replica stopped during a burst of %d allocations: %d refused", burst, n)
 }
 
 // BenchmarkLayoutWebhook measures the layout webhook's price on a real
-// API server with 500 one-slice pools of this driver (each a node of 8
-// GPUs as the layout publishes it: 56 MIG devices with the driver's
-// attributes): the latency of the scheduler's allocation write
-// (UpdateStatus setting status.allocation to a device the current slice
-// lists) and of the driver's status.devices write that follows, with the
+// API server with 500 nodes of this driver's layout (each 8 GPUs as the
+// layout publishes them: 56 MIG devices with the driver's attributes in
+// the pool <node>/layout, and the node's ledger with all of them open):
+// the latency of the scheduler's allocation write (UpdateStatus setting
+// status.allocation to an open device: the webhook moves it to Held in
+// the node's ledger, a compare-and-swap, before it admits the write) and
+// of the driver's status.devices write that follows, with the
 // chart's webhook configuration (the webhook in the test's process, as
 // its Deployment runs it, called by URL) and without it. Both are
 // measured in the same run, interleaved write by write: the chart's
@@ -341,12 +443,18 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		if ns == on {
 			labels["layout-webhook"] = "on"
 		}
-		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Namespaces().Create(
+			ctx,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
+			metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for _, s := range r.secrets {
-		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(
+			ctx, s, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -358,22 +466,28 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 	if cfg.Webhooks[0].Name != admission.LayoutWebhookName(nvdriver.DriverName) {
 		b.Fatalf("webhook %s, want the layout's", cfg.Webhooks[0].Name)
 	}
-	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"layout-webhook": "on"}}
-	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+	cfg.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{
+		MatchLabels: map[string]string{"layout-webhook": "on"},
+	}
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(
+		ctx, cfg, metav1.CreateOptions{},
+	); err != nil {
 		b.Fatal(err)
 	}
 	createSlices(b, ctx, env.Client, pools, gpus, perGPU)
 	serveChartWebhook(b, ctx, env.Kubeconfig, r)
-	// The webhook is called, and has every slice, once it refuses an
-	// allocation of a device the last slice does not list.
+	// The webhook is called once it refuses an allocation of a device the
+	// last node's ledger does not open.
 	probe, err := claimIn(ctx, env.Client, on, "probe")
 	if err != nil {
 		b.Fatal(err)
 	}
 	last := fmt.Sprintf("node-%03d", pools-1)
-	untilRefused(b, ctx, "the webhook with every slice", func(ctx context.Context) error {
-		_, err := env.Client.ResourceV1().ResourceClaims(on).UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, last, "gpu-9-1g-18gb-0"),
-			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	untilRefused(b, ctx, "the webhook with every ledger", func(ctx context.Context) error {
+		_, err := env.Client.ResourceV1().
+			ResourceClaims(on).
+			UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
+				metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}, staleMessage("gpu-9-1g-18gb-0", last))
 
@@ -401,7 +515,9 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		var aOn, aOff, sOn, sOff []time.Duration
 		timed := func(c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, time.Duration) {
 			t0 := time.Now()
-			got, err := env.Client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			got, err := env.Client.ResourceV1().
+				ResourceClaims(c.Namespace).
+				UpdateStatus(ctx, c, metav1.UpdateOptions{})
 			d := time.Since(t0)
 			if err != nil {
 				b.Fatalf("write of %s/%s: %v", c.Namespace, c.Name, err)
@@ -409,9 +525,9 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 			return got, d
 		}
 		for w, p := range ps {
-			// A device the current slice of a pool lists: the webhook
-			// looks it up and admits it.
-			pool := fmt.Sprintf("node-%03d", (i*writes+w)%pools)
+			// A device the node's ledger has open: the webhook moves it to
+			// Held (a compare-and-swap of the node's ledger) and admits it.
+			pool := ledger.PoolName(fmt.Sprintf("node-%03d", (i*writes+w)%pools))
 			dev := fmt.Sprintf("gpu-%d-1g-18gb-%d", w%gpus, w%perGPU)
 			order := []*resourceapi.ResourceClaim{p.on, p.off}
 			if w%2 == 1 { // alternate which goes first
@@ -429,8 +545,10 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 			}
 			for _, g := range got {
 				c := g.DeepCopy()
-				c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: nvdriver.DriverName, Pool: pool, Device: dev,
-					Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)}}}
+				c.Status.Devices = []resourceapi.AllocatedDeviceStatus{
+					{Driver: nvdriver.DriverName, Pool: pool, Device: dev,
+						Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"MIG-1"}`)}},
+				}
 				_, d := timed(c)
 				if c.Namespace == on {
 					sOn = append(sOn, d)
@@ -452,8 +570,20 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		b.ReportMetric(mr, what+"-ratio")
 		b.ReportMetric(lo, what+"-ratio-min")
 		b.ReportMetric(hi, what+"-ratio-max")
-		b.Logf("%s writes, %d slices of %d devices: median %.2f ms with the webhook, %.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
-			what, pools, gpus*perGPU, ms(median(with)), ms(median(without)), len(with), mr, lo, hi, len(ratios))
+		b.Logf(
+			"%s writes, %d slices of %d devices: median %.2f ms with the webhook, "+
+				"%.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+			what,
+			pools,
+			gpus*perGPU,
+			ms(median(with)),
+			ms(median(without)),
+			len(with),
+			mr,
+			lo,
+			hi,
+			len(ratios),
+		)
 	}
 	report("alloc", allocOn, allocOff, allocRatios)
 	report("status", statusOn, statusOff, statusRatios)
@@ -464,6 +594,10 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 // H200) with the attributes and capacities the driver publishes.
 func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n, gpus, perGPU int) {
 	tb.Helper()
+	store, err := ledger.NewStore(c, deploy.Namespace, nvdriver.DriverName)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
 	num := func(i int) resourceapi.DeviceAttribute {
 		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i))}
@@ -475,23 +609,50 @@ func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n,
 		wg.Go(func() {
 			for i := range next {
 				node := fmt.Sprintf("node-%03d", i)
-				s := layoutSlice(node+"-layout", nvdriver.DriverName, node, node, 1)
+				s := layoutSlice(
+					node+"-layout",
+					nvdriver.DriverName,
+					ledger.PoolName(node),
+					node,
+					1,
+				)
 				for g := range gpus {
 					for d := range perGPU {
 						s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
 							Name: fmt.Sprintf("gpu-%d-1g-18gb-%d", g, d),
 							Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-								"type": str("mig"), "index": num(g), "productName": str("NVIDIA H200"),
-								"uuid": str(fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g)), "profile": str("1g.18gb"),
-								"profileID": num(19), "placementStart": num(d), "placementSize": num(1),
+								"type": str(
+									"mig",
+								), "index": num(g), "productName": str("NVIDIA H200"),
+								"uuid": str(
+									fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g),
+								), "profile": str("1g.18gb"),
+								"profileID": num(
+									19,
+								), "placementStart": num(d), "placementSize": num(1),
 							},
 							Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-								"memory": {Value: resource.MustParse("16384Mi")}, "computeSlices": {Value: resource.MustParse("1")},
+								"memory": {
+									Value: resource.MustParse("16384Mi"),
+								}, "computeSlices": {Value: resource.MustParse("1")},
 							},
 						})
 					}
 				}
-				if _, err := c.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				if _, err := c.ResourceV1().ResourceSlices().Create(
+					ctx, s, metav1.CreateOptions{},
+				); err != nil {
+					errs <- err
+				}
+				// The node's ledger, seeded, every device open.
+				var open []ledger.Device
+				for _, d := range s.Spec.Devices {
+					open = append(open, ledger.Device{Pool: s.Spec.Pool.Name, Name: d.Name})
+				}
+				if _, err := store.Update(ctx, node, true, func(l *ledger.Ledger) error {
+					l.Seeded, l.Open = true, open
+					return nil
+				}); err != nil {
 					errs <- err
 				}
 			}

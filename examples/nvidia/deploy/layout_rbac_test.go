@@ -8,44 +8,86 @@ import (
 )
 
 // TestChartLayoutDriverRBAC: with the layout publication (the default,
-// with a dynamic GPU) the driver's ClusterRole adds list and watch on
-// resourceclaims and pods (the claimwatch.Watcher's informers) and
-// nothing else; migPublication=placements grants neither, nor does the
-// default without a dynamic GPU.
+// with a dynamic GPU) the driver's cluster grants are those of the
+// placements publication (get on claims, its node's slices; no list or
+// watch of claims or pods: the node agent watches only its own node's
+// objects), and a Role of the release's namespace adds get, list, watch,
+// create and update on ConfigMaps (its ledger; the policy
+// nvidia-dra-driver-ledgers narrows the writes to its own node's). The
+// planner's ClusterRole is the one that lists and watches claims, pods
+// and nodes.
 func TestChartLayoutDriverRBAC(t *testing.T) {
-	driverGrants := func(set ...string) []grant {
+	clusterGrants := func(r rendered, name string) []grant {
 		t.Helper()
-		r := template(t, set...)
 		for _, cr := range r.clusterRoles {
-			if cr.Name == deploy.DaemonSet {
+			if cr.Name == name {
 				return grants(t, cr.Rules, "")
 			}
 		}
-		t.Fatalf("no ClusterRole %s", deploy.DaemonSet)
 		return nil
 	}
-	// Both with the webhook, which the layout needs (its own role is
-	// TestChartLayoutPublication's).
-	def, lay := driverGrants(dynamicGPU, "webhook.enabled=true", "migPublication=placements"), driverGrants(dynamicGPU, "webhook.enabled=true")
-	if static := driverGrants(); !slices.Equal(static, def) {
-		t.Errorf("the default without a dynamic GPU grants the driver %v, want placements' %v", static, def)
+	def := template(t, dynamicGPU, "webhook.enabled=true", "migPublication=placements")
+	lay := template(t, dynamicGPU, "webhook.enabled=true", layoutPub)
+	gotCluster := clusterGrants(lay, deploy.DaemonSet)
+	placements := clusterGrants(def, deploy.DaemonSet)
+	if !slices.Equal(gotCluster, placements) {
+		t.Errorf("migPublication=layout grants the driver %v cluster-wide, want placements' %v",
+			gotCluster, placements)
 	}
-	want := []grant{{"resource.k8s.io", "resourceclaims", "list", ""}, {"resource.k8s.io", "resourceclaims", "watch", ""}, {"", "pods", "list", ""}, {"", "pods", "watch", ""}}
-	for _, g := range want {
-		if slices.Contains(def, g) {
-			t.Errorf("migPublication=placements grants the driver %+v", g)
-		}
-		if !slices.Contains(lay, g) {
-			t.Errorf("migPublication=layout does not grant the driver %+v", g)
-		}
-	}
-	var extra []grant
-	for _, g := range lay {
-		if !slices.Contains(def, g) && !slices.Contains(want, g) {
-			extra = append(extra, g)
+	for _, g := range clusterGrants(lay, deploy.DaemonSet) {
+		if g.verb == "list" || g.verb == "watch" {
+			if g.resource == "resourceclaims" || g.resource == "pods" {
+				t.Errorf("the driver may %s %s", g.verb, g.resource)
+			}
 		}
 	}
-	if len(extra) > 0 || len(lay) != len(def)+len(want) {
-		t.Errorf("migPublication=layout grants %v beyond the default and %v", extra, want)
+	var ns []grant
+	for _, role := range lay.roles {
+		if role.Name == deploy.DaemonSet+"-layout" {
+			ns = append(ns, grants(t, role.Rules, role.Namespace)...)
+		}
 	}
+	var want []grant
+	for _, v := range []string{"get", "list", "watch", "create", "update"} {
+		want = append(want, grant{"", "configmaps", v, deploy.Namespace})
+	}
+	slices.SortFunc(want, compareGrants)
+	slices.SortFunc(ns, compareGrants)
+	if !slices.Equal(ns, want) {
+		t.Errorf("the driver's ledger grants %v, want %v", ns, want)
+	}
+	policy := false
+	for _, p := range lay.policies {
+		policy = policy || p.Name == deploy.DaemonSet+"-ledgers"
+	}
+	if !policy {
+		t.Errorf("no policy %s-ledgers", deploy.DaemonSet)
+	}
+	planner := clusterGrants(lay, deploy.DaemonSet+"-planner")
+	for _, g := range []grant{
+		{"resource.k8s.io", "resourceclaims", "watch", ""},
+		{"", "pods", "watch", ""},
+		{"", "nodes", "watch", ""},
+	} {
+		if !slices.Contains(planner, g) {
+			t.Errorf("the planner may not %s %s: %v", g.verb, g.resource, planner)
+		}
+	}
+	if len(clusterGrants(def, deploy.DaemonSet+"-planner")) != 0 {
+		t.Errorf("migPublication=placements renders the planner's ClusterRole")
+	}
+}
+
+func compareGrants(a, b grant) int {
+	for _, c := range [][2]string{
+		{a.group, b.group}, {a.resource, b.resource}, {a.verb, b.verb}, {a.namespace, b.namespace},
+	} {
+		if c[0] != c[1] {
+			if c[0] < c[1] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
 }

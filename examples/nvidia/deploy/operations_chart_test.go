@@ -246,14 +246,17 @@ func TestChartWebhook(t *testing.T) {
 		t.Errorf("the webhook's ServiceAccount is bound to %d of its two roles", bound)
 	}
 
-	// The local cluster: by URL, on the host's network, one pod at a time.
+	// The local cluster: by URL, on the host's network, the replicas
+	// sharing the port (--reuse-port) and rolling with a surge.
 	local := template(t, "webhook.enabled=true", "webhook.url=https://127.0.0.1:8443", "webhook.hostNetwork=true", "webhook.failurePolicy=Fail")
 	lw := local.webhooks[0].Webhooks[0]
 	if lw.ClientConfig.URL == nil || *lw.ClientConfig.URL != "https://127.0.0.1:8443"+path || lw.ClientConfig.Service != nil || *lw.FailurePolicy != admissionregv1.Fail {
 		t.Errorf("webhook.url: client config %+v, failure policy %s", lw.ClientConfig, *lw.FailurePolicy)
 	}
 	for _, d := range local.deployments {
-		if d.Name == name && (!d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.Type != "Recreate" || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--ip-addresses=127.0.0.1")) {
+		c := d.Spec.Template.Spec.Containers[0]
+		if d.Name == name && (!d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.Type != "RollingUpdate" ||
+			!slices.Contains(c.Args, "--ip-addresses=127.0.0.1") || !slices.Contains(c.Args, "--reuse-port") || len(c.Ports) != 0) {
 			t.Errorf("webhook.url, hostNetwork: %+v %v", d.Spec.Strategy, d.Spec.Template.Spec.Containers[0].Args)
 		}
 	}

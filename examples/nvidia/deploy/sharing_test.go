@@ -13,7 +13,7 @@ import (
 	"github.com/drakit/drakit/testenv"
 )
 
-// testSharing runs, on the cluster of TestE2EPlacements (GPU 1 shared,
+// testSharing runs, on the cluster of TestE2E (GPU 1 shared,
 // GPU 1 free again), two pods that each ask for an MPS share of a shared
 // GPU, 64 and 48 GiB of the H200's 140: both run on GPU 1, each
 // container with its own pinned memory limit, the default thread

@@ -324,7 +324,7 @@ func holdings(t *testing.T, ctx context.Context, env *testenv.Env, stateFile str
 // while pods hold claims and new pods keep arriving, then a downgrade to
 // the previous image, and the admission webhook's configuration check,
 // which the upgrade makes fail closed. The chart's defaults: the dynamic
-// GPUs' layout publication, whose webhook runs from the install.
+// GPUs' placements publication; the webhook runs from the upgrade on.
 //
 //   - Claims made before the chart (and its webhook) was installed: the
 //     driver's prepare refuses each bad configuration; the kubelet's
@@ -346,19 +346,12 @@ func TestUpgrade(t *testing.T) {
 	env := testenv.Start(t, testenv.WithRealNode())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	// The layout's allocation check fails open here: on the local
-	// cluster the webhook holds a host port and is replaced with Recreate
-	// (a gap of a few seconds at each upgrade, in which Fail refuses
-	// every allocation of the driver's devices, so no pod could arrive
-	// while the driver's two pods run, and CI saw none). With a pod
-	// network it rolls with a surge, without a gap. Prepare's checks
-	// stand meanwhile.
-	values := append(deploy.SimulatorValues(), "logging.format=json", "logVerbosity=2", "webhook.layoutFailurePolicy=Ignore")
+	values := append(deploy.SimulatorValues(), "logging.format=json", "logVerbosity=2")
 
 	// What prepare says, before there is a webhook: the bad
-	// configurations' claims are made before the chart is installed,
-	// since the chart's default (the layout publication of the dynamic
-	// GPUs) runs the webhook from the start. One full GPU each.
+	// configurations' claims are made before the chart is installed
+	// (with migPublication=layout the chart runs the webhook from the
+	// start). One full GPU each.
 	for _, c := range admissionCases {
 		name := "prepare-" + c.name
 		w := deploy.Story(storyNS, env.BusyboxImage)[0] // one full GPU
@@ -454,8 +447,8 @@ func TestUpgrade(t *testing.T) {
 	before := holdings(t, ctx, env, stateFile, holders)
 
 	// The upgrade, with pods arriving.
-	// The webhook runs from the install on (the layout's, the chart's
-	// default); the upgrade makes its configuration check fail closed.
+	// The upgrade runs the webhook and makes its configuration check
+	// fail closed.
 	webhook := []string{"webhook.enabled=true", "webhook.failurePolicy=Fail"}
 	upgrade := func(to, prefix string) (ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration) {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/claimwatch"
+	"github.com/drakit/drakit/partition/fleet"
 )
 
 // Names of the DeviceClasses DeviceClasses returns.
@@ -142,11 +143,22 @@ func profileFromParts(parts []string) (string, bool) {
 	return n.String(), true
 }
 
+// PlannerOptions are the partition/fleet options of the driver's layout
+// planner: its classes and extended resources (ClassProfile,
+// ExtendedResourceProfile) and its MIG products' schemes (Schemes).
+func PlannerOptions() []fleet.Option {
+	return []fleet.Option{
+		fleet.WithClassProfile(ClassProfile),
+		fleet.WithExtendedResource(ExtendedResourceProfile),
+		fleet.WithSchemes(Schemes),
+	}
+}
+
 // LayoutWatchOptions are the claimwatch options of the driver's classes
-// and extended resources (ClassProfile, ExtendedResourceProfile), for the
-// Watcher given to WithMIGLayout. Add
-// claimwatch.WithMaxPerClaim(driver.MaxPerClaim) once the driver exists
-// (a closure), so that claims no node of this size can hold ask nothing.
+// and extended resources (ClassProfile, ExtendedResourceProfile).
+//
+// Deprecated: node agents no longer watch claims (every node held every
+// claim of the cluster); the planner does, with PlannerOptions.
 func LayoutWatchOptions() []claimwatch.Option {
 	return []claimwatch.Option{claimwatch.WithClassFunc(ClassProfile), claimwatch.WithExtendedResourceFunc(ExtendedResourceProfile)}
 }

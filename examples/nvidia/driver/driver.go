@@ -152,7 +152,7 @@ type options struct {
 	root              DriverRoot
 	warn              func(Warning)   // WithWarnings
 	editor            ContainerEditor // nil: nodeEditor
-	layoutSrc         LayoutSource    // WithMIGLayout; nil: every placement
+	layoutSrc         LayoutLedger    // WithMIGLayout; nil: every placement
 
 	// Shared GPUs (shared.go).
 	sharedGPUs       []string

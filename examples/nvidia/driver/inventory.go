@@ -129,18 +129,11 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 	}
 	switch {
 	case len(model) > 0 && d.o.layoutSrc != nil:
-		lp, err := d.layoutPools(fleet, dynamic, devs, len(pool.Devices))
+		lp, err := d.layoutPools(fleet, dynamic, devs)
 		if err != nil {
 			return nil, fmt.Errorf("inventory: MIG layout: %w", err)
 		}
-		for _, p := range lp {
-			if p.Name == pool.Name && len(pools) > 0 {
-				// One pool of one slice for the node.
-				pools[0].Devices = append(pools[0].Devices, p.Devices...)
-				continue
-			}
-			pools = append(pools, p)
-		}
+		pools = append(pools, lp...)
 	case len(model) > 0:
 		mp, err := d.dynamicPools(fleet, model, dynamic, devs)
 		if err != nil {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"net"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,13 +19,15 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/admission"
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/driver/drivertest"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
-	"github.com/drakit/drakit/partition/claimwatch"
+	"github.com/drakit/drakit/partition/fleet"
+	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -33,8 +36,15 @@ import (
 func TestClassProfile(t *testing.T) {
 	for _, p := range mig.Products() {
 		for _, pr := range p.Profiles {
-			if got, ok := nvdriver.ClassProfile(nvdriver.ProfileClass(pr.Name)); !ok || got != pr.Name {
-				t.Errorf("%s: ClassProfile(%s) = %q, %v", p.Name, nvdriver.ProfileClass(pr.Name), got, ok)
+			if got, ok := nvdriver.ClassProfile(nvdriver.ProfileClass(pr.Name)); !ok ||
+				got != pr.Name {
+				t.Errorf(
+					"%s: ClassProfile(%s) = %q, %v",
+					p.Name,
+					nvdriver.ProfileClass(pr.Name),
+					got,
+					ok,
+				)
 			}
 			er := corev1.ResourceName(nvdriver.ProfileExtendedResource(pr.Name))
 			if got, ok := nvdriver.ExtendedResourceProfile(er); !ok || got != pr.Name {
@@ -52,25 +62,31 @@ func TestClassProfile(t *testing.T) {
 			t.Errorf("ClassProfile(%q) = %q; want nothing", c, got)
 		}
 	}
-	if got, ok := nvdriver.ExtendedResourceProfile(nvdriver.ExtendedResourceGPU); !ok || got != partition.WholeCard {
+	if got, ok := nvdriver.ExtendedResourceProfile(nvdriver.ExtendedResourceGPU); !ok ||
+		got != partition.WholeCard {
 		t.Errorf("ExtendedResourceProfile(%s) = %q, %v", nvdriver.ExtendedResourceGPU, got, ok)
 	}
 }
 
-// TestLayoutStream runs the reference driver with the layout publication
-// (WithMIGLayout, a claimwatch.Watcher on the API server) on a fake node
-// of a simulated DGX H200 with dynamic MIG on two GPUs (the others full
-// GPUs; two, so that the stream keeps re-laying them out), and the real
-// kube-scheduler placing a stream of pods, each with one claim: a 1g, 2g
-// or 3g MIG device or a whole GPU. The test plays the kubelet: it
-// prepares each bound pod's claim a moment after the bind, holds it a moment (so that layouts are
-// made around devices in use), unprepares it and ends the pod. Every
-// pod must be placed and prepared without an error (NVML refuses an
-// instance that overlaps another, so an overlap the scheduler allocated
-// would fail a prepare), every published version of every GPU must be a
-// valid layout with never the whole GPU beside its MIG devices, and at
-// the end no MIG device may be left and every GPU is published whole.
-func TestLayoutStream(t *testing.T) {
+// TestLayoutTwoInstances runs the reference driver's layout publication
+// as the chart runs it, on a real API server with the real
+// kube-scheduler: two driver instances on one node (a rolling update's
+// surge: one simulated DGX H200, dynamic MIG on two GPUs so that the
+// stream keeps re-laying them out, one MIG journal shared), each with
+// its ledger agent, the fleet planner, and the layout webhook
+// (admission.LayoutGuard, failure policy Fail). A stream of 40 pods, each
+// with one claim (a 1g, 2g or 3g MIG device or a whole GPU), is placed by
+// the scheduler; the test plays the kubelet, preparing each bound pod's
+// claim on one of the two instances a moment after the bind, holding it
+// a moment, unpreparing it and ending the pod. The planner is restarted
+// after a third of the pods and instance A after two thirds. Every pod
+// must be placed and prepared (NVML refuses an instance that overlaps
+// another: a pod stuck on an allocation that cannot be prepared fails
+// the test), the allocations committed must never overlap (every claim
+// event checked), every published version of every GPU must be a valid
+// layout with never the whole GPU beside its MIG devices, and at the end
+// no MIG device may be left and every GPU is published whole.
+func TestLayoutTwoInstances(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -80,11 +96,14 @@ func TestLayoutStream(t *testing.T) {
 	}
 	profiles := []string{"1g.18gb", "1g.18gb", "1g.18gb", "2g.35gb", "2g.35gb", "3g.71gb", ""}
 	for _, c := range nvdriver.DeviceClasses(profiles[:6]) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil &&
+			!apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	for { // pods need the namespace's default ServiceAccount
@@ -93,8 +112,10 @@ func TestLayoutStream(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	startLayoutWebhook(ctx, t, env)
 
-	// Every version of the node's slices, judged as it comes.
+	// Every version of the node's slices, and every claim's allocation,
+	// judged as they come.
 	h200, err := mig.Lookup("NVIDIA H200")
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +123,9 @@ func TestLayoutStream(t *testing.T) {
 	var vmu sync.Mutex
 	var bad []string
 	versions := 0
-	sw, err := env.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	sw, err := env.Client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,36 +145,60 @@ func TestLayoutStream(t *testing.T) {
 			vmu.Unlock()
 		}
 	}()
+	cw, err := env.Client.ResourceV1().ResourceClaims(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cw.Stop()
+	go func() {
+		allocated := map[string][]string{} // claim -> devices
+		for ev := range cw.ResultChan() {
+			c, ok := ev.Object.(*resourceapi.ResourceClaim)
+			if !ok {
+				continue
+			}
+			delete(allocated, c.Name)
+			if ev.Type != watch.Deleted && c.Status.Allocation != nil {
+				for _, r := range c.Status.Allocation.Devices.Results {
+					allocated[c.Name] = append(allocated[c.Name], r.Device)
+				}
+			}
+			var all []string
+			for _, d := range allocated {
+				all = append(all, d...)
+			}
+			if msg := overlapping(h200, all); msg != "" {
+				vmu.Lock()
+				bad = append(bad, "committed allocations overlap: "+msg)
+				vmu.Unlock()
+			}
+		}
+	}()
 
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var drv *nvdriver.Driver
-	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(),
-		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
-	if err != nil {
-		t.Fatal(err)
+	stopPlanner := startPlanner(ctx, t, env)
+	state := filepath.Join(dir, "state")
+	var imu sync.Mutex
+	dirA := t.TempDir()
+	inst := [2]*benchDriver{
+		startLayoutDriverAt(ctx, t, env, sim, node, state, dirA, true, 0, 1),
+		startLayoutDriver(ctx, t, env, sim, node, state, true, 0, 1),
 	}
-	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
-		var err error
-		drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG([]int{0, 1}), nvdriver.WithMIGLayout(w))
-		if err != nil {
-			return nil, err
+	defer func() {
+		imu.Lock()
+		defer imu.Unlock()
+		for _, d := range inst {
+			d.stop()
 		}
-		t.Cleanup(func() { drv.Close() })
-		if err := w.Start(ctx); err != nil {
-			return nil, err
-		}
-		return drv.Options(), nil
-	})
-	defer d.stop()
-	kl, err := drivertest.Dial(d.k.DRASocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kl.Close()
+	}()
 
 	const pods, conc = 40, 8
 	var mu sync.Mutex
@@ -165,9 +212,6 @@ func TestLayoutStream(t *testing.T) {
 	}
 	defer pwatch.Stop()
 	rng := rand.New(rand.NewSource(1))
-	// The kubelet prepares a claim a moment after the pod is bound (it
-	// makes the pod's sandbox first): the driver must keep an allocated
-	// device out of every re-layout before it is prepared.
 	delays, holds := make([]time.Duration, pods), make([]time.Duration, pods)
 	for i := range holds {
 		delays[i] = time.Duration(500+rng.Intn(1500)) * time.Millisecond
@@ -189,16 +233,40 @@ func TestLayoutStream(t *testing.T) {
 			var i int
 			fmt.Sscanf(p.Name, "p-%d", &i)
 			wg.Add(1)
-			go func(name string, delay, hold time.Duration) {
+			go func(name string, i int) {
 				defer wg.Done()
 				defer func() { <-slots }()
-				time.Sleep(delay)
+				time.Sleep(delays[i])
+				// The kubelet calls the instance's socket: the same path
+				// after a restart.
+				call := func(f func(kl *drivertest.Kubelet) error) error {
+					imu.Lock()
+					d := inst[i%2]
+					imu.Unlock()
+					kl, err := drivertest.Dial(d.k.DRASocket())
+					if err != nil {
+						return err
+					}
+					defer kl.Close()
+					return f(kl)
+				}
 				claims := env.Client.ResourceV1().ResourceClaims(ns)
 				claim, err := claims.Get(ctx, name, metav1.GetOptions{})
 				if err == nil {
-					if _, err = kl.Prepare(ctx, claim); err == nil {
-						time.Sleep(hold)
-						err = kl.Unprepare(ctx, claim)
+					err = call(
+						func(kl *drivertest.Kubelet) error { _, err := kl.Prepare(ctx, claim); return err },
+					)
+				}
+				if err == nil {
+					time.Sleep(holds[i])
+					for try := 0; try < 50; try++ { // an instance restarting meanwhile
+						unprepare := func(kl *drivertest.Kubelet) error {
+							return kl.Unprepare(ctx, claim)
+						}
+						if err = call(unprepare); err == nil {
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
 					}
 				}
 				if err != nil && ctx.Err() == nil {
@@ -206,9 +274,11 @@ func TestLayoutStream(t *testing.T) {
 					failures = append(failures, fmt.Sprintf("pod %s: %v", name, err))
 					mu.Unlock()
 				}
-				_ = env.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				_ = env.Client.CoreV1().
+					Pods(ns).
+					Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 				_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
-			}(p.Name, delays[i], holds[i])
+			}(p.Name, i)
 		}
 	}()
 	take := func() {
@@ -217,11 +287,29 @@ func TestLayoutStream(t *testing.T) {
 		case <-ctx.Done():
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("the stream did not finish: %v; %d pods handled; failures: %v", ctx.Err(), len(handled), failures)
+			t.Fatalf(
+				"the stream did not finish: %v; %d pods handled; failures: %v",
+				ctx.Err(),
+				len(handled),
+				failures,
+			)
 		}
 	}
 	for i := range pods {
 		take()
+		switch i {
+		case pods / 3:
+			stopPlanner()
+			stopPlanner = startPlanner(ctx, t, env)
+			t.Logf("pod %d: the planner restarted", i)
+		case 2 * pods / 3:
+			// Instance A restarts: its prepares wait for it.
+			imu.Lock()
+			inst[0].stop()
+			inst[0] = startLayoutDriverAt(ctx, t, env, sim, node, state, dirA, true, 0, 1)
+			imu.Unlock()
+			t.Logf("pod %d: instance A restarted", i)
+		}
 		name := fmt.Sprintf("p-%04d", i)
 		class := nvdriver.ClassGPU
 		if prof := profiles[rng.Intn(len(profiles))]; prof != "" {
@@ -229,22 +317,38 @@ func TestLayoutStream(t *testing.T) {
 		}
 		claim := &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
-			}}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
+				}}},
+			},
 		}
-		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(
+			ctx, claim, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
-				Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+				Containers: []corev1.Container{
+					{
+						Name:  "c",
+						Image: "busybox",
+						Resources: corev1.ResourceRequirements{
+							Claims: []corev1.ResourceClaim{{Name: "gpu"}},
+						},
+					},
+				},
+				ResourceClaims: []corev1.PodResourceClaim{
+					{Name: "gpu", ResourceClaimName: ptr.To(name)},
+				},
+				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			},
 		}
-		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,19 +362,10 @@ func TestLayoutStream(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// Idle again: no MIG device left, every GPU published whole.
+	// Idle again: no MIG device left, every dynamic GPU published whole.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, s := range sl.Items {
-			for _, dv := range s.Spec.Devices {
-				names = append(names, dv.Name)
-			}
-		}
+		names := layoutPublished(ctx, t, env, node)
 		left := 0
 		for g := range 8 {
 			gis, err := sim.GPUInstances(g)
@@ -279,14 +374,19 @@ func TestLayoutStream(t *testing.T) {
 			}
 			left += len(gis)
 		}
-		if len(sl.Items) == 1 && len(names) == 8 && !strings.Contains(strings.Join(names, ","), "g-") && left == 0 {
+		if slices.Equal(names, []string{"gpu-0", "gpu-1"}) && left == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not idle a minute after the stream: %d slices, devices %v, %d MIG devices left", len(sl.Items), names, left)
+			t.Fatalf(
+				"not idle a minute after the stream: layout devices %v, %d MIG devices left",
+				names,
+				left,
+			)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	stopPlanner()
 	vmu.Lock()
 	defer vmu.Unlock()
 	for _, b := range bad {
@@ -295,12 +395,47 @@ func TestLayoutStream(t *testing.T) {
 	t.Logf("%d pods, %d slice versions", pods, versions)
 }
 
+// overlapping says which of the devices (MIG device names of one node)
+// overlap on a GPU, "" when none do.
+func overlapping(p *mig.Product, names []string) string {
+	parts := map[int]mig.Layout{}
+	whole := map[int]int{}
+	for _, n := range names {
+		ref, err := mig.ParseDeviceName(n)
+		if err != nil {
+			continue
+		}
+		if ref.Profile == "" {
+			whole[ref.GPU]++
+			continue
+		}
+		parts[ref.GPU] = append(
+			parts[ref.GPU],
+			mig.Instance{Profile: ref.Profile, Start: ref.Start},
+		)
+	}
+	for g := range 8 {
+		if whole[g] > 1 || whole[g] == 1 && len(parts[g]) > 0 {
+			return fmt.Sprintf("GPU %d whole beside %v", g, parts[g])
+		}
+		if err := p.Validate(parts[g]); err != nil {
+			return fmt.Sprintf("GPU %d: %v", g, err)
+		}
+	}
+	return ""
+}
+
 // judgeLayoutSlice says what is wrong with one version of a layout slice:
 // "" when it is one slice of its pool, has no counters, and each GPU's
 // devices are its whole device alone or a valid MIG layout.
 func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
 	if s.Spec.Pool.ResourceSliceCount != 1 || len(s.Spec.SharedCounters) > 0 {
-		return fmt.Sprintf("slice %s: %d slices in its pool, %d counter sets", s.Name, s.Spec.Pool.ResourceSliceCount, len(s.Spec.SharedCounters))
+		return fmt.Sprintf(
+			"slice %s: %d slices in its pool, %d counter sets",
+			s.Name,
+			s.Spec.Pool.ResourceSliceCount,
+			len(s.Spec.SharedCounters),
+		)
 	}
 	whole := map[int]bool{}
 	layouts := map[int]mig.Layout{}
@@ -316,108 +451,32 @@ func judgeLayoutSlice(p *mig.Product, s *resourceapi.ResourceSlice) string {
 			whole[ref.GPU] = true
 			continue
 		}
-		layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+		layouts[ref.GPU] = append(
+			layouts[ref.GPU],
+			mig.Instance{Profile: ref.Profile, Start: ref.Start},
+		)
 	}
 	for g, l := range layouts {
 		if whole[g] {
-			return fmt.Sprintf("slice %s (generation %d): GPU %d published whole beside %s", s.Name, s.Spec.Pool.Generation, g, l)
+			return fmt.Sprintf(
+				"slice %s (generation %d): GPU %d published whole beside %s",
+				s.Name,
+				s.Spec.Pool.Generation,
+				g,
+				l,
+			)
 		}
 		if err := p.Validate(l); err != nil {
-			return fmt.Sprintf("slice %s (generation %d): GPU %d: %v", s.Name, s.Spec.Pool.Generation, g, err)
+			return fmt.Sprintf(
+				"slice %s (generation %d): GPU %d: %v",
+				s.Name,
+				s.Spec.Pool.Generation,
+				g,
+				err,
+			)
 		}
 	}
 	return ""
-}
-
-// TestLayoutRestart: a restarted driver starts from what the node
-// published before (claimwatch.WithPublished, LayoutPublisher.Restore)
-// instead of laying its GPUs out afresh, so a restart renames no device.
-// Dynamic GPU 0 is laid out as seven 1g devices for a pending claim; one
-// of them is allocated and prepared, the pending claim goes (its free 1g
-// devices stay: they still fit); the driver restarts. The new process's
-// publication must be the same seven devices, where a fresh layout would
-// fill the GPU around the prepared 1g with the default mix.
-func TestLayoutRestart(t *testing.T) {
-	env := testenv.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	const node, ns = "nv-restart", "default"
-	if err := env.AddFakeNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims := env.Client.ResourceV1().ResourceClaims(ns)
-	claimOf := func(name string, n int64) *resourceapi.ResourceClaim {
-		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb"),
-					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: n}}}}}}
-	}
-	if _, err := claims.Create(ctx, claimOf("more", 7), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	start := func() *benchDriver { return startLayoutDriver(ctx, t, env, sim, node, filepath.Join(dir, "state"), 0) }
-	// gpu0 is GPU 0's published devices, sorted.
-	gpu0 := func() []string { return gpuPublished(ctx, t, env, node, 0) }
-	until := func(what string, ok func([]string) bool) []string {
-		t.Helper()
-		for {
-			if g := gpu0(); ok(g) {
-				return g
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: GPU 0 publishes %v", what, gpu0())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	seven := func(g []string) bool { return len(g) == 7 && !slices.Contains(g, "gpu-0") }
-
-	d := start()
-	until("seven 1g devices", seven)
-	held, err := claims.Create(ctx, claimOf("held", 1), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-		{Request: "mig", Driver: nvdriver.DriverName, Pool: node, Device: "gpu-0-1g-18gb-0"}}}}
-	if held, err = claims.UpdateStatus(ctx, held, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kl, err := drivertest.Dial(d.k.DRASocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kl.Prepare(ctx, held); err != nil {
-		t.Fatal(err)
-	}
-	kl.Close()
-	if err := claims.Delete(ctx, "more", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	before := until("the pending claim gone", func(g []string) bool { return seven(g) })
-	time.Sleep(2 * partition.DefaultFence) // any re-layout the deletion caused is published by now
-	if g := gpu0(); !slices.Equal(g, before) {
-		t.Fatalf("the first process changed GPU 0 after the pending claim went: %v, was %v", g, before)
-	}
-	d.stop()
-
-	d = start()
-	defer d.stop()
-	select {
-	case <-d.k.Published():
-	case <-ctx.Done():
-		t.Fatal("the restarted driver did not publish")
-	}
-	time.Sleep(2 * partition.DefaultFence) // and a fence's re-layout too
-	if g := gpu0(); !slices.Equal(g, before) {
-		t.Errorf("after the restart GPU 0 publishes %v; before it %v", g, before)
-	}
 }
 
 // TestLayoutSwitch: a driver switched from the placements publication to
@@ -436,24 +495,54 @@ func TestLayoutSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0, 1}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	claims := env.Client.ResourceV1().ResourceClaims(ns)
-	old, err := claims.Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}}}}, metav1.CreateOptions{})
+	old, err := claims.Create(
+		ctx,
+		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}},
+			}},
+		metav1.CreateOptions{},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-		{Request: "mig", Driver: nvdriver.DriverName, Pool: mig.GPUPoolName(node, 0), Device: "gpu-0-1g-18gb-0"}}}}
+	old.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{
+				{
+					Request: "mig",
+					Driver:  nvdriver.DriverName,
+					Pool:    mig.GPUPoolName(node, 0),
+					Device:  "gpu-0-1g-18gb-0",
+				}},
+		},
+		NodeSelector: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchFields: []corev1.NodeSelectorRequirement{
+					{
+						Key:      "metadata.name",
+						Operator: corev1.NodeSelectorOpIn,
+						Values:   []string{node},
+					}}},
+			},
+		},
+	}
 	if _, err := claims.UpdateStatus(ctx, old, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	d := startLayoutDriver(ctx, t, env, sim, node, filepath.Join(dir, "state"), 0, 1)
+	defer startPlanner(ctx, t, env)()
+	d := startLayoutDriver(ctx, t, env, sim, node, filepath.Join(dir, "state"), false, 0, 1)
 	defer d.stop()
 	select {
 	case <-d.k.Published():
@@ -463,7 +552,11 @@ func TestLayoutSwitch(t *testing.T) {
 	published := func(gpu int) []string { return gpuPublished(ctx, t, env, node, gpu) }
 	time.Sleep(2 * partition.DefaultFence) // any later version is out by now
 	if g := published(0); len(g) > 0 {
-		t.Errorf("GPU 0, whose device a claim holds through pool %s, publishes %v", mig.GPUPoolName(node, 0), g)
+		t.Errorf(
+			"GPU 0, whose device a claim holds through pool %s, publishes %v",
+			mig.GPUPoolName(node, 0),
+			g,
+		)
 	}
 	if g := published(1); len(g) == 0 {
 		t.Errorf("GPU 1, which no claim holds, publishes nothing")
@@ -482,40 +575,212 @@ func TestLayoutSwitch(t *testing.T) {
 	t.Logf("GPU 0 after the claim went: %v", published(0))
 }
 
+// layoutNamespace holds the layout ledgers in these tests.
+const layoutNamespace = "kube-system"
+
 // startLayoutDriver runs the reference driver for node on sim with the
-// layout publication of the dynamic GPUs gpus, its claimwatch.Watcher as
-// drivercmd sets it up (the published pool read at start, the driver's
-// per-claim limit); stop also closes the driver.
-func startLayoutDriver(ctx context.Context, t *testing.T, env *testenv.Env, sim *nvmlsim.Sim, node, stateDir string, gpus ...int) *benchDriver {
+// layout publication of the dynamic GPUs gpus, its ledger agent as
+// drivercmd sets it up (rolling: sharing the state folder with another
+// instance); stop also closes the driver.
+func startLayoutDriver(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	sim *nvmlsim.Sim,
+	node, stateDir string,
+	rolling bool,
+	gpus ...int,
+) *benchDriver {
 	t.Helper()
-	var drv *nvdriver.Driver
-	w, err := claimwatch.New(env.Client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), claimwatch.WithPublished(node),
-		claimwatch.WithMaxPerClaim(func(p string) int { return drv.MaxPerClaim(p) }))...)
+	return startLayoutDriverAt(ctx, t, env, sim, node, stateDir, t.TempDir(), rolling, gpus...)
+}
+
+// startLayoutDriverAt is startLayoutDriver with the runtime's folders
+// (plugin data, registration, CDI) in dir: the same dir again is the
+// same instance restarted.
+func startLayoutDriverAt(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	sim *nvmlsim.Sim,
+	node, stateDir, dir string,
+	rolling bool,
+	gpus ...int,
+) *benchDriver {
+	t.Helper()
+	store, err := ledger.NewStore(env.Client, layoutNamespace, nvdriver.DriverName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := runDriver(ctx, t, env, nvdriver.DriverName, node, func(node string) ([]kit.Option, error) {
-		var err error
-		if drv, err = nvdriver.New(sim, node, nvdriver.WithStateDir(stateDir), dynamicMIG(gpus), nvdriver.WithMIGLayout(w)); err != nil {
-			return nil, err
-		}
-		wctx, wcancel := context.WithCancel(ctx)
-		t.Cleanup(wcancel)
-		if err := w.Start(wctx); err != nil {
-			return nil, err
-		}
-		return drv.Options(), nil
-	})
-	stop := d.stop
-	d.stop = func() { stop(); drv.Close() }
+	agent, err := ledger.NewAgent(store, node, nvdriver.LayoutOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	opts := []nvdriver.Option{
+		nvdriver.WithStateDir(stateDir),
+		dynamicMIG(gpus),
+		nvdriver.WithMIGLayout(agent),
+	}
+	if rolling {
+		opts = append(opts, nvdriver.WithRollingUpdate("layout-test/nvidia-dra-driver"))
+	}
+	drv, err := nvdriver.New(sim, node, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan struct{})
+	go func() { _ = agent.Run(wctx, synced) }()
+	<-synced
+	k, err := kit.New(
+		nvdriver.DriverName,
+		append(
+			drv.Options(),
+			kit.WithRESTConfig(env.RESTConfig),
+			kit.WithNodeName(node),
+			kit.WithRegistrarDir(
+				filepath.Join(dir, "reg"),
+			),
+			kit.WithPluginDataDir(filepath.Join(dir, "plugin")),
+			kit.WithCDIDir(filepath.Join(dir, "cdi")),
+		)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- k.Run(kctx) }()
+	select {
+	case <-k.Ready():
+	case err := <-done:
+		t.Fatalf("driver stopped: %v", err)
+	}
+	var once sync.Once
+	d := &benchDriver{k: k, node: node, stop: func() {
+		once.Do(func() { kcancel(); <-done; wcancel(); drv.Close() })
+	}}
+	t.Cleanup(d.stop)
 	return d
+}
+
+// startPlanner runs the fleet planner of the reference driver's ledgers
+// until stop.
+func startPlanner(ctx context.Context, t testing.TB, env *testenv.Env) (stop func()) {
+	t.Helper()
+	store, err := ledger.NewStore(env.Client, layoutNamespace, nvdriver.DriverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fleet.New(env.Client, store, nvdriver.DriverName, append(nvdriver.PlannerOptions(),
+		fleet.WithInterval(50*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("planner: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// startLayoutWebhook serves the layout webhook (admission.LayoutGuard)
+// on a free local port, registered with failure policy Fail.
+func startLayoutWebhook(ctx context.Context, t testing.TB, env *testenv.Env) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	g, err := admission.NewLayoutGuard(env.Client, nvdriver.DriverName, layoutNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cfg = "layout-webhook"
+	vwc := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: cfg},
+		Webhooks: []admissionregv1.ValidatingWebhook{admission.LayoutWebhook(
+			nvdriver.DriverName,
+			admissionregv1.WebhookClientConfig{
+				URL: ptr.To("https://" + addr + admission.LayoutPath),
+			},
+			admissionregv1.Fail,
+		)}}
+	if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(
+		ctx, vwc, metav1.CreateOptions{},
+	); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := admission.NewServer(
+		nil,
+		admission.WithAddress(addr),
+		admission.WithLayoutGuard(g),
+		admission.WithDrain(0),
+		admission.WithSelfSignedCert(
+			admission.SelfSigned{Client: env.Client, Namespace: layoutNamespace,
+				Secret: "layout-webhook-tls", WebhookConfiguration: cfg,
+				IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+		),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(wctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-srv.Started():
+	case err := <-done:
+		t.Fatalf("layout webhook: %v", err)
+	}
+}
+
+// layoutPublished returns the names of node's published layout devices
+// (its pool <node>/layout), sorted.
+func layoutPublished(ctx context.Context, t testing.TB, env *testenv.Env, node string) []string {
+	t.Helper()
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range l.Items {
+		if s.Spec.Pool.Name != ledger.PoolName(node) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			out = append(out, d.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // gpuPublished returns the names of node's published devices of GPU gpu
 // (the counter model's names), sorted.
-func gpuPublished(ctx context.Context, t *testing.T, env *testenv.Env, node string, gpu int) []string {
+func gpuPublished(
+	ctx context.Context,
+	t testing.TB,
+	env *testenv.Env,
+	node string,
+	gpu int,
+) []string {
 	t.Helper()
-	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,14 +20,8 @@ import (
 
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
-	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/ledger"
 )
-
-// idleSource is a LayoutSource of an idle cluster: nothing held or asked.
-type idleSource struct{}
-
-func (idleSource) Allocated(string) []string { return nil }
-func (idleSource) Demand() partition.Demand  { return nil }
 
 // A dynamic GPU is offered whole only while no other NVML client holds
 // it (dcgm-exporter, a CUDA process of the host): the NVIDIA driver
@@ -190,7 +184,7 @@ func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 		req      resourceapi.DeviceRequest
 	}{
 		{"placements, default allocator", nil, defaults, plain},
-		{"layout, default allocator", []Option{WithMIGLayout(idleSource{})}, defaults, plain},
+		{"layout, default allocator", []Option{WithMIGLayout(ledger.NewMemoryAgent("node-1", nil, LayoutOptions()...))}, defaults, plain},
 		{"placements, stable allocator, full first", nil, stable, preferFull},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,6 +28,7 @@ func runDefrag(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
 	var f defrag.Flags
 	f.Register(fs, nvdriver.DriverName)
+	f.ClassProfile = nvdriver.ClassProfile
 	std, err := parseComponent(fs, args)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	kit "github.com/drakit/drakit/driver"
@@ -33,8 +34,7 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlflag"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/partition"
-	"github.com/drakit/drakit/partition/claimwatch"
+	"github.com/drakit/drakit/partition/ledger"
 )
 
 // EditorFunc makes the ContainerEditor for real GPUs from the opened NVML
@@ -99,6 +99,8 @@ func Run(args []string, opts ...Option) error {
 			return runDefrag(args[1:])
 		case WebhookCommand:
 			return runWebhook(args[1:])
+		case PlannerCommand:
+			return runPlanner(args[1:])
 		case WaitForDriverCommand:
 			return runWaitForDriver(args[1:])
 		case MPSControlSimCommand:
@@ -128,7 +130,17 @@ func Run(args []string, opts ...Option) error {
 	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or PCI bus IDs, which stay with the GPU, or NVML indexes, comma-separated; needs the DynamicMIG gate) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. An index names the GPU it has at the first start, recorded in the state folder: after a GPU fell off the bus the recorded GPUs stay dynamic wherever their index moved, and an index naming another GPU now is refused for that GPU (a Warning event on the node). Empty (the default) or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices as they are, never changed. Recorded in the state folder: a GPU dropped from the list while claims hold MIG devices on it is drained (they stay until their claims are unprepared; the MIG devices the driver did not make are never touched). With -check and no value, the GPUs the running driver recorded dynamic`)
 	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
 	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
-	publication := fs.String("mig-publication", nvdriver.PublicationPlacements, `how dynamic-MIG GPUs are published: "placements" (every advertised profile x placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's current layout, chosen by the planner for what claims hold and ask for, without counters, one pool of one slice per node: about simple devices' scheduler cost; needs get/list/watch on resourceclaims and pods, and the chart's webhook that refuses stale allocations: the chart's default, which passes this flag; docs/dynamic-mig-publication.md)`)
+	publication := fs.String("mig-publication", nvdriver.PublicationPlacements,
+		`how dynamic-MIG GPUs are published: "placements" (every advertised profile x `+
+			`placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's `+
+			`current layout, kept in the node's layout ledger for the fleet planner's demand, `+
+			`without counters, in the pool <node>/layout of one slice: about simple devices' `+
+			`scheduler cost; needs the node's ledger (get, watch, create, update on its ConfigMap `+
+			`in -layout-namespace), the planner and the webhook of the chart; `+
+			`docs/dynamic-mig-publication.md)`)
+	layoutNS := fs.String("layout-namespace", os.Getenv(podNamespaceEnv),
+		"the namespace of the layout ledgers (with -mig-publication=layout; default $"+
+			podNamespaceEnv+")")
 	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
 	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
 	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml is read under it; /proc/driver/nvidia is the kernel's, read in this process's /proc whatever the root (default: -driver-root)")
@@ -236,15 +248,19 @@ func Run(args []string, opts ...Option) error {
 	if *full {
 		dopts = append(dopts, nvdriver.WithFullMIGAttributes())
 	}
-	var watcher *claimwatch.Watcher
-	var d *nvdriver.Driver // set by New below, before the watcher starts
+	var agent *ledger.Agent
 	switch *publication {
 	case nvdriver.PublicationPlacements:
 	case nvdriver.PublicationLayout:
 		if chk != nil {
 			// What an idle node publishes: nothing held, nothing asked.
-			dopts = append(dopts, nvdriver.WithMIGLayout(idleLayout{}))
+			agent := ledger.NewMemoryAgent(chk.node, nil, nvdriver.LayoutOptions()...)
+			dopts = append(dopts, nvdriver.WithMIGLayout(agent))
 		} else {
+			if *layoutNS == "" {
+				return fmt.Errorf("-mig-publication=%s needs -layout-namespace (or $%s)",
+					nvdriver.PublicationLayout, podNamespaceEnv)
+			}
 			cfg, err := std.RESTConfig()
 			if err != nil {
 				return err
@@ -253,12 +269,14 @@ func Run(args []string, opts ...Option) error {
 			if err != nil {
 				return fmt.Errorf("MIG layout: %w", err)
 			}
-			// The watcher starts after New: d is set by then.
-			limit := claimwatch.WithMaxPerClaim(func(p string) int { return d.MaxPerClaim(p) })
-			if watcher, err = claimwatch.New(client, nvdriver.DriverName, append(nvdriver.LayoutWatchOptions(), limit, claimwatch.WithPublished(std.NodeName))...); err != nil {
-				return err
+			store, err := ledger.NewStore(client, *layoutNS, nvdriver.DriverName)
+			if err != nil {
+				return fmt.Errorf("MIG layout: %w", err)
 			}
-			dopts = append(dopts, nvdriver.WithMIGLayout(watcher))
+			if agent, err = ledger.NewAgent(store, std.NodeName, nvdriver.LayoutOptions()...); err != nil {
+				return fmt.Errorf("MIG layout: %w", err)
+			}
+			dopts = append(dopts, nvdriver.WithMIGLayout(agent))
 		}
 	default:
 		return fmt.Errorf("-mig-publication %q: want %q or %q", *publication, nvdriver.PublicationPlacements, nvdriver.PublicationLayout)
@@ -295,7 +313,7 @@ func Run(args []string, opts ...Option) error {
 		defer stop()
 		dopts = append(dopts, nvdriver.WithWarnings(report))
 	}
-	d, err = nvdriver.New(backend, node, dopts...)
+	d, err := nvdriver.New(backend, node, dopts...)
 	if err != nil {
 		return err
 	}
@@ -309,11 +327,19 @@ func Run(args []string, opts ...Option) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if watcher != nil {
-		// Complete before the first inventory: a device allocated before
-		// the start must never be laid over.
-		if err := watcher.Start(ctx); err != nil {
-			return fmt.Errorf("MIG layout: %w", err)
+	if agent != nil {
+		// The node's ledger in the cache before the first inventory (each
+		// Sync is a compare-and-swap anyway: the cache only saves a read).
+		synced := make(chan struct{})
+		go func() {
+			if err := agent.Run(ctx, synced); err != nil && ctx.Err() == nil {
+				klog.Background().Error(err, "MIG layout: watching the node's ledger")
+			}
+		}()
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return nil
 		}
 	}
 	if err := k.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -322,12 +348,9 @@ func Run(args []string, opts ...Option) error {
 	return nil
 }
 
-// idleLayout is the layout source of -check: no claim holds or asks for
-// anything.
-type idleLayout struct{}
-
-func (idleLayout) Allocated(string) []string { return nil }
-func (idleLayout) Demand() partition.Demand  { return nil }
+// podNamespaceEnv is where -layout-namespace is read from by default
+// (the chart sets it from the pod's namespace).
+const podNamespaceEnv = "POD_NAMESPACE"
 
 // printClasses prints the DeviceClasses as a YAML stream.
 func printClasses(w io.Writer, profiles []string, sim string) error {

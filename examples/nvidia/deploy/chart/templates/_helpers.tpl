@@ -42,7 +42,7 @@ the value of migPublication, which must be placements or layout. */}}
 {{- define "nvidia-dra-driver.migPublication" -}}
 {{- $v := .Values.migPublication -}}
 {{- if not (has $v (list "placements" "layout")) -}}
-{{- fail (printf "migPublication must be layout (each GPU's current layout, the default) or placements (every placement with shared counters), docs/dynamic-mig-publication.md; not %q" (toString $v)) -}}
+{{- fail (printf "migPublication must be placements (every placement with shared counters, the default) or layout (each GPU's current layout), docs/dynamic-mig-publication.md; not %q" (toString $v)) -}}
 {{- end -}}
 {{- $v -}}
 {{- end }}
@@ -70,9 +70,8 @@ with the gate off are refused: the driver would refuse them at start. */}}
 
 {{/* "true" when the driver lays its dynamic MIG GPUs out
 (--mig-publication=layout): migPublication=layout and some GPU dynamic.
-Without a dynamic GPU there is nothing to lay out: the driver then
-watches no claims and needs no webhook, and the chart renders as for
-placements. */}}
+Without a dynamic GPU there is nothing to lay out: the driver then needs
+no ledger, planner or webhook, and the chart renders as for placements. */}}
 {{- define "nvidia-dra-driver.layout" -}}
 {{- if and (eq (include "nvidia-dra-driver.migPublication" .) "layout") (eq (include "nvidia-dra-driver.dynamicMIG" .) "true") }}true{{ end -}}
 {{- end }}
@@ -88,7 +87,7 @@ node. */}}
 {{- fail (printf "webhook.enabled must be auto (the default: on where migPublication=layout needs it), true or false; not %q" $e) -}}
 {{- end -}}
 {{- if and $layout (eq $e "false") -}}
-{{- fail "migPublication=layout (the default) with dynamic MIG GPUs needs the webhook: it refuses an allocation from an older publication of a layout (docs/dynamic-mig-publication.md, rule 3). Set webhook.enabled=auto or true, or migPublication=placements" -}}
+{{- fail "migPublication=layout with dynamic MIG GPUs needs the webhook: it admits every allocation of a layout device through the node's layout ledger (docs/dynamic-mig-publication.md). Set webhook.enabled=auto or true, or migPublication=placements" -}}
 {{- end -}}
 {{- if or (eq $e "true") (and $layout (eq $e "auto")) }}true{{ end -}}
 {{- end }}
