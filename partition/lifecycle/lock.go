@@ -23,8 +23,7 @@ const lockName = "lifecycle"
 // taken: by another process, or by the two processes of a rolling update
 // (or one that is not this process's peer, see [WithRollingUpdate]). The
 // message names the folder and the processes that hold it; the error
-// wraps [statefile.ErrInUse] too. Two drivers that each take every
-// partition on a dynamic card for theirs destroy each other's.
+// wraps [statefile.ErrInUse] too.
 var ErrStateInUse = errors.New("partition state folder is in use by another process")
 
 // peer is who a rolling-update process is: the other instance of the
