@@ -38,9 +38,10 @@ type KeyFunc func(dev driver.AllocatedDevice, data json.RawMessage) (key Key, ok
 // hands its containers the partitions that [Manager.Made] returns.
 //
 // Its methods may be called concurrently, as the runtime does for
-// different claims: the work on one card is one call at a time, and the
-// work on different cards never waits for each other. [Manager.Close]
-// must come after every other call has returned.
+// different claims: the work on one card is one call at a time, and a
+// call waits only for the cards of its own claim ([Manager.PrepareClaim]
+// says how long). [Manager.Close] must come after every other call has
+// returned.
 type Manager struct {
 	dir     string
 	tool    Tool
