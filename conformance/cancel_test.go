@@ -51,7 +51,8 @@ func testClusterRunCanceled(t *testing.T, c *cluster.Cluster) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	nss, err := c.Client.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{LabelSelector: sel})
+	nss, err := c.Client.CoreV1().Namespaces().List(t.Context(),
+		metav1.ListOptions{LabelSelector: sel})
 	if err != nil || len(nss.Items) == 0 {
 		t.Fatalf("the run's namespace: %v, %v", nss, err)
 	}

@@ -216,7 +216,10 @@ func TestDynamicDiscovererConcurrent(t *testing.T) {
 	wg.Go(func() {
 		for i := range 50 {
 			at := time.Now()
-			src <- []HealthReport{report("card-0", Healthy, "", at), report(fmt.Sprint("p0-", i), Unhealthy, "X", at)}
+			src <- []HealthReport{
+				report("card-0", Healthy, "", at),
+				report(fmt.Sprint("p0-", i), Unhealthy, "X", at),
+			}
 		}
 	})
 	wg.Wait()
