@@ -128,11 +128,11 @@ func (f *Flags) Server(v *Validator) (*Server, error) {
 	return NewServer(v, opts...)
 }
 
-// loadClient is the client of driverflag.LoadRESTConfig.
 // WebhookQPS is the client-side rate limit of the webhook's client made
 // from Flags (requests per second; the burst is twice as many).
 const WebhookQPS = 200
 
+// loadClient is the client of driverflag.LoadRESTConfig.
 func loadClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := driverflag.LoadRESTConfig(kubeconfig)
 	if err != nil {

@@ -24,20 +24,11 @@ import (
 // pool named by package ledger's convention, "<node>/layout") only by
 // moving it from Open to Held in its node's layout ledger
 // (ledger.Ledger.Admit, by compare-and-swap: ledger.Store.Update), and
-// refuses it when the device is not Open: the allocation was made from
-// an older publication of the layout, or the node has no seeded ledger
-// (docs/dynamic-mig-publication.md). The scheduler allocates from the
-// slices it last saw and writes the allocation later (PreBind); the API
-// server asks the guard (through [LayoutWebhook], served at [LayoutPath]
-// by a [Server] given [WithLayoutGuard]); a refusal fails PreBind and the
-// pod is scheduled again from the current slice.
-//
-// The guard's decision is the ledger's, read and written in the API
-// server: a replica's cache only saves a read (a compare-and-swap on a
-// stale version fails and is done again from the API server's). Two
-// replicas, or a replica and the node's agent, racing on one ledger
-// are ordered by the API server. Devices of other pools (whole GPUs of a
-// static node, an administrator's MIG devices), other drivers' and
+// refuses it when the device is not Open or the node has no seeded
+// ledger. Serve it through [LayoutWebhook] at [LayoutPath] (a [Server]
+// given [WithLayoutGuard]). Its decision is the ledger's in the API
+// server, never its cache's, so any number of replicas, and the node's
+// agents, may run at once. Devices of other pools, other drivers' and
 // admin-access results are not checked. It is safe for concurrent use.
 type LayoutGuard struct {
 	driver string

@@ -378,6 +378,7 @@ func TestDrivers(t *testing.T) {
 			}
 		}
 	})
+	t.Run("cluster-mode-canceled", func(t *testing.T) { testClusterRunCanceled(t, c) })
 	if t.Failed() {
 		return
 	}

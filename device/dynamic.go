@@ -13,7 +13,9 @@ import (
 // DynamicDiscoverer is a discoverer of an inventory that changes while
 // the driver runs (partitions made at prepare and destroyed at
 // unprepare, cards that come and go) and whose health comes from a
-// [HealthSource]. Create it with [NewDynamicDiscoverer].
+// [HealthSource]. Create it with [NewDynamicDiscoverer]. Changed and
+// Inventory may be called from any goroutine, also while Watch runs; run
+// one Watch at a time (the driver runtime does).
 //
 // Inventory asks the vendor's function for the inventory of the moment.
 // [DynamicDiscoverer.Changed] says that it changed: Watch then asks

@@ -169,3 +169,80 @@ func TestDynamicDiscovererFailures(t *testing.T) {
 		t.Errorf("Watch with an inventory that fails: %v", err)
 	}
 }
+
+// TestDynamicDiscovererConcurrent: Changed and Inventory are called from
+// many goroutines while Watch runs and the source reports (as the
+// runtime and a partition lifecycle do; run it with -race). Changed
+// never blocks, and after the last change Watch sends the inventory of
+// the moment.
+func TestDynamicDiscovererConcurrent(t *testing.T) {
+	n := &dynamicNode{}
+	src := make(chan []HealthReport)
+	d, err := NewDynamicDiscoverer(n.inventory, HealthChannel(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := make(chan Event)
+	done := make(chan error, 1)
+	go func() { done <- d.Watch(ctx, events) }()
+	var mu sync.Mutex
+	var last *Inventory // the last inventory Watch sent
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		for ev := range events {
+			if ev.Type == EventInventoryChanged {
+				mu.Lock()
+				last = ev.Inventory
+				mu.Unlock()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				n.set(fmt.Sprintf("p%d-%d", w, i))
+				d.Changed()
+				if _, err := d.Inventory(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 50 {
+			at := time.Now()
+			src <- []HealthReport{
+				report("card-0", Healthy, "", at),
+				report(fmt.Sprint("p0-", i), Unhealthy, "X", at),
+			}
+		}
+	})
+	wg.Wait()
+	n.set("final")
+	d.Changed()
+	deadline := time.After(time.Minute)
+	for {
+		mu.Lock()
+		inv := last
+		mu.Unlock()
+		if inv != nil && len(inv.Pools[0].Devices) == 3 && inv.Pools[0].Devices[1].Name() == "final" {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("no inventory with the last change within a minute; last sent: %+v", inv)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch after its context ended: %v", err)
+	}
+	close(events)
+	<-received
+}

@@ -59,6 +59,8 @@ func HealthChannel(ch <-chan []HealthReport) HealthSource {
 
 // HealthDiscoverer is a discoverer of a fixed inventory whose health
 // comes from a [HealthSource]. Create it with [NewHealthDiscoverer].
+// Inventory may be called from any goroutine, also while Watch runs; run
+// one Watch at a time (the driver runtime does).
 //
 // A report may name a device or a counter set of the pool. A counter set
 // stands for the physical device whose resources it counts (a card): its

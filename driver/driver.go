@@ -33,8 +33,9 @@ const cdiClass = "claim"
 
 // Runtime runs a DRA driver assembled from a vendor's [Discoverer] and
 // [Preparer]: it serves the kubelet, publishes the slices, keeps the
-// checkpoint and reports health. Create it with [New], start it with
-// [Runtime.Run].
+// checkpoint and reports health. Create it with [New] and call
+// [Runtime.Run] once. Its other methods may be called from any goroutine
+// (HTTPAddr once Ready is closed).
 type Runtime struct {
 	name    string
 	o       options
@@ -76,6 +77,8 @@ type Runtime struct {
 	observed cache.SharedIndexInformer
 	fatal    error
 	cancel   context.CancelCauseFunc
+	// ran is set by the first Run (see ErrRunAgain).
+	ran bool
 }
 
 // Driver is the former name of [Runtime], kept for one release.
@@ -185,7 +188,8 @@ func (d *Runtime) DRASocket() string {
 
 // Run starts the driver and blocks until ctx is canceled or a fatal error
 // occurs; then it stops the gRPC servers and the slice publisher and
-// returns (nil after a cancel). Run may be called once.
+// returns (nil after a cancel). Call it once: a second call returns
+// [ErrRunAgain] at once.
 //
 // First it takes ownership of the plugin data and checkpoint folders (a
 // lock file in each): a second driver process on the same folders fails
@@ -201,6 +205,11 @@ func (d *Runtime) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	d.mu.Lock()
+	if d.ran {
+		d.mu.Unlock()
+		return ErrRunAgain
+	}
+	d.ran = true
 	d.cancel = cancel
 	d.mu.Unlock()
 

@@ -67,3 +67,7 @@ func reasonFor(err error) string {
 	}
 	return ReasonVendor
 }
+
+// ErrRunAgain is [Runtime.Run]'s error for a Runtime whose Run was called
+// before: a Runtime runs once; build another with [New] to run again.
+var ErrRunAgain = errors.New("run driver: Run was called before on this Runtime")

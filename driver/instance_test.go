@@ -365,3 +365,25 @@ func TestCDIKind(t *testing.T) {
 		t.Errorf("CDI folder after start (-want +got):\n%s", d)
 	}
 }
+
+// TestRunTwice: a Runtime runs once. A second Run, while the first runs
+// or after it returned, returns ErrRunAgain at once and touches nothing
+// (before, a Run after the first had returned closed Ready again and
+// panicked).
+func TestRunTwice(t *testing.T) {
+	ctx := testCtx(t)
+	d := newDirs(t)
+	hw := newHW(t, d)
+	first := startWith(ctx, t, deadAPI(t), d, device.StaticDiscoverer{Inv: testInventory(1)}, hw)
+	if err := first.d.Run(ctx); !errors.Is(err, driver.ErrRunAgain) {
+		t.Fatalf("Run while Run runs: %v, want ErrRunAgain", err)
+	}
+	first.cancel()
+	<-first.done
+	if first.err != nil {
+		t.Fatalf("the first Run: %v", first.err)
+	}
+	if err := first.d.Run(ctx); !errors.Is(err, driver.ErrRunAgain) {
+		t.Fatalf("Run after Run returned: %v, want ErrRunAgain", err)
+	}
+}

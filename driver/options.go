@@ -225,24 +225,17 @@ func WithProbeSocket(path string) Option {
 }
 
 // WithRollingUpdate lets a new driver pod run beside the old one during a
-// DaemonSet rolling update. podUID must be the pod's UID (downward API).
+// DaemonSet rolling update; podUID must be the pod's UID (downward API).
 // Both instances must share the plugin data, checkpoint and lock
-// ([WithLockDir]) folders; calls are then serialized across the two
-// through a file lock in the lock folder and each call reads the
-// checkpoint from disk, so that either instance can unprepare what the
-// other prepared. Only the newer instance writes the node's
-// ResourceSlices ([Runtime.Publishing]). The HTTP address
-// ([WithHTTPAddress]) the other instance holds is taken when it lets go
-// (the two pods share the host's network): use [WithProbeSocket] for the
-// pod's probes.
-//
-// The folders' instance lock then admits two processes: this one and the
-// other instance of the same driver and owner ([WithRollingUpdateOwner]).
-// A third process, a process of another owner and a driver without
-// WithRollingUpdate are refused ([ErrFoldersInUse]), and so is this one
-// beside a driver that runs without it: the rollout that turns rolling
-// updates on must replace the old pods before it starts new ones
-// (maxUnavailable, not maxSurge).
+// ([WithLockDir]) folders: their calls then take turns through a lock
+// file, either can unprepare what the other prepared, and only the newer
+// one writes the slices ([Runtime.Publishing]). The folders admit this
+// process and the other instance of the same driver and owner
+// ([WithRollingUpdateOwner]) only; anyone else, and this process beside
+// a driver that runs without the option, gets [ErrFoldersInUse], so the
+// rollout that turns the option on must use maxUnavailable, not
+// maxSurge. Give each pod its probes through [WithProbeSocket]: the other
+// instance may hold the HTTP address.
 func WithRollingUpdate(podUID types.UID) Option {
 	return func(o *options) error {
 		if podUID == "" {
@@ -363,21 +356,14 @@ func WithCDIKind(kind string) Option {
 }
 
 // WithUncheckedPools names pools whose allocated devices the driver
-// prepares without checking that it publishes them. By default a claim
-// allocated a device that neither the driver's current inventory nor the
-// node's ResourceSlices of this driver in the API server list (an unknown
-// device, another pool) is refused before any vendor code runs: the
-// scheduler cannot have allocated it. The slices count whoever wrote
-// them: the other instance of a rolling update, whose slices the kubelet
-// sends this one the claims of, or the process before a restart, until
-// the first publish replaces them. A device the inventory or the slices
-// dropped less than a minute ago still counts as published, since the
-// scheduler may have allocated it from the slices it last saw (a driver
-// that publishes partitions only while they fit drops and restores
-// devices on every prepare and unprepare). Name here the pools that a
-// controller publishes for this driver (network-attached devices, see
-// resourceslice.StartController) and that this node prepares, or a
-// pool a benchmark allocates from without a scheduler.
+// prepares without checking that it publishes them. By default a device
+// is prepared only when the current inventory or this driver's slices of
+// the node in the API server (whoever wrote them) list it, or did less
+// than a minute ago; any other is refused before vendor code runs.
+// Name here the pools a controller publishes for this driver
+// (network-attached devices, see resourceslice.StartController) that this
+// node prepares, or a pool a benchmark allocates from without a
+// scheduler.
 func WithUncheckedPools(pools ...string) Option {
 	return func(o *options) error {
 		if o.uncheckedPools == nil {

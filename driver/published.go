@@ -13,19 +13,14 @@ import (
 
 // Published is closed once the driver's devices are in the API server as
 // the scheduler needs them: every pool of the current inventory is
-// complete (all its ResourceSlices of the newest generation present,
-// k8s.io/dynamic-resource-allocation/structured allocates from complete
-// pools only) and lists exactly the inventory's devices. It closes once
-// per Run, after [Runtime.Ready]: a pod created before it may find no
-// device and stay Unschedulable until the scheduler retries it. Wait for
-// it before creating pods in a test (package testenv's WaitForPools does
-// the same from outside the process), and /readyz ([WithHTTPAddress])
-// reports ready only after it.
-//
-// The runtime reads its slices back until then, every 250 ms, from its
-// watch of the node's slices (the driver and node field selectors; the
-// watch also serves the prepare check), and sends no request for it. An inventory that changes faster than its slices are written
-// delays it until the slices catch up.
+// complete (all its ResourceSlices of the newest generation present) and
+// lists exactly the inventory's devices. It is closed after
+// [Runtime.Ready]; a pod created before may stay Unschedulable until the
+// scheduler retries it, so a test waits for it before creating pods
+// (testenv.Env.WaitForPools does the same from outside the process).
+// /readyz ([WithHTTPAddress]) reports ready only after it. Waiting for it
+// sends no API request; an inventory that changes faster than its slices
+// are written delays it.
 func (d *Runtime) Published() <-chan struct{} { return d.firstPublish }
 
 // awaitFirstPublish closes firstPublish once the API server holds the

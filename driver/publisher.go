@@ -67,39 +67,14 @@ type slicePublisher struct {
 	solo bool
 }
 
-// Publishing reports whether this process publishes the node's
-// ResourceSlices now; false before [Runtime.Run] took the role.
-//
-// One publisher per node: the node's ResourceSlices of a driver have one
-// writer at a time. A process that does not publish (a follower) never
-// writes a ResourceSlice; its inventory changes (discovery, health) reach
-// the publisher, which discovers its own inventory again (within a
-// second) and publishes it: a vendor's inventory must therefore read the
-// node's devices, not what this process alone did to them. The role is
-// recorded in the lock folder ([WithLockDir]) and moves only:
-//
-//   - to a process that starts: Run takes the role after it recovered the
-//     checkpoint, so the process that started last publishes, as the
-//     kubelet sends its calls to the plugin that registered last. During a
-//     rolling update's surge ([WithRollingUpdate]) the new instance takes
-//     it from the old one, which stops writing (its slice controller
-//     stopped, its slices left in place) and records that it did before
-//     the new one writes anything (the new one waits at most 10 s for an
-//     old instance that does not answer): the two never publish two views
-//     by turns;
-//   - to a follower, when the publisher's process is gone (its liveness
-//     lock in the lock folder is free; the kernel frees it when the
-//     process dies): a surge whose new pod failed leaves the old one
-//     publishing again.
-//
-// A component that decides what is published (a vendor's layout with a
-// fence across versions of its slices) may keep its state in one process
-// and rely on this: what a follower computes is never written, and a
-// new publisher starts from what the API server shows.
-//
-// At its first publish, the publisher replaces at once every pool of the
-// driver on the node that its inventory lacks (the previous process's),
-// rather than after the slice controller's sync delay (30 s).
+// Publishing reports whether this process writes the node's
+// ResourceSlices now; false before [Runtime.Run] took the role. One
+// process of a driver on a node publishes at a time: the one that
+// started last, until its process is gone. A process that does not
+// publish never writes a slice; its inventory changes make the publisher
+// discover again, so a vendor's [Discoverer] must read the node's
+// devices, not what its own process did to them. How the role moves
+// during a rolling update is in docs/runtime.md.
 func (d *Runtime) Publishing() bool {
 	d.mu.Lock()
 	p := d.slices

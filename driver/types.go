@@ -352,21 +352,15 @@ type Discoverer interface {
 	//
 	// Health: the runtime keeps each device's last report
 	// ([device.EventHealth]) with its time. Once Watch has sent a health
-	// event, a device it never reported on is Unknown to the kubelet, and
-	// so is one whose last report is older than the health timeout
-	// ([WithHealthTimeout]): a monitor that keeps its devices known
-	// reports on each of them within every timeout, also when nothing
-	// changed, so that a monitor that died (or a Watch that is down)
-	// shows as Unknown instead of as the health it last saw.
+	// event, a device never reported on, or whose last report is older
+	// than the health timeout ([WithHealthTimeout]), is Unknown to the
+	// kubelet: report on each device within every timeout, also when
+	// nothing changed.
 	//
 	// A report on a device that is not published now (a partition not
-	// made yet, or withdrawn) is kept without effect: it is not sent to
-	// the kubelet, taints nothing and counts for nothing, and it takes
-	// effect (health, and for Unhealthy the taint) when the device is
-	// published, until a newer report on the device replaces it. So a
-	// discoverer whose devices come and go reports on each device again
-	// when it publishes it, as [device.DynamicDiscoverer] does: a
-	// partition made again must not be judged by its predecessor's
-	// report.
+	// made yet, or withdrawn) takes effect only when the device is
+	// published, until a newer report replaces it: a discoverer whose
+	// devices come and go reports on each device again when it publishes
+	// it, as [device.DynamicDiscoverer] does.
 	Watch(ctx context.Context, events chan<- device.Event) error
 }

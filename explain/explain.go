@@ -47,7 +47,7 @@ func WithNodes(names ...string) Option {
 }
 
 // WithParallelism sets how many nodes are explained at once (default
-// GOMAXPROCS). The allocator is safe for concurrent use.
+// GOMAXPROCS). The report is the same for any n.
 func WithParallelism(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

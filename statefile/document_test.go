@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/drakit/drakit/statefile"
@@ -94,4 +95,79 @@ func ExampleDocument() {
 	}
 	fmt.Println(c.Claims)
 	// Output: map[a:2 b:1]
+}
+
+// TestDocumentUpdatesAtOnce: changes of one document from many writers
+// at once (goroutines here, each with its own Document and so its own
+// lock descriptor, as processes have) are read-modify-writes in turn: no
+// change is lost, and a reader at the same time never sees half a
+// document. Run it with -race.
+func TestDocumentUpdatesAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "claims.json")
+	const writers, changes = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		wg.Go(func() {
+			doc := statefile.Document{Path: path, Volatile: true}
+			for range changes {
+				var c counters
+				err := doc.Update(&c, func(bool) (bool, error) {
+					if c.Claims == nil {
+						c.Claims = map[string]int{}
+					}
+					c.Claims["all"]++
+					c.Claims[fmt.Sprint("w", w)]++
+					return true, nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	done, reader := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(reader)
+		doc := statefile.Document{Path: path}
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			var c counters
+			if _, err := doc.Read(&c); err != nil {
+				errs <- fmt.Errorf("read during the changes: %w", err)
+				return
+			}
+			sum := 0
+			for k, n := range c.Claims {
+				if k != "all" {
+					sum += n
+				}
+			}
+			if sum != c.Claims["all"] {
+				errs <- fmt.Errorf("read a document whose counts disagree: %v", c.Claims)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(done)
+	<-reader
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var c counters
+	if _, err := (statefile.Document{Path: path}).Read(&c); err != nil {
+		t.Fatal(err)
+	}
+	for w := range writers {
+		if got := c.Claims[fmt.Sprint("w", w)]; got != changes {
+			t.Errorf("writer %d: %d changes kept, want %d", w, got, changes)
+		}
+	}
 }

@@ -107,7 +107,8 @@ func RollingUpdate() InstanceOption {
 const slots = 2
 
 // InstanceLock is a folder's instance lock held by this process (see
-// [LockInstance]). The kernel releases it when the process dies.
+// [LockInstance]). The kernel releases it when the process dies; Release
+// may be called from any goroutine.
 type InstanceLock struct {
 	mu      sync.Mutex
 	locks   []*Lock // the instance lock, then this process's slot
@@ -124,18 +125,18 @@ type InstanceLock struct {
 //     one other process holds the folder, and it locked with
 //     RollingUpdate and the same driver and owner ([As]).
 //
-// Any other process gets an [*InUseError] that names the folder and the
-// processes that hold it (wrapping [ErrInUse]). Calls in one process
-// count as separate processes. The lock is advisory: the kernel releases
-// it when its process dies, and a crashed holder's place is free at
-// once. The files are name.lock (held exclusively alone, shared by a
-// rolling update's two), name.gate (held while a process is admitted,
-// so that admissions take turns), and name.slot0.lock, name.slot1.lock,
-// each held by one of those two, with a record of it beside it
-// (name.slot0.holder; name.holder for a process alone). The record of a
-// process admitted to a rolling update must be written: an error
-// writing it (a read-only folder) fails the call; a process alone
-// writes its record if it can.
+// Any other process gets an [*InUseError] naming the folder and its
+// holders (wrapping [ErrInUse]); calls in one process count as separate
+// processes. The kernel releases the lock when its process dies, so a
+// crashed holder's place is free at once. A rolling update's process
+// must be able to record itself in dir (a read-only folder fails the
+// call); a process alone records itself if it can.
+//
+// The files, all in dir: name.lock (exclusive for a process alone,
+// shared by a rolling update's two), name.gate (held during an
+// admission, so that admissions take turns), name.slot0.lock and
+// name.slot1.lock (one per instance of a rolling update), and the
+// records name.holder, name.slot0.holder and name.slot1.holder.
 func LockInstance(dir, name string, opts ...InstanceOption) (*InstanceLock, error) {
 	var o instanceOptions
 	for _, opt := range opts {

@@ -105,18 +105,11 @@ type Flags struct {
 	// KubeAPIQPS and KubeAPIBurst are the client's sustained rate and
 	// burst of API requests (--kube-api-qps, --kube-api-burst; defaults
 	// [driver.DefaultQPS] = 200 and [driver.DefaultBurst] = 400). A
-	// negative QPS turns the client's rate limiter off.
-	//
-	// The driver makes one API request per prepared claim (the kubelet
-	// plugin helper's GET; drakit bench prepare measures 1.00), so the
-	// burst is how many claims a node prepares at once without waiting:
-	// 400 covers a gang of 64 claims on an 8-GPU node six times over. The
-	// sustained 200/s is four times the kubelet's own client default (50
-	// QPS, burst 100), which already costs the kubelet several requests
-	// per pod it starts: a node rarely starts pods fast enough to make
-	// the driver wait, while a driver that loops still cannot send the
-	// API server more than 200 requests a second per node. Raise both only
-	// for benchmarks or nodes that prepare hundreds of claims a second.
+	// negative QPS turns the client's rate limiter off. The driver makes
+	// one API request per prepared claim, so the burst is how many claims
+	// a node prepares at once without waiting; raise both only for
+	// benchmarks or nodes that prepare hundreds of claims a second
+	// (docs/runtime.md says why the defaults are what they are).
 	KubeAPIQPS   float64
 	KubeAPIBurst int
 	// HealthTimeout is how long a health report of the driver's monitor

@@ -112,8 +112,10 @@ func WithInterval(d time.Duration) Option {
 
 // WithLeaderElection makes Run plan only while it holds the
 // coordination.k8s.io Lease namespace/name, so that one of several
-// replicas plans. Safety does not depend on it (every write is a
-// compare-and-swap of facts); two planners at once only plan twice.
+// replicas plans. Safety does not depend on it: every write of a Planner
+// is a compare-and-swap of a ledger ([ledger.Store.Update]) that keeps
+// the ledger valid, so two planners at once (a lease lost late) may plan
+// twice but never admit an overlap.
 func WithLeaderElection(namespace, name string) Option {
 	return func(o *options) error {
 		if namespace == "" || name == "" {
@@ -143,8 +145,9 @@ func (o *options) classProfileOK() bool { return o.classProfile != nil }
 //     cards where they changed.
 //
 // Node agents watch only their own ledger. While no Planner runs, nodes
-// keep their layouts; new ledgers wait to be seeded. It is safe for
-// concurrent use; Step must not run concurrently with itself.
+// keep their layouts and new ledgers wait to be seeded. Run, or Step
+// called on its own, must not run concurrently with another Run or Step
+// of the same Planner; Kick and Last may be called from any goroutine.
 type Planner struct {
 	client kubernetes.Interface
 	store  *ledger.Store

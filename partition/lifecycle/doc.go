@@ -52,11 +52,12 @@
 //     process, or a second release of the driver, is refused with a
 //     message naming the folder and the processes that hold it.
 //   - Rollback: a failed prepare leaves nothing of its claim.
-//   - A lost card never blocks another card's prepare, unprepare or
-//     start: a release calls the tool on its own partitions' cards only,
-//     and a partition whose destroy failed stays its claim's until the
-//     runtime's next unprepare of that claim (or the next start)
-//     destroys it.
+//   - A lost card fails only the calls that need it: a release calls the
+//     tool on its own partitions' cards only, a start gives each card
+//     [WithCardTimeout], and a prepare holds its claim's card locks only
+//     until its calls fail or its context ends. A partition whose destroy
+//     failed stays its claim's until the runtime's next unprepare of that
+//     claim (or the next start) destroys it.
 //   - Republish coalescing under churn ([WithRepublish]).
 //
 // # The state folder

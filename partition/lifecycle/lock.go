@@ -19,12 +19,11 @@ import (
 // rolling update, beside lifecycle.gate and their slots.
 const lockName = "lifecycle"
 
-// ErrStateInUse is wrapped by [Open]'s error when the state folder is
-// taken: by another process, or by the two processes of a rolling update
-// (or one that is not this process's peer, see [WithRollingUpdate]). The
-// message names the folder and the processes that hold it; the error
-// wraps [statefile.ErrInUse] too. Two drivers that each take every
-// partition on a dynamic card for theirs destroy each other's.
+// ErrStateInUse is wrapped by [Open]'s error when this process may not
+// have the state folder: another process holds it (beyond what
+// [WithRollingUpdate] admits), or this process has it open with other
+// sharing options. The message names the folder and the processes that
+// hold it; a refusal by another process wraps [statefile.ErrInUse] too.
 var ErrStateInUse = errors.New("partition state folder is in use by another process")
 
 // peer is who a rolling-update process is: the other instance of the

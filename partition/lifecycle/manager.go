@@ -29,39 +29,19 @@ import (
 type KeyFunc func(dev driver.AllocatedDevice, data json.RawMessage) (key Key, ok bool)
 
 // Manager runs the lifecycle of the partitions made at prepare on the
-// cards an administrator named dynamic, crash-safely, on a [Tool]:
+// cards an administrator named dynamic, on a [Tool], with the guarantees
+// the package doc lists (the intent journal, recorded ownership,
+// reconcile at start, admin access, one driver per state folder, lost
+// cards, republish). It is a [driver.ClaimPreparer] and a
+// [driver.Reconciler]: a vendor's preparer calls PrepareClaim,
+// UnprepareClaim and Reconcile from its own (or embeds the Manager) and
+// hands its containers the partitions that [Manager.Made] returns.
 //
-//   - before a partition is made, the intent journal records that the
-//     claim holds it (durably, see [WithoutFsync]); a partition is
-//     destroyed only after its last holder was released, and the intent
-//     is forgotten only after the destroy, so that a process killed at
-//     any point leaves every partition that may exist recorded;
-//   - which cards are dynamic is the administrator's word
-//     ([WithDynamicCards]), recorded in the state folder; it is never
-//     inferred from what a card holds (see [CardState] for a card that
-//     is no longer named);
-//   - at start, [Manager.Reconcile] makes the dynamic cards match the
-//     claims the runtime holds: what a held claim names is kept (and
-//     recorded, also when the journal was lost), what none names is
-//     destroyed, partitions made in part included;
-//   - a device allocated with admin access is never created, destroyed
-//     or switched: admin access changes nothing on the device;
-//   - one driver per state folder, with the other instance of its rolling
-//     update ([WithRollingUpdate]), and no other process ([ErrStateInUse]);
-//   - the work on one card never waits for another card: a card that is
-//     lost (its tool calls fail or hang) fails the prepares and releases
-//     of its own partitions only;
-//   - every change is followed by one republish, coalesced under churn
-//     ([WithRepublish]).
-//
-// It is a [driver.ClaimPreparer] and a [driver.Reconciler]: a vendor's
-// preparer calls PrepareClaim, UnprepareClaim and Reconcile from its own
-// (or embeds the Manager) and hands its containers the partitions that
-// [Manager.Made] returns. Its methods are safe for concurrent use: the
-// runtime prepares and unprepares different claims at once, and what a
-// release destroys is decided under its card's lock from the journal as
-// it is then, so a prepare of the same partition by another claim keeps
-// it.
+// Its methods may be called concurrently, as the runtime does for
+// different claims: the work on one card is one call at a time, and a
+// call waits only for the cards of its own claim ([Manager.PrepareClaim]
+// says how long). [Manager.Close] must come after every other call has
+// returned.
 type Manager struct {
 	dir     string
 	tool    Tool
@@ -124,18 +104,13 @@ func WithoutFsync() Option {
 	return func(o *options) error { o.volatile = true; return nil }
 }
 
-// WithRollingUpdate lets the two instances of a rolling update of one
-// driver ([driver.WithRollingUpdate]) share the state folder: Open admits
-// a process while at most one other holds the folder and that one runs
-// with the same driver and owner. It refuses a third process, a process
-// of another owner (a second release of the driver on the node) and a
-// process without this option, with [ErrStateInUse] naming the folder
-// and the processes that hold it. owner names the deployment whose pods
-// take turns on the node, the same for both instances and different for
-// any other (the DaemonSet's namespace/name, which a chart knows). The
-// work on each card is serialized between the two by a lock file per
-// card; the runtime serializes their prepares, unprepares and
-// reconciles.
+// WithRollingUpdate lets the two instances of one driver's rolling update
+// ([driver.WithRollingUpdate]) share the state folder: Open admits this
+// process beside at most one other, which must run with the same driver
+// and owner, and refuses anyone else with [ErrStateInUse]. owner must be
+// the same for both instances and differ for any other deployment (the
+// DaemonSet's namespace/name). The two take turns on each card through a
+// lock file per card.
 func WithRollingUpdate(driverName, owner string) Option {
 	return func(o *options) error {
 		if driverName == "" || owner == "" {
@@ -182,18 +157,14 @@ const DefaultRepublishDelay = 100 * time.Millisecond
 // (see [WithRepublish]).
 const DefaultRepublishInterval = time.Second
 
-// WithRepublish makes the lifecycle call notify after partitions were
-// made or destroyed (and after [Manager.Changed]), so that the vendor
-// republishes its inventory: delay after the change, which then runs
-// after the prepare or unprepare that caused it has answered the kubelet,
-// and no sooner than interval after the previous notification; the
-// changes until then share one call. A republish rewrites a card's
-// ResourceSlice and reaches every watcher of slices, the scheduler
-// included: under sustained churn the interval bounds those writes (at
-// 150 prepare and unprepare cycles a second, the delay alone made ten
-// slice writes a second). Without it nothing is notified. Defaults:
-// [DefaultRepublishDelay], [DefaultRepublishInterval]; zero interval:
-// no bound beyond the delay.
+// WithRepublish makes the lifecycle call notify, so that the vendor
+// republishes its inventory, delay after partitions were made or
+// destroyed (or [Manager.Changed] was called) and no sooner than interval
+// after the previous call; the changes until then share one call. With
+// the default delay a call comes after the prepare or unprepare that
+// caused it has answered the kubelet. Without this option nothing is
+// notified. Defaults: [DefaultRepublishDelay], [DefaultRepublishInterval];
+// a zero interval bounds nothing beyond the delay.
 func WithRepublish(notify func(), delay, interval time.Duration) Option {
 	return func(o *options) error {
 		if notify == nil {
@@ -225,16 +196,17 @@ func WithCardTimeout(d time.Duration) Option {
 	}
 }
 
-// Open opens the lifecycle state in folder dir (created if missing),
-// refusing another process that has it open ([ErrStateInUse]), for the
-// partitions of tool, whose devices keyOf names. It records the card
-// states from [WithDynamicCards] and what it had recorded before (a card
-// no longer named is [Draining]). It touches no card: call
-// [Manager.Reconcile] with the claims the runtime holds before the first
-// prepare (the driver runtime does, for a preparer that implements
-// [driver.Reconciler]). A journal file that cannot be decoded is moved
-// aside (its name + ".corrupt") and a new one started, which Reconcile
-// rebuilds. Close releases the folder.
+// Open opens the lifecycle state in folder dir (created if missing) for
+// the partitions of tool, whose devices keyOf names, and takes the
+// folder's instance lock: another process is refused with
+// [ErrStateInUse] (see [WithRollingUpdate] for the one exception). Opens
+// of one folder in the same process with the same options share the
+// lock and take turns per card; the last Close releases it. Open records
+// the card states ([WithDynamicCards]; a card no longer named becomes
+// [Draining]) and touches no card: call [Manager.Reconcile] with the claims the runtime holds
+// before the first prepare (the runtime does, for a preparer that is a
+// [driver.Reconciler]). A journal that does not decode is moved aside
+// (its name + ".corrupt") and Reconcile rebuilds it.
 func Open(dir string, tool Tool, keyOf KeyFunc, opts ...Option) (*Manager, error) {
 	o := options{delay: DefaultRepublishDelay, interval: DefaultRepublishInterval, cardTimeout: DefaultCardTimeout}
 	for _, opt := range opts {
@@ -306,7 +278,8 @@ func (m *Manager) start() error {
 	return writeCards(m.dir, m.states, m.o.writeOption...)
 }
 
-// Close releases the state folder. A Manager must not be used after.
+// Close releases the state folder; call it after every other call has
+// returned, and do not use the Manager after. Further calls return nil.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -35,8 +35,10 @@ var ErrConfigMismatch = errors.New("partition is held with another configuration
 // holds are destroyed, and it is switched to whole mode (by a
 // [WholeSwitcher]; a tool without one needs no switch). A device with
 // admin access, one that is no partition, or one on a card that is not
-// dynamic is left alone (nothing is made for it). The cards are worked
-// on in order, each one at a time.
+// dynamic is left alone (nothing is made for it). It holds the locks of
+// the claim's cards (taken in sorted order) until it returns, so a claim
+// with a partition on a lost card delays other claims' work on its other
+// cards until the lost card's tool call fails or ctx ends.
 //
 // With [WithConfigs], the opaque configuration of every device of the
 // claim is decoded and checked first: a bad one fails the prepare
