@@ -1,27 +1,27 @@
-package partition_test
+package engine_test
 
 import (
 	"fmt"
 
-	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/internal/engine"
 )
 
 // An accelerator whose tool splits a card of 4 cores and 4 memory banks
 // into partitions of one core and one bank (the bank next to the core)
 // or two cores and two banks, all in the vendor's own names.
-func acmeScheme() *partition.Scheme {
+func acmeScheme() *engine.Scheme {
 	const gib = int64(1) << 30
-	s, err := partition.NewScheme(partition.Scheme{
+	s, err := engine.NewScheme(engine.Scheme{
 		Name:    "acme-a4",
-		Compute: partition.Units{Count: 4, Placed: true},
-		Memory:  partition.Units{Count: 4, Placed: true},
-		Profiles: []partition.Profile{
-			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 * gib, MaxCount: 2, Placements: []partition.Placement{
+		Compute: engine.Units{Count: 4, Placed: true},
+		Memory:  engine.Units{Count: 4, Placed: true},
+		Profiles: []engine.Profile{
+			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 * gib, MaxCount: 2, Placements: []engine.Placement{
 				{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}}},
-			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: []partition.Placement{
+			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: []engine.Placement{
 				{Start: 0, Compute: 0, Memory: 1}, {Start: 1, Compute: 1, Memory: 0}, {Start: 2, Compute: 2, Memory: 3}, {Start: 3, Compute: 3, Memory: 2}}},
 		},
-		Names: partition.Names{
+		Names: engine.Names{
 			Card: "accelerator", MemoryUnit: "bank", ComputeUnit: "core",
 			Device: "acme", MemoryCounter: "bank-", ComputeCounter: "core-",
 			CardType: "accelerator", PartitionType: "slice",
@@ -37,11 +37,11 @@ func Example() {
 	s := acmeScheme()
 
 	// The rules, with errors in the vendor's words.
-	fmt.Println(s.Validate(partition.Layout{{Profile: "duo", Start: 0}, {Profile: "solo", Start: 3}}))
+	fmt.Println(s.Validate(engine.Layout{{Profile: "duo", Start: 0}, {Profile: "solo", Start: 3}}))
 
 	// The counter model of a node with two cards: what the scheduler
 	// allocates from (hand m.Pools(node) to a device.Inventory).
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
+	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
@@ -51,18 +51,18 @@ func Example() {
 	// no duo. Publish what can still be allocated, in the planner's
 	// order: the scheduler's first fit for a solo is then card 0's core
 	// 0, and card 1 stays whole for duos.
-	node := []partition.FleetCard{
-		{Node: "node-a", Index: 0, Scheme: s, Layout: partition.Layout{{Profile: "solo", Start: 1, InUse: true}}},
+	node := []engine.FleetCard{
+		{Node: "node-a", Index: 0, Scheme: s, Layout: engine.Layout{{Profile: "solo", Start: 1, InUse: true}}},
 		{Node: "node-a", Index: 1, Scheme: s},
 	}
-	order, err := partition.Preference(node, partition.WithFitOnly())
+	order, err := engine.Preference(node, engine.WithFitOnly())
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(order)
 
 	// A plan for a fleet: two duos and a solo.
-	plan, err := partition.PlanFleet(node, []partition.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
+	plan, err := engine.PlanFleet(node, []engine.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
 	if err != nil {
 		panic(err)
 	}
@@ -89,10 +89,10 @@ func Example() {
 // counter model keeps it so with one mode counter per die.
 func Example_modes() {
 	const gib = int64(1) << 30
-	parts := func(n int, stacks bool) []partition.Placement {
-		var out []partition.Placement
+	parts := func(n int, stacks bool) []engine.Placement {
+		var out []engine.Placement
 		for i := 0; i < n; i++ {
-			pl := partition.Placement{Start: i, Compute: i * 8 / n}
+			pl := engine.Placement{Start: i, Compute: i * 8 / n}
 			if stacks {
 				pl.Memory = i
 			}
@@ -100,30 +100,30 @@ func Example_modes() {
 		}
 		return out
 	}
-	profile := func(name string, n int, stacks bool) partition.Profile {
-		pr := partition.Profile{Name: name, Mode: name, Compute: 8 / n, MemoryBytes: 192 * gib / int64(n), MaxCount: n, Placements: parts(n, stacks)}
+	profile := func(name string, n int, stacks bool) engine.Profile {
+		pr := engine.Profile{Name: name, Mode: name, Compute: 8 / n, MemoryBytes: 192 * gib / int64(n), MaxCount: n, Placements: parts(n, stacks)}
 		if stacks {
 			pr.Memory = 1
 		}
 		return pr
 	}
-	s, err := partition.NewScheme(partition.Scheme{
+	s, err := engine.NewScheme(engine.Scheme{
 		Name:    "accel-192g",
-		Compute: partition.Units{Count: 8, Placed: true},
-		Memory:  partition.Units{Count: 8, Placed: true},
-		Profiles: []partition.Profile{
+		Compute: engine.Units{Count: 8, Placed: true},
+		Memory:  engine.Units{Count: 8, Placed: true},
+		Profiles: []engine.Profile{
 			profile("SPX/NPS1", 1, false), profile("DPX/NPS1", 2, false), profile("QPX/NPS1", 4, false),
 			profile("CPX/NPS1", 8, false), profile("CPX/NPS4", 8, true),
 		},
-		Names: partition.Names{Device: "xcp", ComputeUnit: "XCD", MemoryUnit: "HBM stack", ComputeCounter: "xcd-", MemoryCounter: "hbm-"},
+		Names: engine.Names{Device: "xcp", ComputeUnit: "XCD", MemoryUnit: "HBM stack", ComputeCounter: "xcd-", MemoryCounter: "hbm-"},
 	})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(s.Modes())
-	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
-	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}})
+	fmt.Println(s.Validate(engine.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
+	fmt.Println(s.Validate(engine.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
+	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}

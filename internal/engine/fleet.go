@@ -1,4 +1,4 @@
-package partition
+package engine
 
 // FleetCard is one card of a fleet as the planner sees it.
 type FleetCard struct {

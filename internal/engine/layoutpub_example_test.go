@@ -1,10 +1,10 @@
-package partition_test
+package engine_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/internal/engine"
 )
 
 // ExamplePlanLayouts lays out a node of two cards for what is in use and
@@ -12,20 +12,20 @@ import (
 // a re-layout.
 func ExamplePlanLayouts() {
 	s := acmeScheme()
-	node := []partition.LayoutCard{
-		{Index: 0, Scheme: s, Layout: partition.Layout{{Profile: "solo", Start: 0, InUse: true}}},
+	node := []engine.LayoutCard{
+		{Index: 0, Scheme: s, Layout: engine.Layout{{Profile: "solo", Start: 0, InUse: true}}},
 		{Index: 1, Scheme: s},
 	}
 	// Two solos pending: they go beside the one in use; the free card
 	// stays whole.
-	out, err := partition.PlanLayouts(node, partition.Demand{"solo": 2})
+	out, err := engine.PlanLayouts(node, engine.Demand{"solo": 2})
 	if err != nil {
 		panic(err)
 	}
 	for _, c := range out {
 		fmt.Printf("card %d: %s\n", c.Index, c.Layout)
 	}
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
+	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
@@ -43,13 +43,13 @@ func ExamplePlanLayouts() {
 
 	// A publisher retires the free whole card before partitions over it
 	// appear, and publishes them after the fence.
-	pub, err := partition.NewLayoutPublisher([]partition.Card{{Index: 1, Scheme: s}})
+	pub, err := engine.NewLayoutPublisher([]engine.Card{{Index: 1, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
 	t0 := time.Unix(0, 0)
 	for _, at := range []time.Duration{0, 100 * time.Millisecond, 1200 * time.Millisecond} {
-		demand := partition.Demand{"duo": 1}
+		demand := engine.Demand{"duo": 1}
 		if at == 0 {
 			demand = nil
 		}
