@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // Request asks for one GPU instance of a profile.
@@ -22,13 +23,13 @@ type Request struct {
 	GPU *int `json:"gpu,omitempty"`
 }
 
-// OpKind is the kind of a plan operation: partition.OpKind.
-type OpKind = partition.OpKind
+// OpKind is the kind of a plan operation: plan.OpKind.
+type OpKind = plan.OpKind
 
 // Operation kinds.
 const (
-	OpDestroy = partition.OpDestroy
-	OpCreate  = partition.OpCreate
+	OpDestroy = plan.OpDestroy
+	OpCreate  = plan.OpCreate
 )
 
 // Operation is one step of a plan: create or destroy one GPU instance.
@@ -62,8 +63,8 @@ type Assignment struct {
 	Reused bool `json:"reused,omitempty"`
 }
 
-// Unplaced is a request the plan could not place: partition.Unplaced.
-type Unplaced = partition.Unplaced
+// Unplaced is a request the plan could not place: plan.Unplaced.
+type Unplaced = plan.Unplaced
 
 // Plan is the planner's result. Applying Operations in order (destroys
 // first, then creates) turns the fleet into After.
@@ -89,7 +90,7 @@ var ErrFleet = partition.ErrFleet
 
 // PlanFleet computes a deterministic plan that places as many of the
 // requests as it can, measured first in compute slices and then in count,
-// on the fleet (partition.PlanFleet on the products' schemes): it never
+// on the fleet (plan.PlanFleet on the products' schemes): it never
 // touches an in-use instance; idle instances are reused when one has the
 // requested profile at a placement the plan chooses, and destroyed
 // otherwise. Requests are placed largest first; each goes to the GPU and
@@ -106,12 +107,12 @@ var ErrFleet = partition.ErrFleet
 // profiles, which are placed first, each on a GPU whose media engines
 // are still free (TestPlanFleetCompleteWithME). Profile names must parse
 // (ParseProfileName). PlanFleet is safe for concurrent use.
-func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
+func PlanFleet(fleet []FleetGPU, requests []Request, opts ...plan.FleetOption) (*Plan, error) {
 	cards, err := toCards("plan", fleet)
 	if err != nil {
 		return nil, err
 	}
-	reqs := make([]partition.Request, len(requests))
+	reqs := make([]plan.Request, len(requests))
 	for i, r := range requests {
 		if _, err := ParseProfileName(r.Profile); err != nil {
 			return nil, fmt.Errorf("plan: %w: requests[%d].profile: %w", ErrFleet, i, err)
@@ -121,7 +122,7 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 		}
 		reqs[i] = toRequest(r)
 	}
-	p, err := partition.PlanFleet(cards, reqs, opts...)
+	p, err := plan.PlanFleet(cards, reqs, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +136,8 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 	return out, nil
 }
 
-// Search reports PlanFleet's exact search: partition.Search.
-type Search = partition.Search
+// Search reports PlanFleet's exact search: plan.Search.
+type Search = plan.Search
 
 // DefaultSearchBudget was the time PlanFleet's exact search could take
 // by default; PlanFleet is bounded by work (DefaultSearchWork) and
@@ -146,25 +147,25 @@ const DefaultSearchBudget = 500 * time.Millisecond
 
 // DefaultSearchWork is the work (search nodes) PlanFleet's searches may
 // do when WithWorkBudget does not say otherwise:
-// partition.DefaultSearchWork.
-const DefaultSearchWork = partition.DefaultSearchWork
+// plan.DefaultSearchWork.
+const DefaultSearchWork = plan.DefaultSearchWork
 
 // Limits of Optimum: beyond them exhaustive search is not cheap.
 const (
-	OptimumMaxGPUs     = partition.OptimumMaxCards
-	OptimumMaxRequests = partition.OptimumMaxRequests
+	OptimumMaxGPUs     = plan.OptimumMaxCards
+	OptimumMaxRequests = plan.OptimumMaxRequests
 )
 
 // Value is the planner's objective: compute slices placed, then count
-// (partition.Value).
-type Value = partition.Value
+// (plan.Value).
+type Value = plan.Value
 
 // Value returns the plan's objective value.
 func (p *Plan) Value() Value { return Value{Compute: p.PlacedCompute, Count: len(p.Assignments)} }
 
 // Optimum computes, exhaustively, the best value any plan can reach on a
 // small fleet (at most OptimumMaxGPUs GPUs and OptimumMaxRequests
-// requests, none pinned; partition.Optimum): for every GPU it enumerates
+// requests, none pinned; plan.Optimum): for every GPU it enumerates
 // every valid completion of its in-use instances, then searches every
 // combination. It is the yardstick for PlanFleet in tests and benchmarks.
 func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
@@ -175,7 +176,7 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
-	reqs := make([]partition.Request, len(requests))
+	reqs := make([]plan.Request, len(requests))
 	for i, r := range requests {
 		if r.Node == "" && r.GPU == nil {
 			if _, err := ParseProfileName(r.Profile); err != nil {
@@ -184,12 +185,12 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 		}
 		reqs[i] = toRequest(r)
 	}
-	return partition.Optimum(cards, reqs)
+	return plan.Optimum(cards, reqs)
 }
 
 // FreeGPUBonus is added to the score of a GPU with no instances
-// (partition.FreeCardBonus). With the whole-GPU profile's weight (49 for
+// (plan.FreeCardBonus). With the whole-GPU profile's weight (49 for
 // 7g) it makes breaking a free GPU cost more than any placement on a
 // partly used one, so a planner breaks a free GPU only when no partly
 // used GPU can take the instance.
-const FreeGPUBonus = partition.FreeCardBonus
+const FreeGPUBonus = plan.FreeCardBonus

@@ -1,274 +1,136 @@
-// Package partition: transitional aliases of the engine (replaced below).
 package partition
 
 import "github.com/drakit/drakit/internal/engine"
 
-// AssignOption is engine.AssignOption.
-type AssignOption = engine.AssignOption
-
-// Assignment is engine.Assignment.
-type Assignment = engine.Assignment
-
-// Card is engine.Card.
-type Card = engine.Card
-
-// CardUse is engine.CardUse.
-type CardUse = engine.CardUse
-
-// CounterModel is engine.CounterModel.
-type CounterModel = engine.CounterModel
-
-// Defrag is engine.Defrag.
-type Defrag = engine.Defrag
-
-// Demand is engine.Demand.
-type Demand = engine.Demand
-
-// DeviceRef is engine.DeviceRef.
-type DeviceRef = engine.DeviceRef
-
-// Extra is engine.Extra.
-type Extra = engine.Extra
-
-// FleetAssignment is engine.FleetAssignment.
-type FleetAssignment = engine.FleetAssignment
-
-// FleetCard is engine.FleetCard.
-type FleetCard = engine.FleetCard
-
-// Instance is engine.Instance.
-type Instance = engine.Instance
-
-// Layout is engine.Layout.
-type Layout = engine.Layout
-
-// LayoutCard is engine.LayoutCard.
-type LayoutCard = engine.LayoutCard
-
-// LayoutPublisher is engine.LayoutPublisher.
-type LayoutPublisher = engine.LayoutPublisher
-
-// LayoutVersion is engine.LayoutVersion.
-type LayoutVersion = engine.LayoutVersion
-
-// Move is engine.Move.
-type Move = engine.Move
-
-// Names is engine.Names.
-type Names = engine.Names
-
-// Node is engine.Node.
-type Node = engine.Node
-
-// NodeCard is engine.NodeCard.
-type NodeCard = engine.NodeCard
-
-// OpKind is engine.OpKind.
-type OpKind = engine.OpKind
-
-// Operation is engine.Operation.
-type Operation = engine.Operation
-
-// Option is engine.Option.
-type Option = engine.Option
-
-// PendingRequest is engine.PendingRequest.
-type PendingRequest = engine.PendingRequest
-
-// Placement is engine.Placement.
-type Placement = engine.Placement
-
-// Plan is engine.Plan.
-type Plan = engine.Plan
-
-// Profile is engine.Profile.
-type Profile = engine.Profile
-
-// Request is engine.Request.
-type Request = engine.Request
-
-// ReservedCard is engine.ReservedCard.
-type ReservedCard = engine.ReservedCard
-
-// Scheme is engine.Scheme.
+// Scheme is one card model: its Memory and Compute Units, MemoryBytes,
+// MaxPartitions, Profiles, Extras and Names, and an optional Canonical
+// that maps a vendor's alias of a profile name to the profile's name.
+// Build it with NewScheme; a built Scheme is read-only and safe for
+// concurrent use. Its methods validate (Validate, IsMaximal), enumerate
+// (Layouts, ProfileNames, Modes), score and draw (Score, Picture) layouts,
+// and name devices (DeviceName, ParseDeviceName, CardDeviceName,
+// CounterSetName, PoolName, MaxLayoutDevices). The fields and methods are
+// documented on the implementation's type (go doc
+// github.com/drakit/drakit/internal/engine.Scheme).
 type Scheme = engine.Scheme
 
-// Search is engine.Search.
-type Search = engine.Search
+// NewScheme checks def and returns the built scheme, with the tables the
+// counter model, the planner and the defragmenter need. The error wraps
+// ErrInvalidScheme and names the field at fault. def is copied; later
+// changes to it do not reach the result.
+func NewScheme(def Scheme) (*Scheme, error) { return engine.NewScheme(def) }
 
-// Units is engine.Units.
+// Units is one of a card's two resources, memory or compute: Count units
+// (0: the scheme does not divide it), Placed when a partition sits on
+// particular units, counted by number otherwise.
 type Units = engine.Units
 
-// Unplaced is engine.Unplaced.
-type Unplaced = engine.Unplaced
+// Profile is one partition size: Name and ID, Compute and Memory units,
+// MemoryBytes, MaxCount per card, the allowed Placements, the Extras it
+// takes, the card-wide Mode it needs, and Capacities published on its
+// devices.
+type Profile = engine.Profile
 
-// Value is engine.Value.
-type Value = engine.Value
+// Placement is one place a partition of a profile may sit: Start names
+// it (unique in the profile; it appears in layouts and device names),
+// Memory and Compute are the first placed unit of each.
+type Placement = engine.Placement
 
-// AssignFleet is engine.AssignFleet.
-var AssignFleet = engine.AssignFleet
+// Extra is a per-card resource beside memory and compute (a media
+// engine): Name and the card's Capacity. Profiles take extras by name.
+type Extra = engine.Extra
 
-// DefaultMix is engine.DefaultMix.
-var DefaultMix = engine.DefaultMix
+// Names are what a scheme's devices, counter sets, counters, attributes
+// and capacities are called when published, and the nouns of its
+// messages. An empty field takes its default; Omit leaves an attribute
+// out.
+type Names = engine.Names
 
-// DefaultProfiles is engine.DefaultProfiles.
-var DefaultProfiles = engine.DefaultProfiles
+// Instance is the one name of a partition at a place on a card: Profile
+// and Start (the placement), InUse when a workload holds it (no plan
+// destroys it) and Restartable when that workload may be moved (see
+// plan.Defragment). String prints "profile@start", "*" when in use.
+// lifecycle.Key is the same place with the card's stable identity in
+// place of its index; DeviceRef adds a card's index.
+type Instance = engine.Instance
 
-// Defragment is engine.Defragment.
-var Defragment = engine.Defragment
+// Layout is the set of partitions of one card. Order carries no meaning;
+// String prints it sorted by start, Sorted returns a sorted copy.
+type Layout = engine.Layout
 
-// LayoutCardPools is engine.LayoutCardPools.
-var LayoutCardPools = engine.LayoutCardPools
+// ParseLayout reads a comma-separated list of "profile@start" items, each
+// optionally followed by "*" for in use; "" and "-" are the empty layout.
+// It checks the syntax only; Scheme.Validate checks the rules.
+func ParseLayout(s string) (Layout, error) { return engine.ParseLayout(s) }
 
-// LayoutPoolNames is engine.LayoutPoolNames.
-var LayoutPoolNames = engine.LayoutPoolNames
+// DeviceRef is what a device name of a scheme says, as
+// Scheme.ParseDeviceName reads it: the Card index, and the partition's
+// Profile and Start ("" and 0 for the whole card).
+type DeviceRef = engine.DeviceRef
 
-// ModelCards is engine.ModelCards.
-var ModelCards = engine.ModelCards
+// FleetCard is one card at a place: the Node, its Index there, its
+// Scheme (built by NewScheme; never nil) and its current Layout, whose
+// in-use partitions no plan touches. It is the input of the counter
+// model's order (counter.Preference) and of every planner (package plan).
+type FleetCard = engine.FleetCard
 
-// NewCounterModel is engine.NewCounterModel.
-var NewCounterModel = engine.NewCounterModel
+// Errors that a caller may test with errors.Is.
+var (
+	// ErrInvalidScheme is wrapped by NewScheme's errors.
+	ErrInvalidScheme = engine.ErrInvalidScheme
+	// ErrSchemeNotBuilt is wrapped for a nil Scheme or one not built by
+	// NewScheme.
+	ErrSchemeNotBuilt = engine.ErrSchemeNotBuilt
+	// ErrUnknownProfile is wrapped when a name is not one of a scheme's
+	// profiles.
+	ErrUnknownProfile = engine.ErrUnknownProfile
+	// ErrDeviceName is wrapped by Scheme.ParseDeviceName for a name that
+	// is not one of the scheme's devices.
+	ErrDeviceName = engine.ErrDeviceName
+	// ErrFleet is wrapped for invalid cards or requests given to the
+	// counter model's order or a planner.
+	ErrFleet = engine.ErrFleet
 
-// NewLayoutPublisher is engine.NewLayoutPublisher.
-var NewLayoutPublisher = engine.NewLayoutPublisher
+	// The rules Scheme.Validate checks: its error wraps exactly one of
+	// these and names the partition at fault. A placement the profile
+	// does not allow, two partitions on one placed unit, more than a
+	// profile's MaxCount, more of an extra than the card has, more
+	// counted compute or memory than the card has, more than
+	// MaxPartitions, two modes on one card.
+	ErrPlacement  = engine.ErrPlacement
+	ErrOverlap    = engine.ErrOverlap
+	ErrMaxCount   = engine.ErrMaxCount
+	ErrExtra      = engine.ErrExtra
+	ErrCompute    = engine.ErrCompute
+	ErrMemory     = engine.ErrMemory
+	ErrPartitions = engine.ErrPartitions
+	ErrMode       = engine.ErrMode
+)
 
-// NewScheme is engine.NewScheme.
-var NewScheme = engine.NewScheme
+// Limits of a scheme, set by the planner's compact state of a card.
+const (
+	// MaxProfiles is the most profiles a scheme may have.
+	MaxProfiles = engine.MaxProfiles
+	// MaxPlacedUnits is the most units a placed dimension may have.
+	MaxPlacedUnits = engine.MaxPlacedUnits
+	// MaxCountedUnits is the most units a counted dimension may have.
+	MaxCountedUnits = engine.MaxCountedUnits
+	// MaxExtras is the most extra counters a scheme may have.
+	MaxExtras = engine.MaxExtras
+)
 
-// Optimum is engine.Optimum.
-var Optimum = engine.Optimum
+// WholeCard is the profile name of a whole card where a demand or a
+// request names profiles: a card used whole, not partitioned.
+const WholeCard = engine.WholeCard
 
-// ParseLayout is engine.ParseLayout.
-var ParseLayout = engine.ParseLayout
-
-// PlanFleet is engine.PlanFleet.
-var PlanFleet = engine.PlanFleet
-
-// PlanLayouts is engine.PlanLayouts.
-var PlanLayouts = engine.PlanLayouts
-
-// Preference is engine.Preference.
-var Preference = engine.Preference
-
-// WithAging is engine.WithAging.
-var WithAging = engine.WithAging
-
-// WithCardsFirst is engine.WithCardsFirst.
-var WithCardsFirst = engine.WithCardsFirst
-
-// WithDefaultMix is engine.WithDefaultMix.
-var WithDefaultMix = engine.WithDefaultMix
-
-// WithFence is engine.WithFence.
-var WithFence = engine.WithFence
-
-// WithFitOnly is engine.WithFitOnly.
-var WithFitOnly = engine.WithFitOnly
-
-// WithMaxMoves is engine.WithMaxMoves.
-var WithMaxMoves = engine.WithMaxMoves
-
-// WithPoolDevices is engine.WithPoolDevices.
-var WithPoolDevices = engine.WithPoolDevices
-
-// WithProfiles is engine.WithProfiles.
-var WithProfiles = engine.WithProfiles
-
-// WithReserve is engine.WithReserve.
-var WithReserve = engine.WithReserve
-
-// WithSearchBudget is engine.WithSearchBudget.
-var WithSearchBudget = engine.WithSearchBudget
-
-// WithWorkBudget is engine.WithWorkBudget.
-var WithWorkBudget = engine.WithWorkBudget
-
-// DefaultAging is engine.DefaultAging.
-const DefaultAging = engine.DefaultAging
-
-// DefaultDefragWork is engine.DefaultDefragWork.
-const DefaultDefragWork = engine.DefaultDefragWork
-
-// DefaultFence is engine.DefaultFence.
-const DefaultFence = engine.DefaultFence
-
-// DefaultMaxMoves is engine.DefaultMaxMoves.
-const DefaultMaxMoves = engine.DefaultMaxMoves
-
-// DefaultSearchWork is engine.DefaultSearchWork.
-const DefaultSearchWork = engine.DefaultSearchWork
-
-// ErrCompute is engine.ErrCompute.
-var ErrCompute = engine.ErrCompute
-
-// ErrDeviceName is engine.ErrDeviceName.
-var ErrDeviceName = engine.ErrDeviceName
-
-// ErrExtra is engine.ErrExtra.
-var ErrExtra = engine.ErrExtra
-
-// ErrFleet is engine.ErrFleet.
-var ErrFleet = engine.ErrFleet
-
-// ErrInvalidScheme is engine.ErrInvalidScheme.
-var ErrInvalidScheme = engine.ErrInvalidScheme
-
-// ErrMaxCount is engine.ErrMaxCount.
-var ErrMaxCount = engine.ErrMaxCount
-
-// ErrMemory is engine.ErrMemory.
-var ErrMemory = engine.ErrMemory
-
-// ErrMode is engine.ErrMode.
-var ErrMode = engine.ErrMode
-
-// ErrOverlap is engine.ErrOverlap.
-var ErrOverlap = engine.ErrOverlap
-
-// ErrPartitions is engine.ErrPartitions.
-var ErrPartitions = engine.ErrPartitions
-
-// ErrPlacement is engine.ErrPlacement.
-var ErrPlacement = engine.ErrPlacement
-
-// ErrSchemeNotBuilt is engine.ErrSchemeNotBuilt.
-var ErrSchemeNotBuilt = engine.ErrSchemeNotBuilt
-
-// ErrUnknownProfile is engine.ErrUnknownProfile.
-var ErrUnknownProfile = engine.ErrUnknownProfile
-
-// FreeCardBonus is engine.FreeCardBonus.
-const FreeCardBonus = engine.FreeCardBonus
-
-// LayoutMaxDevices is engine.LayoutMaxDevices.
-const LayoutMaxDevices = engine.LayoutMaxDevices
-
-// MaxCountedUnits is engine.MaxCountedUnits.
-const MaxCountedUnits = engine.MaxCountedUnits
-
-// MaxExtras is engine.MaxExtras.
-const MaxExtras = engine.MaxExtras
-
-// MaxPlacedUnits is engine.MaxPlacedUnits.
-const MaxPlacedUnits = engine.MaxPlacedUnits
-
-// MaxProfiles is engine.MaxProfiles.
-const MaxProfiles = engine.MaxProfiles
-
-// Omit is engine.Omit.
+// Omit, as an attribute's name in Names, leaves that attribute out.
 const Omit = engine.Omit
 
-// OpCreate is engine.OpCreate.
-const OpCreate = engine.OpCreate
-
-// OpDestroy is engine.OpDestroy.
-const OpDestroy = engine.OpDestroy
-
-// OptimumMaxCards is engine.OptimumMaxCards.
-const OptimumMaxCards = engine.OptimumMaxCards
-
-// OptimumMaxRequests is engine.OptimumMaxRequests.
-const OptimumMaxRequests = engine.OptimumMaxRequests
-
-// WholeCard is engine.WholeCard.
-const WholeCard = engine.WholeCard
+// LayoutCard is one card of a node in the layout publication: its Index,
+// its Scheme and its Layout, the partitions to publish (empty: the whole
+// card), with WholeInUse when the whole card is allocated (Layout must
+// then be empty). plan.PlanLayouts returns it and counter.Model's
+// LayoutPools publishes it. Withheld is set only by the internal
+// time-fenced publisher that partition/ledger replaced; the planners
+// reject it as input.
+type LayoutCard = engine.LayoutCard

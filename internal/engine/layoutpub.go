@@ -291,18 +291,6 @@ func PlanLayouts(node []LayoutCard, demand Demand, opts ...Option) ([]LayoutCard
 	return out, nil
 }
 
-// PlanLayout is PlanLayouts for one card (index 0) of scheme s: inUse
-// holds its in-use partitions (and any published free ones, InUse
-// false), demand what is pending. The result is the layout to publish,
-// in the planner's order; empty publishes the whole card.
-func (s *Scheme) PlanLayout(inUse Layout, demand Demand, opts ...Option) (Layout, error) {
-	out, err := PlanLayouts([]LayoutCard{{Index: 0, Scheme: s, Layout: inUse}}, demand, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return out[0].Layout, nil
-}
-
 // leastLoss is profile pi's slot that fits st with the least
 // fragmentation loss (ties: the lower slot), or -1.
 func (s *Scheme) leastLoss(st state, pi int) int {

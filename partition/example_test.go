@@ -1,27 +1,29 @@
-package engine_test
+package partition_test
 
 import (
 	"fmt"
 
-	"github.com/drakit/drakit/internal/engine"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // An accelerator whose tool splits a card of 4 cores and 4 memory banks
 // into partitions of one core and one bank (the bank next to the core)
 // or two cores and two banks, all in the vendor's own names.
-func acmeScheme() *engine.Scheme {
+func acmeScheme() *partition.Scheme {
 	const gib = int64(1) << 30
-	s, err := engine.NewScheme(engine.Scheme{
+	s, err := partition.NewScheme(partition.Scheme{
 		Name:    "acme-a4",
-		Compute: engine.Units{Count: 4, Placed: true},
-		Memory:  engine.Units{Count: 4, Placed: true},
-		Profiles: []engine.Profile{
-			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 * gib, MaxCount: 2, Placements: []engine.Placement{
+		Compute: partition.Units{Count: 4, Placed: true},
+		Memory:  partition.Units{Count: 4, Placed: true},
+		Profiles: []partition.Profile{
+			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 * gib, MaxCount: 2, Placements: []partition.Placement{
 				{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}}},
-			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: []engine.Placement{
+			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 * gib, MaxCount: 4, Placements: []partition.Placement{
 				{Start: 0, Compute: 0, Memory: 1}, {Start: 1, Compute: 1, Memory: 0}, {Start: 2, Compute: 2, Memory: 3}, {Start: 3, Compute: 3, Memory: 2}}},
 		},
-		Names: engine.Names{
+		Names: partition.Names{
 			Card: "accelerator", MemoryUnit: "bank", ComputeUnit: "core",
 			Device: "acme", MemoryCounter: "bank-", ComputeCounter: "core-",
 			CardType: "accelerator", PartitionType: "slice",
@@ -37,11 +39,11 @@ func Example() {
 	s := acmeScheme()
 
 	// The rules, with errors in the vendor's words.
-	fmt.Println(s.Validate(engine.Layout{{Profile: "duo", Start: 0}, {Profile: "solo", Start: 3}}))
+	fmt.Println(s.Validate(partition.Layout{{Profile: "duo", Start: 0}, {Profile: "solo", Start: 3}}))
 
 	// The counter model of a node with two cards: what the scheduler
 	// allocates from (hand m.Pools(node) to a device.Inventory).
-	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
@@ -51,25 +53,25 @@ func Example() {
 	// no duo. Publish what can still be allocated, in the planner's
 	// order: the scheduler's first fit for a solo is then card 0's core
 	// 0, and card 1 stays whole for duos.
-	node := []engine.FleetCard{
-		{Node: "node-a", Index: 0, Scheme: s, Layout: engine.Layout{{Profile: "solo", Start: 1, InUse: true}}},
+	node := []partition.FleetCard{
+		{Node: "node-a", Index: 0, Scheme: s, Layout: partition.Layout{{Profile: "solo", Start: 1, InUse: true}}},
 		{Node: "node-a", Index: 1, Scheme: s},
 	}
-	order, err := engine.Preference(node, engine.WithFitOnly())
+	order, err := counter.Preference(node, counter.WithFitOnly())
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(order)
 
 	// A plan for a fleet: two duos and a solo.
-	plan, err := engine.PlanFleet(node, []engine.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
+	p, err := plan.PlanFleet(node, []plan.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
 	if err != nil {
 		panic(err)
 	}
-	for _, op := range plan.Operations {
+	for _, op := range p.Operations {
 		fmt.Println(op)
 	}
-	fmt.Println(s.Picture("acme-0", plan.After[0].Layout))
+	fmt.Println(s.Picture("acme-0", p.After[0].Layout))
 	// Output:
 	// validate layout on acme-a4: instances[1] (solo@3): placements overlap with instances[0] (duo@0) on bank 2
 	// 14 devices, counter sets acme-0-counters acme-1-counters
@@ -89,10 +91,10 @@ func Example() {
 // counter model keeps it so with one mode counter per die.
 func Example_modes() {
 	const gib = int64(1) << 30
-	parts := func(n int, stacks bool) []engine.Placement {
-		var out []engine.Placement
+	parts := func(n int, stacks bool) []partition.Placement {
+		var out []partition.Placement
 		for i := 0; i < n; i++ {
-			pl := engine.Placement{Start: i, Compute: i * 8 / n}
+			pl := partition.Placement{Start: i, Compute: i * 8 / n}
 			if stacks {
 				pl.Memory = i
 			}
@@ -100,30 +102,30 @@ func Example_modes() {
 		}
 		return out
 	}
-	profile := func(name string, n int, stacks bool) engine.Profile {
-		pr := engine.Profile{Name: name, Mode: name, Compute: 8 / n, MemoryBytes: 192 * gib / int64(n), MaxCount: n, Placements: parts(n, stacks)}
+	profile := func(name string, n int, stacks bool) partition.Profile {
+		pr := partition.Profile{Name: name, Mode: name, Compute: 8 / n, MemoryBytes: 192 * gib / int64(n), MaxCount: n, Placements: parts(n, stacks)}
 		if stacks {
 			pr.Memory = 1
 		}
 		return pr
 	}
-	s, err := engine.NewScheme(engine.Scheme{
+	s, err := partition.NewScheme(partition.Scheme{
 		Name:    "accel-192g",
-		Compute: engine.Units{Count: 8, Placed: true},
-		Memory:  engine.Units{Count: 8, Placed: true},
-		Profiles: []engine.Profile{
+		Compute: partition.Units{Count: 8, Placed: true},
+		Memory:  partition.Units{Count: 8, Placed: true},
+		Profiles: []partition.Profile{
 			profile("SPX/NPS1", 1, false), profile("DPX/NPS1", 2, false), profile("QPX/NPS1", 4, false),
 			profile("CPX/NPS1", 8, false), profile("CPX/NPS4", 8, true),
 		},
-		Names: engine.Names{Device: "xcp", ComputeUnit: "XCD", MemoryUnit: "HBM stack", ComputeCounter: "xcd-", MemoryCounter: "hbm-"},
+		Names: partition.Names{Device: "xcp", ComputeUnit: "XCD", MemoryUnit: "HBM stack", ComputeCounter: "xcd-", MemoryCounter: "hbm-"},
 	})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(s.Modes())
-	fmt.Println(s.Validate(engine.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
-	fmt.Println(s.Validate(engine.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
-	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}})
+	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
+	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
