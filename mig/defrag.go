@@ -15,6 +15,8 @@ const DefaultDefragWork = plan.DefaultDefragWork
 
 // Move is one instance a defragmentation plan moves: its workload stops
 // on Node/GPU at Start and runs again on ToNode/ToGPU at ToStart.
+//
+// Deprecated: use plan.Move (Card for GPU).
 type Move struct {
 	Node    string `json:"node"`
 	GPU     int    `json:"gpu"`
@@ -31,6 +33,8 @@ func (m Move) String() string {
 }
 
 // Defrag is Defragment's result.
+//
+// Deprecated: use plan.Defrag.
 type Defrag struct {
 	// Found is true when the request fits after Moves (no moves when it
 	// fits already).
@@ -94,6 +98,8 @@ func WithWorkBudget(n int) plan.BudgetOption { return plan.WithWorkBudget(n) }
 // WithWorkBudget): Defrag.Complete says whether it finished,
 // Defrag.Reason why nothing was found. Errors are for invalid input only
 // (wrapping ErrFleet). Defragment is safe for concurrent use.
+//
+// Deprecated: use plan.Defragment with partition.FleetCard{Scheme: product.Scheme()}.
 func Defragment(fleet []FleetGPU, req Request, opts ...plan.DefragOption) (*Defrag, error) {
 	cards, err := toCards("defragment", fleet)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 )
 
 // Request asks for one GPU instance of a profile.
+//
+// Deprecated: use plan.Request (Card for GPU) on Product.Scheme.
 type Request struct {
 	// ID names the request in plans; optional.
 	ID string `json:"id,omitempty"`
@@ -33,6 +35,8 @@ const (
 )
 
 // Operation is one step of a plan: create or destroy one GPU instance.
+//
+// Deprecated: use plan.Operation (Card for GPU).
 type Operation struct {
 	Kind    OpKind `json:"kind"`
 	Node    string `json:"node"`
@@ -53,6 +57,8 @@ func (o Operation) String() string {
 }
 
 // Assignment says where a placed request goes.
+//
+// Deprecated: use plan.Assignment (Card for GPU).
 type Assignment struct {
 	Request int    `json:"request"`
 	Node    string `json:"node"`
@@ -68,6 +74,8 @@ type Unplaced = plan.Unplaced
 
 // Plan is the planner's result. Applying Operations in order (destroys
 // first, then creates) turns the fleet into After.
+//
+// Deprecated: use plan.Plan (FreeCards for FreeGPUs).
 type Plan struct {
 	Operations  []Operation  `json:"operations"`
 	Assignments []Assignment `json:"assignments"`
@@ -107,6 +115,9 @@ var ErrFleet = partition.ErrFleet
 // profiles, which are placed first, each on a GPU whose media engines
 // are still free (TestPlanFleetCompleteWithME). Profile names must parse
 // (ParseProfileName). PlanFleet is safe for concurrent use.
+//
+// Deprecated: use plan.PlanFleet with partition.FleetCard{Scheme: product.Scheme()}; it
+// plans the same.
 func PlanFleet(fleet []FleetGPU, requests []Request, opts ...plan.FleetOption) (*Plan, error) {
 	cards, err := toCards("plan", fleet)
 	if err != nil {
@@ -168,6 +179,8 @@ func (p *Plan) Value() Value { return Value{Compute: p.PlacedCompute, Count: len
 // requests, none pinned; plan.Optimum): for every GPU it enumerates
 // every valid completion of its in-use instances, then searches every
 // combination. It is the yardstick for PlanFleet in tests and benchmarks.
+//
+// Deprecated: use plan.Optimum with partition.FleetCard{Scheme: product.Scheme()}.
 func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	if len(fleet) > OptimumMaxGPUs || len(requests) > OptimumMaxRequests {
 		return Value{}, fmt.Errorf("optimum: %w: %d GPUs and %d requests exceed the limits %d and %d", ErrFleet, len(fleet), len(requests), OptimumMaxGPUs, OptimumMaxRequests)
