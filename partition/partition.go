@@ -127,10 +127,11 @@ const WholeCard = engine.WholeCard
 const Omit = engine.Omit
 
 // LayoutCard is one card of a node in the layout publication: its Index,
-// its Scheme and its Layout, the partitions to publish (empty: the whole
-// card), with WholeInUse when the whole card is allocated (Layout must
-// then be empty). plan.PlanLayouts returns it and counter.Model's
-// LayoutPools publishes it. Withheld is set only by the internal
-// time-fenced publisher that partition/ledger replaced; the planners
-// reject it as input.
+// its Scheme and its Layout. As plan.PlanLayouts' input, Layout holds the
+// in-use partitions (kept) and the free ones published now; as its
+// output and as counter.Model.LayoutPools' input, the partitions to
+// publish, empty for the whole card. WholeInUse: the whole card is
+// allocated (Layout empty). Withheld, set by ledger.Ledger.Layout when a
+// card may publish nothing, makes LayoutPools publish no device of it;
+// PlanLayouts rejects it as input.
 type LayoutCard = engine.LayoutCard
