@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 	"github.com/drakit/drakit/mig"
 )
 
-func h100Scheme(t testing.TB) *engine.Scheme {
+func h100Scheme(t testing.TB) *partition.Scheme {
 	t.Helper()
 	p, err := mig.Lookup("H100-80GB")
 	if err != nil {
@@ -20,14 +20,14 @@ func h100Scheme(t testing.TB) *engine.Scheme {
 }
 
 // idleFleet is n nodes of 8 idle H100s, offered whole.
-func idleFleet(s *engine.Scheme, n int) []engine.Node {
-	var out []engine.Node
+func idleFleet(s *partition.Scheme, n int) []partition.Node {
+	var out []partition.Node
 	for i := 0; i < n; i++ {
-		node := engine.Node{Name: fmt.Sprintf("node-%03d", i)}
+		node := partition.Node{Name: fmt.Sprintf("node-%03d", i)}
 		for c := 0; c < 8; c++ {
 			node.Cards = append(
 				node.Cards,
-				engine.NodeCard{Index: c, Scheme: s, FreeWhole: true},
+				partition.NodeCard{Index: c, Scheme: s, FreeWhole: true},
 			)
 		}
 		out = append(out, node)
@@ -35,12 +35,12 @@ func idleFleet(s *engine.Scheme, n int) []engine.Node {
 	return out
 }
 
-func burst(n int, profile string) []engine.PendingRequest {
-	var out []engine.PendingRequest
+func burst(n int, profile string) []partition.PendingRequest {
+	var out []partition.PendingRequest
 	for i := 0; i < n; i++ {
 		out = append(
 			out,
-			engine.PendingRequest{ID: fmt.Sprintf("r%03d", i), Profiles: []string{profile}},
+			partition.PendingRequest{ID: fmt.Sprintf("r%03d", i), Profiles: []string{profile}},
 		)
 	}
 	return out
@@ -55,9 +55,9 @@ func TestAssignFleetBurstLandsOnFewNodes(t *testing.T) {
 	for _, n := range []int{8, 32, 128} {
 		reqs := append(
 			burst(100, "1g.10gb"),
-			engine.PendingRequest{ID: "big", Profiles: []string{"7g.80gb"}},
+			partition.PendingRequest{ID: "big", Profiles: []string{"7g.80gb"}},
 		)
-		a, err := engine.AssignFleet(idleFleet(s, n), reqs)
+		a, err := partition.AssignFleet(idleFleet(s, n), reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,13 +80,13 @@ func TestAssignFleetBurstLandsOnFewNodes(t *testing.T) {
 func TestAssignFleetPrefersOpenDevices(t *testing.T) {
 	s := h100Scheme(t)
 	nodes := idleFleet(s, 3)
-	nodes[2].Cards[5] = engine.NodeCard{
+	nodes[2].Cards[5] = partition.NodeCard{
 		Index:  5,
 		Scheme: s,
-		InUse:  engine.Layout{{Profile: "3g.40gb", Start: 0, InUse: true}},
-		Free:   engine.Layout{{Profile: "2g.20gb", Start: 4}, {Profile: "1g.10gb", Start: 6}},
+		InUse:  partition.Layout{{Profile: "3g.40gb", Start: 0, InUse: true}},
+		Free:   partition.Layout{{Profile: "2g.20gb", Start: 4}, {Profile: "1g.10gb", Start: 6}},
 	}
-	a, err := engine.AssignFleet(nodes, []engine.PendingRequest{
+	a, err := partition.AssignFleet(nodes, []partition.PendingRequest{
 		{ID: "two", Profiles: []string{"2g.20gb"}},
 		{ID: "pinned", Profiles: []string{"1g.10gb"}, Nodes: []string{"node-001"}},
 	})
@@ -109,13 +109,13 @@ func TestAssignFleetNoStarvation(t *testing.T) {
 	s := h100Scheme(t)
 	nodes := idleFleet(s, 1)
 	for c := range nodes[0].Cards {
-		nodes[0].Cards[c] = engine.NodeCard{Index: c, Scheme: s,
-			InUse: engine.Layout{{Profile: "1g.10gb", Start: c % 7, InUse: true}}}
+		nodes[0].Cards[c] = partition.NodeCard{Index: c, Scheme: s,
+			InUse: partition.Layout{{Profile: "1g.10gb", Start: c % 7, InUse: true}}}
 	}
 	reqs := append(
-		[]engine.PendingRequest{{ID: "big", Profiles: []string{"7g.80gb"}, Waited: time.Minute}},
+		[]partition.PendingRequest{{ID: "big", Profiles: []string{"7g.80gb"}, Waited: time.Minute}},
 		burst(50, "1g.10gb")...)
-	a, err := engine.AssignFleet(nodes, reqs)
+	a, err := partition.AssignFleet(nodes, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,19 +132,19 @@ func TestAssignFleetNoStarvation(t *testing.T) {
 	}
 
 	idle := idleFleet(s, 1)
-	reqs = []engine.PendingRequest{
+	reqs = []partition.PendingRequest{
 		{ID: "old-3g", Profiles: []string{"3g.40gb"}, Waited: time.Minute},
 	}
 	for i := 0; i < 8; i++ {
 		reqs = append(
 			reqs,
-			engine.PendingRequest{
+			partition.PendingRequest{
 				ID:       fmt.Sprint("whole-", i),
-				Profiles: []string{engine.WholeCard},
+				Profiles: []string{partition.WholeCard},
 			},
 		)
 	}
-	a, err = engine.AssignFleet(idle, reqs)
+	a, err = partition.AssignFleet(idle, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}

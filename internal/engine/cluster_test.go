@@ -13,7 +13,7 @@ import (
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/internal/cluster/clustertest"
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 )
 
 // TestModesOnCluster publishes an instinct-like node of two cards through
@@ -32,12 +32,12 @@ func TestModesOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := instinctLike(t)
-	fleet := []engine.FleetCard{{Node: node, Index: 0, Scheme: s}, {Node: node, Index: 1, Scheme: s}}
-	cards, err := engine.ModelCards(fleet)
+	fleet := []partition.FleetCard{{Node: node, Index: 0, Scheme: s}, {Node: node, Index: 1, Scheme: s}}
+	cards, err := partition.ModelCards(fleet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := engine.NewCounterModel(cards)
+	m, err := partition.NewCounterModel(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestModesOnCluster(t *testing.T) {
 	if _, err := c.Client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	run := func(name, selector string) engine.DeviceRef {
+	run := func(name, selector string) partition.DeviceRef {
 		t.Helper()
 		req := &resourceapi.ExactDeviceRequest{DeviceClassName: class.Name}
 		if selector != "" {
@@ -113,7 +113,7 @@ func TestModesOnCluster(t *testing.T) {
 		return ref
 	}
 
-	pools, err := m.PreferredPools(node, fleet, engine.WithFitOnly())
+	pools, err := m.PreferredPools(node, fleet, partition.WithFitOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestModesOnCluster(t *testing.T) {
 	if first.Card != 0 {
 		t.Fatalf("the first partition went to card %d: card 0, whose devices come first in the static order, must hold it for the test to prove anything", first.Card)
 	}
-	fleet[first.Card].Layout = engine.Layout{{Profile: first.Profile, Start: first.Start, InUse: true}}
+	fleet[first.Card].Layout = partition.Layout{{Profile: first.Profile, Start: first.Start, InUse: true}}
 
 	other := "CPX/NPS4"
 	if first.Profile == other {

@@ -15,14 +15,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/drakit/drakit/internal/alloc"
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 )
 
 const testDriver = "accel.example.com"
 
 // selectorFor is a CEL selector that matches exactly the named device of
 // scheme s, by the attributes the scheme publishes.
-func selectorFor(t testing.TB, a *alloc.Allocator, s *engine.Scheme, name string) string {
+func selectorFor(t testing.TB, a *alloc.Allocator, s *partition.Scheme, name string) string {
 	t.Helper()
 	ref, err := s.ParseDeviceName(name)
 	if err != nil {
@@ -54,7 +54,7 @@ func selectorFor(t testing.TB, a *alloc.Allocator, s *engine.Scheme, name string
 // allocatorFamily enumerates, with the real allocator, every set of
 // devices it accepts when they are requested one at a time in the given
 // order, with the devices held already allocated (alloc.Family).
-func allocatorFamily(t *testing.T, s *engine.Scheme, slices []*resourceapi.ResourceSlice, names, held []string) []string {
+func allocatorFamily(t *testing.T, s *partition.Scheme, slices []*resourceapi.ResourceSlice, names, held []string) []string {
 	t.Helper()
 	a := alloc.New(testDriver, alloc.Features)
 	sels := make([]string, len(names))
@@ -76,7 +76,7 @@ func key(names []string) string {
 	return strings.Join(c, " ")
 }
 
-func deviceNames(m engine.CounterModel) []string {
+func deviceNames(m partition.CounterModel) []string {
 	out := make([]string, len(m.Devices))
 	for i, d := range m.Devices {
 		out[i] = d.Name
@@ -86,7 +86,7 @@ func deviceNames(m engine.CounterModel) []string {
 
 // exactFamily is the scheme's valid layouts on card 0 as device-name
 // sets, plus the whole card.
-func exactFamily(t *testing.T, s *engine.Scheme, profiles []string) []string {
+func exactFamily(t *testing.T, s *partition.Scheme, profiles []string) []string {
 	t.Helper()
 	ls, err := s.Layouts(profiles...)
 	if err != nil {
@@ -117,7 +117,7 @@ func exactFamily(t *testing.T, s *engine.Scheme, profiles []string) []string {
 func TestCounterModelMatchesAllocator(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		scheme   func(testing.TB) *engine.Scheme
+		scheme   func(testing.TB) *partition.Scheme
 		profiles []string
 		wantSets int // valid non-empty layouts + the whole card
 	}{
@@ -128,7 +128,7 @@ func TestCounterModelMatchesAllocator(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.scheme(t)
-			m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s, Profiles: tc.profiles}})
+			m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s, Profiles: tc.profiles}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +154,7 @@ func TestCounterModelMatchesAllocator(t *testing.T) {
 func TestModeCountersAreNeeded(t *testing.T) {
 	s := instinctLike(t)
 	profiles := []string{"DPX/NPS1", "QPX/NPS1"}
-	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s, Profiles: profiles}})
+	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s, Profiles: profiles}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestModeCountersAreNeeded(t *testing.T) {
 // the API's rules.
 func TestCounterModelNames(t *testing.T) {
 	ti, in := tiles(t), instinctLike(t)
-	m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: ti, UUID: "ACC-0"}, {Index: 3, Scheme: in}})
+	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: ti, UUID: "ACC-0"}, {Index: 3, Scheme: in}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestCounterModelNames(t *testing.T) {
 	if _, ok := q.ConsumesCounters[0].Counters["codec"]; !ok {
 		t.Errorf("quarter+codec does not take the codec: %v", q.ConsumesCounters[0].Counters)
 	}
-	for name, want := range map[string]engine.DeviceRef{
+	for name, want := range map[string]partition.DeviceRef{
 		"acc-0":                  {Card: 0},
 		"acc-0-wide-10":          {Card: 0, Profile: "wide", Start: 10},
 		"acc-12-quarter-codec-3": {Card: 12, Profile: "quarter+codec", Start: 3},

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 )
 
 // schemeFrom builds a scheme definition from fuzz bytes: counts, flags,
 // profiles, placements, extras and modes drawn from a little past each
 // limit on both sides, so that about as many definitions are invalid as
 // valid.
-func schemeFrom(data []byte) engine.Scheme {
+func schemeFrom(data []byte) partition.Scheme {
 	i := 0
 	next := func() int {
 		if i >= len(data) {
@@ -24,22 +24,22 @@ func schemeFrom(data []byte) engine.Scheme {
 	}
 	// A zero byte (and the end of the data) picks a valid value
 	// everywhere: all zeros is one 1-unit profile on an 8 x 7 card.
-	def := engine.Scheme{Name: "fz"}
+	def := partition.Scheme{Name: "fz"}
 	if next()%16 == 15 {
 		def.Name = ""
 	}
 	b := next()
-	def.Memory = engine.Units{Count: (8 + b) % 40, Placed: b&64 == 0}
+	def.Memory = partition.Units{Count: (8 + b) % 40, Placed: b&64 == 0}
 	b = next()
-	def.Compute = engine.Units{Count: (9+b)%40 - 2, Placed: b&64 == 0}
+	def.Compute = partition.Units{Count: (9+b)%40 - 2, Placed: b&64 == 0}
 	def.MaxPartitions = (next()+1)%10 - 1
 	extraNames := []string{"me", "ofa", "Bad Name", "me", ""}
 	for n := next() % 6; n > 0; n-- {
-		def.Extras = append(def.Extras, engine.Extra{Name: extraNames[next()%len(extraNames)], Capacity: (next()+2)%4 - 1})
+		def.Extras = append(def.Extras, partition.Extra{Name: extraNames[next()%len(extraNames)], Capacity: (next()+2)%4 - 1})
 	}
 	modes := []string{"", "", "a", "b", "Bad Mode"}
 	for n, k := (next()+1)%18, 0; k < n; k++ {
-		pr := engine.Profile{Name: fmt.Sprintf("p%d", (next()+k)%20), ID: next() % 8, Compute: (next()+2)%10 - 1, Memory: (next()+2)%10 - 1, MaxCount: (next() + 1) % 5, Mode: modes[next()%len(modes)]}
+		pr := partition.Profile{Name: fmt.Sprintf("p%d", (next()+k)%20), ID: next() % 8, Compute: (next()+2)%10 - 1, Memory: (next()+2)%10 - 1, MaxCount: (next() + 1) % 5, Mode: modes[next()%len(modes)]}
 		switch next() % 16 {
 		case 13:
 			pr.Name = ""
@@ -49,7 +49,7 @@ func schemeFrom(data []byte) engine.Scheme {
 			pr.Name = "P-1" // same DNS form as p-1, p_1
 		}
 		for k := (next() + 1) % 4; k > 0; k-- {
-			pr.Placements = append(pr.Placements, engine.Placement{Start: (next()+1)%10 - 1, Memory: (next()+1)%34 - 1, Compute: (next()+1)%34 - 1})
+			pr.Placements = append(pr.Placements, partition.Placement{Start: (next()+1)%10 - 1, Memory: (next()+1)%34 - 1, Compute: (next()+1)%34 - 1})
 		}
 		if len(def.Extras) > 0 && next()%2 == 1 {
 			pr.Extras = map[string]int{extraNames[next()%len(extraNames)]: (next() + 1) % 3}
@@ -74,16 +74,16 @@ func FuzzScheme(f *testing.F) {
 			return
 		}
 		def := schemeFrom(data)
-		s, err := engine.NewScheme(def)
+		s, err := partition.NewScheme(def)
 		if err != nil {
 			msg := err.Error()
-			if !errors.Is(err, engine.ErrInvalidScheme) {
+			if !errors.Is(err, partition.ErrInvalidScheme) {
 				t.Fatalf("error %q does not wrap ErrInvalidScheme", msg)
 			}
 			if !strings.HasPrefix(msg, "build scheme") || strings.Contains(msg, "\n") {
 				t.Fatalf("error %q: want one line starting with \"build scheme\"", msg)
 			}
-			if _, reason, ok := strings.Cut(msg, engine.ErrInvalidScheme.Error()+": "); !ok || strings.TrimSpace(reason) == "" {
+			if _, reason, ok := strings.Cut(msg, partition.ErrInvalidScheme.Error()+": "); !ok || strings.TrimSpace(reason) == "" {
 				t.Fatalf("error %q gives no reason", msg)
 			}
 			return
@@ -91,11 +91,11 @@ func FuzzScheme(f *testing.F) {
 		if err := s.Validate(nil); err != nil {
 			t.Fatalf("empty layout invalid: %v", err)
 		}
-		var reqs []engine.Request
+		var reqs []partition.Request
 		for _, pr := range s.Profiles {
-			reqs = append(reqs, engine.Request{Profile: pr.Name})
+			reqs = append(reqs, partition.Request{Profile: pr.Name})
 			for _, pl := range pr.Placements {
-				l := engine.Layout{{Profile: pr.Name, Start: pl.Start}}
+				l := partition.Layout{{Profile: pr.Name, Start: pl.Start}}
 				if err := s.Validate(l); err != nil {
 					t.Fatalf("%s alone at %d on an empty card: %v", pr.Name, pl.Start, err)
 				}
@@ -104,8 +104,8 @@ func FuzzScheme(f *testing.F) {
 				}
 			}
 		}
-		fleet := []engine.FleetCard{{Node: "n", Index: 0, Scheme: s}, {Node: "n", Index: 1, Scheme: s}}
-		plan, err := engine.PlanFleet(fleet, reqs, engine.WithWorkBudget(10_000))
+		fleet := []partition.FleetCard{{Node: "n", Index: 0, Scheme: s}, {Node: "n", Index: 1, Scheme: s}}
+		plan, err := partition.PlanFleet(fleet, reqs, partition.WithWorkBudget(10_000))
 		if err != nil {
 			t.Fatalf("plan: %v", err)
 		}

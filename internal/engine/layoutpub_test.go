@@ -16,7 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/internal/alloc"
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 	"github.com/drakit/drakit/mig"
 )
 
@@ -25,12 +25,12 @@ import (
 // scheme (card-wide modes).
 func layoutSchemes(t testing.TB) []struct {
 	name string
-	s    *engine.Scheme
+	s    *partition.Scheme
 } {
 	t.Helper()
 	out := []struct {
 		name string
-		s    *engine.Scheme
+		s    *partition.Scheme
 	}{}
 	for _, n := range []string{"H100-80GB", "H200-141GB"} {
 		p, err := mig.Lookup(n)
@@ -39,22 +39,22 @@ func layoutSchemes(t testing.TB) []struct {
 		}
 		out = append(out, struct {
 			name string
-			s    *engine.Scheme
+			s    *partition.Scheme
 		}{n, p.Scheme()})
 	}
 	return append(out, struct {
 		name string
-		s    *engine.Scheme
+		s    *partition.Scheme
 	}{"instinct-like", instinctLike(t)})
 }
 
 // randomInUse is a random in-use layout: a random valid layout of s with
 // a random subset of its partitions kept (nil a quarter of the time).
-func randomInUse(rng *rand.Rand, layouts []engine.Layout) engine.Layout {
+func randomInUse(rng *rand.Rand, layouts []partition.Layout) partition.Layout {
 	if rng.Intn(4) == 0 {
 		return nil
 	}
-	var out engine.Layout
+	var out partition.Layout
 	for _, in := range layouts[rng.Intn(len(layouts))] {
 		if rng.Intn(3) > 0 {
 			in.InUse = true
@@ -66,17 +66,17 @@ func randomInUse(rng *rand.Rand, layouts []engine.Layout) engine.Layout {
 
 // randomDemand is a random demand over s's profiles, nil a quarter of
 // the time, sometimes with whole cards.
-func randomDemand(rng *rand.Rand, s *engine.Scheme) engine.Demand {
+func randomDemand(rng *rand.Rand, s *partition.Scheme) partition.Demand {
 	if rng.Intn(4) == 0 {
 		return nil
 	}
-	d := engine.Demand{}
+	d := partition.Demand{}
 	names := s.ProfileNames()
 	for i := rng.Intn(4); i >= 0; i-- {
 		d[names[rng.Intn(len(names))]] += 1 + rng.Intn(5)
 	}
 	if rng.Intn(5) == 0 {
-		d[engine.WholeCard] = 1 + rng.Intn(2)
+		d[partition.WholeCard] = 1 + rng.Intn(2)
 	}
 	return d
 }
@@ -84,8 +84,8 @@ func randomDemand(rng *rand.Rand, s *engine.Scheme) engine.Demand {
 // checkTogether checks that the devices named (published, allocated, in
 // use: anything a scheduler could hold at once) form, per card, the
 // whole card alone or a layout the scheme's Validate accepts.
-func checkTogether(s *engine.Scheme, names []string) error {
-	parts := map[int]engine.Layout{}
+func checkTogether(s *partition.Scheme, names []string) error {
+	parts := map[int]partition.Layout{}
 	whole := map[int]bool{}
 	for _, n := range names {
 		ref, err := s.ParseDeviceName(n)
@@ -96,7 +96,7 @@ func checkTogether(s *engine.Scheme, names []string) error {
 			whole[ref.Card] = true
 			continue
 		}
-		parts[ref.Card] = append(parts[ref.Card], engine.Instance{Profile: ref.Profile, Start: ref.Start})
+		parts[ref.Card] = append(parts[ref.Card], partition.Instance{Profile: ref.Profile, Start: ref.Start})
 	}
 	for c, l := range parts {
 		if whole[c] {
@@ -137,20 +137,20 @@ func greedy(t testing.TB, a *alloc.Allocator, sl []*resourceapi.ResourceSlice, h
 	}
 }
 
-func modelOf(t testing.TB, s *engine.Scheme, cards int) engine.CounterModel {
+func modelOf(t testing.TB, s *partition.Scheme, cards int) partition.CounterModel {
 	t.Helper()
-	var cs []engine.Card
+	var cs []partition.Card
 	for i := 0; i < cards; i++ {
-		cs = append(cs, engine.Card{Index: i, Scheme: s})
+		cs = append(cs, partition.Card{Index: i, Scheme: s})
 	}
-	m, err := engine.NewCounterModel(cs)
+	m, err := partition.NewCounterModel(cs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func inUseNames(t testing.TB, s *engine.Scheme, cards []engine.LayoutCard) []string {
+func inUseNames(t testing.TB, s *partition.Scheme, cards []partition.LayoutCard) []string {
 	t.Helper()
 	var out []string
 	for _, c := range cards {
@@ -188,24 +188,24 @@ func TestPlanLayoutsAreValid(t *testing.T) {
 			rng := rand.New(rand.NewSource(38))
 			cases, allocated := 0, 0
 			for iter := 0; iter < 150; iter++ {
-				var node []engine.LayoutCard
+				var node []partition.LayoutCard
 				for i := 0; i < 3; i++ {
-					c := engine.LayoutCard{Index: i, Scheme: s, Layout: randomInUse(rng, layouts)}
+					c := partition.LayoutCard{Index: i, Scheme: s, Layout: randomInUse(rng, layouts)}
 					if c.Layout == nil && rng.Intn(3) == 0 {
 						c.WholeInUse = true
 					}
 					node = append(node, c)
 				}
 				demand := randomDemand(rng, s)
-				got, err := engine.PlanLayouts(node, demand)
+				got, err := partition.PlanLayouts(node, demand)
 				if err != nil {
 					t.Fatal(err)
 				}
-				again, err := engine.PlanLayouts(node, demand)
+				again, err := partition.PlanLayouts(node, demand)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(got, again, cmp.Comparer(func(a, b *engine.Scheme) bool { return a == b })); diff != "" {
+				if diff := cmp.Diff(got, again, cmp.Comparer(func(a, b *partition.Scheme) bool { return a == b })); diff != "" {
 					t.Fatalf("not deterministic (-first +second):\n%s", diff)
 				}
 				for i, c := range got {
@@ -249,16 +249,16 @@ func TestPlanLayoutsAreValid(t *testing.T) {
 // on it ends valid, and allocating greedily on the union of the versions
 // published within the window ends valid. It returns the first error of
 // the union check, and counts.
-func publishSim(t *testing.T, s *engine.Scheme, seed int64, fence, window time.Duration, stale bool) (unionErr error, versions, unions int) {
+func publishSim(t *testing.T, s *partition.Scheme, seed int64, fence, window time.Duration, stale bool) (unionErr error, versions, unions int) {
 	t.Helper()
 	a := alloc.New(testDriver, alloc.Features)
 	const cards = 3
 	m := modelOf(t, s, cards)
-	var cs []engine.Card
+	var cs []partition.Card
 	for i := 0; i < cards; i++ {
-		cs = append(cs, engine.Card{Index: i, Scheme: s})
+		cs = append(cs, partition.Card{Index: i, Scheme: s})
 	}
-	pub, err := engine.NewLayoutPublisher(cs, engine.WithFence(fence))
+	pub, err := partition.NewLayoutPublisher(cs, partition.WithFence(fence))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,21 +316,21 @@ func publishSim(t *testing.T, s *engine.Scheme, seed int64, fence, window time.D
 				use[pick] = true
 			}
 		}
-		var cu []engine.CardUse
+		var cu []partition.CardUse
 		for n := range use {
 			ref, err := s.ParseDeviceName(n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			i := slices.IndexFunc(cu, func(c engine.CardUse) bool { return c.Index == ref.Card })
+			i := slices.IndexFunc(cu, func(c partition.CardUse) bool { return c.Index == ref.Card })
 			if i < 0 {
-				cu = append(cu, engine.CardUse{Index: ref.Card})
+				cu = append(cu, partition.CardUse{Index: ref.Card})
 				i = len(cu) - 1
 			}
 			if ref.Profile == "" {
 				cu[i].Whole = true
 			} else {
-				cu[i].InUse = append(cu[i].InUse, engine.Instance{Profile: ref.Profile, Start: ref.Start})
+				cu[i].InUse = append(cu[i].InUse, partition.Instance{Profile: ref.Profile, Start: ref.Start})
 			}
 		}
 		v, err := pub.Next(cu, randomDemand(rng, s), now)
@@ -411,7 +411,7 @@ func TestLayoutPublisherFence(t *testing.T) {
 		t.Run(ts.name, func(t *testing.T) {
 			versions, unions := 0, 0
 			for seed := int64(1); seed <= 6; seed++ {
-				err, v, u := publishSim(t, ts.s, seed, engine.DefaultFence, engine.DefaultFence, true)
+				err, v, u := publishSim(t, ts.s, seed, partition.DefaultFence, partition.DefaultFence, true)
 				if err != nil {
 					t.Fatalf("seed %d: %v", seed, err)
 				}
@@ -432,7 +432,7 @@ func TestLayoutFenceIsNeeded(t *testing.T) {
 	for _, ts := range layoutSchemes(t) {
 		t.Run(ts.name, func(t *testing.T) {
 			for seed := int64(1); seed <= 3; seed++ {
-				err, _, _ := publishSim(t, ts.s, seed, 0, engine.DefaultFence, false)
+				err, _, _ := publishSim(t, ts.s, seed, 0, partition.DefaultFence, false)
 				if err != nil {
 					t.Logf("without the fence, seed %d: %v", seed, err)
 					return
@@ -453,7 +453,7 @@ func TestLayoutPublisherRetireThenReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := p.Scheme()
-	pub, err := engine.NewLayoutPublisher([]engine.Card{{Index: 0, Scheme: s}})
+	pub, err := partition.NewLayoutPublisher([]partition.Card{{Index: 0, Scheme: s}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestLayoutPublisherRetireThenReuse(t *testing.T) {
 	if c := v.Cards[0]; c.Withheld || len(c.Layout) != 0 || v.Version != 1 {
 		t.Fatalf("an idle GPU without demand: want the whole GPU, version 1, got %+v", v)
 	}
-	demand := engine.Demand{"1g.10gb": 2}
+	demand := partition.Demand{"1g.10gb": 2}
 	v, err = pub.Next(nil, demand, t0.Add(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -493,14 +493,14 @@ func TestLayoutPublisherRetireThenReuse(t *testing.T) {
 	// A stale allocation of a retired device: the whole GPU goes back to
 	// whole once nothing is in use; a scheduler allocates it before the
 	// fence ends; it is kept.
-	pub2, _ := engine.NewLayoutPublisher([]engine.Card{{Index: 0, Scheme: s}})
+	pub2, _ := partition.NewLayoutPublisher([]partition.Card{{Index: 0, Scheme: s}})
 	if _, err := pub2.Next(nil, nil, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pub2.Next(nil, demand, t0.Add(time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	v, err = pub2.Next([]engine.CardUse{{Index: 0, Whole: true}}, demand, t0.Add(2*time.Second))
+	v, err = pub2.Next([]partition.CardUse{{Index: 0, Whole: true}}, demand, t0.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,9 +520,9 @@ func TestLayoutPoolsSplit(t *testing.T) {
 	s := p.Scheme()
 	for _, tc := range []struct{ cards, pools int }{{18, 1}, {20, 2}} {
 		m := modelOf(t, s, tc.cards)
-		var node []engine.LayoutCard
+		var node []partition.LayoutCard
 		for i := 0; i < tc.cards; i++ {
-			node = append(node, engine.LayoutCard{Index: i, Scheme: s})
+			node = append(node, partition.LayoutCard{Index: i, Scheme: s})
 		}
 		sl, err := m.LayoutSlices(testDriver, "node-a", "node-a", 1, node)
 		if err != nil {
@@ -536,7 +536,7 @@ func TestLayoutPoolsSplit(t *testing.T) {
 			t.Fatalf("%d cards: want %d pools, got %d slices, %d pools", tc.cards, tc.pools, len(sl), len(pools))
 		}
 		for _, x := range sl {
-			if x.Spec.Pool.ResourceSliceCount != 1 || len(x.Spec.Devices) > engine.LayoutMaxDevices {
+			if x.Spec.Pool.ResourceSliceCount != 1 || len(x.Spec.Devices) > partition.LayoutMaxDevices {
 				t.Errorf("%s: %d slices in pool, %d devices", x.Name, x.Spec.Pool.ResourceSliceCount, len(x.Spec.Devices))
 			}
 			for _, d := range x.Spec.Devices {
@@ -559,21 +559,21 @@ func TestLayoutPublisherRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := p.Scheme()
-	cards := []engine.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}}
-	inUse := []engine.CardUse{{Index: 0, InUse: engine.Layout{{Profile: "1g.10gb", Start: 0}}}}
+	cards := []partition.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}}
+	inUse := []partition.CardUse{{Index: 0, InUse: partition.Layout{{Profile: "1g.10gb", Start: 0}}}}
 	t0 := time.Unix(0, 0)
-	before, err := engine.NewLayoutPublisher(cards)
+	before, err := partition.NewLayoutPublisher(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := before.Next(inUse, engine.Demand{"1g.10gb": 4}, t0)
+	old, err := before.Next(inUse, partition.Demand{"1g.10gb": 4}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t1 := t0.Add(time.Minute)
 
 	// The restart: the demand is gone meanwhile.
-	restored, err := engine.NewLayoutPublisher(cards)
+	restored, err := partition.NewLayoutPublisher(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func TestLayoutPublisherRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := engine.NewLayoutPublisher(cards)
+	fresh, err := partition.NewLayoutPublisher(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,15 +602,15 @@ func TestLayoutPublisherRestore(t *testing.T) {
 
 	// A demand that needs the space: what replaces the old devices waits
 	// for the fence.
-	v, err := restored.Next(inUse, engine.Demand{"3g.40gb": 1, "4g.40gb": 1}, t1.Add(10*time.Millisecond))
+	v, err := restored.Next(inUse, partition.Demand{"3g.40gb": 1, "4g.40gb": 1}, t1.Add(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range v.Cards {
 		union := slices.Clone(old.Cards[c.Index].Layout)
 		for _, in := range c.Layout {
-			if !slices.ContainsFunc(union, func(x engine.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
-				union = append(union, engine.Instance{Profile: in.Profile, Start: in.Start})
+			if !slices.ContainsFunc(union, func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
+				union = append(union, partition.Instance{Profile: in.Profile, Start: in.Start})
 			}
 		}
 		wholeBoth := len(old.Cards[c.Index].Layout) == 0 && !old.Cards[c.Index].Withheld && len(c.Layout) > 0
@@ -626,11 +626,11 @@ func TestLayoutPublisherRestore(t *testing.T) {
 	if err := restored.Restore(old.Cards, t1); err == nil {
 		t.Error("Restore after Next did not fail")
 	}
-	bad, _ := engine.NewLayoutPublisher(cards)
-	if err := bad.Restore([]engine.LayoutCard{{Index: 5}}, t1); err == nil {
+	bad, _ := partition.NewLayoutPublisher(cards)
+	if err := bad.Restore([]partition.LayoutCard{{Index: 5}}, t1); err == nil {
 		t.Error("Restore of an unknown card did not fail")
 	}
-	if err := bad.Restore([]engine.LayoutCard{{Index: 0, Layout: engine.Layout{{Profile: "4g.40gb", Start: 0}, {Profile: "3g.40gb", Start: 0}}}}, t1); err == nil {
+	if err := bad.Restore([]partition.LayoutCard{{Index: 0, Layout: partition.Layout{{Profile: "4g.40gb", Start: 0}, {Profile: "3g.40gb", Start: 0}}}}, t1); err == nil {
 		t.Error("Restore of an overlapping layout did not fail")
 	}
 }
@@ -644,13 +644,13 @@ func TestLayoutPoolNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []int{8, 20} {
-		var cards []engine.Card
-		var lc []engine.LayoutCard
+		var cards []partition.Card
+		var lc []partition.LayoutCard
 		for i := range n {
-			cards = append(cards, engine.Card{Index: i, Scheme: p.Scheme()})
-			lc = append(lc, engine.LayoutCard{Index: i, Scheme: p.Scheme()})
+			cards = append(cards, partition.Card{Index: i, Scheme: p.Scheme()})
+			lc = append(lc, partition.LayoutCard{Index: i, Scheme: p.Scheme()})
 		}
-		m, err := engine.NewCounterModel(cards)
+		m, err := partition.NewCounterModel(cards)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -662,7 +662,7 @@ func TestLayoutPoolNames(t *testing.T) {
 		for _, pl := range pools {
 			want = append(want, pl.Name)
 		}
-		got, err := engine.LayoutPoolNames("node", lc)
+		got, err := partition.LayoutPoolNames("node", lc)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("%d cards: LayoutPoolNames = %v, %v; LayoutPools made %v", n, got, err, want)
 		}

@@ -14,12 +14,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/internal/alloc"
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 )
 
 var testSchemes = []struct {
 	name   string
-	scheme func(testing.TB) *engine.Scheme
+	scheme func(testing.TB) *partition.Scheme
 }{
 	{"instinct-like", instinctLike},
 	{"tile-4", tiles},
@@ -27,17 +27,17 @@ var testSchemes = []struct {
 }
 
 // placements lists every profile x placement of s as an instance.
-func placements(s *engine.Scheme) []engine.Instance {
-	var out []engine.Instance
+func placements(s *partition.Scheme) []partition.Instance {
+	var out []partition.Instance
 	for _, pr := range s.Profiles {
 		for _, pl := range pr.Placements {
-			out = append(out, engine.Instance{Profile: pr.Name, Start: pl.Start})
+			out = append(out, partition.Instance{Profile: pr.Name, Start: pl.Start})
 		}
 	}
 	return out
 }
 
-func score(t testing.TB, s *engine.Scheme, l engine.Layout) int {
+func score(t testing.TB, s *partition.Scheme, l partition.Layout) int {
 	t.Helper()
 	v, err := s.Score(l)
 	if err != nil {
@@ -46,7 +46,7 @@ func score(t testing.TB, s *engine.Scheme, l engine.Layout) int {
 	return v
 }
 
-func with(l engine.Layout, in engine.Instance) engine.Layout {
+func with(l partition.Layout, in partition.Instance) partition.Layout {
 	return append(slices.Clone(l), in)
 }
 
@@ -60,7 +60,7 @@ func TestFreeCardBonusDominates(t *testing.T) {
 			empty := score(t, s, nil)
 			minEmptyLoss := -1
 			for _, in := range placements(s) {
-				if l := empty - score(t, s, engine.Layout{in}); minEmptyLoss < 0 || l < minEmptyLoss {
+				if l := empty - score(t, s, partition.Layout{in}); minEmptyLoss < 0 || l < minEmptyLoss {
 					minEmptyLoss = l
 				}
 			}
@@ -85,7 +85,7 @@ func TestFreeCardBonusDominates(t *testing.T) {
 }
 
 // placedUnits is the placed units a layout of s covers.
-func placedUnits(t testing.TB, s *engine.Scheme, l engine.Layout) int {
+func placedUnits(t testing.TB, s *partition.Scheme, l partition.Layout) int {
 	n := 0
 	for _, in := range l {
 		pr, err := s.Profile(in.Profile)
@@ -128,10 +128,10 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 				total -= s.Compute.Count
 			}
 			for iter := 0; iter < 8; iter++ {
-				var fleet []engine.FleetCard
+				var fleet []partition.FleetCard
 				allocated := sets.New[structured.DeviceID]()
 				for i := 0; i < 3; i++ {
-					f := engine.FleetCard{Node: "a", Index: i, Scheme: s}
+					f := partition.FleetCard{Node: "a", Index: i, Scheme: s}
 					if rng.Intn(4) > 0 {
 						f.Layout = slices.Clone(layouts[rng.Intn(len(layouts))])
 					}
@@ -141,15 +141,15 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 					}
 					fleet = append(fleet, f)
 				}
-				cards, err := engine.ModelCards(fleet)
+				cards, err := partition.ModelCards(fleet)
 				if err != nil {
 					t.Fatal(err)
 				}
-				m, err := engine.NewCounterModel(cards)
+				m, err := partition.NewCounterModel(cards)
 				if err != nil {
 					t.Fatal(err)
 				}
-				names, err := engine.Preference(fleet)
+				names, err := partition.Preference(fleet)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -162,7 +162,7 @@ func TestPreferenceIsAllocatorChoice(t *testing.T) {
 					want, bestLoss, bestRunning, bestFree := "", 0, 0, 0
 					for gi, f := range fleet {
 						for _, pl := range pr.Placements {
-							after := with(f.Layout, engine.Instance{Profile: pr.Name, Start: pl.Start})
+							after := with(f.Layout, partition.Instance{Profile: pr.Name, Start: pl.Start})
 							if s.Validate(after) != nil {
 								continue
 							}
@@ -203,22 +203,22 @@ func TestAnyDeviceClaims(t *testing.T) {
 	s := tiles(t)
 	for _, tc := range []struct {
 		name string
-		opts []engine.Option
+		opts []partition.Option
 		want []string
 	}{
 		{"partitions first", nil, []string{"quarter", "quarter", "quarter", "quarter"}},
-		{"whole cards first", []engine.Option{engine.WithCardsFirst()}, []string{"whole card", "nothing"}},
+		{"whole cards first", []partition.Option{partition.WithCardsFirst()}, []string{"whole card", "nothing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fleet := []engine.FleetCard{{Node: "a", Index: 0, Scheme: s}}
-			m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}})
+			fleet := []partition.FleetCard{{Node: "a", Index: 0, Scheme: s}}
+			m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			allocated := sets.New[structured.DeviceID]()
 			var got []string
 			for i := range tc.want {
-				names, err := engine.Preference(fleet, append([]engine.Option{engine.WithFitOnly()}, tc.opts...)...)
+				names, err := partition.Preference(fleet, append([]partition.Option{partition.WithFitOnly()}, tc.opts...)...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -244,7 +244,7 @@ func TestAnyDeviceClaims(t *testing.T) {
 					continue
 				}
 				got = append(got, ref.Profile)
-				fleet[0].Layout = append(fleet[0].Layout, engine.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
+				fleet[0].Layout = append(fleet[0].Layout, partition.Instance{Profile: ref.Profile, Start: ref.Start, InUse: true})
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("devices the claims got (-want +got):\n%s", diff)
@@ -259,7 +259,7 @@ func TestAnyDeviceClaims(t *testing.T) {
 func TestFitOnlyKeepsAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		scheme func(testing.TB) *engine.Scheme
+		scheme func(testing.TB) *partition.Scheme
 		layout string
 	}{
 		{"instinct-like", instinctLike, "CPX/NPS4@2*,CPX/NPS4@5"},
@@ -269,8 +269,8 @@ func TestFitOnlyKeepsAllocations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.scheme(t)
 			l := mustLayout(t, tc.layout)
-			node := []engine.FleetCard{{Node: "node-a", Index: 0, Scheme: s, Layout: l}}
-			m, err := engine.NewCounterModel([]engine.Card{{Index: 0, Scheme: s}})
+			node := []partition.FleetCard{{Node: "node-a", Index: 0, Scheme: s, Layout: l}}
+			m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +281,7 @@ func TestFitOnlyKeepsAllocations(t *testing.T) {
 					held = append(held, n)
 				}
 			}
-			pref, err := engine.Preference(node, engine.WithFitOnly())
+			pref, err := partition.Preference(node, partition.WithFitOnly())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,19 +308,19 @@ func TestFitOnlyKeepsAllocations(t *testing.T) {
 // in the scheme's pool names.
 func TestCardPools(t *testing.T) {
 	s := instinctLike(t)
-	node := []engine.FleetCard{
+	node := []partition.FleetCard{
 		{Node: "n", Index: 0, Scheme: s, Layout: mustLayout(t, "DPX/NPS1@0*")},
 		{Node: "n", Index: 1, Scheme: s},
 	}
-	cards, err := engine.ModelCards(node)
+	cards, err := partition.ModelCards(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := engine.NewCounterModel(cards)
+	m, err := partition.NewCounterModel(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools, err := m.CardPools("n", node, engine.WithFitOnly())
+	pools, err := m.CardPools("n", node, partition.WithFitOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,18 +6,18 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/drakit/drakit/internal/engine"
+	partition "github.com/drakit/drakit/internal/engine" // the tests predate the move
 )
 
 // randomFleet makes n cards, schemes round robin, each empty or holding
 // a random valid layout in use (restartable with probability half), and
 // up to maxReqs requests for random profiles of the schemes.
-func randomFleet(t testing.TB, rng *rand.Rand, schemes []*engine.Scheme, n, maxReqs int) ([]engine.FleetCard, []engine.Request) {
+func randomFleet(t testing.TB, rng *rand.Rand, schemes []*partition.Scheme, n, maxReqs int) ([]partition.FleetCard, []partition.Request) {
 	t.Helper()
-	var fleet []engine.FleetCard
+	var fleet []partition.FleetCard
 	for i := 0; i < n; i++ {
 		s := schemes[i%len(schemes)]
-		f := engine.FleetCard{Node: fmt.Sprintf("node-%d", i/2), Index: i % 2, Scheme: s}
+		f := partition.FleetCard{Node: fmt.Sprintf("node-%d", i/2), Index: i % 2, Scheme: s}
 		if rng.Intn(2) == 0 {
 			ls, err := s.Layouts()
 			if err != nil {
@@ -30,10 +30,10 @@ func randomFleet(t testing.TB, rng *rand.Rand, schemes []*engine.Scheme, n, maxR
 		}
 		fleet = append(fleet, f)
 	}
-	var reqs []engine.Request
+	var reqs []partition.Request
 	for k := 1 + rng.Intn(maxReqs); k > 0; k-- {
 		s := schemes[rng.Intn(len(schemes))]
-		reqs = append(reqs, engine.Request{Profile: s.Profiles[rng.Intn(len(s.Profiles))].Name})
+		reqs = append(reqs, partition.Request{Profile: s.Profiles[rng.Intn(len(s.Profiles))].Name})
 	}
 	return fleet, reqs
 }
@@ -41,7 +41,7 @@ func randomFleet(t testing.TB, rng *rand.Rand, schemes []*engine.Scheme, n, maxR
 // checkPlan checks a plan against its input: every card of After is
 // valid, keeps its in-use partitions and holds exactly the assignments
 // made to it; assignments serve their requests' profiles.
-func checkPlan(t *testing.T, fleet []engine.FleetCard, reqs []engine.Request, plan *engine.Plan) {
+func checkPlan(t *testing.T, fleet []partition.FleetCard, reqs []partition.Request, plan *partition.Plan) {
 	t.Helper()
 	if len(plan.After) != len(fleet) {
 		t.Fatalf("After has %d cards, fleet %d", len(plan.After), len(fleet))
@@ -68,7 +68,7 @@ func checkPlan(t *testing.T, fleet []engine.FleetCard, reqs []engine.Request, pl
 			t.Fatalf("After[%d] %s: %v", i, g.Layout, err)
 		}
 		for _, in := range f.Layout {
-			if in.InUse && !slices.ContainsFunc(g.Layout, func(x engine.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
+			if in.InUse && !slices.ContainsFunc(g.Layout, func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start }) {
 				t.Fatalf("After[%d] lost in-use %s", i, in)
 			}
 		}
@@ -76,7 +76,7 @@ func checkPlan(t *testing.T, fleet []engine.FleetCard, reqs []engine.Request, pl
 			k := fmt.Sprintf("%s/%d %s@%d", g.Node, g.Index, in.Profile, in.Start)
 			if placed[k] > 0 {
 				placed[k]--
-			} else if !slices.ContainsFunc(f.Layout, func(x engine.Instance) bool { return x.InUse && x.Profile == in.Profile && x.Start == in.Start }) {
+			} else if !slices.ContainsFunc(f.Layout, func(x partition.Instance) bool { return x.InUse && x.Profile == in.Profile && x.Start == in.Start }) {
 				t.Fatalf("After[%d] holds %s, which is neither in use nor assigned", i, in)
 			}
 		}
@@ -94,16 +94,16 @@ func checkPlan(t *testing.T, fleet []engine.FleetCard, reqs []engine.Request, pl
 func TestPlanFleetAgainstOptimum(t *testing.T) {
 	in, ti, co := instinctLike(t), tiles(t), cores(t)
 	rng := rand.New(rand.NewSource(3))
-	kinds := [][]*engine.Scheme{{in}, {ti}, {co}, {in, ti}}
+	kinds := [][]*partition.Scheme{{in}, {ti}, {co}, {in, ti}}
 	for i := 0; i < 120; i++ {
 		schemes := kinds[i%len(kinds)]
 		fleet, reqs := randomFleet(t, rng, schemes, 1+rng.Intn(4), 12)
-		plan, err := engine.PlanFleet(fleet, reqs)
+		plan, err := partition.PlanFleet(fleet, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkPlan(t, fleet, reqs, plan)
-		opt, err := engine.Optimum(fleet, reqs)
+		opt, err := partition.Optimum(fleet, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,19 +116,19 @@ func TestPlanFleetAgainstOptimum(t *testing.T) {
 // fragmented makes n cards of s, each with a random maximal layout less
 // one random partition, all in use, two in three restartable, and a
 // request for a random profile of s.
-func fragmented(t testing.TB, rng *rand.Rand, s *engine.Scheme, n int) ([]engine.FleetCard, engine.Request) {
+func fragmented(t testing.TB, rng *rand.Rand, s *partition.Scheme, n int) ([]partition.FleetCard, partition.Request) {
 	t.Helper()
 	ls, err := s.Layouts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var maximal []engine.Layout
+	var maximal []partition.Layout
 	for _, l := range ls {
 		if ok, _ := s.IsMaximal(l); ok && len(l) > 1 {
 			maximal = append(maximal, l)
 		}
 	}
-	var fleet []engine.FleetCard
+	var fleet []partition.FleetCard
 	for i := 0; i < n; i++ {
 		l := slices.Clone(maximal[rng.Intn(len(maximal))])
 		drop := rng.Intn(len(l))
@@ -136,9 +136,9 @@ func fragmented(t testing.TB, rng *rand.Rand, s *engine.Scheme, n int) ([]engine
 		for j := range l {
 			l[j].InUse, l[j].Restartable = true, rng.Intn(3) > 0
 		}
-		fleet = append(fleet, engine.FleetCard{Node: "a", Index: i, Scheme: s, Layout: l})
+		fleet = append(fleet, partition.FleetCard{Node: "a", Index: i, Scheme: s, Layout: l})
 	}
-	return fleet, engine.Request{Profile: s.Profiles[rng.Intn(len(s.Profiles))].Name}
+	return fleet, partition.Request{Profile: s.Profiles[rng.Intn(len(s.Profiles))].Name}
 }
 
 // TestDefragmentIsMinimal checks Defragment on random fleets of
@@ -150,9 +150,9 @@ func TestDefragmentIsMinimal(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
 	found, moved := 0, 0
 	for i := 0; i < 400; i++ {
-		s := []*engine.Scheme{in, ti}[i%2]
+		s := []*partition.Scheme{in, ti}[i%2]
 		fleet, req := fragmented(t, rng, s, 2+rng.Intn(2))
-		d, err := engine.Defragment(fleet, req, engine.WithMaxMoves(2))
+		d, err := partition.Defragment(fleet, req, partition.WithMaxMoves(2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,19 +170,19 @@ func TestDefragmentIsMinimal(t *testing.T) {
 		}
 		fits := func(set []mov) bool {
 			rest := slices.Clone(fleet)
-			rs := []engine.Request{{Profile: req.Profile}}
+			rs := []partition.Request{{Profile: req.Profile}}
 			for ci := range rest {
-				var l engine.Layout
+				var l partition.Layout
 				for j, x := range fleet[ci].Layout {
 					if slices.Contains(set, mov{ci, j}) {
-						rs = append(rs, engine.Request{Profile: x.Profile})
+						rs = append(rs, partition.Request{Profile: x.Profile})
 						continue
 					}
 					l = append(l, x)
 				}
 				rest[ci].Layout = l
 			}
-			v, err := engine.Optimum(rest, rs)
+			v, err := partition.Optimum(rest, rs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -237,20 +237,20 @@ func TestDefragmentIsMinimal(t *testing.T) {
 // frees card 0 for it.
 func TestDefragmentModes(t *testing.T) {
 	s := instinctLike(t)
-	fleet := []engine.FleetCard{
-		{Node: "a", Index: 0, Scheme: s, Layout: engine.Layout{
+	fleet := []partition.FleetCard{
+		{Node: "a", Index: 0, Scheme: s, Layout: partition.Layout{
 			{Profile: "CPX/NPS1", Start: 0, InUse: true, Restartable: true},
 			{Profile: "CPX/NPS1", Start: 5, InUse: true, Restartable: true}}},
 		{Node: "a", Index: 1, Scheme: s, Layout: mustLayout(t, "CPX/NPS1@0*")},
 	}
-	d, err := engine.Defragment(fleet, engine.Request{Profile: "DPX/NPS1"}, engine.WithMaxMoves(1))
+	d, err := partition.Defragment(fleet, partition.Request{Profile: "DPX/NPS1"}, partition.WithMaxMoves(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Found || !d.Complete || d.Reason != "no plan moves at most 1 restartable partitions" {
 		t.Fatalf("one move: found %v, complete %v, reason %q", d.Found, d.Complete, d.Reason)
 	}
-	d, err = engine.Defragment(fleet, engine.Request{Profile: "DPX/NPS1"})
+	d, err = partition.Defragment(fleet, partition.Request{Profile: "DPX/NPS1"})
 	if err != nil {
 		t.Fatal(err)
 	}
