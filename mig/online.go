@@ -56,7 +56,8 @@ func Preference(node []FleetGPU, opts ...counter.OrderOption) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	return counter.Preference(cards, append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Preference(cards, nvidia...)
 }
 
 // WithFitOnly makes Preference list only the devices the scheduler can

@@ -58,7 +58,8 @@ func (m CounterModel) PreferredPools(
 	if err != nil {
 		return nil, err
 	}
-	return counter.Model(m).PreferredPools(name, cards, append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Model(m).PreferredPools(name, cards, nvidia...)
 }
 
 // GPUPoolName is the name of GPU index's pool in GPUPools: the node's pool
@@ -97,7 +98,8 @@ func (m CounterModel) GPUPools(
 	if err != nil {
 		return nil, err
 	}
-	return counter.Model(m).CardPools(name, cards, append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Model(m).CardPools(name, cards, nvidia...)
 }
 
 // LayoutPools is the layout publication of one node
@@ -109,13 +111,18 @@ func (m CounterModel) GPUPools(
 // the counter model and no counters; one pool named name of one slice,
 // cut into pools by groups of GPUs only beyond 128 devices (more than 18
 // GPUs of 7 instances). Options: counter.WithPoolDevices.
-func (m CounterModel) LayoutPools(name string, gpus []partition.LayoutCard, opts ...counter.LayoutOption) ([]device.Pool, error) {
+func (m CounterModel) LayoutPools(
+	name string, gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+) ([]device.Pool, error) {
 	return counter.Model(m).LayoutPools(name, gpus, opts...)
 }
 
 // LayoutSlices is LayoutPools as ResourceSlice objects for in-process
 // use (counter.Model.LayoutSlices): one slice per pool, with
 // nodeName set and resourceSliceCount 1.
-func (m CounterModel) LayoutSlices(driver, name, nodeName string, generation int64, gpus []partition.LayoutCard, opts ...counter.LayoutOption) ([]*resourceapi.ResourceSlice, error) {
+func (m CounterModel) LayoutSlices(
+	driver, name, nodeName string, generation int64,
+	gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+) ([]*resourceapi.ResourceSlice, error) {
 	return counter.Model(m).LayoutSlices(driver, name, nodeName, generation, gpus, opts...)
 }

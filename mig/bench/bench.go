@@ -753,7 +753,8 @@ func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, 
 		reqs = append(reqs, mig.Request{Profile: ref.Profile})
 	}
 	reqs = append(reqs, mig.Request{Profile: prof})
-	plan, err = mig.PlanFleet(empty, reqs, pplan.WithSearchBudget(repackBudget), pplan.WithWorkBudget(repackWork))
+	plan, err = mig.PlanFleet(empty, reqs,
+		pplan.WithSearchBudget(repackBudget), pplan.WithWorkBudget(repackWork))
 	if err != nil {
 		return nil, false, fmt.Errorf("repack: %w", err)
 	}
