@@ -11,6 +11,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // TestOptionsDoNotCross type-checks calls that pass each entry point an
@@ -118,4 +123,71 @@ func f() {
 			t.Errorf("%s: got %v, want a type mismatch (cannot use)", tc.foreign, err)
 		}
 	}
+}
+
+// TestNilOptionIsAnError passes a nil option to every entry point that
+// takes options: each returns an error that says so, none panics.
+func TestNilOptionIsAnError(t *testing.T) {
+	s := trioScheme(t)
+	fleet := []partition.FleetCard{{Node: "n", Index: 0, Scheme: s}}
+	layout := []partition.LayoutCard{{Index: 0, Scheme: s}}
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"counter.Preference": func() error { _, err := counter.Preference(fleet, nil); return err },
+		"Model.PreferredPools": func() error {
+			_, err := m.PreferredPools("n", fleet, counter.WithFitOnly(), nil)
+			return err
+		},
+		"Model.LayoutPools": func() error { _, err := m.LayoutPools("n", layout, nil); return err },
+		"counter.LayoutPoolNames": func() error {
+			_, err := counter.LayoutPoolNames("n", layout, nil)
+			return err
+		},
+		"plan.PlanFleet": func() error {
+			_, err := plan.PlanFleet(fleet, []plan.Request{{Profile: "one"}}, nil)
+			return err
+		},
+		"plan.Defragment": func() error {
+			_, err := plan.Defragment(fleet, plan.Request{Profile: "one"}, nil)
+			return err
+		},
+		"plan.PlanLayouts": func() error { _, err := plan.PlanLayouts(layout, nil, nil); return err },
+		"plan.AssignFleet": func() error { _, err := plan.AssignFleet(nil, nil, nil); return err },
+		"ledger.NewAgent": func() error {
+			_, err := ledger.NewAgent(&ledger.Store{}, "n", ledger.WithPoolDevices(8), nil)
+			return err
+		},
+		"Ledger.Publish": func() error {
+			l := &ledger.Ledger{Node: "n"}
+			_, err := l.Publish("n", []ledger.AgentCard{{Index: 0, Scheme: s}}, nil)
+			return err
+		},
+	}
+	for name, call := range calls {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("%s with a nil option: %v, want an error that names it", name, err)
+		}
+	}
+}
+
+// trioScheme is a card of three placed units: a pair at 0, a one anywhere.
+func trioScheme(t *testing.T) *partition.Scheme {
+	t.Helper()
+	s, err := partition.NewScheme(partition.Scheme{
+		Name:    "trio",
+		Compute: partition.Units{Count: 3, Placed: true},
+		Profiles: []partition.Profile{
+			{Name: "pair", ID: 2, Compute: 2, MaxCount: 1, Placements: []partition.Placement{{Start: 0}}},
+			{Name: "one", ID: 1, Compute: 1, MaxCount: 3, Placements: []partition.Placement{
+				{Start: 0}, {Start: 1, Compute: 1}, {Start: 2, Compute: 2}}},
+		},
+		Names: partition.Names{Device: "trio"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -265,4 +266,38 @@ func WithReserve(n int) Option {
 		o.reserve = n
 		return nil
 	}
+}
+
+// errNilOption is what an entry point of the public packages returns for
+// a nil option.
+var errNilOption = errors.New("option is nil")
+
+// Convert maps the options of a public package to the engine's: get
+// takes one apart, and a nil one becomes an option that fails (a nil
+// option is an error of the entry point, never a panic).
+func Convert[O comparable](opts []O, get func(O) Option) []Option {
+	out := make([]Option, len(opts))
+	var none O
+	for i, o := range opts {
+		if o == none {
+			out[i] = func(*options) error { return errNilOption }
+			continue
+		}
+		out[i] = get(o)
+	}
+	return out
+}
+
+// ConvertAssign is Convert for AssignFleet's options.
+func ConvertAssign[O comparable](opts []O, get func(O) AssignOption) []AssignOption {
+	out := make([]AssignOption, len(opts))
+	var none O
+	for i, o := range opts {
+		if o == none {
+			out[i] = func(*assignOptions) error { return errNilOption }
+			continue
+		}
+		out[i] = get(o)
+	}
+	return out
 }

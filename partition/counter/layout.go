@@ -24,11 +24,7 @@ type layoutOption struct{ o engine.Option }
 func (o layoutOption) layoutOption() engine.Option { return o.o }
 
 func layoutOptions(opts []LayoutOption) []engine.Option {
-	out := make([]engine.Option, len(opts))
-	for i, o := range opts {
-		out[i] = o.layoutOption()
-	}
-	return out
+	return engine.Convert(opts, LayoutOption.layoutOption)
 }
 
 // WithPoolDevices sets the most devices one layout pool (one slice) may

@@ -16,11 +16,7 @@ type orderOption struct{ o engine.Option }
 func (o orderOption) orderOption() engine.Option { return o.o }
 
 func orderOptions(opts []OrderOption) []engine.Option {
-	out := make([]engine.Option, len(opts))
-	for i, o := range opts {
-		out[i] = o.orderOption()
-	}
-	return out
+	return engine.Convert(opts, OrderOption.orderOption)
 }
 
 // WithFitOnly lists only the devices the scheduler can still allocate:

@@ -71,6 +71,9 @@ func NewAgent(store *Store, node string, opts ...Option) (*Agent, error) {
 	if store == nil || node == "" {
 		return nil, errors.New("new ledger agent: a store and a node name are needed")
 	}
+	if _, err := gather(opts); err != nil {
+		return nil, fmt.Errorf("new ledger agent: %w", err)
+	}
 	return &Agent{store: store, node: node, opts: opts}, nil
 }
 

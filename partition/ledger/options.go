@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"fmt"
+
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/plan"
@@ -21,12 +23,16 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-func gather(opts []Option) options {
+// gather applies opts; a nil one is an error.
+func gather(opts []Option) (options, error) {
 	var o options
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("options[%d] is nil", i)
+		}
 		opt.apply(&o)
 	}
-	return o
+	return o, nil
 }
 
 // WithPoolDevices sets the most devices of one layout pool

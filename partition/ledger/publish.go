@@ -52,7 +52,11 @@ func (l *Ledger) view(pool string, cards []AgentCard, opts []Option) ([]cardView
 		}
 		lc[i] = partition.LayoutCard{Index: c.Index, Scheme: c.Scheme}
 	}
-	pools, err := counter.LayoutCardPools(pool, lc, gather(opts).pool...)
+	o, err := gather(opts)
+	if err != nil {
+		return nil, err
+	}
+	pools, err := counter.LayoutCardPools(pool, lc, o.pool...)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +205,8 @@ func (l *Ledger) Publish(
 		plainAt = append(plainAt, i)
 	}
 	demand := l.offered(views)
-	out, err := plan.PlanLayouts(plain, demand, gather(opts).layout...)
+	o, _ := gather(opts) // view checked them
+	out, err := plan.PlanLayouts(plain, demand, o.layout...)
 	if err != nil {
 		return nil, fmt.Errorf("publish the layout of node %s: %w", l.Node, err)
 	}
@@ -216,7 +221,7 @@ func (l *Ledger) Publish(
 			[]partition.LayoutCard{in},
 			plan.Demand{p: 1},
 			append(
-				gather(opts).layout,
+				slices.Clone(o.layout),
 				plan.WithDefaultMix(func(*partition.Scheme) []string { return nil }),
 			)...)
 		if err != nil {

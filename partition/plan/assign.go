@@ -57,9 +57,5 @@ func WithAging(d time.Duration) AssignOption { return assignOption{engine.WithAg
 func AssignFleet(
 	nodes []Node, reqs []PendingRequest, opts ...AssignOption,
 ) (*FleetAssignment, error) {
-	eo := make([]engine.AssignOption, len(opts))
-	for i, o := range opts {
-		eo[i] = o.assignOption()
-	}
-	return engine.AssignFleet(nodes, reqs, eo...)
+	return engine.AssignFleet(nodes, reqs, engine.ConvertAssign(opts, AssignOption.assignOption)...)
 }

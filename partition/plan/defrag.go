@@ -46,9 +46,5 @@ func WithMaxMoves(k int) DefragOption { return defragOption{engine.WithMaxMoves(
 // exact and bounded by work: Defrag.Complete says whether it finished.
 // The result is deterministic.
 func Defragment(fleet []partition.FleetCard, req Request, opts ...DefragOption) (*Defrag, error) {
-	eo := make([]engine.Option, len(opts))
-	for i, o := range opts {
-		eo[i] = o.defragOption()
-	}
-	return engine.Defragment(fleet, req, eo...)
+	return engine.Defragment(fleet, req, engine.Convert(opts, DefragOption.defragOption)...)
 }

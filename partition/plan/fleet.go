@@ -111,11 +111,7 @@ func WithWorkBudget(n int) BudgetOption { return budgetOption{engine.WithWorkBud
 func PlanFleet(
 	fleet []partition.FleetCard, requests []Request, opts ...FleetOption,
 ) (*Plan, error) {
-	eo := make([]engine.Option, len(opts))
-	for i, o := range opts {
-		eo[i] = o.fleetOption()
-	}
-	return engine.PlanFleet(fleet, requests, eo...)
+	return engine.PlanFleet(fleet, requests, engine.Convert(opts, FleetOption.fleetOption)...)
 }
 
 // Optimum computes exhaustively the best Value any plan can reach on a

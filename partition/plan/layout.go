@@ -46,11 +46,7 @@ func WithDefaultMix(mix func(s *partition.Scheme) []string) LayoutOption {
 func PlanLayouts(
 	node []partition.LayoutCard, demand Demand, opts ...LayoutOption,
 ) ([]partition.LayoutCard, error) {
-	eo := make([]engine.Option, len(opts))
-	for i, o := range opts {
-		eo[i] = o.layoutOption()
-	}
-	return engine.PlanLayouts(node, demand, eo...)
+	return engine.PlanLayouts(node, demand, engine.Convert(opts, LayoutOption.layoutOption)...)
 }
 
 // PlanLayout is PlanLayouts for one card (index 0) of scheme s: inUse
