@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // The planner, the counter model and the defragmenter are package
@@ -37,8 +38,8 @@ func fromCards(cards []partition.FleetCard, like []FleetGPU) []FleetGPU {
 	return out
 }
 
-func toRequest(r Request) partition.Request {
-	return partition.Request{ID: r.ID, Profile: r.Profile, Node: r.Node, Card: r.GPU}
+func toRequest(r Request) plan.Request {
+	return plan.Request{ID: r.ID, Profile: r.Profile, Node: r.Node, Card: r.GPU}
 }
 
 // checkRequest checks what partition leaves to the scheme: the profile
@@ -53,7 +54,7 @@ func checkRequest(r Request) error {
 	return nil
 }
 
-func fromAssignment(a partition.Assignment) Assignment {
+func fromAssignment(a plan.Assignment) Assignment {
 	return Assignment{Request: a.Request, Node: a.Node, GPU: a.Card, Profile: a.Profile, Start: a.Start, Reused: a.Reused}
 }
 

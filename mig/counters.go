@@ -3,13 +3,12 @@ package mig
 import (
 	"errors"
 	"fmt"
+	"github.com/drakit/drakit/partition/counter"
 	"regexp"
 	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-
-	"github.com/drakit/drakit/partition"
 )
 
 // Counter names of a GPU's counter set in the counter model.
@@ -56,7 +55,7 @@ type GPU struct {
 }
 
 // CounterModel is the KEP-4815 model of a node's GPUs
-// (partition.CounterModel of the products' schemes): one counter set per
+// (counter.Model of the products' schemes): one counter set per
 // GPU and one device per full GPU and per profile x placement. Devices
 // consume the memory slices they cover, their compute slices, the media
 // extensions when "+me", and per-profile instance counters where the
@@ -126,10 +125,10 @@ func ParseDeviceName(name string) (DeviceRef, error) {
 func CounterSetName(index int) string { return "gpu-" + strconv.Itoa(index) + "-counters" }
 
 // NewCounterModel builds the counter model of a node's GPUs
-// (partition.NewCounterModel). GPU indices must be unique and
+// (counter.NewModel). GPU indices must be unique and
 // non-negative; each GPU's counter set must fit in 32 counters.
 func NewCounterModel(gpus []GPU) (CounterModel, error) {
-	cards := make([]partition.Card, len(gpus))
+	cards := make([]counter.Card, len(gpus))
 	for i, g := range gpus {
 		if g.Product == nil {
 			return CounterModel{}, fmt.Errorf("build counter model: gpus[%d].product is nil", i)
@@ -137,9 +136,9 @@ func NewCounterModel(gpus []GPU) (CounterModel, error) {
 		if err := g.Product.check(); err != nil {
 			return CounterModel{}, fmt.Errorf("build counter model: gpus[%d].product: %w", i, err)
 		}
-		cards[i] = partition.Card{Index: g.Index, Scheme: g.Product.scheme, UUID: g.UUID, Profiles: g.Profiles}
+		cards[i] = counter.Card{Index: g.Index, Scheme: g.Product.scheme, UUID: g.UUID, Profiles: g.Profiles}
 	}
-	m, err := partition.NewCounterModel(cards)
+	m, err := counter.NewModel(cards)
 	if err != nil {
 		return CounterModel{}, err
 	}
@@ -147,21 +146,21 @@ func NewCounterModel(gpus []GPU) (CounterModel, error) {
 }
 
 // Reorder returns a copy of the model whose devices come in the given
-// order of names (partition.CounterModel.Reorder).
+// order of names (counter.Model.Reorder).
 func (m CounterModel) Reorder(names []string) (CounterModel, error) {
-	r, err := partition.CounterModel(m).Reorder(names)
+	r, err := counter.Model(m).Reorder(names)
 	return CounterModel(r), err
 }
 
 // Only returns a copy of the model with exactly the named devices, in the
-// given order (partition.CounterModel.Only).
+// given order (counter.Model.Only).
 func (m CounterModel) Only(names []string) (CounterModel, error) {
-	r, err := partition.CounterModel(m).Only(names)
+	r, err := counter.Model(m).Only(names)
 	return CounterModel(r), err
 }
 
 // Slices turns the model into the ResourceSlices of one pool on one node
-// (partition.CounterModel.Slices): counter sets in their own slices (8
+// (counter.Model.Slices): counter sets in their own slices (8
 // per slice), devices 64 per slice, in model order, named
 // "<pool>-counters-NNN" and "<pool>-devices-NNN". They hold the same
 // devices and counter sets, cut the same way, as device.Inventory gives
@@ -170,5 +169,5 @@ func (m CounterModel) Only(names []string) (CounterModel, error) {
 // step (20 µs for an 8-GPU node, against 3.8 ms through device's
 // conversion).
 func (m CounterModel) Slices(driver, pool, nodeName string, generation int64) []*resourceapi.ResourceSlice {
-	return partition.CounterModel(m).Slices(driver, pool, nodeName, generation)
+	return counter.Model(m).Slices(driver, pool, nodeName, generation)
 }

@@ -2,20 +2,21 @@ package mig
 
 import (
 	"fmt"
-
-	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // DefaultMaxMoves is the most instances Defragment moves when
-// WithMaxMoves does not say otherwise: partition.DefaultMaxMoves.
-const DefaultMaxMoves = partition.DefaultMaxMoves
+// WithMaxMoves does not say otherwise: plan.DefaultMaxMoves.
+const DefaultMaxMoves = plan.DefaultMaxMoves
 
 // DefaultDefragWork is Defragment's work budget when WithWorkBudget does
-// not say otherwise: partition.DefaultDefragWork.
-const DefaultDefragWork = partition.DefaultDefragWork
+// not say otherwise: plan.DefaultDefragWork.
+const DefaultDefragWork = plan.DefaultDefragWork
 
 // Move is one instance a defragmentation plan moves: its workload stops
 // on Node/GPU at Start and runs again on ToNode/ToGPU at ToStart.
+//
+// Deprecated: use plan.Move (Card for GPU).
 type Move struct {
 	Node    string `json:"node"`
 	GPU     int    `json:"gpu"`
@@ -32,6 +33,8 @@ func (m Move) String() string {
 }
 
 // Defrag is Defragment's result.
+//
+// Deprecated: use plan.Defrag.
 type Defrag struct {
 	// Found is true when the request fits after Moves (no moves when it
 	// fits already).
@@ -67,19 +70,23 @@ type Defrag struct {
 }
 
 // WithMaxMoves sets the most instances Defragment may move (default
-// DefaultMaxMoves; partition.WithMaxMoves); 0 only checks whether the
+// DefaultMaxMoves; plan.WithMaxMoves); 0 only checks whether the
 // request fits. k must be between 0 and 8. Defragment only.
-func WithMaxMoves(k int) Option { return partition.WithMaxMoves(k) }
+//
+// Deprecated: use plan.WithMaxMoves, the same option.
+func WithMaxMoves(k int) plan.DefragOption { return plan.WithMaxMoves(k) }
 
 // WithWorkBudget bounds a search by work, not time, so that a result is
-// the same on a busy and an idle machine (partition.WithWorkBudget):
+// the same on a busy and an idle machine (plan.WithWorkBudget):
 // Defragment's (sets of instances tried plus search nodes; default
 // DefaultDefragWork) and PlanFleet's (search nodes of its neighbourhood
 // and exact searches; default DefaultSearchWork). n must be positive.
-func WithWorkBudget(n int) Option { return partition.WithWorkBudget(n) }
+//
+// Deprecated: use plan.WithWorkBudget, the same option.
+func WithWorkBudget(n int) plan.BudgetOption { return plan.WithWorkBudget(n) }
 
 // Defragment finds where a request for one instance can go on the fleet
-// if some restartable instances move (partition.Defragment on the
+// if some restartable instances move (plan.Defragment on the
 // products' schemes; Instance.Restartable; in-use instances that are not
 // restartable never move; idle instances count as free): the fewest
 // instances to move, at most WithMaxMoves, and the placement of each and
@@ -89,10 +96,11 @@ func WithWorkBudget(n int) Option { return partition.WithWorkBudget(n) }
 // product has it; the request follows its pins (Request.Node,
 // Request.GPU). The search is exact and bounded by work (see
 // WithWorkBudget): Defrag.Complete says whether it finished,
-// Defrag.Reason why nothing was found. Options other than WithMaxMoves
-// and WithWorkBudget are ignored. Errors are for invalid input only
+// Defrag.Reason why nothing was found. Errors are for invalid input only
 // (wrapping ErrFleet). Defragment is safe for concurrent use.
-func Defragment(fleet []FleetGPU, req Request, opts ...Option) (*Defrag, error) {
+//
+// Deprecated: use plan.Defragment with partition.FleetCard{Scheme: product.Scheme()}.
+func Defragment(fleet []FleetGPU, req Request, opts ...plan.DefragOption) (*Defrag, error) {
 	cards, err := toCards("defragment", fleet)
 	if err != nil {
 		return nil, err
@@ -103,7 +111,7 @@ func Defragment(fleet []FleetGPU, req Request, opts ...Option) (*Defrag, error) 
 	if req.GPU != nil && *req.GPU < 0 {
 		return nil, fmt.Errorf("defragment: %w: request gpu %d is negative", ErrFleet, *req.GPU)
 	}
-	d, err := partition.Defragment(cards, toRequest(req), opts...)
+	d, err := plan.Defragment(cards, toRequest(req), opts...)
 	if err != nil {
 		return nil, err
 	}

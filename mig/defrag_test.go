@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // restartableLayout parses a layout in which "~" marks an in-use,
@@ -48,7 +50,7 @@ func TestDefragment(t *testing.T) {
 		name      string
 		fleet     []FleetGPU
 		req       Request
-		opts      []Option
+		opts      []plan.DefragOption
 		wantFound bool
 		wantMoves []string
 		wantTgt   string // node/gpu-i profile@start
@@ -85,7 +87,7 @@ func TestDefragment(t *testing.T) {
 			name:   "scattered 1g, at most one move: none",
 			fleet:  defragFleet(t, "H100-80GB", "1g.10gb@0~,1g.10gb@2~,1g.10gb@4~,1g.10gb@6~", "4g.40gb@0*,1g.10gb@4*"),
 			req:    Request{Profile: "4g.40gb"},
-			opts:   []Option{WithMaxMoves(1)},
+			opts:   []plan.DefragOption{plan.WithMaxMoves(1)},
 			reason: "no plan moves at most 1 restartable instances",
 		},
 		{
@@ -182,14 +184,14 @@ func TestDefragmentErrors(t *testing.T) {
 		name string
 		fl   []FleetGPU
 		req  Request
-		opts []Option
+		opts []plan.DefragOption
 		want string
 	}{
 		{"bad profile", fleet, Request{Profile: "4g"}, nil, "parse profile name"},
 		{"unknown node", fleet, Request{Profile: "4g.40gb", Node: "b"}, nil, `node "b" is not in the fleet`},
 		{"negative gpu", fleet, Request{Profile: "4g.40gb", GPU: &neg}, nil, "gpu -1 is negative"},
-		{"max moves", fleet, Request{Profile: "4g.40gb"}, []Option{WithMaxMoves(9)}, "between 0 and 8"},
-		{"work budget", fleet, Request{Profile: "4g.40gb"}, []Option{WithWorkBudget(0)}, "must be positive"},
+		{"max moves", fleet, Request{Profile: "4g.40gb"}, []plan.DefragOption{plan.WithMaxMoves(9)}, "between 0 and 8"},
+		{"work budget", fleet, Request{Profile: "4g.40gb"}, []plan.DefragOption{plan.WithWorkBudget(0)}, "must be positive"},
 		{"invalid layout", defragFleet(t, "H100-80GB", "4g.40gb@0~,3g.40gb@0~"), Request{Profile: "1g.10gb"}, nil, "overlap"},
 		{"nil product", []FleetGPU{{Node: "a"}}, Request{Profile: "1g.10gb"}, nil, "product is nil"},
 	} {
@@ -209,7 +211,7 @@ func TestDefragmentErrors(t *testing.T) {
 
 func TestDefragmentBudget(t *testing.T) {
 	fleet := defragFleet(t, "H100-80GB", "1g.10gb@0~,1g.10gb@2~,1g.10gb@4~,1g.10gb@6~", "4g.40gb@0*,1g.10gb@4*")
-	d, err := Defragment(fleet, Request{Profile: "4g.40gb"}, WithWorkBudget(3))
+	d, err := Defragment(fleet, Request{Profile: "4g.40gb"}, plan.WithWorkBudget(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func TestDefragmentBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same budget gives the same plan: work, not time, bounds it.
-	again, err := Defragment(fleet, Request{Profile: "4g.40gb"}, WithWorkBudget(full.Work))
+	again, err := Defragment(fleet, Request{Profile: "4g.40gb"}, plan.WithWorkBudget(full.Work))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +419,7 @@ func defragProperty(t *testing.T, seed int64) *Defrag {
 		req.Profile = plain[len(plain)-1-rng.Intn(3)]
 	}
 	k := rng.Intn(4)
-	d, err := Defragment(fleet, req, WithMaxMoves(k))
+	d, err := Defragment(fleet, req, plan.WithMaxMoves(k))
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
@@ -463,12 +465,12 @@ func defragProperty(t *testing.T, seed int64) *Defrag {
 
 func TestDefragmentDeterministic(t *testing.T) {
 	fleet := defragFleet(t, "H100-80GB", "1g.10gb@0~,1g.10gb@2~,1g.10gb@4~,1g.10gb@6~", "2g.20gb@0~,1g.10gb@3~,3g.40gb@4*", "1g.10gb@1~,2g.20gb@2~,1g.10gb@5~")
-	first, err := Defragment(fleet, Request{Profile: "7g.80gb"}, WithMaxMoves(3))
+	first, err := Defragment(fleet, Request{Profile: "7g.80gb"}, plan.WithMaxMoves(3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		again, _ := Defragment(fleet, Request{Profile: "7g.80gb"}, WithMaxMoves(3))
+		again, _ := Defragment(fleet, Request{Profile: "7g.80gb"}, plan.WithMaxMoves(3))
 		if diff := cmp.Diff(first, again, cmp.Comparer(func(a, b *Product) bool { return a == b })); diff != "" {
 			t.Fatalf("run %d differs:\n%s", i, diff)
 		}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 func ExampleLookup() {
@@ -85,7 +87,7 @@ func ExamplePlanFleet_exactSearch() {
 		}
 	}
 	for _, budget := range []time.Duration{0, mig.DefaultSearchBudget} {
-		plan, err := mig.PlanFleet(fleet, reqs, mig.WithSearchBudget(budget))
+		plan, err := mig.PlanFleet(fleet, reqs, plan.WithSearchBudget(budget))
 		if err != nil {
 			panic(err)
 		}
@@ -167,7 +169,7 @@ func ExampleCounterModel_PreferredPools() {
 		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}, {Profile: "3g.40gb", Start: 4, InUse: true}}},
 		{Node: "node-a", Index: 1, Product: p},
 	}
-	pools, err := model.PreferredPools("node-a", node, mig.WithFitOnly())
+	pools, err := model.PreferredPools("node-a", node, counter.WithFitOnly())
 	if err != nil {
 		panic(err)
 	}
@@ -197,7 +199,7 @@ func ExampleDefragment() {
 		{Node: "node-a", Index: 0, Product: p, Layout: mig.Layout{one(0), one(2), one(4), one(6)}},
 		{Node: "node-a", Index: 1, Product: p, Layout: mig.Layout{{Profile: "4g.40gb", Start: 0, InUse: true}, {Profile: "1g.10gb", Start: 4, InUse: true}}},
 	}
-	d, err := mig.Defragment(fleet, mig.Request{Profile: "4g.40gb"}, mig.WithMaxMoves(2))
+	d, err := mig.Defragment(fleet, mig.Request{Profile: "4g.40gb"}, plan.WithMaxMoves(2))
 	if err != nil {
 		panic(err)
 	}
@@ -236,7 +238,7 @@ func ExampleCounterModel_GPUPools() {
 	if err != nil {
 		panic(err)
 	}
-	pools, err := model.GPUPools("node-a", node, mig.WithFitOnly())
+	pools, err := model.GPUPools("node-a", node, counter.WithFitOnly())
 	if err != nil {
 		panic(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // ModelGPUs turns one node's fleet entries into counter-model GPUs (index,
@@ -20,8 +22,8 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 	return out, nil
 }
 
-// Preference is the planner's online mode (partition.Preference with
-// partition.WithCardsFirst). For one node's GPUs and their current
+// Preference is the planner's online mode (counter.Preference with
+// counter.WithCardsFirst). For one node's GPUs and their current
 // instances (all treated as allocated, in use or not), it returns the
 // names of every device of the node's counter model (NewCounterModel with
 // all profiles, or with the profiles of WithProfiles) in the order the
@@ -49,19 +51,17 @@ func ModelGPUs(node []FleetGPU) ([]GPU, error) {
 // one; it lowers whole-GPU rejection and raises everyone else's, and
 // compute-weighted acceptance can go either way ("drakit mig bench"
 // prints the trade-off per load).
-func Preference(node []FleetGPU, opts ...Option) ([]string, error) {
+func Preference(node []FleetGPU, opts ...counter.OrderOption) ([]string, error) {
 	cards, err := toCards("preference", node)
 	if err != nil {
 		return nil, err
 	}
-	return partition.Preference(cards, append([]Option{partition.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Preference(cards, nvidia...)
 }
 
-// Option configures PlanFleet, Preference and Defragment: partition.Option.
-type Option = partition.Option
-
 // WithFitOnly makes Preference list only the devices the scheduler can
-// still allocate (partition.WithFitOnly): those that fit beside the
+// still allocate (counter.WithFitOnly): those that fit beside the
 // node's in-use instances, and the devices of the in-use instances
 // themselves. Leaving the others out changes no allocation result (the
 // package's tests prove it with the real allocator), while the scheduler
@@ -71,7 +71,9 @@ type Option = partition.Option
 // "gpu-<index>") has no instances, so leave its layout empty; describing
 // it as a 7g instance would hide the whole-GPU device and show the 7g
 // device as free. Preference only.
-func WithFitOnly() Option { return partition.WithFitOnly() }
+//
+// Deprecated: use counter.WithFitOnly, the same option.
+func WithFitOnly() counter.OrderOption { return counter.WithFitOnly() }
 
 // WithProfiles makes Preference list only the devices of the profiles a
 // driver advertises: for each GPU, the profiles of its product that
@@ -82,20 +84,24 @@ func WithFitOnly() Option { return partition.WithFitOnly() }
 // profiles gets the catalog's product, or for one built by FromNVML or
 // NewProduct an equal product. profiles must not be nil. Preference
 // only.
-func WithProfiles(profiles func(p *Product) []string) Option {
+func WithProfiles(profiles func(p *Product) []string) counter.OrderOption {
 	if profiles == nil {
-		return partition.WithProfiles(nil)
+		return counter.WithProfiles(nil)
 	}
-	return partition.WithProfiles(func(s *partition.Scheme) []string { return profiles(productOf(s)) })
+	return counter.WithProfiles(func(s *partition.Scheme) []string { return profiles(productOf(s)) })
 }
 
 // WithSearchBudget adds a time limit to PlanFleet's searches
-// (partition.WithSearchBudget); 0 turns the searches off. d must not be
+// (plan.WithSearchBudget); 0 turns the searches off. d must not be
 // negative. PlanFleet only.
-func WithSearchBudget(d time.Duration) Option { return partition.WithSearchBudget(d) }
+//
+// Deprecated: use plan.WithSearchBudget, the same option.
+func WithSearchBudget(d time.Duration) plan.FleetOption { return plan.WithSearchBudget(d) }
 
 // WithReserve makes Preference withhold partial-profile placements on free
-// GPUs while at most n GPUs of the node are free (partition.WithReserve):
+// GPUs while at most n GPUs of the node are free (counter.WithReserve):
 // admission control that trades small requests for whole-GPU ones. n must
 // not be negative; 0 turns reservation off. Preference only.
-func WithReserve(n int) Option { return partition.WithReserve(n) }
+//
+// Deprecated: use counter.WithReserve, the same option.
+func WithReserve(n int) counter.OrderOption { return counter.WithReserve(n) }

@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // Request asks for one GPU instance of a profile.
+//
+// Deprecated: use plan.Request (Card for GPU) on Product.Scheme.
 type Request struct {
 	// ID names the request in plans; optional.
 	ID string `json:"id,omitempty"`
@@ -22,16 +25,18 @@ type Request struct {
 	GPU *int `json:"gpu,omitempty"`
 }
 
-// OpKind is the kind of a plan operation: partition.OpKind.
-type OpKind = partition.OpKind
+// OpKind is the kind of a plan operation: plan.OpKind.
+type OpKind = plan.OpKind
 
 // Operation kinds.
 const (
-	OpDestroy = partition.OpDestroy
-	OpCreate  = partition.OpCreate
+	OpDestroy = plan.OpDestroy
+	OpCreate  = plan.OpCreate
 )
 
 // Operation is one step of a plan: create or destroy one GPU instance.
+//
+// Deprecated: use plan.Operation (Card for GPU).
 type Operation struct {
 	Kind    OpKind `json:"kind"`
 	Node    string `json:"node"`
@@ -52,6 +57,8 @@ func (o Operation) String() string {
 }
 
 // Assignment says where a placed request goes.
+//
+// Deprecated: use plan.Assignment (Card for GPU).
 type Assignment struct {
 	Request int    `json:"request"`
 	Node    string `json:"node"`
@@ -62,11 +69,13 @@ type Assignment struct {
 	Reused bool `json:"reused,omitempty"`
 }
 
-// Unplaced is a request the plan could not place: partition.Unplaced.
-type Unplaced = partition.Unplaced
+// Unplaced is a request the plan could not place: plan.Unplaced.
+type Unplaced = plan.Unplaced
 
 // Plan is the planner's result. Applying Operations in order (destroys
 // first, then creates) turns the fleet into After.
+//
+// Deprecated: use plan.Plan (FreeCards for FreeGPUs).
 type Plan struct {
 	Operations  []Operation  `json:"operations"`
 	Assignments []Assignment `json:"assignments"`
@@ -89,7 +98,7 @@ var ErrFleet = partition.ErrFleet
 
 // PlanFleet computes a deterministic plan that places as many of the
 // requests as it can, measured first in compute slices and then in count,
-// on the fleet (partition.PlanFleet on the products' schemes): it never
+// on the fleet (plan.PlanFleet on the products' schemes): it never
 // touches an in-use instance; idle instances are reused when one has the
 // requested profile at a placement the plan chooses, and destroyed
 // otherwise. Requests are placed largest first; each goes to the GPU and
@@ -106,12 +115,15 @@ var ErrFleet = partition.ErrFleet
 // profiles, which are placed first, each on a GPU whose media engines
 // are still free (TestPlanFleetCompleteWithME). Profile names must parse
 // (ParseProfileName). PlanFleet is safe for concurrent use.
-func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, error) {
+//
+// Deprecated: use plan.PlanFleet with partition.FleetCard{Scheme: product.Scheme()}; it
+// plans the same.
+func PlanFleet(fleet []FleetGPU, requests []Request, opts ...plan.FleetOption) (*Plan, error) {
 	cards, err := toCards("plan", fleet)
 	if err != nil {
 		return nil, err
 	}
-	reqs := make([]partition.Request, len(requests))
+	reqs := make([]plan.Request, len(requests))
 	for i, r := range requests {
 		if _, err := ParseProfileName(r.Profile); err != nil {
 			return nil, fmt.Errorf("plan: %w: requests[%d].profile: %w", ErrFleet, i, err)
@@ -121,7 +133,7 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 		}
 		reqs[i] = toRequest(r)
 	}
-	p, err := partition.PlanFleet(cards, reqs, opts...)
+	p, err := plan.PlanFleet(cards, reqs, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +147,8 @@ func PlanFleet(fleet []FleetGPU, requests []Request, opts ...Option) (*Plan, err
 	return out, nil
 }
 
-// Search reports PlanFleet's exact search: partition.Search.
-type Search = partition.Search
+// Search reports PlanFleet's exact search: plan.Search.
+type Search = plan.Search
 
 // DefaultSearchBudget was the time PlanFleet's exact search could take
 // by default; PlanFleet is bounded by work (DefaultSearchWork) and
@@ -146,27 +158,29 @@ const DefaultSearchBudget = 500 * time.Millisecond
 
 // DefaultSearchWork is the work (search nodes) PlanFleet's searches may
 // do when WithWorkBudget does not say otherwise:
-// partition.DefaultSearchWork.
-const DefaultSearchWork = partition.DefaultSearchWork
+// plan.DefaultSearchWork.
+const DefaultSearchWork = plan.DefaultSearchWork
 
 // Limits of Optimum: beyond them exhaustive search is not cheap.
 const (
-	OptimumMaxGPUs     = partition.OptimumMaxCards
-	OptimumMaxRequests = partition.OptimumMaxRequests
+	OptimumMaxGPUs     = plan.OptimumMaxCards
+	OptimumMaxRequests = plan.OptimumMaxRequests
 )
 
 // Value is the planner's objective: compute slices placed, then count
-// (partition.Value).
-type Value = partition.Value
+// (plan.Value).
+type Value = plan.Value
 
 // Value returns the plan's objective value.
 func (p *Plan) Value() Value { return Value{Compute: p.PlacedCompute, Count: len(p.Assignments)} }
 
 // Optimum computes, exhaustively, the best value any plan can reach on a
 // small fleet (at most OptimumMaxGPUs GPUs and OptimumMaxRequests
-// requests, none pinned; partition.Optimum): for every GPU it enumerates
+// requests, none pinned; plan.Optimum): for every GPU it enumerates
 // every valid completion of its in-use instances, then searches every
 // combination. It is the yardstick for PlanFleet in tests and benchmarks.
+//
+// Deprecated: use plan.Optimum with partition.FleetCard{Scheme: product.Scheme()}.
 func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	if len(fleet) > OptimumMaxGPUs || len(requests) > OptimumMaxRequests {
 		return Value{}, fmt.Errorf("optimum: %w: %d GPUs and %d requests exceed the limits %d and %d", ErrFleet, len(fleet), len(requests), OptimumMaxGPUs, OptimumMaxRequests)
@@ -175,7 +189,7 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
-	reqs := make([]partition.Request, len(requests))
+	reqs := make([]plan.Request, len(requests))
 	for i, r := range requests {
 		if r.Node == "" && r.GPU == nil {
 			if _, err := ParseProfileName(r.Profile); err != nil {
@@ -184,12 +198,12 @@ func Optimum(fleet []FleetGPU, requests []Request) (Value, error) {
 		}
 		reqs[i] = toRequest(r)
 	}
-	return partition.Optimum(cards, reqs)
+	return plan.Optimum(cards, reqs)
 }
 
 // FreeGPUBonus is added to the score of a GPU with no instances
-// (partition.FreeCardBonus). With the whole-GPU profile's weight (49 for
+// (plan.FreeCardBonus). With the whole-GPU profile's weight (49 for
 // 7g) it makes breaking a free GPU cost more than any placement on a
 // partly used one, so a planner breaks a free GPU only when no partly
 // used GPU can take the instance.
-const FreeGPUBonus = partition.FreeCardBonus
+const FreeGPUBonus = plan.FreeCardBonus

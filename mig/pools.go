@@ -7,21 +7,22 @@ import (
 
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 )
 
 // Pools returns the model as device pools for a device.Inventory
-// (partition.CounterModel.Pools): the counter sets and one
+// (counter.Model.Pools): the counter sets and one
 // *device.Device per model device, fresh copies the caller may add
 // attributes and taints to, devices in model order. Map a device back to
 // its GPU, profile and placement with ParseDeviceName.
 func (m CounterModel) Pools(name string) []device.Pool {
-	return partition.CounterModel(m).Pools(name)
+	return counter.Model(m).Pools(name)
 }
 
 // DefaultProfiles is the profile set a dynamic-MIG driver advertises by
 // default for product p (GPU.Profiles, and WithProfiles for Preference):
 // one profile per compute size, the first of the catalog's order (the
-// smallest memory) without media extensions (partition.DefaultProfiles).
+// smallest memory) without media extensions (counter.DefaultProfiles).
 // On an H100-80GB that is 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb and
 // 7g.80gb: 15 devices per GPU with the full GPU, against 26 with every
 // profile. The large-memory 1g (1g.20gb) and the "+me" profiles are left
@@ -37,12 +38,12 @@ func DefaultProfiles(p *Product) []string {
 	if p == nil {
 		return nil
 	}
-	return partition.DefaultProfiles(p.scheme)
+	return counter.DefaultProfiles(p.scheme)
 }
 
 // PreferredPools is what a dynamic-MIG driver publishes for one node after
-// every change (partition.CounterModel.PreferredPools with
-// partition.WithCardsFirst, NVIDIA's order): Pools(name) with the devices
+// every change (counter.Model.PreferredPools with
+// counter.WithCardsFirst, NVIDIA's order): Pools(name) with the devices
 // in the planner's order for the node's current instances
 // (Preference(node, opts...)), restricted to the devices the model
 // advertises, so any advertised profile set works without WithProfiles.
@@ -50,12 +51,15 @@ func DefaultProfiles(p *Product) []string {
 // allocate (the package doc's choice); without it, every model device is
 // listed. node must hold one entry per GPU of the model (by index) with
 // the model's product; anything else is an error wrapping ErrFleet.
-func (m CounterModel) PreferredPools(name string, node []FleetGPU, opts ...Option) ([]device.Pool, error) {
+func (m CounterModel) PreferredPools(
+	name string, node []FleetGPU, opts ...counter.OrderOption,
+) ([]device.Pool, error) {
 	cards, err := toCards("preferred pools", node)
 	if err != nil {
 		return nil, err
 	}
-	return partition.CounterModel(m).PreferredPools(name, cards, append([]Option{partition.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Model(m).PreferredPools(name, cards, nvidia...)
 }
 
 // GPUPoolName is the name of GPU index's pool in GPUPools: the node's pool
@@ -66,7 +70,7 @@ func GPUPoolName(name string, index int) string {
 }
 
 // GPUPools is PreferredPools cut into one pool per GPU
-// (partition.CounterModel.CardPools): pool GPUPoolName(name, index) holds
+// (counter.Model.CardPools): pool GPUPoolName(name, index) holds
 // GPU index's counter set and its devices in the planner's order, and
 // the pools come in GPU order. Take it over PreferredPools when the
 // devices are republished after every MIG change (WithFitOnly): a change
@@ -87,30 +91,38 @@ func GPUPoolName(name string, index int) string {
 // they fit in 64 (every product of the catalog does, all profiles
 // advertised) and the GPU has at least one device, which fit-only
 // publication guarantees (a GPU's in-use devices stay listed).
-func (m CounterModel) GPUPools(name string, node []FleetGPU, opts ...Option) ([]device.Pool, error) {
+func (m CounterModel) GPUPools(
+	name string, node []FleetGPU, opts ...counter.OrderOption,
+) ([]device.Pool, error) {
 	cards, err := toCards("GPU pools", node)
 	if err != nil {
 		return nil, err
 	}
-	return partition.CounterModel(m).CardPools(name, cards, append([]Option{partition.WithCardsFirst()}, opts...)...)
+	nvidia := append([]counter.OrderOption{counter.WithCardsFirst()}, opts...)
+	return counter.Model(m).CardPools(name, cards, nvidia...)
 }
 
 // LayoutPools is the layout publication of one node
-// (partition.CounterModel.LayoutPools, shape (a) of
+// (counter.Model.LayoutPools, shape (a) of
 // docs/dynamic-mig-publication.md): per GPU in index order its full
 // device, or one device per MIG instance of its layout
-// (partition.PlanLayouts or partition.LayoutPublisher on the products'
+// (plan.PlanLayouts or engine.LayoutPublisher on the products'
 // schemes, Product.Scheme), with the names, attributes and capacities of
 // the counter model and no counters; one pool named name of one slice,
 // cut into pools by groups of GPUs only beyond 128 devices (more than 18
-// GPUs of 7 instances). Options: partition.WithPoolDevices.
-func (m CounterModel) LayoutPools(name string, gpus []partition.LayoutCard, opts ...Option) ([]device.Pool, error) {
-	return partition.CounterModel(m).LayoutPools(name, gpus, opts...)
+// GPUs of 7 instances). Options: counter.WithPoolDevices.
+func (m CounterModel) LayoutPools(
+	name string, gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+) ([]device.Pool, error) {
+	return counter.Model(m).LayoutPools(name, gpus, opts...)
 }
 
 // LayoutSlices is LayoutPools as ResourceSlice objects for in-process
-// use (partition.CounterModel.LayoutSlices): one slice per pool, with
+// use (counter.Model.LayoutSlices): one slice per pool, with
 // nodeName set and resourceSliceCount 1.
-func (m CounterModel) LayoutSlices(driver, name, nodeName string, generation int64, gpus []partition.LayoutCard, opts ...Option) ([]*resourceapi.ResourceSlice, error) {
-	return partition.CounterModel(m).LayoutSlices(driver, name, nodeName, generation, gpus, opts...)
+func (m CounterModel) LayoutSlices(
+	driver, name, nodeName string, generation int64,
+	gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+) ([]*resourceapi.ResourceSlice, error) {
+	return counter.Model(m).LayoutSlices(driver, name, nodeName, generation, gpus, opts...)
 }

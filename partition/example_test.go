@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // An accelerator whose tool splits a card of 4 cores and 4 memory banks
@@ -41,7 +43,7 @@ func Example() {
 
 	// The counter model of a node with two cards: what the scheduler
 	// allocates from (hand m.Pools(node) to a device.Inventory).
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}
@@ -55,21 +57,21 @@ func Example() {
 		{Node: "node-a", Index: 0, Scheme: s, Layout: partition.Layout{{Profile: "solo", Start: 1, InUse: true}}},
 		{Node: "node-a", Index: 1, Scheme: s},
 	}
-	order, err := partition.Preference(node, partition.WithFitOnly())
+	order, err := counter.Preference(node, counter.WithFitOnly())
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(order)
 
 	// A plan for a fleet: two duos and a solo.
-	plan, err := partition.PlanFleet(node, []partition.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
+	p, err := plan.PlanFleet(node, []plan.Request{{Profile: "duo"}, {Profile: "duo"}, {Profile: "solo"}})
 	if err != nil {
 		panic(err)
 	}
-	for _, op := range plan.Operations {
+	for _, op := range p.Operations {
 		fmt.Println(op)
 	}
-	fmt.Println(s.Picture("acme-0", plan.After[0].Layout))
+	fmt.Println(s.Picture("acme-0", p.After[0].Layout))
 	// Output:
 	// validate layout on acme-a4: instances[1] (solo@3): placements overlap with instances[0] (duo@0) on bank 2
 	// 14 devices, counter sets acme-0-counters acme-1-counters
@@ -123,7 +125,7 @@ func Example_modes() {
 	fmt.Println(s.Modes())
 	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS4", Start: 7}}))
 	fmt.Println(s.Validate(partition.Layout{{Profile: "CPX/NPS4", Start: 0}, {Profile: "CPX/NPS1", Start: 7}}))
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: s}})
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}})
 	if err != nil {
 		panic(err)
 	}

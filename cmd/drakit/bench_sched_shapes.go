@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/drakit/drakit/partition/plan"
 	"maps"
 	"net"
 	"slices"
@@ -19,7 +20,6 @@ import (
 	"github.com/drakit/drakit/device"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
 )
 
@@ -221,7 +221,7 @@ func drakitFleet(edit func([]*resourceapi.ResourceSlice) []*resourceapi.Resource
 // 1g device through the driver's profile class.
 func drakitLayoutFleet() (*synthFleet, error) {
 	profiles := mig.DefaultProfiles(mustProduct("NVIDIA H200"))
-	demand := partition.Demand{profiles[0]: 56}
+	demand := plan.Demand{profiles[0]: 56}
 	agent := ledger.NewMemoryAgent("proto", demand, nvdriver.LayoutOptions()...)
 	proto, profiles, err := fleetInventoryWith("dgx-h200", "proto", true, []nvdriver.Option{nvdriver.WithMIGLayout(agent)})
 	if err != nil {

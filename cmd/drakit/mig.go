@@ -16,6 +16,7 @@ import (
 
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/mig/bench"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
 func init() {
@@ -166,9 +167,9 @@ func migPlan(args []string, stdout, stderr io.Writer) error {
 	if *work <= 0 {
 		return fmt.Errorf("%w: -search-work must be positive", errUsage)
 	}
-	opts := []mig.Option{mig.WithWorkBudget(*work)}
+	opts := []pplan.FleetOption{pplan.WithWorkBudget(*work)}
 	if *budget >= 0 {
-		opts = append(opts, mig.WithSearchBudget(*budget))
+		opts = append(opts, pplan.WithSearchBudget(*budget))
 	}
 	plan, err := mig.PlanFleet(in.Fleet, in.Requests, opts...)
 	if err != nil {
@@ -270,7 +271,7 @@ func migDefrag(args []string, stdout, stderr io.Writer) error {
 	if in.Request.Profile == "" {
 		return fmt.Errorf("%w: no request (-request or the file's request.profile)", errUsage)
 	}
-	d, err := mig.Defragment(in.Fleet, in.Request, mig.WithMaxMoves(*k), mig.WithWorkBudget(*work))
+	d, err := mig.Defragment(in.Fleet, in.Request, pplan.WithMaxMoves(*k), pplan.WithWorkBudget(*work))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/partition/lifecycle/lifecycletest"
 )
@@ -115,7 +116,7 @@ func TestScheme(t *testing.T) {
 	if err != nil || name != "gpu-0-cpx-nps4-3" {
 		t.Errorf("device name %q, %v", name, err)
 	}
-	m, err := partition.NewCounterModel([]partition.Card{{Index: 0, Scheme: Scheme}})
+	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: Scheme}})
 	if err != nil || len(m.Devices) != 1+2+4+4+8+8 {
 		t.Errorf("counter model: %d devices, %v", len(m.Devices), err)
 	}

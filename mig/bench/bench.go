@@ -20,6 +20,8 @@ import (
 
 	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/counter"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
 // Config sizes a benchmark run.
@@ -184,7 +186,7 @@ func Batch(cfg Config, w io.Writer) error {
 			}
 			rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
 		}
-		plan, err := mig.PlanFleet(fleet, reqs, mig.WithSearchBudget(10*time.Second))
+		plan, err := mig.PlanFleet(fleet, reqs, pplan.WithSearchBudget(10*time.Second))
 		if err != nil {
 			return err
 		}
@@ -751,7 +753,8 @@ func repack(fleet []mig.FleetGPU, live []running, prof string) (plan *mig.Plan, 
 		reqs = append(reqs, mig.Request{Profile: ref.Profile})
 	}
 	reqs = append(reqs, mig.Request{Profile: prof})
-	plan, err = mig.PlanFleet(empty, reqs, mig.WithSearchBudget(repackBudget), mig.WithWorkBudget(repackWork))
+	plan, err = mig.PlanFleet(empty, reqs,
+		pplan.WithSearchBudget(repackBudget), pplan.WithWorkBudget(repackWork))
 	if err != nil {
 		return nil, false, fmt.Errorf("repack: %w", err)
 	}
@@ -861,9 +864,9 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 			}
 			order, err = mig.Preference(fleet)
 		case PlannerReserve1:
-			order, err = mig.Preference(fleet, mig.WithReserve(1))
+			order, err = mig.Preference(fleet, counter.WithReserve(1))
 		case PlannerReserve2:
-			order, err = mig.Preference(fleet, mig.WithReserve(2))
+			order, err = mig.Preference(fleet, counter.WithReserve(2))
 		}
 		if err != nil {
 			return false, err
@@ -899,7 +902,7 @@ func Simulate(ctx context.Context, p *mig.Product, load float64, pol Policy, arr
 				cur[g].Layout = append(cur[g].Layout, in)
 			}
 		}
-		d, err := mig.Defragment(cur, mig.Request{Profile: prof}, mig.WithMaxMoves(defragK))
+		d, err := mig.Defragment(cur, mig.Request{Profile: prof}, pplan.WithMaxMoves(defragK))
 		if err != nil {
 			return false, 0, fmt.Errorf("simulate: %w", err)
 		}

@@ -32,7 +32,7 @@
 // per-node figure as a Go benchmark.
 //
 // LayoutBench ("drakit mig bench -part layout", issue 38) compares the
-// layout publication (partition.LayoutPublisher) with today's shape in a
+// layout publication (LayoutPublisher, internal/engine) with today's shape in a
 // model where pods wait: the scheduler sees only the published version,
 // the driver republishes after a lag and a fence, pods arrive in bursts
 // and retry with kube-scheduler's backoff within a patience

@@ -30,6 +30,7 @@ import (
 	"github.com/drakit/drakit/internal/alloc"
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/counter"
 )
 
 // FleetDriver is the driver name of the fleet benchmark's slices.
@@ -612,9 +613,9 @@ func (m FleetModel) publish(p *mig.Product, name string, st []mig.FleetGPU) (nod
 			delete(d.Attributes, mig.AttrPlacementSize)
 		}
 	}
-	var opts []mig.Option
+	var opts []counter.OrderOption
 	if m.FitOnly {
-		opts = append(opts, mig.WithFitOnly())
+		opts = append(opts, counter.WithFitOnly())
 	}
 	pools, err := model.PreferredPools(name, st, opts...)
 	if err != nil {

@@ -14,9 +14,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/drakit/drakit/internal/engine"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // The fleet online model (issue 46): the layout model of layout.go on a
@@ -26,11 +29,11 @@ import (
 //     publication); the scheduler takes the first node, in name order,
 //     with a fitting placement of the profile, in the planner's order.
 //   - LayoutShape (the design before issue 46): every node's driver runs
-//     a partition.LayoutPublisher (time fence) over what the node holds
+//     a engine.LayoutPublisher (time fence) over what the node holds
 //     and the cluster-wide demand (every pending pod's profile: its claim
 //     watch saw every claim), republishing after the lag on every change
 //     of that demand or of its node.
-//   - LedgerShape (issue 46): one planner (partition.AssignFleet) assigns
+//   - LedgerShape (issue 46): one planner (plan.AssignFleet) assigns
 //     the pending pods to nodes after PlannerLag; each node's agent
 //     publishes its ledger (ledger.Ledger.Publish) for its share after the
 //     republish lag; the scheduler sees a node's new slice SliceLag after
@@ -85,8 +88,8 @@ type FleetLayoutResult struct {
 type fleetNode struct {
 	name   string
 	fleet  []mig.FleetGPU
-	pub    *partition.LayoutPublisher // LayoutShape
-	led    *ledger.Ledger             // LedgerShape
+	pub    *engine.LayoutPublisher // LayoutShape
+	led    *ledger.Ledger          // LedgerShape
 	cards  []ledger.AgentCard
 	shown  []partition.LayoutCard // what the scheduler sees
 	next   float64                // pending republish, -1 none
@@ -112,8 +115,8 @@ type fleetSim struct {
 	h      *levHeap
 	seq    int
 	base   time.Time
-	demand partition.Demand // LayoutShape: cluster-wide pending
-	plan   float64          // LedgerShape: pending planner step, -1 none
+	demand plan.Demand // LayoutShape: cluster-wide pending
+	plan   float64     // LedgerShape: pending planner step, -1 none
 	// noWhole accumulates the time the fleet has an idle GPU but none
 	// offered whole; since is when that began (-1 when not).
 	noWhole, since float64
@@ -145,15 +148,15 @@ func newFleetSim(p *mig.Product, nodes int, shape Shape, fp FleetLayoutParams) (
 	}
 	for n := 0; n < nodes; n++ {
 		fn := &fleetNode{name: fmt.Sprintf("node-%03d", n), next: -1, last: math.Inf(-1)}
-		var cards []partition.Card
+		var cards []counter.Card
 		for g := 0; g < 8; g++ {
 			fn.fleet = append(fn.fleet, mig.FleetGPU{Node: fn.name, Index: g, Product: p})
-			cards = append(cards, partition.Card{Index: g, Scheme: p.Scheme()})
+			cards = append(cards, counter.Card{Index: g, Scheme: p.Scheme()})
 			fn.cards = append(fn.cards, ledger.AgentCard{Index: g, Scheme: p.Scheme()})
 		}
 		switch shape {
 		case LayoutShape:
-			pub, err := partition.NewLayoutPublisher(cards, partition.WithFence(fp.Fence))
+			pub, err := engine.NewLayoutPublisher(cards, engine.WithFence(fp.Fence))
 			if err != nil {
 				return nil, err
 			}
@@ -332,9 +335,9 @@ func (s *fleetSim) republish(ni int, t float64, waiting []int) (bool, error) {
 	var cards []partition.LayoutCard
 	switch s.shape {
 	case LayoutShape:
-		use := make([]partition.CardUse, len(fn.fleet))
+		use := make([]engine.CardUse, len(fn.fleet))
 		for g := range fn.fleet {
-			use[g] = partition.CardUse{Index: g, InUse: fn.fleet[g].Layout}
+			use[g] = engine.CardUse{Index: g, InUse: fn.fleet[g].Layout}
 		}
 		v, err := fn.pub.Next(use, s.demand, s.at(t))
 		if err != nil {
@@ -396,11 +399,11 @@ func sameLayout(a, b []partition.LayoutCard) bool {
 // nodes, each node's demand written.
 func (s *fleetSim) planStep(t float64, waiting []int) error {
 	s.plan = -1
-	var nodes []partition.Node
+	var nodes []plan.Node
 	for _, fn := range s.nodes {
-		n := partition.Node{Name: fn.name}
+		n := plan.Node{Name: fn.name}
 		for g := range fn.fleet {
-			nc := partition.NodeCard{Index: g, Scheme: s.p.Scheme()}
+			nc := plan.NodeCard{Index: g, Scheme: s.p.Scheme()}
 			for _, in := range fn.fleet[g].Layout {
 				nc.InUse = append(
 					nc.InUse,
@@ -423,7 +426,7 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 		}
 		nodes = append(nodes, n)
 	}
-	var reqs []partition.PendingRequest
+	var reqs []plan.PendingRequest
 	for _, i := range waiting {
 		q := s.pods[i]
 		if q.done() || q.profile == "" {
@@ -431,11 +434,11 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 		}
 		reqs = append(
 			reqs,
-			partition.PendingRequest{ID: strconv.Itoa(i), Profiles: []string{q.profile},
+			plan.PendingRequest{ID: strconv.Itoa(i), Profiles: []string{q.profile},
 				Waited: time.Duration((t - q.arrive) * float64(time.Second))},
 		)
 	}
-	a, err := partition.AssignFleet(nodes, reqs)
+	a, err := plan.AssignFleet(nodes, reqs)
 	if err != nil {
 		return err
 	}
@@ -451,7 +454,7 @@ func (s *fleetSim) planStep(t float64, waiting []int) error {
 	return nil
 }
 
-func equalDemand(a, b partition.Demand) bool {
+func equalDemand(a, b plan.Demand) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -531,7 +534,7 @@ func runFleet(
 	demandChanged := func(t float64) {
 		switch shape {
 		case LayoutShape:
-			d := partition.Demand{}
+			d := plan.Demand{}
 			for _, i := range pendingPods {
 				if q := s.pods[i]; !q.done() && q.profile != "" {
 					d[q.profile]++

@@ -4,6 +4,9 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/drakit/drakit/internal/engine"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 	"io"
 	"math"
 	"math/rand"
@@ -14,7 +17,6 @@ import (
 	"time"
 
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/partition"
 )
 
 // The layout in the online model (issue 38, docs/dynamic-mig-publication.md,
@@ -26,7 +28,7 @@ import (
 //     allocation committed, when it ends. It takes the first device of the
 //     pod's profile, free and fitting, in the shape's order.
 //   - Layout: the scheduler sees only the published version
-//     (partition.LayoutPublisher's output), first fit in slice order. The
+//     (engine.LayoutPublisher's output), first fit in slice order. The
 //     driver calls Next after a lag (100 ms, 1 s when the previous change
 //     was less than a second before) on every attempt it could not serve and
 //     every departure, and at the fence's Retry; the fence applies through
@@ -56,7 +58,7 @@ const (
 	// planner's order, one pool per GPU.
 	Counters Shape = "counters"
 	// LayoutShape is the planner's layout without counters, one pool of
-	// one slice (partition.LayoutPublisher).
+	// one slice (engine.LayoutPublisher).
 	LayoutShape Shape = "layout"
 )
 
@@ -72,7 +74,7 @@ type LayoutParams struct {
 	// Lag is the driver's republish lag; ChurnLag replaces it when the
 	// previous change came less than ChurnWindow before.
 	Lag, ChurnLag, ChurnWindow time.Duration
-	// Fence is the publisher's fence (partition.WithFence).
+	// Fence is the publisher's fence (engine.WithFence).
 	Fence time.Duration
 	// BackoffMin and BackoffMax bound kube-scheduler's backoff.
 	BackoffMin, BackoffMax time.Duration
@@ -86,14 +88,14 @@ type LayoutParams struct {
 
 // DefaultLayoutParams are the model's parameters of the design note:
 // lifetimes of 30 minutes, patience 60 s, bursts of 4, republish lag 100
-// ms or 1 s, fence partition.DefaultFence, backoff 1-10 s, and the
+// ms or 1 s, fence engine.DefaultFence, backoff 1-10 s, and the
 // attempt times of the throughput bench's burst of 56 pods on one node
 // (16.0 pods/s as shipped, 17.2 the layout).
 func DefaultLayoutParams() LayoutParams {
 	return LayoutParams{
 		MeanLife: 30 * time.Minute, Patience: 60 * time.Second, BurstMean: 4,
 		Lag: 100 * time.Millisecond, ChurnLag: time.Second, ChurnWindow: time.Second,
-		Fence:      partition.DefaultFence,
+		Fence:      engine.DefaultFence,
 		BackoffMin: time.Second, BackoffMax: 10 * time.Second,
 		AttemptTime: map[Shape]time.Duration{Counters: time.Second / 16, LayoutShape: time.Second * 10 / 172},
 	}
@@ -248,18 +250,18 @@ func simulateLayoutPods(ctx context.Context, p *mig.Product, load float64, shape
 	const nGPU = 8
 	attempt := lp.AttemptTime[shape].Seconds()
 	fleet := make([]mig.FleetGPU, nGPU)
-	cards := make([]partition.Card, nGPU)
+	cards := make([]counter.Card, nGPU)
 	for i := range fleet {
 		fleet[i] = mig.FleetGPU{Node: "node-0", Index: i, Product: p}
-		cards[i] = partition.Card{Index: i, Scheme: p.Scheme()}
+		cards[i] = counter.Card{Index: i, Scheme: p.Scheme()}
 	}
 	base := time.Unix(0, 0)
 	at := func(t float64) time.Time { return base.Add(time.Duration(t * float64(time.Second))) }
-	var pub *partition.LayoutPublisher
-	var published partition.LayoutVersion
+	var pub *engine.LayoutPublisher
+	var published engine.LayoutVersion
 	if shape == LayoutShape {
 		var err error
-		if pub, err = partition.NewLayoutPublisher(cards, partition.WithFence(lp.Fence)); err != nil {
+		if pub, err = engine.NewLayoutPublisher(cards, engine.WithFence(lp.Fence)); err != nil {
 			return res, fmt.Errorf("simulate layout: %w", err)
 		}
 		if published, err = pub.Next(nil, nil, at(0)); err != nil {
@@ -450,11 +452,11 @@ func simulateLayoutPods(ctx context.Context, p *mig.Product, load float64, shape
 				continue
 			}
 			nextRepublish = -1
-			use := make([]partition.CardUse, nGPU)
+			use := make([]engine.CardUse, nGPU)
 			for g := range fleet {
-				use[g] = partition.CardUse{Index: g, InUse: fleet[g].Layout}
+				use[g] = engine.CardUse{Index: g, InUse: fleet[g].Layout}
 			}
-			demand := partition.Demand{}
+			demand := plan.Demand{}
 			for _, i := range waiting {
 				if !pods[i].done() && pods[i].profile != "" {
 					demand[pods[i].profile]++

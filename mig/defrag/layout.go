@@ -20,6 +20,7 @@ import (
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
 // WithLayoutLedgers makes the controller defragment a driver that
@@ -29,7 +30,7 @@ import (
 // goes: when a request has waited past its aging and fits nowhere, it
 // reserves a card for its profile, and the card's node opens nothing
 // else on it. The controller then moves the fewest restartable
-// partitions off that card (partition.Defragment over the ledgers,
+// partitions off that card (pplan.Defragment over the ledgers,
 // pinned to the reserved card: the moved partitions land where the
 // fleet has room, the same card's other half included) by evicting their
 // pods, with the same guards as the counter model's operations (opt-in
@@ -66,13 +67,13 @@ func (c *Controller) layoutStep(ctx context.Context) (*Operation, error) {
 	nodes := slices.Sorted(maps.Keys(ledgers))
 	var reserved []struct {
 		node string
-		r    partition.ReservedCard
+		r    pplan.ReservedCard
 	}
 	for _, n := range nodes {
 		for _, r := range ledgers[n].Reserved {
 			reserved = append(reserved, struct {
 				node string
-				r    partition.ReservedCard
+				r    pplan.ReservedCard
 			}{n, r})
 		}
 	}
@@ -214,7 +215,7 @@ func (c *Controller) layoutPlan(
 	ledgers map[string]*ledger.Ledger,
 	claims map[types.UID]*resourceapi.ResourceClaim,
 	node string,
-	res partition.ReservedCard,
+	res pplan.ReservedCard,
 	waiting *corev1.Pod,
 ) (*Operation, string, error) {
 	// The fleet from the ledgers: held partitions in use (restartable
@@ -298,10 +299,10 @@ func (c *Controller) layoutPlan(
 		}
 	}
 	card := res.Card
-	d, err := partition.Defragment(
+	d, err := pplan.Defragment(
 		fleet,
-		partition.Request{Profile: res.Profile, Node: node, Card: &card},
-		partition.WithMaxMoves(c.o.maxMoves),
+		pplan.Request{Profile: res.Profile, Node: node, Card: &card},
+		pplan.WithMaxMoves(c.o.maxMoves),
 	)
 	if err != nil {
 		return nil, "", err

@@ -23,6 +23,7 @@ import (
 	"github.com/drakit/drakit/explain"
 	"github.com/drakit/drakit/internal/allocstate"
 	"github.com/drakit/drakit/mig"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
 // ObjectRef names an object of an operation.
@@ -824,7 +825,8 @@ func (c *Controller) devicesOf(cl *cluster, node string, prof mig.Profile) map[d
 // an evicted pod's replacement could not land at its destination (see
 // land), the string says which and why.
 func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, claim *resourceapi.ResourceClaim, node string, g int, prof mig.Profile) (*plan, string) {
-	d, err := mig.Defragment(cl.fleet, mig.Request{Profile: prof.Name, Node: node, GPU: &g}, mig.WithMaxMoves(c.o.maxMoves))
+	req := mig.Request{Profile: prof.Name, Node: node, GPU: &g}
+	d, err := mig.Defragment(cl.fleet, req, pplan.WithMaxMoves(c.o.maxMoves))
 	if err != nil || !d.Found || len(d.Moves) == 0 {
 		return nil, "" // no plan, or none needed: the GPU has room the claim does not take
 	}

@@ -1,5 +1,5 @@
 // Package claimwatch tells a node's layout publication
-// (partition.LayoutPublisher, docs/dynamic-mig-publication.md) what the
+// (engine.LayoutPublisher, docs/dynamic-mig-publication.md) what the
 // scheduler holds and what it waits for, from the API server:
 //
 //   - Allocated: the devices of a pool of the driver that claims hold,
@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drakit/drakit/partition/plan"
 	"maps"
 	"slices"
 	"strings"
@@ -44,8 +45,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/drakit/drakit/partition"
 )
 
 // Option configures a Watcher.
@@ -109,7 +108,7 @@ func WithMaxPerClaim(max func(profile string) int) Option {
 
 // WithPublished makes Start also read, once, the devices the driver had
 // published on node (its ResourceSlices there) before this process
-// started: Published returns them, for partition.LayoutPublisher.Restore.
+// started: Published returns them, for engine.LayoutPublisher.Restore.
 // It needs list on resourceslices.
 func WithPublished(node string) Option {
 	return func(o *options) error {
@@ -196,9 +195,9 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	claims    map[types.UID]claimPart // what each claim adds
-	pods      map[types.UID]partition.Demand
+	pods      map[types.UID]plan.Demand
 	allocated map[string]map[string]int // pool -> device -> claims
-	demand    partition.Demand
+	demand    plan.Demand
 	notify    []func()
 	started   bool
 	published map[string][]string // pool -> devices, at Start (WithPublished)
@@ -208,7 +207,7 @@ type Watcher struct {
 // what it asks for while it holds nothing.
 type claimPart struct {
 	held   []deviceID
-	demand partition.Demand
+	demand plan.Demand
 }
 
 type deviceID struct{ pool, device string }
@@ -223,7 +222,7 @@ func New(client kubernetes.Interface, driver string, opts ...Option) (*Watcher, 
 		return nil, errors.New("new claim watcher: driver name is empty")
 	}
 	w := &Watcher{client: client, driver: driver, claims: map[types.UID]claimPart{},
-		pods: map[types.UID]partition.Demand{}, allocated: map[string]map[string]int{}, demand: partition.Demand{}}
+		pods: map[types.UID]plan.Demand{}, allocated: map[string]map[string]int{}, demand: plan.Demand{}}
 	for _, opt := range opts {
 		if err := opt(&w.o); err != nil {
 			return nil, fmt.Errorf("new claim watcher: %w", err)
@@ -334,7 +333,7 @@ func (w *Watcher) Published(pool string) []string {
 
 // Demand returns what the pending claims and unscheduled pods ask for,
 // per profile (partition.WholeCard for whole cards); a copy.
-func (w *Watcher) Demand() partition.Demand {
+func (w *Watcher) Demand() plan.Demand {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.demand)
@@ -434,7 +433,7 @@ func (w *Watcher) partOf(c *resourceapi.ResourceClaim) claimPart {
 
 // capped drops from one claim's or pod's demand what exceeds
 // WithMaxPerClaim.
-func (w *Watcher) capped(d partition.Demand) partition.Demand {
+func (w *Watcher) capped(d plan.Demand) plan.Demand {
 	if w.o.maxPerClaim == nil {
 		return d
 	}
@@ -450,7 +449,7 @@ func (w *Watcher) capped(d partition.Demand) partition.Demand {
 }
 
 // ask adds one request's demand; false when its class is not mapped.
-func (w *Watcher) ask(d *partition.Demand, class string, mode resourceapi.DeviceAllocationMode, count int64) bool {
+func (w *Watcher) ask(d *plan.Demand, class string, mode resourceapi.DeviceAllocationMode, count int64) bool {
 	profile, ok := w.o.classProfile(class)
 	if !ok {
 		return false
@@ -460,7 +459,7 @@ func (w *Watcher) ask(d *partition.Demand, class string, mode resourceapi.Device
 		n = int(min(count, 1<<16))
 	}
 	if *d == nil {
-		*d = partition.Demand{}
+		*d = plan.Demand{}
 	}
 	(*d)[profile] += n
 	return true
@@ -475,7 +474,7 @@ func (w *Watcher) pod(obj any, gone bool) {
 	if !ok {
 		return
 	}
-	var d partition.Demand
+	var d plan.Demand
 	if !gone && p.Spec.NodeName == "" && p.DeletionTimestamp == nil &&
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 		d = w.capped(w.extendedDemand(p))
@@ -504,7 +503,7 @@ func (w *Watcher) pod(obj any, gone bool) {
 // resources: per resource the larger of the containers' sum and the
 // largest init container's request (limits stand for requests, as for
 // extended resources they must be equal).
-func (w *Watcher) extendedDemand(p *corev1.Pod) partition.Demand {
+func (w *Watcher) extendedDemand(p *corev1.Pod) plan.Demand {
 	names := map[corev1.ResourceName]string{}
 	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for _, c := range cs {
@@ -520,7 +519,7 @@ func (w *Watcher) extendedDemand(p *corev1.Pod) partition.Demand {
 			}
 		}
 	}
-	var d partition.Demand
+	var d plan.Demand
 	for name, profile := range names {
 		sum, initMax := int64(0), int64(0)
 		for _, c := range p.Spec.Containers {
@@ -531,7 +530,7 @@ func (w *Watcher) extendedDemand(p *corev1.Pod) partition.Demand {
 		}
 		if n := max(sum, initMax); n > 0 {
 			if d == nil {
-				d = partition.Demand{}
+				d = plan.Demand{}
 			}
 			d[profile] += int(min(n, 1<<16))
 		}
@@ -550,7 +549,7 @@ func quantity(r corev1.ResourceRequirements, name corev1.ResourceName) int64 {
 }
 
 // addDemand adds sign times d to the total. w.mu must be held.
-func (w *Watcher) addDemand(d partition.Demand, sign int) {
+func (w *Watcher) addDemand(d plan.Demand, sign int) {
 	for k, v := range d {
 		w.demand[k] += sign * v
 		if w.demand[k] <= 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/claimwatch"
+	"github.com/drakit/drakit/partition/plan"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -74,7 +75,7 @@ func TestWatcher(t *testing.T) {
 	if err := w.Start(ctx); err == nil {
 		t.Error("a second Start did not fail")
 	}
-	expect(t, w, "synced", partition.Demand{"small": 2}, nil)
+	expect(t, w, "synced", plan.Demand{"small": 2}, nil)
 
 	// Requests: exact counts, a whole card, subrequests (the first mapped
 	// one counts), classes not mapped (nothing).
@@ -93,7 +94,7 @@ func TestWatcher(t *testing.T) {
 	}
 	// "huge" asks for more whole cards than a node has: only its small
 	// partition counts.
-	expect(t, w, "created", partition.Demand{"small": 4, partition.WholeCard: 1}, nil)
+	expect(t, w, "created", plan.Demand{"small": 4, partition.WholeCard: 1}, nil)
 	if len(changes) == 0 {
 		t.Error("no change was notified")
 	}
@@ -122,14 +123,14 @@ func TestWatcher(t *testing.T) {
 	if m, err = claims.UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, "allocated", partition.Demand{"small": 1}, map[string][]string{"node-a": {"card-0-small-0", "card-0-small-1"}})
+	expect(t, w, "allocated", plan.Demand{"small": 1}, map[string][]string{"node-a": {"card-0-small-0", "card-0-small-1"}})
 
 	// A device two claims hold stays allocated until both let it go.
 	c.Status.Allocation = nil
 	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, "deallocated", partition.Demand{"small": 3}, map[string][]string{"node-a": {"card-0-small-1"}})
+	expect(t, w, "deallocated", plan.Demand{"small": 3}, map[string][]string{"node-a": {"card-0-small-1"}})
 	if err := claims.Delete(ctx, "mixed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestWatcher(t *testing.T) {
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, "pod pending", partition.Demand{"small": 3}, nil)
+	expect(t, w, "pod pending", plan.Demand{"small": 3}, nil)
 	if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "ext"}, Target: corev1.ObjectReference{Kind: "Node", Name: env.NodeName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestNewErrors(t *testing.T) {
 
 // expect waits until the Watcher says demand and allocated (per pool),
 // or fails with what it says.
-func expect(t *testing.T, w *claimwatch.Watcher, step string, demand partition.Demand, allocated map[string][]string) {
+func expect(t *testing.T, w *claimwatch.Watcher, step string, demand plan.Demand, allocated map[string][]string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

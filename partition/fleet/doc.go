@@ -7,7 +7,7 @@
 // for the fleet, keeps for each pending request the nodes it can land on
 // (the pod's node selector, required node affinity and tolerations; the
 // cards' profiles), assigns the requests to nodes with
-// partition.AssignFleet (a burst lands on as few nodes as it needs; aged
+// plan.AssignFleet (a burst lands on as few nodes as it needs; aged
 // requests first; a card reserved for a larger profile that fits nowhere
 // yet), writes each node's Demand into its ledger, resolves the ledgers'
 // Held entries from what the API server shows of their claims, and seeds

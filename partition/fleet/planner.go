@@ -30,6 +30,7 @@ import (
 
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // Option configures a Planner.
@@ -87,7 +88,7 @@ func WithSchemes(schemes func(name string) (*partition.Scheme, error)) Option {
 	}
 }
 
-// WithAging is partition.WithAging's.
+// WithAging is plan.WithAging's.
 func WithAging(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
@@ -138,7 +139,7 @@ func (o *options) classProfileOK() bool { return o.classProfile != nil }
 //     claims (ledger.Ledger.Observe; a claim its informer lacks is read
 //     by name before it counts as deleted) and records allocations made
 //     without the ledger,
-//   - assigns the pending requests to nodes (partition.AssignFleet: the
+//   - assigns the pending requests to nodes (plan.AssignFleet: the
 //     pod's node selector, required node affinity and tolerations
 //     against the node's taints decide the candidate nodes, the cards'
 //     profiles the rest) and writes each node's Demand and Reserved
@@ -177,7 +178,7 @@ func New(
 	opts ...Option,
 ) (*Planner, error) {
 	o := options{
-		aging:    partition.DefaultAging,
+		aging:    plan.DefaultAging,
 		interval: 200 * time.Millisecond,
 		resync:   10 * time.Second,
 		now:      time.Now,
@@ -554,8 +555,8 @@ func (p *Planner) assign(
 	ledgers map[string]*ledger.Ledger,
 	claims map[string]*resourceapi.ResourceClaim,
 ) (
-	map[string]partition.Demand, map[string][]partition.ReservedCard, int, *partition.FleetAssignment, error) {
-	var nodes []partition.Node
+	map[string]plan.Demand, map[string][]plan.ReservedCard, int, *plan.FleetAssignment, error) {
+	var nodes []plan.Node
 	nodeObjs := map[string]*corev1.Node{}
 	for _, name := range slices.Sorted(maps.Keys(ledgers)) {
 		l := ledgers[name]
@@ -576,7 +577,7 @@ func (p *Planner) assign(
 		return nil, nil, 0, nil, err
 	}
 	now := p.o.now()
-	var reqs []partition.PendingRequest
+	var reqs []plan.PendingRequest
 	for _, pod := range pods {
 		if !pending(pod) {
 			continue
@@ -613,27 +614,27 @@ func (p *Planner) assign(
 		}
 		reqs = append(
 			reqs,
-			partition.PendingRequest{ID: pod.Namespace + "/" + pod.Name, Profiles: profiles,
+			plan.PendingRequest{ID: pod.Namespace + "/" + pod.Name, Profiles: profiles,
 				Nodes: append([]string{}, cands...), Waited: now.Sub(pod.CreationTimestamp.Time)},
 		)
 	}
-	a, err := partition.AssignFleet(nodes, reqs, partition.WithAging(p.o.aging))
+	a, err := plan.AssignFleet(nodes, reqs, plan.WithAging(p.o.aging))
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
 	return a.Demand, a.Reserved, len(reqs), a, nil
 }
 
-// nodeView is a ledger as partition.AssignFleet sees its node.
-func (p *Planner) nodeView(l *ledger.Ledger) (partition.Node, error) {
-	n := partition.Node{Name: l.Node}
+// nodeView is a ledger as plan.AssignFleet sees its node.
+func (p *Planner) nodeView(l *ledger.Ledger) (plan.Node, error) {
+	n := plan.Node{Name: l.Node}
 	held := l.HeldDevices()
 	for _, c := range l.Cards {
 		s, err := p.o.schemes(c.Scheme)
 		if err != nil {
 			return n, fmt.Errorf("fleet planner: node %s card %d: %w", l.Node, c.Index, err)
 		}
-		nc := partition.NodeCard{
+		nc := plan.NodeCard{
 			Index:      c.Index,
 			Scheme:     s,
 			Profiles:   c.Profiles,

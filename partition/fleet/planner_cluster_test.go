@@ -17,6 +17,7 @@ import (
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/fleet"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -134,13 +135,13 @@ func TestPlannerOnAPIServer(t *testing.T) {
 		}
 		return r
 	}
-	demands := func() map[string]partition.Demand {
+	demands := func() map[string]plan.Demand {
 		t.Helper()
 		ls, err := store.List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]partition.Demand{}
+		out := map[string]plan.Demand{}
 		for n, l := range ls {
 			if len(l.Demand) > 0 {
 				out[n] = l.Demand
@@ -148,8 +149,8 @@ func TestPlannerOnAPIServer(t *testing.T) {
 		}
 		return out
 	}
-	equal := func(a, b map[string]partition.Demand) bool {
-		return maps.EqualFunc(a, b, func(x, y partition.Demand) bool { return maps.Equal(x, y) })
+	equal := func(a, b map[string]plan.Demand) bool {
+		return maps.EqualFunc(a, b, func(x, y plan.Demand) bool { return maps.Equal(x, y) })
 	}
 
 	if r := step(); r.Seeded != 3 || r.Pending != 0 {
@@ -226,7 +227,7 @@ func TestPlannerOnAPIServer(t *testing.T) {
 		p.Spec.NodeSelector = map[string]string{"zone": "b"}
 	})
 	waitStep(1)
-	if got, want := demands(), map[string]partition.Demand{"n2": {"1g.10gb": 3}}; !equal(got, want) {
+	if got, want := demands(), map[string]plan.Demand{"n2": {"1g.10gb": 3}}; !equal(got, want) {
 		t.Errorf("a pod selecting zone b: demand %v, want %v", got, want)
 	}
 
@@ -250,16 +251,16 @@ func TestPlannerOnAPIServer(t *testing.T) {
 		t.Errorf("%d requests unplaced, want the untolerated pod's", r.Unplaced)
 	}
 	got := demands()
-	if want := (partition.Demand{"1g.10gb": 1}); !maps.Equal(got["n3"], want) {
+	if want := (plan.Demand{"1g.10gb": 1}); !maps.Equal(got["n3"], want) {
 		t.Errorf("the tainted n3's demand %v, want the tolerant pod's %v", got["n3"], want)
 	}
-	total := partition.Demand{}
+	total := plan.Demand{}
 	for _, d := range got {
 		for p, n := range d {
 			total[p] += n
 		}
 	}
-	if want := (partition.Demand{"1g.10gb": 4, partition.WholeCard: 1}); !maps.Equal(total, want) {
+	if want := (plan.Demand{"1g.10gb": 4, partition.WholeCard: 1}); !maps.Equal(total, want) {
 		t.Errorf("demand over the fleet %v (per node %v), want %v", total, got, want)
 	}
 	if r := step(); r.Writes != 0 {

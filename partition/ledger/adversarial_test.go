@@ -19,9 +19,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/drakit/drakit/internal/alloc"
+	"github.com/drakit/drakit/internal/engine"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // The adversarial model (issue 46). One API server (a global revision,
@@ -64,7 +67,7 @@ type design string
 
 const (
 	designLedger design = "ledger" // partition/ledger
-	designFence  design = "fence"  // partition.LayoutPublisher + a slice-membership check
+	designFence  design = "fence"  // engine.LayoutPublisher + a slice-membership check
 )
 
 type advParams struct {
@@ -169,7 +172,7 @@ type aPub struct {
 	desired []partition.LayoutCard
 	sliceRV int64 // slice controller's last known slice rv
 	ctrlDue bool
-	fence   *partition.LayoutPublisher
+	fence   *engine.LayoutPublisher
 	retryAt time.Duration
 }
 
@@ -193,7 +196,7 @@ type world struct {
 	rev    int64
 	q      eventHeap
 	scheme *partition.Scheme
-	cm     partition.CounterModel
+	cm     counter.Model
 	al     *alloc.Allocator
 	nodes  []*aNode
 	claims map[types.UID]*aClaim
@@ -218,11 +221,11 @@ func newWorld(t testing.TB, p advParams) *world {
 		t.Fatal(err)
 	}
 	s := prod.Scheme()
-	var cards []partition.Card
+	var cards []counter.Card
 	for c := 0; c < p.cards; c++ {
-		cards = append(cards, partition.Card{Index: c, Scheme: s})
+		cards = append(cards, counter.Card{Index: c, Scheme: s})
 	}
-	cm, err := partition.NewCounterModel(cards)
+	cm, err := counter.NewModel(cards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +375,7 @@ func (w *world) restartPub(pub *aPub) {
 	}
 	w.pubClaims[pub] = m
 	if w.p.design == designFence {
-		lp, err := partition.NewLayoutPublisher(w.cardsOf())
+		lp, err := engine.NewLayoutPublisher(w.cardsOf())
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -407,10 +410,10 @@ func (w *world) restartPub(pub *aPub) {
 	})
 }
 
-func (w *world) cardsOf() []partition.Card {
-	var out []partition.Card
+func (w *world) cardsOf() []counter.Card {
+	var out []counter.Card
 	for c := 0; c < w.p.cards; c++ {
-		out = append(out, partition.Card{Index: c, Scheme: w.scheme})
+		out = append(out, counter.Card{Index: c, Scheme: w.scheme})
 	}
 	return out
 }
@@ -494,10 +497,10 @@ func (w *world) pubSync(pub *aPub) {
 		}
 		w.desire(pub, cards)
 	case designFence:
-		var uses []partition.CardUse
-		held := map[int]*partition.CardUse{}
+		var uses []engine.CardUse
+		held := map[int]*engine.CardUse{}
 		for c := 0; c < w.p.cards; c++ {
-			u := partition.CardUse{Index: c, Whole: n.whole[c]}
+			u := engine.CardUse{Index: c, Whole: n.whole[c]}
 			for _, in := range n.nvml[c] {
 				in.InUse = true
 				u.InUse = append(u.InUse, in)
@@ -505,7 +508,7 @@ func (w *world) pubSync(pub *aPub) {
 			uses = append(uses, u)
 			held[c] = &uses[len(uses)-1]
 		}
-		demand := partition.Demand{}
+		demand := plan.Demand{}
 		for _, c := range w.pubClaims[pub] {
 			if c.deleted {
 				continue
@@ -619,7 +622,7 @@ func (w *world) plannerObserve(c aClaim) {
 	if w.p.design != designLedger {
 		return
 	}
-	demand := partition.Demand{}
+	demand := plan.Demand{}
 	for _, v := range w.plannerViews {
 		if !v.deleted && len(v.alloc) == 0 {
 			demand[v.profile]++
@@ -1062,7 +1065,7 @@ func runAdversarial(t testing.TB, p advParams) advStats {
 }
 
 // TestAdversarial runs the model for the ledger and for the decision
-// fence of partition.LayoutPublisher with the layout guard's
+// fence of engine.LayoutPublisher with the layout guard's
 // slice-membership check (the design before issue 46), on the same
 // seeds: the ledger must commit no overlapping allocation and leave no
 // pod stuck on an allocation that cannot be prepared, and place pods;

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // PoolSuffix ends the name of every layout pool: a node's layout pool is
@@ -49,7 +50,7 @@ func IsLayoutPool(pool string) bool {
 type Agent struct {
 	store *Store
 	node  string
-	opts  []partition.Option
+	opts  []Option
 
 	mu       sync.Mutex
 	onChange []func()
@@ -64,11 +65,14 @@ func (a *Agent) OnChange(f func()) {
 }
 
 // NewAgent returns the agent of node, publishing in PoolName(node) (and
-// its groups) with opts (partition.WithPoolDevices,
-// partition.WithDefaultMix).
-func NewAgent(store *Store, node string, opts ...partition.Option) (*Agent, error) {
+// its groups) with opts (WithPoolDevices,
+// WithDefaultMix).
+func NewAgent(store *Store, node string, opts ...Option) (*Agent, error) {
 	if store == nil || node == "" {
 		return nil, errors.New("new ledger agent: a store and a node name are needed")
+	}
+	if _, err := gather(opts); err != nil {
+		return nil, fmt.Errorf("new ledger agent: %w", err)
 	}
 	return &Agent{store: store, node: node, opts: opts}, nil
 }
@@ -133,15 +137,15 @@ func (a *Agent) Sync(
 // It is safe for concurrent use.
 type MemoryAgent struct {
 	node string
-	opts []partition.Option
+	opts []Option
 	mu   sync.Mutex
 	l    *Ledger
 }
 
 // NewMemoryAgent returns the MemoryAgent of node with demand (opts as
 // for NewAgent).
-func NewMemoryAgent(node string, demand partition.Demand, opts ...partition.Option) *MemoryAgent {
-	d := partition.Demand{}
+func NewMemoryAgent(node string, demand plan.Demand, opts ...Option) *MemoryAgent {
+	d := plan.Demand{}
 	for k, v := range demand {
 		d[k] = v
 	}

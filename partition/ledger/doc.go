@@ -4,7 +4,7 @@
 // (Open) and which claims hold (Held), changed only by compare-and-swap
 // (docs/dynamic-mig-publication.md).
 //
-// A driver that publishes a layout (partition.PlanLayouts: per card the
+// A driver that publishes a layout (plan.PlanLayouts: per card the
 // whole card or the partitions of its current layout, no counters)
 // replaces free devices by overlapping ones as demand moves. The
 // scheduler allocates from the slices it last saw and writes the

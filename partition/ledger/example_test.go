@@ -3,9 +3,9 @@ package ledger_test
 import (
 	"errors"
 	"fmt"
+	"github.com/drakit/drakit/partition/plan"
 
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
 )
 
@@ -16,7 +16,7 @@ import (
 func Example() {
 	p, _ := mig.Lookup("H100-80GB")
 	cards := []ledger.AgentCard{{Index: 0, Scheme: p.Scheme()}}
-	l := &ledger.Ledger{Node: "n1", Seeded: true, Demand: partition.Demand{"3g.40gb": 2}}
+	l := &ledger.Ledger{Node: "n1", Seeded: true, Demand: plan.Demand{"3g.40gb": 2}}
 	if _, err := l.Publish("n1/layout", cards); err != nil {
 		fmt.Println(err)
 		return
@@ -28,7 +28,7 @@ func Example() {
 
 	// The second 3g is no longer asked for: the card is laid out again.
 	stale := l.Open[0]
-	l.Demand = partition.Demand{"1g.10gb": 4}
+	l.Demand = plan.Demand{"1g.10gb": 4}
 	if _, err := l.Publish("n1/layout", cards); err != nil {
 		fmt.Println(err)
 		return

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // Device names one device of the driver: its pool and its name.
@@ -106,11 +107,11 @@ type Ledger struct {
 	// resourceVersion.
 	Held []Hold `json:"held,omitempty"`
 	// Demand is what the planner asks the node to lay out for.
-	Demand partition.Demand `json:"demand,omitempty"`
+	Demand plan.Demand `json:"demand,omitempty"`
 	// Reserved are cards the planner keeps for a larger profile that fits
-	// nowhere yet (partition.AssignFleet): the agent opens nothing else
+	// nowhere yet (plan.AssignFleet): the agent opens nothing else
 	// on them, so that their partitions drain.
-	Reserved []partition.ReservedCard `json:"reserved,omitempty"`
+	Reserved []plan.ReservedCard `json:"reserved,omitempty"`
 }
 
 // Clone returns a deep copy.
@@ -130,7 +131,7 @@ func (l *Ledger) Clone() *Ledger {
 		c.Held[i].Devices = slices.Clone(c.Held[i].Devices)
 	}
 	if l.Demand != nil {
-		c.Demand = partition.Demand{}
+		c.Demand = plan.Demand{}
 		for k, v := range l.Demand {
 			c.Demand[k] = v
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 func h100(t testing.TB) *partition.Scheme {
@@ -126,7 +127,7 @@ func TestPublishKeepsInvariant(t *testing.T) {
 	schemes := func(string) (*partition.Scheme, error) { return s, nil }
 	names := s.ProfileNames()
 	for i := 0; i < 300; i++ {
-		l := &ledger.Ledger{Node: "n1", Seeded: true, Demand: partition.Demand{}}
+		l := &ledger.Ledger{Node: "n1", Seeded: true, Demand: plan.Demand{}}
 		cards := make([]ledger.AgentCard, 3)
 		for c := range cards {
 			cards[c] = ledger.AgentCard{Index: c, Scheme: s}

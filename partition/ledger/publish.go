@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // AgentCard is one card as the node's agent sees it: its scheme and what
@@ -42,7 +44,7 @@ type cardView struct {
 }
 
 // view reads the ledger per card.
-func (l *Ledger) view(pool string, cards []AgentCard, opts []partition.Option) ([]cardView, error) {
+func (l *Ledger) view(pool string, cards []AgentCard, opts []Option) ([]cardView, error) {
 	lc := make([]partition.LayoutCard, len(cards))
 	for i, c := range cards {
 		if c.Scheme == nil {
@@ -50,7 +52,11 @@ func (l *Ledger) view(pool string, cards []AgentCard, opts []partition.Option) (
 		}
 		lc[i] = partition.LayoutCard{Index: c.Index, Scheme: c.Scheme}
 	}
-	pools, err := partition.LayoutCardPools(pool, lc, opts...)
+	o, err := gather(opts)
+	if err != nil {
+		return nil, err
+	}
+	pools, err := counter.LayoutCardPools(pool, lc, o.pool...)
 	if err != nil {
 		return nil, err
 	}
@@ -110,14 +116,14 @@ func hasInstance(l partition.Layout, x partition.Instance) bool {
 
 // Publish is the node agent's step: it records cards (what is busy on
 // the node) and rewrites Open for Held, Busy, Demand and Reserved, the
-// pools named from pool by partition.LayoutCardPools (opts:
-// partition.WithPoolDevices, partition.WithDefaultMix). Per card:
+// pools named from pool by counter.LayoutCardPools (opts:
+// WithPoolDevices, WithDefaultMix). Per card:
 //
 //   - nothing is opened on a card some claim holds a device of through
 //     another pool (allocated from an earlier publication: the same
 //     partition under another name), nor on a card whose held and busy
 //     partitions do not form a valid layout (the reason is returned);
-//   - otherwise partition.PlanLayouts chooses the layout from the
+//   - otherwise plan.PlanLayouts chooses the layout from the
 //     partitions held and busy (kept), the Open ones (kept where they
 //     still fit) and Demand; its free devices are Open, the whole card
 //     when the plan leaves it whole and nothing is in use (unless
@@ -131,7 +137,7 @@ func hasInstance(l partition.Layout, x partition.Instance) bool {
 func (l *Ledger) Publish(
 	pool string,
 	cards []AgentCard,
-	opts ...partition.Option,
+	opts ...Option,
 ) (withheld map[int]string, err error) {
 	views, err := l.view(pool, cards, opts)
 	if err != nil {
@@ -199,7 +205,8 @@ func (l *Ledger) Publish(
 		plainAt = append(plainAt, i)
 	}
 	demand := l.offered(views)
-	out, err := partition.PlanLayouts(plain, demand, opts...)
+	o, _ := gather(opts) // view checked them
+	out, err := plan.PlanLayouts(plain, demand, o.layout...)
 	if err != nil {
 		return nil, fmt.Errorf("publish the layout of node %s: %w", l.Node, err)
 	}
@@ -210,12 +217,12 @@ func (l *Ledger) Publish(
 	for _, in := range kept {
 		v := views[slices.IndexFunc(views, func(v cardView) bool { return v.Index == in.Index })]
 		p := reserved[in.Index]
-		one, err := partition.PlanLayouts(
+		one, err := plan.PlanLayouts(
 			[]partition.LayoutCard{in},
-			partition.Demand{p: 1},
+			plan.Demand{p: 1},
 			append(
-				slices.Clone(opts),
-				partition.WithDefaultMix(func(*partition.Scheme) []string { return nil }),
+				slices.Clone(o.layout),
+				plan.WithDefaultMix(func(*partition.Scheme) []string { return nil }),
 			)...)
 		if err != nil {
 			return nil, fmt.Errorf("publish the layout of node %s: %w", l.Node, err)
@@ -229,8 +236,8 @@ func (l *Ledger) Publish(
 
 // offered is Demand restricted to the profiles some card offers (whole
 // cards always).
-func (l *Ledger) offered(views []cardView) partition.Demand {
-	out := partition.Demand{}
+func (l *Ledger) offered(views []cardView) plan.Demand {
+	out := plan.Demand{}
 	for p, n := range l.Demand {
 		if n <= 0 {
 			continue
@@ -297,9 +304,9 @@ func (l *Ledger) opened(v cardView, t partition.LayoutCard, only string) []Devic
 }
 
 // Layout returns what the node publishes, per card in cards' order, for
-// partition.CounterModel.LayoutPools (with the same pool name and
+// counter.Model.LayoutPools (with the same pool name and
 // options): the card's Held and Open partitions (held ones marked in
-// use) in the planner's order (partition.Preference over what is in use
+// use) in the planner's order (counter.Preference over what is in use
 // on the card), its whole device when it is Open or Held whole, or
 // Withheld when the card has neither. Held devices of other pools are
 // not published (the card is withheld while they are held). Two agents
@@ -307,7 +314,7 @@ func (l *Ledger) opened(v cardView, t partition.LayoutCard, only string) []Devic
 func (l *Ledger) Layout(
 	pool string,
 	cards []AgentCard,
-	opts ...partition.Option,
+	opts ...Option,
 ) ([]partition.LayoutCard, error) {
 	views, err := l.view(pool, cards, opts)
 	if err != nil {
@@ -348,7 +355,7 @@ func (l *Ledger) Layout(
 		out[i] = c
 	}
 	if len(pref) > 0 {
-		names, err := partition.Preference(pref)
+		names, err := counter.Preference(pref)
 		if err != nil {
 			return nil, fmt.Errorf("layout of node %s: %w", l.Node, err)
 		}

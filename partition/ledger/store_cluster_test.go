@@ -16,6 +16,7 @@ import (
 
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/plan"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -51,7 +52,7 @@ func TestStoreOnAPIServer(t *testing.T) {
 	}
 	seed := store(t)
 	if _, err := seed.Update(ctx, "n1", true, func(l *ledger.Ledger) error {
-		l.Seeded, l.Demand = true, partition.Demand{"1g.10gb": 14}
+		l.Seeded, l.Demand = true, plan.Demand{"1g.10gb": 14}
 		_, err := l.Publish("n1/layout", cards)
 		return err
 	}); err != nil {
@@ -115,7 +116,7 @@ func TestStoreOnAPIServer(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 10; i++ {
 				if _, err := st.Update(ctx, "n1", false, func(l *ledger.Ledger) error {
-					l.Demand = partition.Demand{"1g.10gb": 10 + (i+a)%5, "2g.20gb": i % 3}
+					l.Demand = plan.Demand{"1g.10gb": 10 + (i+a)%5, "2g.20gb": i % 3}
 					_, err := l.Publish("n1/layout", cards)
 					return err
 				}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 )
 
 // Card is one partitionable card of a node, for [NewNode].
@@ -73,7 +74,7 @@ const DefaultHealthInterval = 10 * time.Second
 // preparer. It guarantees, besides what [Manager] does:
 //
 //   - its inventory (a device.DynamicDiscoverer) is one pool per card
-//     (partition.CounterModel.CardPools) with only the devices that still
+//     (counter.Model.CardPools) with only the devices that still
 //     fit beside the partitions the claims hold, in the planner's order,
 //     republished after every change, with the cards' health;
 //   - every device of a claim has its configuration checked before
@@ -88,7 +89,7 @@ type Node struct {
 	*Manager
 	*device.DynamicDiscoverer
 	b     Binding
-	model partition.CounterModel
+	model counter.Model
 }
 
 // NewNode opens the lifecycle in the state folder state (see [Open]) for
@@ -106,13 +107,13 @@ func NewNode(b Binding, state string, opts ...Option) (*Node, error) {
 		b.HealthInterval = DefaultHealthInterval
 	}
 	n := &Node{b: b}
-	cards := make([]partition.Card, len(b.Cards))
+	cards := make([]counter.Card, len(b.Cards))
 	ids := make([]string, len(b.Cards))
 	for i, c := range b.Cards {
-		cards[i], ids[i] = partition.Card{Index: i, Scheme: c.Scheme, UUID: c.ID}, c.ID
+		cards[i], ids[i] = counter.Card{Index: i, Scheme: c.Scheme, UUID: c.ID}, c.ID
 	}
 	var err error
-	if n.model, err = partition.NewCounterModel(cards); err != nil {
+	if n.model, err = counter.NewModel(cards); err != nil {
 		return nil, fmt.Errorf("new partition node: %w", err)
 	}
 	src := device.HealthChannel(make(chan []device.HealthReport))
@@ -251,7 +252,7 @@ func (n *Node) inventory(context.Context) (*device.Inventory, error) {
 			fleet[i].Layout = append(fleet[i].Layout, use)
 		}
 	}
-	pools, perr := n.model.CardPools(n.b.NodeName, fleet, partition.WithFitOnly())
+	pools, perr := n.model.CardPools(n.b.NodeName, fleet, counter.WithFitOnly())
 	return &device.Inventory{Driver: n.b.Driver, Pools: pools}, errors.Join(err, perr)
 }
 

@@ -27,7 +27,7 @@ import (
 // A 4g pod waits; once it has waited the planner's aging (5 s here) the
 // planner reserves that GPU for 4g (its node opens nothing else there).
 // The administrator switches the chart's defragmenter on: it evicts the
-// one 1g pod in the half the 4g goes to (partition.Defragment pinned to
+// one 1g pod in the half the 4g goes to (plan.Defragment pinned to
 // the reserved card), the reservation keeps that half, the 4g pod runs
 // there, the evicted pod's replacement runs once the 4g is placed, and
 // the other 1g pod is untouched.

@@ -12,6 +12,7 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/topology"
 )
@@ -280,7 +281,7 @@ func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpu
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	pools, err := m.GPUPools(d.node, fleet, mig.WithFitOnly())
+	pools, err := m.GPUPools(d.node, fleet, counter.WithFitOnly())
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/drakit/drakit/device"
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/partition/lifecycle"
+	"github.com/drakit/drakit/partition/plan"
 )
 
 // Publication modes of dynamic-MIG GPUs (WithMIGLayout; the command's
@@ -197,7 +199,7 @@ func (d *Driver) layoutPools(
 	pools, err := m.LayoutPools(
 		l.Pool(),
 		layout,
-		partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
+		counter.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
 	)
 	if err != nil {
 		return nil, err
@@ -217,17 +219,17 @@ func (d *Driver) layoutPools(
 // the API's limit) and its default mix (DefaultMix restricted to the
 // advertised profiles). profiles are the advertised profiles per product
 // (nil: mig.DefaultProfiles).
-func LayoutOptions() []partition.Option {
-	return []partition.Option{
-		partition.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
-		partition.WithDefaultMix(func(s *partition.Scheme) []string {
+func LayoutOptions() []ledger.Option {
+	return []ledger.Option{
+		ledger.WithPoolDevices(device.MaxDevicesPerSliceWithTaintsOrCounters),
+		ledger.WithDefaultMix(func(s *partition.Scheme) []string {
 			p, err := mig.Lookup(s.Name)
 			if err != nil {
-				return partition.DefaultMix(s)
+				return plan.DefaultMix(s)
 			}
 			var out []string
 			adv := mig.DefaultProfiles(p)
-			for _, name := range partition.DefaultMix(s) {
+			for _, name := range plan.DefaultMix(s) {
 				if slices.Contains(adv, name) {
 					out = append(out, name)
 				}
