@@ -442,6 +442,11 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 		}
 		if len(unplaced) > 0 && spent < o.work {
 			var more int
+			unplaced, more, _ = pl.exchange(cards, fleet, requests, unplaced, (o.work-spent)*3/4)
+			spent += more
+		}
+		if len(unplaced) > 0 && spent < o.work {
+			var more int
 			unplaced, more, out = pl.neighbourhood(cards, fleet, requests, reqs, unplaced, o.work-spent)
 			spent += more
 		}

@@ -1,0 +1,353 @@
+package partition
+
+import "sort"
+
+// The exchange search: PlanFleet's step after the per-card repair when
+// requests are left unplaced. With partitions in use, a tight fleet's
+// free units end up scattered over a few cards in shapes the unplaced
+// requests do not fit (two free 1g slots where a 2g is wanted), and
+// fixing it takes a chain of changes over several cards, each trading
+// what it holds for another multiset it can hold. The search works on
+// request kinds and classes of interchangeable cards as the exact search
+// does (one scheme, one in-use layout, one set of kinds they may take),
+// and on each card's multiset of kinds: a change of one card is a delta
+// vector (what it holds after, less what it holds now, any feasible
+// completion of its in-use partitions), and a set of changes on distinct
+// cards places requests exactly when its deltas add up to a vector
+// between zero and the unplaced demand. Cards of one class that hold the
+// same multiset offer the same deltas, so the deltas of one change are
+// few (thousands at 1,000 cards, deduplicated by vector); sums of two
+// are built once and the sums of three and four are looked up against
+// them, which reaches chains of four cards at the cost of the pairs.
+// Every delta and every sum counts against the work budget.
+
+// dvec is a change of kinds: per kind, requests gained (or lost).
+type dvec [maxProfiles]int16
+
+// exchange bounds: a one-card delta changes each kind by at most
+// exchangeStep and at most exchangeL1 in all; a sum of two is kept for
+// the lookups when it is within exchangeStep+1 of the demand per kind.
+const (
+	exchangeStep = 2
+	exchangeL1   = 6
+	// pairWork sums of two deltas count as one node of work: a sum is a
+	// few additions and one map insert, a node of the exact search
+	// enumerates placements.
+	pairWork = 16
+)
+
+// xtype is the cards of one class that hold one multiset of kinds.
+type xtype struct {
+	class   int
+	holds   xvec
+	members []int // card indices, fleet order
+}
+
+// xchange is one card type's change to a multiset.
+type xchange struct {
+	t  int
+	to xvec
+}
+
+// exchange runs the exchange search on the assignment in place. It
+// returns the unplaced requests, the work done and whether the budget
+// ran out.
+func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int, budget int) ([]int, int, bool) {
+	xs, _, fail := newXSearch(cards, fleet, requests, searchLimit{nodes: budget}, true)
+	if fail != nil {
+		return unplaced, fail.nodes, xs == nil && fail.nodes > budget
+	}
+	kindOf := make([]int, len(requests))
+	for i := range kindOf {
+		kindOf[i] = -1
+	}
+	for ki, k := range xs.kinds {
+		for _, ri := range k.reqs {
+			kindOf[ri] = ki
+		}
+	}
+	classOf := make([]int, len(cards))
+	for i := range classOf {
+		classOf[i] = -1
+	}
+	for c, cl := range xs.classes {
+		for _, gi := range cl.members {
+			classOf[gi] = c
+		}
+	}
+	for len(unplaced) > 0 && !xs.aborted {
+		var want xvec
+		for _, ri := range unplaced {
+			if ki := kindOf[ri]; ki >= 0 {
+				want[ki]++
+			}
+		}
+		if xs.value(want) == 0 {
+			break
+		}
+		chain := xs.findChain(cards, classOf, kindOf, want)
+		if chain == nil {
+			break
+		}
+		unplaced = xs.apply(cards, requests, classOf, kindOf, unplaced, chain)
+	}
+	return unplaced, xs.nodes, xs.aborted
+}
+
+// holds is a card's assigned requests as a vector of kinds.
+func holds(g *pcard, kindOf []int) xvec {
+	var v xvec
+	for _, ri := range g.reqs {
+		if ki := kindOf[ri]; ki >= 0 {
+			v[ki]++
+		}
+	}
+	return v
+}
+
+// findChain looks for changes on at most four distinct cards whose
+// deltas add up to the most valuable vector between zero and want. It
+// returns the card changes (card index, multiset after), or nil.
+func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) []cardChange {
+	nk := len(xs.kinds)
+	// Card types, fleet order.
+	type tkey struct {
+		c     int
+		holds xvec
+	}
+	var types []xtype
+	tindex := map[tkey]int{}
+	for gi, g := range cards {
+		c := classOf[gi]
+		if c < 0 {
+			continue
+		}
+		k := tkey{c, holds(g, kindOf)}
+		t, ok := tindex[k]
+		if !ok {
+			t = len(types)
+			tindex[k] = t
+			types = append(types, xtype{class: c, holds: k.holds})
+		}
+		types[t].members = append(types[t].members, gi)
+	}
+	// One-card deltas, deduplicated by vector; each keeps the first few
+	// changes that give it.
+	const perDelta = 4
+	var deltas []dvec
+	by := map[dvec][]xchange{}
+	for ti, t := range types {
+		for _, b := range xs.classes[t.class].feas {
+			if xs.tick() {
+				return nil
+			}
+			var d dvec
+			l1, ok := 0, true
+			for ki := 0; ki < nk; ki++ {
+				d[ki] = int16(b[ki]) - int16(t.holds[ki])
+				a := int(d[ki])
+				if a < 0 {
+					a = -a
+				}
+				if a > exchangeStep {
+					ok = false
+					break
+				}
+				l1 += a
+			}
+			if !ok || l1 == 0 || l1 > exchangeL1 {
+				continue
+			}
+			l, seen := by[d]
+			if !seen {
+				deltas = append(deltas, d)
+			}
+			if len(l) < perDelta {
+				by[d] = append(l, xchange{t: ti, to: b})
+			}
+		}
+	}
+	// The targets: every vector between zero and want, most valuable
+	// first.
+	targets := []dvec{{}}
+	for ki := 0; ki < nk; ki++ {
+		var next []dvec
+		for _, t := range targets {
+			for n := 0; n <= int(want[ki]); n++ {
+				u := t
+				u[ki] = int16(n)
+				next = append(next, u)
+			}
+		}
+		targets = next
+	}
+	targets = targets[1:] // the zero vector comes first
+	dval := func(d dvec) int64 {
+		var v int64
+		for ki := 0; ki < nk; ki++ {
+			v += int64(d[ki]) * xs.kval[ki]
+		}
+		return v
+	}
+	sort.SliceStable(targets, func(a, b int) bool { return dval(targets[a]) > dval(targets[b]) })
+	// pick turns deltas into changes on distinct cards, or nil.
+	pick := func(ds ...dvec) []cardChange {
+		used := map[int]int{}
+		var out []cardChange
+		var rec func(i int) bool
+		rec = func(i int) bool {
+			if i == len(ds) {
+				return true
+			}
+			for _, ch := range by[ds[i]] {
+				if used[ch.t] >= len(types[ch.t].members) {
+					continue
+				}
+				gi := types[ch.t].members[used[ch.t]]
+				used[ch.t]++
+				out = append(out, cardChange{card: gi, to: ch.to})
+				if rec(i + 1) {
+					return true
+				}
+				out = out[:len(out)-1]
+				used[ch.t]--
+			}
+			return false
+		}
+		if rec(0) {
+			return out
+		}
+		return nil
+	}
+	sub := func(a, b dvec) dvec {
+		for ki := 0; ki < nk; ki++ {
+			a[ki] -= b[ki]
+		}
+		return a
+	}
+	// One card.
+	for _, t := range targets {
+		if _, ok := by[t]; ok {
+			if ch := pick(t); ch != nil {
+				return ch
+			}
+		}
+	}
+	// Two cards, and the sums of two kept for three and four.
+	type pair struct{ a, b int }
+	pairs := map[dvec]pair{}
+	var sums []dvec
+	for _, t := range targets {
+		for i, d := range deltas {
+			if i%pairWork == 0 && xs.tick() {
+				return nil
+			}
+			if _, ok := by[sub(t, d)]; ok {
+				if ch := pick(d, sub(t, d)); ch != nil {
+					return ch
+				}
+			}
+		}
+	}
+	for i := range deltas {
+		for j := i; j < len(deltas); j++ {
+			if (j-i)%pairWork == 0 && xs.tick() {
+				return nil
+			}
+			var s dvec
+			ok := true
+			for ki := 0; ki < nk; ki++ {
+				s[ki] = deltas[i][ki] + deltas[j][ki]
+				if s[ki] < -exchangeStep-1 || s[ki] > int16(want[ki])+exchangeStep+1 {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+			if _, seen := pairs[s]; !seen {
+				pairs[s] = pair{i, j}
+				sums = append(sums, s)
+			}
+		}
+	}
+	// Three cards: a sum of two and one delta.
+	for _, t := range targets {
+		for i, s := range sums {
+			if i%pairWork == 0 && xs.tick() {
+				return nil
+			}
+			r := sub(t, s)
+			if _, ok := by[r]; ok {
+				p := pairs[s]
+				if ch := pick(deltas[p.a], deltas[p.b], r); ch != nil {
+					return ch
+				}
+			}
+		}
+	}
+	// Four cards: two sums of two.
+	for _, t := range targets {
+		for i, s := range sums {
+			if i%pairWork == 0 && xs.tick() {
+				return nil
+			}
+			if q, ok := pairs[sub(t, s)]; ok {
+				p := pairs[s]
+				if ch := pick(deltas[p.a], deltas[p.b], deltas[q.a], deltas[q.b]); ch != nil {
+					return ch
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cardChange is one card's multiset of kinds after a chain.
+type cardChange struct {
+	card int
+	to   xvec
+}
+
+// apply carries a chain out: the changed cards give back their requests,
+// then each takes, kind by kind, what its new multiset says from those
+// and the unplaced ones (lowest index first). It returns the requests
+// still unplaced.
+func (xs *xsearch) apply(cards []*pcard, requests []Request, classOf, kindOf []int, unplaced []int, chain []cardChange) []int {
+	pool := make([][]int, len(xs.kinds))
+	var rest []int
+	for _, ri := range unplaced {
+		if ki := kindOf[ri]; ki >= 0 {
+			pool[ki] = append(pool[ki], ri)
+		} else {
+			rest = append(rest, ri)
+		}
+	}
+	for _, ch := range chain {
+		for _, ri := range cards[ch.card].reqs {
+			pool[kindOf[ri]] = append(pool[kindOf[ri]], ri)
+		}
+	}
+	for ki := range pool {
+		sort.Ints(pool[ki])
+	}
+	for _, ch := range chain {
+		g := cards[ch.card]
+		cl := xs.classes[classOf[ch.card]]
+		g.reqs = nil
+		g.assigned = [maxProfiles]uint8{}
+		for ki := range xs.kinds {
+			for n := 0; n < int(ch.to[ki]); n++ {
+				g.reqs = append(g.reqs, pool[ki][0])
+				pool[ki] = pool[ki][1:]
+				g.assigned[cl.key.prof[ki]]++
+			}
+		}
+	}
+	for ki := range pool {
+		rest = append(rest, pool[ki]...)
+	}
+	sort.Ints(rest)
+	return rest
+}
