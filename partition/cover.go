@@ -34,6 +34,8 @@ const (
 	// few additions and one map insert, a node of the exact search
 	// enumerates placements.
 	pairWork = 16
+	// exchangeTarget is the most requests one chain looks to place.
+	exchangeTarget = 4
 )
 
 // xtype is the cards of one class that hold one multiset of kinds.
@@ -85,11 +87,13 @@ func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Reques
 		if xs.value(want) == 0 {
 			break
 		}
-		chain := xs.findChain(cards, classOf, kindOf, want)
-		if chain == nil {
+		chains := xs.findChains(cards, classOf, kindOf, want)
+		if len(chains) == 0 {
 			break
 		}
-		unplaced = xs.apply(cards, requests, classOf, kindOf, unplaced, chain)
+		for _, chain := range chains {
+			unplaced = xs.apply(cards, requests, classOf, kindOf, unplaced, chain)
+		}
 	}
 	return unplaced, xs.nodes, xs.aborted
 }
@@ -105,10 +109,12 @@ func holds(g *pcard, kindOf []int) xvec {
 	return v
 }
 
-// findChain looks for changes on at most four distinct cards whose
-// deltas add up to the most valuable vector between zero and want. It
-// returns the card changes (card index, multiset after), or nil.
-func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) []cardChange {
+// findChains looks for changes on at most four distinct cards whose
+// deltas add up to the most valuable vector between zero and want (at
+// most exchangeTarget requests), and again, on other cards, for what is
+// still wanted, while it finds one. It returns the chains, each the card
+// changes (card index, multiset after).
+func (xs *xsearch) findChains(cards []*pcard, classOf, kindOf []int, want xvec) [][]cardChange {
 	nk := len(xs.kinds)
 	// Card types, fleet order.
 	type tkey struct {
@@ -170,10 +176,17 @@ func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) [
 	// The targets: every vector between zero and want, most valuable
 	// first.
 	targets := []dvec{{}}
+	l1 := func(d dvec) int {
+		n := 0
+		for ki := 0; ki < nk; ki++ {
+			n += int(d[ki])
+		}
+		return n
+	}
 	for ki := 0; ki < nk; ki++ {
 		var next []dvec
 		for _, t := range targets {
-			for n := 0; n <= int(want[ki]); n++ {
+			for n := 0; n <= int(want[ki]) && l1(t)+n <= exchangeTarget; n++ {
 				u := t
 				u[ki] = int16(n)
 				next = append(next, u)
@@ -191,8 +204,12 @@ func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) [
 	}
 	sort.SliceStable(targets, func(a, b int) bool { return dval(targets[a]) > dval(targets[b]) })
 	// pick turns deltas into changes on distinct cards, or nil.
+	taken := map[int]int{} // per type, members given a change already
 	pick := func(ds ...dvec) []cardChange {
 		used := map[int]int{}
+		for t, n := range taken {
+			used[t] = n
+		}
 		var out []cardChange
 		var rec func(i int) bool
 		rec = func(i int) bool {
@@ -215,6 +232,9 @@ func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) [
 			return false
 		}
 		if rec(0) {
+			for t, n := range used {
+				taken[t] = n
+			}
 			return out
 		}
 		return nil
@@ -225,83 +245,119 @@ func (xs *xsearch) findChain(cards []*pcard, classOf, kindOf []int, want xvec) [
 		}
 		return a
 	}
-	// One card.
-	for _, t := range targets {
-		if _, ok := by[t]; ok {
-			if ch := pick(t); ch != nil {
-				return ch
-			}
-		}
-	}
-	// Two cards, and the sums of two kept for three and four.
+	// The sums of two deltas, kept for chains of three and four, are
+	// built when a chain of one or two does not do.
 	type pair struct{ a, b int }
-	pairs := map[dvec]pair{}
+	var pairs map[dvec]pair
 	var sums []dvec
-	for _, t := range targets {
-		for i, d := range deltas {
-			if i%pairWork == 0 && xs.tick() {
-				return nil
-			}
-			if _, ok := by[sub(t, d)]; ok {
-				if ch := pick(d, sub(t, d)); ch != nil {
-					return ch
+	buildPairs := func() bool {
+		pairs = map[dvec]pair{}
+		for i := range deltas {
+			for j := i; j < len(deltas); j++ {
+				if (j-i)%pairWork == 0 && xs.tick() {
+					return false
+				}
+				var s dvec
+				ok := true
+				for ki := 0; ki < nk; ki++ {
+					s[ki] = deltas[i][ki] + deltas[j][ki]
+					if s[ki] < -exchangeStep-1 || s[ki] > int16(want[ki])+exchangeStep+1 {
+						ok = false
+						break
+					}
+				}
+				if !ok {
+					continue
+				}
+				if _, seen := pairs[s]; !seen {
+					pairs[s] = pair{i, j}
+					sums = append(sums, s)
 				}
 			}
 		}
+		return true
 	}
-	for i := range deltas {
-		for j := i; j < len(deltas); j++ {
-			if (j-i)%pairWork == 0 && xs.tick() {
-				return nil
+	// find returns one chain for the first target it reaches, and that
+	// target.
+	find := func() ([]cardChange, dvec) {
+		for _, t := range targets {
+			if _, ok := by[t]; ok {
+				if ch := pick(t); ch != nil {
+					return ch, t
+				}
 			}
-			var s dvec
-			ok := true
+		}
+		for _, t := range targets {
+			for i, d := range deltas {
+				if i%pairWork == 0 && xs.tick() {
+					return nil, dvec{}
+				}
+				if _, ok := by[sub(t, d)]; ok {
+					if ch := pick(d, sub(t, d)); ch != nil {
+						return ch, t
+					}
+				}
+			}
+		}
+		if pairs == nil && !buildPairs() {
+			return nil, dvec{}
+		}
+		for _, t := range targets {
+			for i, s := range sums {
+				if i%pairWork == 0 && xs.tick() {
+					return nil, dvec{}
+				}
+				r := sub(t, s)
+				if _, ok := by[r]; ok {
+					p := pairs[s]
+					if ch := pick(deltas[p.a], deltas[p.b], r); ch != nil {
+						return ch, t
+					}
+				}
+			}
+		}
+		for _, t := range targets {
+			for i, s := range sums {
+				if i%pairWork == 0 && xs.tick() {
+					return nil, dvec{}
+				}
+				if q, ok := pairs[sub(t, s)]; ok {
+					p := pairs[s]
+					if ch := pick(deltas[p.a], deltas[p.b], deltas[q.a], deltas[q.b]); ch != nil {
+						return ch, t
+					}
+				}
+			}
+		}
+		return nil, dvec{}
+	}
+	var chains [][]cardChange
+	for len(targets) > 0 {
+		ch, t := find()
+		if ch == nil {
+			break
+		}
+		chains = append(chains, ch)
+		// What is still wanted: the targets that fit in it.
+		keep := targets[:0]
+		for _, u := range targets {
+			fits := true
 			for ki := 0; ki < nk; ki++ {
-				s[ki] = deltas[i][ki] + deltas[j][ki]
-				if s[ki] < -exchangeStep-1 || s[ki] > int16(want[ki])+exchangeStep+1 {
-					ok = false
+				if u[ki]+t[ki] > int16(want[ki]) {
+					fits = false
 					break
 				}
 			}
-			if !ok {
-				continue
-			}
-			if _, seen := pairs[s]; !seen {
-				pairs[s] = pair{i, j}
-				sums = append(sums, s)
+			if fits {
+				keep = append(keep, u)
 			}
 		}
-	}
-	// Three cards: a sum of two and one delta.
-	for _, t := range targets {
-		for i, s := range sums {
-			if i%pairWork == 0 && xs.tick() {
-				return nil
-			}
-			r := sub(t, s)
-			if _, ok := by[r]; ok {
-				p := pairs[s]
-				if ch := pick(deltas[p.a], deltas[p.b], r); ch != nil {
-					return ch
-				}
-			}
+		targets = keep
+		for ki := 0; ki < nk; ki++ {
+			want[ki] -= uint16(t[ki])
 		}
 	}
-	// Four cards: two sums of two.
-	for _, t := range targets {
-		for i, s := range sums {
-			if i%pairWork == 0 && xs.tick() {
-				return nil
-			}
-			if q, ok := pairs[sub(t, s)]; ok {
-				p := pairs[s]
-				if ch := pick(deltas[p.a], deltas[p.b], deltas[q.a], deltas[q.b]); ch != nil {
-					return ch
-				}
-			}
-		}
-	}
-	return nil
+	return chains
 }
 
 // cardChange is one card's multiset of kinds after a chain.
