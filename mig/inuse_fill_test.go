@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // randomFillInUse makes n GPUs, products round robin, each with one
@@ -169,4 +172,64 @@ func benchFillInUse(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestPlanFleetFillInUseAgainstOptimum: on fleets small enough for
+// Optimum (8 GPUs, at most 30 requests), fills with 10% to 50% of the
+// partitions in use, "+me" profiles included, some with requests that
+// do not all fit added (so that the searches run and cannot place
+// everything), PlanFleet reaches Optimum's value every time, and plans
+// the same fleet the same way twice (the search's node counts aside).
+func TestPlanFleetFillInUseAgainstOptimum(t *testing.T) {
+	runs := 40
+	if testing.Short() {
+		runs = 10
+	}
+	searched := 0
+	for mi, mix := range fillMixes(t) {
+		for i := 0; i < runs; i++ {
+			seed := int64(7000 + mi*1000 + i)
+			frac := 0.1 + 0.1*float64(i%5)
+			fleet, reqs := randomFillInUse(seed, mix.ps, OptimumMaxGPUs, frac)
+			rng := rand.New(rand.NewSource(seed))
+			if i%2 == 1 {
+				// Over-ask: a few more requests of random profiles.
+				for range 4 {
+					p := mix.ps[rng.Intn(len(mix.ps))]
+					reqs = append(reqs, Request{Profile: p.Profiles[rng.Intn(len(p.Profiles))].Name})
+				}
+			}
+			rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
+			if len(reqs) > OptimumMaxRequests {
+				reqs = reqs[:OptimumMaxRequests]
+			}
+			want, err := Optimum(fleet, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := PlanFleet(fleet, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPlan(t, fleet, reqs, plan)
+			if plan.Search.Ran {
+				searched++
+			}
+			if got := plan.Value(); got != want {
+				t.Errorf("%s seed %d (%d requests): PlanFleet %+v, Optimum %+v, search %+v", mix.name, seed, len(reqs), got, want, plan.Search)
+			}
+			again, err := PlanFleet(fleet, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The search's node counts are left out: they differ between
+			// runs of the neighbourhood search on some fleets (before the
+			// exchange search too); the plan does not.
+			opts := cmp.Options{planCmp, cmpopts.IgnoreFields(Search{}, "Nodes", "Neighbourhood")}
+			if diff := cmp.Diff(plan, again, opts); diff != "" {
+				t.Errorf("%s seed %d: two runs differ:\n%s", mix.name, seed, diff)
+			}
+		}
+	}
+	t.Logf("%d fleets, the searches ran on %d", 3*runs, searched)
 }
