@@ -51,13 +51,12 @@ type xchange struct {
 	to xvec
 }
 
-// exchange runs the exchange search on the assignment in place. It
-// returns the unplaced requests, the work done and whether the budget
-// ran out.
-func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int, budget int) ([]int, int, bool) {
-	xs, _, fail := newXSearch(cards, fleet, requests, searchLimit{nodes: budget}, true)
+// exchange runs the exchange search on the assignment in place, within
+// lim. It returns the unplaced requests and the work done.
+func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int, lim searchLimit) ([]int, int) {
+	xs, _, fail := newXSearch(cards, fleet, requests, lim, true)
 	if fail != nil {
-		return unplaced, fail.nodes, xs == nil && fail.nodes > budget
+		return unplaced, fail.nodes
 	}
 	kindOf := make([]int, len(requests))
 	for i := range kindOf {
@@ -95,7 +94,7 @@ func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Reques
 			unplaced = xs.apply(cards, requests, classOf, kindOf, unplaced, chain)
 		}
 	}
-	return unplaced, xs.nodes, xs.aborted
+	return unplaced, xs.nodes
 }
 
 // holds is a card's assigned requests as a vector of kinds.

@@ -57,8 +57,9 @@ type Search struct {
 	// Work is the work budget (search nodes) the search was allowed
 	// (WithWorkBudget, DefaultSearchWork).
 	Work int `json:"work"`
-	// Neighbourhood is the search nodes spent re-packing pairs and
-	// triples of cards before the whole-fleet search (included in Nodes).
+	// Neighbourhood is the search nodes spent before the whole-fleet
+	// search: the split by scheme, the exchange search and re-packing
+	// pairs and triples of cards (included in Nodes).
 	Neighbourhood int `json:"neighbourhood,omitempty"`
 	// Note says why the search did not run or did not finish, if so.
 	Note string `json:"note,omitempty"`

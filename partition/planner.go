@@ -296,14 +296,17 @@ func namesOf(fleet []FleetCard) Names {
 // plan. A request's profile is looked up by name in each card's scheme
 // (Scheme.Canonical applies); one that no card offers stays unplaced.
 //
-// When the heuristic leaves requests unplaced, three searches follow,
+// When the heuristic leaves requests unplaced, four searches follow,
 // all bounded by one work budget (WithWorkBudget, DefaultSearchWork:
 // search nodes counted, so the plan is the same on a busy and an idle
 // machine; WithSearchBudget adds a time limit): on a fleet of two
 // schemes that share one profile name and no pins, a plan per scheme
-// with the shared requests split between them; a neighbourhood search
-// that re-packs pairs and triples of cards with the unplaced requests
-// exactly; then an exact search over the whole fleet (branch and bound
+// with the shared requests split between them; an exchange search (at
+// most three quarters of the budget left) that changes what up to four
+// cards hold, each to another multiset its in-use partitions leave room
+// for, so that unplaced requests fit and nothing placed is lost; a
+// neighbourhood search that re-packs pairs and triples of cards with the
+// unplaced requests exactly; then an exact search over the whole fleet (branch and bound
 // over per-card maximal patterns, interchangeable cards taken as one
 // class, memoized). Plan.Search reports them. When the budget runs out
 // first, Plan.Search says so (Optimal false). Options other than
@@ -442,7 +445,7 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 		}
 		if len(unplaced) > 0 && spent < o.work {
 			var more int
-			unplaced, more, _ = pl.exchange(cards, fleet, requests, unplaced, (o.work-spent)*3/4)
+			unplaced, more = pl.exchange(cards, fleet, requests, unplaced, searchLimit{nodes: (o.work - spent) * 3 / 4, deadline: lim.deadline})
 			spent += more
 		}
 		if len(unplaced) > 0 && spent < o.work {
