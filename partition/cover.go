@@ -276,53 +276,65 @@ func (xs *xsearch) findChains(cards []*pcard, classOf, kindOf []int, want xvec) 
 		}
 		return true
 	}
-	// find returns one chain for the first target it reaches, and that
-	// target.
+	// find returns a chain for the first target it reaches, chains of one
+	// card first, then two, three and four, and that target. A try that
+	// failed fails again later (cards are only taken, want only shrinks),
+	// so each call resumes where the last one stopped: the tables of a
+	// round are scanned once.
+	fits := func(t dvec) bool {
+		for ki := 0; ki < nk; ki++ {
+			if t[ki] > int16(want[ki]) {
+				return false
+			}
+		}
+		return true
+	}
+	lvl, ti, di := 0, 0, 0
 	find := func() ([]cardChange, dvec) {
-		for _, t := range targets {
-			if _, ok := by[t]; ok {
-				if ch := pick(t); ch != nil {
-					return ch, t
-				}
+		for ; lvl < 4; lvl, ti, di = lvl+1, 0, 0 {
+			if lvl >= 2 && pairs == nil && !buildPairs() {
+				return nil, dvec{}
 			}
-		}
-		for _, t := range targets {
-			for i, d := range deltas {
-				if i%pairWork == 0 && xs.tick() {
-					return nil, dvec{}
+			n := 1
+			switch lvl {
+			case 1:
+				n = len(deltas)
+			case 2, 3:
+				n = len(sums)
+			}
+			for ; ti < len(targets); ti, di = ti+1, 0 {
+				t := targets[ti]
+				if !fits(t) {
+					continue
 				}
-				if _, ok := by[sub(t, d)]; ok {
-					if ch := pick(d, sub(t, d)); ch != nil {
-						return ch, t
+				for ; di < n; di++ {
+					if di%pairWork == 0 && xs.tick() {
+						return nil, dvec{}
 					}
-				}
-			}
-		}
-		if pairs == nil && !buildPairs() {
-			return nil, dvec{}
-		}
-		for _, t := range targets {
-			for i, s := range sums {
-				if i%pairWork == 0 && xs.tick() {
-					return nil, dvec{}
-				}
-				r := sub(t, s)
-				if _, ok := by[r]; ok {
-					p := pairs[s]
-					if ch := pick(deltas[p.a], deltas[p.b], r); ch != nil {
-						return ch, t
+					var ch []cardChange
+					switch lvl {
+					case 0:
+						if _, ok := by[t]; ok {
+							ch = pick(t)
+						}
+					case 1:
+						d := deltas[di]
+						if _, ok := by[sub(t, d)]; ok {
+							ch = pick(d, sub(t, d))
+						}
+					case 2:
+						r := sub(t, sums[di])
+						if _, ok := by[r]; ok {
+							p := pairs[sums[di]]
+							ch = pick(deltas[p.a], deltas[p.b], r)
+						}
+					case 3:
+						if q, ok := pairs[sub(t, sums[di])]; ok {
+							p := pairs[sums[di]]
+							ch = pick(deltas[p.a], deltas[p.b], deltas[q.a], deltas[q.b])
+						}
 					}
-				}
-			}
-		}
-		for _, t := range targets {
-			for i, s := range sums {
-				if i%pairWork == 0 && xs.tick() {
-					return nil, dvec{}
-				}
-				if q, ok := pairs[sub(t, s)]; ok {
-					p := pairs[s]
-					if ch := pick(deltas[p.a], deltas[p.b], deltas[q.a], deltas[q.b]); ch != nil {
+					if ch != nil {
 						return ch, t
 					}
 				}
@@ -331,27 +343,12 @@ func (xs *xsearch) findChains(cards []*pcard, classOf, kindOf []int, want xvec) 
 		return nil, dvec{}
 	}
 	var chains [][]cardChange
-	for len(targets) > 0 {
+	for {
 		ch, t := find()
 		if ch == nil {
 			break
 		}
 		chains = append(chains, ch)
-		// What is still wanted: the targets that fit in it.
-		keep := targets[:0]
-		for _, u := range targets {
-			fits := true
-			for ki := 0; ki < nk; ki++ {
-				if u[ki]+t[ki] > int16(want[ki]) {
-					fits = false
-					break
-				}
-			}
-			if fits {
-				keep = append(keep, u)
-			}
-		}
-		targets = keep
 		for ki := 0; ki < nk; ki++ {
 			want[ki] -= uint16(t[ki])
 		}

@@ -124,10 +124,32 @@ type evalResult struct {
 type planner struct {
 	evals   map[evalKey]evalResult
 	repairs map[repairKey][maxProfiles]uint8
+	pidx    map[pidxKey]int
+}
+
+type pidxKey struct {
+	s    *Scheme
+	name string
 }
 
 func newPlanner() *planner {
-	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
+	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}, pidx: map[pidxKey]int{}}
+}
+
+// profile is s.profileIndex(name), remembered for the run: -1 when s
+// has no such profile. (A miss builds an error; the repair asks each card
+// about every unplaced request.)
+func (pl *planner) profile(s *Scheme, name string) int {
+	k := pidxKey{s, name}
+	if i, ok := pl.pidx[k]; ok {
+		return i
+	}
+	i, err := s.profileIndex(name)
+	if err != nil {
+		i = -1
+	}
+	pl.pidx[k] = i
+	return i
 }
 
 // load turns the fleet into working cards, checking it.
@@ -702,8 +724,8 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 		if !pinOK(r, f) {
 			continue
 		}
-		pi, err := p.profileIndex(r.Profile)
-		if err != nil || avail[pi] == 255 {
+		pi := pl.profile(p, r.Profile)
+		if pi < 0 || avail[pi] == 255 {
 			continue
 		}
 		avail[pi]++
@@ -758,7 +780,7 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 	var keep, drop []int
 	have := [maxProfiles]uint8{}
 	for _, ri := range g.reqs {
-		pi, _ := p.profileIndex(requests[ri].Profile)
+		pi := pl.profile(p, requests[ri].Profile)
 		if have[pi] < best[pi] {
 			have[pi]++
 			keep = append(keep, ri)
