@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // randomFillInUse makes n GPUs, products round robin, each with one
@@ -179,7 +178,9 @@ func benchFillInUse(b *testing.B, n int) {
 // partitions in use, "+me" profiles included, some with requests that
 // do not all fit added (so that the searches run and cannot place
 // everything), PlanFleet reaches Optimum's value every time, and plans
-// the same fleet the same way twice (the search's node counts aside).
+// the same fleet the same way twice, to the search's node counts (the
+// per-card repair took unplaced requests in map order, which reached
+// the neighbourhood search's work: seeds 8037 and 9009 differed).
 func TestPlanFleetFillInUseAgainstOptimum(t *testing.T) {
 	runs := 40
 	if testing.Short() {
@@ -222,11 +223,7 @@ func TestPlanFleetFillInUseAgainstOptimum(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The search's node counts are left out: they differ between
-			// runs of the neighbourhood search on some fleets (before the
-			// exchange search too); the plan does not.
-			opts := cmp.Options{planCmp, cmpopts.IgnoreFields(Search{}, "Nodes", "Neighbourhood")}
-			if diff := cmp.Diff(plan, again, opts); diff != "" {
+			if diff := cmp.Diff(plan, again, planCmp); diff != "" {
 				t.Errorf("%s seed %d: two runs differ:\n%s", mix.name, seed, diff)
 			}
 		}

@@ -718,7 +718,8 @@ type repairKey struct {
 func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []int) ([]int, bool) {
 	p := g.s
 	avail := g.assigned
-	cand := map[int][]int{} // profile -> unplaced requests that fit g
+	var cand [maxProfiles][]int // profile -> unplaced requests that fit g
+	any := false
 	for _, ri := range unplaced {
 		r := requests[ri]
 		if !pinOK(r, f) {
@@ -730,8 +731,9 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 		}
 		avail[pi]++
 		cand[pi] = append(cand[pi], ri)
+		any = true
 	}
-	if len(cand) == 0 {
+	if !any {
 		return unplaced, false
 	}
 	val := func(v [maxProfiles]uint8) int {
@@ -789,6 +791,8 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 		}
 	}
 	taken := map[int]bool{}
+	// Profiles in index order: g.reqs' order reaches the neighbourhood
+	// search's request kinds, and so its work count.
 	for pi, l := range cand {
 		for _, ri := range l {
 			if have[pi] >= best[pi] {
