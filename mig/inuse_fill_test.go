@@ -42,7 +42,8 @@ func randomFillInUse(seed int64, ps []*Product, n int, inUse float64) ([]FleetGP
 				reqs = append(reqs, Request{Profile: in.Profile})
 			}
 		}
-		fleet = append(fleet, FleetGPU{Node: fmt.Sprintf("node-%d", i/8), Index: i % 8, Product: p, Layout: l})
+		node := fmt.Sprintf("node-%d", i/8)
+		fleet = append(fleet, FleetGPU{Node: node, Index: i % 8, Product: p, Layout: l})
 	}
 	rng.Shuffle(len(reqs), func(a, b int) { reqs[a], reqs[b] = reqs[b], reqs[a] })
 	return fleet, reqs
@@ -57,7 +58,11 @@ func fillMixes(t testing.TB) []struct {
 	return []struct {
 		name string
 		ps   []*Product
-	}{{"H100-80GB", []*Product{h}}, {"H100-80GB+A100-40GB", []*Product{h, a}}, {"H200-141GB+A100-40GB", []*Product{h2, a}}}
+	}{
+		{"H100-80GB", []*Product{h}},
+		{"H100-80GB+A100-40GB", []*Product{h, a}},
+		{"H200-141GB+A100-40GB", []*Product{h2, a}},
+	}
 }
 
 // processCPU is the process's user and system CPU time.
@@ -132,9 +137,11 @@ func fillInUse(t *testing.T, n, runs int) {
 				}
 			}
 			sort.Slice(cpu, func(a, b int) bool { return cpu[a] < cpu[b] })
-			t.Logf("%d GPUs %-20s %2d%% in use: %d of %d fills incomplete; CPU per plan median %v, min %v, max %v; most work %d of %d",
-				n, mix.name, frac, missed, runs, cpu[len(cpu)/2].Round(time.Millisecond/10), cpu[0].Round(time.Millisecond/10),
-				cpu[len(cpu)-1].Round(time.Millisecond/10), maxWork, DefaultSearchWork)
+			r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond / 10) }
+			t.Logf("%d GPUs %-20s %2d%% in use: %d of %d fills incomplete; "+
+				"CPU per plan median %v, min %v, max %v; most work %d of %d",
+				n, mix.name, frac, missed, runs, r(cpu[len(cpu)/2]), r(cpu[0]), r(cpu[len(cpu)-1]),
+				maxWork, DefaultSearchWork)
 		}
 	}
 }
@@ -217,7 +224,8 @@ func TestPlanFleetFillInUseAgainstOptimum(t *testing.T) {
 				searched++
 			}
 			if got := plan.Value(); got != want {
-				t.Errorf("%s seed %d (%d requests): PlanFleet %+v, Optimum %+v, search %+v", mix.name, seed, len(reqs), got, want, plan.Search)
+				t.Errorf("%s seed %d (%d requests): PlanFleet %+v, Optimum %+v, search %+v",
+					mix.name, seed, len(reqs), got, want, plan.Search)
 			}
 			again, err := PlanFleet(fleet, reqs)
 			if err != nil {

@@ -2,8 +2,8 @@ package partition
 
 import "sort"
 
-// The exchange search: PlanFleet's step after the per-card repair when
-// requests are left unplaced. With partitions in use, a tight fleet's
+// The exchange search: PlanFleet's step after the split by scheme, when
+// requests are still unplaced. With partitions in use, a tight fleet's
 // free units end up scattered over a few cards in shapes the unplaced
 // requests do not fit (two free 1g slots where a 2g is wanted), and
 // fixing it takes a chain of changes over several cards, each trading
@@ -11,15 +11,19 @@ import "sort"
 // request kinds and classes of interchangeable cards as the exact search
 // does (one scheme, one in-use layout, one set of kinds they may take),
 // and on each card's multiset of kinds: a change of one card is a delta
-// vector (what it holds after, less what it holds now, any feasible
-// completion of its in-use partitions), and a set of changes on distinct
-// cards places requests exactly when its deltas add up to a vector
-// between zero and the unplaced demand. Cards of one class that hold the
-// same multiset offer the same deltas, so the deltas of one change are
-// few (thousands at 1,000 cards, deduplicated by vector); sums of two
-// are built once and the sums of three and four are looked up against
-// them, which reaches chains of four cards at the cost of the pairs.
-// Every delta and every sum counts against the work budget.
+// vector (what it holds after, less what it holds now, after being any
+// feasible completion of its in-use partitions), and a set of changes on
+// distinct cards places requests, and loses none, exactly when its
+// deltas add up to a vector between zero and the unplaced demand. Cards
+// of one class that hold the same multiset offer the same deltas, so the
+// deltas of one change are few once deduplicated by vector (about 500 on
+// the 128-GPU MIG fills); sums of two are built once per round and the
+// sums of three and four are looked up against them, which reaches
+// chains of four cards at the cost of the pairs. A round takes every
+// disjoint chain it finds: a try that failed fails again in the same
+// round (cards are only taken, the demand only shrinks), so the round
+// scans its tables once. Deltas, sums and look-ups count against the
+// work budget, so the plan does not depend on the machine's speed.
 
 // dvec is a change of kinds: per kind, requests gained (or lost).
 type dvec [maxProfiles]int16
@@ -53,7 +57,9 @@ type xchange struct {
 
 // exchange runs the exchange search on the assignment in place, within
 // lim. It returns the unplaced requests and the work done.
-func (pl *planner) exchange(cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int, lim searchLimit) ([]int, int) {
+func (pl *planner) exchange(
+	cards []*pcard, fleet []FleetCard, requests []Request, unplaced []int, lim searchLimit,
+) ([]int, int) {
 	xs, _, fail := newXSearch(cards, fleet, requests, lim, true)
 	if fail != nil {
 		return unplaced, fail.nodes
@@ -366,7 +372,9 @@ type cardChange struct {
 // then each takes, kind by kind, what its new multiset says from those
 // and the unplaced ones (lowest index first). It returns the requests
 // still unplaced.
-func (xs *xsearch) apply(cards []*pcard, requests []Request, classOf, kindOf []int, unplaced []int, chain []cardChange) []int {
+func (xs *xsearch) apply(
+	cards []*pcard, requests []Request, classOf, kindOf, unplaced []int, chain []cardChange,
+) []int {
 	pool := make([][]int, len(xs.kinds))
 	var rest []int
 	for _, ri := range unplaced {

@@ -12,7 +12,9 @@ import (
 // maximal layout (Scheme.IsMaximal) of which each partition is in use
 // with probability inUse and requested otherwise: a complete plan exists
 // by construction. It is a function of the seed.
-func fillInUse(t testing.TB, seed int64, schemes []*partition.Scheme, n int, inUse float64) ([]partition.FleetCard, []partition.Request) {
+func fillInUse(
+	t testing.TB, seed int64, schemes []*partition.Scheme, n int, inUse float64,
+) ([]partition.FleetCard, []partition.Request) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	maximal := map[*partition.Scheme][]partition.Layout{}
@@ -75,10 +77,12 @@ func TestPlanFleetFillInUseSchemes(t *testing.T) {
 				}
 				if len(plan.Unplaced) > 0 {
 					missed++
-					t.Errorf("schemes %d, %d%% in use, seed %d: %d of %d requests unplaced, search %+v", ki, frac, seed, len(plan.Unplaced), len(reqs), plan.Search)
+					t.Errorf("schemes %d, %d%% in use, seed %d: %d of %d requests unplaced, search %+v",
+						ki, frac, seed, len(plan.Unplaced), len(reqs), plan.Search)
 				}
 			}
-			t.Logf("schemes %d, %d%% in use: %d of %d fills incomplete, the searches ran on %d", ki, frac, missed, runs, searched)
+			t.Logf("schemes %d, %d%% in use: %d of %d fills incomplete, the searches ran on %d",
+				ki, frac, missed, runs, searched)
 		}
 	}
 }

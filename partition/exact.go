@@ -154,7 +154,9 @@ func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim search
 // interchangeable cards and their maximal patterns (with feasible, every
 // feasible vector too), and the demand. A non-nil result is the search's
 // answer when it cannot run.
-func newXSearch(cards []*pcard, fleet []FleetCard, requests []Request, lim searchLimit, feasible bool) (*xsearch, xvec, *exactResult) {
+func newXSearch(
+	cards []*pcard, fleet []FleetCard, requests []Request, lim searchLimit, feasible bool,
+) (*xsearch, xvec, *exactResult) {
 	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1, feasible: feasible}
 	type kindKey struct {
 		name, node string
@@ -179,11 +181,15 @@ func newXSearch(cards []*pcard, fleet []FleetCard, requests []Request, lim searc
 		xs.kval = append(xs.kval, int64(k.compute)*xs.w+1)
 	}
 	if len(xs.kinds) > maxProfiles {
-		return nil, xvec{}, &exactResult{note: fmt.Sprintf("not run: %d kinds of request (profile and pin), the search handles %d", len(xs.kinds), maxProfiles)}
+		note := fmt.Sprintf("not run: %d kinds of request (profile and pin), the search handles %d",
+			len(xs.kinds), maxProfiles)
+		return nil, xvec{}, &exactResult{note: note}
 	}
 	for _, k := range xs.kinds {
 		if len(k.reqs) > 0xffff {
-			return nil, xvec{}, &exactResult{note: fmt.Sprintf("not run: %d requests of %s, the search handles %d", len(k.reqs), k.name, 0xffff)}
+			note := fmt.Sprintf("not run: %d requests of %s, the search handles %d",
+				len(k.reqs), k.name, 0xffff)
+			return nil, xvec{}, &exactResult{note: note}
 		}
 	}
 	// Classes of interchangeable cards; partly used ones first, so that the
@@ -227,7 +233,8 @@ func newXSearch(cards []*pcard, fleet []FleetCard, requests []Request, lim searc
 	}
 	for _, c := range xs.classes {
 		if !xs.patterns(c, demand) {
-			return nil, xvec{}, &exactResult{nodes: xs.nodes, note: "budget exhausted while enumerating card patterns"}
+			note := "budget exhausted while enumerating card patterns"
+			return nil, xvec{}, &exactResult{nodes: xs.nodes, note: note}
 		}
 	}
 	return xs, demand, nil

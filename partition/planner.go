@@ -133,7 +133,11 @@ type pidxKey struct {
 }
 
 func newPlanner() *planner {
-	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}, pidx: map[pidxKey]int{}}
+	return &planner{
+		evals:   map[evalKey]evalResult{},
+		repairs: map[repairKey][maxProfiles]uint8{},
+		pidx:    map[pidxKey]int{},
+	}
 }
 
 // profile is s.profileIndex(name), remembered for the run: -1 when s
@@ -467,7 +471,8 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 		}
 		if len(unplaced) > 0 && spent < o.work {
 			var more int
-			unplaced, more = pl.exchange(cards, fleet, requests, unplaced, searchLimit{nodes: (o.work - spent) * 3 / 4, deadline: lim.deadline})
+			xl := searchLimit{nodes: (o.work - spent) * 3 / 4, deadline: lim.deadline}
+			unplaced, more = pl.exchange(cards, fleet, requests, unplaced, xl)
 			spent += more
 		}
 		if len(unplaced) > 0 && spent < o.work {
