@@ -57,8 +57,9 @@ type Search struct {
 	// Work is the work budget (search nodes) the search was allowed
 	// (WithWorkBudget, DefaultSearchWork).
 	Work int `json:"work"`
-	// Neighbourhood is the search nodes spent re-packing pairs and
-	// triples of cards before the whole-fleet search (included in Nodes).
+	// Neighbourhood is the search nodes spent before the whole-fleet
+	// search: the split by scheme, the exchange search and re-packing
+	// pairs and triples of cards (included in Nodes).
 	Neighbourhood int `json:"neighbourhood,omitempty"`
 	// Note says why the search did not run or did not finish, if so.
 	Note string `json:"note,omitempty"`
@@ -85,6 +86,7 @@ type xclass struct {
 	cap     int    // the most compute units one card of the class can take
 	memCap  int    // the most memory units one card of the class can fill
 	most    xvec   // the most requests of each kind one card can take
+	feas    []xvec // every vector a card can take, when xsearch.feasible
 }
 
 type xclassKey struct {
@@ -117,6 +119,8 @@ type xsearch struct {
 	nodes   int
 	lim     searchLimit
 	aborted bool
+	// feasible: patterns also keeps every feasible vector (xclass.feas).
+	feasible bool
 }
 
 // searchLimit bounds a search: by nodes always, by time when deadline is
@@ -139,7 +143,21 @@ type exactResult struct {
 // returns finished false when the budget ran out or the input is beyond
 // what the search handles (note says which).
 func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim searchLimit) exactResult {
-	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1}
+	xs, demand, fail := newXSearch(cards, fleet, requests, lim, false)
+	if fail != nil {
+		return *fail
+	}
+	return xs.run(demand)
+}
+
+// newXSearch sets up the exact search: request kinds, classes of
+// interchangeable cards and their maximal patterns (with feasible, every
+// feasible vector too), and the demand. A non-nil result is the search's
+// answer when it cannot run.
+func newXSearch(
+	cards []*pcard, fleet []FleetCard, requests []Request, lim searchLimit, feasible bool,
+) (*xsearch, xvec, *exactResult) {
+	xs := &xsearch{lim: lim, memo: map[xkey]xentry{}, w: int64(len(requests)) + 1, feasible: feasible}
 	type kindKey struct {
 		name, node string
 		card       int
@@ -163,11 +181,15 @@ func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim search
 		xs.kval = append(xs.kval, int64(k.compute)*xs.w+1)
 	}
 	if len(xs.kinds) > maxProfiles {
-		return exactResult{note: fmt.Sprintf("not run: %d kinds of request (profile and pin), the search handles %d", len(xs.kinds), maxProfiles)}
+		note := fmt.Sprintf("not run: %d kinds of request (profile and pin), the search handles %d",
+			len(xs.kinds), maxProfiles)
+		return nil, xvec{}, &exactResult{note: note}
 	}
 	for _, k := range xs.kinds {
 		if len(k.reqs) > 0xffff {
-			return exactResult{note: fmt.Sprintf("not run: %d requests of %s, the search handles %d", len(k.reqs), k.name, 0xffff)}
+			note := fmt.Sprintf("not run: %d requests of %s, the search handles %d",
+				len(k.reqs), k.name, 0xffff)
+			return nil, xvec{}, &exactResult{note: note}
 		}
 	}
 	// Classes of interchangeable cards; partly used ones first, so that the
@@ -211,9 +233,15 @@ func exactPlan(cards []*pcard, fleet []FleetCard, requests []Request, lim search
 	}
 	for _, c := range xs.classes {
 		if !xs.patterns(c, demand) {
-			return exactResult{nodes: xs.nodes, note: "budget exhausted while enumerating card patterns"}
+			note := "budget exhausted while enumerating card patterns"
+			return nil, xvec{}, &exactResult{nodes: xs.nodes, note: note}
 		}
 	}
+	return xs, demand, nil
+}
+
+// run searches for the best assignment of demand.
+func (xs *xsearch) run(demand xvec) exactResult {
 	xs.suffix = make([]int, len(xs.classes)+1)
 	xs.memSuf = make([]int, len(xs.classes)+1)
 	xs.mostSuf = make([]xvec, len(xs.classes)+1)
@@ -327,6 +355,9 @@ func (xs *xsearch) patterns(c *xclass, demand xvec) bool {
 			n += int(x)
 		}
 		return n
+	}
+	if xs.feasible {
+		c.feas = append([]xvec(nil), all...)
 	}
 	sort.Slice(all, func(a, b int) bool { return total(all[a]) > total(all[b]) })
 	for _, v := range all {

@@ -302,12 +302,19 @@ func byScheme(fleet []FleetCard, requests []Request, work int) (take map[int][]i
 	}
 	var own [2][]int
 	var shared []int
+	type offer struct{ e0, e1 error }
+	offers := map[string]offer{} // by name: a miss builds an error
 	for ri, r := range requests {
 		if r.Node != "" || r.Card != nil {
 			return nil, 0, false
 		}
-		_, e0 := schemes[0].profileIndex(r.Profile)
-		_, e1 := schemes[1].profileIndex(r.Profile)
+		o, ok := offers[r.Profile]
+		if !ok {
+			_, o.e0 = schemes[0].profileIndex(r.Profile)
+			_, o.e1 = schemes[1].profileIndex(r.Profile)
+			offers[r.Profile] = o
+		}
+		e0, e1 := o.e0, o.e1
 		switch {
 		case e0 == nil && e1 == nil:
 			if len(shared) > 0 && canonicalIn(fleet, requests[shared[0]].Profile) != canonicalIn(fleet, r.Profile) {

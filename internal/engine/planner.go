@@ -124,10 +124,36 @@ type evalResult struct {
 type planner struct {
 	evals   map[evalKey]evalResult
 	repairs map[repairKey][maxProfiles]uint8
+	pidx    map[pidxKey]int
+}
+
+type pidxKey struct {
+	s    *Scheme
+	name string
 }
 
 func newPlanner() *planner {
-	return &planner{evals: map[evalKey]evalResult{}, repairs: map[repairKey][maxProfiles]uint8{}}
+	return &planner{
+		evals:   map[evalKey]evalResult{},
+		repairs: map[repairKey][maxProfiles]uint8{},
+		pidx:    map[pidxKey]int{},
+	}
+}
+
+// profile is s.profileIndex(name), remembered for the run: -1 when s
+// has no such profile. (A miss builds an error; the repair asks each card
+// about every unplaced request.)
+func (pl *planner) profile(s *Scheme, name string) int {
+	k := pidxKey{s, name}
+	if i, ok := pl.pidx[k]; ok {
+		return i
+	}
+	i, err := s.profileIndex(name)
+	if err != nil {
+		i = -1
+	}
+	pl.pidx[k] = i
+	return i
 }
 
 // load turns the fleet into working cards, checking it.
@@ -296,14 +322,17 @@ func namesOf(fleet []FleetCard) Names {
 // plan. A request's profile is looked up by name in each card's scheme
 // (Scheme.Canonical applies); one that no card offers stays unplaced.
 //
-// When the heuristic leaves requests unplaced, three searches follow,
+// When the heuristic leaves requests unplaced, four searches follow,
 // all bounded by one work budget (WithWorkBudget, DefaultSearchWork:
 // search nodes counted, so the plan is the same on a busy and an idle
 // machine; WithSearchBudget adds a time limit): on a fleet of two
 // schemes that share one profile name and no pins, a plan per scheme
-// with the shared requests split between them; a neighbourhood search
-// that re-packs pairs and triples of cards with the unplaced requests
-// exactly; then an exact search over the whole fleet (branch and bound
+// with the shared requests split between them; an exchange search (at
+// most three quarters of the budget left) that changes what up to four
+// cards hold, each to another multiset its in-use partitions leave room
+// for, so that unplaced requests fit and nothing placed is lost; a
+// neighbourhood search that re-packs pairs and triples of cards with the
+// unplaced requests exactly; then an exact search over the whole fleet (branch and bound
 // over per-card maximal patterns, interchangeable cards taken as one
 // class, memoized). Plan.Search reports them. When the budget runs out
 // first, Plan.Search says so (Optimal false). Options other than
@@ -439,6 +468,12 @@ func PlanFleet(fleet []FleetCard, requests []Request, opts ...Option) (*Plan, er
 			unplaced, spent = nil, n
 		} else {
 			spent = n
+		}
+		if len(unplaced) > 0 && spent < o.work {
+			var more int
+			xl := searchLimit{nodes: (o.work - spent) * 3 / 4, deadline: lim.deadline}
+			unplaced, more = pl.exchange(cards, fleet, requests, unplaced, xl)
+			spent += more
 		}
 		if len(unplaced) > 0 && spent < o.work {
 			var more int
@@ -688,20 +723,22 @@ type repairKey struct {
 func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []int) ([]int, bool) {
 	p := g.s
 	avail := g.assigned
-	cand := map[int][]int{} // profile -> unplaced requests that fit g
+	var cand [maxProfiles][]int // profile -> unplaced requests that fit g
+	any := false
 	for _, ri := range unplaced {
 		r := requests[ri]
 		if !pinOK(r, f) {
 			continue
 		}
-		pi, err := p.profileIndex(r.Profile)
-		if err != nil || avail[pi] == 255 {
+		pi := pl.profile(p, r.Profile)
+		if pi < 0 || avail[pi] == 255 {
 			continue
 		}
 		avail[pi]++
 		cand[pi] = append(cand[pi], ri)
+		any = true
 	}
-	if len(cand) == 0 {
+	if !any {
 		return unplaced, false
 	}
 	val := func(v [maxProfiles]uint8) int {
@@ -750,7 +787,7 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 	var keep, drop []int
 	have := [maxProfiles]uint8{}
 	for _, ri := range g.reqs {
-		pi, _ := p.profileIndex(requests[ri].Profile)
+		pi := pl.profile(p, requests[ri].Profile)
 		if have[pi] < best[pi] {
 			have[pi]++
 			keep = append(keep, ri)
@@ -759,6 +796,8 @@ func (pl *planner) repair(g *pcard, f FleetCard, requests []Request, unplaced []
 		}
 	}
 	taken := map[int]bool{}
+	// Profiles in index order: g.reqs' order reaches the neighbourhood
+	// search's request kinds, and so its work count.
 	for pi, l := range cand {
 		for _, ri := range l {
 			if have[pi] >= best[pi] {
