@@ -136,6 +136,7 @@ var clusterCases = []clusterCase{
 // the cases marked ci; DRAKIT_CONFORMANCE_MATRIX=1 runs all,
 // DRAKIT_CONFORMANCE_CASES=a,b those named.
 func TestCluster(t *testing.T) {
+	t.Parallel() // a real node of its own (the host runs two at once)
 	if testing.Short() {
 		t.Skip("starts a cluster with a real node")
 	}

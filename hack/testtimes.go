@@ -5,6 +5,11 @@
 // ended (seconds after the first event), then the slowest tests.
 //
 //	go run hack/testtimes.go [-top 30] [-sort start] test.json...
+//
+// With -follow FILE it reads stdin as `go test -json` writes it, copies
+// every line to FILE and prints what plain `go test` would (a line per
+// package; a failed package's whole output; build errors), then the
+// times. hack/test.sh runs it so.
 package main
 
 import (
@@ -20,11 +25,13 @@ import (
 )
 
 type event struct {
-	Time    time.Time
-	Action  string
-	Package string
-	Test    string
-	Elapsed float64
+	Time       time.Time
+	Action     string
+	Package    string
+	ImportPath string
+	Test       string
+	Elapsed    float64
+	Output     string
 }
 
 type pkg struct {
@@ -45,7 +52,19 @@ type test struct {
 func main() {
 	top := flag.Int("top", 30, "how many of the slowest tests to list")
 	by := flag.String("sort", "elapsed", "package order: elapsed, start or name")
+	follow := flag.String("follow", "", "copy stdin to this file and print plain go test output")
 	flag.Parse()
+	var copyTo *os.File
+	if *follow != "" {
+		f, err := os.Create(*follow)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testtimes:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		copyTo = f
+	}
+	outputs := map[string][]string{} // -follow: a running package's output
 	pkgs := map[string]*pkg{}
 	var tests []test
 	var first, last time.Time
@@ -54,11 +73,20 @@ func main() {
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
 			line := sc.Bytes()
-			if len(line) == 0 || line[0] != '{' {
-				continue // a build error or another tool's line
+			if copyTo != nil {
+				_, _ = copyTo.Write(append(line, '\n'))
 			}
 			var e event
-			if err := json.Unmarshal(line, &e); err != nil || e.Package == "" {
+			if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+				if copyTo != nil {
+					fmt.Printf("%s\n", line) // another tool's line
+				}
+				continue
+			}
+			if copyTo != nil {
+				followEvent(e, outputs)
+			}
+			if e.Package == "" {
 				continue
 			}
 			if first.IsZero() || e.Time.Before(first) {
@@ -88,13 +116,16 @@ func main() {
 		}
 		return sc.Err()
 	}
-	if flag.NArg() == 0 {
+	if flag.NArg() == 0 || copyTo != nil {
 		if err := read(os.Stdin); err != nil {
 			fmt.Fprintln(os.Stderr, "testtimes:", err)
 			os.Exit(1)
 		}
 	}
 	for _, f := range flag.Args() {
+		if copyTo != nil {
+			break
+		}
 		fh, err := os.Open(f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testtimes:", err)
@@ -151,5 +182,28 @@ func main() {
 		}
 		fmt.Printf("%8.1f  %s %s%s\n", t.elapsed, strings.TrimPrefix(t.pkg, "github.com/drakit/drakit/"),
 			t.name, res)
+	}
+}
+
+// followEvent prints what plain go test prints for e: build errors at
+// once, a package's result line when it ends, and its whole output if it
+// failed.
+func followEvent(e event, outputs map[string][]string) {
+	switch {
+	case e.Action == "build-output":
+		fmt.Print(e.Output)
+	case e.Package == "":
+	case e.Action == "output":
+		outputs[e.Package] = append(outputs[e.Package], e.Output)
+	case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
+		out := outputs[e.Package]
+		delete(outputs, e.Package)
+		if e.Action == "fail" {
+			fmt.Print(strings.Join(out, ""))
+			return
+		}
+		if n := len(out); n > 0 {
+			fmt.Print(out[n-1]) // "ok  \tpkg\t12.3s" or "?   \tpkg\t[no test files]"
+		}
 	}
 }

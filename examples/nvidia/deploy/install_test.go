@@ -24,6 +24,11 @@ type installed struct {
 	env         *testenv.Env
 	stateDir    string // the simulator's state folder on the host
 	webhookPort int    // the webhook's port on the host, where it runs
+	// healthPort is the driver's health and metrics port on the host (the
+	// DaemonSet runs on the host's network): a free one, not the chart's
+	// 51589, so that another real node's driver (a test package running
+	// beside this one) does not take it.
+	healthPort int
 }
 
 // install builds pkg's image as ref, imports it into the real node's
@@ -46,12 +51,13 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"), webhookPort: freeLocalPort(t)}
+	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"), webhookPort: freeLocalPort(t),
+		healthPort: freeLocalPort(t)}
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"install", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(env.RegistrarDir), env.CDIDir, u.Port(), in.stateDir, in.webhookPort), set...) {
+	for _, v := range append(in.localValues(u.Port()), set...) {
 		args = append(args, "--set", v)
 	}
 	t0 = time.Now()
@@ -62,6 +68,13 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	}
 	t.Logf("helm install --wait: %s", time.Since(t0).Round(time.Millisecond))
 	return in
+}
+
+// localValues are the chart values of the local cluster for this
+// installation.
+func (in *installed) localValues(apiServerPort string) []string {
+	return append(deploy.LocalClusterValues(filepath.Dir(in.env.RegistrarDir), in.env.CDIDir, apiServerPort,
+		in.stateDir, in.webhookPort), fmt.Sprintf("healthPort=%d", in.healthPort))
 }
 
 // driverPod returns the DaemonSet's running pod.
