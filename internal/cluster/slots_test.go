@@ -29,7 +29,6 @@ func TestTwoNodesAtOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	holdLegacyLock(ctx, t)
 	var cs [2]*Cluster
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -162,26 +161,4 @@ type testLog struct{ t *testing.T }
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// holdLegacyLock keeps a node of a drakit before node slots (another
-// checkout's tests on this host) from starting while this test runs: such
-// a node kills every kubelet on the host when it starts.
-func holdLegacyLock(ctx context.Context, t *testing.T) {
-	t.Helper()
-	for {
-		f, err := tryLock(legacyLockPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f != nil {
-			t.Cleanup(func() { f.Close() })
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("wait for the node of an older drakit to stop: %v", ctx.Err())
-		case <-time.After(time.Second):
-		}
-	}
 }
