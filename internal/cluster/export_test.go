@@ -9,28 +9,47 @@ import (
 
 // HoldNodeLock takes every node slot for the rest of the test, so that no
 // other drakit node (of a test package running in parallel) starts or
-// stops meanwhile; Start in this process shares slot 0.
+// stops meanwhile; Start in this process shares slot 0. It takes them all
+// at once or none, so that it holds no slot idle while it waits.
 func HoldNodeLock(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	var held []*os.File
-	release := func() {
-		for _, f := range held {
-			f.Close()
+	for {
+		held, err := tryLockAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held != nil {
+			nodeLockHeld = held
+			t.Cleanup(func() {
+				nodeLockHeld = nil
+				for _, f := range held {
+					f.Close()
+				}
+			})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("wait for every node slot: %v", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// tryLockAll takes every node slot, or none (nil).
+func tryLockAll() ([]*os.File, error) {
+	var held []*os.File
 	for slot := 0; slot < nodeSlots(); slot++ {
-		f, err := lockSlot(ctx, slot)
-		if err != nil {
-			release()
-			t.Fatal(err)
+		f, err := tryLock(slotLockPath(slot))
+		if err != nil || f == nil {
+			for _, h := range held {
+				h.Close()
+			}
+			return nil, err
 		}
 		held = append(held, f)
 	}
-	nodeLockHeld = held
-	t.Cleanup(func() {
-		nodeLockHeld = nil
-		release()
-	})
+	return held, nil
 }
