@@ -70,8 +70,9 @@ func TestDemoNVIDIA(t *testing.T) {
 	// pods through the node's kubelet) against the same installed driver.
 	// The suites' wait for the restarted driver's slices, which it
 	// publishes unchanged, shortened from 20 s and 30 s (CI time).
-	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true,
-		clusterConformance: true, publishTimeout: 5 * time.Second}, &out, &progress)
+	cfg := nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true,
+		clusterConformance: true, publishTimeout: 5 * time.Second}
+	err := demoNVIDIA(ctx, cfg, &out, &progress)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())

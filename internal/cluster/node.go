@@ -219,7 +219,8 @@ authorization:
 syncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-%s`, slotCgroup(slot), s.Ports.Kubelet, s.Ports.KubeletHealthz, sock, filepath.Join(s.dir, "pod-logs"), p.path("ca.crt"), gates)
+%s`, slotCgroup(slot), s.Ports.Kubelet, s.Ports.KubeletHealthz, sock,
+		filepath.Join(s.dir, "pod-logs"), p.path("ca.crt"), gates)
 	kcfgPath := filepath.Join(s.dir, "kubelet-config.yaml")
 	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o644); err != nil {
 		return fmt.Errorf("write kubelet config: %w", err)

@@ -353,7 +353,8 @@ func createSlotCgroups(slot int) error {
 			return fmt.Errorf("create cgroup %s: %w", d, err)
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if cur, err := os.ReadFile(filepath.Join(d, f)); err != nil || strings.TrimSpace(string(cur)) != "" {
+			cur, err := os.ReadFile(filepath.Join(d, f))
+			if err != nil || strings.TrimSpace(string(cur)) != "" {
 				continue
 			}
 			v, err := os.ReadFile(filepath.Join(h, f))

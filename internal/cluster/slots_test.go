@@ -80,24 +80,29 @@ func TestTwoNodesAtOnce(t *testing.T) {
 
 	for _, p := range a.c.Procs {
 		if !p.alive() {
-			t.Errorf("%s of node %s (pid %d) died when the other node stopped", p.Name, a.NodeName, p.PID)
+			t.Errorf("%s of node %s (pid %d) died when the other node stopped",
+				p.Name, a.NodeName, p.PID)
 		}
 	}
 	if n := countCgroupProcs(slotCgroupDirs(a.c.NodeSlot)); n != aProcs {
-		t.Errorf("node %s's pods have %d processes after the other node stopped, had %d", a.NodeName, n, aProcs)
+		t.Errorf("node %s's pods have %d processes after the other node stopped, had %d",
+			a.NodeName, n, aProcs)
 	}
 	pod, err := a.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
 	if err != nil || pod.Status.Phase != corev1.PodRunning {
-		t.Errorf("pod of node %s after the other node stopped: %v, %v", a.NodeName, podPhase(pod), err)
+		t.Errorf("pod of node %s after the other node stopped: %v, %v",
+			a.NodeName, podPhase(pod), err)
 	}
-	if h, err := readHostFile(); err != nil || h == nil || len(h.Users) != 1 || h.Users[0] != a.c.NodeSlot {
+	h, err := readHostFile()
+	if err != nil || h == nil || len(h.Users) != 1 || h.Users[0] != a.c.NodeSlot {
 		t.Errorf("host state with one node left: %+v, %v; want user %d", h, err, a.c.NodeSlot)
 	}
 	if err := a.Stop(); err != nil {
 		t.Fatalf("stop node %s: %v", a.NodeName, err)
 	}
 	if len(slotCgroupDirs(a.c.NodeSlot)) != 0 {
-		t.Errorf("cgroups of slot %d left after stop: %v", a.c.NodeSlot, slotCgroupDirs(a.c.NodeSlot))
+		t.Errorf("cgroups of slot %d left after stop: %v",
+			a.c.NodeSlot, slotCgroupDirs(a.c.NodeSlot))
 	}
 }
 
@@ -117,11 +122,12 @@ func runSleeper(ctx context.Context, t *testing.T, c *Cluster) {
 			}},
 		},
 	}
-	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	_, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var last *corev1.Pod
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
 		last = p
 		return err == nil && p.Status.Phase == corev1.PodRunning, nil

@@ -95,7 +95,8 @@ func (s *state) stopNode() error {
 		lock, err := lockSlot(ctx, s.NodeSlot)
 		cancel()
 		if err != nil {
-			s.logf("another drakit node runs in node slot %d; its state is left alone (%v)", s.NodeSlot, err)
+			s.logf("another drakit node runs in node slot %d; its state is left alone (%v)",
+				s.NodeSlot, err)
 			s.Host = nil
 			return nil
 		}
@@ -114,7 +115,8 @@ func (s *state) stopNode() error {
 		}
 	}
 	killMatching(func(exe, cmdline string) bool {
-		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") && strings.Contains(cmdline, s.dir+"/")
+		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") &&
+			strings.Contains(cmdline, s.dir+"/")
 	})
 	killCgroupProcs(slotCgroupDirs(s.NodeSlot))
 	if s.nodeLock == nil {

@@ -178,7 +178,8 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	const freed = " to free 4g.71gb at GPU 4 placement 0"
 	if got := ev[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting "+a+", "+b+freed) &&
 		!strings.Contains(got, "evicting "+b+", "+a+freed) {
-		t.Errorf("big's %s event %q, want it to evict %s and %s%s", defrag.ReasonDefragmenting, got, a, b, freed)
+		t.Errorf("big's %s event %q, want it to evict %s and %s%s",
+			defrag.ReasonDefragmenting, got, a, b, freed)
 	}
 	for _, r := range []string{defrag.ReasonAllocated, defrag.ReasonPlaced} {
 		if ev[r] == "" {

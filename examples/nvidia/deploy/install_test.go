@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
+	"github.com/drakit/drakit/examples/nvidia/deploy/ociimage"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -37,12 +40,8 @@ type installed struct {
 // slices published).
 func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref string, set ...string) *installed {
 	t.Helper()
-	tarball := filepath.Join(t.TempDir(), "image.tar")
 	t0 := time.Now()
-	desc, err := deploy.BuildImage(ctx, pkg, ref, tarball)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tarball, desc := buildImage(t, ctx, pkg, ref)
 	if err := env.ImportImage(ctx, tarball); err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +50,8 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"), webhookPort: freeLocalPort(t),
-		healthPort: freeLocalPort(t)}
+	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"),
+		webhookPort: freeLocalPort(t), healthPort: freeLocalPort(t)}
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"install", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m",
@@ -70,11 +69,58 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	return in
 }
 
+// images are the images this test binary built, by package and ref: the
+// tests that install the same image (they run in parallel) build it once.
+var images struct {
+	sync.Mutex
+	dir   string // removed by TestMain
+	built map[string]builtImage
+}
+
+type builtImage struct {
+	tarball string
+	desc    ociimage.Descriptor
+}
+
+// buildImage returns the tarball of pkg's image as ref, built by
+// deploy.BuildImage the first time it is asked for.
+func buildImage(t *testing.T, ctx context.Context, pkg, ref string) (string, ociimage.Descriptor) {
+	t.Helper()
+	images.Lock()
+	defer images.Unlock()
+	if b, ok := images.built[pkg+" "+ref]; ok {
+		return b.tarball, b.desc
+	}
+	if images.dir == "" {
+		dir, err := os.MkdirTemp("", "deploy-test-images-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		images.dir, images.built = dir, map[string]builtImage{}
+	}
+	tarball := filepath.Join(images.dir, fmt.Sprintf("image-%d.tar", len(images.built)))
+	desc, err := deploy.BuildImage(ctx, pkg, ref, tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images.built[pkg+" "+ref] = builtImage{tarball, desc}
+	return tarball, desc
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if images.dir != "" {
+		_ = os.RemoveAll(images.dir)
+	}
+	os.Exit(code)
+}
+
 // localValues are the chart values of the local cluster for this
 // installation.
 func (in *installed) localValues(apiServerPort string) []string {
-	return append(deploy.LocalClusterValues(filepath.Dir(in.env.RegistrarDir), in.env.CDIDir, apiServerPort,
-		in.stateDir, in.webhookPort), fmt.Sprintf("healthPort=%d", in.healthPort))
+	kubeletDir := filepath.Dir(in.env.RegistrarDir)
+	return append(deploy.LocalClusterValues(kubeletDir, in.env.CDIDir, apiServerPort, in.stateDir,
+		in.webhookPort), fmt.Sprintf("healthPort=%d", in.healthPort))
 }
 
 // driverPod returns the DaemonSet's running pod.
