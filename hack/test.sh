@@ -11,8 +11,9 @@ set -euo pipefail
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 # -trimpath: the build cache's entries do not depend on the checkout's
 # path, so a fresh clone builds from the cache a run in another folder
-# filled (without it each new folder recompiles drakit's packages for vet,
-# the tests and setup: about 3 CPU-minutes on two cores).
+# filled. Without it each new folder recompiles drakit's packages: go vet
+# 60 CPU-s instead of 2, setup's `go run` about a minute instead of 1 s, the
+# test binaries 160 CPU-s instead of 75 (measured on the 2-core builder).
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
