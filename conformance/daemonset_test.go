@@ -28,6 +28,7 @@ import (
 // command. The kubelet on the node registers the driver too. It needs the
 // real node (one per host), so it runs only with DRAKIT_CONFORMANCE_DAEMONSET=1.
 func TestDaemonSet(t *testing.T) {
+	t.Parallel() // a real node of its own (the host runs two at once)
 	if os.Getenv("DRAKIT_CONFORMANCE_DAEMONSET") != "1" {
 		t.Skip("needs the real node; set DRAKIT_CONFORMANCE_DAEMONSET=1")
 	}

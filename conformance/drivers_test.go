@@ -294,6 +294,7 @@ var loadVariants = map[string][]string{
 // busy process per core), the cases whose verdicts once rested on a
 // guess about time, whose verdicts must be those without the load.
 func TestDrivers(t *testing.T) {
+	t.Parallel() // a control plane of its own
 	// DRAListTypeAttributes on, for the pcie-root-list variant.
 	c := clustertest.Start(t, cluster.WithFeatureGates(map[string]bool{conformance.GateListTypeAttributes: true}))
 	if err := c.AddFakeNode(t.Context(), nodeName, nil, nil); err != nil {

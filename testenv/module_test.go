@@ -18,7 +18,10 @@ import (
 // what is left shows that they build.
 func TestVendorModule(t *testing.T) {
 	for _, example := range []string{"partitioned", "instinct", "tiles"} {
-		t.Run(example, func(t *testing.T) { vendorModule(t, example) })
+		t.Run(example, func(t *testing.T) {
+			t.Parallel() // three modules of their own; their clusters have fake nodes
+			vendorModule(t, example)
+		})
 	}
 }
 

@@ -66,8 +66,8 @@ type options struct {
 
 // WithRealNode makes the node a real one: kubelet, containerd 2.4 and runc
 // on this host, running pods with hostNetwork (there is no CNI). It needs
-// root. Only one real node runs on a host at a time: Start waits for a
-// host-wide lock held by another test's real node.
+// root. Up to two real nodes run on a host at a time ($DRAKIT_NODE_SLOTS
+// sets how many): Start waits while other tests' real nodes take them.
 func WithRealNode() Option {
 	return func(o *options) error { o.realNode = true; return nil }
 }

@@ -30,6 +30,8 @@ func TestMain(m *testing.M) {
 // throughput row names the limiter's ceiling, and the driver's own
 // process was measured (not bench's).
 func TestBenchPrepare(t *testing.T) {
+	// Parallel: shares nothing with the package's other tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

@@ -175,6 +175,8 @@ spec:
 // slices.published says so with the API server's message (not "no
 // ResourceSlice" after the publish timeout).
 func TestConformanceFeatureGates(t *testing.T) {
+	// Parallel: shares nothing with the package's other tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two control planes; skipped with -short")
 	}

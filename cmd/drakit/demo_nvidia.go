@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,11 @@ type nvidiaDemoConfig struct {
 	clusterConformance bool
 	// set are more chart values (helm --set), e.g. logging.format=json.
 	set []string
+	// publishTimeout, when set, is both conformance runs' PublishTimeout
+	// (default: 20 s in socket mode, the suite's 30 s in cluster mode).
+	// The driver republishes the same slices after its restart, so each
+	// run waits this long before judging them; tests shorten the wait.
+	publishTimeout time.Duration
 }
 
 // nvidiaDemo is the state of a running NVIDIA demo.
@@ -203,7 +209,7 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 		// The driver publishes in a second here; after its restart it
 		// publishes the same slices, writes none, and the suite waits
 		// this long before it judges them.
-		PublishTimeout: 20 * time.Second,
+		PublishTimeout: cmp.Or(cfg.publishTimeout, 20*time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("conformance: %w", err)
@@ -227,7 +233,7 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 		DriverName: nvdriver.DriverName, NodeName: c.NodeName, Client: c.Client,
 		Image: c.Images.Busybox, CDIDirs: []string{c.CDIDir},
 		DriverNamespace: deploy.Namespace, DriverPodSelector: deploy.PodSelector,
-		Progress: progress,
+		Progress: progress, PublishTimeout: cfg.publishTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("conformance --cluster: %w", err)

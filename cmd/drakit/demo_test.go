@@ -18,6 +18,8 @@ import (
 // binary on a real node serves a claim-template pod and an
 // extended-resource pod, and a third pod waits until a device frees.
 func TestDemo(t *testing.T) {
+	// Parallel: a real node takes one of the host's node slots; the rest is its own.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a real node")
 	}
@@ -56,6 +58,8 @@ func TestDemo(t *testing.T) {
 // driver's pod restarted, the pods deleted, and the conformance suite
 // against the installed driver.
 func TestDemoNVIDIA(t *testing.T) {
+	// Parallel: a real node takes one of the host's node slots; the rest is its own.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a real node")
 	}
@@ -64,7 +68,11 @@ func TestDemoNVIDIA(t *testing.T) {
 	var out, progress bytes.Buffer
 	// The suite runs in both modes: socket mode, then cluster mode (real
 	// pods through the node's kubelet) against the same installed driver.
-	err := demoNVIDIA(ctx, nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true, clusterConformance: true}, &out, &progress)
+	// The suites' wait for the restarted driver's slices, which it
+	// publishes unchanged, shortened from 20 s and 30 s (CI time).
+	cfg := nvidiaDemoConfig{dir: t.TempDir(), helm: cluster.HelmBinary(), conformance: true,
+		clusterConformance: true, publishTimeout: 5 * time.Second}
+	err := demoNVIDIA(ctx, cfg, &out, &progress)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatalf("demo: %v\nprogress:\n%s", err, progress.String())
@@ -132,6 +140,8 @@ func TestDemoUsageErrors(t *testing.T) {
 // TestImageCommand builds an image with drakit image and finds the
 // binary's name and the reference in it.
 func TestImageCommand(t *testing.T) {
+	// Parallel: shares nothing with the package's other tests.
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "image.tar")
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"image", "-o", out, "-package", "github.com/drakit/drakit/examples/minimal", "-ref", "example.com/minimal:v1"}, &stdout, &stderr); code != 0 {

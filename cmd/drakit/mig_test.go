@@ -139,6 +139,8 @@ func TestMIGPlanTight(t *testing.T) {
 // TestMIGBenchFleet runs the fleet benchmark at its smallest and checks
 // that both tables are printed with every model.
 func TestMIGBenchFleet(t *testing.T) {
+	// Parallel: shares nothing with the package's other tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the allocator on every model and claim shape")
 	}

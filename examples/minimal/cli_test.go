@@ -18,6 +18,7 @@ import (
 // the driver the kubeconfig and node name in $KUBECONFIG and $NODE_NAME,
 // which the driver must pick up on its own.
 func TestStartedByCLI(t *testing.T) {
+	t.Parallel() // its own binaries and cluster
 	if testing.Short() {
 		t.Skip("builds two binaries and starts a cluster; skipped with -short")
 	}

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 // protocols, against the example driver built with that runtime, on a
 // fake node.
 func TestConformance(t *testing.T) {
+	t.Parallel() // its own cluster and driver process
 	env := testenv.Start(t)
 	self, err := os.Executable()
 	if err != nil {

@@ -90,6 +90,7 @@ func claimSpecs(t *testing.T, env *testenv.Env) []string {
 // it runs and sees its env var; the driver restarts while the claim is
 // prepared; deleting the pod unprepares the claim in the new instance.
 func TestPodGetsDevice(t *testing.T) {
+	t.Parallel() // its own cluster and driver
 	env := testenv.Start(t, testenv.WithRealNode())
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

@@ -6,7 +6,10 @@
 // The binaries come from "drakit setup" (which hack/setup.sh runs): it
 // builds them once from the Go module proxy into the cache folder (see
 // [BinDir]). Every process Start launches is stopped by PID in
-// [Cluster.Stop]; the kubelet's changes to the host are undone there too. Ports are chosen free at start, so two
-// control planes can run side by side; a real node takes a host-wide lock
-// because a kubelet owns host-global state (cgroups, iptables chains).
+// [Cluster.Stop]; the kubelet's changes to the host are undone there too
+// (by the last node to stop). Ports are chosen free at start, so control
+// planes run side by side. Real nodes run side by side too, up to
+// [DefaultNodeSlots] ($DRAKIT_NODE_SLOTS): each takes a node slot, a lock
+// that its kubelet and containerd hold while they run, with a cgroup root
+// of its own; Start waits for a free slot.
 package cluster

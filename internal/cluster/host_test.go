@@ -1,4 +1,4 @@
-package cluster_test
+package cluster
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/drakit/drakit/internal/cluster"
 )
 
 // hostSnapshot is what a kubelet changes on the host.
@@ -45,15 +43,17 @@ func TestNodeUndoesHostChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real node")
 	}
-	// Test packages run in parallel: without the lock, another package's
-	// node may start (or still be stopping) while the host is compared.
-	cluster.HoldNodeLock(t)
+	// Test packages run in parallel: without every node slot, another
+	// package's node may start (or still be stopping) while the host is
+	// compared. (The package's first test: hack/test.sh starts the package
+	// first, when the slots are free.)
+	HoldNodeLock(t)
 	before := hostSnapshot(t)
-	c, err := cluster.Start(context.Background(), cluster.WithNode(), cluster.WithDieWithParent())
+	c, err := Start(context.Background(), WithNode(), WithDieWithParent())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := cluster.ReadStatus(c.Dir)
+	st, err := ReadStatus(c.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,5 +78,3 @@ func TestNodeUndoesHostChanges(t *testing.T) {
 		t.Errorf("cluster folder %s not removed: %v", c.Dir, err)
 	}
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,13 +17,15 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// hostState records what a kubelet changes on the host so that Stop can
-// undo it: the sysctls it sets, the iptables chains it creates, the host
-// folders it creates.
+// hostState records what a kubelet changes on the host so that the last
+// node to stop can undo it: the sysctls it sets, the iptables chains it
+// creates, the host folders it creates; and the slots of the nodes that
+// use the host now (only in the shared file, see hostStatePath).
 type hostState struct {
 	Sysctls     map[string]string `json:"sysctls"`
 	Chains      []string          `json:"chains"` // "iptables|table|chain" present before the kubelet
 	CreatedDirs []string          `json:"createdDirs"`
+	Users       []int             `json:"users,omitempty"`
 }
 
 // The sysctls a kubelet sets at start.
@@ -39,104 +39,35 @@ const (
 	pauseImage   = "registry.k8s.io/pause:3.10"
 )
 
-func nodeLockPath() string { return filepath.Join(os.TempDir(), "drakit-node.lock") }
+// nodeLockHeld, when set, are the locks of every node slot, which this
+// process holds (a test that must see the host with no node running before
+// and after its own); lockNode hands out a duplicate of slot 0's instead
+// of waiting for itself.
+var nodeLockHeld []*os.File
 
-// hostStatePath holds the host's state from before the first drakit node
-// changed it. It is removed when a node stops cleanly; a node that finds it
-// at start knows that a crashed node (a killed test binary) left the host
-// changed, and restores the values in it when it stops.
-func hostStatePath() string { return filepath.Join(os.TempDir(), "drakit-node.host.json") }
-
-// recordHost returns the host's original state: the one saved by a crashed
-// node, else the current one, which it saves. Call it under the node lock.
-func recordHost() (*hostState, error) {
-	if data, err := os.ReadFile(hostStatePath()); err == nil {
-		var h hostState
-		if err := json.Unmarshal(data, &h); err == nil {
-			return &h, nil
-		}
-	}
-	h := &hostState{Sysctls: map[string]string{}}
-	for _, k := range kubeletSysctls {
-		if v, err := os.ReadFile("/proc/sys/" + k); err == nil {
-			h.Sysctls[k] = strings.TrimSpace(string(v))
-		}
-	}
-	h.Chains = listChains()
-	for _, d := range kubeletHostDirs {
-		if _, err := os.Stat(d); os.IsNotExist(err) {
-			h.CreatedDirs = append(h.CreatedDirs, d)
-		}
-	}
-	data, err := json.Marshal(h)
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("encode host state: %w", err)
+		return nil, fmt.Errorf("duplicate the held node lock: %w", err)
 	}
-	if err := os.WriteFile(hostStatePath(), data, 0o644); err != nil {
-		return nil, fmt.Errorf("save host state: %w", err)
-	}
-	return h, nil
-}
-
-// nodeLockHeld, when set, is the node lock this process already holds
-// (a test that must see the host with no node running before and after its
-// own); lockNode hands out duplicates of it instead of waiting for itself.
-var nodeLockHeld *os.File
-
-// lockNode takes the host-wide node lock. The lock's file is handed to the
-// kubelet and containerd, so it stays held for as long as either runs, even
-// after the starting process exits (drakit cluster up); the starting process
-// keeps it too, so that a Stop undoes the host changes before another node
-// may start.
-func (s *state) lockNode(ctx context.Context) (*os.File, error) {
-	if nodeLockHeld != nil {
-		fd, err := unix.FcntlInt(nodeLockHeld.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("duplicate the held node lock: %w", err)
-		}
-		return os.NewFile(uintptr(fd), nodeLockPath()), nil
-	}
-	f, err := os.OpenFile(nodeLockPath(), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open node lock: %w", err)
-	}
-	announced := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !announced {
-			owner, _ := os.ReadFile(nodeLockPath())
-			s.logf("waiting for another drakit node to stop (%s); a cluster left by `drakit cluster up` stops with `drakit cluster down`", strings.TrimSpace(string(owner)))
-			announced = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for the node lock %s: %w", nodeLockPath(), ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(s.dir+"\n"), 0)
-	return f, nil
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 func (s *state) startNode(ctx context.Context, c *Cluster, o *options) error {
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	lock, err := s.lockNode(lockCtx)
+	lock, slot, prev, err := s.lockNode(lockCtx)
 	cancel()
 	if err != nil {
 		return err
 	}
-	s.nodeLock = lock // released by stop, after the host is restored
-	// Under the lock no other drakit node runs: whatever a crashed one left
-	// (pods, shims, cgroups, mounts, iptables chains) goes now.
-	s.cleanStaleNode(o.binDir)
+	s.nodeLock = lock // released by stop, after the node's changes are undone
+	s.NodeSlot = slot
+	// The slot is ours: whatever a crashed node left in it (processes,
+	// pods, cgroups, mounts) goes now.
+	s.cleanStaleNode(o.binDir, slot, prev)
 
 	s.Node = o.nodeName
-	host, err := recordHost()
+	host, err := joinHost(slot)
 	if err != nil {
 		return err
 	}
@@ -144,6 +75,10 @@ func (s *state) startNode(ctx context.Context, c *Cluster, o *options) error {
 	if err := s.save(); err != nil {
 		return err
 	}
+	if err := createSlotCgroups(slot); err != nil {
+		return err
+	}
+	s.logf("node slot %d of %d (cgroup root /%s)", slot, nodeSlots(), slotCgroup(slot))
 
 	ctrDir := filepath.Join(s.dir, "containerd")
 	c.CDIDir = filepath.Join(s.dir, "cdi")
@@ -253,6 +188,7 @@ state = %[2]q
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: /%s
 address: 127.0.0.1
 port: %d
 readOnlyPort: 0
@@ -283,7 +219,8 @@ authorization:
 syncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-%s`, s.Ports.Kubelet, s.Ports.KubeletHealthz, sock, filepath.Join(s.dir, "pod-logs"), p.path("ca.crt"), gates)
+%s`, slotCgroup(slot), s.Ports.Kubelet, s.Ports.KubeletHealthz, sock,
+		filepath.Join(s.dir, "pod-logs"), p.path("ca.crt"), gates)
 	kcfgPath := filepath.Join(s.dir, "kubelet-config.yaml")
 	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o644); err != nil {
 		return fmt.Errorf("write kubelet config: %w", err)
@@ -382,22 +319,22 @@ func untaintNotReady(ctx context.Context, c *Cluster, name string) error {
 	return nil
 }
 
-// startProcLocked starts a process that inherits the node lock.
+// startProcLocked starts a process that inherits the node slot's lock.
 func (s *state) startProcLocked(name, bin string, args, env []string, lock *os.File) (*proc, error) {
 	return s.startProcFiles(name, bin, args, env, []*os.File{lock})
 }
 
-// adoptNodeLock returns a descriptor of the node lock that this state's
-// kubelet or containerd holds, taken from the running process
+// adoptNodeLock returns a descriptor of the node slot's lock that this
+// state's kubelet or containerd holds, taken from the running process
 // (pidfd_getfd: the same lock, not a new one), so that a stop from another
-// process (drakit cluster down) keeps the host locked until its changes are
+// process (drakit cluster down) keeps the slot taken until its changes are
 // undone. It returns nil when neither process runs or the kernel refuses.
 func (s *state) adoptNodeLock() *os.File {
 	for _, p := range s.Procs {
 		if (p.Name != "kubelet" && p.Name != "containerd") || !p.alive() {
 			continue
 		}
-		if f := takeFD(p.PID, nodeLockPath()); f != nil {
+		if f := takeFD(p.PID, slotLockPath(s.NodeSlot)); f != nil {
 			return f
 		}
 	}

@@ -35,8 +35,9 @@ func WithDieWithParent() Option {
 
 // WithNode adds a real node: a kubelet with containerd and runc, CDI specs
 // read from Cluster.CDIDir, hostNetwork pods only (there is no CNI), and the
-// busybox and pause images loaded. Only one real node runs on a host at a
-// time: Start waits for a host-wide lock.
+// busybox and pause images loaded. Up to [DefaultNodeSlots] real nodes
+// ($DRAKIT_NODE_SLOTS) run on a host at a time: Start waits for a free
+// node slot.
 func WithNode() Option {
 	return func(o *options) error { o.node = true; return nil }
 }

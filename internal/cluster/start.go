@@ -33,12 +33,14 @@ type state struct {
 	Ports   Ports      `json:"ports"`
 	Host    *hostState `json:"host,omitempty"`
 	Node    string     `json:"node,omitempty"`
+	// NodeSlot is the node's slot (see slots.go) while Host is set.
+	NodeSlot int `json:"nodeSlot,omitempty"`
 
 	dir           string
 	log           io.Writer
 	dieWithParent bool
 	pki           *pki
-	nodeLock      *os.File // held from node start until its host changes are undone
+	nodeLock      *os.File // the node's slot, held from node start until its changes are undone
 	mu            sync.Mutex
 }
 

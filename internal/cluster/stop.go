@@ -81,82 +81,68 @@ func (s *state) stop() error {
 }
 
 // stopNode stops the kubelet, the containers and containerd, then undoes
-// the kubelet's host changes. It holds the node lock until stop returns, so
-// that no other node starts on a half-restored host.
+// the node's changes, and the host's if it is the last node. It holds the
+// node's slot until stop returns, so that no other node starts in it
+// before it is clean.
 func (s *state) stopNode() error {
 	if s.nodeLock == nil {
 		s.nodeLock = s.adoptNodeLock()
 	}
 	if s.nodeLock == nil && !s.nodeRunning() {
-		// A crashed node. If another node holds the lock, it owns the host
-		// now (it started from the original state this one saved) and none
-		// of it may be touched.
+		// A crashed node. If another node holds its slot now, that node
+		// cleaned what this one left, and none of its slot may be touched.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lock, err := s.lockNode(ctx)
+		lock, err := lockSlot(ctx, s.NodeSlot)
 		cancel()
 		if err != nil {
-			s.logf("another drakit node runs on this host; its state is left alone (%v)", err)
+			s.logf("another drakit node runs in node slot %d; its state is left alone (%v)",
+				s.NodeSlot, err)
 			s.Host = nil
 			return nil
 		}
 		s.nodeLock = lock
 	}
 	var errs []error
-	for _, name := range []string{"kubelet"} {
-		for _, p := range s.Procs {
-			if p.Name == name {
-				p.stop(10 * time.Second)
-			}
+	for _, p := range s.Procs {
+		if p.Name == "kubelet" {
+			p.stop(10 * time.Second)
 		}
 	}
-	killKubepods()
+	killCgroupProcs(slotCgroupDirs(s.NodeSlot))
 	for _, p := range s.Procs {
 		if p.Name == "containerd" {
 			p.stop(10 * time.Second)
 		}
 	}
 	killMatching(func(exe, cmdline string) bool {
-		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") && strings.Contains(cmdline, s.dir)
+		return strings.HasSuffix(exe, "/containerd-shim-runc-v2") &&
+			strings.Contains(cmdline, s.dir+"/")
 	})
-	killKubepods()
+	killCgroupProcs(slotCgroupDirs(s.NodeSlot))
 	if s.nodeLock == nil {
 		// The kernel would not hand over the running node's lock: take it
 		// now that the node's processes are gone.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		lock, err := s.lockNode(ctx)
+		lock, err := lockSlot(ctx, s.NodeSlot)
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
 		}
 		s.nodeLock = lock
 	}
-	removeKubepodsCgroups()
+	removeCgroups(slotCgroupDirs(s.NodeSlot))
 	unmountUnder(s.dir)
-	for k, v := range s.Host.Sysctls {
-		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("restore sysctl %s: %w", k, err))
-		}
-	}
-	removeNewChains(s.Host.Chains)
 	// Links the kubelet made to our pods' logs.
 	if ents, err := os.ReadDir("/var/log/containers"); err == nil {
 		for _, e := range ents {
 			p := filepath.Join("/var/log/containers", e.Name())
-			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, s.dir) {
+			if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, s.dir+"/") {
 				_ = os.Remove(p)
 			}
 		}
 	}
-	for _, d := range s.Host.CreatedDirs {
-		unmountUnder(d)
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
-		}
-	}
+	errs = append(errs, leaveHost(s.NodeSlot, s.Host))
 	s.Host = nil
-	if len(errs) == 0 {
-		_ = os.Remove(hostStatePath())
-	}
 	return errors.Join(errs...)
 }
 
@@ -170,17 +156,33 @@ func (s *state) nodeRunning() bool {
 	return false
 }
 
-// cleanStaleNode removes what a crashed drakit node left behind. It runs
-// under the node lock, so no other drakit node is running.
-func (s *state) cleanStaleNode(binDir string) {
-	n := killMatching(func(exe, cmdline string) bool {
+// cleanStaleNode removes what a crashed drakit node left in slot: its
+// kubelet, containerd and shims (found by the cluster folder recorded in the
+// slot's lock file), its pods and cgroups. It runs holding the slot, so
+// that node is gone; other slots' nodes may run and are left alone. When
+// no other slot is held, it also removes any node process and the kubepods
+// cgroups of a node started before nodes had slots.
+func (s *state) cleanStaleNode(binDir string, slot int, prev slotOwner) {
+	isNodeBin := func(exe string) bool {
 		return exe == filepath.Join(binDir, "kubelet") || exe == filepath.Join(binDir, "containerd") ||
 			exe == filepath.Join(binDir, "containerd-shim-runc-v2")
-	})
-	n += killKubepods()
-	removeKubepodsCgroups()
+	}
+	n := 0
+	if prev.Dir != "" && prev.Dir != "/" {
+		n += killMatching(func(exe, cmdline string) bool {
+			return isNodeBin(exe) && strings.Contains(cmdline, prev.Dir+"/")
+		})
+		unmountUnder(prev.Dir)
+	}
+	n += killCgroupProcs(slotCgroupDirs(slot))
+	removeCgroups(slotCgroupDirs(slot))
+	if !otherSlotsInUse(slot) {
+		n += killMatching(func(exe, _ string) bool { return isNodeBin(exe) })
+		n += killCgroupProcs(legacyKubepodsDirs())
+		removeCgroups(legacyKubepodsDirs())
+	}
 	if n > 0 {
-		s.logf("stopped %d processes left by a crashed drakit node", n)
+		s.logf("stopped %d processes left by a crashed drakit node in slot %d", n, slot)
 	}
 }
 
@@ -222,27 +224,11 @@ func waitGone(pids []int) {
 	}
 }
 
-// kubepodsDirs lists the kubepods cgroup folders of every hierarchy.
-func kubepodsDirs() []string {
-	var dirs []string
-	if _, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil {
-		dirs = append(dirs, "/sys/fs/cgroup/kubepods")
-	}
-	ents, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range ents {
-		d := filepath.Join("/sys/fs/cgroup", e.Name(), "kubepods")
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
-
-// killKubepods SIGKILLs every process in a kubepods cgroup: the pods of
-// a drakit node (only one runs on a host).
-func killKubepods() int {
+// killCgroupProcs SIGKILLs every process in the cgroups at or below
+// roots (a node's pods) and returns how many it killed.
+func killCgroupProcs(roots []string) int {
 	seen := map[int]bool{}
-	for _, root := range kubepodsDirs() {
+	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
@@ -265,10 +251,10 @@ func killKubepods() int {
 	return len(pids)
 }
 
-// removeKubepodsCgroups removes the kubelet's cgroup folders, deepest
+// removeCgroups removes the cgroup folders at or below roots, deepest
 // first.
-func removeKubepodsCgroups() {
-	for _, root := range kubepodsDirs() {
+func removeCgroups(roots []string) {
+	for _, root := range roots {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

@@ -110,7 +110,10 @@ func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resource
 // with shared counters), and GPU 1 is shared too (sharing.gpus); then MPS
 // shares of GPU 1 (testSharing) and the MIG defragmenter run on the same
 // cluster and driver.
-func TestE2E(t *testing.T) { e2e(t, false) }
+func TestE2E(t *testing.T) {
+	t.Parallel() // a real node of its own (the host runs two at once)
+	e2e(t, false)
+}
 
 // TestE2ELayout is TestE2E with migPublication=layout (an option): the
 // driver lays each GPU out for the story's pods as they arrive, as the
@@ -119,7 +122,10 @@ func TestE2E(t *testing.T) { e2e(t, false) }
 // node's layout ledger, failing closed; every version of the node's
 // layout pool is one slice without counters and a valid layout per GPU.
 // Then the MIG defragmenter runs with the layout.
-func TestE2ELayout(t *testing.T) { e2e(t, true) }
+func TestE2ELayout(t *testing.T) {
+	t.Parallel() // a real node of its own (the host runs two at once)
+	e2e(t, true)
+}
 
 func e2e(t *testing.T, layout bool) {
 	env := testenv.Start(t, testenv.WithRealNode())

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
+	"github.com/drakit/drakit/examples/nvidia/deploy/ociimage"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -24,6 +27,11 @@ type installed struct {
 	env         *testenv.Env
 	stateDir    string // the simulator's state folder on the host
 	webhookPort int    // the webhook's port on the host, where it runs
+	// healthPort is the driver's health and metrics port on the host (the
+	// DaemonSet runs on the host's network): a free one, not the chart's
+	// 51589, so that another real node's driver (a test package running
+	// beside this one) does not take it.
+	healthPort int
 }
 
 // install builds pkg's image as ref, imports it into the real node's
@@ -32,12 +40,8 @@ type installed struct {
 // slices published).
 func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref string, set ...string) *installed {
 	t.Helper()
-	tarball := filepath.Join(t.TempDir(), "image.tar")
 	t0 := time.Now()
-	desc, err := deploy.BuildImage(ctx, pkg, ref, tarball)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tarball, desc := buildImage(t, ctx, pkg, ref)
 	if err := env.ImportImage(ctx, tarball); err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +50,13 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"), webhookPort: freeLocalPort(t)}
+	in := &installed{env: env, stateDir: filepath.Join(env.Dir, "nvml-sim"),
+		webhookPort: freeLocalPort(t), healthPort: freeLocalPort(t)}
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"install", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
 		"--namespace", deploy.Namespace, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(env.RegistrarDir), env.CDIDir, u.Port(), in.stateDir, in.webhookPort), set...) {
+	for _, v := range append(in.localValues(u.Port()), set...) {
 		args = append(args, "--set", v)
 	}
 	t0 = time.Now()
@@ -62,6 +67,60 @@ func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref strin
 	}
 	t.Logf("helm install --wait: %s", time.Since(t0).Round(time.Millisecond))
 	return in
+}
+
+// images are the images this test binary built, by package and ref: the
+// tests that install the same image (they run in parallel) build it once.
+var images struct {
+	sync.Mutex
+	dir   string // removed by TestMain
+	built map[string]builtImage
+}
+
+type builtImage struct {
+	tarball string
+	desc    ociimage.Descriptor
+}
+
+// buildImage returns the tarball of pkg's image as ref, built by
+// deploy.BuildImage the first time it is asked for.
+func buildImage(t *testing.T, ctx context.Context, pkg, ref string) (string, ociimage.Descriptor) {
+	t.Helper()
+	images.Lock()
+	defer images.Unlock()
+	if b, ok := images.built[pkg+" "+ref]; ok {
+		return b.tarball, b.desc
+	}
+	if images.dir == "" {
+		dir, err := os.MkdirTemp("", "deploy-test-images-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		images.dir, images.built = dir, map[string]builtImage{}
+	}
+	tarball := filepath.Join(images.dir, fmt.Sprintf("image-%d.tar", len(images.built)))
+	desc, err := deploy.BuildImage(ctx, pkg, ref, tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images.built[pkg+" "+ref] = builtImage{tarball, desc}
+	return tarball, desc
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if images.dir != "" {
+		_ = os.RemoveAll(images.dir)
+	}
+	os.Exit(code)
+}
+
+// localValues are the chart values of the local cluster for this
+// installation.
+func (in *installed) localValues(apiServerPort string) []string {
+	kubeletDir := filepath.Dir(in.env.RegistrarDir)
+	return append(deploy.LocalClusterValues(kubeletDir, in.env.CDIDir, apiServerPort, in.stateDir,
+		in.webhookPort), fmt.Sprintf("healthPort=%d", in.healthPort))
 }
 
 // driverPod returns the DaemonSet's running pod.

@@ -66,7 +66,7 @@ func helmUpgrade(t *testing.T, ctx context.Context, in *installed, ref string, s
 	repo, tag, _ := strings.Cut(ref, ":")
 	args := []string{"upgrade", deploy.Release, "chart", "--kubeconfig", in.env.Kubeconfig, "--namespace", deploy.Namespace,
 		"--wait", "--timeout", "5m", "--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
-	for _, v := range append(deploy.LocalClusterValues(filepath.Dir(in.env.RegistrarDir), in.env.CDIDir, u.Port(), in.stateDir, in.webhookPort), set...) {
+	for _, v := range append(in.localValues(u.Port()), set...) {
 		args = append(args, "--set", v)
 	}
 	t0 := time.Now()
@@ -343,6 +343,7 @@ func holdings(t *testing.T, ctx context.Context, env *testenv.Env, stateFile str
 //     image reading the state the new one wrote, and it unprepares the
 //     holders after.
 func TestUpgrade(t *testing.T) {
+	t.Parallel() // a real node of its own (the host runs two at once)
 	env := testenv.Start(t, testenv.WithRealNode())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
