@@ -61,7 +61,9 @@ func TestContainerFromDriverSpec(t *testing.T) {
 	// The fake driver root, with the stand-in libcuda as the versioned
 	// library its libcuda.so.1 links to.
 	droot := fakeDriverRoot(t, true)
-	if err := gpucheck.BuildStandInCUDA(ctx, filepath.Join(droot, "usr/lib/x86_64-linux-gnu/libcuda.so."+driverVersion)); err != nil {
+	if err := gpucheck.BuildStandInCUDA(
+		ctx, filepath.Join(droot, "usr/lib/x86_64-linux-gnu/libcuda.so."+driverVersion),
+	); err != nil {
 		t.Skipf("no C compiler for the stand-in libcuda: %v", err)
 	}
 	probe := filepath.Join(tmp, "cuda-probe")
@@ -75,7 +77,9 @@ func TestContainerFromDriverSpec(t *testing.T) {
 	tarball := os.Getenv(imageEnv)
 	if tarball == "" {
 		tarball = filepath.Join(tmp, "image.tar")
-		if _, err := deploy.BuildImage(ctx, deploy.DriverPackage, deploy.Image, tarball); err != nil {
+		if _, err := deploy.BuildImage(
+			ctx, deploy.DriverPackage, deploy.Image, tarball,
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,11 +98,22 @@ func TestContainerFromDriverSpec(t *testing.T) {
 	// The driver's -check writes the claims' specs.
 	check := filepath.Join(tmp, "check")
 	var out bytes.Buffer
-	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(tmp, "state"), "-driver-root=" + droot, "-check-cdi-dir=" + check},
-		drivercmd.WithOutput(&out), drivercmd.WithBackend(sim),
-		drivercmd.WithContainerEditor(func(_ nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
-			return New(nv, root, WithHookPath(hook))
-		}))
+	err := drivercmd.Run(
+		[]string{
+			"-check",
+			"-node-name=node-1",
+			"-state-dir=" + filepath.Join(tmp, "state"),
+			"-driver-root=" + droot,
+			"-check-cdi-dir=" + check,
+		},
+		drivercmd.WithOutput(&out),
+		drivercmd.WithBackend(sim),
+		drivercmd.WithContainerEditor(
+			func(_ nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
+				return New(nv, root, WithHookPath(hook))
+			},
+		),
+	)
 	if err != nil {
 		t.Fatalf("nvidia-dra-driver -check: %v\n%s", err, out.String())
 	}
@@ -116,26 +131,49 @@ func TestContainerFromDriverSpec(t *testing.T) {
 		gpu, name, uuid, envSuffix string
 	}{
 		{"0", "drakit stand-in GPU /dev/nvidia0", gpus[0].UUID, "GPU_0"},
-		{"1", "drakit stand-in GPU /dev/nvidia1 with nvidia-cap30 nvidia-cap31", gis[0].ComputeInstances[0].UUID, "GPU_1_1G_18GB_"},
+		{
+			"1",
+			"drakit stand-in GPU /dev/nvidia1 with nvidia-cap30 nvidia-cap31",
+			gis[0].ComputeInstances[0].UUID,
+			"GPU_1_1G_18GB_",
+		},
 	} {
 		t.Run("gpu"+tc.gpu, func(t *testing.T) {
 			id, ok := ids[tc.gpu]
 			if !ok {
 				t.Fatalf("-check wrote no spec for GPU %s: %v\n%s", tc.gpu, ids, out.String())
 			}
-			res, err := gpucheck.Run(ctx, gpucheck.Container{Root: rootfs, CDIDirs: []string{filepath.Join(check, "cdi")}, Devices: []string{id},
-				Args: []string{gpucheck.ProbePath}, Binds: map[string]string{gpucheck.ProbePath: probe}})
-			t.Logf("container of %s (hooks %q, left out %q):\n%s", id, res.Hooks, res.SkippedHooks, res.Output)
+			res, err := gpucheck.Run(
+				ctx,
+				gpucheck.Container{
+					Root:    rootfs,
+					CDIDirs: []string{filepath.Join(check, "cdi")},
+					Devices: []string{id},
+					Args: []string{
+						gpucheck.ProbePath,
+					},
+					Binds: map[string]string{gpucheck.ProbePath: probe},
+				},
+			)
+			t.Logf(
+				"container of %s (hooks %q, left out %q):\n%s",
+				id,
+				res.Hooks,
+				res.SkippedHooks,
+				res.Output,
+			)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := string(res.Output)
 			lib := "/usr/lib/x86_64-linux-gnu/libcuda.so." + driverVersion
 			for _, want := range []string{
-				"cuda-probe: env " + nvdriver.EnvVisibleDevices + "=" + nvdriver.VisibleDevicesVoid + "\n",
+				"cuda-probe: env " + nvdriver.EnvVisibleDevices + "=" +
+					nvdriver.VisibleDevicesVoid + "\n",
 				"cuda-probe: env " + nvdriver.EnvDevicePrefix + tc.envSuffix,
 				"=" + tc.uuid + "\n",
-				"cuda-probe: libcuda.so.1 loaded from /usr/lib/x86_64-linux-gnu/libcuda.so.1 (" + lib + ")\n",
+				"cuda-probe: libcuda.so.1 loaded from /usr/lib/x86_64-linux-gnu/libcuda.so.1 (" +
+					lib + ")\n",
 				"cuda-probe: cuInit: 0\n",
 				"cuda-probe: cuDeviceGetCount: 0, count 1\n",
 				"cuda-probe: device 0: cuDeviceGetName: 0, " + tc.name + "\n",
@@ -144,8 +182,16 @@ func TestContainerFromDriverSpec(t *testing.T) {
 					t.Errorf("the probe in the container did not print %q", want)
 				}
 			}
-			if len(res.SkippedHooks) > 0 || !slices.ContainsFunc(res.Hooks, func(h string) bool { return strings.Contains(h, "update-ldcache") }) {
-				t.Errorf("hooks run %q, left out %q: want the spec's update-ldcache hook run", res.Hooks, res.SkippedHooks)
+			if len(res.SkippedHooks) > 0 ||
+				!slices.ContainsFunc(
+					res.Hooks,
+					func(h string) bool { return strings.Contains(h, "update-ldcache") },
+				) {
+				t.Errorf(
+					"hooks run %q, left out %q: want the spec's update-ldcache hook run",
+					res.Hooks,
+					res.SkippedHooks,
+				)
 			}
 		})
 	}
@@ -158,10 +204,20 @@ func TestContainerFromDriverSpec(t *testing.T) {
 	if err := ociimage.Unpack(tarball, fresh); err != nil {
 		t.Fatal(err)
 	}
-	res, err := gpucheck.Run(ctx, gpucheck.Container{Root: fresh, CDIDirs: []string{broken}, Devices: []string{ids["0"]},
-		Args: []string{gpucheck.ProbePath}, Binds: map[string]string{gpucheck.ProbePath: probe}})
-	if err == nil || !strings.Contains(string(res.Output), "cuda-probe: dlopen libcuda.so.1: FAILED") {
-		t.Errorf("without the spec's libcuda mount: %v\n%s\nwant the probe's dlopen to fail", err, res.Output)
+	res, err := gpucheck.Run(
+		ctx,
+		gpucheck.Container{Root: fresh, CDIDirs: []string{broken}, Devices: []string{ids["0"]},
+			Args: []string{
+				gpucheck.ProbePath,
+			}, Binds: map[string]string{gpucheck.ProbePath: probe}},
+	)
+	if err == nil ||
+		!strings.Contains(string(res.Output), "cuda-probe: dlopen libcuda.so.1: FAILED") {
+		t.Errorf(
+			"without the spec's libcuda mount: %v\n%s\nwant the probe's dlopen to fail",
+			err,
+			res.Output,
+		)
 	}
 }
 
@@ -173,8 +229,16 @@ func TestContainerFromDriverSpec(t *testing.T) {
 // simulator's MIG device.
 func simWithMock(t *testing.T, droot string) (*nvmlsim.Sim, *server.Server) {
 	t.Helper()
-	sim, err := nvmlsim.Open(filepath.Join(t.TempDir(), "sim.json"), nvmlsim.WithServer("dgx-h200"),
-		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{1}, Instances: []nvmlsim.Instance{{GPU: 1, Profile: "1g.18gb", Start: 0}}}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(t.TempDir(), "sim.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(
+			nvmlsim.Setup{
+				MIGGPUs:   []int{1},
+				Instances: []nvmlsim.Instance{{GPU: 1, Profile: "1g.18gb", Start: 0}},
+			},
+		),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +310,10 @@ func withoutMount(t *testing.T, from, to, s string) {
 		t.Fatal(err)
 	}
 	drop := func(e *cdispec.ContainerEdits) {
-		e.Mounts = slices.DeleteFunc(e.Mounts, func(m *cdispec.Mount) bool { return strings.Contains(m.HostPath, s) })
+		e.Mounts = slices.DeleteFunc(
+			e.Mounts,
+			func(m *cdispec.Mount) bool { return strings.Contains(m.HostPath, s) },
+		)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

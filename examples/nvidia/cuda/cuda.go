@@ -138,9 +138,12 @@ func (e *Editor) DeviceEdits(dev nvdriver.ContainerDevice) (*cdi.Edits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container edits of %s: %w", dev.UUID, err)
 	}
-	c.DeviceNodes = slices.DeleteFunc(slices.Clone(c.DeviceNodes), func(n *cdispec.DeviceNode) bool {
-		return strings.HasPrefix(n.Path, "/dev/nvidia-caps/")
-	})
+	c.DeviceNodes = slices.DeleteFunc(
+		slices.Clone(c.DeviceNodes),
+		func(n *cdispec.DeviceNode) bool {
+			return strings.HasPrefix(n.Path, "/dev/nvidia-caps/")
+		},
+	)
 	out, err := e.edits(c, "container edits of "+dev.UUID)
 	if err != nil {
 		return nil, err

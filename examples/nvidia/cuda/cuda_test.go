@@ -43,14 +43,30 @@ func fakeDriverRoot(t *testing.T, capNodes bool) string {
 	t.Helper()
 	root := t.TempDir()
 	lib := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
-	for _, name := range []string{"libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler", "libnvidia-nvvm", "libcudadebugger",
-		"libnvidia-opencl", "libnvidia-cfg", "libnvidia-gpucomp", "libnvidia-allocator", "libnvidia-pkcs11-openssl3"} {
+	for _, name := range []string{
+		"libcuda",
+		"libnvidia-ml",
+		"libnvidia-ptxjitcompiler",
+		"libnvidia-nvvm",
+		"libcudadebugger",
+		"libnvidia-opencl",
+		"libnvidia-cfg",
+		"libnvidia-gpucomp",
+		"libnvidia-allocator",
+		"libnvidia-pkcs11-openssl3",
+	} {
 		file := name + ".so." + driverVersion
 		write(t, filepath.Join(lib, file), "")
 		link(t, file, filepath.Join(lib, name+".so.1"))
 	}
 	link(t, "libcuda.so.1", filepath.Join(lib, "libcuda.so"))
-	for _, bin := range []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"} {
+	for _, bin := range []string{
+		"nvidia-smi",
+		"nvidia-debugdump",
+		"nvidia-persistenced",
+		"nvidia-cuda-mps-control",
+		"nvidia-cuda-mps-server",
+	} {
 		write(t, filepath.Join(root, "usr/bin", bin), "#!/bin/sh\n")
 	}
 	for _, fw := range []string{"gsp_ga10x.bin", "gsp_tu10x.bin"} {
@@ -64,7 +80,12 @@ func fakeDriverRoot(t *testing.T, capNodes bool) string {
 	mknod(t, filepath.Join(root, "dev/nvidia-uvm-tools"), 511, 1)
 	if capNodes {
 		for _, m := range []uint32{1, 2, giMinor, ciMinor} {
-			mknod(t, filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", m)), capsMajor, m)
+			mknod(
+				t,
+				filepath.Join(root, "dev/nvidia-caps", fmt.Sprintf("nvidia-cap%d", m)),
+				capsMajor,
+				m,
+			)
 		}
 	}
 	return root
@@ -85,8 +106,16 @@ func writeProcCaps(t *testing.T, gi, ci int) {
 		t.Fatal("writeProcCaps outside the private mount namespace would write the host's /proc")
 	}
 	base := fmt.Sprintf("/proc/driver/nvidia/capabilities/gpu1/mig/gi%d", gi)
-	write(t, filepath.Join(base, "access"), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", giMinor))
-	write(t, filepath.Join(base, fmt.Sprintf("ci%d/access", ci)), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", ciMinor))
+	write(
+		t,
+		filepath.Join(base, "access"),
+		fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", giMinor),
+	)
+	write(
+		t,
+		filepath.Join(base, fmt.Sprintf("ci%d/access", ci)),
+		fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n", ciMinor),
+	)
 }
 
 // inPrivateProcDriver runs test name again in a private mount namespace
@@ -99,7 +128,9 @@ func inPrivateProcDriver(t *testing.T, name string) bool {
 	t.Helper()
 	if dir := os.Getenv(migMinorsEnv); dir != "" {
 		for _, m := range [][2]string{{"driver", "/proc/driver"}, {"devices", "/proc/devices"}} {
-			if err := syscall.Mount(filepath.Join(dir, m[0]), m[1], "", syscall.MS_BIND, ""); err != nil {
+			if err := syscall.Mount(
+				filepath.Join(dir, m[0]), m[1], "", syscall.MS_BIND, "",
+			); err != nil {
 				t.Fatalf("mount the fake %s: %v", m[1], err)
 			}
 		}
@@ -108,10 +139,20 @@ func inPrivateProcDriver(t *testing.T, name string) bool {
 	proc := t.TempDir()
 	_, gi, ci := fakeNVML(t)
 	write(t, filepath.Join(proc, "driver/nvidia-caps/mig-minors"), fmt.Sprintf("config "+
-		"1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci, ciMinor))
+		"1\nmonitor 2\ngpu1/gi%d/access %d\ngpu1/gi%d/ci%d/access %d\n", gi, giMinor, gi, ci,
+		ciMinor))
 	write(t, filepath.Join(proc, "devices"), fmt.Sprintf("Character devices:\n  1 mem\n  4 "+
-		"/dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n", capsMajor))
-	cmd := exec.Command("unshare", "-m", "--propagation", "private", os.Args[0], "-test.run=^"+name+"$", "-test.v")
+		"/dev/vc/0\n195 nvidia\n%d nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n",
+		capsMajor))
+	cmd := exec.Command(
+		"unshare",
+		"-m",
+		"--propagation",
+		"private",
+		os.Args[0],
+		"-test.run=^"+name+"$",
+		"-test.v",
+	)
 	cmd.Env = append(os.Environ(), migMinorsEnv+"="+proc)
 	out, err := cmd.CombinedOutput()
 	if err != nil && strings.Contains(string(out), "unshare failed") {
@@ -163,8 +204,14 @@ func fakeNVML(t *testing.T) (s *server.Server, gi, ci int) {
 // fakeNVMLOf is fakeNVML with n GPUs (n >= 2).
 func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
 	t.Helper()
-	s, err := server.New(server.WithGPUs(gpus.Multiple(n, gpus.H200_SXM5_141GB)...),
-		server.WithDriverVersion(driverVersion), server.WithNVMLVersion("13."+driverVersion), server.WithCUDADriverVersion(13000))
+	s, err := server.New(
+		server.WithGPUs(gpus.Multiple(n, gpus.H200_SXM5_141GB)...),
+		server.WithDriverVersion(
+			driverVersion,
+		),
+		server.WithNVMLVersion("13."+driverVersion),
+		server.WithCUDADriverVersion(13000),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +227,10 @@ func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
 	if ret != gonvml.SUCCESS {
 		t.Fatalf("GPU instance: %v", ret)
 	}
-	cinfo, ret := g.GetComputeInstanceProfileInfo(gonvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	cinfo, ret := g.GetComputeInstanceProfileInfo(
+		gonvml.COMPUTE_INSTANCE_PROFILE_1_SLICE,
+		gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+	)
 	if ret != gonvml.SUCCESS {
 		t.Fatalf("compute profile: %v", ret)
 	}
@@ -199,7 +249,9 @@ func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
 		}
 		return nil, gonvml.ERROR_NOT_FOUND
 	}
-	g.(*server.GpuInstance).GetComputeInstanceByIdFunc = func(id int) (gonvml.ComputeInstance, gonvml.Return) {
+	g.(*server.GpuInstance).GetComputeInstanceByIdFunc = func(id int) (
+		gonvml.ComputeInstance, gonvml.Return,
+	) {
 		if id == ci {
 			return c, gonvml.SUCCESS
 		}
@@ -211,12 +263,21 @@ func fakeNVMLOf(t *testing.T, n int) (s *server.Server, gi, ci int) {
 	m.GetIndexFunc = func() (int, gonvml.Return) { return 0, gonvml.SUCCESS }
 	m.GetGpuInstanceIdFunc = func() (int, gonvml.Return) { return gi, gonvml.SUCCESS }
 	m.GetComputeInstanceIdFunc = func() (int, gonvml.Return) { return ci, gonvml.SUCCESS }
-	m.GetDeviceHandleFromMigDeviceHandleFunc = func() (gonvml.Device, gonvml.Return) { return parent, gonvml.SUCCESS }
+	m.GetDeviceHandleFromMigDeviceHandleFunc = func() (gonvml.Device, gonvml.Return) {
+		return parent, gonvml.SUCCESS
+	}
 	m.GetMinorNumberFunc = func() (int, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
 	m.GetAttributesFunc = func() (gonvml.DeviceAttributes, gonvml.Return) {
-		return gonvml.DeviceAttributes{MultiprocessorCount: 16, GpuInstanceSliceCount: 1, ComputeInstanceSliceCount: 1, MemorySizeMB: 16384}, gonvml.SUCCESS
+		return gonvml.DeviceAttributes{
+			MultiprocessorCount:       16,
+			GpuInstanceSliceCount:     1,
+			ComputeInstanceSliceCount: 1,
+			MemorySizeMB:              16384,
+		}, gonvml.SUCCESS
 	}
-	m.GetNameFunc = func() (string, gonvml.Return) { return "NVIDIA H200 MIG 1g.18gb", gonvml.SUCCESS }
+	m.GetNameFunc = func() (string, gonvml.Return) {
+		return "NVIDIA H200 MIG 1g.18gb", gonvml.SUCCESS
+	}
 	parent.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 7, gonvml.SUCCESS }
 	parent.GetMigDeviceHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
 		if i == 0 {
@@ -270,13 +331,23 @@ func TestEditsAreNvcdis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := nvcdi.New(nvcdi.WithMode(nvcdi.ModeNvml), nvcdi.WithNvmlLib(nv), nvcdi.WithDriverRoot(mounted), nvcdi.WithDevRoot(mounted),
-		nvcdi.WithNVIDIACDIHookPath("/usr/local/nvidia/toolkit/nvidia-cdi-hook"), nvcdi.WithLogger(logger{}))
+	ref, err := nvcdi.New(
+		nvcdi.WithMode(nvcdi.ModeNvml),
+		nvcdi.WithNvmlLib(nv),
+		nvcdi.WithDriverRoot(mounted),
+		nvcdi.WithDevRoot(mounted),
+		nvcdi.WithNVIDIACDIHookPath(
+			"/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+		),
+		nvcdi.WithLogger(logger{}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	gpu1, _ := nv.Devices[1].GetUUID()
-	for _, dev := range []nvdriver.ContainerDevice{{UUID: gpu1, Minor: 1}, {UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci}} {
+	for _, dev := range []nvdriver.ContainerDevice{
+		{UUID: gpu1, Minor: 1}, {UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci},
+	} {
 		t.Run(dev.UUID[:3], func(t *testing.T) {
 			// The reference driver's: the device's edits and the common
 			// ones, in drakit's claim spec.
@@ -292,11 +363,19 @@ func TestEditsAreNvcdis(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, _, err := w.Spec(cdi.Claim{UID: "9f1c", Namespace: "ns", Name: "c", Devices: []cdi.Device{{Name: "d", Edits: de.Append(ce)}}})
+			spec, _, err := w.Spec(
+				cdi.Claim{
+					UID:       "9f1c",
+					Namespace: "ns",
+					Name:      "c",
+					Devices:   []cdi.Device{{Name: "d", Edits: de.Append(ce)}},
+				},
+			)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := collect(append([]cdispec.ContainerEdits{spec.ContainerEdits}, editsOf(spec)...)...)
+			got := collect(
+				append([]cdispec.ContainerEdits{spec.ContainerEdits}, editsOf(spec)...)...)
 
 			// nvcdi's own spec of the device, moved to the node's root.
 			s, err := ref.GetSpec(dev.UUID)
@@ -304,7 +383,9 @@ func TestEditsAreNvcdis(t *testing.T) {
 				t.Fatal(err)
 			}
 			raw := s.Raw()
-			if err := transformroot.NewDriverTransformer(transformroot.WithDriverRoot(mounted), transformroot.WithTargetDriverRoot(host)).Transform(raw); err != nil {
+			if err := transformroot.NewDriverTransformer(
+				transformroot.WithDriverRoot(mounted), transformroot.WithTargetDriverRoot(host),
+			).Transform(raw); err != nil {
 				t.Fatal(err)
 			}
 			var devs []cdispec.ContainerEdits
@@ -319,24 +400,44 @@ func TestEditsAreNvcdis(t *testing.T) {
 			}
 
 			// And they are what a CUDA container needs, on the node's paths.
-			nodes := []string{"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+			nodes := []string{
+				"/dev/nvidia1",
+				"/dev/nvidiactl",
+				"/dev/nvidia-uvm",
+				"/dev/nvidia-uvm-tools",
+			}
 			if dev.MIG {
-				nodes = append(nodes, fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giMinor), fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ciMinor))
+				nodes = append(
+					nodes,
+					fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", giMinor),
+					fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", ciMinor),
+				)
 			}
 			for _, n := range nodes {
 				if !slices.Contains(got.nodes, n+" <- "+host+n) {
 					t.Errorf("no device node %s from %s%s: %v", n, host, n, got.nodes)
 				}
 			}
-			for _, f := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so." + driverVersion, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so." + driverVersion,
-				"/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so." + driverVersion, "/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control"} {
-				if !slices.ContainsFunc(got.mounts, func(m string) bool { return strings.HasPrefix(m, f+" <- "+host+f+" ") }) {
+			for _, f := range []string{
+				"/usr/lib/x86_64-linux-gnu/libcuda.so." + driverVersion,
+				"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so." + driverVersion,
+				"/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so." + driverVersion,
+				"/usr/bin/nvidia-smi",
+				"/usr/bin/nvidia-cuda-mps-control",
+			} {
+				if !slices.ContainsFunc(
+					got.mounts,
+					func(m string) bool { return strings.HasPrefix(m, f+" <- "+host+f+" ") },
+				) {
 					t.Errorf("no mount of %s from %s%s: %v", f, host, f, got.mounts)
 				}
 			}
 			for _, h := range []string{"update-ldcache", "create-symlinks"} {
 				if !slices.ContainsFunc(got.hooks, func(s string) bool {
-					return strings.Contains(s, "/usr/local/nvidia/toolkit/nvidia-cdi-hook [nvidia-cdi-hook "+h)
+					return strings.Contains(
+						s,
+						"/usr/local/nvidia/toolkit/nvidia-cdi-hook [nvidia-cdi-hook "+h,
+					)
 				}) {
 					t.Errorf("no %s hook: %v", h, got.hooks)
 				}
@@ -366,7 +467,9 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	de, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci})
+	de, err := e.DeviceEdits(
+		nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +477,14 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _, err := w.Spec(cdi.Claim{UID: "9f1c", Namespace: "ns", Name: "c", Devices: []cdi.Device{{Name: "d", Edits: de}}})
+	spec, _, err := w.Spec(
+		cdi.Claim{
+			UID:       "9f1c",
+			Namespace: "ns",
+			Name:      "c",
+			Devices:   []cdi.Device{{Name: "d", Edits: de}},
+		},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +495,18 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 			if n.FileMode != nil {
 				mode = fmt.Sprintf("%#o", uint32(*n.FileMode))
 			}
-			got = append(got, fmt.Sprintf("%s <- %s %s %d:%d %s", n.Path, n.HostPath, n.Type, n.Major, n.Minor, mode))
+			got = append(
+				got,
+				fmt.Sprintf(
+					"%s <- %s %s %d:%d %s",
+					n.Path,
+					n.HostPath,
+					n.Type,
+					n.Major,
+					n.Minor,
+					mode,
+				),
+			)
 		}
 	}
 	for _, m := range []int{giMinor, ciMinor} {
@@ -395,14 +516,20 @@ func TestMIGDeviceWithoutCapNodes(t *testing.T) {
 			t.Errorf("no capability node %q: %v", want, got)
 		}
 	}
-	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "/dev/nvidia1 <- "+host+"/dev/nvidia1") }) {
+	if !slices.ContainsFunc(
+		got,
+		func(s string) bool { return strings.HasPrefix(s, "/dev/nvidia1 <- "+host+"/dev/nvidia1") },
+	) {
 		t.Errorf("no /dev/nvidia1: %v", got)
 	}
 	// Without the capability files the edits fail, naming the file.
 	if err := os.RemoveAll("/proc/driver/nvidia/capabilities"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.DeviceEdits(nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci}); err == nil || !strings.Contains(err.Error(), "capabilities/gpu1/mig") {
+	if _, err := e.DeviceEdits(
+		nvdriver.ContainerDevice{UUID: migUUID, Minor: 1, MIG: true, GI: gi, CI: ci},
+	); err == nil ||
+		!strings.Contains(err.Error(), "capabilities/gpu1/mig") {
 		t.Errorf("without /proc/driver/nvidia/capabilities: %v, want an error naming the file", err)
 	}
 }
@@ -415,9 +542,23 @@ func TestSandboxUtilsNotLoaded(t *testing.T) {
 	mounted := fakeDriverRoot(t, true)
 	mark := filepath.Join(t.TempDir(), "loaded")
 	src := filepath.Join(t.TempDir(), "sandbox.c")
-	write(t, src, fmt.Sprintf("#include <stdio.h>\n__attribute__((constructor)) static void mark(void) { FILE *f = fopen(%q, \"w\"); if (f) fclose(f); }\nint nvSandboxUtilsInit(void *in) { return 1; }\nint nvSandboxUtilsShutdown(void) { return 0; }\n", mark))
-	lib := filepath.Join(mounted, "usr/lib/x86_64-linux-gnu/libnvidia-sandboxutils.so."+driverVersion)
-	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-sandboxutils.so.1", "-o", lib, src).CombinedOutput(); err != nil {
+	write(
+		t,
+		src,
+		fmt.Sprintf(
+			"#include <stdio.h>\n__attribute__((constructor)) static void mark(void) { FILE *f = "+
+				"fopen(%q, \"w\"); if (f) fclose(f); }\nint nvSandboxUtilsInit(void *in) { "+
+				"return 1; }\nint nvSandboxUtilsShutdown(void) { return 0; }\n",
+			mark,
+		),
+	)
+	lib := filepath.Join(
+		mounted,
+		"usr/lib/x86_64-linux-gnu/libnvidia-sandboxutils.so."+driverVersion,
+	)
+	if out, err := exec.Command(
+		"cc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-sandboxutils.so.1", "-o", lib, src,
+	).CombinedOutput(); err != nil {
 		t.Skipf("no C compiler for the stand-in library: %v: %s", err, out)
 	}
 	link(t, filepath.Base(lib), filepath.Join(filepath.Dir(lib), "libnvidia-sandboxutils.so.1"))
@@ -434,7 +575,9 @@ func TestSandboxUtilsNotLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(mark); err == nil {
-		t.Error("libnvidia-sandboxutils.so.1 of the driver root was loaded into the driver's process")
+		t.Error(
+			"libnvidia-sandboxutils.so.1 of the driver root was loaded into the driver's process",
+		)
 	}
 }
 
@@ -462,7 +605,10 @@ func collect(cs ...cdispec.ContainerEdits) edits {
 			e.nodes = append(e.nodes, n.Path+" <- "+hp)
 		}
 		for _, m := range c.Mounts {
-			e.mounts = append(e.mounts, fmt.Sprintf("%s <- %s %s %v", m.ContainerPath, m.HostPath, m.Type, m.Options))
+			e.mounts = append(
+				e.mounts,
+				fmt.Sprintf("%s <- %s %s %v", m.ContainerPath, m.HostPath, m.Type, m.Options),
+			)
 		}
 		for _, h := range c.Hooks {
 			e.hooks = append(e.hooks, fmt.Sprintf("%s %s %v %v", h.HookName, h.Path, h.Args, h.Env))
@@ -472,7 +618,15 @@ func collect(cs ...cdispec.ContainerEdits) edits {
 	for _, s := range [][]string{e.nodes, e.mounts, e.hooks, e.env} {
 		slices.Sort(s)
 	}
-	e.nodes, e.mounts, e.hooks, e.env = slices.Compact(e.nodes), slices.Compact(e.mounts), slices.Compact(e.hooks), slices.Compact(e.env)
+	e.nodes, e.mounts, e.hooks, e.env = slices.Compact(
+		e.nodes,
+	), slices.Compact(
+		e.mounts,
+	), slices.Compact(
+		e.hooks,
+	), slices.Compact(
+		e.env,
+	)
 	return e
 }
 
@@ -495,11 +649,19 @@ func TestInstallHook(t *testing.T) {
 		}
 		b, err := os.ReadFile(to)
 		fi, serr := os.Stat(to)
-		if err != nil || serr != nil || string(b) != "#!/bin/sh\necho v1.20.2\n" || fi.Mode().Perm() != 0o755 {
-			t.Fatalf("installed hook %q (%v, %v), mode %v; want the image's, 0755", b, err, serr, fi.Mode())
+		if err != nil || serr != nil || string(b) != "#!/bin/sh\necho v1.20.2\n" ||
+			fi.Mode().Perm() != 0o755 {
+			t.Fatalf(
+				"installed hook %q (%v, %v), mode %v; want the image's, 0755",
+				b,
+				err,
+				serr,
+				fi.Mode(),
+			)
 		}
 	}
-	if err := InstallHook(filepath.Join(dir, "none"), to); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "none")) {
+	if err := InstallHook(filepath.Join(dir, "none"), to); err == nil ||
+		!strings.Contains(err.Error(), filepath.Join(dir, "none")) {
 		t.Errorf("a missing hook: %v, want an error naming it", err)
 	}
 	if err := InstallHook("image-hook", to); err == nil {

@@ -61,7 +61,15 @@ func runHelm(t testing.TB, args ...string) string {
 
 // manifestArgs render the plain manifests: the chart's default values
 // plus the Namespace object.
-var manifestArgs = []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "namespace.create=true"}
+var manifestArgs = []string{
+	"template",
+	deploy.Release,
+	"chart",
+	"--namespace",
+	deploy.Namespace,
+	"--set",
+	"namespace.create=true",
+}
 
 const manifestFile = "manifests/nvidia-dra-driver.yaml"
 
@@ -72,7 +80,10 @@ func TestHelmLint(t *testing.T) {
 	}
 	// The values the local cluster and the simulator use lint too.
 	args := []string{"lint", "--strict", "chart"}
-	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443), deploy.SimulatorValues()...) {
+	for _, v := range append(
+		deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443),
+		deploy.SimulatorValues()...,
+	) {
 		args = append(args, "--set", v)
 	}
 	runHelm(t, args...)
@@ -210,23 +221,67 @@ func grants(t *testing.T, rules []rbacv1.PolicyRule, ns string) []grant {
 // kubelet's; the driver root alone is mounted elsewhere, read-only.
 func TestChartObjects(t *testing.T) {
 	r := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace)
-	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 || len(r.roles) != 0 || len(r.rbs) != 0 || len(r.namespaces) != 0 || len(r.policies) != 1 || len(r.bindings) != 1 || len(r.deployments) != 0 {
-		t.Fatalf("objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces, %d ValidatingAdmissionPolicies, %d bindings",
-			len(r.ds), len(r.sas), len(r.clusterRoles), len(r.crbs), len(r.roles), len(r.rbs), len(r.namespaces), len(r.policies), len(r.bindings))
+	if len(r.ds) != 1 || len(r.sas) != 1 || len(r.clusterRoles) != 1 || len(r.crbs) != 1 ||
+		len(r.roles) != 0 ||
+		len(r.rbs) != 0 ||
+		len(r.namespaces) != 0 ||
+		len(r.policies) != 1 ||
+		len(r.bindings) != 1 ||
+		len(r.deployments) != 0 {
+		t.Fatalf(
+			"objects: %d DaemonSets, %d ServiceAccounts, %d ClusterRoles, %d "+
+				"ClusterRoleBindings, %d Roles, %d RoleBindings, %d Namespaces, %d "+
+				"ValidatingAdmissionPolicies, %d bindings",
+			len(
+				r.ds,
+			),
+			len(r.sas),
+			len(r.clusterRoles),
+			len(r.crbs),
+			len(r.roles),
+			len(r.rbs),
+			len(r.namespaces),
+			len(r.policies),
+			len(r.bindings),
+		)
 	}
 	sa := r.sas[0]
 	var got []grant
 	got = append(got, grants(t, r.clusterRoles[0].Rules, "")...)
 	want := []grant{
-		{"resource.k8s.io", "resourceslices", "get", ""}, {"resource.k8s.io", "resourceslices", "list", ""},
-		{"resource.k8s.io", "resourceslices", "watch", ""}, {"resource.k8s.io", "resourceslices", "create", ""},
-		{"resource.k8s.io", "resourceslices", "update", ""}, {"resource.k8s.io", "resourceslices", "delete", ""},
+		{
+			"resource.k8s.io",
+			"resourceslices",
+			"get",
+			"",
+		}, {"resource.k8s.io", "resourceslices", "list", ""},
+		{
+			"resource.k8s.io",
+			"resourceslices",
+			"watch",
+			"",
+		}, {"resource.k8s.io", "resourceslices", "create", ""},
+		{
+			"resource.k8s.io",
+			"resourceslices",
+			"update",
+			"",
+		}, {"resource.k8s.io", "resourceslices", "delete", ""},
 		{"resource.k8s.io", "resourceclaims", "get", ""},
 		{"", "nodes", "get", ""},
-		{"", "events", "create", ""}, {"", "events", "patch", ""}, // every namespace: pods' events; patch: the event recorder counts repeats
+		{
+			"",
+			"events",
+			"create",
+			"",
+			// every namespace: pods' events; patch: the event recorder counts repeats
+		}, {"", "events", "patch", ""},
 	}
 	less := func(a, b grant) int {
-		return strings.Compare(a.group+a.resource+a.verb+a.namespace, b.group+b.resource+b.verb+b.namespace)
+		return strings.Compare(
+			a.group+a.resource+a.verb+a.namespace,
+			b.group+b.resource+b.verb+b.namespace,
+		)
 	}
 	slices.SortFunc(got, less)
 	slices.SortFunc(want, less)
@@ -238,17 +293,35 @@ func TestChartObjects(t *testing.T) {
 		ref        rbacv1.RoleRef
 		subjects   []rbacv1.Subject
 	}{{"ClusterRoleBinding", r.clusterRoles[0].Name, r.crbs[0].RoleRef, r.crbs[0].Subjects}} {
-		if b.ref.Name != b.role || len(b.subjects) != 1 || b.subjects[0].Kind != "ServiceAccount" || b.subjects[0].Name != sa.Name || b.subjects[0].Namespace != deploy.Namespace {
-			t.Errorf("%s binds %+v to %+v, want role %s to ServiceAccount %s/%s", b.kind, b.ref, b.subjects, b.role, deploy.Namespace, sa.Name)
+		if b.ref.Name != b.role || len(b.subjects) != 1 || b.subjects[0].Kind != "ServiceAccount" ||
+			b.subjects[0].Name != sa.Name ||
+			b.subjects[0].Namespace != deploy.Namespace {
+			t.Errorf(
+				"%s binds %+v to %+v, want role %s to ServiceAccount %s/%s",
+				b.kind,
+				b.ref,
+				b.subjects,
+				b.role,
+				deploy.Namespace,
+				sa.Name,
+			)
 		}
 	}
 	// The admission policy narrows the ClusterRole's slice writes to the
 	// ServiceAccount's own node (TestResourceSlicePolicy runs it).
 	pol, bind := r.policies[0], r.bindings[0]
-	if bind.Spec.PolicyName != pol.Name || !slices.Equal(bind.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+	if bind.Spec.PolicyName != pol.Name ||
+		!slices.Equal(
+			bind.Spec.ValidationActions,
+			[]admissionv1.ValidationAction{admissionv1.Deny},
+		) {
 		t.Errorf("binding %+v does not deny through policy %s", bind.Spec, pol.Name)
 	}
-	if mc := pol.Spec.MatchConditions; len(mc) != 1 || !strings.Contains(mc[0].Expression, `"system:serviceaccount:`+deploy.Namespace+":"+sa.Name+`"`) {
+	if mc := pol.Spec.MatchConditions; len(mc) != 1 ||
+		!strings.Contains(
+			mc[0].Expression,
+			`"system:serviceaccount:`+deploy.Namespace+":"+sa.Name+`"`,
+		) {
 		t.Errorf("policy matches %+v, want the driver's ServiceAccount", mc)
 	}
 
@@ -258,7 +331,11 @@ func TestChartObjects(t *testing.T) {
 	}
 	spec := ds.Spec.Template.Spec
 	if spec.ServiceAccountName != sa.Name {
-		t.Errorf("DaemonSet runs as %q, the chart's ServiceAccount is %q", spec.ServiceAccountName, sa.Name)
+		t.Errorf(
+			"DaemonSet runs as %q, the chart's ServiceAccount is %q",
+			spec.ServiceAccountName,
+			sa.Name,
+		)
 	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers", len(spec.Containers))
@@ -277,7 +354,11 @@ func TestChartObjects(t *testing.T) {
 	}
 	mounts := checkMounts(t, spec, c)
 	if m, ok := mounts["/driver-root"]; !ok || !m.ReadOnly || hostPath(spec, m.Name) != "/" {
-		t.Errorf("driver root: mount %+v (host %q), want / read-only at /driver-root", m, hostPath(spec, m.Name))
+		t.Errorf(
+			"driver root: mount %+v (host %q), want / read-only at /driver-root",
+			m,
+			hostPath(spec, m.Name),
+		)
 	}
 	args := strings.Join(c.Args, " ")
 	for _, want := range []string{
@@ -294,7 +375,8 @@ func TestChartObjects(t *testing.T) {
 			t.Errorf("driver args %q lack %s", args, want)
 		}
 		_, path, _ := strings.Cut(want, "=")
-		if strings.HasPrefix(path, "/") && !strings.Contains(want, "driver-root") && !strings.Contains(want, "nvidia-cdi-hook") {
+		if strings.HasPrefix(path, "/") && !strings.Contains(want, "driver-root") &&
+			!strings.Contains(want, "nvidia-cdi-hook") {
 			if _, ok := mounts[path]; !ok {
 				t.Errorf("%s is not mounted from the host (mounts %v)", path, mounts)
 			}
@@ -306,19 +388,32 @@ func TestChartObjects(t *testing.T) {
 	// The driver root follows the host's mounts (a GPU Operator driver
 	// upgrade); the node's own hook where the values name one.
 	for _, m := range c.VolumeMounts {
-		if m.MountPath == "/driver-root" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+		if m.MountPath == "/driver-root" &&
+			(m.MountPropagation == nil ||
+				*m.MountPropagation != corev1.MountPropagationHostToContainer) {
 			t.Errorf("driver root mount %+v: want mountPropagation HostToContainer", m)
 		}
 	}
-	hargs := strings.Join(render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace,
-		"--set", "cdiHook.path=/usr/local/nvidia/toolkit/nvidia-cdi-hook").ds[0].Spec.Template.Spec.Containers[0].Args, " ")
-	if !strings.Contains(hargs, "--nvidia-cdi-hook-path=/usr/local/nvidia/toolkit/nvidia-cdi-hook") || strings.Contains(hargs, "nvidia-cdi-hook-from") {
+	hargs := strings.Join(
+		render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace,
+			"--set",
+			"cdiHook.path=/usr/local/nvidia/toolkit/"+
+				"nvidia-cdi-hook").ds[0].Spec.Template.Spec.Containers[0].Args,
+		" ",
+	)
+	if !strings.Contains(
+		hargs,
+		"--nvidia-cdi-hook-path=/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+	) ||
+		strings.Contains(hargs, "nvidia-cdi-hook-from") {
 		t.Errorf("cdiHook.path set: args %q, want the node's hook and no copy", hargs)
 	}
 	env := map[string]bool{}
 	for _, e := range c.Env {
 		env[e.Name] = true
-		if e.Name == "NODE_NAME" && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName") {
+		if e.Name == "NODE_NAME" &&
+			(e.ValueFrom == nil || e.ValueFrom.FieldRef == nil ||
+				e.ValueFrom.FieldRef.FieldPath != "spec.nodeName") {
 			t.Errorf("NODE_NAME is not the pod's node: %+v", e)
 		}
 	}
@@ -329,15 +424,25 @@ func TestChartObjects(t *testing.T) {
 	// The local cluster's values and the simulator's: its folders, the
 	// API server on the node, every node, unprivileged, no driver root.
 	local := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
-	for _, v := range append(deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443), deploy.SimulatorValues()...) {
+	for _, v := range append(
+		deploy.LocalClusterValues("/tmp/k/kubelet", "/tmp/k/cdi", "6443", "/tmp/k/sim", 8443),
+		deploy.SimulatorValues()...,
+	) {
 		local = append(local, "--set", v)
 	}
 	lspec := render(t, local...).ds[0].Spec.Template.Spec
 	lc := lspec.Containers[0]
 	largs := strings.Join(lc.Args, " ")
-	for _, want := range []string{"--registrar-dir=/tmp/k/kubelet/plugins_registry", "--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev", "--cdi-dir=/tmp/k/cdi",
-		"--nvml-sim=dgx-h200", "--nvml-sim-state=/tmp/k/sim/state.json", "--state-dir=/tmp/k/sim/driver",
-		"--nvml-sim-mig-gpus=2-7", "--nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6"} {
+	for _, want := range []string{
+		"--registrar-dir=/tmp/k/kubelet/plugins_registry",
+		"--plugin-data-dir=/tmp/k/kubelet/plugins/gpu.nvidia.drakit.dev",
+		"--cdi-dir=/tmp/k/cdi",
+		"--nvml-sim=dgx-h200",
+		"--nvml-sim-state=/tmp/k/sim/state.json",
+		"--state-dir=/tmp/k/sim/driver",
+		"--nvml-sim-mig-gpus=2-7",
+		"--nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
+	} {
 		if !strings.Contains(largs, want) {
 			t.Errorf("simulator values: args %q lack %s", largs, want)
 		}
@@ -349,7 +454,9 @@ func TestChartObjects(t *testing.T) {
 	if _, ok := lmounts["/tmp/k/sim"]; !ok {
 		t.Errorf("simulator values: the simulator's state is not mounted (mounts %v)", lmounts)
 	}
-	if sc := lc.SecurityContext; sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+	if sc := lc.SecurityContext; sc == nil || (sc.Privileged != nil && *sc.Privileged) ||
+		sc.AllowPrivilegeEscalation == nil ||
+		*sc.AllowPrivilegeEscalation {
 		t.Errorf("the simulated driver runs privileged or may escalate: %+v", sc)
 	}
 	if lspec.Affinity != nil {
@@ -359,7 +466,9 @@ func TestChartObjects(t *testing.T) {
 	for _, e := range lc.Env {
 		lenv[e.Name] = e.Value
 	}
-	if lenv["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || lenv["KUBERNETES_SERVICE_PORT"] != "6443" || lc.ImagePullPolicy != corev1.PullNever {
+	if lenv["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" ||
+		lenv["KUBERNETES_SERVICE_PORT"] != "6443" ||
+		lc.ImagePullPolicy != corev1.PullNever {
 		t.Errorf("local values: env %v, pull policy %s", lenv, lc.ImagePullPolicy)
 	}
 
@@ -368,36 +477,83 @@ func TestChartObjects(t *testing.T) {
 	if args := strings.Join(c.Args, " "); strings.Contains(args, "dynamic-mig-gpus") {
 		t.Errorf("default values: args %q decide the dynamic MIG GPUs", args)
 	}
-	dyn := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5", "--set", "featureGates.DynamicMIG=true")
-	if args := strings.Join(dyn.ds[0].Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--dynamic-mig-gpus=4,5") {
+	dyn := render(
+		t,
+		"template",
+		deploy.Release,
+		"chart",
+		"--namespace",
+		deploy.Namespace,
+		"--set",
+		"dynamicMIGGPUs=4\\,5",
+		"--set",
+		"featureGates.DynamicMIG=true",
+	)
+	if args := strings.Join(
+		dyn.ds[0].Spec.Template.Spec.Containers[0].Args, " ",
+	); !strings.Contains(
+		args,
+		"--dynamic-mig-gpus=4,5",
+	) {
 		t.Errorf("dynamicMIGGPUs=4,5: args %q", args)
 	}
 	// Dynamic MIG is alpha and off by default: GPUs named without the
 	// gate are refused (the driver would refuse them at start), and with
 	// the gate set off they are not passed.
-	out, err := exec.Command(helm(t), "template", deploy.Release, "chart", "--set", "dynamicMIGGPUs=4\\,5").CombinedOutput()
-	if want := "dynamicMIGGPUs=4,5 needs featureGates.DynamicMIG=true"; err == nil || !strings.Contains(string(out), want) {
+	out, err := exec.Command(
+		helm(t), "template", deploy.Release, "chart", "--set", "dynamicMIGGPUs=4\\,5",
+	).
+		CombinedOutput()
+	if want := "dynamicMIGGPUs=4,5 needs featureGates.DynamicMIG=true"; err == nil ||
+		!strings.Contains(string(out), want) {
 		t.Errorf("dynamicMIGGPUs=4,5 without the gate: %v, want the error %q\n%s", err, want, out)
 	}
-	off := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "dynamicMIGGPUs=4\\,5", "--set", "featureGates.DynamicMIG=false")
-	if args := strings.Join(off.ds[0].Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "dynamic-mig-gpus") {
+	off := render(
+		t,
+		"template",
+		deploy.Release,
+		"chart",
+		"--namespace",
+		deploy.Namespace,
+		"--set",
+		"dynamicMIGGPUs=4\\,5",
+		"--set",
+		"featureGates.DynamicMIG=false",
+	)
+	if args := strings.Join(off.ds[0].Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(
+		args,
+		"dynamic-mig-gpus",
+	) {
 		t.Errorf("dynamicMIGGPUs=4,5 with DynamicMIG=false: args %q name dynamic GPUs", args)
 	}
 
 	// An administrator's own GPU label.
-	own := render(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "gpuNodeLabel=example.com/has-gpu")
-	if got := gpuNodeTerms(own.ds[0].Spec.Template.Spec.Affinity); got != "example.com/has-gpu In [true]" {
+	own := render(
+		t,
+		"template",
+		deploy.Release,
+		"chart",
+		"--namespace",
+		deploy.Namespace,
+		"--set",
+		"gpuNodeLabel=example.com/has-gpu",
+	)
+	if got := gpuNodeTerms(
+		own.ds[0].Spec.Template.Spec.Affinity,
+	); got != "example.com/has-gpu In [true]" {
 		t.Errorf("gpuNodeLabel=example.com/has-gpu: node affinity %q", got)
 	}
 }
 
 // gpuNodeTerms is a required node affinity as "key op [values]".
 func gpuNodeTerms(a *corev1.Affinity) string {
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+	if a == nil || a.NodeAffinity == nil ||
+		a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		return ""
 	}
 	var out []string
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.
+		NodeSelectorTerms {
 		for _, e := range term.MatchExpressions {
 			out = append(out, fmt.Sprintf("%s %s %v", e.Key, e.Operator, e.Values))
 		}
@@ -417,7 +573,11 @@ func hostPath(spec corev1.PodSpec, volume string) string {
 // checkMounts checks that every volume is a hostPath mounted at its own
 // path (or /tmp's emptyDir, or the driver root, read-only at
 // /driver-root) and returns the mounts by path.
-func checkMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[string]corev1.VolumeMount {
+func checkMounts(
+	t *testing.T,
+	spec corev1.PodSpec,
+	c corev1.Container,
+) map[string]corev1.VolumeMount {
 	t.Helper()
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
@@ -438,7 +598,12 @@ func checkMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) map[stri
 				t.Errorf("driver root mounted %+v, want read-only at /driver-root", m)
 			}
 		} else if hostPaths[m.Name] != m.MountPath {
-			t.Errorf("volume %s: host %s mounted at %s; the driver's paths must be the host's", m.Name, hostPaths[m.Name], m.MountPath)
+			t.Errorf(
+				"volume %s: host %s mounted at %s; the driver's paths must be the host's",
+				m.Name,
+				hostPaths[m.Name],
+				m.MountPath,
+			)
 		}
 		mounts[m.MountPath] = m
 	}
@@ -465,7 +630,11 @@ func TestManifestsCurrent(t *testing.T) {
 		t.Fatalf("%v (go test -run TestManifestsCurrent -update writes it)", err)
 	}
 	if string(got) != want {
-		t.Errorf("%s is not what the chart renders; run: go test ./examples/nvidia/deploy -run TestManifestsCurrent -update", manifestFile)
+		t.Errorf(
+			"%s is not what the chart renders; run: go test ./examples/nvidia/deploy -run "+
+				"TestManifestsCurrent -update",
+			manifestFile,
+		)
 	}
 	r := render(t, manifestArgs...)
 	if len(r.namespaces) != 1 || r.namespaces[0].Name != deploy.Namespace {
@@ -492,9 +661,28 @@ func TestChartDeviceClasses(t *testing.T) {
 		extended bool
 	}{
 		{"default values: no per-profile classes, no extended resources", nil, nil, false},
-		{"simulator values: every H200 profile, extended resources", deploy.SimulatorValues(), p.ProfileNames(), true},
-		{"the profiles the driver advertises", []string{"migProfiles={1g.18gb,3g.71gb}"}, []string{"1g.18gb", "3g.71gb"}, false},
-		{"a list of classes of its own", []string{"migProfiles={1g.18gb}", "deviceClasses.migProfiles={2g.35gb,1g.18gb+me}", "deviceClasses.extendedResources=true"}, []string{"2g.35gb", "1g.18gb+me"}, true},
+		{
+			"simulator values: every H200 profile, extended resources",
+			deploy.SimulatorValues(),
+			p.ProfileNames(),
+			true,
+		},
+		{
+			"the profiles the driver advertises",
+			[]string{"migProfiles={1g.18gb,3g.71gb}"},
+			[]string{"1g.18gb", "3g.71gb"},
+			false,
+		},
+		{
+			"a list of classes of its own",
+			[]string{
+				"migProfiles={1g.18gb}",
+				"deviceClasses.migProfiles={2g.35gb,1g.18gb+me}",
+				"deviceClasses.extendedResources=true",
+			},
+			[]string{"2g.35gb", "1g.18gb+me"},
+			true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", deploy.Release, "chart", "--namespace", deploy.Namespace}
@@ -509,12 +697,23 @@ func TestChartDeviceClasses(t *testing.T) {
 				}
 			}
 			if len(got) != len(want) {
-				t.Fatalf("the chart has %d DeviceClasses, driver.DeviceClasses %d", len(got), len(want))
+				t.Fatalf(
+					"the chart has %d DeviceClasses, driver.DeviceClasses %d",
+					len(got),
+					len(want),
+				)
 			}
 			for i := range want {
 				g, w := got[i], want[i]
 				if g.Name != w.Name || !equality.Semantic.DeepEqual(g.Spec, w.Spec) {
-					t.Errorf("class %d: chart\n%s %+v\nGo\n%s %+v", i, g.Name, spec(g), w.Name, spec(w))
+					t.Errorf(
+						"class %d: chart\n%s %+v\nGo\n%s %+v",
+						i,
+						g.Name,
+						spec(g),
+						w.Name,
+						spec(w),
+					)
 				}
 			}
 		})
@@ -528,7 +727,11 @@ func spec(c *resourceapi.DeviceClass) string {
 			sel = append(sel, s.CEL.Expression)
 		}
 	}
-	return fmt.Sprintf("selectors %q extendedResourceName %v", sel, ptrString(c.Spec.ExtendedResourceName))
+	return fmt.Sprintf(
+		"selectors %q extendedResourceName %v",
+		sel,
+		ptrString(c.Spec.ExtendedResourceName),
+	)
 }
 
 func ptrString(p *string) string {

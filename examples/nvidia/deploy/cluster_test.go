@@ -38,16 +38,25 @@ func helmInstall(t *testing.T, ctx context.Context, env *testenv.Env, set ...str
 
 // driverPods waits until the DaemonSet has scheduled a pod on each of
 // nodes, and none elsewhere, and returns them by node.
-func driverPods(t *testing.T, ctx context.Context, env *testenv.Env, nodes ...string) map[string]*corev1.Pod {
+func driverPods(
+	t *testing.T,
+	ctx context.Context,
+	env *testenv.Env,
+	nodes ...string,
+) map[string]*corev1.Pod {
 	t.Helper()
 	var byNode map[string]*corev1.Pod
 	var last string
 	err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		ds, err := env.Client.AppsV1().DaemonSets(deploy.Namespace).Get(ctx, deploy.DaemonSet, metav1.GetOptions{})
+		ds, err := env.Client.AppsV1().
+			DaemonSets(deploy.Namespace).
+			Get(ctx, deploy.DaemonSet, metav1.GetOptions{})
 		if err != nil || ds.Status.ObservedGeneration < ds.Generation {
 			return false, nil
 		}
-		pods, err := env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})
+		pods, err := env.Client.CoreV1().
+			Pods(deploy.Namespace).
+			List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})
 		if err != nil {
 			return false, nil
 		}
@@ -88,7 +97,9 @@ func TestChartDefaultsNoGPU(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := env.AddFakeNode(ctx, "gpu-node", map[string]string{"nvidia.com/gpu.present": "true"}); err != nil {
+	if err := env.AddFakeNode(
+		ctx, "gpu-node", map[string]string{"nvidia.com/gpu.present": "true"},
+	); err != nil {
 		t.Fatal(err)
 	}
 	helmInstall(t, ctx, env) // no values at all
@@ -103,7 +114,11 @@ func TestChartDefaultsNoGPU(t *testing.T) {
 	}
 	for _, c := range classes.Items {
 		if c.Spec.ExtendedResourceName != nil {
-			t.Errorf("DeviceClass %s serves extended resource %s by default", c.Name, *c.Spec.ExtendedResourceName)
+			t.Errorf(
+				"DeviceClass %s serves extended resource %s by default",
+				c.Name,
+				*c.Spec.ExtendedResourceName,
+			)
 		}
 	}
 
@@ -112,11 +127,17 @@ func TestChartDefaultsNoGPU(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "c", Image: "busybox", Command: []string{"true"},
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{nvdriver.ExtendedResourceGPU: resource.MustParse("1")}},
+				Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{
+						nvdriver.ExtendedResourceGPU: resource.MustParse("1"),
+					},
+				},
 			}},
 		},
 	}
-	if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+		ctx, pod, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	var reason string
@@ -129,7 +150,8 @@ func TestChartDefaultsNoGPU(t *testing.T) {
 			t.Fatalf("the nvidia.com/gpu pod was scheduled onto %s", p.Spec.NodeName)
 		}
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+				c.Reason == corev1.PodReasonUnschedulable {
 				reason = c.Message
 				return true, nil
 			}
@@ -142,7 +164,9 @@ func TestChartDefaultsNoGPU(t *testing.T) {
 		t.Errorf("the pod is unschedulable for %q, want a lack of nvidia.com/gpu", reason)
 	}
 	// Read last: the scheduler has had the whole wait to see slices.
-	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +207,20 @@ func TestResourceSlicePolicy(t *testing.T) {
 
 	as := func(bound bool) kubernetes.Interface {
 		t.Helper()
-		req := &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
-		if bound {
-			req.Spec.BoundObjectRef = &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+		req := &authv1.TokenRequest{
+			Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
 		}
-		tok, err := env.Client.CoreV1().ServiceAccounts(deploy.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+		if bound {
+			req.Spec.BoundObjectRef = &authv1.BoundObjectReference{
+				Kind:       "Pod",
+				APIVersion: "v1",
+				Name:       pod.Name,
+				UID:        pod.UID,
+			}
+		}
+		tok, err := env.Client.CoreV1().
+			ServiceAccounts(deploy.Namespace).
+			CreateToken(ctx, pod.Spec.ServiceAccountName, req, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("token for the driver's ServiceAccount: %v", err)
 		}
@@ -213,13 +246,16 @@ func TestResourceSlicePolicy(t *testing.T) {
 	// the first refusal (of a dry run, which admission sees too) before
 	// checking the rest.
 	if err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
-		_, err := slices.Update(ctx, forged, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := slices.Update(
+			ctx, forged, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}},
+		)
 		return apierrors.IsForbidden(err), nil
 	}); err != nil {
 		t.Fatalf("the driver on %s may update node %s's slice: %v", env.NodeName, other, err)
 	}
 	_, refused := slices.Update(ctx, forged, metav1.UpdateOptions{})
-	wantMsg := "the driver on node " + env.NodeName + " may write only its own node's ResourceSlices, not those of node " + other
+	wantMsg := "the driver on node " + env.NodeName +
+		" may write only its own node's ResourceSlices, not those of node " + other
 	check := func(what string, err error, msg string) {
 		t.Helper()
 		switch {
@@ -230,7 +266,11 @@ func TestResourceSlicePolicy(t *testing.T) {
 		}
 	}
 	check("update another node's slice", refused, wantMsg)
-	check("delete another node's slice", slices.Delete(ctx, theirs.Name, metav1.DeleteOptions{}), wantMsg)
+	check(
+		"delete another node's slice",
+		slices.Delete(ctx, theirs.Name, metav1.DeleteOptions{}),
+		wantMsg,
+	)
 	_, err = slices.Create(ctx, slice("forged", other), metav1.CreateOptions{})
 	check("create a slice for another node", err, wantMsg)
 	// Moving another node's slice onto its own is no way round.
@@ -246,11 +286,18 @@ func TestResourceSlicePolicy(t *testing.T) {
 	noNode := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "all-nodes"},
 		Spec: resourceapi.ResourceSliceSpec{Driver: nvdriver.DriverName, AllNodes: ptr.To(true),
-			Pool: resourceapi.ResourcePool{Name: "shared", ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "gpu-0"}}},
+			Pool: resourceapi.ResourcePool{
+				Name:               "shared",
+				ResourceSliceCount: 1,
+			}, Devices: []resourceapi.Device{{Name: "gpu-0"}}},
 	}
 	_, err = slices.Create(ctx, noNode, metav1.CreateOptions{})
 	check("create a slice for all nodes", err, "not a slice without spec.nodeName")
-	_, err = as(false).ResourceV1().ResourceSlices().Create(ctx, slice("unbound", env.NodeName), metav1.CreateOptions{})
+	_, err = as(
+		false,
+	).ResourceV1().
+		ResourceSlices().
+		Create(ctx, slice("unbound", env.NodeName), metav1.CreateOptions{})
 	check("create with a token bound to no pod", err, "only with a token bound to a pod on a node")
 
 	// Its own node's slices: create, update, delete.
@@ -265,7 +312,10 @@ func TestResourceSlicePolicy(t *testing.T) {
 	if err := slices.Delete(ctx, mine.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the driver cannot delete its own node's slice: %v", err)
 	}
-	if got, err := admin.Get(ctx, theirs.Name, metav1.GetOptions{}); err != nil || len(got.Spec.Devices) != 1 || got.Spec.Devices[0].Name != "gpu-0" || *got.Spec.NodeName != other {
+	if got, err := admin.Get(ctx, theirs.Name, metav1.GetOptions{}); err != nil ||
+		len(got.Spec.Devices) != 1 ||
+		got.Spec.Devices[0].Name != "gpu-0" ||
+		*got.Spec.NodeName != other {
 		t.Errorf("node %s's slice after the refused writes: %+v, %v", other, got, err)
 	}
 	t.Logf("refused: %v", refused)

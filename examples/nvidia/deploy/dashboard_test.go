@@ -58,7 +58,10 @@ func exported(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	var rec describer
-	if _, err := kit.New(nvdriver.DriverName, append(d.Options(), kit.WithRESTConfig(&rest.Config{}), kit.WithRegisterer(&rec))...); err != nil {
+	if _, err := kit.New(
+		nvdriver.DriverName,
+		append(d.Options(), kit.WithRESTConfig(&rest.Config{}), kit.WithRegisterer(&rec))...,
+	); err != nil {
 		t.Fatal(err)
 	}
 	_ = rec.Register(d.Collector())
@@ -173,13 +176,21 @@ func TestDashboard(t *testing.T) {
 			for _, by := range byClause.FindAllStringSubmatch(q.expr, -1) {
 				for _, l := range strings.Split(by[1], ",") {
 					if l = strings.TrimSpace(l); !slices.Contains(labels, l) {
-						t.Errorf("%s: groups %s by %q, which it does not have (%v)", q.where, n, l, labels)
+						t.Errorf(
+							"%s: groups %s by %q, which it does not have (%v)",
+							q.where,
+							n,
+							l,
+							labels,
+						)
 					}
 				}
 			}
 		}
 	}
-	for _, want := range []string{"Prepare latency", "Errors by reason", "Devices by health", "MIG devices per GPU"} {
+	for _, want := range []string{
+		"Prepare latency", "Errors by reason", "Devices by health", "MIG devices per GPU",
+	} {
 		if !titles[want] {
 			t.Errorf("the dashboard has no panel %q", want)
 		}

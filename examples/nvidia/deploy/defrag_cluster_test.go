@@ -35,7 +35,11 @@ func asDefrag(t *testing.T, env *testenv.Env) kubernetes.Interface {
 	cfg := rest.CopyConfig(env.RESTConfig)
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + deploy.Namespace + ":" + defragName,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + deploy.Namespace, "system:authenticated"},
+		Groups: []string{
+			"system:serviceaccounts",
+			"system:serviceaccounts:" + deploy.Namespace,
+			"system:authenticated",
+		},
 	}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -46,12 +50,24 @@ func asDefrag(t *testing.T, env *testenv.Env) kubernetes.Interface {
 
 // taintRule is a DeviceTaintRule for one of the driver's devices with the
 // given labels and taint key.
-func taintRule(name string, labels map[string]string, key, driver string) *resourceapi.DeviceTaintRule {
+func taintRule(
+	name string,
+	labels map[string]string,
+	key, driver string,
+) *resourceapi.DeviceTaintRule {
 	return &resourceapi.DeviceTaintRule{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: resourceapi.DeviceTaintRuleSpec{
-			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(driver), Pool: ptr.To("node-a"), Device: ptr.To("gpu-0-4g-71gb-0")},
-			Taint:          resourceapi.DeviceTaint{Key: key, Value: "op-1", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+			DeviceSelector: &resourceapi.DeviceTaintSelector{
+				Driver: ptr.To(driver),
+				Pool:   ptr.To("node-a"),
+				Device: ptr.To("gpu-0-4g-71gb-0"),
+			},
+			Taint: resourceapi.DeviceTaint{
+				Key:    key,
+				Value:  "op-1",
+				Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			},
 		},
 	}
 }
@@ -71,7 +87,13 @@ func refused(t *testing.T, what string, err error, msg string) {
 
 // untilRefused waits until the API server has loaded a new policy: until
 // a dry run of a request the policy refuses is refused with msg.
-func untilRefused(t testing.TB, ctx context.Context, what string, dryRun func(context.Context) error, msg string) {
+func untilRefused(
+	t testing.TB,
+	ctx context.Context,
+	what string,
+	dryRun func(context.Context) error,
+	msg string,
+) {
 	t.Helper()
 	var last error
 	if err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
@@ -93,9 +115,9 @@ func untilRefused(t testing.TB, ctx context.Context, what string, dryRun func(co
 // status update of a claim that is allocated already, an allocation to
 // another driver's device, with a configuration that is not the claim's
 // own (another one, a class's), in a namespace outside defrag-ok, or
-// that also changes status.reservedFor; an eviction outside defrag-ok. What the controller does is allowed: creating and deleting
-// its own rules, allocating an unallocated claim to the driver's device,
-// evicting in defrag-ok. The administrator is not confined.
+// that also changes status.reservedFor; an eviction outside defrag-ok. What the controller does is
+// allowed: creating and deleting its own rules, allocating an unallocated claim to the driver's
+// device, evicting in defrag-ok. The administrator is not confined.
 func TestDefragPolicy(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -111,15 +133,41 @@ func TestDefragPolicy(t *testing.T) {
 	// DeviceTaintRules.
 	msgLabel := sa + " may create only DeviceTaintRules labelled " + defrag.LabelOperation
 	untilRefused(t, ctx, "an unlabelled rule", func(ctx context.Context) error {
-		_, err := rules.Create(ctx, taintRule("unlabelled", nil, defrag.TaintKey, nvdriver.DriverName), dryRun)
+		_, err := rules.Create(
+			ctx,
+			taintRule("unlabelled", nil, defrag.TaintKey, nvdriver.DriverName),
+			dryRun,
+		)
 		return err
 	}, msgLabel)
-	_, err := rules.Create(ctx, taintRule("unlabelled", nil, defrag.TaintKey, nvdriver.DriverName), metav1.CreateOptions{})
+	_, err := rules.Create(
+		ctx,
+		taintRule("unlabelled", nil, defrag.TaintKey, nvdriver.DriverName),
+		metav1.CreateOptions{},
+	)
 	refused(t, "create a rule without the operation label", err, msgLabel)
-	_, err = rules.Create(ctx, taintRule("other-key", own, "example.com/other", nvdriver.DriverName), metav1.CreateOptions{})
-	refused(t, "create a rule with another taint key", err, sa+" may create only DeviceTaintRules with taint key "+defrag.TaintKey)
-	_, err = rules.Create(ctx, taintRule("other-driver", own, defrag.TaintKey, "other.example.com"), metav1.CreateOptions{})
-	refused(t, "create a rule for another driver", err, sa+" may create only DeviceTaintRules whose deviceSelector.driver is "+nvdriver.DriverName)
+	_, err = rules.Create(
+		ctx,
+		taintRule("other-key", own, "example.com/other", nvdriver.DriverName),
+		metav1.CreateOptions{},
+	)
+	refused(
+		t,
+		"create a rule with another taint key",
+		err,
+		sa+" may create only DeviceTaintRules with taint key "+defrag.TaintKey,
+	)
+	_, err = rules.Create(
+		ctx,
+		taintRule("other-driver", own, defrag.TaintKey, "other.example.com"),
+		metav1.CreateOptions{},
+	)
+	refused(
+		t,
+		"create a rule for another driver",
+		err,
+		sa+" may create only DeviceTaintRules whose deviceSelector.driver is "+nvdriver.DriverName,
+	)
 	noExecute := taintRule("no-execute", own, defrag.TaintKey, nvdriver.DriverName)
 	noExecute.Spec.Taint.Effect = resourceapi.DeviceTaintEffectNoExecute
 	_, err = rules.Create(ctx, noExecute, metav1.CreateOptions{})
@@ -135,43 +183,87 @@ func TestDefragPolicy(t *testing.T) {
 	wholePool.Spec.DeviceSelector.Device = nil
 	_, err = rules.Create(ctx, wholePool, metav1.CreateOptions{})
 	refused(t, "create a rule of a whole pool", err, msgOne)
-	if _, err := rules.Create(ctx, taintRule("mig-defrag-op-1-0", own, defrag.TaintKey, nvdriver.DriverName), metav1.CreateOptions{}); err != nil {
+	if _, err := rules.Create(
+		ctx,
+		taintRule("mig-defrag-op-1-0", own, defrag.TaintKey, nvdriver.DriverName),
+		metav1.CreateOptions{},
+	); err != nil {
 		t.Fatalf("the controller cannot create its own rule: %v", err)
 	}
 	foreign, err := env.Client.ResourceV1().DeviceTaintRules().Create(ctx,
-		taintRule("admins", map[string]string{"owner": "admin"}, "example.com/maintenance", "other.example.com"), metav1.CreateOptions{})
+		taintRule(
+			"admins",
+			map[string]string{"owner": "admin"},
+			"example.com/maintenance",
+			"other.example.com",
+		), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the administrator's rule: %v", err)
 	}
 	// deletecollection is the only delete RBAC grants; the API server
 	// admits it rule by rule, as a DELETE of each.
-	err = rules.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "owner=admin"})
-	refused(t, "delete the administrator's rule", err, sa+" may delete only its own DeviceTaintRules (label "+defrag.LabelOperation+"), not "+foreign.Name)
-	if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(ctx, foreign.Name, metav1.GetOptions{}); err != nil {
+	err = rules.DeleteCollection(
+		ctx,
+		metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "owner=admin"},
+	)
+	refused(
+		t,
+		"delete the administrator's rule",
+		err,
+		sa+" may delete only its own DeviceTaintRules (label "+defrag.LabelOperation+"), not "+
+			foreign.Name,
+	)
+	if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(
+		ctx, foreign.Name, metav1.GetOptions{},
+	); err != nil {
 		t.Errorf("the administrator's rule after the refused delete: %v", err)
 	}
-	if err := rules.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: defrag.LabelOperation + "=op-1"}); err != nil {
+	if err := rules.DeleteCollection(
+		ctx,
+		metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: defrag.LabelOperation + "=op-1"},
+	); err != nil {
 		t.Errorf("the controller cannot delete its own rules: %v", err)
 	}
-	if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(ctx, "mig-defrag-op-1-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(
+		ctx, "mig-defrag-op-1-0", metav1.GetOptions{},
+	); !apierrors.IsNotFound(
+		err,
+	) {
 		t.Errorf("the controller's rule after its deletecollection: %v", err)
 	}
 
 	// Claims.
 	for _, ns := range []string{allowedNS, otherNS} {
-		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Namespaces().Create(
+			ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ownConfig := resourceapi.DeviceClaimConfiguration{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig"}`)}}}}
+	ownConfig := resourceapi.DeviceClaimConfiguration{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: nvdriver.DriverName,
+				Parameters: runtime.RawExtension{
+					Raw: []byte(
+						`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig"}`,
+					),
+				},
+			}},
+	}
 	newClaimIn := func(ns, name string) *resourceapi.ResourceClaim {
 		t.Helper()
 		c, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
-			}}, Config: []resourceapi.DeviceClaimConfiguration{ownConfig}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name:    "gpu",
+					Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+				}}, Config: []resourceapi.DeviceClaimConfiguration{ownConfig}},
+			},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -182,9 +274,18 @@ func TestDefragPolicy(t *testing.T) {
 	// As the allocator writes it: the claim's own configuration.
 	allocation := func(driver string) *resourceapi.AllocationResult {
 		return &resourceapi.AllocationResult{
-			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: driver, Pool: "node-a", Device: "gpu-0-4g-71gb-0",
-			}}, Config: []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim, Requests: ownConfig.Requests, DeviceConfiguration: ownConfig.DeviceConfiguration}}},
+			Devices: resourceapi.DeviceAllocationResult{
+				Results: []resourceapi.DeviceRequestAllocationResult{{
+					Request: "gpu", Driver: driver, Pool: "node-a", Device: "gpu-0-4g-71gb-0",
+				}},
+				Config: []resourceapi.DeviceAllocationConfiguration{
+					{
+						Source:              resourceapi.AllocationConfigSourceClaim,
+						Requests:            ownConfig.Requests,
+						DeviceConfiguration: ownConfig.DeviceConfiguration,
+					},
+				},
+			},
 			AllocationTimestamp: ptr.To(metav1.Now()),
 		}
 	}
@@ -193,7 +294,11 @@ func TestDefragPolicy(t *testing.T) {
 	c := newClaim("other-driver")
 	c.Status.Allocation = allocation("other.example.com")
 	untilRefused(t, ctx, "an allocation to another driver", func(ctx context.Context) error {
-		_, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := claims.UpdateStatus(
+			ctx,
+			c,
+			metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}},
+		)
 		return err
 	}, msgDriver)
 	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
@@ -202,9 +307,24 @@ func TestDefragPolicy(t *testing.T) {
 	msgConfig := sa + " may only write the claim's own configuration (spec.devices.config) into " +
 		"its allocation"
 	for what, cfg := range map[string]resourceapi.DeviceAllocationConfiguration{
-		"another configuration": {Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)}}}},
-		"a class's configuration": {Source: resourceapi.AllocationConfigSourceClass, DeviceConfiguration: ownConfig.DeviceConfiguration},
+		"another configuration": {
+			Source:   resourceapi.AllocationConfigSourceClaim,
+			Requests: []string{"gpu"},
+			DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{
+					Driver: nvdriver.DriverName,
+					Parameters: runtime.RawExtension{
+						Raw: []byte(
+							`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig",` +
+								`"sharing":{"strategy":"TimeSlicing"}}`,
+						),
+					}},
+			},
+		},
+		"a class's configuration": {
+			Source:              resourceapi.AllocationConfigSourceClass,
+			DeviceConfiguration: ownConfig.DeviceConfiguration,
+		},
 	} {
 		c = newClaim("config-" + strings.ReplaceAll(strings.ReplaceAll(what, " ", "-"), "'", ""))
 		c.Status.Allocation = allocation(nvdriver.DriverName)
@@ -215,23 +335,41 @@ func TestDefragPolicy(t *testing.T) {
 	c = newClaimIn(otherNS, "elsewhere")
 	c.Status.Allocation = allocation(nvdriver.DriverName)
 	_, err = dc.ResourceV1().ResourceClaims(otherNS).UpdateStatus(ctx, c, metav1.UpdateOptions{})
-	refused(t, "allocate a claim in "+otherNS, err, sa+" may allocate claims only in namespaces "+allowedNS+", not in "+otherNS)
+	refused(
+		t,
+		"allocate a claim in "+otherNS,
+		err,
+		sa+" may allocate claims only in namespaces "+allowedNS+", not in "+otherNS,
+	)
 
 	c = newClaim("reserved")
 	c.Status.Allocation = allocation(nvdriver.DriverName)
-	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "someone", UID: "1234"}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+		{Resource: "pods", Name: "someone", UID: "1234"},
+	}
 	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
-	refused(t, "allocate a claim and reserve it", err, sa+" may not change a claim's status.reservedFor or status.devices")
+	refused(
+		t,
+		"allocate a claim and reserve it",
+		err,
+		sa+" may not change a claim's status.reservedFor or status.devices",
+	)
 
 	c = newClaim("waiting")
 	c.Status.Allocation = allocation(nvdriver.DriverName)
 	allocated, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	if err != nil {
-		t.Fatalf("the controller cannot allocate an unallocated claim to the driver's device: %v", err)
+		t.Fatalf(
+			"the controller cannot allocate an unallocated claim to the driver's device: %v",
+			err,
+		)
 	}
-	msgAllocated := sa + " may only allocate a claim that has no allocation, and " + allowedNS + "/waiting has one"
+	msgAllocated := sa + " may only allocate a claim that has no allocation, and " + allowedNS +
+		"/waiting has one"
 	reserve := allocated.DeepCopy()
-	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "someone", UID: "1234"}}
+	reserve.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
+		{Resource: "pods", Name: "someone", UID: "1234"},
+	}
 	_, err = claims.UpdateStatus(ctx, reserve, metav1.UpdateOptions{})
 	refused(t, "reserve an allocated claim", err, msgAllocated)
 	deallocate := allocated.DeepCopy()
@@ -239,23 +377,31 @@ func TestDefragPolicy(t *testing.T) {
 	_, err = claims.UpdateStatus(ctx, deallocate, metav1.UpdateOptions{})
 	refused(t, "deallocate a claim", err, msgAllocated)
 	// The administrator (the scheduler, the driver) is not confined.
-	if _, err := env.Client.ResourceV1().ResourceClaims(allowedNS).UpdateStatus(ctx, reserve, metav1.UpdateOptions{}); err != nil {
+	if _, err := env.Client.ResourceV1().ResourceClaims(allowedNS).UpdateStatus(
+		ctx, reserve, metav1.UpdateOptions{},
+	); err != nil {
 		t.Errorf("the administrator cannot reserve the allocated claim: %v", err)
 	}
 
 	// Evictions.
 	for _, ns := range []string{allowedNS, otherNS} {
 		if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-			_, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+			_, err := env.Client.CoreV1().ServiceAccounts(ns).Get(
+				ctx, "default", metav1.GetOptions{},
+			)
 			return err == nil, nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+			},
 		}
-		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -264,10 +410,24 @@ func TestDefragPolicy(t *testing.T) {
 		if dry {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
-		return dc.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns}, DeleteOptions: opts})
+		return dc.PolicyV1().
+			Evictions(ns).
+			Evict(
+				ctx,
+				&policyv1.Eviction{
+					ObjectMeta:    metav1.ObjectMeta{Name: "victim", Namespace: ns},
+					DeleteOptions: opts,
+				},
+			)
 	}
 	msgNS := sa + " may evict pods only in namespaces " + allowedNS + ", not in " + otherNS
-	untilRefused(t, ctx, "an eviction elsewhere", func(context.Context) error { return evict(otherNS, true) }, msgNS)
+	untilRefused(
+		t,
+		ctx,
+		"an eviction elsewhere",
+		func(context.Context) error { return evict(otherNS, true) },
+		msgNS,
+	)
 	refused(t, "evict a pod in "+otherNS, evict(otherNS, false), msgNS)
 	if err := evict(allowedNS, false); err != nil {
 		t.Errorf("the controller cannot evict a pod in %s: %v", allowedNS, err)
@@ -287,7 +447,12 @@ func TestDefragUninstallRemovesTaintRules(t *testing.T) {
 	helmInstall(t, ctx, env, "defrag.enabled=true")
 	dc := asDefrag(t, env)
 	if _, err := env.Client.ResourceV1().DeviceTaintRules().Create(ctx,
-		taintRule("admins", map[string]string{"owner": "admin"}, "example.com/maintenance", nvdriver.DriverName), metav1.CreateOptions{}); err != nil {
+		taintRule(
+			"admins",
+			map[string]string{"owner": "admin"},
+			"example.com/maintenance",
+			nvdriver.DriverName,
+		), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	helmRun := func(args ...string) {
@@ -305,9 +470,23 @@ func TestDefragUninstallRemovesTaintRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the controller cannot read its ClusterRole: %v", err)
 		}
-		r := taintRule(name, map[string]string{defrag.LabelOperation: name}, defrag.TaintKey, nvdriver.DriverName)
-		r.OwnerReferences = []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}}
-		if _, err := dc.ResourceV1().DeviceTaintRules().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+		r := taintRule(
+			name,
+			map[string]string{defrag.LabelOperation: name},
+			defrag.TaintKey,
+			nvdriver.DriverName,
+		)
+		r.OwnerReferences = []metav1.OwnerReference{
+			{
+				APIVersion: "rbac.authorization.k8s.io/v1",
+				Kind:       "ClusterRole",
+				Name:       role.Name,
+				UID:        role.UID,
+			},
+		}
+		if _, err := dc.ResourceV1().DeviceTaintRules().Create(
+			ctx, r, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatalf("the controller cannot create its rule: %v", err)
 		}
 	}
@@ -320,15 +499,25 @@ func TestDefragUninstallRemovesTaintRules(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("after %s the controller's rule %s is still there (%v)", how, name, last)
 		}
-		if _, err := env.Client.RbacV1().ClusterRoles().Get(ctx, defragName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := env.Client.RbacV1().ClusterRoles().Get(
+			ctx, defragName, metav1.GetOptions{},
+		); !apierrors.IsNotFound(
+			err,
+		) {
 			t.Errorf("after %s the ClusterRole %s: %v", how, defragName, err)
 		}
-		if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(ctx, "admins", metav1.GetOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().DeviceTaintRules().Get(
+			ctx, "admins", metav1.GetOptions{},
+		); err != nil {
 			t.Errorf("after %s the administrator's rule: %v", how, err)
 		}
 	}
 	// Another role in the cluster is no way to have a rule of yours removed.
-	if _, err := dc.RbacV1().ClusterRoles().Get(ctx, deploy.DaemonSet, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := dc.RbacV1().ClusterRoles().Get(
+		ctx, deploy.DaemonSet, metav1.GetOptions{},
+	); !apierrors.IsForbidden(
+		err,
+	) {
 		t.Errorf("the controller reads ClusterRole %s: %v, want Forbidden", deploy.DaemonSet, err)
 	}
 
@@ -355,14 +544,18 @@ func TestDefragControllerRBAC(t *testing.T) {
 	defer cancel()
 	const ns = "defrag-ok"
 	helmInstall(t, ctx, env, "defrag.enabled=true", "defrag.namespaces={"+ns+"}")
-	dep, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+	dep, err := env.Client.AppsV1().
+		Deployments(deploy.Namespace).
+		Get(ctx, defragName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := parseDefragFlags(t, dep.Spec.Template.Spec.Containers[0].Args)
 	f.Interval = 200 * time.Millisecond
 
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
@@ -373,17 +566,30 @@ func TestDefragControllerRBAC(t *testing.T) {
 	}
 	if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "big"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
-		}}}},
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name:    "gpu",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+			}}},
+		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "big"},
 		Spec: corev1.PodSpec{
-			Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("big")}},
+			Containers: []corev1.Container{
+				{
+					Name:  "c",
+					Image: "busybox",
+					Resources: corev1.ResourceRequirements{
+						Claims: []corev1.ResourceClaim{{Name: "gpu"}},
+					},
+				},
+			},
+			ResourceClaims: []corev1.PodResourceClaim{
+				{Name: "gpu", ResourceClaimName: ptr.To("big")},
+			},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -418,7 +624,9 @@ func TestDefragControllerRBAC(t *testing.T) {
 	go func() { done <- f.Run(runCtx, dc, io.Discard) }()
 	var holder string
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := env.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+		l, err := env.Client.CoordinationV1().Leases(deploy.Namespace).Get(
+			ctx, defragName, metav1.GetOptions{},
+		)
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil
 		}
@@ -426,15 +634,27 @@ func TestDefragControllerRBAC(t *testing.T) {
 		return holder != "", nil
 	}); err != nil {
 		stop()
-		t.Fatalf("the controller does not take Lease %s/%s: %v (Run: %v)", deploy.Namespace, defragName, err, <-done)
+		t.Fatalf(
+			"the controller does not take Lease %s/%s: %v (Run: %v)",
+			deploy.Namespace,
+			defragName,
+			err,
+			<-done,
+		)
 	}
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run after the stop: %v", err)
 	}
-	l, err := env.Client.CoordinationV1().Leases(deploy.Namespace).Get(ctx, defragName, metav1.GetOptions{})
+	l, err := env.Client.CoordinationV1().
+		Leases(deploy.Namespace).
+		Get(ctx, defragName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-		t.Errorf("the Lease after the stop: held by %v (%v), want released", l.Spec.HolderIdentity, err)
+		t.Errorf(
+			"the Lease after the stop: held by %v (%v), want released",
+			l.Spec.HolderIdentity,
+			err,
+		)
 	}
 	t.Logf("Lease %s/%s taken by %s and released", deploy.Namespace, defragName, holder)
 }

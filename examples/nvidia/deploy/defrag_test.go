@@ -22,7 +22,14 @@ import (
 
 // defragLog is what the chart's defragmenter printed (its current pod).
 func defragLog(ctx context.Context, env *testenv.Env) string {
-	pods, err := env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + deploy.Release + "-defrag"})
+	pods, err := env.Client.CoreV1().
+		Pods(deploy.Namespace).
+		List(
+			ctx,
+			metav1.ListOptions{
+				LabelSelector: "app.kubernetes.io/name=" + deploy.Release + "-defrag",
+			},
+		)
 	if err != nil || len(pods.Items) == 0 {
 		return fmt.Sprintf("(no defragmenter pod: %v)", err)
 	}
@@ -43,7 +50,13 @@ func celAttr(name string) string {
 
 // at selects one dynamic GPU's placement.
 func at(gpu, start int) string {
-	return fmt.Sprintf("%s == %d && %s == %d", celAttr("index"), gpu, celAttr("placementStart"), start)
+	return fmt.Sprintf(
+		"%s == %d && %s == %d",
+		celAttr("index"),
+		gpu,
+		celAttr("placementStart"),
+		start,
+	)
 }
 
 const dynamicOnly = `device.attributes["` + nvdriver.DriverName + `"].migMode == "dynamic"`
@@ -62,21 +75,40 @@ const dynamicOnly = `device.attributes["` + nvdriver.DriverName + `"].migMode ==
 // runs on GPU 4's placement 0, the moved pods run again elsewhere, and
 // nothing else is touched. Switched off again, it leaves no taint rule.
 func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
-	s := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: defragNS, Class: nvdriver.ProfileClass, Running: true, Timeout: 3 * time.Minute,
+	s := &defragtest.Scene{
+		T:         t,
+		Ctx:       ctx,
+		Client:    env.Client,
+		Namespace: defragNS,
+		Class:     nvdriver.ProfileClass,
+		Running:   true,
+		Timeout:   3 * time.Minute,
 		PodSpec: corev1.PodSpec{
 			HostNetwork:                   true,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers: []corev1.Container{{
-				Name: "ctr", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+				Name:            "ctr",
+				Image:           env.BusyboxImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"sleep", "3600"},
 			}},
-		}}
+		},
+	}
 	t0 := time.Now()
-	defer func() { t.Logf("the defragmentation scenario took %s", time.Since(t0).Round(time.Second)) }()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defragNS}}, metav1.CreateOptions{}); err != nil {
+	defer func() {
+		t.Logf("the defragmentation scenario took %s", time.Since(t0).Round(time.Second))
+	}()
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defragNS}},
+		metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		_, err := env.Client.CoreV1().ServiceAccounts(defragNS).Get(ctx, "default", metav1.GetOptions{})
+		_, err := env.Client.CoreV1().ServiceAccounts(defragNS).Get(
+			ctx, "default", metav1.GetOptions{},
+		)
 		return err == nil, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -105,11 +137,18 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		devs = append(devs, d)
 	}
 	sort.Strings(devs)
-	if strings.Join(devs, " ") != "gpu-4-1g-18gb-0 gpu-4-1g-18gb-2 gpu-4-1g-18gb-4 gpu-4-1g-18gb-6" {
+	if strings.Join(
+		devs,
+		" ",
+	) != "gpu-4-1g-18gb-0 gpu-4-1g-18gb-2 gpu-4-1g-18gb-4 gpu-4-1g-18gb-6" {
 		t.Fatalf("the opted-in pods are on %v, want GPU 4's placements 0, 2, 4 and 6", devs)
 	}
 	for _, st := range []int{1, 3, 5} {
-		if err := env.Client.CoreV1().Pods(defragNS).Delete(ctx, fmt.Sprintf("filler-%d", st), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := env.Client.CoreV1().Pods(defragNS).Delete(
+			ctx,
+			fmt.Sprintf("filler-%d", st),
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,15 +182,35 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		t.Fatalf("%d taint rules, want none", n)
 	}
 
-	if err := env.Client.PolicyV1().PodDisruptionBudgets(defragNS).Delete(ctx, at0, metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.PolicyV1().PodDisruptionBudgets(defragNS).Delete(
+		ctx, at0, metav1.DeleteOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	// An administrator switches the chart's defragmenter on: its
 	// Deployment, with the chart's RBAC, admission policies, leader
 	// election and taint-rule owner, does the rest.
 	t1 := time.Now()
-	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
-		"--wait", "--timeout", "3m", "--set", "defrag.enabled=true", "--set", "defrag.hostNetwork=true", "--set", "defrag.interval=500ms")
+	runHelm(
+		t,
+		"upgrade",
+		deploy.Release,
+		"chart",
+		"--kubeconfig",
+		env.Kubeconfig,
+		"--namespace",
+		deploy.Namespace,
+		"--reuse-values",
+		"--wait",
+		"--timeout",
+		"3m",
+		"--set",
+		"defrag.enabled=true",
+		"--set",
+		"defrag.hostNetwork=true",
+		"--set",
+		"defrag.interval=500ms",
+	)
 	t.Logf("helm upgrade --set defrag.enabled=true: %s", time.Since(t1).Round(time.Millisecond))
 	var bigRun defragtest.Placed
 	if err := poll(ctx, 4*time.Minute, func(context.Context) (bool, error) {
@@ -164,7 +223,13 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	}); err != nil {
 		p, _ := env.Client.CoreV1().Pods(defragNS).Get(ctx, "big", metav1.GetOptions{})
 		t.Logf("the defragmenter's log:\n%s", defragLog(ctx, env))
-		t.Fatalf("big does not run (%+v; events %v; %d taint rules): %v", p.Status.Conditions, s.Events("big"), len(s.TaintedDevices()), err)
+		t.Fatalf(
+			"big does not run (%+v; events %v; %d taint rules): %v",
+			p.Status.Conditions,
+			s.Events("big"),
+			len(s.TaintedDevices()),
+			err,
+		)
 	}
 	if log := defragLog(ctx, env); !strings.Contains(log, "Defragmentation done") {
 		t.Errorf("the chart's defragmenter did not log the operation:\n%s", log)
@@ -187,7 +252,10 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		}
 	}
 	for _, app := range []string{at0, at2} {
-		if got := s.Events(small[app].Pod)[defrag.ReasonEvicted]; !strings.Contains(got, "evicted to make room for defrag/big") {
+		if got := s.Events(small[app].Pod)[defrag.ReasonEvicted]; !strings.Contains(
+			got,
+			"evicted to make room for defrag/big",
+		) {
 			t.Errorf("%s's pod: %s event %q", app, defrag.ReasonEvicted, got)
 		}
 		moved := s.WaitPlaced(app)
@@ -206,16 +274,36 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 
 	// Switched off again: its Deployment, ClusterRole and policies go,
 	// and no taint rule stays behind.
-	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig, "--namespace", deploy.Namespace, "--reuse-values",
-		"--wait", "--timeout", "3m", "--set", "defrag.enabled=false")
-	if _, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(ctx, deploy.Release+"-defrag", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	runHelm(
+		t,
+		"upgrade",
+		deploy.Release,
+		"chart",
+		"--kubeconfig",
+		env.Kubeconfig,
+		"--namespace",
+		deploy.Namespace,
+		"--reuse-values",
+		"--wait",
+		"--timeout",
+		"3m",
+		"--set",
+		"defrag.enabled=false",
+	)
+	if _, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(
+		ctx, deploy.Release+"-defrag", metav1.GetOptions{},
+	); !apierrors.IsNotFound(
+		err,
+	) {
 		t.Errorf("the defragmenter's Deployment after defrag.enabled=false: %v, want gone", err)
 	}
 	if n := len(s.TaintedDevices()); n != 0 {
 		t.Errorf("%d taint rules after the defragmenter was switched off, want none", n)
 	}
 
-	if err := env.Client.CoreV1().Namespaces().Delete(ctx, defragNS, metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.CoreV1().Namespaces().Delete(
+		ctx, defragNS, metav1.DeleteOptions{},
+	); err != nil {
 		t.Error(err)
 	}
 }

@@ -121,7 +121,12 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	}
 	cmd.Env = buildEnv(cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return ociimage.Descriptor{}, fmt.Errorf("build %s: %w: %s", pkg, err, strings.TrimSpace(string(out)))
+		return ociimage.Descriptor{}, fmt.Errorf(
+			"build %s: %w: %s",
+			pkg,
+			err,
+			strings.TrimSpace(string(out)),
+		)
 	}
 	content, err := os.ReadFile(bin)
 	if err != nil {
@@ -143,7 +148,9 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
 	}
 	for _, l := range libs {
-		b, err := os.ReadFile(l) // through symlinks: the image holds the file at the path the loader asks for
+		b, err := os.ReadFile(
+			l,
+		) // through symlinks: the image holds the file at the path the loader asks for
 		if err != nil {
 			return ociimage.Descriptor{}, fmt.Errorf("build image: C runtime: %w", err)
 		}
@@ -154,7 +161,10 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 		Files:      files,
 		Dirs:       []string{"/tmp", "/etc"},
 		Entrypoint: []string{"/" + name},
-		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/drakit/drakit", "org.opencontainers.image.title": name},
+		Labels: map[string]string{
+			"org.opencontainers.image.source": "https://github.com/drakit/drakit",
+			"org.opencontainers.image.title":  name,
+		},
 	})
 }
 
@@ -162,8 +172,16 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 // this program's platform, the given CGO_ENABLED, no workspace, and
 // go-nvml's deprecation warnings silenced.
 func buildEnv(cgo string) []string {
-	return append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
-		"CGO_CFLAGS="+strings.TrimSpace(cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations"))
+	return append(
+		os.Environ(),
+		"CGO_ENABLED="+cgo,
+		"GOOS=linux",
+		"GOARCH="+runtime.GOARCH,
+		"GOWORK=off",
+		"CGO_CFLAGS="+strings.TrimSpace(
+			cmp.Or(os.Getenv("CGO_CFLAGS"), "-O2 -g")+" -Wno-deprecated-declarations",
+		),
+	)
 }
 
 // Names of the nvidia-cdi-hook the image ships.
@@ -185,15 +203,36 @@ const (
 // host's C library), its version (--version) the toolkit module's, and
 // returns its content.
 func buildHook(ctx context.Context, dir, tmp string) ([]byte, error) {
-	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "github.com/NVIDIA/nvidia-container-toolkit")
+	list := exec.CommandContext(
+		ctx,
+		"go",
+		"list",
+		"-m",
+		"-f",
+		"{{.Version}}",
+		"github.com/NVIDIA/nvidia-container-toolkit",
+	)
 	list.Dir, list.Env = dir, buildEnv("1")
 	v, err := list.Output()
 	if err != nil {
 		return nil, fmt.Errorf("nvidia-container-toolkit's version in %s: %w", dir, err)
 	}
 	bin := filepath.Join(tmp, "nvidia-cdi-hook")
-	ldflags := "-s -w -linkmode external -extldflags -static -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=" + strings.TrimPrefix(strings.TrimSpace(string(v)), "v")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", bin, HookPackage)
+	ldflags := "-s -w -linkmode external -extldflags -static -X " +
+		"github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=" + strings.TrimPrefix(
+		strings.TrimSpace(string(v)),
+		"v",
+	)
+	cmd := exec.CommandContext(
+		ctx,
+		"go",
+		"build",
+		"-trimpath",
+		"-ldflags="+ldflags,
+		"-o",
+		bin,
+		HookPackage,
+	)
 	cmd.Dir, cmd.Env = dir, buildEnv("1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build %s: %w: %s", HookPackage, err, strings.TrimSpace(string(out)))
@@ -214,7 +253,8 @@ func cudaModuleDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("find %s: go env GOMOD: %w", CUDAModule, err)
 	}
 	mod := filepath.Dir(strings.TrimSpace(string(out)))
-	if b, err := os.ReadFile(filepath.Join(mod, "go.mod")); err == nil && strings.Contains(string(b), "\nmodule "+CUDAModule+"\n") {
+	if b, err := os.ReadFile(filepath.Join(mod, "go.mod")); err == nil &&
+		strings.Contains(string(b), "\nmodule "+CUDAModule+"\n") {
 		return mod, nil
 	}
 	dir := filepath.Join(mod, "examples", "nvidia", "cuda")
@@ -322,7 +362,10 @@ func sharedLibraries(ctx context.Context, bin string) ([]string, error) {
 // serves on the host's network at 127.0.0.1:webhookPort, which the API
 // server calls by URL ([FreeLocalPort] finds a free one). They select no
 // simulator: add [SimulatorValues] for that.
-func LocalClusterValues(kubeletDir, cdiDir, apiServerPort, stateDir string, webhookPort int) []string {
+func LocalClusterValues(
+	kubeletDir, cdiDir, apiServerPort, stateDir string,
+	webhookPort int,
+) []string {
 	return []string{
 		"kubeletDir=" + kubeletDir,
 		"cdiDir=" + cdiDir,

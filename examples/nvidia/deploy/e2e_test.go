@@ -51,7 +51,12 @@ func migInstances(t *testing.T, stateFile string) map[string]string {
 		}
 		for _, gi := range gis {
 			for _, ci := range gi.ComputeInstances {
-				out[ci.UUID] = fmt.Sprintf("GPU %d profile %d @%d", g.Index, gi.ProfileID, gi.Placement.Start)
+				out[ci.UUID] = fmt.Sprintf(
+					"GPU %d profile %d @%d",
+					g.Index,
+					gi.ProfileID,
+					gi.Placement.Start,
+				)
 			}
 		}
 	}
@@ -63,7 +68,9 @@ func migInstances(t *testing.T, stateFile string) map[string]string {
 // theirs when prepared).
 func deviceUUIDs(t *testing.T, ctx context.Context, env *testenv.Env) map[string]string {
 	t.Helper()
-	l, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+	l, err := env.Client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +87,11 @@ func deviceUUIDs(t *testing.T, ctx context.Context, env *testenv.Env) map[string
 
 // podClaim returns the allocated claim of a story pod: from its template
 // or the one the scheduler made for its extended resources.
-func podClaim(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (*resourceapi.ResourceClaim, error) {
+func podClaim(
+	ctx context.Context,
+	env *testenv.Env,
+	pod *corev1.Pod,
+) (*resourceapi.ResourceClaim, error) {
 	name := ""
 	for _, s := range pod.Status.ResourceClaimStatuses {
 		if s.ResourceClaimName != nil {
@@ -162,11 +173,15 @@ func e2e(t *testing.T, layout bool) {
 	story := deploy.Story(storyNS, env.BusyboxImage)
 	for _, w := range story {
 		if w.Template != nil {
-			if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, w.Template, metav1.CreateOptions{}); err != nil {
+			if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(
+				ctx, w.Template, metav1.CreateOptions{},
+			); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, w.Pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+			ctx, w.Pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,28 +220,57 @@ func e2e(t *testing.T, layout bool) {
 		s, claim := seen[w.Name], claims[w.Name]
 		results := claim.Status.Allocation.Devices.Results
 		if len(s.UUIDs) != w.Devices || len(results) != w.Devices {
-			t.Errorf("pod %s (%s): allocated %d devices, the container saw %v; want %d", w.Name, w.Ask, len(results), s.UUIDs, w.Devices)
+			t.Errorf(
+				"pod %s (%s): allocated %d devices, the container saw %v; want %d",
+				w.Name,
+				w.Ask,
+				len(results),
+				s.UUIDs,
+				w.Devices,
+			)
 			continue
 		}
 		if s.VisibleDevices != nvdriver.VisibleDevicesVoid {
-			t.Errorf("pod %s: the container saw %s=%q, want %q", w.Name, nvdriver.EnvVisibleDevices, s.VisibleDevices, nvdriver.VisibleDevicesVoid)
+			t.Errorf(
+				"pod %s: the container saw %s=%q, want %q",
+				w.Name,
+				nvdriver.EnvVisibleDevices,
+				s.VisibleDevices,
+				nvdriver.VisibleDevicesVoid,
+			)
 		}
 		if s.Env[nvdriver.EnvClaimFileDir] == "" || !strings.Contains(s.DevicesFiles, claim.Name) {
-			t.Errorf("pod %s: devices file %q (env %v) does not name claim %s", w.Name, s.DevicesFiles, s.Env, claim.Name)
+			t.Errorf(
+				"pod %s: devices file %q (env %v) does not name claim %s",
+				w.Name,
+				s.DevicesFiles,
+				s.Env,
+				claim.Name,
+			)
 		}
 		for _, r := range results {
 			if r.Driver != nvdriver.DriverName {
 				t.Errorf("pod %s got a device of driver %s", w.Name, r.Driver)
 			}
 			if u, ok := uuids[r.Device]; ok && !slices.Contains(s.UUIDs, u) {
-				t.Errorf("pod %s: allocated %s (UUID %s), the container saw %v", w.Name, r.Device, u, s.UUIDs)
+				t.Errorf(
+					"pod %s: allocated %s (UUID %s), the container saw %v",
+					w.Name,
+					r.Device,
+					u,
+					s.UUIDs,
+				)
 			}
 		}
 		for _, u := range s.UUIDs {
 			switch {
 			case strings.HasPrefix(u, "MIG-"):
 				if _, ok := during[u]; !ok {
-					t.Errorf("pod %s sees MIG device %s, which the simulator does not have", w.Name, u)
+					t.Errorf(
+						"pod %s sees MIG device %s, which the simulator does not have",
+						w.Name,
+						u,
+					)
 				}
 				if _, static := before[u]; !static {
 					made[u] = true
@@ -262,7 +306,9 @@ func e2e(t *testing.T, layout bool) {
 		t.Fatal(err)
 	}
 	cdiBefore := cdiSpecs(t, env)
-	if err := env.Client.CoreV1().Pods(deploy.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	if err := env.Client.CoreV1().Pods(deploy.Namespace).Delete(
+		ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitNewDriverPod(ctx, in, old.UID); err != nil {
@@ -287,17 +333,26 @@ func e2e(t *testing.T, layout bool) {
 	// Unprepare after the restart: every pod goes, the MIG devices made
 	// for them go, the static ones stay, the CDI specs go.
 	for _, w := range story {
-		if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := env.Client.CoreV1().Pods(storyNS).Delete(
+			ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		); err != nil {
 			t.Error(err)
 		}
 	}
 	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0 && maps.Equal(migInstances(t, stateFile), before) && len(cdiSpecs(t, env)) == 0, err
+		return err == nil && len(l.Items) == 0 && maps.Equal(migInstances(t, stateFile), before) &&
+			len(cdiSpecs(t, env)) == 0, err
 	}); err != nil {
 		l, _ := env.Client.ResourceV1().ResourceClaims(storyNS).List(ctx, metav1.ListOptions{})
-		t.Fatalf("after the pods: %d claims left, MIG devices %v (before the pods %v), CDI specs %v: %v",
-			len(l.Items), migInstances(t, stateFile), before, cdiSpecs(t, env), err)
+		t.Fatalf(
+			"after the pods: %d claims left, MIG devices %v (before the pods %v), CDI specs %v: %v",
+			len(l.Items),
+			migInstances(t, stateFile),
+			before,
+			cdiSpecs(t, env),
+			err,
+		)
 	}
 	freeAgent(t, ctx, env, stateFile, before)
 	if layout {
@@ -319,7 +374,13 @@ func e2e(t *testing.T, layout bool) {
 // the third gets GPU 4 whole (the node's two full GPUs come first) with
 // MIG mode off while it runs; after they end, MIG mode is on again and a
 // 3g pod gets a MIG device on GPU 4.
-func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile string, static map[string]string) {
+func freeAgent(
+	t *testing.T,
+	ctx context.Context,
+	env *testenv.Env,
+	stateFile string,
+	static map[string]string,
+) {
 	const gpu = 4
 	t0 := time.Now()
 	defer func() { t.Logf("free-agent steps: %s", time.Since(t0).Round(100*time.Millisecond)) }()
@@ -346,11 +407,15 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 		t.Helper()
 		for _, w := range ws {
 			if w.Template != nil {
-				if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, w.Template, metav1.CreateOptions{}); err != nil {
+				if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(
+					ctx, w.Template, metav1.CreateOptions{},
+				); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, w.Pod, metav1.CreateOptions{}); err != nil {
+			if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+				ctx, w.Pod, metav1.CreateOptions{},
+			); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -367,7 +432,9 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 	end := func(ws ...deploy.Workload) {
 		t.Helper()
 		for _, w := range ws {
-			if err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if err := env.Client.CoreV1().Pods(storyNS).Delete(
+				ctx, w.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+			); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -378,7 +445,9 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 		var claimsLeft int
 		var whole bool
 		if err := poll(ctx, 2*time.Minute, func(pctx context.Context) (bool, error) {
-			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(pctx, metav1.ListOptions{})
+			l, err := env.Client.ResourceV1().ResourceClaims(storyNS).List(
+				pctx, metav1.ListOptions{},
+			)
 			if err != nil {
 				return false, nil
 			}
@@ -396,8 +465,14 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 
 	oneG := pinned(story["mig-1g"], "free-1g", gpu)
 	seen := run(oneG)
-	if u := seen["free-1g"].UUIDs; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d ", gpu)) {
-		t.Fatalf("free-1g saw %v, want a MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
+	if u := seen["free-1g"].UUIDs; len(u) != 1 ||
+		!strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d ", gpu)) {
+		t.Fatalf(
+			"free-1g saw %v, want a MIG device of GPU %d (%v)",
+			u,
+			gpu,
+			migInstances(t, stateFile),
+		)
 	}
 	end(oneG)
 
@@ -415,7 +490,12 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 		got = append(got, seen[w.Name].UUIDs...)
 	}
 	if !slices.Contains(got, gpus[gpu].UUID) {
-		t.Errorf("three nvidia.com/gpu: 1 pods saw %v; none got idle dynamic GPU %d (%s)", got, gpu, gpus[gpu].UUID)
+		t.Errorf(
+			"three nvidia.com/gpu: 1 pods saw %v; none got idle dynamic GPU %d (%s)",
+			got,
+			gpu,
+			gpus[gpu].UUID,
+		)
 	}
 	if m := mode(); m.Current || m.Pending {
 		t.Errorf("GPU %d's MIG mode while a pod has it whole: %+v, want off", gpu, m)
@@ -427,8 +507,17 @@ func freeAgent(t *testing.T, ctx context.Context, env *testenv.Env, stateFile st
 
 	threeG := pinned(story["mig-3g"], "free-3g", gpu)
 	seen = run(threeG)
-	if u := seen["free-3g"].UUIDs; len(u) != 1 || !strings.HasPrefix(migInstances(t, stateFile)[u[0]], fmt.Sprintf("GPU %d profile 9 ", gpu)) {
-		t.Errorf("free-3g saw %v, want a 3g MIG device of GPU %d (%v)", u, gpu, migInstances(t, stateFile))
+	if u := seen["free-3g"].UUIDs; len(u) != 1 ||
+		!strings.HasPrefix(
+			migInstances(t, stateFile)[u[0]],
+			fmt.Sprintf("GPU %d profile 9 ", gpu),
+		) {
+		t.Errorf(
+			"free-3g saw %v, want a 3g MIG device of GPU %d (%v)",
+			u,
+			gpu,
+			migInstances(t, stateFile),
+		)
 	}
 	end(threeG)
 }
@@ -444,9 +533,16 @@ func pinned(w deploy.Workload, name string, gpu int) deploy.Workload {
 	w.Template.Name = name
 	for i := range w.Template.Spec.Spec.Devices.Requests {
 		r := w.Template.Spec.Spec.Devices.Requests[i].Exactly
-		r.Selectors = append(r.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.attributes[%q].index == %d", nvdriver.DriverName, gpu),
-		}})
+		r.Selectors = append(
+			r.Selectors,
+			resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf(
+					"device.attributes[%q].index == %d",
+					nvdriver.DriverName,
+					gpu,
+				),
+			}},
+		)
 	}
 	return w
 }
@@ -460,7 +556,8 @@ func cdiSpecs(t *testing.T, env *testenv.Env) []string {
 	}
 	var out []string
 	for _, f := range m {
-		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), nvdriver.DriverName) {
+		if b, err := os.ReadFile(f); err == nil &&
+			strings.Contains(string(b), nvdriver.DriverName) {
 			out = append(out, filepath.Base(f))
 		}
 	}
@@ -470,7 +567,11 @@ func cdiSpecs(t *testing.T, env *testenv.Env) []string {
 
 // waitSeen waits until pod name runs and its container printed what it
 // saw.
-func waitSeen(ctx context.Context, env *testenv.Env, name string) (deploy.Seen, *resourceapi.ResourceClaim, error) {
+func waitSeen(
+	ctx context.Context,
+	env *testenv.Env,
+	name string,
+) (deploy.Seen, *resourceapi.ResourceClaim, error) {
 	var s deploy.Seen
 	var pod *corev1.Pod
 	err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
@@ -495,9 +596,18 @@ func waitSeen(ctx context.Context, env *testenv.Env, name string) (deploy.Seen, 
 	if err != nil {
 		detail := ""
 		if pod != nil {
-			detail = fmt.Sprintf(" (phase %s, conditions %+v)", pod.Status.Phase, pod.Status.Conditions)
+			detail = fmt.Sprintf(
+				" (phase %s, conditions %+v)",
+				pod.Status.Phase,
+				pod.Status.Conditions,
+			)
 		}
-		return s, nil, fmt.Errorf("pod %s did not run and print its devices%s: %w", name, detail, err)
+		return s, nil, fmt.Errorf(
+			"pod %s did not run and print its devices%s: %w",
+			name,
+			detail,
+			err,
+		)
 	}
 	claim, err := podClaim(ctx, env, pod)
 	if err != nil {
@@ -534,7 +644,11 @@ func checkPending(t *testing.T, ctx context.Context, env *testenv.Env, name stri
 		return
 	}
 	if !strings.Contains(reason, "cannot allocate all claims") {
-		t.Errorf("pod %s is unschedulable for %q, want the DRA reason (cannot allocate all claims)", name, reason)
+		t.Errorf(
+			"pod %s is unschedulable for %q, want the DRA reason (cannot allocate all claims)",
+			name,
+			reason,
+		)
 	}
 }
 

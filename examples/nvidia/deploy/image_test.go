@@ -109,22 +109,38 @@ func TestImageLoadsNVML(t *testing.T) {
 	}
 	root := t.TempDir()
 	unpackImage(t, tarball, root)
-	kubeconfig := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
-		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"
-	if err := os.WriteFile(filepath.Join(root, "tmp/kubeconfig"), []byte(kubeconfig), 0o644); err != nil {
+	kubeconfig := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: " +
+		"\"https://127.0.0.1:1\"}}]\n" +
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: " +
+		"[{name: u, user: {}}]\n"
+	if err := os.WriteFile(
+		filepath.Join(root, "tmp/kubeconfig"), []byte(kubeconfig), 0o644,
+	); err != nil {
 		t.Fatal(err)
 	}
 	run := func(args ...string) string {
-		out, _ := exec.CommandContext(ctx, "chroot", append([]string{root, "/nvidia-dra-driver"}, args...)...).CombinedOutput()
+		out, _ := exec.CommandContext(
+			ctx, "chroot", append([]string{root, "/nvidia-dra-driver"}, args...)...,
+		).
+			CombinedOutput()
 		return string(out)
 	}
 	checkImageHook(t, ctx, filepath.Join(root, deploy.ImageHookPath))
-	if out := run("-print-device-classes", "-nvml-sim=dgx-h200"); !strings.Contains(out, "kind: DeviceClass") {
+	if out := run("-print-device-classes", "-nvml-sim=dgx-h200"); !strings.Contains(
+		out,
+		"kind: DeviceClass",
+	) {
 		t.Errorf("the image's driver does not run on the simulator:\n%s", out)
 	}
 	out := run("-node-name=node-1", "-kubeconfig=/tmp/kubeconfig", "-state-dir=/tmp/state")
-	if !strings.Contains(out, "cannot load libnvidia-ml.so.1") || !strings.Contains(out, "library not found") || strings.Contains(out, "without cgo") {
-		t.Errorf("the image's real backend, without a GPU driver:\n%s\nwant the loader's \"library not found\" for libnvidia-ml.so.1", out)
+	if !strings.Contains(out, "cannot load libnvidia-ml.so.1") ||
+		!strings.Contains(out, "library not found") ||
+		strings.Contains(out, "without cgo") {
+		t.Errorf(
+			"the image's real backend, without a GPU driver:\n%s\nwant the loader's \"library "+
+				"not found\" for libnvidia-ml.so.1",
+			out,
+		)
 	}
 	t.Logf("the image's real backend without a GPU driver: %s", strings.TrimSpace(out))
 
@@ -134,9 +150,19 @@ func TestImageLoadsNVML(t *testing.T) {
 	// answers DRIVER_NOT_LOADED), so the image carries what it needs.
 	lib := filepath.Join(root, "driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
 	standInNVML(t, lib)
-	out = run("-node-name=node-1", "-kubeconfig=/tmp/kubeconfig", "-state-dir=/tmp/state", "-driver-root=/run/nvidia/driver", "-container-driver-root=/driver-root")
+	out = run(
+		"-node-name=node-1",
+		"-kubeconfig=/tmp/kubeconfig",
+		"-state-dir=/tmp/state",
+		"-driver-root=/run/nvidia/driver",
+		"-container-driver-root=/driver-root",
+	)
 	if !strings.Contains(out, "initialize NVML") || strings.Contains(out, "cannot load") {
-		t.Errorf("the image's driver with a stand-in NVML that needs libm, libpthread, libdl and librt:\n%s\nwant it loaded and its init called (\"initialize NVML\")", out)
+		t.Errorf(
+			"the image's driver with a stand-in NVML that needs libm, libpthread, libdl and "+
+				"librt:\n%s\nwant it loaded and its init called (\"initialize NVML\")",
+			out,
+		)
 	}
 	t.Logf("the image's driver with the stand-in NVML: %s", strings.TrimSpace(out))
 }
@@ -151,10 +177,19 @@ func checkImageHook(t *testing.T, ctx context.Context, hook string) {
 		t.Errorf("the image has no nvidia-cdi-hook: %v", err)
 		return
 	}
-	if out, err := exec.CommandContext(ctx, "ldd", hook).CombinedOutput(); err == nil || !strings.Contains(string(out), "not a dynamic executable") {
+	if out, err := exec.CommandContext(ctx, "ldd", hook).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "not a dynamic executable") {
 		t.Errorf("the image's nvidia-cdi-hook is not static: ldd says %s", out)
 	}
-	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", "github.com/NVIDIA/nvidia-container-toolkit")
+	list := exec.CommandContext(
+		ctx,
+		"go",
+		"list",
+		"-m",
+		"-f",
+		"{{.Version}}",
+		"github.com/NVIDIA/nvidia-container-toolkit",
+	)
 	list.Dir, list.Env = "../cuda", append(os.Environ(), "GOWORK=off")
 	v, err := list.Output()
 	if err != nil {
@@ -163,10 +198,19 @@ func checkImageHook(t *testing.T, ctx context.Context, hook string) {
 	want := strings.TrimPrefix(strings.TrimSpace(string(v)), "v")
 	out, _ := exec.CommandContext(ctx, hook, "--version").CombinedOutput()
 	if !strings.Contains(string(out), want) {
-		t.Errorf("nvidia-cdi-hook --version: %s; want the toolkit version nvcdi comes from, %s", out, want)
+		t.Errorf(
+			"nvidia-cdi-hook --version: %s; want the toolkit version nvcdi comes from, %s",
+			out,
+			want,
+		)
 	}
 	help, _ := exec.CommandContext(ctx, hook, "--help").CombinedOutput()
-	for _, sub := range []string{"update-ldcache", "create-symlinks", "enable-cuda-compat", "disable-device-node-modification"} {
+	for _, sub := range []string{
+		"update-ldcache",
+		"create-symlinks",
+		"enable-cuda-compat",
+		"disable-device-node-modification",
+	} {
 		if !strings.Contains(string(help), sub) {
 			t.Errorf("nvidia-cdi-hook has no %s subcommand:\n%s", sub, help)
 		}
@@ -202,8 +246,20 @@ double drakit_uses(double x) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,--no-as-needed", "-o", path, src,
-		"-l:libm.so.6", "-l:libpthread.so.0", "-l:libdl.so.2", "-l:librt.so.1").CombinedOutput(); err != nil {
+	if out, err := exec.Command(
+		"cc",
+		"-shared",
+		"-fPIC",
+		"-Wl,-soname,libnvidia-ml.so.1",
+		"-Wl,--no-as-needed",
+		"-o",
+		path,
+		src,
+		"-l:libm.so.6",
+		"-l:libpthread.so.0",
+		"-l:libdl.so.2",
+		"-l:librt.so.1",
+	).CombinedOutput(); err != nil {
 		t.Skipf("no C compiler for the stand-in NVML: %v: %s", err, out)
 	}
 	out, err := exec.Command("readelf", "-d", path).CombinedOutput()

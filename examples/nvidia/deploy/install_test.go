@@ -38,14 +38,25 @@ type installed struct {
 // containerd and helm-installs the chart with the local cluster's values
 // and set, then waits until the DaemonSet's pod is ready (registered,
 // slices published).
-func install(t *testing.T, ctx context.Context, env *testenv.Env, pkg, ref string, set ...string) *installed {
+func install(
+	t *testing.T,
+	ctx context.Context,
+	env *testenv.Env,
+	pkg, ref string,
+	set ...string,
+) *installed {
 	t.Helper()
 	t0 := time.Now()
 	tarball, desc := buildImage(t, ctx, pkg, ref)
 	if err := env.ImportImage(ctx, tarball); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("image %s (%s) built and imported in %s", ref, desc.Digest, time.Since(t0).Round(time.Millisecond))
+	t.Logf(
+		"image %s (%s) built and imported in %s",
+		ref,
+		desc.Digest,
+		time.Since(t0).Round(time.Millisecond),
+	)
 	u, err := url.Parse(env.RESTConfig.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +136,9 @@ func (in *installed) localValues(apiServerPort string) []string {
 
 // driverPod returns the DaemonSet's running pod.
 func (in *installed) driverPod(ctx context.Context) (*corev1.Pod, error) {
-	pods, err := in.env.Client.CoreV1().Pods(deploy.Namespace).List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})
+	pods, err := in.env.Client.CoreV1().
+		Pods(deploy.Namespace).
+		List(ctx, metav1.ListOptions{LabelSelector: deploy.PodSelector})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +160,13 @@ func (in *installed) dumpDriver(t *testing.T) {
 		return
 	}
 	for _, p := range pods.Items {
-		t.Logf("driver pod %s: phase %s, conditions %+v, container statuses %+v", p.Name, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		t.Logf(
+			"driver pod %s: phase %s, conditions %+v, container statuses %+v",
+			p.Name,
+			p.Status.Phase,
+			p.Status.Conditions,
+			p.Status.ContainerStatuses,
+		)
 		// The DaemonSet's container is "driver", the webhook's "webhook".
 		c := p.Spec.Containers[0].Name
 		log, err := in.env.ContainerLog(ctx, p.Namespace, p.Name, c)

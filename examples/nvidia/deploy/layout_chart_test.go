@@ -99,7 +99,10 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 	service := func(path string) admissionregv1.WebhookClientConfig {
 		return admissionregv1.WebhookClientConfig{Service: &admissionregv1.ServiceReference{
-			Namespace: deploy.Namespace, Name: webhookName, Path: ptr.To(path), Port: ptr.To[int32](443)}}
+			Namespace: deploy.Namespace,
+			Name:      webhookName,
+			Path:      ptr.To(path),
+			Port:      ptr.To[int32](443)}}
 	}
 
 	// def is the placements publication with the webhook on: the
@@ -132,15 +135,19 @@ func TestChartLayoutPublication(t *testing.T) {
 	if p := template(t, dynamicGPU, "migPublication=placements"); len(p.webhooks) != 0 ||
 		len(p.deployments) != 0 {
 		t.Errorf(
-			"migPublication=placements, webhook auto: %d webhook configurations, %d Deployments, want none",
+			"migPublication=placements, webhook auto: %d webhook configurations, %d Deployments, "+
+				"want none",
 			len(p.webhooks),
 			len(p.deployments),
 		)
 	}
 	unexported := cmp.AllowUnexported(rendered{})
-	if diff := cmp.Diff(def, template(t, dynamicGPU, "webhook.enabled=true"), unexported); diff != "" {
+	if diff := cmp.Diff(
+		def, template(t, dynamicGPU, "webhook.enabled=true"), unexported,
+	); diff != "" {
 		t.Errorf(
-			"the default with a dynamic GPU is not migPublication=placements (-explicit +default):\n%s",
+			"the default with a dynamic GPU is not migPublication=placements (-explicit "+
+				"+default):\n%s",
 			diff,
 		)
 	}
@@ -151,7 +158,8 @@ func TestChartLayoutPublication(t *testing.T) {
 		r := template(t, static...)
 		if len(r.webhooks) != 0 || len(r.deployments) != 0 {
 			t.Errorf(
-				"%v: %d webhook configurations, %d Deployments, want none (webhook auto, no dynamic GPU)",
+				"%v: %d webhook configurations, %d Deployments, want none (webhook auto, no "+
+					"dynamic GPU)",
 				static,
 				len(r.webhooks),
 				len(r.deployments),
@@ -183,7 +191,8 @@ func TestChartLayoutPublication(t *testing.T) {
 	explicit := template(t, dynamicGPU, "webhook.enabled=true", layoutPub)
 	if diff := cmp.Diff(explicit, r, unexported); diff != "" {
 		t.Errorf(
-			"migPublication=layout with a dynamic GPU does not run the webhook (-enabled +auto):\n%s",
+			"migPublication=layout with a dynamic GPU does not run the webhook (-enabled "+
+				"+auto):\n%s",
 			diff,
 		)
 	}
@@ -198,7 +207,8 @@ func TestChartLayoutPublication(t *testing.T) {
 	rest, m := without(rest, "--layout-namespace="+deploy.Namespace)
 	if n != 1 || m != 1 {
 		t.Errorf(
-			"migPublication=layout: webhook args %v, want --layout-allocations and --layout-namespace once",
+			"migPublication=layout: webhook args %v, want --layout-allocations and "+
+				"--layout-namespace once",
 			webhookArgs(r),
 		)
 	}
@@ -308,7 +318,8 @@ func TestChartLayoutPublication(t *testing.T) {
 		!strings.Contains(cm, "resources: [configmaps]\n    verbs: [get, list, watch, update]") ||
 		!strings.Contains(cm, "- --layout-allocations") {
 		t.Errorf(
-			"with cert-manager: the webhook's Role %s-layout, its binding or --layout-allocations missing",
+			"with cert-manager: the webhook's Role %s-layout, its binding or "+
+				"--layout-allocations missing",
 			webhookName,
 		)
 	}
@@ -360,7 +371,8 @@ func TestChartLayoutPublication(t *testing.T) {
 	}
 	if !found || !defragLayoutRole {
 		t.Errorf(
-			"defrag.enabled with the layout: --layout-namespace %v, the Role reading the ledgers %v",
+			"defrag.enabled with the layout: --layout-namespace %v, the Role reading the "+
+				"ledgers %v",
 			found,
 			defragLayoutRole,
 		)
@@ -369,7 +381,8 @@ func TestChartLayoutPublication(t *testing.T) {
 		r.deployments,
 	) != 1 {
 		t.Errorf(
-			"the defragmenter with migPublication=placements: %d Deployments, want the defragmenter's",
+			"the defragmenter with migPublication=placements: %d Deployments, want the "+
+				"defragmenter's",
 			len(r.deployments),
 		)
 	}

@@ -66,7 +66,8 @@ func claimIn(
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceClaimSpec{
 			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
+				Name:    "gpu",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.DriverName},
 			}}},
 		},
 	}, metav1.CreateOptions{})
@@ -394,7 +395,8 @@ func TestLayoutWebhook(t *testing.T) {
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
 			if _, err := claims.UpdateStatus(
-				ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name), metav1.UpdateOptions{},
+				ctx, allocate(c, nvdriver.DriverName, "n2/layout", open[i].Name),
+				metav1.UpdateOptions{},
 			); err != nil {
 				errs <- fmt.Errorf("burst-%d: %w", i, err)
 			}
@@ -486,8 +488,11 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 	untilRefused(b, ctx, "the webhook with every ledger", func(ctx context.Context) error {
 		_, err := env.Client.ResourceV1().
 			ResourceClaims(on).
-			UpdateStatus(ctx, allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
-				metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			UpdateStatus(
+				ctx,
+				allocate(probe, nvdriver.DriverName, ledger.PoolName(last), "gpu-9-1g-18gb-0"),
+				metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}},
+			)
 		return err
 	}, staleMessage("gpu-9-1g-18gb-0", last))
 
@@ -572,7 +577,8 @@ func BenchmarkLayoutWebhook(b *testing.B) {
 		b.ReportMetric(hi, what+"-ratio-max")
 		b.Logf(
 			"%s writes, %d slices of %d devices: median %.2f ms with the webhook, "+
-				"%.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, %d rounds)",
+				"%.2f ms without (%d writes each); ratio %.2f (rounds: min %.2f, max %.2f, "+
+				"%d rounds)",
 			what,
 			pools,
 			gpus*perGPU,
@@ -598,7 +604,9 @@ func createSlices(tb testing.TB, ctx context.Context, c kubernetes.Interface, n,
 	if err != nil {
 		tb.Fatal(err)
 	}
-	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
+	str := func(s string) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{StringValue: ptr.To(s)}
+	}
 	num := func(i int) resourceapi.DeviceAttribute {
 		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i))}
 	}

@@ -34,7 +34,9 @@ func watchLayout(t *testing.T, ctx context.Context, env *testenv.Env) *layoutVer
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := env.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+	w, err := env.Client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,13 +59,24 @@ func (v *layoutVersions) judge(p *mig.Product, s *resourceapi.ResourceSlice) {
 	defer v.mu.Unlock()
 	fail := func(format string, args ...any) {
 		if len(v.bad) < 10 {
-			v.bad = append(v.bad, fmt.Sprintf("slice %s (pool %s, generation %d): ", s.Name, s.Spec.Pool.Name, s.Spec.Pool.Generation)+fmt.Sprintf(format, args...))
+			v.bad = append(
+				v.bad,
+				fmt.Sprintf(
+					"slice %s (pool %s, generation %d): ",
+					s.Name,
+					s.Spec.Pool.Name,
+					s.Spec.Pool.Generation,
+				)+fmt.Sprintf(
+					format,
+					args...),
+			)
 		}
 	}
 	whole := map[int]bool{}
 	layouts := map[int]mig.Layout{}
 	for _, d := range s.Spec.Devices {
-		if a := d.Attributes[nvdriver.AttrMIGMode]; a.StringValue == nil || *a.StringValue != nvdriver.ModeDynamic {
+		if a := d.Attributes[nvdriver.AttrMIGMode]; a.StringValue == nil ||
+			*a.StringValue != nvdriver.ModeDynamic {
 			continue // full GPUs and the administrator's MIG devices
 		}
 		if len(d.ConsumesCounters) > 0 {
@@ -77,7 +90,9 @@ func (v *layoutVersions) judge(p *mig.Product, s *resourceapi.ResourceSlice) {
 		if ref.Profile == "" {
 			whole[ref.GPU] = true
 		} else {
-			layouts[ref.GPU] = append(layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start})
+			layouts[ref.GPU] = append(
+				layouts[ref.GPU], mig.Instance{Profile: ref.Profile, Start: ref.Start},
+			)
 		}
 	}
 	if len(layouts) == 0 && len(whole) == 0 {
@@ -85,7 +100,11 @@ func (v *layoutVersions) judge(p *mig.Product, s *resourceapi.ResourceSlice) {
 	}
 	v.seen++
 	if s.Spec.Pool.ResourceSliceCount != 1 || len(s.Spec.SharedCounters) > 0 {
-		fail("%d slices in the pool, %d counter sets", s.Spec.Pool.ResourceSliceCount, len(s.Spec.SharedCounters))
+		fail(
+			"%d slices in the pool, %d counter sets",
+			s.Spec.Pool.ResourceSliceCount,
+			len(s.Spec.SharedCounters),
+		)
 	}
 	changed := false
 	for g, l := range layouts {
@@ -119,7 +138,12 @@ func (v *layoutVersions) check(t *testing.T) {
 		t.Error(b)
 	}
 	if v.layouts < 2 {
-		t.Errorf("%d versions of the dynamic GPUs, %d with a new layout; want the story's MIG pods laid out", v.seen, v.layouts)
+		t.Errorf(
+			"%d versions of the dynamic GPUs, %d with a new layout; want the story's MIG pods "+
+				"laid out",
+			v.seen,
+			v.layouts,
+		)
 	}
 	t.Logf("layout versions: %d, of which %d changed a GPU's layout", v.seen, v.layouts)
 }

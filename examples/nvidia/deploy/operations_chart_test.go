@@ -41,16 +41,23 @@ func template(t testing.TB, set ...string) rendered {
 func TestChartRollingUpdate(t *testing.T) {
 	ds := template(t).ds[0]
 	u := ds.Spec.UpdateStrategy
-	if u.Type != "RollingUpdate" || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil || *u.RollingUpdate.MaxSurge != intstr.FromInt32(1) ||
-		u.RollingUpdate.MaxUnavailable == nil || *u.RollingUpdate.MaxUnavailable != intstr.FromInt32(0) {
+	if u.Type != "RollingUpdate" || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil ||
+		*u.RollingUpdate.MaxSurge != intstr.FromInt32(1) ||
+		u.RollingUpdate.MaxUnavailable == nil ||
+		*u.RollingUpdate.MaxUnavailable != intstr.FromInt32(0) {
 		t.Errorf("update strategy %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", u)
 	}
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	if len(c.Ports) != 0 {
-		t.Errorf("container ports %+v: on the host's network they are host ports, and the surge pod could not be scheduled", c.Ports)
+		t.Errorf(
+			"container ports %+v: on the host's network they are host ports, and the surge pod "+
+				"could not be scheduled",
+			c.Ports,
+		)
 	}
-	if !slices.Contains(c.Args, "--pod-uid=$(POD_UID)") || !slices.Contains(c.Args, "--probe-socket=/tmp/probe.sock") {
+	if !slices.Contains(c.Args, "--pod-uid=$(POD_UID)") ||
+		!slices.Contains(c.Args, "--probe-socket=/tmp/probe.sock") {
 		t.Errorf("args %v lack --pod-uid=$(POD_UID) or --probe-socket=/tmp/probe.sock", c.Args)
 	}
 	// The owner the driver's instance locks pair its pods by: this
@@ -61,13 +68,22 @@ func TestChartRollingUpdate(t *testing.T) {
 	}
 	uid := false
 	for _, e := range c.Env {
-		uid = uid || e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid"
+		uid = uid ||
+			e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+				e.ValueFrom.FieldRef.FieldPath == "metadata.uid"
 	}
 	if !uid {
 		t.Errorf("env %+v lacks POD_UID from metadata.uid", c.Env)
 	}
-	for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
-		want := []string{"/nvidia-dra-driver", drivercmd.ProbeCommand, "--socket=/tmp/probe.sock", name}
+	for name, p := range map[string]*corev1.Probe{
+		"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe,
+	} {
+		want := []string{
+			"/nvidia-dra-driver",
+			drivercmd.ProbeCommand,
+			"--socket=/tmp/probe.sock",
+			name,
+		}
 		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, want) {
 			t.Errorf("probe of %s: %+v, want exec %v", name, p, want)
 		}
@@ -76,7 +92,11 @@ func TestChartRollingUpdate(t *testing.T) {
 	for _, v := range spec.Volumes {
 		tmp = tmp || v.Name == "tmp" && v.EmptyDir != nil
 	}
-	if !tmp || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "tmp" && m.MountPath == "/tmp" }) {
+	if !tmp ||
+		!slices.ContainsFunc(
+			c.VolumeMounts,
+			func(m corev1.VolumeMount) bool { return m.Name == "tmp" && m.MountPath == "/tmp" },
+		) {
 		t.Error("the probe socket's /tmp is not the pod's own emptyDir")
 	}
 }
@@ -88,11 +108,26 @@ func TestChartRollingUpdate(t *testing.T) {
 func TestChartLoggingAndGates(t *testing.T) {
 	args := func(r rendered) []string { return r.ds[0].Spec.Template.Spec.Containers[0].Args }
 	def := template(t)
-	if a := args(def); !slices.Contains(a, "--logging-format=text") || !slices.Contains(a, "-v=0") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--feature-gates") }) {
+	if a := args(def); !slices.Contains(a, "--logging-format=text") ||
+		!slices.Contains(a, "-v=0") ||
+		slices.ContainsFunc(
+			a, func(s string) bool { return strings.HasPrefix(s, "--feature-gates") },
+		) {
 		t.Errorf("default args %v: want text logs at -v=0 and no gates set", a)
 	}
-	r := template(t, "logging.format=json", "logVerbosity=4", "featureGates.DynamicMIG=false", "featureGates.DynamicMIGWholeGPU=true", "webhook.enabled=true")
-	want := []string{"--logging-format=json", "-v=4", "--feature-gates=DynamicMIG=false,DynamicMIGWholeGPU=true"}
+	r := template(
+		t,
+		"logging.format=json",
+		"logVerbosity=4",
+		"featureGates.DynamicMIG=false",
+		"featureGates.DynamicMIGWholeGPU=true",
+		"webhook.enabled=true",
+	)
+	want := []string{
+		"--logging-format=json",
+		"-v=4",
+		"--feature-gates=DynamicMIG=false,DynamicMIGWholeGPU=true",
+	}
 	if a := args(r); !containsAll(a, want) {
 		t.Errorf("driver args %v lack %v", a, want)
 	}
@@ -133,7 +168,12 @@ func TestChartLoggingAndGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for gate, spec := range drivercmd.FeatureGates() {
-		doc := fmt.Sprintf("%s %s, %s", gate, strings.ToLower(string(spec.PreRelease)), map[bool]string{true: "on", false: "off"}[spec.Default])
+		doc := fmt.Sprintf(
+			"%s %s, %s",
+			gate,
+			strings.ToLower(string(spec.PreRelease)),
+			map[bool]string{true: "on", false: "off"}[spec.Default],
+		)
 		if !strings.Contains(strings.Join(strings.Fields(string(values)), " "), doc) {
 			t.Errorf("values.yaml does not document %q", doc)
 		}
@@ -162,12 +202,20 @@ func TestChartWebhook(t *testing.T) {
 	}
 	r := template(t, "webhook.enabled=true")
 	if len(r.webhooks) != 1 || len(r.secrets) != 1 {
-		t.Fatalf("%d ValidatingWebhookConfigurations, %d Secrets; want one of each", len(r.webhooks), len(r.secrets))
+		t.Fatalf(
+			"%d ValidatingWebhookConfigurations, %d Secrets; want one of each",
+			len(r.webhooks),
+			len(r.secrets),
+		)
 	}
 	cfg, secret := r.webhooks[0], r.secrets[0]
 	const name, path = "nvidia-dra-driver-webhook", admission.Path
-	want := admission.Webhook(nvdriver.DriverName, admissionregv1.WebhookClientConfig{Service: &admissionregv1.ServiceReference{
-		Namespace: deploy.Namespace, Name: name, Path: ptr.To(path), Port: ptr.To[int32](443)}}, admissionregv1.Ignore)
+	want := admission.Webhook(
+		nvdriver.DriverName,
+		admissionregv1.WebhookClientConfig{Service: &admissionregv1.ServiceReference{
+			Namespace: deploy.Namespace, Name: name, Path: ptr.To(path), Port: ptr.To[int32](443)}},
+		admissionregv1.Ignore,
+	)
 	if len(cfg.Webhooks) != 1 {
 		t.Fatalf("webhooks %+v", cfg.Webhooks)
 	}
@@ -175,7 +223,12 @@ func TestChartWebhook(t *testing.T) {
 		t.Errorf("the chart's webhook differs from admission.Webhook (-want +got):\n%s", d)
 	}
 	if len(secret.Data) != 0 || secret.Name != name+"-tls" {
-		t.Errorf("Secret %s with %d keys, want an empty %s-tls", secret.Name, len(secret.Data), name)
+		t.Errorf(
+			"Secret %s with %d keys, want an empty %s-tls",
+			secret.Name,
+			len(secret.Data),
+			name,
+		)
 	}
 	var svc *corev1.Service
 	for _, s := range r.services {
@@ -191,7 +244,11 @@ func TestChartWebhook(t *testing.T) {
 		if d.Name == name {
 			dep = &d.Spec.Template.Spec
 			if !mapsContain(d.Spec.Template.Labels, svc.Spec.Selector) {
-				t.Errorf("the Service selects %v, the webhook's pods are %v", svc.Spec.Selector, d.Spec.Template.Labels)
+				t.Errorf(
+					"the Service selects %v, the webhook's pods are %v",
+					svc.Spec.Selector,
+					d.Spec.Template.Labels,
+				)
 			}
 		}
 	}
@@ -199,15 +256,24 @@ func TestChartWebhook(t *testing.T) {
 		t.Fatal("no webhook Deployment")
 	}
 	args := dep.Containers[0].Args
-	for _, w := range []string{drivercmd.WebhookCommand, "--address=:8443", "--self-signed-secret=" + deploy.Namespace + "/" + secret.Name,
+	for _, w := range []string{
+		drivercmd.WebhookCommand,
+		"--address=:8443",
+		"--self-signed-secret=" + deploy.Namespace + "/" + secret.Name,
 		"--webhook-configuration=" + cfg.Name,
-		fmt.Sprintf("--dns-names=%[1]s,%[1]s.%[2]s,%[1]s.%[2]s.svc", name, deploy.Namespace)} {
+		fmt.Sprintf("--dns-names=%[1]s,%[1]s.%[2]s,%[1]s.%[2]s.svc", name, deploy.Namespace),
+	} {
 		if !slices.Contains(args, w) {
 			t.Errorf("webhook args %v lack %s", args, w)
 		}
 	}
 	if args[0] != drivercmd.WebhookCommand || dep.ServiceAccountName != name || dep.HostNetwork {
-		t.Errorf("webhook pod: args %v, ServiceAccount %s, hostNetwork %v", args, dep.ServiceAccountName, dep.HostNetwork)
+		t.Errorf(
+			"webhook pod: args %v, ServiceAccount %s, hostNetwork %v",
+			args,
+			dep.ServiceAccountName,
+			dep.HostNetwork,
+		)
 	}
 	// Exactly its Secret and its configuration, by name.
 	var got []string
@@ -248,16 +314,34 @@ func TestChartWebhook(t *testing.T) {
 
 	// The local cluster: by URL, on the host's network, the replicas
 	// sharing the port (--reuse-port) and rolling with a surge.
-	local := template(t, "webhook.enabled=true", "webhook.url=https://127.0.0.1:8443", "webhook.hostNetwork=true", "webhook.failurePolicy=Fail")
+	local := template(
+		t,
+		"webhook.enabled=true",
+		"webhook.url=https://127.0.0.1:8443",
+		"webhook.hostNetwork=true",
+		"webhook.failurePolicy=Fail",
+	)
 	lw := local.webhooks[0].Webhooks[0]
-	if lw.ClientConfig.URL == nil || *lw.ClientConfig.URL != "https://127.0.0.1:8443"+path || lw.ClientConfig.Service != nil || *lw.FailurePolicy != admissionregv1.Fail {
-		t.Errorf("webhook.url: client config %+v, failure policy %s", lw.ClientConfig, *lw.FailurePolicy)
+	if lw.ClientConfig.URL == nil || *lw.ClientConfig.URL != "https://127.0.0.1:8443"+path ||
+		lw.ClientConfig.Service != nil ||
+		*lw.FailurePolicy != admissionregv1.Fail {
+		t.Errorf(
+			"webhook.url: client config %+v, failure policy %s",
+			lw.ClientConfig,
+			*lw.FailurePolicy,
+		)
 	}
 	for _, d := range local.deployments {
 		c := d.Spec.Template.Spec.Containers[0]
-		if d.Name == name && (!d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.Type != "RollingUpdate" ||
-			!slices.Contains(c.Args, "--ip-addresses=127.0.0.1") || !slices.Contains(c.Args, "--reuse-port") || len(c.Ports) != 0) {
-			t.Errorf("webhook.url, hostNetwork: %+v %v", d.Spec.Strategy, d.Spec.Template.Spec.Containers[0].Args)
+		if d.Name == name &&
+			(!d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.Type != "RollingUpdate" ||
+				!slices.Contains(c.Args, "--ip-addresses=127.0.0.1") ||
+				!slices.Contains(c.Args, "--reuse-port") || len(c.Ports) != 0) {
+			t.Errorf(
+				"webhook.url, hostNetwork: %+v %v",
+				d.Spec.Strategy,
+				d.Spec.Template.Spec.Containers[0].Args,
+			)
 		}
 	}
 }
@@ -295,7 +379,18 @@ func mapsContain(m, sub map[string]string) bool {
 // Secret the webhook mounts, and cert-manager injects the caBundle; the
 // webhook then needs no rights at all.
 func TestChartWebhookCertManager(t *testing.T) {
-	out := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=true")
+	out := runHelm(
+		t,
+		"template",
+		deploy.Release,
+		"chart",
+		"--namespace",
+		deploy.Namespace,
+		"--set",
+		"webhook.enabled=true",
+		"--set",
+		"webhook.certManager.enabled=true",
+	)
 	kinds := map[string][]map[string]any{}
 	for _, doc := range strings.Split(out, "\n---\n") {
 		var obj map[string]any
@@ -307,7 +402,12 @@ func TestChartWebhookCertManager(t *testing.T) {
 		}
 	}
 	if len(kinds["Issuer"]) != 2 || len(kinds["Certificate"]) != 2 || len(kinds["Secret"]) != 0 {
-		t.Errorf("%d Issuers, %d Certificates, %d Secrets; want 2, 2, 0", len(kinds["Issuer"]), len(kinds["Certificate"]), len(kinds["Secret"]))
+		t.Errorf(
+			"%d Issuers, %d Certificates, %d Secrets; want 2, 2, 0",
+			len(kinds["Issuer"]),
+			len(kinds["Certificate"]),
+			len(kinds["Secret"]),
+		)
 	}
 	var serving map[string]any
 	for _, c := range kinds["Certificate"] {
@@ -315,12 +415,18 @@ func TestChartWebhookCertManager(t *testing.T) {
 			serving = c
 		}
 	}
-	if serving == nil || serving["spec"].(map[string]any)["secretName"] != "nvidia-dra-driver-webhook-tls" {
+	if serving == nil ||
+		serving["spec"].(map[string]any)["secretName"] != "nvidia-dra-driver-webhook-tls" {
 		t.Errorf("serving Certificate %v", serving)
 	}
 	for _, c := range kinds["ValidatingWebhookConfiguration"] {
-		if a := c["metadata"].(map[string]any)["annotations"]; a == nil || a.(map[string]any)["cert-manager.io/inject-ca-from"] != deploy.Namespace+"/nvidia-dra-driver-webhook" {
-			t.Errorf("the webhook configuration's annotations %v lack cert-manager's CA injection", a)
+		if a := c["metadata"].(map[string]any)["annotations"]; a == nil ||
+			a.(map[string]any)["cert-manager.io/inject-ca-from"] != deploy.Namespace+
+				"/nvidia-dra-driver-webhook" {
+			t.Errorf(
+				"the webhook configuration's annotations %v lack cert-manager's CA injection",
+				a,
+			)
 		}
 	}
 	for _, k := range []string{"Role", "ClusterRole"} {
@@ -330,7 +436,8 @@ func TestChartWebhookCertManager(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(out, "--tls-cert-file=/tls/tls.crt") || strings.Contains(out, "--self-signed-secret") {
+	if !strings.Contains(out, "--tls-cert-file=/tls/tls.crt") ||
+		strings.Contains(out, "--self-signed-secret") {
 		t.Error("with cert-manager the webhook does not serve the mounted certificate")
 	}
 }
@@ -350,8 +457,12 @@ func TestChartMetrics(t *testing.T) {
 	if svc == nil {
 		t.Fatal("no metrics Service")
 	}
-	if svc.Spec.ClusterIP != "None" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort != intstr.FromInt32(51589) ||
-		!mapsContain(ds.Spec.Template.Labels, svc.Spec.Selector) || svc.Labels["release"] != "prom" || svc.Labels["app.kubernetes.io/component"] != "metrics" {
+	if svc.Spec.ClusterIP != "None" || len(svc.Spec.Ports) != 1 ||
+		svc.Spec.Ports[0].Name != "metrics" ||
+		svc.Spec.Ports[0].TargetPort != intstr.FromInt32(51589) ||
+		!mapsContain(ds.Spec.Template.Labels, svc.Spec.Selector) ||
+		svc.Labels["release"] != "prom" ||
+		svc.Labels["app.kubernetes.io/component"] != "metrics" {
 		t.Errorf("metrics Service %+v, labels %v", svc.Spec, svc.Labels)
 	}
 	if len(r.configs) != 1 || r.configs[0].Labels["grafana_dashboard"] != "1" {
@@ -361,10 +472,23 @@ func TestChartMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.configs[0].Data["nvidia-dra-driver.json"]; strings.TrimSpace(got) != strings.TrimSpace(string(file)) {
+	if got := r.configs[0].Data["nvidia-dra-driver.json"]; strings.TrimSpace(
+		got,
+	) != strings.TrimSpace(
+		string(file),
+	) {
 		t.Error("the ConfigMap's dashboard is not the chart's file")
 	}
-	out := runHelm(t, "template", deploy.Release, "chart", "--namespace", deploy.Namespace, "--set", "metrics.serviceMonitor.enabled=true")
+	out := runHelm(
+		t,
+		"template",
+		deploy.Release,
+		"chart",
+		"--namespace",
+		deploy.Namespace,
+		"--set",
+		"metrics.serviceMonitor.enabled=true",
+	)
 	if !strings.Contains(out, "kind: ServiceMonitor") || !strings.Contains(out, "port: metrics") {
 		t.Error("metrics.serviceMonitor.enabled renders no ServiceMonitor on the metrics port")
 	}

@@ -39,8 +39,10 @@ type Workload struct {
 // ContainerScript is what every story pod's container runs: it prints
 // the devices it received (the driver's variables, an MPS share's limits
 // and its claims' devices files), then sleeps until deleted.
-const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.EnvVisibleDevices + `"; env | grep -E '^(NVIDIA_DRAKIT_|CUDA_MPS_)' | sort; ` +
-	`[ -n "$` + nvdriver.EnvClaimFileDir + `" ] && cat "$` + nvdriver.EnvClaimFileDir + `"/*.json; echo; echo END; sleep 3600`
+const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.EnvVisibleDevices +
+	`"; env | grep -E '^(NVIDIA_DRAKIT_|CUDA_MPS_)' | sort; ` +
+	`[ -n "$` + nvdriver.EnvClaimFileDir + `" ] && cat "$` + nvdriver.EnvClaimFileDir +
+	`"/*.json; echo; echo END; sleep 3600`
 
 // Story returns the workloads, in the demo's order, for pods in namespace
 // ns running image (a busybox with sh, env, grep, cat, sleep; pull policy
@@ -51,37 +53,94 @@ const ContainerScript = `echo "` + nvdriver.EnvVisibleDevices + `=$` + nvdriver.
 // GPUs, which an eight-GPU node cannot give.
 func Story(ns, image string) []Workload {
 	one := func(name, class string) resourceapi.DeviceRequest {
-		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}
+		return resourceapi.DeviceRequest{
+			Name:    name,
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class},
+		}
 	}
 	mig := func(profile string) string { return nvdriver.ProfileClass(profile) }
 	ws := []Workload{
-		claimWorkload(ns, image, "gpu", "one full GPU (ResourceClaimTemplate, class "+nvdriver.ClassGPU+")", 1,
-			resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("gpu", nvdriver.ClassGPU)}}),
-		claimWorkload(ns, image, "mig-1g", "a 1g.18gb MIG device (class "+mig("1g.18gb")+")", 1,
-			resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("mig", mig("1g.18gb"))}}),
-		claimWorkload(ns, image, "mig-3g", "a 3g.71gb MIG device (class "+mig("3g.71gb")+")", 1,
-			resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{one("mig", mig("3g.71gb"))}}),
-		claimWorkload(ns, image, "mig-pair", "a 1g.18gb and a 2g.35gb MIG device on the same GPU (matchAttribute "+nvdriver.DriverName+"/"+nvdriver.AttrParentUUID+")", 2,
+		claimWorkload(
+			ns,
+			image,
+			"gpu",
+			"one full GPU (ResourceClaimTemplate, class "+nvdriver.ClassGPU+")",
+			1,
 			resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{one("small", mig("1g.18gb")), one("medium", mig("2g.35gb"))},
+				Requests: []resourceapi.DeviceRequest{one("gpu", nvdriver.ClassGPU)},
+			},
+		),
+		claimWorkload(
+			ns,
+			image,
+			"mig-1g",
+			"a 1g.18gb MIG device (class "+mig("1g.18gb")+")",
+			1,
+			resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{one("mig", mig("1g.18gb"))},
+			},
+		),
+		claimWorkload(
+			ns,
+			image,
+			"mig-3g",
+			"a 3g.71gb MIG device (class "+mig("3g.71gb")+")",
+			1,
+			resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{one("mig", mig("3g.71gb"))},
+			},
+		),
+		claimWorkload(
+			ns,
+			image,
+			"mig-pair",
+			"a 1g.18gb and a 2g.35gb MIG device on the same GPU (matchAttribute "+
+				nvdriver.DriverName+"/"+nvdriver.AttrParentUUID+")",
+			2,
+			resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{
+					one("small", mig("1g.18gb")),
+					one("medium", mig("2g.35gb")),
+				},
 				Constraints: []resourceapi.DeviceConstraint{{
-					MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(nvdriver.DriverName + "/" + nvdriver.AttrParentUUID)),
+					MatchAttribute: ptr.To(
+						resourceapi.FullyQualifiedName(
+							nvdriver.DriverName + "/" + nvdriver.AttrParentUUID,
+						),
+					),
 				}},
-			}),
+			},
+		),
 		limitsWorkload(ns, image, "legacy-gpu", nvdriver.ExtendedResourceGPU),
 		limitsWorkload(ns, image, "legacy-mig", nvdriver.ProfileExtendedResource("1g.18gb")),
 	}
-	tooBig := claimWorkload(ns, image, "nine-gpus", "nine full GPUs at once (the node has eight)", 9,
-		resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: nvdriver.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 9,
-		}}}})
+	tooBig := claimWorkload(
+		ns,
+		image,
+		"nine-gpus",
+		"nine full GPUs at once (the node has eight)",
+		9,
+		resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{
+				{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
+					DeviceClassName: nvdriver.ClassGPU,
+					AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+					Count:           9,
+				}},
+			},
+		},
+	)
 	tooBig.Fits = false
 	return append(ws, tooBig)
 }
 
 func storyPod(ns, image, name string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/part-of": "nvidia-dra-driver-story"}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: ns,
+			Labels:    map[string]string{"app.kubernetes.io/part-of": "nvidia-dra-driver-story"},
+		},
 		Spec: corev1.PodSpec{
 			HostNetwork:                   true,
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -94,23 +153,42 @@ func storyPod(ns, image, name string) *corev1.Pod {
 	}
 }
 
-func claimWorkload(ns, image, name, ask string, devices int, claim resourceapi.DeviceClaim) Workload {
+func claimWorkload(
+	ns, image, name, ask string,
+	devices int,
+	claim resourceapi.DeviceClaim,
+) Workload {
 	pod := storyPod(ns, image, name)
-	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: ptr.To(name)}}
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{
+		{Name: "devices", ResourceClaimTemplateName: ptr.To(name)},
+	}
 	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "devices"}}
 	return Workload{
 		Name: name, Ask: ask, Devices: devices, Fits: true, Pod: pod,
 		Template: &resourceapi.ResourceClaimTemplate{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: claim}},
+			Spec: resourceapi.ResourceClaimTemplateSpec{
+				Spec: resourceapi.ResourceClaimSpec{Devices: claim},
+			},
 		},
 	}
 }
 
 func limitsWorkload(ns, image, name, extended string) Workload {
 	pod := storyPod(ns, image, name)
-	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(extended): resource.MustParse("1")}
-	return Workload{Name: name, Ask: fmt.Sprintf("resources.limits %s: 1, the old way (no claim in its spec)", extended), Devices: 1, Fits: true, Pod: pod}
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+		corev1.ResourceName(extended): resource.MustParse("1"),
+	}
+	return Workload{
+		Name: name,
+		Ask: fmt.Sprintf(
+			"resources.limits %s: 1, the old way (no claim in its spec)",
+			extended,
+		),
+		Devices: 1,
+		Fits:    true,
+		Pod:     pod,
+	}
 }
 
 // Seen is what a story pod's container printed, parsed.

@@ -25,7 +25,9 @@ func TestContainerScriptTwoClaims(t *testing.T) {
 	}
 	// The script ends with a long sleep; here sleep returns at once.
 	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "sleep"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	if err := os.WriteFile(
+		filepath.Join(bin, "sleep"), []byte("#!/bin/sh\nexit 0\n"), 0o755,
+	); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("sh", "-c", deploy.ContainerScript)
@@ -42,8 +44,13 @@ func TestContainerScriptTwoClaims(t *testing.T) {
 		t.Fatalf("sh -c ContainerScript: %v: %s", err, out)
 	}
 	s := deploy.ParseSeen(string(out))
-	if !s.Complete || s.VisibleDevices != nvdriver.VisibleDevicesVoid || !slices.Equal(s.UUIDs, []string{"GPU-0000", "GPU-1111", "MIG-2222"}) {
-		t.Errorf("ParseSeen of %q = %+v, want void, the three UUIDs in variable order, complete", out, s)
+	if !s.Complete || s.VisibleDevices != nvdriver.VisibleDevicesVoid ||
+		!slices.Equal(s.UUIDs, []string{"GPU-0000", "GPU-1111", "MIG-2222"}) {
+		t.Errorf(
+			"ParseSeen of %q = %+v, want void, the three UUIDs in variable order, complete",
+			out,
+			s,
+		)
 	}
 	for _, content := range files {
 		if !strings.Contains(s.DevicesFiles, content) {

@@ -38,34 +38,87 @@ type admissionCase struct {
 }
 
 var admissionCases = []admissionCase{
-	{name: "correct", driver: nvdriver.DriverName, params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`},
-	{name: "unknown-field", driver: nvdriver.DriverName, params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"intervall":"Long"}}}`,
-		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig (gpu.nvidia.drakit.dev/v1alpha1) from the claim: json: unknown field "intervall"`},
-	{name: "bad-value", driver: nvdriver.DriverName, params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`,
-		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig (gpu.nvidia.drakit.dev/v1alpha1): sharing.timeSlicingConfig.interval "Forever": want Default, Short, Medium or Long`},
-	{name: "other-driver", driver: "resource.nvidia.com", params: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","whatever":1}`},
+	{
+		name:   "correct",
+		driver: nvdriver.DriverName,
+		params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+			`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`,
+	},
+	{
+		name:   "unknown-field",
+		driver: nvdriver.DriverName,
+		params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+			`{"strategy":"TimeSlicing","timeSlicingConfig":{"intervall":"Long"}}}`,
+		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig ` +
+			`(gpu.nvidia.drakit.dev/v1alpha1) from the claim: json: unknown field "intervall"`,
+	},
+	{
+		name:   "bad-value",
+		driver: nvdriver.DriverName,
+		params: `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+			`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`,
+		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig ` +
+			`(gpu.nvidia.drakit.dev/v1alpha1): sharing.timeSlicingConfig.interval "Forever": ` +
+			`want Default, Short, Medium or Long`,
+	},
+	{
+		name:   "other-driver",
+		driver: "resource.nvidia.com",
+		params: `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","whatever":1}`,
+	},
 }
 
 func (c admissionCase) spec() resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ClassGPU}}},
-		Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: c.driver, Parameters: runtime.RawExtension{Raw: []byte(c.params)}}}}},
+		Requests: []resourceapi.DeviceRequest{
+			{
+				Name:    "gpu",
+				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ClassGPU},
+			},
+		},
+		Config: []resourceapi.DeviceClaimConfiguration{
+			{
+				DeviceConfiguration: resourceapi.DeviceConfiguration{
+					Opaque: &resourceapi.OpaqueDeviceConfiguration{
+						Driver: c.driver, Parameters: runtime.RawExtension{Raw: []byte(c.params)}},
+				},
+			},
+		},
 	}}
 }
 
 // helmUpgrade upgrades the release to image ref with the local cluster's
 // values and set, and waits for it (helm --wait: the DaemonSet's new pod
 // ready).
-func helmUpgrade(t *testing.T, ctx context.Context, in *installed, ref string, set ...string) time.Duration {
+func helmUpgrade(
+	t *testing.T,
+	ctx context.Context,
+	in *installed,
+	ref string,
+	set ...string,
+) time.Duration {
 	t.Helper()
 	u, err := url.Parse(in.env.RESTConfig.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	repo, tag, _ := strings.Cut(ref, ":")
-	args := []string{"upgrade", deploy.Release, "chart", "--kubeconfig", in.env.Kubeconfig, "--namespace", deploy.Namespace,
-		"--wait", "--timeout", "5m", "--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
+	args := []string{
+		"upgrade",
+		deploy.Release,
+		"chart",
+		"--kubeconfig",
+		in.env.Kubeconfig,
+		"--namespace",
+		deploy.Namespace,
+		"--wait",
+		"--timeout",
+		"5m",
+		"--set",
+		"image.repository=" + repo,
+		"--set",
+		"image.tag=" + tag,
+	}
 	for _, v := range append(in.localValues(u.Port()), set...) {
 		args = append(args, "--set", v)
 	}
@@ -80,7 +133,12 @@ func helmUpgrade(t *testing.T, ctx context.Context, in *installed, ref string, s
 
 // podEvents are the messages of the pod's events with reason.
 func podEvents(ctx context.Context, env *testenv.Env, pod, reason string) []string {
-	l, err := env.Client.CoreV1().Events(storyNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
+	l, err := env.Client.CoreV1().
+		Events(storyNS).
+		List(
+			ctx,
+			metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason},
+		)
 	if err != nil {
 		return nil
 	}
@@ -100,7 +158,9 @@ func podEvents(ctx context.Context, env *testenv.Env, pod, reason string) []stri
 // the next claim's prepare is then refused ("device already prepared for
 // another claim") until the kubelet has unprepared the old one.
 func deletePod(ctx context.Context, env *testenv.Env, name string) error {
-	err := env.Client.CoreV1().Pods(storyNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)})
+	err := env.Client.CoreV1().
+		Pods(storyNS).
+		Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -127,7 +187,9 @@ func waitPodsGone(ctx context.Context, env *testenv.Env, prefix string) error {
 // failedPrepares are the FailedPrepareDynamicResources events of the
 // story pods whose names start with prefix (events outlive their pods).
 func failedPrepares(ctx context.Context, env *testenv.Env, prefix string) ([]string, error) {
-	l, err := env.Client.CoreV1().Events(storyNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
+	l, err := env.Client.CoreV1().
+		Events(storyNS).
+		List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedPrepareDynamicResources"})
 	if err != nil {
 		return nil, err
 	}
@@ -153,11 +215,19 @@ type arrivals struct {
 	done   chan struct{}
 }
 
-func startArrivals(t *testing.T, ctx context.Context, env *testenv.Env, w deploy.Workload, prefix string) *arrivals {
+func startArrivals(
+	t *testing.T,
+	ctx context.Context,
+	env *testenv.Env,
+	w deploy.Workload,
+	prefix string,
+) *arrivals {
 	t.Helper()
 	tmpl := w.Template.DeepCopy()
 	tmpl.Name = prefix
-	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(
+		ctx, tmpl, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	a := &arrivals{prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
@@ -172,14 +242,23 @@ func startArrivals(t *testing.T, ctx context.Context, env *testenv.Env, w deploy
 			pod := w.Pod.DeepCopy()
 			pod.Name = fmt.Sprintf("%s-%d", prefix, i)
 			pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(tmpl.Name)
-			if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+				ctx, pod, metav1.CreateOptions{},
+			); err != nil {
 				a.fail(fmt.Sprintf("%s: create: %v", pod.Name, err))
 				return
 			}
 			s, _, err := waitSeen(ctx, env, pod.Name)
 			switch {
 			case err != nil:
-				a.fail(fmt.Sprintf("%s: %v (events %v)", pod.Name, err, podEvents(ctx, env, pod.Name, "FailedPrepareDynamicResources")))
+				a.fail(
+					fmt.Sprintf(
+						"%s: %v (events %v)",
+						pod.Name,
+						err,
+						podEvents(ctx, env, pod.Name, "FailedPrepareDynamicResources"),
+					),
+				)
 			case len(s.UUIDs) != 1 || !strings.HasPrefix(s.UUIDs[0], "MIG-"):
 				a.fail(fmt.Sprintf("%s saw %v, want one MIG device", pod.Name, s.UUIDs))
 			default:
@@ -230,14 +309,20 @@ func watchPod(ctx context.Context, env *testenv.Env, pod *corev1.Pod) (log func(
 	last := ""
 	go func() {
 		for ctx.Err() == nil {
-			if l, err := env.ContainerLog(ctx, pod.Namespace, pod.Name, "driver"); err == nil && len(l) >= len(last) {
+			if l, err := env.ContainerLog(ctx, pod.Namespace, pod.Name, "driver"); err == nil &&
+				len(l) >= len(last) {
 				mu.Lock()
 				last = l
 				mu.Unlock()
 			}
-			if _, err := env.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if _, err := env.Client.CoreV1().Pods(pod.Namespace).Get(
+				ctx, pod.Name, metav1.GetOptions{},
+			); apierrors.IsNotFound(
+				err,
+			) {
 				// Gone: its log file may still be on the node.
-				if l, err := env.ContainerLog(ctx, pod.Namespace, pod.Name, "driver"); err == nil && len(l) >= len(last) {
+				if l, err := env.ContainerLog(ctx, pod.Namespace, pod.Name, "driver"); err == nil &&
+					len(l) >= len(last) {
 					mu.Lock()
 					last = l
 					mu.Unlock()
@@ -276,9 +361,16 @@ func jsonLines(t *testing.T, what, log string) []map[string]any {
 func stoppedCleanly(t *testing.T, what, log string) {
 	t.Helper()
 	entries := jsonLines(t, what, log)
-	stop := slices.IndexFunc(entries, func(e map[string]any) bool { return e["msg"] == "Driver stopping" })
+	stop := slices.IndexFunc(
+		entries,
+		func(e map[string]any) bool { return e["msg"] == "Driver stopping" },
+	)
 	if stop < 0 {
-		t.Errorf("%s: no \"Driver stopping\" in its log (last lines %v)", what, entries[max(0, len(entries)-5):])
+		t.Errorf(
+			"%s: no \"Driver stopping\" in its log (last lines %v)",
+			what,
+			entries[max(0, len(entries)-5):],
+		)
 		return
 	}
 	for _, e := range entries[stop:] {
@@ -296,16 +388,32 @@ type held struct {
 	mig         map[string]string
 }
 
-func holdings(t *testing.T, ctx context.Context, env *testenv.Env, stateFile string, holders []deploy.Workload) held {
+func holdings(
+	t *testing.T,
+	ctx context.Context,
+	env *testenv.Env,
+	stateFile string,
+	holders []deploy.Workload,
+) held {
 	t.Helper()
-	h := held{allocations: map[string]string{}, cdi: cdiSpecs(t, env), mig: migInstances(t, stateFile)}
+	h := held{
+		allocations: map[string]string{},
+		cdi:         cdiSpecs(t, env),
+		mig:         migInstances(t, stateFile),
+	}
 	for _, w := range holders {
 		p, err := env.Client.CoreV1().Pods(storyNS).Get(ctx, w.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("holder %s: phase %s, container %+v", w.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 ||
+			p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf(
+				"holder %s: phase %s, container %+v",
+				w.Name,
+				p.Status.Phase,
+				p.Status.ContainerStatuses,
+			)
 		}
 		c, err := podClaim(ctx, env, p)
 		if err != nil {
@@ -361,17 +469,22 @@ func TestUpgrade(t *testing.T) {
 		pod := w.Pod.DeepCopy()
 		pod.Name = name
 		pod.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(name)
-		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(
+			ctx, tmpl, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		// The claim, made from the template by the resource claim
 		// controller, exists before the webhook does.
 		if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 			p, err := env.Client.CoreV1().Pods(storyNS).Get(ctx, name, metav1.GetOptions{})
-			return err == nil && len(p.Status.ResourceClaimStatuses) > 0 && p.Status.ResourceClaimStatuses[0].ResourceClaimName != nil, nil
+			return err == nil && len(p.Status.ResourceClaimStatuses) > 0 &&
+				p.Status.ResourceClaimStatuses[0].ResourceClaimName != nil, nil
 		}); err != nil {
 			t.Fatalf("%s: no claim made from its template: %v", name, err)
 		}
@@ -390,7 +503,11 @@ func TestUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateFile := filepath.Join(in.stateDir, "state.json")
-	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) { return len(deviceUUIDs(t, ctx, env)) > 0, nil }); err != nil {
+	if err := poll(
+		ctx,
+		time.Minute,
+		func(ctx context.Context) (bool, error) { return len(deviceUUIDs(t, ctx, env)) > 0, nil },
+	); err != nil {
 		t.Fatalf("the driver published no devices: %v", err)
 	}
 	static := migInstances(t, stateFile)
@@ -433,10 +550,14 @@ func TestUpgrade(t *testing.T) {
 	for _, name := range []string{"gpu", "mig-1g", "mig-3g", "mig-pair"} {
 		w := story[name]
 		holders = append(holders, w)
-		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(ctx, w.Template, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaimTemplates(storyNS).Create(
+			ctx, w.Template, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := env.Client.CoreV1().Pods(storyNS).Create(ctx, w.Pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(storyNS).Create(
+			ctx, w.Pod, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -451,7 +572,9 @@ func TestUpgrade(t *testing.T) {
 	// The upgrade runs the webhook and makes its configuration check
 	// fail closed.
 	webhook := []string{"webhook.enabled=true", "webhook.failurePolicy=Fail"}
-	upgrade := func(to, prefix string) (ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration) {
+	upgrade := func(to, prefix string) (
+		ran, during []time.Time, failed []string, oldLog, newLog string, took time.Duration,
+	) {
 		t.Helper()
 		old, err := in.driverPod(ctx)
 		if err != nil {
@@ -473,7 +596,9 @@ func TestUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			_, err := env.Client.CoreV1().Pods(deploy.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+			_, err := env.Client.CoreV1().Pods(deploy.Namespace).Get(
+				ctx, old.Name, metav1.GetOptions{},
+			)
 			return apierrors.IsNotFound(err), nil
 		}); err != nil {
 			t.Errorf("the old driver pod %s is not gone: %v", old.Name, err)
@@ -511,8 +636,16 @@ func TestUpgrade(t *testing.T) {
 	}
 
 	ran, during, failed, oldLog, newLog, took := upgrade(nextImage, "arrive-up")
-	t.Logf("upgrade to %s: helm upgrade --wait %s; %d pods arrived and ran (a prepare and an unprepare each), %d of them while both driver pods ran or the old one stopped; failed: %d",
-		nextImage, took.Round(time.Second), len(ran), len(during), len(failed))
+	t.Logf(
+		"upgrade to %s: helm upgrade --wait %s; %d pods arrived and ran (a prepare and an "+
+			"unprepare each), %d of them while both driver pods ran or the old one stopped; "+
+			"failed: %d",
+		nextImage,
+		took.Round(time.Second),
+		len(ran),
+		len(during),
+		len(failed),
+	)
 	for _, f := range failed {
 		t.Errorf("an arriving pod failed during the upgrade: %s", f)
 	}
@@ -524,8 +657,13 @@ func TestUpgrade(t *testing.T) {
 		t.Error("the new driver logged nothing")
 	}
 	after := holdings(t, ctx, env, stateFile, holders)
-	if !maps.Equal(before.allocations, after.allocations) || !slices.Equal(before.cdi, after.cdi) || !maps.Equal(before.mig, after.mig) {
-		t.Errorf("the holders' claims changed across the upgrade:\nbefore %+v\nafter  %+v", before, after)
+	if !maps.Equal(before.allocations, after.allocations) || !slices.Equal(before.cdi, after.cdi) ||
+		!maps.Equal(before.mig, after.mig) {
+		t.Errorf(
+			"the holders' claims changed across the upgrade:\nbefore %+v\nafter  %+v",
+			before,
+			after,
+		)
 	}
 	for _, w := range holders {
 		if m := podEvents(ctx, env, w.Name, "FailedPrepareDynamicResources"); len(m) > 0 {
@@ -537,14 +675,24 @@ func TestUpgrade(t *testing.T) {
 	// send it.
 	claims := env.Client.ResourceV1().ResourceClaims(storyNS)
 	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: storyNS}, Spec: admissionCases[1].spec()}
+		c := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: storyNS},
+			Spec:       admissionCases[1].spec(),
+		}
 		_, err := claims.Create(ctx, c, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "denied the request"), nil
 	}); err != nil {
 		t.Fatalf("the API server does not call the webhook: %v", err)
 	}
 	for _, c := range admissionCases {
-		_, err := claims.Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "admit-" + c.name, Namespace: storyNS}, Spec: c.spec()}, metav1.CreateOptions{})
+		_, err := claims.Create(
+			ctx,
+			&resourceapi.ResourceClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: "admit-" + c.name, Namespace: storyNS},
+				Spec:       c.spec(),
+			},
+			metav1.CreateOptions{},
+		)
 		_, msg, _ := strings.Cut(fmt.Sprint(err), "denied the request: ")
 		switch {
 		case c.wantErr == "" && err != nil:
@@ -553,20 +701,41 @@ func TestUpgrade(t *testing.T) {
 		case msg != c.wantErr:
 			t.Errorf("%s: %v\nwant refused with %s", c.name, err, c.wantErr)
 		case !strings.HasSuffix(prepared[c.name], ": "+msg):
-			t.Errorf("%s: the webhook says\n%s\nprepare said (the kubelet's event)\n%s", c.name, msg, prepared[c.name])
+			t.Errorf(
+				"%s: the webhook says\n%s\nprepare said (the kubelet's event)\n%s",
+				c.name,
+				msg,
+				prepared[c.name],
+			)
 		}
 	}
 
 	// The downgrade: the previous image reads what the new one wrote.
 	ran, during, failed, oldLog, _, took = upgrade(deploy.Image, "arrive-down")
-	t.Logf("downgrade to %s: helm upgrade --wait %s; %d pods arrived and ran, %d of them during the downgrade; failed: %d",
-		deploy.Image, took.Round(time.Second), len(ran), len(during), len(failed))
+	t.Logf(
+		"downgrade to %s: helm upgrade --wait %s; %d pods arrived and ran, %d of them during the "+
+			"downgrade; failed: %d",
+		deploy.Image,
+		took.Round(time.Second),
+		len(ran),
+		len(during),
+		len(failed),
+	)
 	for _, f := range failed {
 		t.Errorf("an arriving pod failed during the downgrade: %s", f)
 	}
 	stoppedCleanly(t, "the upgraded driver", oldLog)
-	if after := holdings(t, ctx, env, stateFile, holders); !maps.Equal(before.allocations, after.allocations) || !slices.Equal(before.cdi, after.cdi) || !maps.Equal(before.mig, after.mig) {
-		t.Errorf("the holders' claims changed across the downgrade:\nbefore %+v\nafter  %+v", before, after)
+	if after := holdings(t, ctx, env, stateFile, holders); !maps.Equal(
+		before.allocations,
+		after.allocations,
+	) ||
+		!slices.Equal(before.cdi, after.cdi) ||
+		!maps.Equal(before.mig, after.mig) {
+		t.Errorf(
+			"the holders' claims changed across the downgrade:\nbefore %+v\nafter  %+v",
+			before,
+			after,
+		)
 	}
 	// The previous image unprepares what the upgraded one prepared.
 	for _, w := range holders {
@@ -582,8 +751,15 @@ func TestUpgrade(t *testing.T) {
 				pending++
 			}
 		}
-		return err == nil && pending == 0 && len(cdiSpecs(t, env)) == 0 && maps.Equal(migInstances(t, stateFile), static), err
+		return err == nil && pending == 0 && len(cdiSpecs(t, env)) == 0 &&
+			maps.Equal(migInstances(t, stateFile), static), err
 	}); err != nil {
-		t.Errorf("after the holders: CDI specs %v, MIG devices %v (static %v): %v", cdiSpecs(t, env), migInstances(t, stateFile), static, err)
+		t.Errorf(
+			"after the holders: CDI specs %v, MIG devices %v (static %v): %v",
+			cdiSpecs(t, env),
+			migInstances(t, stateFile),
+			static,
+			err,
+		)
 	}
 }

@@ -37,11 +37,20 @@ import (
 // package and cannot be imported): one environment variable per device.
 type minimalPreparer struct{}
 
-func (minimalPreparer) PrepareDevice(_ context.Context, _ kit.Claim, dev kit.AllocatedDevice) (kit.PreparedDevice, error) {
+func (minimalPreparer) PrepareDevice(
+	_ context.Context,
+	_ kit.Claim,
+	dev kit.AllocatedDevice,
+) (kit.PreparedDevice, error) {
 	return kit.PreparedDevice{Edits: (&cdi.Edits{}).Env("MINIMAL_DEVICE", dev.Device)}, nil
 }
 
-func (minimalPreparer) UnprepareDevice(context.Context, kit.ClaimRef, kit.AllocatedDevice, json.RawMessage) error {
+func (minimalPreparer) UnprepareDevice(
+	context.Context,
+	kit.ClaimRef,
+	kit.AllocatedDevice,
+	json.RawMessage,
+) error {
 	return nil
 }
 
@@ -56,15 +65,29 @@ type benchDriver struct {
 
 // runDriver starts a driver on a new fake node; start is called first and
 // makes the driver's options (it is part of the measured start).
-func runDriver(ctx context.Context, b testing.TB, env *testenv.Env, name, node string, start func(node string) ([]kit.Option, error)) *benchDriver {
+func runDriver(
+	ctx context.Context,
+	b testing.TB,
+	env *testenv.Env,
+	name, node string,
+	start func(node string) ([]kit.Option, error),
+) *benchDriver {
 	b.Helper()
 	opts, err := start(node)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	opts = append(opts, kit.WithRESTConfig(env.RESTConfig), kit.WithNodeName(node),
-		kit.WithRegistrarDir(filepath.Join(dir, "reg")), kit.WithPluginDataDir(filepath.Join(dir, "plugin")), kit.WithCDIDir(filepath.Join(dir, "cdi")))
+	opts = append(
+		opts,
+		kit.WithRESTConfig(env.RESTConfig),
+		kit.WithNodeName(node),
+		kit.WithRegistrarDir(
+			filepath.Join(dir, "reg"),
+		),
+		kit.WithPluginDataDir(filepath.Join(dir, "plugin")),
+		kit.WithCDIDir(filepath.Join(dir, "cdi")),
+	)
 	k, err := kit.New(name, opts...)
 	if err != nil {
 		b.Fatal(err)
@@ -99,11 +122,20 @@ func nvidiaStart(b testing.TB, migGPUs []int, tmpfs bool) func(node string) ([]k
 		if tmpfs {
 			dir = shmDir(b)
 		}
-		sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}))
+		sim, err := nvmlsim.Open(
+			filepath.Join(dir, "gpus.json"),
+			nvmlsim.WithServer("dgx-h200"),
+			nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}),
+		)
 		if err != nil {
 			return nil, err
 		}
-		d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG(migGPUs))
+		d, err := nvdriver.New(
+			sim,
+			node,
+			nvdriver.WithStateDir(filepath.Join(dir, "state")),
+			dynamicMIG(migGPUs),
+		)
 		if err != nil {
 			return nil, err
 		}
@@ -114,20 +146,34 @@ func nvidiaStart(b testing.TB, migGPUs []int, tmpfs bool) func(node string) ([]k
 func minimalStart(node string) ([]kit.Option, error) {
 	pool := device.Pool{Name: node}
 	for i := range 4 {
-		pool.Devices = append(pool.Devices, device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "simulated"))
+		pool.Devices = append(
+			pool.Devices,
+			device.New(fmt.Sprintf("dev-%d", i)).StringAttribute("model", "simulated"),
+		)
 	}
 	inv := &device.Inventory{Driver: minimalName, Pools: []device.Pool{pool}}
-	return []kit.Option{kit.WithDiscoverer(device.StaticDiscoverer{Inv: inv}), kit.WithPreparer(minimalPreparer{})}, nil
+	return []kit.Option{
+		kit.WithDiscoverer(device.StaticDiscoverer{Inv: inv}),
+		kit.WithPreparer(minimalPreparer{}),
+	}, nil
 }
 
 // startToFirstSlice measures from the driver's construction to the first
 // ResourceSlice of its node in the API server.
-func startToFirstSlice(ctx context.Context, b *testing.B, env *testenv.Env, name, node string, start func(string) ([]kit.Option, error)) time.Duration {
+func startToFirstSlice(
+	ctx context.Context,
+	b *testing.B,
+	env *testenv.Env,
+	name, node string,
+	start func(string) ([]kit.Option, error),
+) time.Duration {
 	b.Helper()
 	if err := env.AddFakeNode(ctx, node, nil); err != nil {
 		b.Fatal(err)
 	}
-	w, err := env.Client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	w, err := env.Client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +192,14 @@ func startToFirstSlice(ctx context.Context, b *testing.B, env *testenv.Env, name
 
 // prepareTimes prepares and unprepares a claim for device n times and
 // returns the prepare call times.
-func prepareTimes(ctx context.Context, b *testing.B, env *testenv.Env, d *benchDriver, name, dev string, n, round int) []time.Duration {
+func prepareTimes(
+	ctx context.Context,
+	b *testing.B,
+	env *testenv.Env,
+	d *benchDriver,
+	name, dev string,
+	n, round int,
+) []time.Duration {
 	b.Helper()
 	kl, err := drivertest.Dial(d.k.DRASocket())
 	if err != nil {
@@ -156,8 +209,10 @@ func prepareTimes(ctx context.Context, b *testing.B, env *testenv.Env, d *benchD
 	out := make([]time.Duration, 0, n)
 	for i := range n {
 		claim, err := drivertest.CreateAllocatedClaim(ctx, env.Client, drivertest.ClaimSpec{
-			Namespace: "default", Name: fmt.Sprintf("%s-%d-%d", strings.Split(name, ".")[0], round, i), Driver: name,
-			Devices: []drivertest.Device{{Pool: d.node, Device: dev}},
+			Namespace: "default",
+			Name:      fmt.Sprintf("%s-%d-%d", strings.Split(name, ".")[0], round, i),
+			Driver:    name,
+			Devices:   []drivertest.Device{{Pool: d.node, Device: dev}},
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -173,7 +228,10 @@ func prepareTimes(ctx context.Context, b *testing.B, env *testenv.Env, d *benchD
 		// An idle node between claims: the republish that the MIG
 		// change scheduled runs now, not during the next prepare.
 		time.Sleep(nvdriver.DefaultRepublishDelay + 50*time.Millisecond)
-		if err := env.Client.ResourceV1().ResourceClaims("default").Delete(ctx, claim.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := env.Client.ResourceV1().ResourceClaims("default").Delete(
+			ctx, claim.Name, metav1.DeleteOptions{},
+		); err != nil &&
+			!apierrors.IsNotFound(err) {
 			b.Fatal(err)
 		}
 	}
@@ -183,7 +241,14 @@ func prepareTimes(ctx context.Context, b *testing.B, env *testenv.Env, d *benchD
 // allocTimes runs the real scheduler allocator n times for one device
 // matching selector on the slices and returns the times (allocator
 // construction and Allocate, as kube-scheduler does per claim).
-func allocTimes(ctx context.Context, b *testing.B, node string, slices []*resourceapi.ResourceSlice, selector string, n int) []time.Duration {
+func allocTimes(
+	ctx context.Context,
+	b *testing.B,
+	node string,
+	slices []*resourceapi.ResourceSlice,
+	selector string,
+	n int,
+) []time.Duration {
 	b.Helper()
 	one := newOneDevice(node, selector)
 	out := make([]time.Duration, 0, n)
@@ -210,22 +275,48 @@ type oneDevice struct {
 }
 
 func newOneDevice(node, selector string) *oneDevice {
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: "c", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}}
+	req := resourceapi.ExactDeviceRequest{
+		DeviceClassName: "c",
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           1,
+		Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: selector}},
+		},
+	}
 	return &oneDevice{
-		features: structured.Features{AdminAccess: true, PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true, DeviceBindingAndStatus: true, ConsumableCapacity: true},
-		cache:    cel.NewCache(256, cel.Features{EnableConsumableCapacity: true}),
-		classes:  classList{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}}},
-		node:     &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-		claim: &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: "default", UID: "claim-uid"},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}}}}},
+		features: structured.Features{
+			AdminAccess:            true,
+			PartitionableDevices:   true,
+			PrioritizedList:        true,
+			DeviceTaints:           true,
+			DeviceBindingAndStatus: true,
+			ConsumableCapacity:     true,
+		},
+		cache:   cel.NewCache(256, cel.Features{EnableConsumableCapacity: true}),
+		classes: classList{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}}},
+		node:    &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+		claim: &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: "default", UID: "claim-uid"},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{
+					Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}},
+				},
+			},
+		},
 	}
 }
 
 // allocate runs the allocator once on the slices with nothing allocated:
 // one result when a device matches, none when none does.
-func (o *oneDevice) allocate(ctx context.Context, slices []*resourceapi.ResourceSlice) ([]resourceapi.AllocationResult, error) {
-	state := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+func (o *oneDevice) allocate(
+	ctx context.Context,
+	slices []*resourceapi.ResourceSlice,
+) ([]resourceapi.AllocationResult, error) {
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
 	al, err := structured.NewAllocator(ctx, o.features, state, o.classes, slices, o.cache)
 	if err != nil {
 		return nil, err
@@ -286,10 +377,33 @@ func BenchmarkDriver(b *testing.B) {
 	var rows [][]string
 	var startR, p50R, p99R, p50sR, p99sR, allocR []float64
 	for round := range b.N {
-		nvStart := startToFirstSlice(ctx, b, env, nvdriver.DriverName, fmt.Sprintf("nv-start-%d", round), nvidiaStart(b, nil, false))
-		minStart := startToFirstSlice(ctx, b, env, minimalName, fmt.Sprintf("min-start-%d", round), minimalStart)
+		nvStart := startToFirstSlice(
+			ctx,
+			b,
+			env,
+			nvdriver.DriverName,
+			fmt.Sprintf("nv-start-%d", round),
+			nvidiaStart(b, nil, false),
+		)
+		minStart := startToFirstSlice(
+			ctx,
+			b,
+			env,
+			minimalName,
+			fmt.Sprintf("min-start-%d", round),
+			minimalStart,
+		)
 
-		nvNode, shmNode, minNode := fmt.Sprintf("nv-prep-%d", round), fmt.Sprintf("shm-prep-%d", round), fmt.Sprintf("min-prep-%d", round)
+		nvNode, shmNode, minNode := fmt.Sprintf(
+			"nv-prep-%d",
+			round,
+		), fmt.Sprintf(
+			"shm-prep-%d",
+			round,
+		), fmt.Sprintf(
+			"min-prep-%d",
+			round,
+		)
 		for _, n := range []string{nvNode, shmNode, minNode} {
 			if err := env.AddFakeNode(ctx, n, nil); err != nil {
 				b.Fatal(err)
@@ -300,9 +414,33 @@ func BenchmarkDriver(b *testing.B) {
 		mn := runDriver(ctx, b, env, minimalName, minNode, minimalStart)
 		var nvT, shmT, minT []time.Duration
 		for i := range 4 { // interleaved
-			nvT = append(nvT, prepareTimes(ctx, b, env, nv, nvdriver.DriverName, "gpu-4-1g-18gb-0", prepares/4, round*100+i)...)
-			shmT = append(shmT, prepareTimes(ctx, b, env, shm, nvdriver.DriverName, "gpu-4-1g-18gb-0", prepares/4, round*100+10+i)...)
-			minT = append(minT, prepareTimes(ctx, b, env, mn, minimalName, "dev-0", prepares/4, round*100+i)...)
+			nvT = append(
+				nvT,
+				prepareTimes(
+					ctx,
+					b,
+					env,
+					nv,
+					nvdriver.DriverName,
+					"gpu-4-1g-18gb-0",
+					prepares/4,
+					round*100+i,
+				)...)
+			shmT = append(
+				shmT,
+				prepareTimes(
+					ctx,
+					b,
+					env,
+					shm,
+					nvdriver.DriverName,
+					"gpu-4-1g-18gb-0",
+					prepares/4,
+					round*100+10+i,
+				)...)
+			minT = append(
+				minT,
+				prepareTimes(ctx, b, env, mn, minimalName, "dev-0", prepares/4, round*100+i)...)
 		}
 		nv.stop()
 		shm.stop()
@@ -311,9 +449,31 @@ func BenchmarkDriver(b *testing.B) {
 		migSlices := inventorySlices(b, nvNode, nil)
 		fullSlices := inventorySlices(b, nvNode, []int{})
 		sel := func(typ, extra string) string {
-			return fmt.Sprintf(`device.driver == %q && device.attributes[%q].type == %q%s`, nvdriver.DriverName, nvdriver.DriverName, typ, extra)
+			return fmt.Sprintf(
+				`device.driver == %q && device.attributes[%q].type == %q%s`,
+				nvdriver.DriverName,
+				nvdriver.DriverName,
+				typ,
+				extra,
+			)
 		}
-		migA := pct(allocTimes(ctx, b, nvNode, migSlices, sel("mig", fmt.Sprintf(` && device.attributes[%q].profile == "1g.18gb"`, nvdriver.DriverName)), allocs), 0.5)
+		migA := pct(
+			allocTimes(
+				ctx,
+				b,
+				nvNode,
+				migSlices,
+				sel(
+					"mig",
+					fmt.Sprintf(
+						` && device.attributes[%q].profile == "1g.18gb"`,
+						nvdriver.DriverName,
+					),
+				),
+				allocs,
+			),
+			0.5,
+		)
 		fullA := pct(allocTimes(ctx, b, nvNode, fullSlices, sel("gpu", ""), allocs), 0.5)
 
 		startR = append(startR, float64(nvStart)/float64(minStart))
@@ -325,17 +485,41 @@ func BenchmarkDriver(b *testing.B) {
 		rows = append(rows, []string{
 			fmt.Sprint(round),
 			fmt.Sprintf("%.0f / %.0f", ms(nvStart), ms(minStart)),
-			fmt.Sprintf("%.2f / %.2f / %.2f", ms(pct(nvT, 0.5)), ms(pct(shmT, 0.5)), ms(pct(minT, 0.5))),
-			fmt.Sprintf("%.2f / %.2f / %.2f", ms(pct(nvT, 0.99)), ms(pct(shmT, 0.99)), ms(pct(minT, 0.99))),
+			fmt.Sprintf(
+				"%.2f / %.2f / %.2f",
+				ms(pct(nvT, 0.5)),
+				ms(pct(shmT, 0.5)),
+				ms(pct(minT, 0.5)),
+			),
+			fmt.Sprintf(
+				"%.2f / %.2f / %.2f",
+				ms(pct(nvT, 0.99)),
+				ms(pct(shmT, 0.99)),
+				ms(pct(minT, 0.99)),
+			),
 			fmt.Sprintf("%.3f / %.3f", ms(migA), ms(fullA)),
 		})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "round\tstart->1st slice ms (nvidia / minimal)\tprepare p50 ms (nvidia 1g / same, state on tmpfs / minimal)\tprepare p99 ms (same)\talloc ms (1g on MIG node / 1 GPU on full node)")
+	fmt.Fprintln(
+		tw,
+		"round\tstart->1st slice ms (nvidia / minimal)\tprepare p50 ms (nvidia 1g / same, state "+
+			"on tmpfs / minimal)\tprepare p99 ms (same)\talloc ms (1g on MIG node / 1 GPU on "+
+			"full node)",
+	)
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	fmt.Fprintf(tw, "ratio median [min..max]\t%s\t%s / %s\t%s / %s\t%s\n", spread(startR), spread(p50R), spread(p50sR), spread(p99R), spread(p99sR), spread(allocR))
+	fmt.Fprintf(
+		tw,
+		"ratio median [min..max]\t%s\t%s / %s\t%s / %s\t%s\n",
+		spread(startR),
+		spread(p50R),
+		spread(p50sR),
+		spread(p99R),
+		spread(p99sR),
+		spread(allocR),
+	)
 	tw.Flush()
 }
 
@@ -345,11 +529,20 @@ func BenchmarkDriver(b *testing.B) {
 func inventorySlices(b *testing.B, node string, migGPUs []int) []*resourceapi.ResourceSlice {
 	b.Helper()
 	dir := b.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs}),
+	)
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := nvdriver.New(sim, node, nvdriver.WithStateDir(filepath.Join(dir, "state")), dynamicMIG(migGPUs))
+	d, err := nvdriver.New(
+		sim,
+		node,
+		nvdriver.WithStateDir(filepath.Join(dir, "state")),
+		dynamicMIG(migGPUs),
+	)
 	if err != nil {
 		b.Fatal(err)
 	}

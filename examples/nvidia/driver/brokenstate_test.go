@@ -20,7 +20,9 @@ import (
 func roStateDir(t *testing.T) (dir string, remount func(mode string)) {
 	t.Helper()
 	dir = t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(
+		"mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", dir,
+	).CombinedOutput(); err != nil {
 		t.Skipf("needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, out)
 	}
 	t.Cleanup(func() {
@@ -30,7 +32,9 @@ func roStateDir(t *testing.T) (dir string, remount func(mode string)) {
 	})
 	return dir, func(mode string) {
 		t.Helper()
-		if out, err := exec.Command("mount", "-o", "remount,"+mode, dir).CombinedOutput(); err != nil {
+		if out, err := exec.Command(
+			"mount", "-o", "remount,"+mode, dir,
+		).CombinedOutput(); err != nil {
 			t.Fatalf("remount %s %s: %v: %s", dir, mode, err, out)
 		}
 	}
@@ -43,7 +47,12 @@ func roStateDir(t *testing.T) (dir string, remount func(mode string)) {
 func TestReadOnlyStateDir(t *testing.T) {
 	ctx := context.Background()
 	state, remount := roStateDir(t)
-	sim, err := nvmlsim.Open(filepath.Join(t.TempDir(), "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(testSetup), nvmlsim.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(
+		filepath.Join(t.TempDir(), "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(testSetup),
+		nvmlsim.WithPollInterval(5*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +137,13 @@ func TestCorruptState(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := nvmlsim.Open(f.state)
-	if !errors.Is(err, nvmlsim.ErrCorruptState) || !strings.Contains(err.Error(), f.state) || !strings.Contains(err.Error(), "delete it") {
-		t.Errorf("opening a corrupt simulator state: %v, want ErrCorruptState naming the file and what to do", err)
+	if !errors.Is(err, nvmlsim.ErrCorruptState) || !strings.Contains(err.Error(), f.state) ||
+		!strings.Contains(err.Error(), "delete it") {
+		t.Errorf(
+			"opening a corrupt simulator state: %v, want ErrCorruptState naming the file and "+
+				"what to do",
+			err,
+		)
 	}
 	if _, err := f.sim.GPUs(); !errors.Is(err, nvmlsim.ErrCorruptState) {
 		t.Errorf("reading a corrupt simulator state: %v, want ErrCorruptState", err)

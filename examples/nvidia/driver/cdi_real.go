@@ -77,7 +77,11 @@ func WithDriverRoot(r DriverRoot) Option {
 			r.Container = r.Host
 		}
 		if !filepath.IsAbs(r.Host) || !filepath.IsAbs(r.Container) {
-			return fmt.Errorf("driver root %q (seen at %q): want absolute paths", r.Host, r.Container)
+			return fmt.Errorf(
+				"driver root %q (seen at %q): want absolute paths",
+				r.Host,
+				r.Container,
+			)
 		}
 		r.Host, r.Container = filepath.Clean(r.Host), filepath.Clean(r.Container)
 		o.root = r
@@ -132,7 +136,13 @@ func (e nodeEditor) DeviceEdits(dev ContainerDevice) (*cdi.Edits, error) {
 
 // CommonEdits gives the control nodes.
 func (e nodeEditor) CommonEdits() (*cdi.Edits, error) {
-	return e.nodes([]cdi.DeviceNode{{Path: "/dev/nvidiactl"}, {Path: "/dev/nvidia-uvm"}, {Path: "/dev/nvidia-uvm-tools"}}), nil
+	return e.nodes(
+		[]cdi.DeviceNode{
+			{Path: "/dev/nvidiactl"},
+			{Path: "/dev/nvidia-uvm"},
+			{Path: "/dev/nvidia-uvm-tools"},
+		},
+	), nil
 }
 
 func (e nodeEditor) nodes(nodes []cdi.DeviceNode) *cdi.Edits {
@@ -149,5 +159,11 @@ func (e nodeEditor) nodes(nodes []cdi.DeviceNode) *cdi.Edits {
 
 // containerDevice is info's device as a ContainerEditor sees it.
 func (d *Driver) containerDevice(info devInfo, uuid string) ContainerDevice {
-	return ContainerDevice{UUID: uuid, Minor: d.gpus[info.gpu].Minor, MIG: info.typ == TypeMIG, GI: info.gi, CI: info.ci}
+	return ContainerDevice{
+		UUID:  uuid,
+		Minor: d.gpus[info.gpu].Minor,
+		MIG:   info.typ == TypeMIG,
+		GI:    info.gi,
+		CI:    info.ci,
+	}
 }

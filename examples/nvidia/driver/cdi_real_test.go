@@ -24,18 +24,42 @@ func TestDriverRootEdits(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(mounted, "dev"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, WithSimulatedContainers(false), WithDriverRoot(DriverRoot{Host: "/run/nvidia/driver", Container: mounted}))
+	f := newFixture(
+		t,
+		WithSimulatedContainers(false),
+		WithDriverRoot(DriverRoot{Host: "/run/nvidia/driver", Container: mounted}),
+	)
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
 	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 31, 32)
-	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
-	for _, n := range []string{"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap31", "/dev/nvidia-caps/nvidia-cap32", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
-		if want := fmt.Sprintf(`"path":%q,"hostPath":"/run/nvidia/driver%s"`, n, n); !strings.Contains(all, want) {
+	all := claimSpecs(
+		t,
+		f,
+		claim("r1"),
+		[]kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")},
+	)
+	for _, n := range []string{
+		"/dev/nvidia2",
+		"/dev/nvidia-caps/nvidia-cap31",
+		"/dev/nvidia-caps/nvidia-cap32",
+		"/dev/nvidia1",
+		"/dev/nvidiactl",
+		"/dev/nvidia-uvm",
+		"/dev/nvidia-uvm-tools",
+	} {
+		if want := fmt.Sprintf(
+			`"path":%q,"hostPath":"/run/nvidia/driver%s"`, n, n,
+		); !strings.Contains(
+			all,
+			want,
+		) {
 			t.Errorf("edits lack %s: %s", want, all)
 		}
 	}
-	if _, err := New(f.sim, "node-1", WithStateDir(t.TempDir()), WithDriverRoot(DriverRoot{Host: "run/nvidia"})); err == nil {
+	if _, err := New(
+		f.sim, "node-1", WithStateDir(t.TempDir()), WithDriverRoot(DriverRoot{Host: "run/nvidia"}),
+	); err == nil {
 		t.Error("a relative driver root was accepted")
 	}
 }
@@ -55,12 +79,21 @@ func TestDriverRootWithoutDevOrProc(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f := newFixture(t, WithSimulatedContainers(false), WithDriverRoot(DriverRoot{Host: "/home/kubernetes/bin/nvidia", Container: root}))
+	f := newFixture(
+		t,
+		WithSimulatedContainers(false),
+		WithDriverRoot(DriverRoot{Host: "/home/kubernetes/bin/nvidia", Container: root}),
+	)
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
 	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 21, 22)
-	c, devs := claim("gke"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-6-1g-18gb-3")}
+	c, devs := claim(
+		"gke",
+	), []kit.AllocatedDevice{
+		alloc("gpu-2-3g-71gb-4"),
+		alloc("gpu-6-1g-18gb-3"),
+	}
 	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +105,13 @@ func TestDriverRootWithoutDevOrProc(t *testing.T) {
 	all := claimSpecs(t, f, c, devs)
 	for _, want := range []string{
 		// The device nodes are the host's /dev: the driver root has none.
-		`"path":"/dev/nvidia2","type":`, `"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21,"fileMode":292`,
+		`"path":"/dev/nvidia2","type":`,
+		`"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21,"fileMode":292`,
 		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22,"fileMode":292`,
 		`"path":"/dev/nvidia-caps/nvidia-cap31","type":"c","major":236,"minor":31,"fileMode":292`,
 	} {
-		if !strings.Contains(all, want) && !strings.Contains(all, strings.TrimSuffix(want, `,"type":`)) {
+		if !strings.Contains(all, want) &&
+			!strings.Contains(all, strings.TrimSuffix(want, `,"type":`)) {
 			t.Errorf("edits lack %s: %s", want, all)
 		}
 	}
@@ -107,14 +142,23 @@ func TestContainerEditor(t *testing.T) {
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
+	all := claimSpecs(
+		t,
+		f,
+		claim("r1"),
+		[]kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")},
+	)
 	mig, _ := f.d.deviceInfo("gpu-2-3g-71gb-4")
-	if len(rec.devs) != 2 || !rec.devs[0].MIG || rec.devs[0].Minor != f.d.gpus[2].Minor || rec.devs[0].GI != mig.gi || rec.devs[0].CI != mig.ci ||
-		!strings.HasPrefix(rec.devs[0].UUID, "MIG-") || rec.devs[1].MIG || rec.devs[1].UUID != f.d.gpus[1].UUID {
+	if len(rec.devs) != 2 || !rec.devs[0].MIG || rec.devs[0].Minor != f.d.gpus[2].Minor ||
+		rec.devs[0].GI != mig.gi || rec.devs[0].CI != mig.ci ||
+		!strings.HasPrefix(rec.devs[0].UUID, "MIG-") ||
+		rec.devs[1].MIG ||
+		rec.devs[1].UUID != f.d.gpus[1].UUID {
 		b, _ := json.Marshal(rec.devs)
 		t.Errorf("the editor was asked for %s", b)
 	}
-	if strings.Count(all, "libcuda.so.1") != 2 || strings.Contains(all, `"/dev/nvidiactl"`) || !strings.Contains(all, "/dev/from-editor-"+rec.devs[1].UUID) {
+	if strings.Count(all, "libcuda.so.1") != 2 || strings.Contains(all, `"/dev/nvidiactl"`) ||
+		!strings.Contains(all, "/dev/from-editor-"+rec.devs[1].UUID) {
 		t.Errorf("edits: %s", all)
 	}
 }

@@ -55,8 +55,16 @@ func ProfileExtendedResource(profile string) string {
 // the class names it.
 func DeviceClasses(profiles []string) []*resourceapi.DeviceClass {
 	out := []*resourceapi.DeviceClass{
-		class(ClassGPU, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeGPU), ExtendedResourceGPU),
-		class(ClassMIG, fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeMIG), ""),
+		class(
+			ClassGPU,
+			fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeGPU),
+			ExtendedResourceGPU,
+		),
+		class(
+			ClassMIG,
+			fmt.Sprintf(`device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeMIG),
+			"",
+		),
 		class(ClassShared, fmt.Sprintf(
 			`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`,
 			DriverName, mig.AttrType, TypeShared, DriverName, AttrSharing, SharingMPS),
@@ -72,7 +80,15 @@ func DeviceClasses(profiles []string) []*resourceapi.DeviceClass {
 			continue
 		}
 		seen[name] = true
-		sel := fmt.Sprintf(`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`, DriverName, mig.AttrType, TypeMIG, DriverName, mig.AttrProfile, name)
+		sel := fmt.Sprintf(
+			`device.attributes[%q].%s == %q && device.attributes[%q].%s == %q`,
+			DriverName,
+			mig.AttrType,
+			TypeMIG,
+			DriverName,
+			mig.AttrProfile,
+			name,
+		)
 		out = append(out, class(ProfileClass(name), sel, ProfileExtendedResource(name)))
 	}
 	return out
@@ -80,7 +96,10 @@ func DeviceClasses(profiles []string) []*resourceapi.DeviceClass {
 
 func class(name, sel, extended string) *resourceapi.DeviceClass {
 	c := &resourceapi.DeviceClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: resourceapi.SchemeGroupVersion.String(),
+			Kind:       "DeviceClass",
+		},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -160,5 +179,8 @@ func PlannerOptions() []fleet.Option {
 // Deprecated: node agents no longer watch claims (every node held every
 // claim of the cluster); the planner does, with PlannerOptions.
 func LayoutWatchOptions() []claimwatch.Option {
-	return []claimwatch.Option{claimwatch.WithClassFunc(ClassProfile), claimwatch.WithExtendedResourceFunc(ExtendedResourceProfile)}
+	return []claimwatch.Option{
+		claimwatch.WithClassFunc(ClassProfile),
+		claimwatch.WithExtendedResourceFunc(ExtendedResourceProfile),
+	}
 }

@@ -87,7 +87,10 @@ type TimeSlicingConfig struct {
 func ConfigScheme() *kit.ConfigScheme { return configScheme }
 
 var configScheme = func() *kit.ConfigScheme {
-	s, err := kit.NewConfigScheme(DriverName, kit.NewConfigType(ConfigAPIVersion, ConfigKind, (*GPUConfig).validate))
+	s, err := kit.NewConfigScheme(
+		DriverName,
+		kit.NewConfigType(ConfigAPIVersion, ConfigKind, (*GPUConfig).validate),
+	)
 	if err != nil {
 		panic(err) // a constant scheme: every test of the package would fail
 	}
@@ -103,9 +106,15 @@ func (c *GPUConfig) validate() error {
 	case s.Strategy != TimeSlicing:
 		return fmt.Errorf("sharing.strategy %q: want %s", s.Strategy, TimeSlicing)
 	case s.TimeSlicing != nil && s.TimeSlicingConfig != nil:
-		return errors.New("sharing.timeSlicing and sharing.timeSlicingConfig are both set: keep timeSlicingConfig")
+		return errors.New(
+			"sharing.timeSlicing and sharing.timeSlicingConfig are both set: keep " +
+				"timeSlicingConfig",
+		)
 	case s.timeSlicing() != nil && !s.timeSlicing().Interval.Valid():
-		return fmt.Errorf("sharing.timeSlicingConfig.interval %q: want Default, Short, Medium or Long", s.timeSlicing().Interval)
+		return fmt.Errorf(
+			"sharing.timeSlicingConfig.interval %q: want Default, Short, Medium or Long",
+			s.timeSlicing().Interval,
+		)
 	}
 	return nil
 }

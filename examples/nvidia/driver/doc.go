@@ -21,8 +21,8 @@
 // set, served with MIG mode off (turned off at prepare, on again at
 // unprepare, by the product's rules). At start the
 // driver reconciles the dynamic GPUs with the claims the runtime holds
-// (kit.Reconciler): what no held claim names is destroyed. See examples/nvidia/README.md for attributes, container
-// edits, configuration (GPUConfig), DeviceClasses, health and the
+// (kit.Reconciler): what no held claim names is destroyed. See examples/nvidia/README.md for
+// attributes, container edits, configuration (GPUConfig), DeviceClasses, health and the
 // simulated DGX H200 the tests, chart and demo run.
 //
 // # MIG lifecycle and ownership
@@ -37,13 +37,13 @@
 // an Owner, which must claim a Key before Create (an intent record written
 // durably before the create) and until Destroy has succeeded. Everything
 // else is static MIG, an administrator's, listed by Lifecycle.List as
-// static and never touched. This driver owns every MIG device on the GPUs an administrator made dynamic (its
-// Owner is that recorded decision) and keeps a Journal of which claims
+// static and never touched. This driver owns every MIG device on the GPUs an administrator made
+// dynamic (its Owner is that recorded decision) and keeps a Journal of which claims
 // hold which device, keyed by the GPU's UUID (Key.UUID, Key.Same): its
 // ClaimPreparer holds the key after the runtime's checkpoint recorded the
 // claim and before Create, and forgets it after the Destroy that follows
-// the last holder's Release. At start, Lifecycle.Recover destroys the driver's half-made devices and leaves the
-// rest. WithLockFile makes Create, Destroy and Recover of all processes on
+// the last holder's Release. At start, Lifecycle.Recover destroys the driver's half-made devices
+// and leaves the rest. WithLockFile makes Create, Destroy and Recover of all processes on
 // a node take turns, so that a new driver process's Recover (a rolling
 // update) never destroys an old process's create in progress; a killed
 // process's lock is released by the kernel. The files: mig_lifecycle.go

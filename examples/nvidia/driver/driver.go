@@ -371,10 +371,23 @@ func New(nv nvml.Interface, node string, opts ...Option) (*Driver, error) {
 				return nil, fmt.Errorf("new NVIDIA driver: write the simulated sysfs: %w", err)
 			}
 			// A read-only state folder: the one written before serves.
-			klog.Background().Error(err, "Could not rewrite the simulated sysfs; using the one there", "path", o.sysfsRoot)
+			klog.Background().
+				Error(
+					err,
+					"Could not rewrite the simulated sysfs; using the one there",
+					"path",
+					o.sysfsRoot,
+				)
 		}
 	}
-	d := &Driver{nv: nv, node: node, o: o, kick: make(chan struct{}, 1), stop: make(chan struct{}), devs: map[string]devInfo{}}
+	d := &Driver{
+		nv:   nv,
+		node: node,
+		o:    o,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		devs: map[string]devInfo{},
+	}
 	if d.o.editor == nil {
 		d.o.editor = nodeEditor{d}
 	}
@@ -458,7 +471,15 @@ func (d *Driver) readHardware() error {
 			// the others could not even be unprepared): it is published
 			// tainted and read again until it answers.
 			gi = gpuInfo{GPU: g, broken: err}
-			klog.Background().Error(err, "GPU cannot be read: published tainted until it answers", "gpu", g.Index, "uuid", g.UUID)
+			klog.Background().
+				Error(
+					err,
+					"GPU cannot be read: published tainted until it answers",
+					"gpu",
+					g.Index,
+					"uuid",
+					g.UUID,
+				)
 		}
 		d.gpus = append(d.gpus, gi)
 	}
@@ -483,7 +504,9 @@ func (d *Driver) readGPU(gi *gpuInfo, anyMIG, anyProfile *bool) error {
 		if t, err := topology.ReadPCIDevice(g.PCIBusID, ropts...); err == nil {
 			gi.topo = &t
 		} else {
-			klog.Background().Error(err, "GPU published without PCI topology attributes", "gpu", g.Index)
+			klog.Background().Error(
+				err, "GPU published without PCI topology attributes", "gpu", g.Index,
+			)
 		}
 	}
 	_, err = d.nv.MigMode(g.Index)
@@ -592,15 +615,30 @@ func (d *Driver) lookup(name string) (devInfo, bool) {
 		return d.wholeInfo(g), true
 	}
 	pr, err := g.product.Profile(ref.Profile)
-	if err != nil || !slices.Contains(g.profiles, pr.Name) || !slices.Contains(pr.Starts, ref.Start) {
+	if err != nil || !slices.Contains(g.profiles, pr.Name) ||
+		!slices.Contains(pr.Starts, ref.Start) {
 		return devInfo{}, false
 	}
-	return devInfo{gpu: g.Index, mode: ModeDynamic, typ: TypeMIG, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start}, part: lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start}}, true
+	return devInfo{
+		gpu:     g.Index,
+		mode:    ModeDynamic,
+		typ:     TypeMIG,
+		profile: pr.Name,
+		key:     Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: ref.Start},
+		part:    lifecycle.Key{Card: g.UUID, Profile: pr.Name, Start: ref.Start},
+	}, true
 }
 
 // wholeInfo is the device of dynamic GPU g used whole (MIG mode off).
 func (d *Driver) wholeInfo(g *gpuInfo) devInfo {
-	return devInfo{pool: mig.GPUPoolName(d.node, g.Index), gpu: g.Index, mode: ModeDynamic, typ: TypeGPU, uuid: g.UUID, part: lifecycle.WholeCard(g.UUID)}
+	return devInfo{
+		pool: mig.GPUPoolName(d.node, g.Index),
+		gpu:  g.Index,
+		mode: ModeDynamic,
+		typ:  TypeGPU,
+		uuid: g.UUID,
+		part: lifecycle.WholeCard(g.UUID),
+	}
 }
 
 // ensureInventory makes sure deviceInfo knows the devices (a prepare may

@@ -28,7 +28,11 @@ var testSetup = nvmlsim.Setup{
 	MIGGPUs: []int{2, 3, 4, 5, 6, 7},
 	Instances: []nvmlsim.Instance{
 		{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4},
-		{GPU: 3, Profile: "3g.71gb", Start: 0}, {GPU: 3, Profile: "2g.35gb", Start: 4}, {GPU: 3, Profile: "1g.18gb", Start: 6},
+		{
+			GPU:     3,
+			Profile: "3g.71gb",
+			Start:   0,
+		}, {GPU: 3, Profile: "2g.35gb", Start: 4}, {GPU: 3, Profile: "1g.18gb", Start: 6},
 	},
 }
 
@@ -46,7 +50,12 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "gpus.json")
-	sim, err := nvmlsim.Open(state, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(testSetup), nvmlsim.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(
+		state,
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(testSetup),
+		nvmlsim.WithPollInterval(5*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +82,10 @@ func (f *fixture) dynamicGPUs(t *testing.T) Option {
 
 func (f *fixture) open(t *testing.T, opts ...Option) *Driver {
 	t.Helper()
-	d, err := New(f.sim, "node-1", append([]Option{WithStateDir(filepath.Join(f.dir, "state")), f.dynamicGPUs(t)}, opts...)...)
+	d, err := New(
+		f.sim,
+		"node-1",
+		append([]Option{WithStateDir(filepath.Join(f.dir, "state")), f.dynamicGPUs(t)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +113,22 @@ func TestInventoryModes(t *testing.T) {
 		t.Fatalf("inventory does not validate: %v", err)
 	}
 	got := names(inv)
-	want := []string{"gpu-0", "gpu-1", "gpu-2-4g-71gb-0", "gpu-2-3g-71gb-4", "gpu-3-3g-71gb-0", "gpu-3-2g-35gb-4", "gpu-3-1g-18gb-6"}
+	want := []string{
+		"gpu-0",
+		"gpu-1",
+		"gpu-2-4g-71gb-0",
+		"gpu-2-3g-71gb-4",
+		"gpu-3-3g-71gb-0",
+		"gpu-3-2g-35gb-4",
+		"gpu-3-1g-18gb-6",
+	}
 	if len(got) < len(want) || strings.Join(got[:len(want)], ",") != strings.Join(want, ",") {
 		t.Fatalf("first devices %v, want %v", got, want)
 	}
 	// Dynamic: GPUs 4-7 whole, and every profile x placement of them.
 	dyn := got[len(want):]
-	perGPU := 1 // the GPU whole; mig.DefaultProfiles: 1g.18gb x7, 2g.35gb x3, 3g.71gb x2, 4g.71gb, 7g.141gb
+	// the GPU whole; mig.DefaultProfiles: 1g.18gb x7, 2g.35gb x3, 3g.71gb x2, 4g.71gb, 7g.141gb
+	perGPU := 1
 	for _, n := range mig.DefaultProfiles(f.sim.Product()) {
 		pr, _ := f.sim.Product().Profile(n)
 		perGPU += len(pr.Starts)
@@ -121,7 +142,10 @@ func TestInventoryModes(t *testing.T) {
 		if strings.Contains(n, "-me-") || strings.Contains(n, "1g-35gb") {
 			t.Errorf("device %s of a profile not advertised by default", n)
 		}
-		if gpu := strings.Join(strings.SplitN(n, "-", 3)[:2], "-"); gpu != "gpu-4" && gpu != "gpu-5" && gpu != "gpu-6" && gpu != "gpu-7" {
+		if gpu := strings.Join(strings.SplitN(n, "-", 3)[:2], "-"); gpu != "gpu-4" &&
+			gpu != "gpu-5" &&
+			gpu != "gpu-6" &&
+			gpu != "gpu-7" {
 			t.Errorf("dynamic device %s on a GPU that is not dynamic", n)
 		}
 	}
@@ -132,7 +156,9 @@ func TestInventoryModes(t *testing.T) {
 }
 
 func claim(uid string) kit.Claim {
-	return kit.Claim{ClaimRef: kit.ClaimRef{UID: types.UID(uid), Namespace: "default", Name: "c-" + uid}}
+	return kit.Claim{
+		ClaimRef: kit.ClaimRef{UID: types.UID(uid), Namespace: "default", Name: "c-" + uid},
+	}
 }
 
 func alloc(dev string, cfg ...string) kit.AllocatedDevice {
@@ -166,7 +192,12 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	edits, _ := f.d.ClaimEdits(ctx, c, devs)
-	if s := specString(t, pd.Edits) + specString(t, edits); !strings.Contains(s, EnvDevicePrefix+"GPU_5_1G_18GB_3="+uuid) || !strings.Contains(s, EnvVisibleDevices+"="+VisibleDevicesVoid) || strings.Contains(s, "/dev/nvidia") {
+	if s := specString(t, pd.Edits) + specString(t, edits); !strings.Contains(
+		s,
+		EnvDevicePrefix+"GPU_5_1G_18GB_3="+uuid,
+	) ||
+		!strings.Contains(s, EnvVisibleDevices+"="+VisibleDevicesVoid) ||
+		strings.Contains(s, "/dev/nvidia") {
 		t.Errorf("edits %s: want the MIG UUID and no device nodes", s)
 	}
 	var file ClaimFile
@@ -174,7 +205,9 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &file); err != nil || len(file.Devices) != 1 || file.Devices[0].UUID != uuid || file.Devices[0].Profile != "1g.18gb" {
+	if err := json.Unmarshal(b, &file); err != nil || len(file.Devices) != 1 ||
+		file.Devices[0].UUID != uuid ||
+		file.Devices[0].Profile != "1g.18gb" {
 		t.Errorf("devices file %s", b)
 	}
 	// The device sits on GPU 5, whose pool (a pool per dynamic GPU) now
@@ -186,16 +219,25 @@ func TestDynamicMIGLifecycle(t *testing.T) {
 			continue
 		}
 		found = true
-		if first := p.Devices[0].Name(); !strings.HasPrefix(first, "gpu-5-1g-18gb-") || first == "gpu-5-1g-18gb-3" {
-			t.Errorf("GPU 5's pool starts with %s, want a free 1g.18gb placement (the planner's order)", first)
+		if first := p.Devices[0].Name(); !strings.HasPrefix(first, "gpu-5-1g-18gb-") ||
+			first == "gpu-5-1g-18gb-3" {
+			t.Errorf(
+				"GPU 5's pool starts with %s, want a free 1g.18gb placement (the planner's order)",
+				first,
+			)
 		}
 	}
 	if !found {
 		t.Errorf("no pool %s in %v", mig.GPUPoolName("node-1", 5), names(inv))
 	}
 	all := strings.Join(names(inv), " ")
-	if !strings.Contains(all, "gpu-5-1g-18gb-3") || strings.Contains(all, "gpu-5-7g-141gb-0") || strings.Contains(all, "gpu-5-4g-71gb-0") || !strings.Contains(all, "gpu-5-3g-71gb-4") {
-		t.Errorf("GPU 5 with 1g@3 publishes %s: want the in-use device and what fits beside it only", all)
+	if !strings.Contains(all, "gpu-5-1g-18gb-3") || strings.Contains(all, "gpu-5-7g-141gb-0") ||
+		strings.Contains(all, "gpu-5-4g-71gb-0") ||
+		!strings.Contains(all, "gpu-5-3g-71gb-4") {
+		t.Errorf(
+			"GPU 5 with 1g@3 publishes %s: want the in-use device and what fits beside it only",
+			all,
+		)
 	}
 	if err := f.d.UnprepareDevice(ctx, c.ClaimRef, devs[0], pd.Data); err != nil {
 		t.Fatal(err)
@@ -238,7 +280,9 @@ func TestStaticMIGUntouched(t *testing.T) {
 // names (sharing.timeSlicingConfig.interval) and from the former
 // timeSlicing, and resets it at unprepare.
 func TestTimeSlicing(t *testing.T) {
-	for name, field := range map[string]string{"NVIDIA's name": "timeSlicingConfig", "former name": "timeSlicing"} {
+	for name, field := range map[string]string{
+		"NVIDIA's name": "timeSlicingConfig", "former name": "timeSlicing",
+	} {
 		t.Run(name, func(t *testing.T) { testTimeSlicing(t, field) })
 	}
 }
@@ -249,7 +293,8 @@ func testTimeSlicing(t *testing.T, field string) {
 	if _, err := f.d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","` + field + `":{"interval":"Long"}}}`
+	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+		`{"strategy":"TimeSlicing","` + field + `":{"interval":"Long"}}}`
 	c := claim("t1")
 	dev := alloc("gpu-1", cfg)
 	if err := f.d.PrepareClaim(ctx, c, []kit.AllocatedDevice{dev}); err != nil {
@@ -280,12 +325,42 @@ func TestConfigIsStrict(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct{ dev, cfg, want string }{
-		"unknown field": {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"intervall":"Long"}}}`, `"intervall"`},
-		"bad interval":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`, `"Forever"`},
-		"both names":    {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"},"timeSlicingConfig":{"interval":"Long"}}}`, "both set"},
-		"bad kind":      {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"MigConfig"}`, `"MigConfig"`},
-		"MIG timeslice": {"gpu-5-1g-18gb-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`, "only full GPUs"},
-		"bad strategy":  {"gpu-0", `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`, `"MPS"`},
+		"unknown field": {
+			"gpu-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+				`{"strategy":"TimeSlicing","timeSlicing":{"intervall":"Long"}}}`,
+			`"intervall"`,
+		},
+		"bad interval": {
+			"gpu-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+				`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`,
+			`"Forever"`,
+		},
+		"both names": {
+			"gpu-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+				`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"},"timeSlicingConfig":` +
+				`{"interval":"Long"}}}`,
+			"both set",
+		},
+		"bad kind": {
+			"gpu-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"MigConfig"}`,
+			`"MigConfig"`,
+		},
+		"MIG timeslice": {
+			"gpu-5-1g-18gb-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+				`{"strategy":"TimeSlicing"}}`,
+			"only full GPUs",
+		},
+		"bad strategy": {
+			"gpu-0",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+				`{"strategy":"MPS"}}`,
+			`"MPS"`,
+		},
 	} {
 		err := f.d.PrepareClaim(ctx, claim("x"), []kit.AllocatedDevice{alloc(tc.dev, tc.cfg)})
 		if !errors.Is(err, kit.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -324,7 +399,8 @@ func TestHealth(t *testing.T) {
 	}
 	for _, sl := range inv.Inventory.ResourceSlices("node-1") {
 		for _, d := range sl.Spec.Devices {
-			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID && d.Taints[0].Value == "XID13"
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID &&
+				d.Taints[0].Value == "XID13"
 			if tainted != strings.HasPrefix(d.Name, "gpu-4") {
 				t.Errorf("ignored XID 13 on GPU 4: device %s taints %+v", d.Name, d.Taints)
 			}
@@ -341,7 +417,9 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("XID 79 on GPU 3 reported %+v, want its 3 MIG devices", ev.Health)
 	}
 	for _, r := range ev.Health {
-		if r.Health != device.Unhealthy || r.Reason != ReasonGPULost || r.TaintEffect != device.NoExecute || !strings.HasPrefix(r.Device.Device, "gpu-3-") {
+		if r.Health != device.Unhealthy || r.Reason != ReasonGPULost ||
+			r.TaintEffect != device.NoExecute ||
+			!strings.HasPrefix(r.Device.Device, "gpu-3-") {
 			t.Errorf("report %+v", r)
 		}
 	}
@@ -375,10 +453,14 @@ func TestHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-events
-	if err := f.d.PrepareClaim(ctx, claim("h1"), []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")}); err != nil {
+	if err := f.d.PrepareClaim(
+		ctx, claim("h1"), []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.UnprepareClaim(ctx, claim("h1").ClaimRef, []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")}); err != nil {
+	if err := f.d.UnprepareClaim(
+		ctx, claim("h1").ClaimRef, []kit.AllocatedDevice{alloc("gpu-5-7g-141gb-0")},
+	); err != nil {
 		t.Fatal(err)
 	}
 	// The republishes (after the create, after the destroy) each report
@@ -416,7 +498,10 @@ func TestDeviceClasses(t *testing.T) {
 		}
 		got = append(got, c.Name+"="+er)
 	}
-	want := "gpu.nvidia.drakit.dev=nvidia.com/gpu mig.nvidia.drakit.dev= shared.gpu.nvidia.drakit.dev=nvidia.com/gpu.shared mig-1g-18gb.nvidia.drakit.dev=nvidia.com/mig-1g.18gb mig-1g-18gb-me.nvidia.drakit.dev=nvidia.com/mig-1g.18gb.me"
+	want := "gpu.nvidia.drakit.dev=nvidia.com/gpu mig.nvidia.drakit.dev= " +
+		"shared.gpu.nvidia.drakit.dev=nvidia.com/gpu.shared " +
+		"mig-1g-18gb.nvidia.drakit.dev=nvidia.com/mig-1g.18gb " +
+		"mig-1g-18gb-me.nvidia.drakit.dev=nvidia.com/mig-1g.18gb.me"
 	if strings.Join(got, " ") != want {
 		t.Errorf("classes %v\nwant %s", got, want)
 	}
@@ -430,7 +515,14 @@ func specString(t *testing.T, e *cdi.Edits) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _, err := w.Spec(cdi.Claim{UID: "u", Namespace: "n", Name: "c", Devices: []cdi.Device{{Name: "d", Edits: e}}})
+	spec, _, err := w.Spec(
+		cdi.Claim{
+			UID:       "u",
+			Namespace: "n",
+			Name:      "c",
+			Devices:   []cdi.Device{{Name: "d", Edits: e}},
+		},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +535,14 @@ func specString(t *testing.T, e *cdi.Edits) string {
 // instance's and the compute instance's device file minors, and
 // procRoot/devices with the nvidia-caps major (capsMajorForTests). No
 // capability device node is made anywhere.
-func writeMIGCaps(t *testing.T, f *fixture, procRoot string, gpu int, dev string, giMinor, ciMinor int) {
+func writeMIGCaps(
+	t *testing.T,
+	f *fixture,
+	procRoot string,
+	gpu int,
+	dev string,
+	giMinor, ciMinor int,
+) {
 	t.Helper()
 	info, _ := f.d.deviceInfo(dev)
 	writeMIGCapsAt(t, procRoot, gpu, info.gi, info.ci, giMinor, ciMinor)
@@ -456,11 +555,19 @@ func writeMIGCapsAt(t *testing.T, procRoot string, gpu, gi, ci, giMinor, ciMinor
 	if err := os.MkdirAll(procRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	devices := "Character devices:\n  1 mem\n195 nvidia-frontend\n" + strconv.Itoa(capsMajorForTests) + " nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n"
+	devices := "Character devices:\n  1 mem\n195 nvidia-frontend\n" + strconv.Itoa(
+		capsMajorForTests,
+	) + " nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n"
 	if err := os.WriteFile(filepath.Join(procRoot, "devices"), []byte(devices), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	base := filepath.Join(procRoot, "driver/nvidia/capabilities", "gpu"+strconv.Itoa(gpu), "mig", "gi"+strconv.Itoa(gi))
+	base := filepath.Join(
+		procRoot,
+		"driver/nvidia/capabilities",
+		"gpu"+strconv.Itoa(gpu),
+		"mig",
+		"gi"+strconv.Itoa(gi),
+	)
 	cis := "ci" + strconv.Itoa(ci)
 	if err := os.MkdirAll(filepath.Join(base, cis), 0o755); err != nil {
 		t.Fatal(err)
@@ -470,7 +577,14 @@ func writeMIGCapsAt(t *testing.T, procRoot string, gpu, gi, ci, giMinor, ciMinor
 		minor int
 	}{{"access", giMinor}, {cis + "/access", ciMinor}} {
 		// As the kernel module writes them: the mode in decimal.
-		if err := os.WriteFile(filepath.Join(base, w.file), []byte("DeviceFileMinor: "+strconv.Itoa(w.minor)+"\nDeviceFileMode: 292\nDeviceFileModify: 1\n"), 0o644); err != nil {
+		if err := os.WriteFile(
+			filepath.Join(base, w.file),
+			[]byte(
+				"DeviceFileMinor: "+strconv.Itoa(w.minor)+
+					"\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+			),
+			0o644,
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -521,16 +635,30 @@ func TestMIGAttributes(t *testing.T) {
 					}
 					continue
 				}
-				for _, a := range []string{AttrMIGMode, mig.AttrProfile, AttrParentUUID, mig.AttrIndex, "resource.kubernetes.io/pcieRoot"} {
+				for _, a := range []string{
+					AttrMIGMode,
+					mig.AttrProfile,
+					AttrParentUUID,
+					mig.AttrIndex,
+					"resource.kubernetes.io/pcieRoot",
+				} {
 					if _, ok := d.Attributes[resourceapi.QualifiedName(a)]; !ok {
 						t.Errorf("full=%v: %s lacks %s", full, d.Name, a)
 					}
 				}
-				if m := d.Attributes[AttrMIGMode]; m.StringValue == nil || *m.StringValue != ModeDynamic {
+				if m := d.Attributes[AttrMIGMode]; m.StringValue == nil ||
+					*m.StringValue != ModeDynamic {
 					t.Errorf("full=%v: %s migMode %v", full, d.Name, m)
 				}
-				if n := len(d.Attributes); (!full && (n > 8 || hasArch)) || (full && (n < 16 || !hasArch)) {
-					t.Errorf("full=%v: %s has %d attributes (architecture %v)", full, d.Name, n, hasArch)
+				if n := len(d.Attributes); (!full && (n > 8 || hasArch)) ||
+					(full && (n < 16 || !hasArch)) {
+					t.Errorf(
+						"full=%v: %s has %d attributes (architecture %v)",
+						full,
+						d.Name,
+						n,
+						hasArch,
+					)
 				}
 			}
 		}
@@ -548,11 +676,22 @@ func TestRealHardwareEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeMIGCaps(t, f, proc, 2, "gpu-2-3g-71gb-4", 21, 22)
-	all := claimSpecs(t, f, claim("r1"), []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")})
+	all := claimSpecs(
+		t,
+		f,
+		claim("r1"),
+		[]kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-1")},
+	)
 	// The capability nodes carry their type, numbers and mode: the
 	// runtime makes them in the container although the node has none.
-	for _, want := range []string{`"path":"/dev/nvidia2"`, `"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21,"fileMode":292`,
-		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22,"fileMode":292`, `"path":"/dev/nvidia1"`, `"path":"/dev/nvidiactl"`, `"path":"/dev/nvidia-uvm"`} {
+	for _, want := range []string{
+		`"path":"/dev/nvidia2"`,
+		`"path":"/dev/nvidia-caps/nvidia-cap21","type":"c","major":236,"minor":21,"fileMode":292`,
+		`"path":"/dev/nvidia-caps/nvidia-cap22","type":"c","major":236,"minor":22,"fileMode":292`,
+		`"path":"/dev/nvidia1"`,
+		`"path":"/dev/nvidiactl"`,
+		`"path":"/dev/nvidia-uvm"`,
+	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("edits lack %s: %s", want, all)
 		}
@@ -560,7 +699,12 @@ func TestRealHardwareEdits(t *testing.T) {
 	if _, err := readCapability(filepath.Join(proc, "nope")); err == nil {
 		t.Error("readCapability of a missing file succeeded")
 	}
-	for _, bad := range []string{"DeviceFileMinor: 3\n", "DeviceFileMode: 292\n", "DeviceFileMinor: x\nDeviceFileMode: 292\n", "DeviceFileMinor: 3\nDeviceFileMode: 4096\n"} {
+	for _, bad := range []string{
+		"DeviceFileMinor: 3\n",
+		"DeviceFileMode: 292\n",
+		"DeviceFileMinor: x\nDeviceFileMode: 292\n",
+		"DeviceFileMinor: 3\nDeviceFileMode: 4096\n",
+	} {
 		p := filepath.Join(proc, "bad")
 		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
@@ -573,7 +717,8 @@ func TestRealHardwareEdits(t *testing.T) {
 		"nvidia-frontend\n\nBlock devices:\n236 nvidia-caps\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MIGCapabilityNodes(proc, 2, 1, 0); err == nil || !strings.Contains(err.Error(), "no nvidia-caps line") {
+	if _, err := MIGCapabilityNodes(proc, 2, 1, 0); err == nil ||
+		!strings.Contains(err.Error(), "no nvidia-caps line") {
 		t.Errorf("a /proc/devices without a nvidia-caps character device: %v, want an error "+
 			"that says so", err)
 	}
@@ -615,7 +760,11 @@ func TestTwoMIGDevicesInOneClaim(t *testing.T) {
 		t.Fatalf("GPU 6 instances %+v, want two", gis)
 	}
 	for i, dev := range devs {
-		if want := EnvDevicePrefix + envSuffix(dev.Device) + "=" + gis[i].ComputeInstances[0].UUID; !strings.Contains(s, want) {
+		if want := EnvDevicePrefix + envSuffix(dev.Device) + "=" +
+			gis[i].ComputeInstances[0].UUID; !strings.Contains(
+			s,
+			want,
+		) {
 			t.Errorf("the claim's edits %s lack %s", s, want)
 		}
 	}
@@ -669,15 +818,27 @@ func TestHealthHeartbeat(t *testing.T) {
 	}
 	beat := next("heartbeat")
 	if beat.Type != device.EventHealth || len(beat.Health) != len(first.Health) {
-		t.Fatalf("after the XID report: %s with %d reports, want a heartbeat with all %d devices", beat.Type, len(beat.Health), len(first.Health))
+		t.Fatalf(
+			"after the XID report: %s with %d reports, want a heartbeat with all %d devices",
+			beat.Type,
+			len(beat.Health),
+			len(first.Health),
+		)
 	}
 	for _, r := range beat.Health {
 		if !r.Time.IsZero() {
-			t.Errorf("heartbeat report %+v carries an old time; a re-affirmation is observed now", r)
+			t.Errorf(
+				"heartbeat report %+v carries an old time; a re-affirmation is observed now",
+				r,
+			)
 		}
 		if want := device.Healthy; strings.HasPrefix(r.Device.Device, "gpu-3-") {
 			if r.Health != device.Unhealthy {
-				t.Errorf("heartbeat says %s is %s, want Unhealthy (XID 79 on GPU 3)", r.Device.Device, r.Health)
+				t.Errorf(
+					"heartbeat says %s is %s, want Unhealthy (XID 79 on GPU 3)",
+					r.Device.Device,
+					r.Health,
+				)
 			}
 		} else if r.Health != want {
 			t.Errorf("heartbeat says %s is %s, want Healthy", r.Device.Device, r.Health)
@@ -686,7 +847,8 @@ func TestHealthHeartbeat(t *testing.T) {
 }
 
 func TestHealthHeartbeatOption(t *testing.T) {
-	if _, err := New(nil, "node-1", WithHealthHeartbeat(0)); err == nil || !strings.Contains(err.Error(), "heartbeat") {
+	if _, err := New(nil, "node-1", WithHealthHeartbeat(0)); err == nil ||
+		!strings.Contains(err.Error(), "heartbeat") {
 		t.Errorf("WithHealthHeartbeat(0): %v, want an error naming the heartbeat", err)
 	}
 }
@@ -700,21 +862,33 @@ type noTimeSlice struct{ nvml.Interface }
 func TestTimeSlicingRealRefused(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	d, err := New(noTimeSlice{f.sim}, "node-1", WithStateDir(filepath.Join(f.dir, "state2")), WithSimulatedContainers(false), f.dynamicGPUs(t))
+	d, err := New(
+		noTimeSlice{f.sim},
+		"node-1",
+		WithStateDir(filepath.Join(f.dir, "state2")),
+		WithSimulatedContainers(false),
+		f.dynamicGPUs(t),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Inventory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
+	cfg := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+		`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`
 	c := claim("t2")
 	dev := alloc("gpu-1", cfg)
 	if err := d.PrepareClaim(ctx, c, []kit.AllocatedDevice{dev}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = d.PrepareDevice(ctx, c, dev)
-	if !errors.Is(err, kit.ErrInvalidConfig) || !strings.Contains(err.Error(), "only the simulated NVML") {
-		t.Errorf("time-slicing on a backend without time-slices: %v; want ErrInvalidConfig saying it is simulator-only", err)
+	if !errors.Is(err, kit.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "only the simulated NVML") {
+		t.Errorf(
+			"time-slicing on a backend without time-slices: %v; want ErrInvalidConfig saying it "+
+				"is simulator-only",
+			err,
+		)
 	}
 }

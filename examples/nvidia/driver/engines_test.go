@@ -24,14 +24,26 @@ func TestMIGEngineCapacities(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	// A DGX H200: GPUs 0-1 full, 2 static MIG (4g + 3g), 3-7 dynamic MIG.
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{
-		MIGGPUs:   []int{2, 3, 4, 5, 6, 7},
-		Instances: []nvmlsim.Instance{{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4}},
-	}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{
+			MIGGPUs: []int{2, 3, 4, 5, 6, 7},
+			Instances: []nvmlsim.Instance{
+				{GPU: 2, Profile: "4g.71gb", Start: 0},
+				{GPU: 2, Profile: "3g.71gb", Start: 4},
+			},
+		}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")), nvdriver.WithDynamicGPUs("3", "4", "5", "6", "7"))
+	d, err := nvdriver.New(
+		sim,
+		"node-1",
+		nvdriver.WithStateDir(filepath.Join(dir, "state")),
+		nvdriver.WithDynamicGPUs("3", "4", "5", "6", "7"),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +76,14 @@ func TestMIGEngineCapacities(t *testing.T) {
 			for name, want := range engines(dev.Name).Capacities() {
 				got, ok := dev.Capacity[resourceapi.QualifiedName(name)]
 				if !ok || got.Value.Cmp(want) != 0 {
-					t.Errorf("%s: capacity %s = %v (published: %t), want %s", dev.Name, name, got.Value.String(), ok, want.String())
+					t.Errorf(
+						"%s: capacity %s = %v (published: %t), want %s",
+						dev.Name,
+						name,
+						got.Value.String(),
+						ok,
+						want.String(),
+					)
 				}
 			}
 		}
@@ -78,13 +97,32 @@ func TestMIGEngineCapacities(t *testing.T) {
 		name, selector string
 		want           func(e mig.Engines) bool // nil: nothing fits
 	}{
-		{"video", isMIG + `device.capacity["DRIVER"].decoders.compareTo(quantity("3")) >= 0`, func(e mig.Engines) bool { return e.Decoders >= 3 }},
-		{"optical flow", isMIG + `device.capacity["DRIVER"].ofaEngines.isGreaterThan(quantity("0"))`, func(e mig.Engines) bool { return e.OfaEngines >= 1 }},
-		{"SMs", isMIG + `device.capacity["DRIVER"].multiprocessors.compareTo(quantity("60")) >= 0`, func(e mig.Engines) bool { return e.Multiprocessors >= 60 }},
-		{"more decoders than a GPU has", isMIG + `device.capacity["DRIVER"].decoders.compareTo(quantity("8")) >= 0`, nil},
+		{
+			"video",
+			isMIG + `device.capacity["DRIVER"].decoders.compareTo(quantity("3")) >= 0`,
+			func(e mig.Engines) bool { return e.Decoders >= 3 },
+		},
+		{
+			"optical flow",
+			isMIG + `device.capacity["DRIVER"].ofaEngines.isGreaterThan(quantity("0"))`,
+			func(e mig.Engines) bool { return e.OfaEngines >= 1 },
+		},
+		{
+			"SMs",
+			isMIG + `device.capacity["DRIVER"].multiprocessors.compareTo(quantity("60")) >= 0`,
+			func(e mig.Engines) bool { return e.Multiprocessors >= 60 },
+		},
+		{
+			"more decoders than a GPU has",
+			isMIG + `device.capacity["DRIVER"].decoders.compareTo(quantity("8")) >= 0`,
+			nil,
+		},
 	}
 	for _, tc := range tests {
-		res, err := newOneDevice("node-1", strings.ReplaceAll(tc.selector, "DRIVER", nvdriver.DriverName)).allocate(ctx, slices)
+		res, err := newOneDevice(
+			"node-1",
+			strings.ReplaceAll(tc.selector, "DRIVER", nvdriver.DriverName),
+		).allocate(ctx, slices)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -145,7 +183,14 @@ func BenchmarkMIGEngineSliceBytes(b *testing.B) {
 		with[0], with[1] = size(rs)
 		for _, s := range rs {
 			for _, dev := range s.Spec.Devices {
-				for _, n := range []string{mig.CapMultiprocessors, mig.CapCopyEngines, mig.CapDecoders, mig.CapEncoders, mig.CapJpegEngines, mig.CapOfaEngines} {
+				for _, n := range []string{
+					mig.CapMultiprocessors,
+					mig.CapCopyEngines,
+					mig.CapDecoders,
+					mig.CapEncoders,
+					mig.CapJpegEngines,
+					mig.CapOfaEngines,
+				} {
 					delete(dev.Capacity, resourceapi.QualifiedName(n))
 				}
 			}

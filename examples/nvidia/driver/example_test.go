@@ -39,14 +39,26 @@ func ExampleDeviceClasses() {
 func ExampleNew() {
 	dir, _ := os.MkdirTemp("", "nvidia-example")
 	defer os.RemoveAll(dir)
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{
-		MIGGPUs:   []int{1, 2},
-		Instances: []nvmlsim.Instance{{GPU: 1, Profile: "4g.71gb", Start: 0}, {GPU: 1, Profile: "3g.71gb", Start: 4}},
-	}))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{
+			MIGGPUs: []int{1, 2},
+			Instances: []nvmlsim.Instance{
+				{GPU: 1, Profile: "4g.71gb", Start: 0},
+				{GPU: 1, Profile: "3g.71gb", Start: 4},
+			},
+		}),
+	)
 	if err != nil {
 		panic(err)
 	}
-	d, err := nvdriver.New(sim, "node-1", nvdriver.WithStateDir(filepath.Join(dir, "state")), nvdriver.WithDynamicGPUs("2"))
+	d, err := nvdriver.New(
+		sim,
+		"node-1",
+		nvdriver.WithStateDir(filepath.Join(dir, "state")),
+		nvdriver.WithDynamicGPUs("2"),
+	)
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +68,15 @@ func ExampleNew() {
 	}
 	for _, p := range inv.Pools {
 		devs := p.Devices
-		fmt.Printf("pool %s: %d devices: %s %s %s ... %s\n", p.Name, len(devs), devs[0].Name(), devs[1].Name(), devs[2].Name(), devs[len(devs)-1].Name())
+		fmt.Printf(
+			"pool %s: %d devices: %s %s %s ... %s\n",
+			p.Name,
+			len(devs),
+			devs[0].Name(),
+			devs[1].Name(),
+			devs[2].Name(),
+			devs[len(devs)-1].Name(),
+		)
 	}
 	// Output:
 	// pool node-1: 8 devices: gpu-0 gpu-1-4g-71gb-0 gpu-1-3g-71gb-4 ... gpu-7

@@ -37,8 +37,12 @@ type node struct {
 func newNode(t *testing.T, server string) *node {
 	t.Helper()
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer(server), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{2, 3, 4, 5, 6, 7}}),
-		nvmlsim.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer(server),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{2, 3, 4, 5, 6, 7}}),
+		nvmlsim.WithPollInterval(5*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +61,10 @@ func newNode(t *testing.T, server string) *node {
 // Reconcile with the claims the runtime holds.
 func (n *node) start(opts []Option, held ...kit.HeldClaim) *Driver {
 	n.t.Helper()
-	d, err := New(n.sim, "node-1", append([]Option{WithStateDir(n.state), WithRepublishDelay(0)}, opts...)...)
+	d, err := New(
+		n.sim,
+		"node-1",
+		append([]Option{WithStateDir(n.state), WithRepublishDelay(0)}, opts...)...)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -98,7 +105,11 @@ func (n *node) adminDevice(gpu int, profile string, start int) {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	gi, err := n.sim.CreateGPUInstance(gpu, pr.ID, mig.Placement{Start: start, Size: pr.MemorySlices})
+	gi, err := n.sim.CreateGPUInstance(
+		gpu,
+		pr.ID,
+		mig.Placement{Start: start, Size: pr.MemorySlices},
+	)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -137,8 +148,12 @@ func TestAdministratorsLayoutSurvivesRestarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if all := strings.Join(names(inv), " "); !strings.Contains(all, "gpu-4-3g-71gb-0") || strings.Contains(all, "gpu-4-7g") {
-			t.Errorf("GPU 4 publishes %s: want its MIG devices as the administrator made them (static)", all)
+		if all := strings.Join(names(inv), " "); !strings.Contains(all, "gpu-4-3g-71gb-0") ||
+			strings.Contains(all, "gpu-4-7g") {
+			t.Errorf(
+				"GPU 4 publishes %s: want its MIG devices as the administrator made them (static)",
+				all,
+			)
 		}
 	}
 }
@@ -159,13 +174,19 @@ func TestLostStateFolderKeepsOwnership(t *testing.T) {
 	}
 	d = n.start(named, kept) // claim "mine" went with the node's checkpoint
 	if got := instances(t, n.sim, 4); len(got) != 0 {
-		t.Errorf("GPU 4 after losing the state folder: %v, want the driver's unheld device destroyed", got)
+		t.Errorf(
+			"GPU 4 after losing the state folder: %v, want the driver's unheld device destroyed",
+			got,
+		)
 	}
 	if got := instances(t, n.sim, 5); len(got) != 1 {
 		t.Errorf("GPU 5 after losing the state folder: %v, want the held device kept", got)
 	}
 	if got := instances(t, n.sim, 3); len(got) != 1 {
-		t.Errorf("GPU 3 (not named) after losing the state folder: %v, want the administrator's device", got)
+		t.Errorf(
+			"GPU 3 (not named) after losing the state folder: %v, want the administrator's device",
+			got,
+		)
 	}
 	if err := d.UnprepareClaim(context.Background(), kept.ClaimRef, nil); err != nil {
 		t.Fatal(err)
@@ -193,14 +214,24 @@ func TestLostStateFolderLeaksNothingByDefault(t *testing.T) {
 	}
 	d = n.start(nil)
 	if got := instances(t, n.sim, 4); len(got) != 0 {
-		t.Errorf("GPU 4 after losing the state folder: %v, want no MIG device of the driver's left", got)
+		t.Errorf(
+			"GPU 4 after losing the state folder: %v, want no MIG device of the driver's left",
+			got,
+		)
 	}
 	inv, err := d.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(all, " gpu-4-1g-18gb-0 ") {
-		t.Errorf("after losing the state folder the driver publishes %s: its own MIG device as the administrator's", all)
+	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(
+		all,
+		" gpu-4-1g-18gb-0 ",
+	) {
+		t.Errorf(
+			"after losing the state folder the driver publishes %s: its own MIG device as the "+
+				"administrator's",
+			all,
+		)
 	}
 }
 
@@ -225,7 +256,8 @@ func TestDynamicGPUDroppedWhileClaimsHoldIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := " " + strings.Join(names(inv), " ") + " "
-	if !strings.Contains(all, " gpu-4-3g-71gb-4 ") || strings.Contains(all, " gpu-4-1g-18gb-0 ") || strings.Contains(all, " gpu-4-1g-18gb-1 ") {
+	if !strings.Contains(all, " gpu-4-3g-71gb-4 ") || strings.Contains(all, " gpu-4-1g-18gb-0 ") ||
+		strings.Contains(all, " gpu-4-1g-18gb-1 ") {
 		t.Errorf("GPU 4 being drained publishes %s: want the administrator's device only", all)
 	}
 	_ = d.PrepareClaim(ctx, claim("new"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-2")})
@@ -236,7 +268,10 @@ func TestDynamicGPUDroppedWhileClaimsHoldIt(t *testing.T) {
 		t.Fatalf("unprepare of the claim on the drained GPU: %v", err)
 	}
 	if got := instances(t, n.sim, 4); len(got) != 1 || !strings.HasPrefix(got[0], "3g.71gb") {
-		t.Errorf("GPU 4 after the held claim's release: %v, want the administrator's device only", got)
+		t.Errorf(
+			"GPU 4 after the held claim's release: %v, want the administrator's device only",
+			got,
+		)
 	}
 	n.start([]Option{WithDynamicGPUs(n.uuids[5])})
 	if got := instances(t, n.sim, 4); len(got) != 1 {
@@ -293,11 +328,21 @@ func TestWholeGPUOnlyWhereItWorks(t *testing.T) {
 		why          string
 	}{
 		{"A100", "dgx-a100-80gb", func(s *nvmlsim.Sim) nvml.Interface { return s }, "GPU reset"},
-		{"vGPU guest", "dgx-h200", func(s *nvmlsim.Sim) nvml.Interface { return vgpuGuest{s} }, "vGPU guest"},
+		{
+			"vGPU guest",
+			"dgx-h200",
+			func(s *nvmlsim.Sim) nvml.Interface { return vgpuGuest{s} },
+			"vGPU guest",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, tc.server)
-			d, err := New(tc.nv(n.sim), "node-1", WithStateDir(n.state), WithDynamicGPUs(n.uuids[4]))
+			d, err := New(
+				tc.nv(n.sim),
+				"node-1",
+				WithStateDir(n.state),
+				WithDynamicGPUs(n.uuids[4]),
+			)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,9 +352,16 @@ func TestWholeGPUOnlyWhereItWorks(t *testing.T) {
 			}
 			all := " " + strings.Join(names(inv), " ") + " "
 			if strings.Contains(all, " gpu-4 ") || !strings.Contains(all, " gpu-4-1g-") {
-				t.Errorf("dynamic GPU 4 publishes %s: want its MIG devices and not the GPU whole", all)
+				t.Errorf(
+					"dynamic GPU 4 publishes %s: want its MIG devices and not the GPU whole",
+					all,
+				)
 			}
-			err = d.PrepareClaim(context.Background(), claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")})
+			err = d.PrepareClaim(
+				context.Background(),
+				claim("whole"),
+				[]kit.AllocatedDevice{alloc("gpu-4")},
+			)
 			if err == nil || !strings.Contains(err.Error(), tc.why) {
 				t.Errorf("prepare of GPU 4 whole: %v, want a refusal naming %q", err, tc.why)
 			}
@@ -332,12 +384,19 @@ func TestWholeGPUBlockedByOtherClientsSaysSo(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, "dgx-h200")
 	d := n.start([]Option{WithDynamicGPUs(n.uuids[4])})
-	if err := n.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultSetMigMode, GPU: 4, Code: nvml.ErrorInUse}); err != nil {
+	if err := n.sim.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultSetMigMode, GPU: 4, Code: nvml.ErrorInUse},
+	); err != nil {
 		t.Fatal(err)
 	}
 	err := d.PrepareClaim(ctx, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")})
-	if err == nil || !strings.Contains(err.Error(), "other NVML clients hold the GPU") || !strings.Contains(err.Error(), "dcgm-exporter") {
-		t.Fatalf("whole prepare with the mode change blocked: %v, want an error that names the other NVML clients", err)
+	if err == nil || !strings.Contains(err.Error(), "other NVML clients hold the GPU") ||
+		!strings.Contains(err.Error(), "dcgm-exporter") {
+		t.Fatalf(
+			"whole prepare with the mode change blocked: %v, want an error that names the other "+
+				"NVML clients",
+			err,
+		)
 	}
 	if err := d.UnprepareClaim(ctx, claim("whole").ClaimRef, nil); err != nil {
 		t.Fatal(err)
@@ -438,7 +497,12 @@ func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
 			if err := n.sim.RaiseXID(tc.gpu, XIDFallenOffTheBus, -1, -1); err != nil {
 				t.Fatal(err)
 			}
-			opts := []Option{WithStateDir(n.state), WithHealthHeartbeat(20 * time.Millisecond), WithRepublishDelay(0), WithRepublishInterval(0)}
+			opts := []Option{
+				WithStateDir(n.state),
+				WithHealthHeartbeat(20 * time.Millisecond),
+				WithRepublishDelay(0),
+				WithRepublishInterval(0),
+			}
 			if tc.dynamic {
 				opts = append(opts, WithDynamicGPUs(n.uuids[4], n.uuids[tc.gpu]))
 			}
@@ -454,14 +518,25 @@ func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
 			whole := fmt.Sprintf("gpu-%d", tc.gpu)
 			var lost []string
 			for _, r := range first.Health {
-				if strings.HasPrefix(r.Device.Device, whole) && r.Health == device.Unhealthy && r.Reason == ReasonGPULost && r.TaintEffect == device.NoExecute {
+				if strings.HasPrefix(r.Device.Device, whole) && r.Health == device.Unhealthy &&
+					r.Reason == ReasonGPULost &&
+					r.TaintEffect == device.NoExecute {
 					lost = append(lost, r.Device.Device)
 				}
 			}
 			if strings.Join(lost, " ") != whole {
-				t.Fatalf("first report on GPU %d lost at start: %v, want %s Unhealthy %s NoExecute", tc.gpu, lost, whole, ReasonGPULost)
+				t.Fatalf(
+					"first report on GPU %d lost at start: %v, want %s Unhealthy %s NoExecute",
+					tc.gpu,
+					lost,
+					whole,
+					ReasonGPULost,
+				)
 			}
-			if err := d.PrepareClaim(ctx, claim("lost"), []kit.AllocatedDevice{alloc(whole)}); err == nil && tc.dynamic {
+			if err := d.PrepareClaim(
+				ctx, claim("lost"), []kit.AllocatedDevice{alloc(whole)},
+			); err == nil &&
+				tc.dynamic {
 				t.Error("prepare of the lost dynamic GPU whole succeeded")
 			}
 			if err := n.sim.RecoverGPU(tc.gpu); err != nil {
@@ -469,7 +544,11 @@ func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
 			}
 			for published := false; !published; {
 				ev := nextEvent(t, events, "GPU published again")
-				published = ev.Type == device.EventInventoryChanged && ev.Inventory != nil && strings.Contains(" "+strings.Join(names(ev.Inventory), " ")+" ", " "+tc.after+" ")
+				published = ev.Type == device.EventInventoryChanged && ev.Inventory != nil &&
+					strings.Contains(
+						" "+strings.Join(names(ev.Inventory), " ")+" ",
+						" "+tc.after+" ",
+					)
 			}
 			for healthy := false; !healthy; {
 				ev := nextEvent(t, events, "GPU healthy")
@@ -484,7 +563,9 @@ func TestGPULostAtStartIsPublishedAndRecovers(t *testing.T) {
 				}
 				healthy = seen > 0 && bad == 0
 			}
-			if err := d.PrepareClaim(ctx, claim("after"), []kit.AllocatedDevice{alloc(tc.after)}); err != nil {
+			if err := d.PrepareClaim(
+				ctx, claim("after"), []kit.AllocatedDevice{alloc(tc.after)},
+			); err != nil {
 				t.Errorf("prepare on GPU %d after its recovery: %v", tc.gpu, err)
 			}
 		})

@@ -151,19 +151,41 @@ func (d *Driver) monitorLoop(ctx context.Context, ch <-chan nvml.HealthEvent, ge
 		if ev.Unmonitored {
 			m.book.setUnmonitored(ev.GPU)
 			m.mu.Unlock()
-			logger.Error(nil, "GPU not monitored: NVML could not register it for XID events; its health is reported Unknown", "gpu", ev.GPU, "uuid", ev.UUID)
+			logger.Error(
+				nil,
+				"GPU not monitored: NVML could not register it for XID events; its health is "+
+					"reported Unknown",
+				"gpu",
+				ev.GPU,
+				"uuid",
+				ev.UUID,
+			)
 			d.changed() // its devices get the TaintUnmonitored taint
 			continue
 		}
 		if !ev.Recovered && d.o.ignoredXIDs[ev.XID] {
 			m.book.setIgnored(ev)
 			m.mu.Unlock()
-			logger.V(2).Info("Ignored XID leaves the GPU healthy; its devices get an informational taint", "event", ev.String(), "taint", TaintIgnoredXID)
+			logger.V(2).
+				Info(
+					"Ignored XID leaves the GPU healthy; its devices get an informational taint",
+					"event",
+					ev.String(),
+					"taint",
+					TaintIgnoredXID,
+				)
 			d.changed() // republished with the TaintIgnoredXID taint
 			continue
 		}
 		if ev.GPU < 0 && !ev.Recovered && ev.XID != 0 {
-			logger.Error(nil, "XID on a GPU NVML cannot name: every GPU is marked unhealthy", "event", ev.String(), "uuid", ev.UUID)
+			logger.Error(
+				nil,
+				"XID on a GPU NVML cannot name: every GPU is marked unhealthy",
+				"event",
+				ev.String(),
+				"uuid",
+				ev.UUID,
+			)
 		}
 		m.book.apply(ev, d.instanceKey(ev))
 		if m.pending == nil {
@@ -228,7 +250,12 @@ func (m *monitor) markLost(gpu int, err error) bool {
 		return false
 	}
 	m.book.init()
-	m.book.lost[gpu] = nvml.HealthEvent{GPU: gpu, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+	m.book.lost[gpu] = nvml.HealthEvent{
+		GPU:             gpu,
+		GPUInstance:     -1,
+		ComputeInstance: -1,
+		Time:            time.Now().UTC(),
+	}
 	m.book.lostWhy[gpu] = err.Error()
 	if m.pending == nil {
 		m.pending = map[int]bool{}
@@ -267,7 +294,8 @@ func (d *Driver) probeLost(ctx context.Context) bool {
 		if g.broken != nil {
 			continue
 		}
-		if _, err := d.nv.MigMode(g.Index); errors.Is(err, nvml.ErrGPULost) && d.health.markLost(g.Index, err) {
+		if _, err := d.nv.MigMode(g.Index); errors.Is(err, nvml.ErrGPULost) &&
+			d.health.markLost(g.Index, err) {
 			klog.FromContext(ctx).Error(err, "GPU is lost", "gpu", g.Index, "uuid", g.UUID)
 			found = true
 		}
@@ -328,7 +356,13 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			d.pollOthers()
 			if !m.live(liveRounds * d.o.heartbeat) {
 				if !silent {
-					logger.Error(nil, "NVML's health event loop has not answered; no longer re-affirming the GPUs' health", "for", liveRounds*d.o.heartbeat)
+					logger.Error(
+						nil,
+						"NVML's health event loop has not answered; no longer re-affirming the "+
+							"GPUs' health",
+						"for",
+						liveRounds*d.o.heartbeat,
+					)
 				}
 				silent = true
 				continue
@@ -351,7 +385,8 @@ func (d *Driver) Watch(ctx context.Context, events chan<- device.Event) error {
 			}
 			// The event carries the inventory, so the runtime publishes
 			// it as it is rather than reading every GPU again.
-			if !send(device.Event{Type: device.EventInventoryChanged, Inventory: inv}) || !send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
+			if !send(device.Event{Type: device.EventInventoryChanged, Inventory: inv}) ||
+				!send(device.Event{Type: device.EventHealth, Health: d.reports(nil)}) {
 				return nil
 			}
 		case <-m.notify:
@@ -456,7 +491,10 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 		if gpu != nil && info.gpu != *gpu {
 			continue
 		}
-		r := device.HealthReport{Device: device.DeviceID{Pool: info.pool, Device: name}, Health: device.Healthy}
+		r := device.HealthReport{
+			Device: device.DeviceID{Pool: info.pool, Device: name},
+			Health: device.Healthy,
+		}
 		ev, bad := h.gpus[info.gpu]
 		if !bad && h.anyGPU != nil {
 			ev, bad = *h.anyGPU, true
@@ -472,11 +510,22 @@ func (d *Driver) reports(gpu *int) []device.HealthReport {
 			if w, ok := h.lostWhy[info.gpu]; ok {
 				why = "NVML answers " + w
 			}
-			r.Health, r.Reason, r.TaintEffect, r.Message, r.Time = device.Unhealthy, ReasonGPULost, device.NoExecute, fmt.Sprintf("GPU %d is lost: %s; it runs nothing until it is reset", info.gpu, why), lost.Time
+			r.Health, r.Reason, r.TaintEffect, r.Message, r.Time = device.Unhealthy, ReasonGPULost,
+				device.NoExecute, fmt.Sprintf(
+					"GPU %d is lost: %s; it runs nothing until it is reset",
+					info.gpu,
+					why,
+				), lost.Time
 		case bad:
-			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf("XID%d", ev.XID), "NVML reported "+ev.String(), ev.Time
+			r.Health, r.Reason, r.Message, r.Time = device.Unhealthy, fmt.Sprintf(
+				"XID%d",
+				ev.XID,
+			), "NVML reported "+ev.String(), ev.Time
 		case h.unmonitored[info.gpu]:
-			r.Health, r.Message = device.Unknown, fmt.Sprintf("GPU %d is not monitored: NVML could not register it for XID events", info.gpu)
+			r.Health, r.Message = device.Unknown, fmt.Sprintf(
+				"GPU %d is not monitored: NVML could not register it for XID events",
+				info.gpu,
+			)
 		}
 		out = append(out, r)
 	}

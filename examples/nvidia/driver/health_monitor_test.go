@@ -59,7 +59,11 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	for got := unhealthy(nextEvent(t, events, "XID report")); strings.Join(got, " ") != "gpu-0=GPULost"; got = unhealthy(nextEvent(t, events, "XID report")) {
+	for got := unhealthy(
+		nextEvent(t, events, "XID report"),
+	); strings.Join(
+		got, " ",
+	) != "gpu-0=GPULost"; got = unhealthy(nextEvent(t, events, "XID report")) {
 	}
 	stop() // Watch ends, as when it failed
 
@@ -71,7 +75,11 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 			continue
 		}
 		if got := unhealthy(ev); strings.Join(got, " ") != "gpu-0=GPULost" {
-			t.Fatalf("report after Watch restarted: unhealthy %v, want gpu-0=GPULost (XID 48 on GPU 1 ignored)", got)
+			t.Fatalf(
+				"report after Watch restarted: unhealthy %v, want gpu-0=GPULost (XID 48 on GPU 1 "+
+					"ignored)",
+				got,
+			)
 		}
 		break
 	}
@@ -79,7 +87,9 @@ func TestHealthSurvivesWatchRestart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "fell off the bus") {
 		t.Errorf("prepare on GPU 0 after XID 79: %v, want refused as fallen off the bus", err)
 	}
-	if err := f.d.PrepareClaim(context.Background(), claim("q"), []kit.AllocatedDevice{alloc("gpu-1")}); err != nil {
+	if err := f.d.PrepareClaim(
+		context.Background(), claim("q"), []kit.AllocatedDevice{alloc("gpu-1")},
+	); err != nil {
 		t.Errorf("prepare on healthy GPU 1: %v", err)
 	}
 }
@@ -102,7 +112,13 @@ func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
 	f := newFixture(t)
 	const beat = 20 * time.Millisecond
 	nv := stalledNVML{Sim: f.sim, ch: make(chan nvml.HealthEvent)}
-	d, err := New(nv, "node-1", WithStateDir(f.dir+"/state2"), WithHealthHeartbeat(beat), f.dynamicGPUs(t))
+	d, err := New(
+		nv,
+		"node-1",
+		WithStateDir(f.dir+"/state2"),
+		WithHealthHeartbeat(beat),
+		f.dynamicGPUs(t),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +156,18 @@ func TestHeartbeatStopsWhenEventLoopStalls(t *testing.T) {
 	}
 	select {
 	case ev := <-events:
-		t.Fatalf("event %s with %d reports while NVML's event loop is stalled, want none", ev.Type, len(ev.Health))
+		t.Fatalf(
+			"event %s with %d reports while NVML's event loop is stalled, want none",
+			ev.Type,
+			len(ev.Health),
+		)
 	case <-time.After(10 * beat):
 	}
 	// Answering again: heartbeats resume.
 	tick()
-	if ev := nextEvent(t, events, "heartbeat after the loop answered again"); ev.Type != device.EventHealth {
+	if ev := nextEvent(
+		t, events, "heartbeat after the loop answered again",
+	); ev.Type != device.EventHealth {
 		t.Fatalf("event %s, want a heartbeat", ev.Type)
 	}
 	cancel()
@@ -183,7 +205,10 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 		nv   func(*nvmlsim.Sim) nvml.Interface
 	}{
 		{"queries fail", func(s *nvmlsim.Sim) nvml.Interface { return brokenGPU{Sim: s, gpu: 5} }},
-		{"listed unreadable", func(s *nvmlsim.Sim) nvml.Interface { return unlistedGPU{Sim: s, gpu: 5} }},
+		{
+			"listed unreadable",
+			func(s *nvmlsim.Sim) nvml.Interface { return unlistedGPU{Sim: s, gpu: 5} },
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -200,7 +225,9 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 			if !strings.Contains(all, " gpu-5 ") || strings.Contains(all, " gpu-5-") {
 				t.Errorf("unreadable GPU 5: published %s, want it whole only", all)
 			}
-			for _, want := range []string{" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0"} {
+			for _, want := range []string{
+				" gpu-0", " gpu-2-3g-71gb-4", " gpu-4-1g-18gb-0", " gpu-6-7g-141gb-0",
+			} {
 				if !strings.Contains(all, want) {
 					t.Errorf("%s missing beside an unreadable GPU 5: %s", want, all)
 				}
@@ -211,14 +238,23 @@ func TestUnreadableGPULeftOut(t *testing.T) {
 					lost = r
 				}
 			}
-			if lost.Health != device.Unhealthy || lost.Reason != ReasonGPULost || lost.TaintEffect != device.NoExecute {
-				t.Errorf("unreadable GPU 5's health: %+v, want Unhealthy %s NoExecute", lost, ReasonGPULost)
+			if lost.Health != device.Unhealthy || lost.Reason != ReasonGPULost ||
+				lost.TaintEffect != device.NoExecute {
+				t.Errorf(
+					"unreadable GPU 5's health: %+v, want Unhealthy %s NoExecute",
+					lost,
+					ReasonGPULost,
+				)
 			}
-			if err := d.PrepareClaim(context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")}); err != nil {
+			if err := d.PrepareClaim(
+				context.Background(), claim("x"), []kit.AllocatedDevice{alloc("gpu-4-1g-18gb-0")},
+			); err != nil {
 				t.Errorf("prepare on GPU 4 beside an unreadable GPU 5: %v", err)
 			}
 			for _, dev := range []string{"gpu-5-1g-18gb-0", "gpu-5"} {
-				if err := d.PrepareClaim(context.Background(), claim("y"), []kit.AllocatedDevice{alloc(dev)}); err == nil {
+				if err := d.PrepareClaim(
+					context.Background(), claim("y"), []kit.AllocatedDevice{alloc(dev)},
+				); err == nil {
 					t.Errorf("prepare of %s on the unreadable GPU 5 succeeded", dev)
 				}
 			}
@@ -238,7 +274,10 @@ func (u unlistedGPU) GPUs() ([]nvml.GPU, error) {
 	for i := range gpus {
 		if gpus[i].Index == u.gpu {
 			// The facts read before the failing query stay.
-			gpus[i].Err = &nvml.Error{Op: fmt.Sprintf("get minor number of GPU %d", u.gpu), Code: nvml.ErrorGPUIsLost}
+			gpus[i].Err = &nvml.Error{
+				Op:   fmt.Sprintf("get minor number of GPU %d", u.gpu),
+				Code: nvml.ErrorGPUIsLost,
+			}
 		}
 	}
 	return gpus, err
@@ -261,7 +300,9 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 	if err := f.sim.RaiseXID(0, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultRegisterEvents, GPU: 6}); err != nil {
+	if err := f.sim.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultRegisterEvents, GPU: 6},
+	); err != nil {
 		t.Fatal(err)
 	}
 	events := make(chan device.Event, 100)
@@ -274,7 +315,11 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 		}
 	}
 	if got := strings.Join(lost, " "); got != "gpu-0=GPULost:NoExecute" {
-		t.Errorf("first report after XID 79 before the subscription: unhealthy %q, want gpu-0=GPULost:NoExecute", got)
+		t.Errorf(
+			"first report after XID 79 before the subscription: unhealthy %q, want "+
+				"gpu-0=GPULost:NoExecute",
+			got,
+		)
 	}
 	err := f.d.PrepareClaim(ctx, claim("p"), []kit.AllocatedDevice{alloc("gpu-0")})
 	if err == nil || !strings.Contains(err.Error(), "is lost") {
@@ -286,7 +331,8 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 		for _, r := range ev.Health {
 			if r.Health == device.Unknown {
 				unknown++
-				if !strings.HasPrefix(r.Device.Device, "gpu-6") || !strings.Contains(r.Message, "not monitored") {
+				if !strings.HasPrefix(r.Device.Device, "gpu-6") ||
+					!strings.Contains(r.Message, "not monitored") {
 					t.Errorf("Unknown report %+v, want only GPU 6's, not monitored", r)
 				}
 			}
@@ -302,7 +348,8 @@ func TestLostAndUnmonitoredGPUs(t *testing.T) {
 	n := 0
 	for _, sl := range inv.ResourceSlices("node-1") {
 		for _, d := range sl.Spec.Devices {
-			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintUnmonitored && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintUnmonitored &&
+				d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
 			if on6 := strings.HasPrefix(d.Name, "gpu-6"); on6 != tainted {
 				t.Errorf("device %s taints %+v", d.Name, d.Taints)
 			}
@@ -351,9 +398,16 @@ func TestIgnoredAndUnnamedXIDs(t *testing.T) {
 	}
 	for _, sl := range inv.ResourceSlices("node-1") {
 		for _, d := range sl.Spec.Devices {
-			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID && d.Taints[0].Value == "XID13" && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == TaintIgnoredXID &&
+				d.Taints[0].Value == "XID13" &&
+				d.Taints[0].Effect == resourceapi.DeviceTaintEffectNone
 			if on3 := strings.HasPrefix(d.Name, "gpu-3"); on3 != tainted {
-				t.Errorf("device %s taints %+v, want %s=XID13:None on GPU 3's devices only", d.Name, d.Taints, TaintIgnoredXID)
+				t.Errorf(
+					"device %s taints %+v, want %s=XID13:None on GPU 3's devices only",
+					d.Name,
+					d.Taints,
+					TaintIgnoredXID,
+				)
 			}
 		}
 	}
@@ -362,7 +416,11 @@ func TestIgnoredAndUnnamedXIDs(t *testing.T) {
 	reports := f.d.reports(nil)
 	bad := unhealthy(device.Event{Health: reports})
 	if len(bad) != len(reports) || len(bad) == 0 {
-		t.Errorf("XID 48 on a GPU NVML cannot name: unhealthy %v of %d devices, want all", bad, len(reports))
+		t.Errorf(
+			"XID 48 on a GPU NVML cannot name: unhealthy %v of %d devices, want all",
+			bad,
+			len(reports),
+		)
 	}
 	for _, b := range bad {
 		if !strings.HasSuffix(b, "=XID48") {

@@ -61,7 +61,13 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			// it answers (lostgpu.go).
 			name := mig.DeviceRef{GPU: g.Index}.String()
 			pool.Devices = append(pool.Devices, d.unreadable(device.New(name), g))
-			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+			devs[name] = devInfo{
+				pool: pool.Name,
+				gpu:  g.Index,
+				mode: ModeFull,
+				typ:  TypeGPU,
+				uuid: g.UUID,
+			}
 			continue
 		}
 		mode, static, owned, err := d.gpuMode(g)
@@ -88,7 +94,13 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 				StringAttribute(AttrUUID, g.UUID).
 				Capacity(mig.CapMemory, mib(g.MemoryMiB), nil)
 			pool.Devices = append(pool.Devices, dev)
-			devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeFull, typ: TypeGPU, uuid: g.UUID}
+			devs[name] = devInfo{
+				pool: pool.Name,
+				gpu:  g.Index,
+				mode: ModeFull,
+				typ:  TypeGPU,
+				uuid: g.UUID,
+			}
 		case ModeStatic:
 			for _, md := range static {
 				if len(md.gi.ComputeInstances) == 0 {
@@ -107,19 +119,41 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 					IntAttribute(mig.AttrPlacementStart, int64(md.key.Start)).
 					IntAttribute(mig.AttrPlacementSize, int64(pr.MemorySlices)).
 					Capacity(mig.CapMemory, mib(pr.MemoryMiB), nil).
-					Capacity(mig.CapComputeSlices, *resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI), nil)
-				for n, q := range pr.Engines.Capacities() { // as on dynamic MIG devices (mig.CounterModel)
+					Capacity(
+						mig.CapComputeSlices,
+						*resource.NewQuantity(int64(pr.ComputeSlices), resource.DecimalSI),
+						nil,
+					)
+				// as on dynamic MIG devices (mig.CounterModel)
+				for n, q := range pr.Engines.Capacities() {
 					dev.Capacity(n, q, nil)
 				}
 				pool.Devices = append(pool.Devices, dev)
-				devs[name] = devInfo{pool: pool.Name, gpu: g.Index, mode: ModeStatic, typ: TypeMIG, uuid: md.uuid, profile: pr.Name, key: Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: md.key.Start}, part: md.key, gi: md.gi.ID, ci: md.gi.ComputeInstances[0].ID}
+				devs[name] = devInfo{
+					pool:    pool.Name,
+					gpu:     g.Index,
+					mode:    ModeStatic,
+					typ:     TypeMIG,
+					uuid:    md.uuid,
+					profile: pr.Name,
+					key:     Key{GPU: g.Index, UUID: g.UUID, ProfileID: pr.ID, Start: md.key.Start},
+					part:    md.key,
+					gi:      md.gi.ID,
+					ci:      md.gi.ComputeInstances[0].ID,
+				}
 			}
 		case ModeDynamic:
 			var layout mig.Layout
 			for _, md := range owned {
-				layout = append(layout, mig.Instance{Profile: md.key.Profile, Start: md.key.Start, InUse: true})
+				layout = append(
+					layout,
+					mig.Instance{Profile: md.key.Profile, Start: md.key.Start, InUse: true},
+				)
 			}
-			fleet = append(fleet, mig.FleetGPU{Node: d.node, Index: g.Index, Product: g.product, Layout: layout})
+			fleet = append(
+				fleet,
+				mig.FleetGPU{Node: d.node, Index: g.Index, Product: g.product, Layout: layout},
+			)
 			model = append(model, mig.GPU{Index: g.Index, Product: g.product, Profiles: g.profiles})
 			dynamic = append(dynamic, g)
 		}
@@ -150,7 +184,8 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 			return strings.Compare(a.Name, b.Name)
 		})
 	}
-	unmonitored := d.health.unmonitoredGPUs() // before d.mu: reports takes the two the other way round
+	// before d.mu: reports takes the two the other way round
+	unmonitored := d.health.unmonitoredGPUs()
 	ignored := d.health.ignoredXIDs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -161,7 +196,13 @@ func (d *Driver) Inventory(ctx context.Context) (*device.Inventory, error) {
 				dev.Taint(device.Taint{Key: TaintUnmonitored, Effect: device.NoEffect})
 			}
 			if xid, ok := ignored[devs[dev.Name()].gpu]; ok {
-				dev.Taint(device.Taint{Key: TaintIgnoredXID, Value: fmt.Sprintf("XID%d", xid), Effect: device.NoEffect})
+				dev.Taint(
+					device.Taint{
+						Key:    TaintIgnoredXID,
+						Value:  fmt.Sprintf("XID%d", xid),
+						Effect: device.NoEffect,
+					},
+				)
 			}
 		}
 	}
@@ -204,7 +245,10 @@ func (d *Driver) keepLost(pools []device.Pool, lost []int, devs map[string]devIn
 		}
 		pools[i].Devices = append(pools[i].Devices, keep...)
 	}
-	slices.SortStableFunc(pools, func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(
+		pools,
+		func(a, b device.Pool) int { return strings.Compare(a.Name, b.Name) },
+	)
 	return pools
 }
 
@@ -242,7 +286,14 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []migDev, err e
 		return "", nil, nil, err
 	}
 	for _, gi := range gis {
-		md := migDev{key: lifecycle.Key{Card: g.UUID, Profile: g.profileName(gi.ProfileID), Start: gi.Placement.Start}, gi: gi}
+		md := migDev{
+			key: lifecycle.Key{
+				Card:    g.UUID,
+				Profile: g.profileName(gi.ProfileID),
+				Start:   gi.Placement.Start,
+			},
+			gi: gi,
+		}
 		if len(gi.ComputeInstances) > 0 {
 			md.uuid = gi.ComputeInstances[0].UUID
 		}
@@ -272,7 +323,12 @@ func (d *Driver) gpuMode(g *gpuInfo) (mode string, static, owned []migDev, err e
 // MIG devices is in use and carries a full GPU's attributes, so that
 // ClassGPU (and an unchanged nvidia.com/gpu pod) can get an idle dynamic
 // GPU.
-func (d *Driver) dynamicPools(fleet []mig.FleetGPU, model []mig.GPU, gpus []*gpuInfo, devs map[string]devInfo) ([]device.Pool, error) {
+func (d *Driver) dynamicPools(
+	fleet []mig.FleetGPU,
+	model []mig.GPU,
+	gpus []*gpuInfo,
+	devs map[string]devInfo,
+) ([]device.Pool, error) {
 	m, err := mig.NewCounterModel(model)
 	if err != nil {
 		return nil, err

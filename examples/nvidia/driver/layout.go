@@ -118,15 +118,22 @@ func (d *Driver) layoutPools(
 			in := partition.Instance{Profile: profile, Start: start, InUse: true}
 			if slices.ContainsFunc(
 				c.Busy,
-				func(x partition.Instance) bool { return x.Profile == in.Profile && x.Start == in.Start },
+				func(x partition.Instance) bool {
+					return x.Profile == in.Profile && x.Start == in.Start
+				},
 			) {
 				return
 			}
 			if err := g.product.Validate(append(slices.Clone(c.Busy), in)); err != nil {
 				klog.Background().
-					Error(err, "MIG layout: an in-use device overlaps another; left out of the layout",
-						"gpu", g.Index,
-						"device", mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String())
+					Error(
+						err,
+						"MIG layout: an in-use device overlaps another; left out of the layout",
+						"gpu",
+						g.Index,
+						"device",
+						mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String(),
+					)
 				return
 			}
 			c.Busy = append(c.Busy, in)
@@ -163,7 +170,10 @@ func (d *Driver) layoutPools(
 	case err != nil:
 		if ls.syncErr != err.Error() {
 			klog.Background().
-				Error(err, "MIG layout: the node's ledger was not written; publishing what it last said")
+				Error(
+					err,
+					"MIG layout: the node's ledger was not written; publishing what it last said",
+				)
 		}
 		ls.syncErr = err.Error()
 	default:

@@ -42,13 +42,17 @@ func BenchmarkLayoutLags(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, c := range nvdriver.DeviceClasses([]string{"3g.71gb"}) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil &&
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(
+			ctx, c, metav1.CreateOptions{},
+		); err != nil &&
 			!apierrors.IsAlreadyExists(err) {
 			b.Fatal(err)
 		}
 	}
 	for {
-		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(
+			ctx, "default", metav1.GetOptions{},
+		); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -128,7 +132,9 @@ func BenchmarkLayoutLags(b *testing.B) {
 				}) {
 				ts = now
 			}
-			if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil &&
+			if p, err := env.Client.CoreV1().Pods(ns).Get(
+				ctx, name, metav1.GetOptions{},
+			); err == nil &&
 				p.Spec.NodeName != "" {
 				tb = now
 			}

@@ -57,7 +57,9 @@ func TestClassProfile(t *testing.T) {
 			t.Errorf("ClassProfile(%s) = %q, %v; want the whole card", c, got, ok)
 		}
 	}
-	for _, c := range []string{nvdriver.ClassMIG, "mig-x.nvidia.drakit.dev", "mig-1g-18gb.example.com", ""} {
+	for _, c := range []string{
+		nvdriver.ClassMIG, "mig-x.nvidia.drakit.dev", "mig-1g-18gb.example.com", "",
+	} {
 		if got, ok := nvdriver.ClassProfile(c); ok {
 			t.Errorf("ClassProfile(%q) = %q; want nothing", c, got)
 		}
@@ -96,7 +98,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 	}
 	profiles := []string{"1g.18gb", "1g.18gb", "1g.18gb", "2g.35gb", "2g.35gb", "3g.71gb", ""}
 	for _, c := range nvdriver.DeviceClasses(profiles[:6]) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil &&
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(
+			ctx, c, metav1.CreateOptions{},
+		); err != nil &&
 			!apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
@@ -107,7 +111,9 @@ func TestLayoutTwoInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	for { // pods need the namespace's default ServiceAccount
-		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(
+			ctx, "default", metav1.GetOptions{},
+		); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -254,7 +260,10 @@ func TestLayoutTwoInstances(t *testing.T) {
 				claim, err := claims.Get(ctx, name, metav1.GetOptions{})
 				if err == nil {
 					err = call(
-						func(kl *drivertest.Kubelet) error { _, err := kl.Prepare(ctx, claim); return err },
+						func(kl *drivertest.Kubelet) error {
+							_, err := kl.Prepare(ctx, claim)
+							return err
+						},
 					)
 				}
 				if err == nil {
@@ -509,7 +518,10 @@ func TestLayoutSwitch(t *testing.T) {
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "placed"},
 			Spec: resourceapi.ResourceClaimSpec{
 				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-					Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass("1g.18gb")}}}},
+					Name: "mig",
+					Exactly: &resourceapi.ExactDeviceRequest{
+						DeviceClassName: nvdriver.ProfileClass("1g.18gb"),
+					}}}},
 			}},
 		metav1.CreateOptions{},
 	)

@@ -30,8 +30,11 @@ func migKit() lifecycletest.Config {
 	return lifecycletest.Config{
 		Driver: DriverName,
 		Machine: func(dir string) (lifecycletest.Machine, error) {
-			sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"),
-				nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{4, 5, 6}}))
+			sim, err := nvmlsim.Open(
+				filepath.Join(dir, "gpus.json"),
+				nvmlsim.WithServer("dgx-h200"),
+				nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{4, 5, 6}}),
+			)
 			if err != nil {
 				return lifecycletest.Machine{}, err
 			}

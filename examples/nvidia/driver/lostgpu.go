@@ -23,7 +23,12 @@ import (
 // facts NVML gave before it failed.
 func (d *Driver) unreadable(dev *device.Device, g *gpuInfo) *device.Device {
 	dev.StringAttribute(mig.AttrType, TypeGPU).IntAttribute(mig.AttrIndex, int64(g.Index))
-	for attr, v := range map[string]string{AttrUUID: g.UUID, AttrProductName: g.ProductName, AttrBrand: g.Brand, AttrArchitecture: g.Architecture} {
+	for attr, v := range map[string]string{
+		AttrUUID:         g.UUID,
+		AttrProductName:  g.ProductName,
+		AttrBrand:        g.Brand,
+		AttrArchitecture: g.Architecture,
+	} {
 		if v != "" {
 			dev.StringAttribute(attr, v)
 		}
@@ -69,7 +74,9 @@ func (d *Driver) watchBroken() {
 func (d *Driver) retryBroken() bool {
 	listed, err := d.nv.GPUs()
 	if err != nil {
-		klog.Background().V(2).Info("Could not list the GPUs to read the unreadable ones again", "err", err)
+		klog.Background().
+			V(2).
+			Info("Could not list the GPUs to read the unreadable ones again", "err", err)
 		return true
 	}
 	gpus := d.hw()
@@ -79,7 +86,10 @@ func (d *Driver) retryBroken() bool {
 		if g.broken == nil {
 			continue
 		}
-		i := slices.IndexFunc(listed, func(l nvml.GPU) bool { return l.Index == g.Index && l.Err == nil })
+		i := slices.IndexFunc(
+			listed,
+			func(l nvml.GPU) bool { return l.Index == g.Index && l.Err == nil },
+		)
 		if i < 0 {
 			left = true
 			continue
@@ -104,9 +114,25 @@ func (d *Driver) retryBroken() bool {
 	d.gpuMu.Unlock()
 	m := &d.health
 	for _, f := range fixed {
-		klog.Background().Info("A GPU unreadable since the start answers again; publishing it", "gpu", f.Index, "uuid", f.UUID)
+		klog.Background().
+			Info(
+				"A GPU unreadable since the start answers again; publishing it",
+				"gpu",
+				f.Index,
+				"uuid",
+				f.UUID,
+			)
 		m.mu.Lock()
-		m.book.apply(nvml.HealthEvent{GPU: f.Index, GPUInstance: -1, ComputeInstance: -1, Recovered: true, Time: time.Now().UTC()}, nil)
+		m.book.apply(
+			nvml.HealthEvent{
+				GPU:             f.Index,
+				GPUInstance:     -1,
+				ComputeInstance: -1,
+				Recovered:       true,
+				Time:            time.Now().UTC(),
+			},
+			nil,
+		)
 		if m.pending == nil {
 			m.pending = map[int]bool{}
 		}

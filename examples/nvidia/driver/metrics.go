@@ -45,9 +45,13 @@ type migCollector struct {
 // Collector returns the driver's own Prometheus metrics (MetricMIGDevices),
 // for the runtime's registry (Options adds it with kit.WithCollectors).
 func (d *Driver) Collector() prometheus.Collector {
-	return &migCollector{d: d, desc: prometheus.NewDesc(MetricMIGDevices,
-		"MIG devices (GPU instances) on each GPU now, by profile and owner (mode: dynamic, made by this driver; static, an administrator's), read from NVML at each scrape.",
-		[]string{"gpu", "uuid", "profile", "mode"}, prometheus.Labels{"node": d.node})}
+	return &migCollector{d: d, desc: prometheus.NewDesc(
+		MetricMIGDevices,
+		"MIG devices (GPU instances) on each GPU now, by profile and owner (mode: dynamic, made "+
+			"by this driver; static, an administrator's), read from NVML at each scrape.",
+		[]string{"gpu", "uuid", "profile", "mode"},
+		prometheus.Labels{"node": d.node},
+	)}
 }
 
 // Describe implements prometheus.Collector.
@@ -64,7 +68,9 @@ func (c *migCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gis, err := c.d.nv.GPUInstances(g.Index)
 		if err != nil {
-			klog.Background().V(4).Info("MIG metrics: cannot list MIG devices", "gpu", g.Index, "err", err)
+			klog.Background().
+				V(4).
+				Info("MIG metrics: cannot list MIG devices", "gpu", g.Index, "err", err)
 			continue
 		}
 		mode := ModeStatic
@@ -82,7 +88,9 @@ func (c *migCollector) Collect(ch chan<- prometheus.Metric) {
 			byProfile[name]++
 		}
 		for p, n := range byProfile {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), strconv.Itoa(g.Index), g.UUID, p, mode)
+			ch <- prometheus.MustNewConstMetric(
+				c.desc, prometheus.GaugeValue, float64(n), strconv.Itoa(g.Index), g.UUID, p, mode,
+			)
 		}
 	}
 }

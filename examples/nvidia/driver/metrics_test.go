@@ -47,13 +47,21 @@ func TestMIGMetrics(t *testing.T) {
 		return out
 	}
 	static := map[string]float64{
-		"gpu=2,mode=static,node=node-1,profile=3g.71gb": 1, "gpu=2,mode=static,node=node-1,profile=4g.71gb": 1,
-		"gpu=3,mode=static,node=node-1,profile=1g.18gb": 1, "gpu=3,mode=static,node=node-1,profile=2g.35gb": 1, "gpu=3,mode=static,node=node-1,profile=3g.71gb": 1,
+		"gpu=2,mode=static,node=node-1,profile=3g.71gb": 1,
+		"gpu=2,mode=static,node=node-1,profile=4g.71gb": 1,
+		"gpu=3,mode=static,node=node-1,profile=1g.18gb": 1,
+		"gpu=3,mode=static,node=node-1,profile=2g.35gb": 1,
+		"gpu=3,mode=static,node=node-1,profile=3g.71gb": 1,
 	}
 	if d := cmp.Diff(static, gather()); d != "" {
 		t.Errorf("MIG devices before any claim (-want +got):\n%s", d)
 	}
-	c, devs := claim("m1"), []kit.AllocatedDevice{alloc("gpu-5-1g-18gb-3"), alloc("gpu-5-1g-18gb-4")}
+	c, devs := claim(
+		"m1",
+	), []kit.AllocatedDevice{
+		alloc("gpu-5-1g-18gb-3"),
+		alloc("gpu-5-1g-18gb-4"),
+	}
 	if err := f.d.PrepareClaim(ctx, c, devs); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +82,11 @@ func TestMIGMetrics(t *testing.T) {
 
 func TestDeviceKind(t *testing.T) {
 	for name, want := range map[string]string{
-		"gpu-0": "gpu", "gpu-5-1g-18gb-3": "1g.18gb", "gpu-2-3g-71gb-4": "3g.71gb", "gpu-4-1g-18gb-me-0": "1g.18gb+me", "other": "",
+		"gpu-0":              "gpu",
+		"gpu-5-1g-18gb-3":    "1g.18gb",
+		"gpu-2-3g-71gb-4":    "3g.71gb",
+		"gpu-4-1g-18gb-me-0": "1g.18gb+me",
+		"other":              "",
 	} {
 		if got := DeviceKind(device.DeviceID{Pool: "p", Device: name}); got != want {
 			t.Errorf("DeviceKind(%s) = %q, want %q", name, got, want)

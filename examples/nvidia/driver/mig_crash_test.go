@@ -75,17 +75,22 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	if _, err := s.CreateComputeInstance(1, admin.ID, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateGPUInstance(1, 19, mig.Placement{Start: 6, Size: 1}); err != nil { // half-made 1g@6
+	// half-made 1g@6
+	if _, err := s.CreateGPUInstance(1, 19, mig.Placement{Start: 6, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	adminBefore, _ := s.GPUInstances(1)
 	gpus, _ := s.GPUs()
 	dev := "gpu-0-2g-20gb-4"
 
-	if err := s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 0, Stall: true}); err != nil {
+	if err := s.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 0, Stall: true},
+	); err != nil {
 		t.Fatal(err)
 	}
-	job, _ := json.Marshal(crashJob{SimState: state, StateDir: stateDir, GPU: gpus[0].UUID, Device: dev})
+	job, _ := json.Marshal(
+		crashJob{SimState: state, StateDir: stateDir, GPU: gpus[0].UUID, Device: dev},
+	)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(job))
 	out := &lockedBuffer{}
@@ -109,7 +114,8 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(stalls) == 1 && stalls[0].PID == pid && stalls[0].Op == nvmlsim.FaultCreateComputeInstance {
+		if len(stalls) == 1 && stalls[0].PID == pid &&
+			stalls[0].Op == nvmlsim.FaultCreateComputeInstance {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -129,8 +135,13 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(s2, "node-1", WithStateDir(stateDir), WithDynamicGPUs(gpus[0].UUID))
-	if !errors.Is(err, lifecycle.ErrStateInUse) || !strings.Contains(err.Error(), "process "+strconv.Itoa(pid)) {
-		t.Fatalf("a second driver on the state folder: %v, want ErrStateInUse naming process %d", err, pid)
+	if !errors.Is(err, lifecycle.ErrStateInUse) ||
+		!strings.Contains(err.Error(), "process "+strconv.Itoa(pid)) {
+		t.Fatalf(
+			"a second driver on the state folder: %v, want ErrStateInUse naming process %d",
+			err,
+			pid,
+		)
 	}
 	if gis, _ := s.GPUInstances(0); len(gis) != 1 {
 		t.Fatalf("the child's GPU instance was destroyed under it: %+v", gis)
@@ -153,7 +164,9 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.UnprepareClaim(ctx, claim("c").ClaimRef, []kit.AllocatedDevice{alloc(dev)}); err != nil {
+	if err := d.UnprepareClaim(
+		ctx, claim("c").ClaimRef, []kit.AllocatedDevice{alloc(dev)},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Reconcile(ctx, nil); err != nil {
@@ -163,8 +176,14 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 		t.Fatalf("after the restart GPU 0 has %+v, want the half-made device undone", gis)
 	}
 	after, _ := s2.GPUInstances(1)
-	if len(after) != 2 || after[0].ID != adminBefore[0].ID || after[0].ComputeInstances[0].UUID != adminBefore[0].ComputeInstances[0].UUID || after[1].ID != adminBefore[1].ID {
-		t.Fatalf("after the restart GPU 1 has %+v, want the admin's %+v untouched", after, adminBefore)
+	if len(after) != 2 || after[0].ID != adminBefore[0].ID ||
+		after[0].ComputeInstances[0].UUID != adminBefore[0].ComputeInstances[0].UUID ||
+		after[1].ID != adminBefore[1].ID {
+		t.Fatalf(
+			"after the restart GPU 1 has %+v, want the admin's %+v untouched",
+			after,
+			adminBefore,
+		)
 	}
 	// The prepare runs again.
 	if err := d.PrepareClaim(ctx, claim("c"), []kit.AllocatedDevice{alloc(dev)}); err != nil {

@@ -19,7 +19,12 @@ func ExampleWithDynamicGPUs() {
 	dir, _ := os.MkdirTemp("", "nvidia-example")
 	defer os.RemoveAll(dir)
 	sim, _ := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h100"))
-	d, err := driver.New(sim, "node-1", driver.WithStateDir(filepath.Join(dir, "state")), driver.WithDynamicGPUs("3"))
+	d, err := driver.New(
+		sim,
+		"node-1",
+		driver.WithStateDir(filepath.Join(dir, "state")),
+		driver.WithDynamicGPUs("3"),
+	)
 	if err != nil {
 		panic(err)
 	}
@@ -27,13 +32,19 @@ func ExampleWithDynamicGPUs() {
 	_ = d.Reconcile(ctx, nil) // at start, with the claims the runtime holds
 
 	c := kit.Claim{ClaimRef: kit.ClaimRef{UID: "uid-1", Namespace: "default", Name: "train"}}
-	devs := []kit.AllocatedDevice{{Request: "gpu", Pool: "node-1/gpu-03", Device: "gpu-3-1g-10gb-6"}}
+	devs := []kit.AllocatedDevice{
+		{Request: "gpu", Pool: "node-1/gpu-03", Device: "gpu-3-1g-10gb-6"},
+	}
 	if err := d.PrepareClaim(ctx, c, devs); err != nil {
 		panic(err)
 	}
 	gis, _ := sim.GPUInstances(3)
 	fmt.Println("prepared:", len(gis), "MIG device on GPU 3")
-	err = d.PrepareClaim(ctx, kit.Claim{ClaimRef: kit.ClaimRef{UID: "uid-2"}}, []kit.AllocatedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-2-1g-10gb-6"}})
+	err = d.PrepareClaim(
+		ctx,
+		kit.Claim{ClaimRef: kit.ClaimRef{UID: "uid-2"}},
+		[]kit.AllocatedDevice{{Request: "gpu", Pool: "node-1", Device: "gpu-2-1g-10gb-6"}},
+	)
 	fmt.Println("GPU 2:", err)
 	_ = d.UnprepareClaim(ctx, c.ClaimRef, devs)
 	gis, _ = sim.GPUInstances(3)

@@ -27,8 +27,9 @@ type migTool struct {
 	// while the process runs (SetWhole drops a GPU's when it changes its
 	// mode, to be safe): they are asked once, not at every Create.
 	profMu     sync.Mutex
-	giProfiles map[int][]nvml.GPUInstanceProfile              // by GPU index
-	ciProfiles map[ciProfileKey][]nvml.ComputeInstanceProfile // by GPU index and GPU instance profile
+	giProfiles map[int][]nvml.GPUInstanceProfile // by GPU index
+	// by GPU index and GPU instance profile
+	ciProfiles map[ciProfileKey][]nvml.ComputeInstanceProfile
 
 	// made are the GPU instances Create made (or found), by key, until
 	// Destroy: what a container's device nodes need (the GPU and compute
@@ -57,7 +58,12 @@ func (t *migTool) place(op string, k lifecycle.Key) (gpu, profile int, err error
 		return g.Index, 0, nil
 	}
 	if g.product == nil {
-		return 0, 0, fmt.Errorf("%s %s: GPU %d has no MIG profiles (it could not be read)", op, k, g.Index)
+		return 0, 0, fmt.Errorf(
+			"%s %s: GPU %d has no MIG profiles (it could not be read)",
+			op,
+			k,
+			g.Index,
+		)
 	}
 	pr, err := g.product.Profile(k.Profile)
 	if err != nil {
@@ -98,7 +104,13 @@ func (t *migTool) profile(gpu, id int) (nvml.GPUInstanceProfile, error) {
 			return p, nil
 		}
 	}
-	return nvml.GPUInstanceProfile{}, nvml.NewError(nvml.ErrorInvalidArgument, "get GPU instance profile", "GPU %d has no profile %d", gpu, id)
+	return nvml.GPUInstanceProfile{}, nvml.NewError(
+		nvml.ErrorInvalidArgument,
+		"get GPU instance profile",
+		"GPU %d has no profile %d",
+		gpu,
+		id,
+	)
 }
 
 // Create makes the MIG device at k: the GPU instance at the placement,
@@ -149,8 +161,16 @@ func (t *migTool) Create(_ context.Context, k lifecycle.Key) (lifecycle.Partitio
 	}
 	ci, err := t.createCI(gi, prof)
 	if err != nil {
-		if rerr := t.nv.DestroyGPUInstance(gpu, gi.ID); rerr != nil && !errors.Is(rerr, nvml.ErrNotFound) {
-			return lifecycle.Partition{}, fmt.Errorf("%s %s: %w; roll back GPU instance %d: %w (the next release or start undoes it)", op, k, err, gi.ID, rerr)
+		if rerr := t.nv.DestroyGPUInstance(gpu, gi.ID); rerr != nil &&
+			!errors.Is(rerr, nvml.ErrNotFound) {
+			return lifecycle.Partition{}, fmt.Errorf(
+				"%s %s: %w; roll back GPU instance %d: %w (the next release or start undoes it)",
+				op,
+				k,
+				err,
+				gi.ID,
+				rerr,
+			)
 		}
 		return lifecycle.Partition{}, fmt.Errorf("%s %s (GPU instance rolled back): %w", op, k, err)
 	}
@@ -180,10 +200,18 @@ func (t *migTool) madeDevice(k lifecycle.Key) (nvml.GPUInstance, bool) {
 // createCI creates the compute instance that covers all of gi's compute
 // slices: of the compute instance profiles with the GPU instance's slice
 // count, the lowest ID (what "nvidia-smi mig -cgi ... -C" creates).
-func (t *migTool) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (nvml.ComputeInstance, error) {
-	cps, err := cached(&t.profMu, &t.ciProfiles, ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID}, func() ([]nvml.ComputeInstanceProfile, error) {
-		return t.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
-	})
+func (t *migTool) createCI(
+	gi nvml.GPUInstance,
+	prof nvml.GPUInstanceProfile,
+) (nvml.ComputeInstance, error) {
+	cps, err := cached(
+		&t.profMu,
+		&t.ciProfiles,
+		ciProfileKey{gpu: gi.GPU, giProfile: gi.ProfileID},
+		func() ([]nvml.ComputeInstanceProfile, error) {
+			return t.nv.ComputeInstanceProfiles(gi.GPU, gi.ID)
+		},
+	)
 	if err != nil {
 		return nvml.ComputeInstance{}, err
 	}
@@ -194,7 +222,12 @@ func (t *migTool) createCI(gi nvml.GPUInstance, prof nvml.GPUInstanceProfile) (n
 		}
 	}
 	if best < 0 {
-		return nvml.ComputeInstance{}, nvml.NewError(nvml.ErrorNotSupported, fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU), "no compute instance profile with %d slices", prof.SliceCount)
+		return nvml.ComputeInstance{}, nvml.NewError(
+			nvml.ErrorNotSupported,
+			fmt.Sprintf("create compute instance in GPU instance %d on GPU %d", gi.ID, gi.GPU),
+			"no compute instance profile with %d slices",
+			prof.SliceCount,
+		)
 	}
 	return t.nv.CreateComputeInstance(gi.GPU, gi.ID, best)
 }
@@ -212,11 +245,13 @@ func (t *migTool) Destroy(_ context.Context, k lifecycle.Key) error {
 		return err
 	}
 	for _, ci := range gi.ComputeInstances {
-		if err := t.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
+		if err := t.nv.DestroyComputeInstance(gi.GPU, gi.ID, ci.ID); err != nil &&
+			!errors.Is(err, nvml.ErrNotFound) {
 			return fmt.Errorf("%s %s: %w", op, k, err)
 		}
 	}
-	if err := t.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil && !errors.Is(err, nvml.ErrNotFound) {
+	if err := t.nv.DestroyGPUInstance(gi.GPU, gi.ID); err != nil &&
+		!errors.Is(err, nvml.ErrNotFound) {
 		return fmt.Errorf("%s %s: %w", op, k, err)
 	}
 	t.mu.Lock()
@@ -241,7 +276,13 @@ func (t *migTool) List(_ context.Context, card string) ([]lifecycle.Partition, e
 	}
 	var out []lifecycle.Partition
 	for _, gi := range gis {
-		p := lifecycle.Partition{Key: lifecycle.Key{Card: card, Profile: g.profileName(gi.ProfileID), Start: gi.Placement.Start}}
+		p := lifecycle.Partition{
+			Key: lifecycle.Key{
+				Card:    card,
+				Profile: g.profileName(gi.ProfileID),
+				Start:   gi.Placement.Start,
+			},
+		}
 		if len(gi.ComputeInstances) > 0 {
 			p.ID, p.Complete = gi.ComputeInstances[0].UUID, true
 		}
@@ -263,7 +304,12 @@ func (t *migTool) SetWhole(_ context.Context, card string, whole bool) error {
 	enabled := !whole
 	g, ok := t.d.gpuByUUID(card)
 	if !ok {
-		return fmt.Errorf("turn MIG mode %s on %s: GPU %w", onOff(enabled), card, lifecycle.ErrCardGone)
+		return fmt.Errorf(
+			"turn MIG mode %s on %s: GPU %w",
+			onOff(enabled),
+			card,
+			lifecycle.ErrCardGone,
+		)
 	}
 	op := fmt.Sprintf("turn MIG mode %s on GPU %d (%s)", onOff(enabled), g.Index, card)
 	m, err := t.nv.MigMode(g.Index)
@@ -275,7 +321,11 @@ func (t *migTool) SetWhole(_ context.Context, card string, whole bool) error {
 	}
 	ms, ok := t.nv.(nvml.ModeSetter)
 	if !ok {
-		return fmt.Errorf("%s: %w: this NVML backend cannot change MIG mode", op, nvml.ErrNotSupported)
+		return fmt.Errorf(
+			"%s: %w: this NVML backend cannot change MIG mode",
+			op,
+			nvml.ErrNotSupported,
+		)
 	}
 	t.forgetProfiles(g.Index)
 	if m.Pending != enabled {
@@ -285,7 +335,11 @@ func (t *migTool) SetWhole(_ context.Context, card string, whole bool) error {
 	}
 	if m.Current != enabled {
 		if err := ms.ResetGPU(g.Index); err != nil {
-			return fmt.Errorf("%s: the change is pending until a GPU reset: %w", op, t.inUse(g.Index, err))
+			return fmt.Errorf(
+				"%s: the change is pending until a GPU reset: %w",
+				op,
+				t.inUse(g.Index, err),
+			)
 		}
 		if m, err = t.nv.MigMode(g.Index); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
@@ -306,14 +360,24 @@ func (t *migTool) inUse(gpu int, err error) error {
 	if gis, lerr := t.nv.GPUInstances(gpu); lerr == nil && len(gis) > 0 {
 		return fmt.Errorf("%w (its %d GPU instances must be destroyed first)", err, len(gis))
 	}
-	return fmt.Errorf("%w: other NVML clients hold the GPU (DCGM or dcgm-exporter of the GPU Operator, nvidia-persistenced, a monitoring agent, a process on the host): stop them on this node, or use a MIG device of the GPU instead of the GPU whole", err)
+	return fmt.Errorf(
+		"%w: other NVML clients hold the GPU (DCGM or dcgm-exporter of the GPU Operator, "+
+			"nvidia-persistenced, a monitoring agent, a process on the host): stop them on this "+
+			"node, or use a MIG device of the GPU instead of the GPU whole",
+		err,
+	)
 }
 
 func onOff(on bool) string { return map[bool]string{true: "on", false: "off"}[on] }
 
 // cached returns (*m)[k], asking fetch and keeping its answer when there
 // is none; mu guards *m, and is not held while fetch runs.
-func cached[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K, fetch func() (V, error)) (V, error) {
+func cached[K comparable, V any](
+	mu *sync.Mutex,
+	m *map[K]V,
+	k K,
+	fetch func() (V, error),
+) (V, error) {
 	mu.Lock()
 	v, ok := (*m)[k]
 	mu.Unlock()
@@ -370,7 +434,12 @@ func (g *gpuInfo) wholeOK() (bool, string) {
 	case g.vgpuGuest:
 		return false, "it is a vGPU guest's, which cannot change MIG mode"
 	case g.cc == "" || strings.HasPrefix(g.cc, "8.") || strings.HasPrefix(g.cc, "7."):
-		return false, fmt.Sprintf("it is %s (compute capability %s): leaving MIG mode needs a GPU reset, which needs the GPU idle of every other process; only Hopper and later GPUs are offered whole", g.Architecture, g.CUDAComputeCapability)
+		return false, fmt.Sprintf(
+			"it is %s (compute capability %s): leaving MIG mode needs a GPU reset, which needs "+
+				"the GPU idle of every other process; only Hopper and later GPUs are offered whole",
+			g.Architecture,
+			g.CUDAComputeCapability,
+		)
 	}
 	return true, ""
 }

@@ -34,7 +34,9 @@ func toolOn(t testing.TB, s *nvmlsim.Sim, dynamic ...string) (*Driver, []string)
 	return d, uuids
 }
 
-var migUUID = regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+var migUUID = regexp.MustCompile(
+	`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`,
+)
 
 func TestLifecycleCreateIsIdempotentAndDestroyToo(t *testing.T) {
 	ctx := context.Background()
@@ -79,11 +81,16 @@ func TestLifecycleRollsBackTheGPUInstanceWhenTheComputeInstanceFails(t *testing.
 	s := memSim(t, "dgx-a100-80gb")
 	d, uuid := toolOn(t, s, "0")
 	k := lifecycle.Key{Card: uuid[0], Profile: "1g.10gb", Start: 3}
-	if err := s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Code: nvml.ErrorInsufficientResources}); err != nil {
+	if err := s.InjectFault(
+		nvmlsim.Fault{
+			Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Code: nvml.ErrorInsufficientResources,
+		},
+	); err != nil {
 		t.Fatal(err)
 	}
 	_, err := d.tool.Create(ctx, k)
-	if !errors.Is(err, nvml.ErrInsufficientResources) || !strings.Contains(err.Error(), "rolled back") {
+	if !errors.Is(err, nvml.ErrInsufficientResources) ||
+		!strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("create with a failing compute instance: %v", err)
 	}
 	if gis, _ := s.GPUInstances(0); len(gis) != 0 {
@@ -102,9 +109,12 @@ func TestLifecycleFailedRollbackIsUndoneByRecover(t *testing.T) {
 	d, uuid := toolOn(t, s, "1")
 	k := lifecycle.Key{Card: uuid[1], Profile: "2g.20gb", Start: 2}
 	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: 1})
-	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 1, Code: nvml.ErrorGPUIsLost})
+	_ = s.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 1, Code: nvml.ErrorGPUIsLost},
+	)
 	_, err := d.tool.Create(ctx, k)
-	if err == nil || !strings.Contains(err.Error(), "the next release or start undoes it") || nvml.CodeOf(err) != nvml.ErrorUnknown {
+	if err == nil || !strings.Contains(err.Error(), "the next release or start undoes it") ||
+		nvml.CodeOf(err) != nvml.ErrorUnknown {
 		t.Fatalf("create with failing compute instance and rollback: %v", err)
 	}
 	if gis, _ := s.GPUInstances(1); len(gis) != 1 || len(gis[0].ComputeInstances) != 0 {
@@ -126,7 +136,9 @@ func TestLifecycleDestroyFailureIsReported(t *testing.T) {
 	if _, err := d.tool.Create(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	_ = s.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyComputeInstance, GPU: 0, Code: nvml.ErrorInUse})
+	_ = s.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultDestroyComputeInstance, GPU: 0, Code: nvml.ErrorInUse},
+	)
 	if err := d.tool.Destroy(ctx, k); !errors.Is(err, nvml.ErrInUse) {
 		t.Fatalf("destroy with a failing compute instance destroy: %v", err)
 	}
@@ -142,10 +154,17 @@ func TestLifecycleFullGPUIsInsufficientResources(t *testing.T) {
 	ctx := context.Background()
 	s := memSim(t, "dgx-h100")
 	d, uuid := toolOn(t, s, "0")
-	if _, err := d.tool.Create(ctx, lifecycle.Key{Card: uuid[0], Profile: "4g.40gb", Start: 0}); err != nil {
+	if _, err := d.tool.Create(
+		ctx, lifecycle.Key{Card: uuid[0], Profile: "4g.40gb", Start: 0},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.tool.Create(ctx, lifecycle.Key{Card: uuid[0], Profile: "3g.40gb", Start: 0}); !errors.Is(err, nvml.ErrInsufficientResources) {
+	if _, err := d.tool.Create(
+		ctx, lifecycle.Key{Card: uuid[0], Profile: "3g.40gb", Start: 0},
+	); !errors.Is(
+		err,
+		nvml.ErrInsufficientResources,
+	) {
 		t.Fatalf("3g over 4g: %v", err)
 	}
 }
@@ -163,7 +182,8 @@ func TestLifecycleNeverTouchesStaticDevices(t *testing.T) {
 	if _, err := s.CreateComputeInstance(0, admin.ID, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateGPUInstance(0, 19, mig.Placement{Start: 6, Size: 1}); err != nil { // admin, half-made
+	// admin, half-made
+	if _, err := s.CreateGPUInstance(0, 19, mig.Placement{Start: 6, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := s.GPUInstances(0)
@@ -171,24 +191,31 @@ func TestLifecycleNeverTouchesStaticDevices(t *testing.T) {
 	if err := d.Reconcile(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.PrepareClaim(ctx, claim("c"), []kit.AllocatedDevice{alloc("gpu-0-3g-40gb-4")}); err == nil {
+	if err := d.PrepareClaim(
+		ctx, claim("c"), []kit.AllocatedDevice{alloc("gpu-0-3g-40gb-4")},
+	); err == nil {
 		t.Error("prepare of a dynamic device on a static GPU succeeded")
 	}
-	if err := d.UnprepareClaim(ctx, claim("s").ClaimRef, []kit.AllocatedDevice{alloc("gpu-0-3g-40gb-0")}); err != nil {
+	if err := d.UnprepareClaim(
+		ctx, claim("s").ClaimRef, []kit.AllocatedDevice{alloc("gpu-0-3g-40gb-0")},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if own, err := d.lc.Owns(lifecycle.Key{Card: uuid[0], Profile: "3g.40gb", Start: 0}); own || err != nil {
+	if own, err := d.lc.Owns(lifecycle.Key{Card: uuid[0], Profile: "3g.40gb", Start: 0}); own ||
+		err != nil {
 		t.Errorf("the administrator's device is owned: %v, %v", own, err)
 	}
 	inv, err := d.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if all := strings.Join(names(inv), " "); !strings.Contains(all, "gpu-0-3g-40gb-0") || strings.Contains(all, "gpu-0-1g-10gb-6") {
+	if all := strings.Join(names(inv), " "); !strings.Contains(all, "gpu-0-3g-40gb-0") ||
+		strings.Contains(all, "gpu-0-1g-10gb-6") {
 		t.Fatalf("published %s: want the complete static device and not the half-made one", all)
 	}
 	after, _ := s.GPUInstances(0)
-	if len(after) != len(before) || after[0].ComputeInstances[0].UUID != before[0].ComputeInstances[0].UUID {
+	if len(after) != len(before) ||
+		after[0].ComputeInstances[0].UUID != before[0].ComputeInstances[0].UUID {
 		t.Fatalf("static devices changed: %+v -> %+v", before, after)
 	}
 }

@@ -184,7 +184,12 @@ func TestWholeGPUClaimsPreferStaticFullGPUs(t *testing.T) {
 		req      resourceapi.DeviceRequest
 	}{
 		{"placements, default allocator", nil, defaults, plain},
-		{"layout, default allocator", []Option{WithMIGLayout(ledger.NewMemoryAgent("node-1", nil, LayoutOptions()...))}, defaults, plain},
+		{
+			"layout, default allocator",
+			[]Option{WithMIGLayout(ledger.NewMemoryAgent("node-1", nil, LayoutOptions()...))},
+			defaults,
+			plain,
+		},
 		{"placements, stable allocator, full first", nil, stable, preferFull},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -120,7 +120,9 @@ func (d *Driver) Reconcile(ctx context.Context, held []kit.HeldClaim) (err error
 	if n, terr := statefile.RemoveTemp(d.claimDir()); terr != nil {
 		err = fmt.Errorf("reconcile devices files: %w", terr)
 	} else if n > 0 {
-		klog.FromContext(ctx).Info("Removed the temporary files of interrupted devices file writes", "files", n)
+		klog.FromContext(ctx).Info(
+			"Removed the temporary files of interrupted devices file writes", "files", n,
+		)
 	}
 	if rerr := d.lc.Restore(ctx, recordedPartitions(held)); rerr != nil {
 		err = errors.Join(err, rerr)

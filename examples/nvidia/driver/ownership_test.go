@@ -43,7 +43,13 @@ func (f *fixture) prepared(t *testing.T, uid string, devs ...kit.AllocatedDevice
 // with the claims the runtime holds, as the runtime does at start.
 func (f *fixture) restart(t *testing.T, nv nvml.Interface, held ...kit.HeldClaim) {
 	t.Helper()
-	d, err := New(nv, "node-1", WithStateDir(filepath.Join(f.dir, "state")), WithRepublishDelay(0), f.dynamicGPUs(t))
+	d, err := New(
+		nv,
+		"node-1",
+		WithStateDir(filepath.Join(f.dir, "state")),
+		WithRepublishDelay(0),
+		f.dynamicGPUs(t),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +70,10 @@ func instances(t *testing.T, nv nvml.Interface, gpu int) []string {
 	}
 	var out []string
 	for _, gi := range gis {
-		out = append(out, mig.Instance{Profile: profileOf(gi.ProfileID), Start: gi.Placement.Start}.String())
+		out = append(
+			out,
+			mig.Instance{Profile: profileOf(gi.ProfileID), Start: gi.Placement.Start}.String(),
+		)
 	}
 	return out
 }
@@ -94,10 +103,19 @@ func TestLostJournalKeepsOwnership(t *testing.T) {
 	}
 	f.restart(t, f.sim, held)
 	if info, ok := f.d.deviceInfo("gpu-4-1g-18gb-0"); !ok || info.mode != ModeDynamic {
-		t.Errorf("gpu-4-1g-18gb-0 after losing the journal: %+v (published %v), want dynamic", info, ok)
+		t.Errorf(
+			"gpu-4-1g-18gb-0 after losing the journal: %+v (published %v), want dynamic",
+			info,
+			ok,
+		)
 	}
 	if info, ok := f.d.deviceInfo("gpu-4-1g-18gb-1"); !ok || info.mode != ModeDynamic {
-		t.Errorf("gpu-4-1g-18gb-1 after losing the journal: %+v (published %v), want a dynamic device beside the held one", info, ok)
+		t.Errorf(
+			"gpu-4-1g-18gb-1 after losing the journal: %+v (published %v), want a dynamic device "+
+				"beside the held one",
+			info,
+			ok,
+		)
 	}
 	if got := instances(t, f.sim, 4); len(got) != 1 {
 		t.Fatalf("GPU 4 after the restart: %v, want the held device kept", got)
@@ -206,7 +224,9 @@ func TestIndexChangeDestroysOnTheRightGPU(t *testing.T) {
 	a := f.prepared(t, "a", alloc("gpu-5-3g-71gb-0"))
 	b := f.prepared(t, "b", alloc("gpu-6-3g-71gb-0"))
 	f.restart(t, shiftedNVML{Sim: f.sim, gone: 0}, a, b) // physical GPU 6 is index 5 now
-	if err := f.d.UnprepareClaim(ctx, a.ClaimRef, []kit.AllocatedDevice{a.Devices[0].AllocatedDevice}); err != nil {
+	if err := f.d.UnprepareClaim(
+		ctx, a.ClaimRef, []kit.AllocatedDevice{a.Devices[0].AllocatedDevice},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if got := instances(t, f.sim, 5); len(got) != 0 {
@@ -272,7 +292,8 @@ func TestAdminAccessChangesNothing(t *testing.T) {
 
 	// Time-slice: the user's Long stays through an admin claim with
 	// another time-slice and its unprepare.
-	ts := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"%s"}}}`
+	ts := `{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+		`{"strategy":"TimeSlicing","timeSlicing":{"interval":"%s"}}}`
 	f.prepared(t, "tsuser", alloc("gpu-0", strings.Replace(ts, "%s", "Long", 1)))
 	adm := alloc("gpu-0", strings.Replace(ts, "%s", "Short", 1))
 	adm.AdminAccess = true
@@ -284,7 +305,10 @@ func TestAdminAccessChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, _ := f.sim.TimeSlice(0); got != nvml.TimeSliceLong {
-		t.Errorf("GPU 0 time-slice after the admin claim's unprepare: %s, want the user's Long", got)
+		t.Errorf(
+			"GPU 0 time-slice after the admin claim's unprepare: %s, want the user's Long",
+			got,
+		)
 	}
 	var pd preparedData
 	_ = json.Unmarshal(ha.Devices[0].Data, &pd)
@@ -308,7 +332,9 @@ func TestPrepareWithdrawnDevice(t *testing.T) {
 	if _, ok := f.d.deviceInfo("gpu-4-1g-18gb-0"); ok {
 		t.Fatal("gpu-4-1g-18gb-0 still published beside a 7g; the test needs it withdrawn")
 	}
-	if err := f.d.UnprepareClaim(ctx, claim("big").ClaimRef, []kit.AllocatedDevice{big}); err != nil {
+	if err := f.d.UnprepareClaim(
+		ctx, claim("big").ClaimRef, []kit.AllocatedDevice{big},
+	); err != nil {
 		t.Fatal(err)
 	}
 	// The scheduler allocated from the slices it saw before the 7g.
@@ -325,8 +351,12 @@ func TestPrepareWithdrawnDevice(t *testing.T) {
 		t.Errorf("GPU 4: %v, want the two 1g devices", got)
 	}
 	// Names that are no device of this driver are still refused.
-	for _, dev := range []string{"gpu-4-1g-18gb-9", "gpu-2-1g-18gb-0", "gpu-4-1g-35gb-0", "gpu-42-1g-18gb-0"} {
-		if err := f.d.PrepareClaim(ctx, claim("bad"), []kit.AllocatedDevice{alloc(dev)}); err == nil {
+	for _, dev := range []string{
+		"gpu-4-1g-18gb-9", "gpu-2-1g-18gb-0", "gpu-4-1g-35gb-0", "gpu-42-1g-18gb-0",
+	} {
+		if err := f.d.PrepareClaim(
+			ctx, claim("bad"), []kit.AllocatedDevice{alloc(dev)},
+		); err == nil {
 			t.Errorf("prepare of %s, no device of this driver: succeeded", dev)
 		}
 	}
@@ -343,7 +373,9 @@ func TestFailedDestroyIsRetried(t *testing.T) {
 	if got := instances(t, f.sim, 5); len(got) != 1 {
 		t.Fatalf("GPU 5 after the prepare: %v", got)
 	}
-	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 5, Code: nvml.ErrorUnknown}); err != nil {
+	if err := f.sim.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultDestroyGPUInstance, GPU: 5, Code: nvml.ErrorUnknown},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.d.UnprepareClaim(ctx, c.ClaimRef, nil); err == nil {

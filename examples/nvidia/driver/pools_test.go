@@ -52,19 +52,32 @@ type poolEpisode struct {
 }
 
 // watchPools starts following node's slices; it stops when ctx ends.
-func watchPools(ctx context.Context, t testing.TB, client kubernetes.Interface, node string) *poolWatch {
+func watchPools(
+	ctx context.Context,
+	t testing.TB,
+	client kubernetes.Interface,
+	node string,
+) *poolWatch {
 	t.Helper()
-	pw := &poolWatch{slices: map[string]*resourceapi.ResourceSlice{}, since: map[string]time.Time{}, seen: map[string]bool{}}
+	pw := &poolWatch{
+		slices: map[string]*resourceapi.ResourceSlice{},
+		since:  map[string]time.Time{},
+		seen:   map[string]bool{},
+	}
 	pw.cond = sync.NewCond(&pw.mu)
 	sel := "spec.nodeName=" + node
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	list, err := client.ResourceV1().
+		ResourceSlices().
+		List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range list.Items {
 		pw.slices[list.Items[i].Name] = &list.Items[i]
 	}
-	w, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+	w, err := client.ResourceV1().
+		ResourceSlices().
+		Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +118,15 @@ func watchPools(ctx context.Context, t testing.TB, client kubernetes.Interface, 
 						pw.since[pool] = now
 						pw.seen[pool] = true
 					case st.complete && was:
-						pw.episodes = append(pw.episodes, poolEpisode{at: pw.since[pool], pool: pool, devices: lastDevices[pool], took: now.Sub(pw.since[pool])})
+						pw.episodes = append(
+							pw.episodes,
+							poolEpisode{
+								at:      pw.since[pool],
+								pool:    pool,
+								devices: lastDevices[pool],
+								took:    now.Sub(pw.since[pool]),
+							},
+						)
 						delete(pw.since, pool)
 					}
 					if st.complete {
@@ -273,7 +294,10 @@ func TestPoolsStayCompleteAcrossMIGChanges(t *testing.T) {
 	defer kl.Close()
 
 	const empty = 8 * 15 // each GPU whole, and mig.DefaultProfiles on an H200: 14 placements
-	if !pw.waitFor(time.Minute, func(p map[string]poolState) bool { return dynamicDevices(p) == empty }) {
+	if !pw.waitFor(
+		time.Minute,
+		func(p map[string]poolState) bool { return dynamicDevices(p) == empty },
+	) {
 		t.Fatalf("the node's %d dynamic MIG devices were not published", empty)
 	}
 	pw.reset()
@@ -328,14 +352,28 @@ func TestPoolsStayCompleteAcrossMIGChanges(t *testing.T) {
 	step("MIG devices on GPUs 1 and 6 in one call", true, b, c)
 	step("MIG device on GPU 4 destroyed", false, a)
 	step("MIG devices on GPUs 1 and 6 destroyed", false, b, c)
-	if !pw.waitFor(time.Minute, func(p map[string]poolState) bool { return dynamicDevices(p) == empty }) {
+	if !pw.waitFor(
+		time.Minute,
+		func(p map[string]poolState) bool { return dynamicDevices(p) == empty },
+	) {
 		t.Errorf("the node did not return to its %d dynamic devices", empty)
 	}
 	episodes, incomplete, events := pw.report()
 	if len(incomplete) > 0 {
-		t.Errorf("pools %v were incomplete %d times during the MIG changes (%d slice events): the scheduler skipped them whole", incomplete, len(episodes), events)
+		t.Errorf(
+			"pools %v were incomplete %d times during the MIG changes (%d slice events): the "+
+				"scheduler skipped them whole",
+			incomplete,
+			len(episodes),
+			events,
+		)
 	}
-	t.Logf("%d slice events, %d pools, none incomplete: %v", events, len(pools), len(incomplete) == 0)
+	t.Logf(
+		"%d slice events, %d pools, none incomplete: %v",
+		events,
+		len(pools),
+		len(incomplete) == 0,
+	)
 }
 
 // BenchmarkPoolStream measures what the reference driver's own republish
@@ -357,11 +395,32 @@ func BenchmarkPoolStream(b *testing.B) {
 	klog.SetOutput(io.Discard)
 	pods, conc := envInt("POOL_STREAM_PODS", 500), envInt("POOL_STREAM_CONCURRENCY", 6)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "round\tpods\tpods refused >=1 (FailedScheduling)\trefusals\tprepare errors\tpools ever incomplete\tincomplete spells\tspell p50 / max ms\tincomplete pool-seconds\tcreate->bound p50 / p99 / max ms\twall s")
+	fmt.Fprintln(
+		tw,
+		"round\tpods\tpods refused >=1 (FailedScheduling)\trefusals\tprepare errors\tpools ever "+
+			"incomplete\tincomplete spells\tspell p50 / max ms\tincomplete "+
+			"pool-seconds\tcreate->bound p50 / p99 / max ms\twall s",
+	)
 	for round := range b.N {
 		r := poolStream(b, env, fmt.Sprintf("nv-stream-%d", round), pods, conc, int64(round+1))
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f / %.0f\t%.2f\t%.0f / %.0f / %.0f\t%.0f\n", round, r.pods, r.refusedPods, r.refusals, r.prepareErrors,
-			r.poolsIncomplete, r.spells, ms(r.spellP50), ms(r.spellMax), r.incompleteSeconds, ms(r.boundP50), ms(r.boundP99), ms(r.boundMax), r.wall.Seconds())
+		fmt.Fprintf(
+			tw,
+			"%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f / %.0f\t%.2f\t%.0f / %.0f / %.0f\t%.0f\n",
+			round,
+			r.pods,
+			r.refusedPods,
+			r.refusals,
+			r.prepareErrors,
+			r.poolsIncomplete,
+			r.spells,
+			ms(r.spellP50),
+			ms(r.spellMax),
+			r.incompleteSeconds,
+			ms(r.boundP50),
+			ms(r.boundP99),
+			ms(r.boundMax),
+			r.wall.Seconds(),
+		)
 	}
 	tw.Flush()
 }
@@ -385,24 +444,45 @@ type streamResult struct {
 
 // poolStream runs one stream of pods on a fresh node; see
 // BenchmarkPoolStream.
-func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, seed int64) streamResult {
+func poolStream(
+	b *testing.B,
+	env *testenv.Env,
+	node string,
+	pods, conc int,
+	seed int64,
+) streamResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := env.AddFakeNode(ctx, node, nil); err != nil {
 		b.Fatal(err)
 	}
-	profiles := []string{"1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "2g.35gb", "2g.35gb", "3g.71gb"}
+	profiles := []string{
+		"1g.18gb",
+		"1g.18gb",
+		"1g.18gb",
+		"1g.18gb",
+		"2g.35gb",
+		"2g.35gb",
+		"3g.71gb",
+	}
 	for _, c := range nvdriver.DeviceClasses(profiles) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(
+			ctx, c, metav1.CreateOptions{},
+		); err != nil &&
+			!apierrors.IsAlreadyExists(err) {
 			b.Fatal(err)
 		}
 	}
 	ns := node
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Create(
+		ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{},
+	); err != nil {
 		b.Fatal(err)
 	}
 	for { // pods need the namespace's default ServiceAccount
-		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Get(
+			ctx, "default", metav1.GetOptions{},
+		); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -415,7 +495,10 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 		b.Fatal(err)
 	}
 	defer kl.Close()
-	if !pw.waitFor(time.Minute, func(p map[string]poolState) bool { return dynamicDevices(p) == 8*14 }) {
+	if !pw.waitFor(
+		time.Minute,
+		func(p map[string]poolState) bool { return dynamicDevices(p) == 8*14 },
+	) {
 		b.Fatal("the node's dynamic MIG devices were not published")
 	}
 	pw.reset()
@@ -424,7 +507,9 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 	var mu sync.Mutex
 	refused := map[string]bool{} // pods
 	refusals := map[string]int{} // events: the highest count seen
-	evw, err := env.Client.CoreV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	evw, err := env.Client.CoreV1().
+		Events(ns).
+		Watch(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -483,7 +568,9 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 					mu.Unlock()
 					b.Logf("pod %s: %v", name, err)
 				}
-				_ = env.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				_ = env.Client.CoreV1().
+					Pods(ns).
+					Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 				_ = claims.Delete(ctx, name, metav1.DeleteOptions{})
 			}(p.Name)
 		}
@@ -504,25 +591,44 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 		prof := profiles[rng.Intn(len(profiles))]
 		claim := &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nvdriver.ProfileClass(prof)},
-			}}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "mig",
+					Exactly: &resourceapi.ExactDeviceRequest{
+						DeviceClassName: nvdriver.ProfileClass(prof),
+					},
+				}}},
+			},
 		}
-		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(
+			ctx, claim, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
-				Containers:     []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "mig"}}}}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "mig", ResourceClaimName: ptr.To(name)}},
-				NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
+				Containers: []corev1.Container{
+					{
+						Name:  "c",
+						Image: "busybox",
+						Resources: corev1.ResourceRequirements{
+							Claims: []corev1.ResourceClaim{{Name: "mig"}},
+						},
+					},
+				},
+				ResourceClaims: []corev1.PodResourceClaim{
+					{Name: "mig", ResourceClaimName: ptr.To(name)},
+				},
+				NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			},
 		}
 		mu.Lock()
 		created[name] = time.Now()
 		mu.Unlock()
-		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods(ns).Create(
+			ctx, pod, metav1.CreateOptions{},
+		); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -531,14 +637,31 @@ func poolStream(b *testing.B, env *testenv.Env, node string, pods, conc int, see
 	}
 	wg.Wait()
 	wall := time.Since(t0)
-	pw.waitFor(10*time.Second, func(p map[string]poolState) bool { return dynamicDevices(p) == 8*14 })
+	pw.waitFor(
+		10*time.Second,
+		func(p map[string]poolState) bool { return dynamicDevices(p) == 8*14 },
+	)
 
 	episodes, incomplete, _ := pw.report()
-	r := streamResult{pods: pods, prepareErrors: prepareErrors, poolsIncomplete: len(incomplete), spells: len(episodes), wall: wall}
+	r := streamResult{
+		pods:            pods,
+		prepareErrors:   prepareErrors,
+		poolsIncomplete: len(incomplete),
+		spells:          len(episodes),
+		wall:            wall,
+	}
 	var spells []time.Duration
 	for i, e := range episodes {
 		if i < 5 {
-			b.Logf("incomplete spell %d: pool %s (%d devices when last complete) for %s, %s after the stream began", i, e.pool, e.devices, e.took, e.at.Sub(t0))
+			b.Logf(
+				"incomplete spell %d: pool %s (%d devices when last complete) for %s, %s after "+
+					"the stream began",
+				i,
+				e.pool,
+				e.devices,
+				e.took,
+				e.at.Sub(t0),
+			)
 		}
 		spells = append(spells, e.took)
 		r.incompleteSeconds += e.took.Seconds()

@@ -102,7 +102,11 @@ type ClaimFile struct {
 // kubelet shows in the pod's events. A device allocated with admin access
 // is never created or changed: admin access changes nothing on the
 // device.
-func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) error {
+func (d *Driver) PrepareClaim(
+	ctx context.Context,
+	claim kit.Claim,
+	devs []kit.AllocatedDevice,
+) error {
 	if err := d.ensureInventory(ctx); err != nil {
 		return err
 	}
@@ -118,7 +122,14 @@ func (d *Driver) PrepareClaim(ctx context.Context, claim kit.Claim, devs []kit.A
 			return err
 		}
 		if ev, lost := d.health.lostEvent(info.gpu); lost {
-			return fmt.Errorf("device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, seen at %s): it cannot be used until it is reset", dev.ID(), info.gpu, d.hw()[info.gpu].UUID, ev.Time.Format(time.RFC3339))
+			return fmt.Errorf(
+				"device %s: GPU %d (%s) is lost (fell off the bus or NVML answers GPU_IS_LOST, "+
+					"seen at %s): it cannot be used until it is reset",
+				dev.ID(),
+				info.gpu,
+				d.hw()[info.gpu].UUID,
+				ev.Time.Format(time.RFC3339),
+			)
 		}
 	}
 	info := func(dev kit.AllocatedDevice) devInfo { i, _ := d.lookup(dev.Device); return i }
@@ -137,7 +148,13 @@ func (d *Driver) notOffered(dev kit.AllocatedDevice) error {
 	if ref, err := mig.ParseDeviceName(dev.Device); err == nil && ref.Profile == "" {
 		if gpus := d.hw(); ref.GPU >= 0 && ref.GPU < len(gpus) && d.dynamic(&gpus[ref.GPU]) {
 			if ok, why := d.wholeNow(&gpus[ref.GPU]); !ok {
-				return fmt.Errorf("device %s: dynamic MIG GPU %d is not offered whole: %s; ask for one of its MIG devices", dev.ID(), ref.GPU, why)
+				return fmt.Errorf(
+					"device %s: dynamic MIG GPU %d is not offered whole: %s; ask for one of its "+
+						"MIG devices",
+					dev.ID(),
+					ref.GPU,
+					why,
+				)
 			}
 		}
 	}
@@ -152,7 +169,11 @@ func (d *Driver) notOffered(dev kit.AllocatedDevice) error {
 // and, on real hardware, the ContainerEditor's DeviceEdits (by default its
 // device nodes: /dev/nvidia<minor>, and the MIG capability nodes of a MIG
 // device).
-func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.AllocatedDevice) (kit.PreparedDevice, error) {
+func (d *Driver) PrepareDevice(
+	ctx context.Context,
+	claim kit.Claim,
+	dev kit.AllocatedDevice,
+) (kit.PreparedDevice, error) {
 	cd, info, err := d.describe(dev)
 	if err != nil {
 		return kit.PreparedDevice{}, err
@@ -190,7 +211,11 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 	if err != nil {
 		return kit.PreparedDevice{}, err
 	}
-	meta := &kit.DeviceMetadata{Attributes: map[string]resourceapi.DeviceAttribute{AttrUUID: {StringValue: ptr.To(cd.UUID)}}}
+	meta := &kit.DeviceMetadata{
+		Attributes: map[string]resourceapi.DeviceAttribute{
+			AttrUUID: {StringValue: ptr.To(cd.UUID)},
+		},
+	}
 	return kit.PreparedDevice{Edits: edits, Data: raw, Metadata: meta}, nil
 }
 
@@ -203,7 +228,11 @@ func (d *Driver) PrepareDevice(ctx context.Context, claim kit.Claim, dev kit.All
 // nodes /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia-uvm-tools). It
 // sets no variable to a value of its own claim: a container with two
 // claims gets both claims' edits, and would see one value only.
-func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.AllocatedDevice) (*cdi.Edits, error) {
+func (d *Driver) ClaimEdits(
+	ctx context.Context,
+	claim kit.Claim,
+	devs []kit.AllocatedDevice,
+) (*cdi.Edits, error) {
 	f := ClaimFile{Namespace: claim.Namespace, Claim: claim.Name, UID: string(claim.UID)}
 	for _, dev := range devs {
 		cd, info, err := d.describe(dev)
@@ -249,7 +278,12 @@ func (d *Driver) ClaimEdits(ctx context.Context, claim kit.Claim, devs []kit.All
 
 // UnprepareDevice puts a time-sliced GPU back to the default time-slice.
 // It is idempotent.
-func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev kit.AllocatedDevice, data json.RawMessage) error {
+func (d *Driver) UnprepareDevice(
+	ctx context.Context,
+	claim kit.ClaimRef,
+	dev kit.AllocatedDevice,
+	data json.RawMessage,
+) error {
 	if len(data) == 0 {
 		if isShared(dev) { // a prepare that did not finish
 			return d.unprepareShare(ctx, claim, dev, nil)
@@ -268,7 +302,16 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 		if pd.GPUUUID != "" {
 			g, ok := d.gpuByUUID(pd.GPUUUID)
 			if !ok {
-				klog.FromContext(ctx).Info("GPU of a time-sliced device is gone; nothing to reset", "claim", claim.String(), "device", dev.Device, "gpuUUID", pd.GPUUUID)
+				klog.FromContext(ctx).
+					Info(
+						"GPU of a time-sliced device is gone; nothing to reset",
+						"claim",
+						claim.String(),
+						"device",
+						dev.Device,
+						"gpuUUID",
+						pd.GPUUUID,
+					)
 				return nil
 			}
 			gpu = g.Index
@@ -288,7 +331,11 @@ func (d *Driver) UnprepareDevice(ctx context.Context, claim kit.ClaimRef, dev ki
 // devices file. A static device, or one held with admin access, is never
 // touched. A lost GPU fails the unprepare of its own MIG devices only. It
 // is idempotent.
-func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []kit.AllocatedDevice) error {
+func (d *Driver) UnprepareClaim(
+	ctx context.Context,
+	claim kit.ClaimRef,
+	devs []kit.AllocatedDevice,
+) error {
 	if err := d.lc.UnprepareClaim(ctx, claim, devs); err != nil {
 		return err
 	}
@@ -299,7 +346,8 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 	// that was never written fails with EROFS, which would fail the
 	// rollback of a prepare that could not write it.
 	if _, err := os.Lstat(d.claimFile(string(claim.UID))); err == nil {
-		if err := os.Remove(d.claimFile(string(claim.UID))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(d.claimFile(string(claim.UID))); err != nil &&
+			!errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove devices file of claim %s: %w", claim, err)
 		}
 	}
@@ -311,10 +359,20 @@ func (d *Driver) UnprepareClaim(ctx context.Context, claim kit.ClaimRef, devs []
 func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error) {
 	info, ok := d.lookup(dev.Device)
 	if !ok {
-		return ClaimDevice{}, info, fmt.Errorf("device %s is not one of this driver's devices now", dev.ID())
+		return ClaimDevice{}, info, fmt.Errorf(
+			"device %s is not one of this driver's devices now",
+			dev.ID(),
+		)
 	}
 	g := d.hw()[info.gpu]
-	cd := ClaimDevice{Request: dev.Request, Device: dev.Device, Type: info.typ, Mode: info.mode, GPU: info.gpu, UUID: info.uuid}
+	cd := ClaimDevice{
+		Request: dev.Request,
+		Device:  dev.Device,
+		Type:    info.typ,
+		Mode:    info.mode,
+		GPU:     info.gpu,
+		UUID:    info.uuid,
+	}
 	if info.typ == TypeMIG {
 		pr, err := g.product.Profile(info.profile)
 		if err != nil {
@@ -335,7 +393,12 @@ func (d *Driver) describe(dev kit.AllocatedDevice) (ClaimDevice, devInfo, error)
 		}
 		if !found || len(gi.ComputeInstances) == 0 {
 			if dev.AdminAccess {
-				return cd, info, fmt.Errorf("MIG device %s (%s) does not exist: admin access never creates one, and no claim holds it now", dev.Device, info.part)
+				return cd, info, fmt.Errorf(
+					"MIG device %s (%s) does not exist: admin access never creates one, and no "+
+						"claim holds it now",
+					dev.Device,
+					info.part,
+				)
 			}
 			return cd, info, fmt.Errorf("MIG device %s (%s) does not exist", dev.Device, info.part)
 		}
@@ -354,7 +417,13 @@ type timeSlicer interface {
 func (d *Driver) setTimeSlice(gpu int, t nvml.TimeSlice) error {
 	ts, ok := d.nv.(timeSlicer)
 	if !ok {
-		return fmt.Errorf("%w: time-slicing GPU %d: only the simulated NVML (-nvml-sim) sets time-slices; on real GPUs this driver does not (NVIDIA's sets them with nvidia-smi compute-policy --set-timeslice)", kit.ErrInvalidConfig, gpu)
+		return fmt.Errorf(
+			"%w: time-slicing GPU %d: only the simulated NVML (-nvml-sim) sets time-slices; on "+
+				"real GPUs this driver does not (NVIDIA's sets them with nvidia-smi "+
+				"compute-policy --set-timeslice)",
+			kit.ErrInvalidConfig,
+			gpu,
+		)
 	}
 	return ts.SetTimeSlice(gpu, t)
 }
@@ -404,7 +473,10 @@ func MIGCapabilityNodes(procRoot string, gpuMinor, gi, ci int) ([]cdi.DeviceNode
 	if err != nil {
 		return nil, err
 	}
-	base := filepath.Join(procRoot, fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", gpuMinor, gi))
+	base := filepath.Join(
+		procRoot,
+		fmt.Sprintf("driver/nvidia/capabilities/gpu%d/mig/gi%d", gpuMinor, gi),
+	)
 	var nodes []cdi.DeviceNode
 	for _, p := range []string{base + "/access", fmt.Sprintf("%s/ci%d/access", base, ci)} {
 		c, err := readCapability(p)
@@ -433,12 +505,20 @@ func capsMajor(path string) (int64, error) {
 		if len(f) == 2 && f[1] == "nvidia-caps" {
 			n, err := strconv.ParseInt(f[0], 10, 32)
 			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("read the nvidia-caps device major from %s: %q is not a major number", path, f[0])
+				return 0, fmt.Errorf(
+					"read the nvidia-caps device major from %s: %q is not a major number",
+					path,
+					f[0],
+				)
 			}
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("read the nvidia-caps device major: %s has no nvidia-caps line; is the NVIDIA kernel driver (with MIG support) loaded?", path)
+	return 0, fmt.Errorf(
+		"read the nvidia-caps device major: %s has no nvidia-caps line; is the NVIDIA kernel "+
+			"driver (with MIG support) loaded?",
+		path,
+	)
 }
 
 // capability is what a MIG capability file says of its device node.

@@ -27,7 +27,11 @@ func TestReconcileRemovesTemporaryClaimFiles(t *testing.T) {
 	if err := os.WriteFile(stray, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	held := kit.HeldClaim{ClaimRef: c.ClaimRef, Prepared: true, Devices: []kit.HeldDevice{{AllocatedDevice: alloc("gpu-0")}}}
+	held := kit.HeldClaim{
+		ClaimRef: c.ClaimRef,
+		Prepared: true,
+		Devices:  []kit.HeldDevice{{AllocatedDevice: alloc("gpu-0")}},
+	}
 	if err := f.d.Reconcile(ctx, []kit.HeldClaim{held}); err != nil {
 		t.Fatal(err)
 	}

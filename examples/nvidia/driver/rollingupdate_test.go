@@ -18,7 +18,10 @@ func TestRollingUpdateSharesState(t *testing.T) {
 	f := newFixture(t)
 	state := filepath.Join(f.dir, "shared")
 	open := func(opts ...Option) (*Driver, error) {
-		d, err := New(f.sim, "node-1", append([]Option{WithStateDir(state), f.dynamicGPUs(t)}, opts...)...)
+		d, err := New(
+			f.sim,
+			"node-1",
+			append([]Option{WithStateDir(state), f.dynamicGPUs(t)}, opts...)...)
 		if err == nil {
 			t.Cleanup(func() { _ = d.Close() })
 		}

@@ -20,7 +20,9 @@ import (
 type nullNodeEditor struct{}
 
 func (nullNodeEditor) DeviceEdits(dev ContainerDevice) (*cdi.Edits, error) {
-	return (&cdi.Edits{}).DeviceNode(cdi.DeviceNode{Path: "/dev/drakit-test/" + dev.UUID, HostPath: "/dev/null"}), nil
+	return (&cdi.Edits{}).DeviceNode(
+		cdi.DeviceNode{Path: "/dev/drakit-test/" + dev.UUID, HostPath: "/dev/null"},
+	), nil
 }
 
 func (nullNodeEditor) CommonEdits() (*cdi.Edits, error) { return nil, nil }
@@ -73,7 +75,11 @@ func TestTwoClaimsInOneContainer(t *testing.T) {
 		opts := []Option{}
 		if real {
 			name = "real"
-			opts = append(opts, WithSimulatedContainers(false), WithContainerEditor(nullNodeEditor{}))
+			opts = append(
+				opts,
+				WithSimulatedContainers(false),
+				WithContainerEditor(nullNodeEditor{}),
+			)
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -94,7 +100,13 @@ func TestTwoClaimsInOneContainer(t *testing.T) {
 				{claim: claim("a"), devs: []kit.AllocatedDevice{alloc("gpu-0")}},
 				// A static MIG device, and a dynamic one whose UUID is
 				// born at prepare.
-				{claim: claim("b"), devs: []kit.AllocatedDevice{alloc("gpu-2-3g-71gb-4"), alloc("gpu-5-1g-18gb-3")}},
+				{
+					claim: claim("b"),
+					devs: []kit.AllocatedDevice{
+						alloc("gpu-2-3g-71gb-4"),
+						alloc("gpu-5-1g-18gb-3"),
+					},
+				},
 			}
 			claims[1].devs[1].Request = "mig"
 			var all []string
@@ -130,42 +142,85 @@ func TestTwoClaimsInOneContainer(t *testing.T) {
 				alone := inject(t, dir, c.ids)
 				for k, v := range alone.env {
 					if got, ok := both.env[k]; !ok || got != v {
-						t.Errorf("claim %s alone gives its container %s=%s; with both claims the container has %s=%q", c.claim.Name, k, v, k, got)
+						t.Errorf(
+							"claim %s alone gives its container %s=%s; with both claims the "+
+								"container has %s=%q",
+							c.claim.Name,
+							k,
+							v,
+							k,
+							got,
+						)
 					}
 				}
 				for dst, src := range alone.mounts {
 					if both.mounts[dst] != src {
-						t.Errorf("claim %s alone mounts %s at %s; with both claims the container has %q there", c.claim.Name, src, dst, both.mounts[dst])
+						t.Errorf(
+							"claim %s alone mounts %s at %s; with both claims the container has "+
+								"%q there",
+							c.claim.Name,
+							src,
+							dst,
+							both.mounts[dst],
+						)
 					}
 				}
 				for n := range alone.nodes {
 					if !both.nodes[n] {
-						t.Errorf("claim %s alone gives its container device node %s; with both claims the container lacks it", c.claim.Name, n)
+						t.Errorf(
+							"claim %s alone gives its container device node %s; with both claims "+
+								"the container lacks it",
+							c.claim.Name,
+							n,
+						)
 					}
 				}
 			}
 			for k, u := range uuids {
 				if u == "" || both.env[k] != u {
-					t.Errorf("the container with both claims has %s=%q, want the device's UUID %q", k, both.env[k], u)
+					t.Errorf(
+						"the container with both claims has %s=%q, want the device's UUID %q",
+						k,
+						both.env[k],
+						u,
+					)
 				}
 				if real && !both.nodes["/dev/drakit-test/"+u] {
-					t.Errorf("the container with both claims lacks the device node of %s (%s)", k, u)
+					t.Errorf(
+						"the container with both claims lacks the device node of %s (%s)",
+						k,
+						u,
+					)
 				}
 			}
 			if v := both.env[EnvVisibleDevices]; v != VisibleDevicesVoid {
-				t.Errorf("the container has %s=%q, want %q: the devices come from CDI", EnvVisibleDevices, v, VisibleDevicesVoid)
+				t.Errorf(
+					"the container has %s=%q, want %q: the devices come from CDI",
+					EnvVisibleDevices,
+					v,
+					VisibleDevicesVoid,
+				)
 			}
 			// Both claims' devices files, in the folder the
 			// environment names, each naming its claim.
 			for _, c := range claims {
-				in := filepath.Join(both.env[EnvClaimFileDir], c.claim.Namespace+"_"+c.claim.Name+".json")
+				in := filepath.Join(
+					both.env[EnvClaimFileDir],
+					c.claim.Namespace+"_"+c.claim.Name+".json",
+				)
 				b, err := os.ReadFile(both.mounts[in])
 				if err != nil {
-					t.Errorf("claim %s's devices file at %s in the container: %v", c.claim.Name, in, err)
+					t.Errorf(
+						"claim %s's devices file at %s in the container: %v",
+						c.claim.Name,
+						in,
+						err,
+					)
 					continue
 				}
 				var file ClaimFile
-				if err := json.Unmarshal(b, &file); err != nil || file.UID != string(c.claim.UID) || len(file.Devices) != len(c.devs) {
+				if err := json.Unmarshal(b, &file); err != nil || file.UID != string(c.claim.UID) ||
+					len(file.Devices) != len(c.devs) {
 					t.Errorf("claim %s's devices file at %s: %s (%v)", c.claim.Name, in, b, err)
 				}
 			}

@@ -55,18 +55,60 @@ func (s *scheduler) allocate(class string, gpu int) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	features := structured.Features{AdminAccess: true, PartitionableDevices: true, PrioritizedList: true, DeviceTaints: true, DeviceBindingAndStatus: true, ConsumableCapacity: true}
-	state := structured.AllocatedState{AllocatedDevices: s.allocated.Clone(), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
-	al, err := structured.NewAllocator(ctx, features, state, classes(DeviceClasses([]string{"1g.18gb", "3g.71gb"})), inv.ResourceSlices("node-1"), cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}))
+	features := structured.Features{
+		AdminAccess:            true,
+		PartitionableDevices:   true,
+		PrioritizedList:        true,
+		DeviceTaints:           true,
+		DeviceBindingAndStatus: true,
+		ConsumableCapacity:     true,
+	}
+	state := structured.AllocatedState{
+		AllocatedDevices:         s.allocated.Clone(),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	al, err := structured.NewAllocator(
+		ctx,
+		features,
+		state,
+		classes(DeviceClasses([]string{"1g.18gb", "3g.71gb"})),
+		inv.ResourceSlices("node-1"),
+		cel.NewCache(64, cel.Features{EnableConsumableCapacity: true}),
+	)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.n++
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.attributes[%q].index == %d", DriverName, gpu)}}}}
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("c", s.n), Namespace: "default", UID: types.UID(fmt.Sprint("uid-", s.n))},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}}}}}
-	res, err := al.Allocate(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, []*resourceapi.ResourceClaim{c})
+	req := resourceapi.ExactDeviceRequest{
+		DeviceClassName: class,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           1,
+		Selectors: []resourceapi.DeviceSelector{
+			{
+				CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf("device.attributes[%q].index == %d", DriverName, gpu),
+				},
+			},
+		},
+	}
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprint("c", s.n),
+			Namespace: "default",
+			UID:       types.UID(fmt.Sprint("uid-", s.n)),
+		},
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "r", Exactly: &req}},
+			},
+		},
+	}
+	res, err := al.Allocate(
+		ctx,
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
+		[]*resourceapi.ResourceClaim{c},
+	)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -139,7 +181,12 @@ func TestWholeDynamicGPU(t *testing.T) {
 		t.Fatalf("MIG mode of GPU 4 with the GPU prepared whole: %+v, want off", m)
 	}
 	gpus, _ := f.sim.GPUs()
-	if spec := claimSpecs(t, f, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")}); !strings.Contains(spec, EnvDevicePrefix+"GPU_4="+gpus[4].UUID) {
+	if spec := claimSpecs(
+		t, f, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")},
+	); !strings.Contains(
+		spec,
+		EnvDevicePrefix+"GPU_4="+gpus[4].UUID,
+	) {
 		t.Errorf("whole GPU 4's container edits %s lack its UUID %s", spec, gpus[4].UUID)
 	}
 	// The scheduler gives no MIG device of the GPU meanwhile (one counter
@@ -163,7 +210,9 @@ func TestWholeDynamicGPU(t *testing.T) {
 		t.Fatalf("MIG mode of GPU 4 after a restart with the whole claim held: %+v, want off", m)
 	}
 	// Unprepare: MIG mode on again, ready for slicing.
-	if err := f.d.UnprepareClaim(ctx, whole.ClaimRef, []kit.AllocatedDevice{alloc("gpu-4")}); err != nil {
+	if err := f.d.UnprepareClaim(
+		ctx, whole.ClaimRef, []kit.AllocatedDevice{alloc("gpu-4")},
+	); err != nil {
 		t.Fatal(err)
 	}
 	s.free("gpu-4")
@@ -191,7 +240,11 @@ func TestWholeDynamicGPU(t *testing.T) {
 func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-a100-80gb"), nvmlsim.WithPollInterval(5*time.Millisecond))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-a100-80gb"),
+		nvmlsim.WithPollInterval(5*time.Millisecond),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,11 +257,13 @@ func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(all, " gpu-4 ") || !strings.Contains(all, " gpu-4-1g-10gb-0 ") {
+	if all := " " + strings.Join(names(inv), " ") + " "; strings.Contains(all, " gpu-4 ") ||
+		!strings.Contains(all, " gpu-4-1g-10gb-0 ") {
 		t.Errorf("A100 dynamic GPU 4 publishes %s: want its MIG devices and not the GPU whole", all)
 	}
 	err = f.d.PrepareClaim(ctx, claim("whole"), []kit.AllocatedDevice{alloc("gpu-4")})
-	if err == nil || !strings.Contains(err.Error(), "not offered whole") || !strings.Contains(err.Error(), "GPU reset") {
+	if err == nil || !strings.Contains(err.Error(), "not offered whole") ||
+		!strings.Contains(err.Error(), "GPU reset") {
 		t.Fatalf("prepare of A100 GPU 4 whole: %v, want a refusal that says why", err)
 	}
 	if m := migMode(t, sim, 4); !m.Current || !m.Pending {
@@ -224,11 +279,14 @@ func TestWholeDynamicGPUNeedsReset(t *testing.T) {
 	if m := migMode(t, sim, 4); m.Current || m.Pending {
 		t.Fatalf("A100 GPU 4 switched whole: %+v, want MIG off (reset done)", m)
 	}
-	if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultResetGPU, GPU: 4, Code: nvml.ErrorInUse}); err != nil {
+	if err := sim.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultResetGPU, GPU: 4, Code: nvml.ErrorInUse},
+	); err != nil {
 		t.Fatal(err)
 	}
 	err = f.d.tool.SetWhole(ctx, k, false)
-	if !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "pending until a GPU reset") {
+	if !errors.Is(err, nvml.ErrInUse) ||
+		!strings.Contains(err.Error(), "pending until a GPU reset") {
 		t.Fatalf("switch back with a failing reset: %v", err)
 	}
 	if m := migMode(t, sim, 4); m.Current || !m.Pending {
@@ -252,10 +310,13 @@ func TestWholeDestroysUnheldFirst(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, WithRepublishDelay(0))
 	gpu5 := f.dynamic[1]
-	if _, err := f.d.tool.Create(ctx, lifecycle.Key{Card: gpu5, Profile: "1g.18gb", Start: 0}); err != nil {
+	if _, err := f.d.tool.Create(
+		ctx, lifecycle.Key{Card: gpu5, Profile: "1g.18gb", Start: 0},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.tool.SetWhole(ctx, gpu5, true); !errors.Is(err, nvml.ErrInUse) || !strings.Contains(err.Error(), "must be destroyed first") {
+	if err := f.d.tool.SetWhole(ctx, gpu5, true); !errors.Is(err, nvml.ErrInUse) ||
+		!strings.Contains(err.Error(), "must be destroyed first") {
 		t.Fatalf("MIG mode off with an instance: %v", err)
 	}
 	f.prepared(t, "whole", alloc("gpu-5"))
@@ -267,7 +328,9 @@ func TestWholeDestroysUnheldFirst(t *testing.T) {
 	}
 	// A static GPU is never changed: its full device is not offered, and
 	// a prepare of it changes nothing.
-	if err := f.d.PrepareClaim(ctx, claim("static"), []kit.AllocatedDevice{alloc("gpu-3")}); err == nil {
+	if err := f.d.PrepareClaim(
+		ctx, claim("static"), []kit.AllocatedDevice{alloc("gpu-3")},
+	); err == nil {
 		t.Errorf("MIG mode off on static GPU 3: prepared")
 	}
 	if m := migMode(t, f.sim, 3); !m.Current {
@@ -286,7 +349,9 @@ func TestMIGPrepareTurnsMIGModeOnAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, WithRepublishDelay(0))
 	whole := f.prepared(t, "whole", alloc("gpu-5"))
-	if err := f.sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultSetMigMode, GPU: 5, Code: nvml.ErrorUnknown}); err != nil {
+	if err := f.sim.InjectFault(
+		nvmlsim.Fault{Op: nvmlsim.FaultSetMigMode, GPU: 5, Code: nvml.ErrorUnknown},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.d.UnprepareClaim(ctx, whole.ClaimRef, nil); err != nil {

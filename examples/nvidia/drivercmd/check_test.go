@@ -30,8 +30,15 @@ func TestCheck(t *testing.T) {
 	stateDir := filepath.Join(dir, "state")
 	simState := filepath.Join(dir, "gpus.json")
 	// A process of the host holds GPU 5.
-	sim, err := nvmlsim.Open(simState, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{2, 3, 4, 5, 6, 7},
-		Instances: []nvmlsim.Instance{{GPU: 2, Profile: "4g.71gb", Start: 0}, {GPU: 2, Profile: "3g.71gb", Start: 4}}}))
+	sim, err := nvmlsim.Open(
+		simState,
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{2, 3, 4, 5, 6, 7},
+			Instances: []nvmlsim.Instance{
+				{GPU: 2, Profile: "4g.71gb", Start: 0},
+				{GPU: 2, Profile: "3g.71gb", Start: 4},
+			}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +51,8 @@ func TestCheck(t *testing.T) {
 	}
 	var out bytes.Buffer
 	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir,
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", dynamicGates, dynamic},
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, "-nvml-sim-mig-gpus=2-7",
+		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4", dynamicGates, dynamic},
 		drivercmd.WithOutput(&out))
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
@@ -73,7 +81,8 @@ func TestCheck(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	specs := regexp.MustCompile(`(?m)^# CDI spec the driver would write for a claim on (\S+) .*\n`).FindAllStringSubmatchIndex(s, -1)
+	specs := regexp.MustCompile(`(?m)^# CDI spec the driver would write for a claim on (\S+) .*\n`).
+		FindAllStringSubmatchIndex(s, -1)
 	var names []string
 	for i, m := range specs {
 		end := len(s)
@@ -90,8 +99,15 @@ func TestCheck(t *testing.T) {
 			t.Errorf("spec for %s: the CDI library cannot read it: %v\n%s", dev, err, s[m[1]:end])
 			continue
 		}
-		if spec.Kind != "gpu.nvidia.drakit.dev/claim" || len(spec.Devices) != 1 || !strings.Contains(s[m[1]:end], "NVIDIA_VISIBLE_DEVICES=") {
-			t.Errorf("spec for %s: kind %s, %d devices:\n%s", dev, spec.Kind, len(spec.Devices), s[m[1]:end])
+		if spec.Kind != "gpu.nvidia.drakit.dev/claim" || len(spec.Devices) != 1 ||
+			!strings.Contains(s[m[1]:end], "NVIDIA_VISIBLE_DEVICES=") {
+			t.Errorf(
+				"spec for %s: kind %s, %d devices:\n%s",
+				dev,
+				spec.Kind,
+				len(spec.Devices),
+				s[m[1]:end],
+			)
 		}
 	}
 	if strings.Join(names, " ") != "gpu-0 gpu-1 gpu-2-4g-71gb-0" {
@@ -113,7 +129,11 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	simState := filepath.Join(dir, "gpus.json")
-	sim, err := nvmlsim.Open(simState, nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{6, 7}}))
+	sim, err := nvmlsim.Open(
+		simState,
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{6, 7}}),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,14 +155,26 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + stateDir, "-nvml-sim=dgx-h200", "-nvml-sim-state=" + simState, dynamicGates},
-		drivercmd.WithOutput(&out))
+	err = drivercmd.Run(
+		[]string{
+			"-check",
+			"-node-name=node-1",
+			"-state-dir=" + stateDir,
+			"-nvml-sim=dgx-h200",
+			"-nvml-sim-state=" + simState,
+			dynamicGates,
+		},
+		drivercmd.WithOutput(&out),
+	)
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 15 devices",
-		"# GPU 7: NVIDIA H200 " + gpus[7].UUID + " at 0000:df:00.0, minor 7: static MIG without MIG devices"} {
+	for _, want := range []string{
+		"# GPU 6: NVIDIA H200 " + gpus[6].UUID + " at 0000:d1:00.0, minor 6: dynamic, 15 devices",
+		"# GPU 7: NVIDIA H200 " + gpus[7].UUID +
+			" at 0000:df:00.0, minor 7: static MIG without MIG devices",
+	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
@@ -150,7 +182,8 @@ func TestCheckKeepsRecordedOwnership(t *testing.T) {
 	if b, err := os.ReadFile(simState); err != nil || !bytes.Equal(b, simBefore) {
 		t.Errorf("the simulator's state changed (%v)", err)
 	}
-	if b, err := os.ReadFile(filepath.Join(stateDir, "cards.json")); err != nil || !bytes.Equal(b, record) {
+	if b, err := os.ReadFile(filepath.Join(stateDir, "cards.json")); err != nil ||
+		!bytes.Equal(b, record) {
 		t.Errorf("the recorded ownership changed: %s (%v)", b, err)
 	}
 	if ents, err := os.ReadDir(stateDir); err != nil || len(ents) != 1 {
@@ -166,8 +199,18 @@ func TestCheckCDIDir(t *testing.T) {
 	dir := t.TempDir()
 	keep := filepath.Join(dir, "check")
 	var out bytes.Buffer
-	err := drivercmd.Run([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(dir, "state"), "-check-cdi-dir=" + keep,
-		"-nvml-sim=dgx-h200", "-nvml-sim-mig-gpus=2", "-nvml-sim-instances=2:4g.71gb@0"}, drivercmd.WithOutput(&out))
+	err := drivercmd.Run(
+		[]string{
+			"-check",
+			"-node-name=node-1",
+			"-state-dir=" + filepath.Join(dir, "state"),
+			"-check-cdi-dir=" + keep,
+			"-nvml-sim=dgx-h200",
+			"-nvml-sim-mig-gpus=2",
+			"-nvml-sim-instances=2:4g.71gb@0",
+		},
+		drivercmd.WithOutput(&out),
+	)
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out.String())
 	}
@@ -188,7 +231,10 @@ func TestCheckCDIDir(t *testing.T) {
 			t.Errorf("GPU %s: inject %s: %v", gpu, id, err)
 			continue
 		}
-		if !slices.ContainsFunc(spec.Process.Env, func(e string) bool { return strings.HasPrefix(e, "NVIDIA_DRAKIT_DEVICE_") }) {
+		if !slices.ContainsFunc(
+			spec.Process.Env,
+			func(e string) bool { return strings.HasPrefix(e, "NVIDIA_DRAKIT_DEVICE_") },
+		) {
 			t.Errorf("GPU %s: %s gives no device variable: %v", gpu, id, spec.Process.Env)
 		}
 		for _, m := range spec.Mounts {
@@ -197,7 +243,16 @@ func TestCheckCDIDir(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(gpus, " "); got != "0 1 2 3 4 5 6 7" || !strings.Contains(string(b), "\n2 gpu.nvidia.drakit.dev/claim=gpu-check-2_0-gpu-2-4g-71gb-0\n") {
-		t.Errorf("%s lists GPUs %q, want all 8, GPU 2's MIG device for GPU 2:\n%s", drivercmd.CheckDevicesFile, got, b)
+	if got := strings.Join(gpus, " "); got != "0 1 2 3 4 5 6 7" ||
+		!strings.Contains(
+			string(b),
+			"\n2 gpu.nvidia.drakit.dev/claim=gpu-check-2_0-gpu-2-4g-71gb-0\n",
+		) {
+		t.Errorf(
+			"%s lists GPUs %q, want all 8, GPU 2's MIG device for GPU 2:\n%s",
+			drivercmd.CheckDevicesFile,
+			got,
+			b,
+		)
 	}
 }

@@ -18,8 +18,12 @@ func TestCUDAModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"),
-		"CGO_CFLAGS="+os.Getenv("CGO_CFLAGS")+" -Wno-deprecated-declarations")
+	goEnv := append(
+		os.Environ(),
+		"GOWORK=off",
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"),
+		"CGO_CFLAGS="+os.Getenv("CGO_CFLAGS")+" -Wno-deprecated-declarations",
+	)
 	for _, args := range [][]string{{"test", "-count=1", "./..."}} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir, cmd.Env = dir, goEnv

@@ -25,7 +25,11 @@ const DefragCommand = "defrag-controller"
 // SIGINT or SIGTERM, when the MIGDefragmenter feature gate is on.
 func runDefrag(args []string) error {
 	fs := flag.NewFlagSet("nvidia-dra-driver "+DefragCommand, flag.ExitOnError)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)")
+	kubeconfig := fs.String(
+		"kubeconfig",
+		"",
+		"kubeconfig of the cluster (default $KUBECONFIG, then the pod's service account)",
+	)
 	var f defrag.Flags
 	f.Register(fs, nvdriver.DriverName)
 	f.ClassProfile = nvdriver.ClassProfile
@@ -34,7 +38,14 @@ func runDefrag(args []string) error {
 		return err
 	}
 	if !std.FeatureGate.Enabled(MIGDefragmenter) {
-		return fmt.Errorf("%s: the %s feature gate (alpha) is off: it evicts pods; pass --feature-gates=%s=true to run it: %w", DefragCommand, MIGDefragmenter, MIGDefragmenter, errGateOff)
+		return fmt.Errorf(
+			"%s: the %s feature gate (alpha) is off: it evicts pods; pass "+
+				"--feature-gates=%s=true to run it: %w",
+			DefragCommand,
+			MIGDefragmenter,
+			MIGDefragmenter,
+			errGateOff,
+		)
 	}
 	cfg, err := driverflag.LoadRESTConfig(*kubeconfig)
 	if err != nil {

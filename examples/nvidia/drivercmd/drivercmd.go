@@ -124,12 +124,52 @@ func Run(args []string, opts ...Option) error {
 	addGates(std)
 	var nv nvmlflag.Flags
 	nv.Register(fs)
-	profiles := fs.String("mig-profiles", "", "comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb (default: the product's mig.DefaultProfiles)")
-	stateDir := fs.String("state-dir", "", "the driver's folder for the MIG intent journal and the claims' devices files, on the host (default <plugin-data-dir>/nvidia)")
-	sysfs := fs.String("sysfs-root", "", "read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs of the simulated server)")
-	dynamicGPUs := fs.String("dynamic-mig-gpus", "", `GPUs (UUIDs or PCI bus IDs, which stay with the GPU, or NVML indexes, comma-separated; needs the DynamicMIG gate) whose MIG devices the driver owns: made at prepare, and every one no held claim names destroyed at start. An index names the GPU it has at the first start, recorded in the state folder: after a GPU fell off the bus the recorded GPUs stay dynamic wherever their index moved, and an index naming another GPU now is refused for that GPU (a Warning event on the node). Empty (the default) or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices as they are, never changed. Recorded in the state folder: a GPU dropped from the list while claims hold MIG devices on it is drained (they stay until their claims are unprepared; the MIG devices the driver did not make are never touched). With -check and no value, the GPUs the running driver recorded dynamic`)
-	full := fs.Bool("full-mig-attributes", false, "publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the slices and more scheduler CPU at fleet scale")
-	fs.Bool("lean-mig-attributes", false, "deprecated, no effect: the lean attribute set (migMode kept) is the default")
+	profiles := fs.String(
+		"mig-profiles",
+		"",
+		"comma-separated MIG profiles advertised on dynamic-MIG GPUs, e.g. 1g.18gb,3g.71gb "+
+			"(default: the product's mig.DefaultProfiles)",
+	)
+	stateDir := fs.String(
+		"state-dir",
+		"",
+		"the driver's folder for the MIG intent journal and the claims' devices files, on the "+
+			"host (default <plugin-data-dir>/nvidia)",
+	)
+	sysfs := fs.String(
+		"sysfs-root",
+		"",
+		"read PCI topology from this sysfs instead of /sys (default with -nvml-sim: a fake sysfs "+
+			"of the simulated server)",
+	)
+	dynamicGPUs := fs.String(
+		"dynamic-mig-gpus",
+		"",
+		`GPUs (UUIDs or PCI bus IDs, which stay with the GPU, or NVML indexes, comma-separated; `+
+			`needs the DynamicMIG gate) whose MIG devices the driver owns: made at prepare, and `+
+			`every one no held claim names destroyed at start. An index names the GPU it has at `+
+			`the first start, recorded in the state folder: after a GPU fell off the bus the `+
+			`recorded GPUs stay dynamic wherever their index moved, and an index naming another `+
+			`GPU now is refused for that GPU (a Warning event on the node). Empty (the default) `+
+			`or "none": no GPU is dynamic, and every GPU in MIG mode publishes its MIG devices `+
+			`as they are, never changed. Recorded in the state folder: a GPU dropped from the `+
+			`list while claims hold MIG devices on it is drained (they stay until their claims `+
+			`are unprepared; the MIG devices the driver did not make are never touched). With `+
+			`-check and no value, the GPUs the running driver recorded dynamic`,
+	)
+	full := fs.Bool(
+		"full-mig-attributes",
+		false,
+		"publish dynamic MIG devices with every GPU fact (17 attributes: brand, architecture, "+
+			"versions, PCI bus ID, NUMA node, ...) instead of the default 8 (type, index, "+
+			"productName, profile, placementStart, parentUUID, migMode, pcieRoot): twice the "+
+			"slices and more scheduler CPU at fleet scale",
+	)
+	fs.Bool(
+		"lean-mig-attributes",
+		false,
+		"deprecated, no effect: the lean attribute set (migMode kept) is the default",
+	)
 	publication := fs.String("mig-publication", nvdriver.PublicationPlacements,
 		`how dynamic-MIG GPUs are published: "placements" (every advertised profile x `+
 			`placement that fits, with shared counters, a pool per GPU) or "layout" (each GPU's `+
@@ -141,12 +181,45 @@ func Run(args []string, opts ...Option) error {
 	layoutNS := fs.String("layout-namespace", os.Getenv(podNamespaceEnv),
 		"the namespace of the layout ledgers (with -mig-publication=layout; default $"+
 			podNamespaceEnv+")")
-	classes := fs.Bool("print-device-classes", false, "print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of the -nvml-sim server) and exit")
-	driverRoot := fs.String("driver-root", "/", "the NVIDIA driver's root folder on the node: / for a driver installed on the host, /run/nvidia/driver for the GPU Operator's; the container edits name device nodes and libraries under it")
-	containerRoot := fs.String("container-driver-root", "", "where this process sees -driver-root (the chart mounts it read-only at /driver-root); libnvidia-ml is read under it; /proc/driver/nvidia is the kernel's, read in this process's /proc whatever the root (default: -driver-root)")
-	checkDir := fs.String("check-cdi-dir", "", "with -check: write the CDI specs it prints into <dir>/cdi, and the claims' devices files they mount into <dir>/state, and list the CDI device IDs in <dir>/"+CheckDevicesFile+` ("<GPU index> <ID>" a line), for a container to be made from them (gpu-check.sh); the folder is kept`)
+	classes := fs.Bool(
+		"print-device-classes",
+		false,
+		"print the driver's DeviceClasses as YAML (for -mig-profiles, or mig.DefaultProfiles of "+
+			"the -nvml-sim server) and exit",
+	)
+	driverRoot := fs.String(
+		"driver-root",
+		"/",
+		"the NVIDIA driver's root folder on the node: / for a driver installed on the host, "+
+			"/run/nvidia/driver for the GPU Operator's; the container edits name device nodes "+
+			"and libraries under it",
+	)
+	containerRoot := fs.String(
+		"container-driver-root",
+		"",
+		"where this process sees -driver-root (the chart mounts it read-only at /driver-root); "+
+			"libnvidia-ml is read under it; /proc/driver/nvidia is the kernel's, read in this "+
+			"process's /proc whatever the root (default: -driver-root)",
+	)
+	checkDir := fs.String(
+		"check-cdi-dir",
+		"",
+		"with -check: write the CDI specs it prints into <dir>/cdi, and the claims' devices "+
+			"files they mount into <dir>/state, and list the CDI device IDs in <dir>/"+
+			CheckDevicesFile+
+			` ("<GPU index> <ID>" a line), for a container to be made from them (gpu-check.sh); `+
+			`the folder is kept`,
+	)
 	sharing := registerSharing(fs)
-	check := fs.Bool("check", false, "read-only check of the node: run the driver's discovery with these flags and print, per GPU, the devices it would publish (attributes, capacities, counters) and the CDI spec it would write for one of them, then exit; changes no MIG mode, creates, destroys or resets nothing, needs no API server (node name: -node-name or the host name)")
+	check := fs.Bool(
+		"check",
+		false,
+		"read-only check of the node: run the driver's discovery with these flags and print, per "+
+			"GPU, the devices it would publish (attributes, capacities, counters) and the CDI "+
+			"spec it would write for one of them, then exit; changes no MIG mode, creates, "+
+			"destroys or resets nothing, needs no API server (node name: -node-name or the "+
+			"host name)",
+	)
 	for _, f := range o.flags {
 		f(fs)
 	}
@@ -273,13 +346,20 @@ func Run(args []string, opts ...Option) error {
 			if err != nil {
 				return fmt.Errorf("MIG layout: %w", err)
 			}
-			if agent, err = ledger.NewAgent(store, std.NodeName, nvdriver.LayoutOptions()...); err != nil {
+			if agent, err = ledger.NewAgent(
+				store, std.NodeName, nvdriver.LayoutOptions()...,
+			); err != nil {
 				return fmt.Errorf("MIG layout: %w", err)
 			}
 			dopts = append(dopts, nvdriver.WithMIGLayout(agent))
 		}
 	default:
-		return fmt.Errorf("-mig-publication %q: want %q or %q", *publication, nvdriver.PublicationPlacements, nvdriver.PublicationLayout)
+		return fmt.Errorf(
+			"-mig-publication %q: want %q or %q",
+			*publication,
+			nvdriver.PublicationPlacements,
+			nvdriver.PublicationLayout,
+		)
 	}
 	switch {
 	case *dynamicGPUs == "" && chk != nil:

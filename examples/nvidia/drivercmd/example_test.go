@@ -11,10 +11,14 @@ import (
 // A binary that gives real GPUs' containers more than device nodes passes
 // an editor factory; here the driver only prints its DeviceClasses.
 func ExampleRun() {
-	err := drivercmd.Run([]string{"-print-device-classes", "-mig-profiles=3g.71gb"},
-		drivercmd.WithContainerEditor(func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
-			return nil, fmt.Errorf("not called: no driver runs")
-		}))
+	err := drivercmd.Run(
+		[]string{"-print-device-classes", "-mig-profiles=3g.71gb"},
+		drivercmd.WithContainerEditor(
+			func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
+				return nil, fmt.Errorf("not called: no driver runs")
+			},
+		),
+	)
 	if err != nil {
 		fmt.Println(err)
 	}

@@ -61,7 +61,12 @@ func gateOptions(gates featuregate.FeatureGate, dynamicGPUs string) ([]nvdriver.
 	var opts []nvdriver.Option
 	if !gates.Enabled(DynamicMIG) {
 		if dynamicGPUs != "" && dynamicGPUs != "none" {
-			return nil, fmt.Errorf("-dynamic-mig-gpus=%s: the %s feature gate is off, so no GPU is dynamic: leave -dynamic-mig-gpus empty (or none), or turn the gate on", dynamicGPUs, DynamicMIG)
+			return nil, fmt.Errorf(
+				"-dynamic-mig-gpus=%s: the %s feature gate is off, so no GPU is dynamic: leave "+
+					"-dynamic-mig-gpus empty (or none), or turn the gate on",
+				dynamicGPUs,
+				DynamicMIG,
+			)
 		}
 		opts = append(opts, nvdriver.WithDynamicGPUs())
 	}

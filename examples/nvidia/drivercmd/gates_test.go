@@ -27,9 +27,12 @@ func check(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	var out bytes.Buffer
-	err := drivercmd.Run(append([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(dir, "state"),
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + filepath.Join(dir, "gpus.json"), "-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4"}, args...),
-		drivercmd.WithOutput(&out))
+	err := drivercmd.Run(
+		append([]string{"-check", "-node-name=node-1", "-state-dir=" + filepath.Join(dir, "state"),
+			"-nvml-sim=dgx-h200", "-nvml-sim-state=" + filepath.Join(dir, "gpus.json"),
+			"-nvml-sim-mig-gpus=2-7", "-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4"}, args...),
+		drivercmd.WithOutput(&out),
+	)
 	return out.String(), err
 }
 
@@ -62,7 +65,10 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: static 0, 4: static 0, 5: static 0, 6: static 0, 7: static 0"; got != want {
+	if got, want := strings.Join(
+		modes(out), ", ",
+	), "0: full 1, 1: full 1, 2: static 2, 3: static 0, 4: static 0, 5: static 0, 6: static 0, "+
+		"7: static 0"; got != want {
 		t.Errorf("default gates: %s\nwant %s", got, want)
 	}
 	if strings.Contains(out, "-counters") {
@@ -76,7 +82,10 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 14, 4: dynamic 14, 5: dynamic 14, 6: dynamic 14, 7: dynamic 14"; got != want {
+	if got, want := strings.Join(
+		modes(out), ", ",
+	), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 14, 4: dynamic 14, 5: dynamic 14, 6: "+
+		"dynamic 14, 7: dynamic 14"; got != want {
 		t.Errorf("DynamicMIG=true: %s\nwant %s", got, want)
 	}
 	if strings.Contains(out, "name: gpu-7\n") {
@@ -87,7 +96,10 @@ func TestGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 15, 4: dynamic 15, 5: dynamic 15, 6: dynamic 15, 7: dynamic 15"; got != want {
+	if got, want := strings.Join(
+		modes(out), ", ",
+	), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 15, 4: dynamic 15, 5: dynamic 15, 6: "+
+		"dynamic 15, 7: dynamic 15"; got != want {
 		t.Errorf("both gates on: %s\nwant %s", got, want)
 	}
 }
@@ -97,12 +109,19 @@ func TestDefragGate(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	err := drivercmd.Run([]string{drivercmd.DefragCommand})
 	if err == nil || !strings.Contains(err.Error(), "MIGDefragmenter") {
-		t.Errorf("defragmenter with its gate off (the default): %v, want a refusal naming the gate", err)
+		t.Errorf(
+			"defragmenter with its gate off (the default): %v, want a refusal naming the gate",
+			err,
+		)
 	}
 	// On, it goes on to reach the cluster (none here).
 	err = drivercmd.Run([]string{drivercmd.DefragCommand, "--feature-gates=MIGDefragmenter=true"})
-	if err == nil || strings.Contains(err.Error(), "MIGDefragmenter") || !strings.Contains(err.Error(), driverflag.ErrNoConfig.Error()) {
-		t.Errorf("defragmenter with its gate on, no cluster: %v, want the client configuration error", err)
+	if err == nil || strings.Contains(err.Error(), "MIGDefragmenter") ||
+		!strings.Contains(err.Error(), driverflag.ErrNoConfig.Error()) {
+		t.Errorf(
+			"defragmenter with its gate on, no cluster: %v, want the client configuration error",
+			err,
+		)
 	}
 }
 
@@ -114,13 +133,17 @@ func TestMIGPublicationFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(modes(out), ", "), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 1, 4: dynamic 1, 5: dynamic 1, 6: dynamic 1, 7: dynamic 1"; got != want {
+	if got, want := strings.Join(
+		modes(out), ", ",
+	), "0: full 1, 1: full 1, 2: static 2, 3: dynamic 1, 4: dynamic 1, 5: dynamic 1, 6: dynamic "+
+		"1, 7: dynamic 1"; got != want {
 		t.Errorf("layout: %s\nwant %s", got, want)
 	}
 	if strings.Contains(out, "-counters") || strings.Contains(out, "consumesCounters") {
 		t.Error("layout: counters are published")
 	}
-	if _, err := check(t, dynamicGates, dynamic, "-mig-publication=some"); err == nil || !strings.Contains(err.Error(), `"layout"`) {
+	if _, err := check(t, dynamicGates, dynamic, "-mig-publication=some"); err == nil ||
+		!strings.Contains(err.Error(), `"layout"`) {
 		t.Errorf("-mig-publication=some: %v, want an error naming the choices", err)
 	}
 }

@@ -82,17 +82,36 @@ func (w DriverWait) Wait(ctx context.Context) error {
 	for {
 		missing := w.Missing()
 		if len(missing) == 0 {
-			logger.Info("NVIDIA driver found", "driverRoot", w.Root, "waited", time.Since(start).Round(time.Second).String())
+			logger.Info(
+				"NVIDIA driver found",
+				"driverRoot",
+				w.Root,
+				"waited",
+				time.Since(start).Round(time.Second).String(),
+			)
 			return nil
 		}
 		if logged.IsZero() || time.Since(logged) >= every {
-			logger.Info("Waiting for the NVIDIA driver", "driverRoot", w.Root, "missing", missing, "waited", time.Since(start).Round(time.Second).String())
+			logger.Info(
+				"Waiting for the NVIDIA driver",
+				"driverRoot",
+				w.Root,
+				"missing",
+				missing,
+				"waited",
+				time.Since(start).Round(time.Second).String(),
+			)
 			logged = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for the NVIDIA driver under %s: still no %s after %s: %w",
-				w.Root, strings.Join(missing, ", "), time.Since(start).Round(time.Second), context.Cause(ctx))
+			return fmt.Errorf(
+				"wait for the NVIDIA driver under %s: still no %s after %s: %w",
+				w.Root,
+				strings.Join(missing, ", "),
+				time.Since(start).Round(time.Second),
+				context.Cause(ctx),
+			)
 		case <-t.C:
 		}
 	}
@@ -103,7 +122,12 @@ func runWaitForDriver(args []string) error {
 	fs := flag.NewFlagSet(WaitForDriverCommand, flag.ContinueOnError)
 	klog.InitFlags(fs)
 	w := DriverWait{}
-	fs.StringVar(&w.Root, "container-driver-root", "/driver-root", "the NVIDIA driver root as this process sees it")
+	fs.StringVar(
+		&w.Root,
+		"container-driver-root",
+		"/driver-root",
+		"the NVIDIA driver root as this process sees it",
+	)
 	fs.DurationVar(&w.LogEvery, "log-every", 10*time.Second, "log what is still missing this often")
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait for ever)")
 	if err := fs.Parse(args); err != nil {
@@ -115,7 +139,11 @@ func runWaitForDriver(args []string) error {
 	ctx := context.Background()
 	if *timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, *timeout, errors.New("--timeout "+timeout.String()+" passed"))
+		ctx, cancel = context.WithTimeoutCause(
+			ctx,
+			*timeout,
+			errors.New("--timeout "+timeout.String()+" passed"),
+		)
 		defer cancel()
 	}
 	return w.Wait(ctx)

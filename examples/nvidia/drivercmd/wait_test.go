@@ -24,16 +24,30 @@ func TestDriverWait(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "dev"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := drivercmd.DriverWait{Root: root, Poll: 10 * time.Millisecond, LogEvery: 50 * time.Millisecond}
+	w := drivercmd.DriverWait{
+		Root:     root,
+		Poll:     10 * time.Millisecond,
+		LogEvery: 50 * time.Millisecond,
+	}
 	if got := w.Missing(); len(got) != 2 {
 		t.Fatalf("an empty root misses %q, want the library and nvidiactl", got)
 	}
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 100*time.Millisecond, errors.New("test timeout"))
+	ctx, cancel := context.WithTimeoutCause(
+		context.Background(),
+		100*time.Millisecond,
+		errors.New("test timeout"),
+	)
 	defer cancel()
 	err := w.Wait(ctx)
-	if err == nil || !strings.Contains(err.Error(), "libnvidia-ml.so.1") || !strings.Contains(err.Error(), filepath.Join(root, "dev/nvidiactl")) || !strings.Contains(err.Error(), "test timeout") {
-		t.Errorf("wait on an empty root: %v, want an error naming libnvidia-ml.so.1, nvidiactl and the cause", err)
+	if err == nil || !strings.Contains(err.Error(), "libnvidia-ml.so.1") ||
+		!strings.Contains(err.Error(), filepath.Join(root, "dev/nvidiactl")) ||
+		!strings.Contains(err.Error(), "test timeout") {
+		t.Errorf(
+			"wait on an empty root: %v, want an error naming libnvidia-ml.so.1, nvidiactl and "+
+				"the cause",
+			err,
+		)
 	}
 
 	// The driver appears while the wait runs.
@@ -61,10 +75,23 @@ func TestDriverWait(t *testing.T) {
 	}
 
 	// Through the command line, as the chart's init container runs it.
-	if err := drivercmd.Run([]string{drivercmd.WaitForDriverCommand, "--container-driver-root=" + root, "--timeout=1m"}); err != nil {
+	if err := drivercmd.Run(
+		[]string{drivercmd.WaitForDriverCommand, "--container-driver-root=" + root, "--timeout=1m"},
+	); err != nil {
 		t.Errorf("%s: %v", drivercmd.WaitForDriverCommand, err)
 	}
-	if err := drivercmd.Run([]string{drivercmd.WaitForDriverCommand, "--container-driver-root=" + filepath.Join(t.TempDir(), "none"), "--timeout=50ms"}); err == nil || !strings.Contains(err.Error(), "--timeout 50ms passed") {
-		t.Errorf("%s on an empty root with --timeout: %v, want the timeout named", drivercmd.WaitForDriverCommand, err)
+	if err := drivercmd.Run(
+		[]string{
+			drivercmd.WaitForDriverCommand,
+			"--container-driver-root=" + filepath.Join(t.TempDir(), "none"),
+			"--timeout=50ms",
+		},
+	); err == nil ||
+		!strings.Contains(err.Error(), "--timeout 50ms passed") {
+		t.Errorf(
+			"%s on an empty root with --timeout: %v, want the timeout named",
+			drivercmd.WaitForDriverCommand,
+			err,
+		)
 	}
 }

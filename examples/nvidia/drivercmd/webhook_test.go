@@ -25,18 +25,64 @@ var admissionCases = []struct {
 	config  []resourceapi.DeviceClaimConfiguration
 	wantErr string
 }{
-	{name: "correct", config: []resourceapi.DeviceClaimConfiguration{gpuConfig(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`)}},
-	{name: "unknown-field", config: []resourceapi.DeviceClaimConfiguration{gpuConfig(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"intervall":"Long"}}}`)},
-		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig (gpu.nvidia.drakit.dev/v1alpha1) from the claim: json: unknown field "intervall"`},
-	{name: "bad-value", config: []resourceapi.DeviceClaimConfiguration{gpuConfig(`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`)},
-		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig (gpu.nvidia.drakit.dev/v1alpha1): sharing.timeSlicingConfig.interval "Forever": want Default, Short, Medium or Long`},
-	{name: "other-driver", config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-		Driver: "resource.nvidia.com", Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","whatever":1}`)}}}}}},
+	{
+		name: "correct",
+		config: []resourceapi.DeviceClaimConfiguration{
+			gpuConfig(
+				`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+					`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`,
+			),
+		},
+	},
+	{
+		name: "unknown-field",
+		config: []resourceapi.DeviceClaimConfiguration{
+			gpuConfig(
+				`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+					`{"strategy":"TimeSlicing","timeSlicingConfig":{"intervall":"Long"}}}`,
+			),
+		},
+		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig ` +
+			`(gpu.nvidia.drakit.dev/v1alpha1) from the claim: json: unknown field "intervall"`,
+	},
+	{
+		name: "bad-value",
+		config: []resourceapi.DeviceClaimConfiguration{
+			gpuConfig(
+				`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":` +
+					`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Forever"}}}`,
+			),
+		},
+		wantErr: `invalid opaque device configuration: request "gpu": GpuConfig ` +
+			`(gpu.nvidia.drakit.dev/v1alpha1): sharing.timeSlicingConfig.interval "Forever": ` +
+			`want Default, Short, Medium or Long`,
+	},
+	{
+		name: "other-driver",
+		config: []resourceapi.DeviceClaimConfiguration{
+			{
+				DeviceConfiguration: resourceapi.DeviceConfiguration{
+					Opaque: &resourceapi.OpaqueDeviceConfiguration{
+						Driver: "resource.nvidia.com",
+						Parameters: runtime.RawExtension{
+							Raw: []byte(
+								`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig",` +
+									`"whatever":1}`,
+							),
+						}},
+				},
+			},
+		},
+	},
 }
 
 func gpuConfig(p string) resourceapi.DeviceClaimConfiguration {
-	return resourceapi.DeviceClaimConfiguration{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-		Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(p)}}}}
+	return resourceapi.DeviceClaimConfiguration{
+		DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(p)}},
+		},
+	}
 }
 
 // TestWebhookSaysWhatPrepareSays: for each case, the webhook's answer
@@ -49,7 +95,11 @@ func TestWebhookSaysWhatPrepareSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	sim, err := nvmlsim.Open(filepath.Join(dir, "gpus.json"), nvmlsim.WithServer("dgx-h200"), nvmlsim.WithMIGEnabled(false))
+	sim, err := nvmlsim.Open(
+		filepath.Join(dir, "gpus.json"),
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithMIGEnabled(false),
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,17 +114,35 @@ func TestWebhookSaysWhatPrepareSays(t *testing.T) {
 	for _, tc := range admissionCases {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-				Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.drakit.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}},
-				Config:   tc.config}}
+				Requests: []resourceapi.DeviceRequest{
+					{
+						Name: "gpu",
+						Exactly: &resourceapi.ExactDeviceRequest{
+							DeviceClassName: "gpu.nvidia.drakit.dev",
+							AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+							Count:           1,
+						},
+					},
+				},
+				Config: tc.config}}
 			admitted := v.ValidateClaimSpec(&spec)
 			// What the runtime hands the driver for the claim's device.
 			dev := kit.AllocatedDevice{Request: "gpu", Pool: "node-1", Device: "gpu-0"}
 			for _, c := range tc.config {
 				if c.Opaque.Driver == nvdriver.DriverName {
-					dev.Config = append(dev.Config, kit.OpaqueConfig{Parameters: json.RawMessage(c.Opaque.Parameters.Raw)})
+					dev.Config = append(
+						dev.Config,
+						kit.OpaqueConfig{Parameters: json.RawMessage(c.Opaque.Parameters.Raw)},
+					)
 				}
 			}
-			claim := kit.Claim{ClaimRef: kit.ClaimRef{UID: types.UID("uid-" + tc.name), Namespace: "default", Name: tc.name}}
+			claim := kit.Claim{
+				ClaimRef: kit.ClaimRef{
+					UID:       types.UID("uid-" + tc.name),
+					Namespace: "default",
+					Name:      tc.name,
+				},
+			}
 			prepared := d.PrepareClaim(ctx, claim, []kit.AllocatedDevice{dev})
 			if prepared == nil {
 				_ = d.UnprepareClaim(ctx, claim.ClaimRef, []kit.AllocatedDevice{dev})

@@ -11,7 +11,11 @@ import (
 // libcuda defines the calls it makes.
 func Example() {
 	for _, f := range []string{"cuInit", "cuDeviceGetCount", "cuDeviceGetName"} {
-		fmt.Println(f, strings.Contains(gpucheck.ProbeSource, `"`+f+`"`), strings.Contains(gpucheck.StandInCUDASource, "int "+f+"("))
+		fmt.Println(
+			f,
+			strings.Contains(gpucheck.ProbeSource, `"`+f+`"`),
+			strings.Contains(gpucheck.StandInCUDASource, "int "+f+"("),
+		)
 	}
 	fmt.Println(gpucheck.ProbePath)
 	// Output:

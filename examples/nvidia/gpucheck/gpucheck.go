@@ -54,7 +54,15 @@ func BuildProbe(ctx context.Context, out string) error {
 // BuildStandInCUDA compiles the stand-in libcuda (StandInCUDASource) to
 // out, with the SONAME libcuda.so.1, as NVIDIA's libcuda.so.<version>.
 func BuildStandInCUDA(ctx context.Context, out string) error {
-	return compile(ctx, StandInCUDASource, "standin_libcuda.c", out, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1")
+	return compile(
+		ctx,
+		StandInCUDASource,
+		"standin_libcuda.c",
+		out,
+		"-shared",
+		"-fPIC",
+		"-Wl,-soname,libcuda.so.1",
+	)
 }
 
 // compile compiles C source src (named name) to out with cc and args.
@@ -71,7 +79,10 @@ func compile(ctx context.Context, src, name, out string, args ...string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return fmt.Errorf("compile %s: %w", name, err)
 	}
-	cmd := exec.CommandContext(ctx, "cc", append([]string{"-O2", "-Wall", "-o", out, file}, args...)...)
+	cmd := exec.CommandContext(
+		ctx,
+		"cc",
+		append([]string{"-O2", "-Wall", "-o", out, file}, args...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("compile %s with cc: %w: %s", name, err, bytes.TrimSpace(b))
 	}
@@ -145,7 +156,15 @@ func Run(ctx context.Context, c Container) (Result, error) {
 	}
 	spec := baseSpec(root, c.Args)
 	for _, target := range sortedKeys(c.Binds) {
-		spec.Mounts = append(spec.Mounts, oci.Mount{Destination: target, Source: c.Binds[target], Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		spec.Mounts = append(
+			spec.Mounts,
+			oci.Mount{
+				Destination: target,
+				Source:      c.Binds[target],
+				Type:        "bind",
+				Options:     []string{"rbind", "ro", "nosuid", "nodev"},
+			},
+		)
 	}
 	if len(c.Devices) > 0 {
 		if err := cdi.Inject(spec, c.CDIDirs, c.Devices...); err != nil {
@@ -166,7 +185,12 @@ func Run(ctx context.Context, c Container) (Result, error) {
 		return res, fmt.Errorf("run container: %w", err)
 	}
 	state := filepath.Join(bundle, "state")
-	id := "drakit-gpu-check-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(containers.Add(1), 10)
+	id := "drakit-gpu-check-" + strconv.Itoa(
+		os.Getpid(),
+	) + "-" + strconv.FormatInt(
+		containers.Add(1),
+		10,
+	)
 	cmd := exec.CommandContext(ctx, runtime, "--root", state, "run", "--bundle", bundle, id)
 	cmd.Dir = bundle
 	res.Output, err = cmd.CombinedOutput()
@@ -198,7 +222,10 @@ func hooks(spec *oci.Spec, all bool) (kept, skipped []string) {
 		return out
 	}
 	h := spec.Hooks
-	h.Prestart = filter("prestart", h.Prestart) //nolint:staticcheck // runc still runs it; the spec may name it
+	h.Prestart = filter(
+		"prestart",
+		h.Prestart,
+	) //nolint:staticcheck // runc still runs it; the spec may name it
 	h.CreateRuntime = filter("createRuntime", h.CreateRuntime)
 	h.CreateContainer = filter("createContainer", h.CreateContainer)
 	h.StartContainer = filter("startContainer", h.StartContainer)
@@ -227,19 +254,58 @@ func baseSpec(root string, args []string) *oci.Spec {
 		Hostname: "gpu-check",
 		Mounts: []oci.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{
+				Destination: "/dev",
+				Type:        "tmpfs",
+				Source:      "tmpfs",
+				Options:     []string{"nosuid", "strictatime", "mode=755", "size=65536k"},
+			},
+			{
+				Destination: "/dev/pts",
+				Type:        "devpts",
+				Source:      "devpts",
+				Options: []string{
+					"nosuid",
+					"noexec",
+					"newinstance",
+					"ptmxmode=0666",
+					"mode=0620",
+				},
+			},
+			{
+				Destination: "/dev/shm",
+				Type:        "tmpfs",
+				Source:      "shm",
+				Options:     []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"},
+			},
+			{
+				Destination: "/sys",
+				Type:        "sysfs",
+				Source:      "sysfs",
+				Options:     []string{"nosuid", "noexec", "nodev", "ro"},
+			},
 		},
 		Linux: &oci.Linux{
-			Resources: &oci.LinuxResources{Devices: []oci.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
+			Resources: &oci.LinuxResources{
+				Devices: []oci.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
 			Namespaces: []oci.LinuxNamespace{
 				{Type: oci.PIDNamespace}, {Type: oci.NetworkNamespace}, {Type: oci.IPCNamespace},
 				{Type: oci.UTSNamespace}, {Type: oci.MountNamespace},
 			},
-			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"},
-			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+			MaskedPaths: []string{
+				"/proc/kcore",
+				"/proc/keys",
+				"/proc/timer_list",
+				"/sys/firmware",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus",
+				"/proc/fs",
+				"/proc/irq",
+				"/proc/sys",
+				"/proc/sysrq-trigger",
+			},
 		},
 	}
 }

@@ -30,7 +30,10 @@ func MigProduct(productName string, profs []GPUInstanceProfile) (*mig.Product, e
 // Memory sizes are not compared: the catalog holds nominal sizes.
 func CatalogDiff(productName string, profs []GPUInstanceProfile) ([]string, error) {
 	if len(profs) == 0 {
-		return nil, fmt.Errorf("compare %s with the mig catalog: NVML reported no GPU instance profiles", productName)
+		return nil, fmt.Errorf(
+			"compare %s with the mig catalog: NVML reported no GPU instance profiles",
+			productName,
+		)
 	}
 	cat, err := mig.Lookup(productName)
 	if err != nil {
@@ -42,25 +45,67 @@ func CatalogDiff(productName string, profs []GPUInstanceProfile) ([]string, erro
 	}
 	var diffs []string
 	if got.MemorySlices != cat.MemorySlices || got.ComputeSlices != cat.ComputeSlices {
-		diffs = append(diffs, fmt.Sprintf("geometry: NVML %d memory / %d compute slices, catalog %s %d / %d", got.MemorySlices, got.ComputeSlices, cat.Name, cat.MemorySlices, cat.ComputeSlices))
+		diffs = append(
+			diffs,
+			fmt.Sprintf(
+				"geometry: NVML %d memory / %d compute slices, catalog %s %d / %d",
+				got.MemorySlices,
+				got.ComputeSlices,
+				cat.Name,
+				cat.MemorySlices,
+				cat.ComputeSlices,
+			),
+		)
 	}
 	for _, c := range cat.Profiles {
 		n, err := got.Profile(c.Name)
 		if err != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: in catalog %s, not reported by NVML", c.Name, cat.Name))
+			diffs = append(
+				diffs,
+				fmt.Sprintf("%s: in catalog %s, not reported by NVML", c.Name, cat.Name),
+			)
 			continue
 		}
-		if n.ID != c.ID || n.ComputeSlices != c.ComputeSlices || n.MemorySlices != c.MemorySlices || n.MaxCount != c.MaxCount || !slices.Equal(n.Starts, c.Starts) {
-			diffs = append(diffs, fmt.Sprintf("%s: NVML id %d, %dg, %d memory slices, max %d, starts %v; catalog id %d, %dg, %d, max %d, starts %v",
-				c.Name, n.ID, n.ComputeSlices, n.MemorySlices, n.MaxCount, n.Starts, c.ID, c.ComputeSlices, c.MemorySlices, c.MaxCount, c.Starts))
+		if n.ID != c.ID || n.ComputeSlices != c.ComputeSlices || n.MemorySlices != c.MemorySlices ||
+			n.MaxCount != c.MaxCount ||
+			!slices.Equal(n.Starts, c.Starts) {
+			diffs = append(
+				diffs,
+				fmt.Sprintf(
+					"%s: NVML id %d, %dg, %d memory slices, max %d, starts %v; catalog id %d, "+
+						"%dg, %d, max %d, starts %v",
+					c.Name,
+					n.ID,
+					n.ComputeSlices,
+					n.MemorySlices,
+					n.MaxCount,
+					n.Starts,
+					c.ID,
+					c.ComputeSlices,
+					c.MemorySlices,
+					c.MaxCount,
+					c.Starts,
+				),
+			)
 		}
 		if n.Engines != c.Engines {
-			diffs = append(diffs, fmt.Sprintf("%s: NVML engines %+v; catalog %+v", c.Name, n.Engines, c.Engines))
+			diffs = append(
+				diffs,
+				fmt.Sprintf("%s: NVML engines %+v; catalog %+v", c.Name, n.Engines, c.Engines),
+			)
 		}
 	}
 	for _, n := range got.Profiles {
 		if _, err := cat.Profile(n.Name); err != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: reported by NVML (id %d), not in catalog %s", n.Name, n.ID, cat.Name))
+			diffs = append(
+				diffs,
+				fmt.Sprintf(
+					"%s: reported by NVML (id %d), not in catalog %s",
+					n.Name,
+					n.ID,
+					cat.Name,
+				),
+			)
 		}
 	}
 	return diffs, nil

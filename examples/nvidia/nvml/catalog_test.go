@@ -37,17 +37,29 @@ func TestCatalogDiffReportsDifferences(t *testing.T) {
 		switch profs[i].ID {
 		case 9: // 3g
 			profs[i].Placements = []mig.Placement{{Start: 0, Size: 3}, {Start: 4, Size: 3}}
-		case 19: // 1g on an H100 PCIe (114 SMs), whose MIG slices have fewer SMs than the catalog's SXM5
+		// 1g on an H100 PCIe (114 SMs), whose MIG slices have fewer SMs than the catalog's SXM5
+		case 19:
 			profs[i].Engines.Multiprocessors = 14
 		}
 	}
-	profs = append(profs, nvml.GPUInstanceProfile{ID: 47, Name: "1g.20gb+gfx", SliceCount: 1, InstanceCount: 4, MemoryMiB: 20480, Placements: []mig.Placement{{Start: 0, Size: 2}}})
+	profs = append(
+		profs,
+		nvml.GPUInstanceProfile{
+			ID:            47,
+			Name:          "1g.20gb+gfx",
+			SliceCount:    1,
+			InstanceCount: 4,
+			MemoryMiB:     20480,
+			Placements:    []mig.Placement{{Start: 0, Size: 2}},
+		},
+	)
 	diffs, err := nvml.CatalogDiff("NVIDIA H100 80GB HBM3", profs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	joined := strings.Join(diffs, "\n")
-	if len(diffs) != 3 || !strings.Contains(joined, "3g.40gb: NVML id 9, 3g, 3 memory slices") || !strings.Contains(joined, "1g.20gb+gfx: reported by NVML") ||
+	if len(diffs) != 3 || !strings.Contains(joined, "3g.40gb: NVML id 9, 3g, 3 memory slices") ||
+		!strings.Contains(joined, "1g.20gb+gfx: reported by NVML") ||
 		!strings.Contains(joined, "1g.10gb: NVML engines {Multiprocessors:14 ") {
 		t.Fatalf("differences:\n%s", joined)
 	}

@@ -147,5 +147,6 @@ func NewError(code Return, op string, detail string, args ...any) *Error {
 
 // simulatorHint ends the error OpenReal returns when libnvidia-ml cannot
 // be loaded.
-const simulatorHint = "no NVIDIA driver on this machine? To run without a GPU, use the simulated backend: " +
+const simulatorHint = "no NVIDIA driver on this machine? To run without a GPU, use the simulated " +
+	"backend: " +
 	"the -nvml-sim flag (e.g. -nvml-sim=dgx-h100, see nvmlflag.Flags) or nvmlsim.Open in Go"

@@ -26,7 +26,9 @@ func TestErrorsKeepTheCodeAndMatchTheirSentinel(t *testing.T) {
 			}
 		}
 	}
-	if got := (&Error{Op: "create", Code: 23, Detail: "full"}).Error(); got != "create: ERROR_INSUFFICIENT_RESOURCES: full" {
+	if got := (&Error{
+		Op: "create", Code: 23, Detail: "full",
+	}).Error(); got != "create: ERROR_INSUFFICIENT_RESOURCES: full" {
 		t.Errorf("message %q", got)
 	}
 	if got := Return(77).String(); got != "NVML_RETURN_77" {

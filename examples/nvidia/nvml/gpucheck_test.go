@@ -11,7 +11,10 @@ import (
 // without an NVIDIA driver (an empty driver root): it says so and exits
 // 0, changing nothing.
 func TestGPUCheckWithoutGPU(t *testing.T) {
-	if out, err := exec.Command("sh", "-c", "ldconfig -p 2>/dev/null | grep libnvidia-ml.so.1").Output(); err == nil && len(out) > 0 {
+	if out, err := exec.Command(
+		"sh", "-c", "ldconfig -p 2>/dev/null | grep libnvidia-ml.so.1",
+	).Output(); err == nil &&
+		len(out) > 0 {
 		t.Skip("this machine has libnvidia-ml.so.1: gpu-check.sh would check it")
 	}
 	if err := exec.Command("bash", "-n", "gpu-check.sh").Run(); err != nil {
@@ -22,7 +25,12 @@ func TestGPUCheckWithoutGPU(t *testing.T) {
 		cmd.Env = append(os.Environ(), "DRIVER_ROOT="+t.TempDir(), "OUT="+t.TempDir())
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "no NVIDIA GPU driver on this machine") {
-			t.Errorf("gpu-check.sh %v without a driver: %v\n%s\nwant exit 0 and that it says so", args, err, out)
+			t.Errorf(
+				"gpu-check.sh %v without a driver: %v\n%s\nwant exit 0 and that it says so",
+				args,
+				err,
+				out,
+			)
 		}
 	}
 }

@@ -23,15 +23,34 @@ func ReadOnly(nv Interface) Interface { return readOnly{nv} }
 type readOnly struct{ Interface }
 
 func (r readOnly) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInstance, error) {
-	return GPUInstance{}, fmt.Errorf("create a GPU instance of profile %d at %d:%d on GPU %d: %w", profileID, at.Start, at.Size, gpu, ErrReadOnly)
+	return GPUInstance{}, fmt.Errorf(
+		"create a GPU instance of profile %d at %d:%d on GPU %d: %w",
+		profileID,
+		at.Start,
+		at.Size,
+		gpu,
+		ErrReadOnly,
+	)
 }
 
 func (r readOnly) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeInstance, error) {
-	return ComputeInstance{}, fmt.Errorf("create a compute instance of profile %d in GPU instance %d on GPU %d: %w", profileID, gpuInstance, gpu, ErrReadOnly)
+	return ComputeInstance{}, fmt.Errorf(
+		"create a compute instance of profile %d in GPU instance %d on GPU %d: %w",
+		profileID,
+		gpuInstance,
+		gpu,
+		ErrReadOnly,
+	)
 }
 
 func (r readOnly) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) error {
-	return fmt.Errorf("destroy compute instance %d of GPU instance %d on GPU %d: %w", computeInstance, gpuInstance, gpu, ErrReadOnly)
+	return fmt.Errorf(
+		"destroy compute instance %d of GPU instance %d on GPU %d: %w",
+		computeInstance,
+		gpuInstance,
+		gpu,
+		ErrReadOnly,
+	)
 }
 
 func (r readOnly) DestroyGPUInstance(gpu, gpuInstance int) error {

@@ -15,7 +15,16 @@ import (
 // ErrReadOnly and changes nothing; reads pass through; the simulator's
 // extra powers are not reachable through it.
 func TestReadOnly(t *testing.T) {
-	s := memSim(t, "dgx-h200", nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: []int{0}, Instances: []nvmlsim.Instance{{GPU: 0, Profile: "3g.71gb", Start: 4}}}))
+	s := memSim(
+		t,
+		"dgx-h200",
+		nvmlsim.WithSetup(
+			nvmlsim.Setup{
+				MIGGPUs:   []int{0},
+				Instances: []nvmlsim.Instance{{GPU: 0, Profile: "3g.71gb", Start: 4}},
+			},
+		),
+	)
 	before, err := s.GPUInstances(0)
 	if err != nil || len(before) != 1 {
 		t.Fatalf("instances %v, %v", before, err)

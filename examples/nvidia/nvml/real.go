@@ -118,23 +118,42 @@ func (r *Real) System() (System, error) {
 	if err := nvErr(ret, "get CUDA version"); err != nil {
 		return System{}, err
 	}
-	return System{DriverVersion: drv, CUDAVersion: fmt.Sprintf("%d.%d", cuda/1000, cuda%1000/10)}, nil
+	return System{
+		DriverVersion: drv,
+		CUDAVersion:   fmt.Sprintf("%d.%d", cuda/1000, cuda%1000/10),
+	}, nil
 }
 
 var brands = map[gonvml.BrandType]string{
-	gonvml.BRAND_QUADRO: "Quadro", gonvml.BRAND_TESLA: "Tesla", gonvml.BRAND_NVS: "NVS", gonvml.BRAND_GRID: "Grid",
-	gonvml.BRAND_GEFORCE: "GeForce", gonvml.BRAND_TITAN: "Titan", gonvml.BRAND_NVIDIA_VAPPS: "NVIDIA Virtual Applications",
-	gonvml.BRAND_NVIDIA_VPC: "NVIDIA Virtual PC", gonvml.BRAND_NVIDIA_VCS: "NVIDIA Virtual Compute Server",
-	gonvml.BRAND_NVIDIA_VWS: "NVIDIA RTX Virtual Workstation", gonvml.BRAND_NVIDIA_CLOUD_GAMING: "NVIDIA Cloud Gaming",
-	gonvml.BRAND_QUADRO_RTX: "Quadro RTX", gonvml.BRAND_NVIDIA_RTX: "NVIDIA RTX", gonvml.BRAND_NVIDIA: "NVIDIA",
-	gonvml.BRAND_GEFORCE_RTX: "GeForce RTX", gonvml.BRAND_TITAN_RTX: "Titan RTX",
+	gonvml.BRAND_QUADRO:              "Quadro",
+	gonvml.BRAND_TESLA:               "Tesla",
+	gonvml.BRAND_NVS:                 "NVS",
+	gonvml.BRAND_GRID:                "Grid",
+	gonvml.BRAND_GEFORCE:             "GeForce",
+	gonvml.BRAND_TITAN:               "Titan",
+	gonvml.BRAND_NVIDIA_VAPPS:        "NVIDIA Virtual Applications",
+	gonvml.BRAND_NVIDIA_VPC:          "NVIDIA Virtual PC",
+	gonvml.BRAND_NVIDIA_VCS:          "NVIDIA Virtual Compute Server",
+	gonvml.BRAND_NVIDIA_VWS:          "NVIDIA RTX Virtual Workstation",
+	gonvml.BRAND_NVIDIA_CLOUD_GAMING: "NVIDIA Cloud Gaming",
+	gonvml.BRAND_QUADRO_RTX:          "Quadro RTX",
+	gonvml.BRAND_NVIDIA_RTX:          "NVIDIA RTX",
+	gonvml.BRAND_NVIDIA:              "NVIDIA",
+	gonvml.BRAND_GEFORCE_RTX:         "GeForce RTX",
+	gonvml.BRAND_TITAN_RTX:           "Titan RTX",
 }
 
 var architectures = map[gonvml.DeviceArchitecture]string{
-	gonvml.DEVICE_ARCH_KEPLER: "Kepler", gonvml.DEVICE_ARCH_MAXWELL: "Maxwell", gonvml.DEVICE_ARCH_PASCAL: "Pascal",
-	gonvml.DEVICE_ARCH_VOLTA: "Volta", gonvml.DEVICE_ARCH_TURING: "Turing", gonvml.DEVICE_ARCH_AMPERE: "Ampere",
-	gonvml.DEVICE_ARCH_ADA: "Ada", gonvml.DEVICE_ARCH_HOPPER: "Hopper", gonvml.DEVICE_ARCH_BLACKWELL: "Blackwell",
-	gonvml.DEVICE_ARCH_RUBIN: "Rubin",
+	gonvml.DEVICE_ARCH_KEPLER:    "Kepler",
+	gonvml.DEVICE_ARCH_MAXWELL:   "Maxwell",
+	gonvml.DEVICE_ARCH_PASCAL:    "Pascal",
+	gonvml.DEVICE_ARCH_VOLTA:     "Volta",
+	gonvml.DEVICE_ARCH_TURING:    "Turing",
+	gonvml.DEVICE_ARCH_AMPERE:    "Ampere",
+	gonvml.DEVICE_ARCH_ADA:       "Ada",
+	gonvml.DEVICE_ARCH_HOPPER:    "Hopper",
+	gonvml.DEVICE_ARCH_BLACKWELL: "Blackwell",
+	gonvml.DEVICE_ARCH_RUBIN:     "Rubin",
 }
 
 // GPUs lists the GPUs NVML sees, in index order. A GPU NVML cannot
@@ -206,7 +225,10 @@ func (r *Real) MigMode(gpu int) (MigMode, error) {
 	if err := nvErr(ret, "get MIG mode of GPU %d", gpu); err != nil {
 		return MigMode{}, err
 	}
-	return MigMode{Current: cur == gonvml.DEVICE_MIG_ENABLE, Pending: pend == gonvml.DEVICE_MIG_ENABLE}, nil
+	return MigMode{
+		Current: cur == gonvml.DEVICE_MIG_ENABLE,
+		Pending: pend == gonvml.DEVICE_MIG_ENABLE,
+	}, nil
 }
 
 // SetMigMode requests MIG mode enabled (nvmlDeviceSetMigMode, which
@@ -250,7 +272,14 @@ func (r *Real) ResetGPU(gpu int) error {
 		return err
 	}
 	if m.Current != m.Pending {
-		return NewError(ErrorNotSupported, fmt.Sprintf("reset GPU %d", gpu), "MIG mode %v is pending and NVML could not activate it: stop the processes that use the GPU, then reset it (nvidia-smi -r -i %d) or reboot the node", m.Pending, gpu)
+		return NewError(
+			ErrorNotSupported,
+			fmt.Sprintf("reset GPU %d", gpu),
+			"MIG mode %v is pending and NVML could not activate it: stop the processes that use "+
+				"the GPU, then reset it (nvidia-smi -r -i %d) or reboot the node",
+			m.Pending,
+			gpu,
+		)
 	}
 	return nil
 }
@@ -300,7 +329,11 @@ func (r *Real) giProfileByID(d gonvml.Device, gpu, id int) (giProfile, error) {
 			return p, nil
 		}
 	}
-	return giProfile{}, &Error{Op: fmt.Sprintf("get GPU instance profile %d of GPU %d", id, gpu), Code: ErrorInvalidArgument, Detail: "the GPU has no such profile"}
+	return giProfile{}, &Error{
+		Op:     fmt.Sprintf("get GPU instance profile %d of GPU %d", id, gpu),
+		Code:   ErrorInvalidArgument,
+		Detail: "the GPU has no such profile",
+	}
 }
 
 // GPUInstanceProfiles lists the GPU's GPU instance profiles with their
@@ -319,16 +352,38 @@ func (r *Real) GPUInstanceProfiles(gpu int) ([]GPUInstanceProfile, error) {
 	for _, p := range ps {
 		info := p.info
 		pls, ret := d.GetGpuInstancePossiblePlacements(&info)
-		if err := nvErr(ret, "get placements of GPU instance profile %d (%s) of GPU %d", info.Id, p.name, gpu); err != nil {
+		if err := nvErr(
+			ret, "get placements of GPU instance profile %d (%s) of GPU %d", info.Id, p.name, gpu,
+		); err != nil {
 			return nil, err
 		}
-		gp := GPUInstanceProfile{ID: int(info.Id), Name: p.name, SliceCount: int(info.SliceCount), InstanceCount: int(info.InstanceCount), MemoryMiB: int64(info.MemorySizeMB),
-			Engines: mig.Engines{Multiprocessors: int(info.MultiprocessorCount), CopyEngines: int(info.CopyEngineCount), Decoders: int(info.DecoderCount),
-				Encoders: int(info.EncoderCount), JpegEngines: int(info.JpegCount), OfaEngines: int(info.OfaCount)}}
-		for _, pl := range pls {
-			gp.Placements = append(gp.Placements, mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
+		gp := GPUInstanceProfile{
+			ID:            int(info.Id),
+			Name:          p.name,
+			SliceCount:    int(info.SliceCount),
+			InstanceCount: int(info.InstanceCount),
+			MemoryMiB:     int64(info.MemorySizeMB),
+			Engines: mig.Engines{
+				Multiprocessors: int(info.MultiprocessorCount),
+				CopyEngines:     int(info.CopyEngineCount),
+				Decoders:        int(info.DecoderCount),
+				Encoders: int(
+					info.EncoderCount,
+				),
+				JpegEngines: int(info.JpegCount),
+				OfaEngines:  int(info.OfaCount),
+			},
 		}
-		sort.Slice(gp.Placements, func(i, j int) bool { return gp.Placements[i].Start < gp.Placements[j].Start })
+		for _, pl := range pls {
+			gp.Placements = append(
+				gp.Placements,
+				mig.Placement{Start: int(pl.Start), Size: int(pl.Size)},
+			)
+		}
+		sort.Slice(
+			gp.Placements,
+			func(i, j int) bool { return gp.Placements[i].Start < gp.Placements[j].Start },
+		)
 		out = append(out, gp)
 	}
 	return out, nil
@@ -345,19 +400,31 @@ func (r *Real) gpuInstance(gpu, id int) (gonvml.GpuInstance, error) {
 
 // ciProfileInfos queries every compute instance profile index of a GPU
 // instance (shared engines, the only engine profile NVML has).
-func ciProfileInfos(gi gonvml.GpuInstance, op string) ([]ComputeInstanceProfile, []gonvml.ComputeInstanceProfileInfo, error) {
+func ciProfileInfos(
+	gi gonvml.GpuInstance,
+	op string,
+) ([]ComputeInstanceProfile, []gonvml.ComputeInstanceProfileInfo, error) {
 	var out []ComputeInstanceProfile
 	var infos []gonvml.ComputeInstanceProfileInfo
 	for j := range gonvml.COMPUTE_INSTANCE_PROFILE_COUNT {
-		info, ret := gi.GetComputeInstanceProfileInfo(j, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		info, ret := gi.GetComputeInstanceProfileInfo(
+			j,
+			gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+		)
 		if skippable(ret) {
 			continue
 		}
 		if err := nvErr(ret, "%s: get compute instance profile %d", op, j); err != nil {
 			return nil, nil, err
 		}
-		cp := ComputeInstanceProfile{ID: int(info.Id), SliceCount: int(info.SliceCount), InstanceCount: int(info.InstanceCount)}
-		if v2, ret := gi.GetComputeInstanceProfileInfoV(j, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED).V2(); ret == gonvml.SUCCESS {
+		cp := ComputeInstanceProfile{
+			ID:            int(info.Id),
+			SliceCount:    int(info.SliceCount),
+			InstanceCount: int(info.InstanceCount),
+		}
+		if v2, ret := gi.GetComputeInstanceProfileInfoV(
+			j, gonvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+		).V2(); ret == gonvml.SUCCESS {
 			cp.Name = strings.TrimPrefix(cString(v2.Name[:]), "MIG ")
 		}
 		out = append(out, cp)
@@ -398,7 +465,9 @@ func migUUIDs(d gonvml.Device, gpu int) (map[[2]int]string, error) {
 			return nil, err
 		}
 		ci, ret := md.GetComputeInstanceId()
-		if err := nvErr(ret, "get compute instance ID of MIG device %d of GPU %d", i, gpu); err != nil {
+		if err := nvErr(
+			ret, "get compute instance ID of MIG device %d of GPU %d", i, gpu,
+		); err != nil {
 			return nil, err
 		}
 		u, ret := md.GetUUID()
@@ -411,7 +480,12 @@ func migUUIDs(d gonvml.Device, gpu int) (map[[2]int]string, error) {
 }
 
 func giOf(gpu int, info gonvml.GpuInstanceInfo) GPUInstance {
-	return GPUInstance{GPU: gpu, ID: int(info.Id), ProfileID: int(info.ProfileId), Placement: mig.Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)}}
+	return GPUInstance{
+		GPU:       gpu,
+		ID:        int(info.Id),
+		ProfileID: int(info.ProfileId),
+		Placement: mig.Placement{Start: int(info.Placement.Start), Size: int(info.Placement.Size)},
+	}
 }
 
 func ciOf(info gonvml.ComputeInstanceInfo, uuids map[[2]int]string, gi int) ComputeInstance {
@@ -445,7 +519,9 @@ func (r *Real) GPUInstances(gpu int) ([]GPUInstance, error) {
 	for _, p := range ps {
 		info := p.info
 		gis, ret := d.GetGpuInstances(&info)
-		if err := nvErr(ret, "list GPU instances of profile %d on GPU %d", info.Id, gpu); err != nil {
+		if err := nvErr(
+			ret, "list GPU instances of profile %d on GPU %d", info.Id, gpu,
+		); err != nil {
 			return nil, err
 		}
 		for _, gi := range gis {
@@ -461,7 +537,9 @@ func (r *Real) GPUInstances(gpu int) ([]GPUInstance, error) {
 			}
 			for _, cinfo := range cinfos {
 				cis, ret := gi.GetComputeInstances(&cinfo)
-				if err := nvErr(ret, "%s: list compute instances of profile %d", op, cinfo.Id); err != nil {
+				if err := nvErr(
+					ret, "%s: list compute instances of profile %d", op, cinfo.Id,
+				); err != nil {
 					return nil, err
 				}
 				for _, ci := range cis {
@@ -472,7 +550,10 @@ func (r *Real) GPUInstances(gpu int) ([]GPUInstance, error) {
 					g.ComputeInstances = append(g.ComputeInstances, ciOf(ii, uuids, g.ID))
 				}
 			}
-			sort.Slice(g.ComputeInstances, func(i, j int) bool { return g.ComputeInstances[i].ID < g.ComputeInstances[j].ID })
+			sort.Slice(
+				g.ComputeInstances,
+				func(i, j int) bool { return g.ComputeInstances[i].ID < g.ComputeInstances[j].ID },
+			)
 			out = append(out, g)
 		}
 	}
@@ -493,7 +574,15 @@ func (r *Real) CreateGPUInstance(gpu, profileID int, at mig.Placement) (GPUInsta
 	}
 	pl := gonvml.GpuInstancePlacement{Start: uint32(at.Start), Size: uint32(at.Size)}
 	gi, ret := d.CreateGpuInstanceWithPlacement(&p.info, &pl)
-	if err := nvErr(ret, "create GPU instance of profile %d (%s) at %d:%d on GPU %d", profileID, p.name, at.Start, at.Size, gpu); err != nil {
+	if err := nvErr(
+		ret,
+		"create GPU instance of profile %d (%s) at %d:%d on GPU %d",
+		profileID,
+		p.name,
+		at.Start,
+		at.Size,
+		gpu,
+	); err != nil {
 		return GPUInstance{}, err
 	}
 	info, ret := gi.GetInfo()
@@ -510,7 +599,12 @@ func (r *Real) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIn
 	if err != nil {
 		return ComputeInstance{}, err
 	}
-	op := fmt.Sprintf("create compute instance of profile %d in GPU instance %d on GPU %d", profileID, gpuInstance, gpu)
+	op := fmt.Sprintf(
+		"create compute instance of profile %d in GPU instance %d on GPU %d",
+		profileID,
+		gpuInstance,
+		gpu,
+	)
 	_, infos, err := ciProfileInfos(gi, op)
 	if err != nil {
 		return ComputeInstance{}, err
@@ -537,7 +631,11 @@ func (r *Real) CreateComputeInstance(gpu, gpuInstance, profileID int) (ComputeIn
 		}
 		return ciOf(ii, uuids, gpuInstance), nil
 	}
-	return ComputeInstance{}, &Error{Op: op, Code: ErrorNotSupported, Detail: "the GPU instance has no such compute instance profile"}
+	return ComputeInstance{}, &Error{
+		Op:     op,
+		Code:   ErrorNotSupported,
+		Detail: "the GPU instance has no such compute instance profile",
+	}
 }
 
 // DestroyComputeInstance destroys a compute instance
@@ -548,10 +646,22 @@ func (r *Real) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) err
 		return err
 	}
 	ci, ret := gi.GetComputeInstanceById(computeInstance)
-	if err := nvErr(ret, "get compute instance %d of GPU instance %d on GPU %d", computeInstance, gpuInstance, gpu); err != nil {
+	if err := nvErr(
+		ret,
+		"get compute instance %d of GPU instance %d on GPU %d",
+		computeInstance,
+		gpuInstance,
+		gpu,
+	); err != nil {
 		return err
 	}
-	return nvErr(ci.Destroy(), "destroy compute instance %d of GPU instance %d on GPU %d", computeInstance, gpuInstance, gpu)
+	return nvErr(
+		ci.Destroy(),
+		"destroy compute instance %d of GPU instance %d on GPU %d",
+		computeInstance,
+		gpuInstance,
+		gpu,
+	)
 }
 
 // DestroyGPUInstance destroys a GPU instance (nvmlGpuInstanceDestroy).
@@ -595,17 +705,41 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 		if g.Err != nil {
 			// Unreadable: not watched, reported so; the driver has left
 			// it out already.
-			unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			unmonitored = append(
+				unmonitored,
+				HealthEvent{
+					GPU:             g.Index,
+					UUID:            g.UUID,
+					GPUInstance:     -1,
+					ComputeInstance: -1,
+					Time:            time.Now().UTC(),
+					Unmonitored:     true,
+				},
+			)
 			continue
 		}
 		d, err := r.device(g.Index)
 		if err == nil {
-			err = nvErr(d.RegisterEvents(gonvml.EventTypeXidCriticalError, set), "register XID events of GPU %d", g.Index)
+			err = nvErr(
+				d.RegisterEvents(gonvml.EventTypeXidCriticalError, set),
+				"register XID events of GPU %d",
+				g.Index,
+			)
 		}
 		if err != nil {
 			// e.g. a GPU behind a hypervisor that hides XIDs: the others
 			// are watched, this one is reported unmonitored.
-			unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+			unmonitored = append(
+				unmonitored,
+				HealthEvent{
+					GPU:             g.Index,
+					UUID:            g.UUID,
+					GPUInstance:     -1,
+					ComputeInstance: -1,
+					Time:            time.Now().UTC(),
+					Unmonitored:     true,
+				},
+			)
 			continue
 		}
 		byUUID[g.UUID] = g.Index
@@ -626,7 +760,9 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 			if ret == gonvml.ERROR_TIMEOUT {
 				if alive {
 					select {
-					case ch <- HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true}:
+					case ch <- HealthEvent{
+						GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true,
+					}:
 					case <-ctx.Done():
 						return
 					}
@@ -639,7 +775,13 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 				}
 				continue
 			}
-			ev := HealthEvent{GPU: -1, XID: data.EventData, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+			ev := HealthEvent{
+				GPU:             -1,
+				XID:             data.EventData,
+				GPUInstance:     -1,
+				ComputeInstance: -1,
+				Time:            time.Now().UTC(),
+			}
 			if data.Device != nil {
 				if u, ret := data.Device.GetUUID(); ret == gonvml.SUCCESS {
 					ev.UUID = u

@@ -42,13 +42,26 @@ func loadError(lib string) error {
 		why = C.GoString(msg)
 	}
 	if dep, ok := missingDependency(lib, why); ok {
-		return fmt.Errorf("open NVML: cannot load %s: %w: %s is there, but a library it needs is not: %s (the dynamic loader: %s); in a container image, the image must carry it",
-			lib, ErrLibraryNotFound, lib, dep, why)
+		return fmt.Errorf(
+			"open NVML: cannot load %s: %w: %s is there, but a library it needs is not: %s (the "+
+				"dynamic loader: %s); in a container image, the image must carry it",
+			lib,
+			ErrLibraryNotFound,
+			lib,
+			dep,
+			why,
+		)
 	}
 	if why == "" {
 		why = "go-nvml could not load it"
 	}
-	return fmt.Errorf("open NVML: cannot load %s: %w (the dynamic loader: %s); %s", lib, ErrLibraryNotFound, why, simulatorHint)
+	return fmt.Errorf(
+		"open NVML: cannot load %s: %w (the dynamic loader: %s); %s",
+		lib,
+		ErrLibraryNotFound,
+		why,
+		simulatorHint,
+	)
 }
 
 // missingDependency reads the dynamic loader's message about lib: when

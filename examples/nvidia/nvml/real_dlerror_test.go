@@ -24,13 +24,26 @@ func TestLoadErrorNamesMissingDependency(t *testing.T) {
 		}
 	}
 	src := filepath.Join(dir, "dep.c")
-	if err := os.WriteFile(src, []byte("int drakit_dep(void) { return 1; }\nint nvmlInit_v2(void) { return 9; }\n"), 0o644); err != nil {
+	if err := os.WriteFile(
+		src,
+		[]byte("int drakit_dep(void) { return 1; }\nint nvmlInit_v2(void) { return 9; }\n"),
+		0o644,
+	); err != nil {
 		t.Fatal(err)
 	}
 	dep := filepath.Join(dir, "libdrakit-dep.so.1")
 	cc("-shared", "-fPIC", "-Wl,-soname,libdrakit-dep.so.1", "-o", dep, src)
 	lib := filepath.Join(dir, "libnvidia-ml.so.1")
-	cc("-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-Wl,--no-as-needed", "-o", lib, src, dep)
+	cc(
+		"-shared",
+		"-fPIC",
+		"-Wl,-soname,libnvidia-ml.so.1",
+		"-Wl,--no-as-needed",
+		"-o",
+		lib,
+		src,
+		dep,
+	)
 	if err := os.Remove(dep); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +67,8 @@ func TestLoadErrorNamesMissingDependency(t *testing.T) {
 	// A library that is not there at all: the loader's words and the
 	// simulator's hint.
 	_, err = OpenReal(WithLibraryPath(filepath.Join(dir, "none/libnvidia-ml.so.1")))
-	if err == nil || !strings.Contains(err.Error(), "cannot open shared object file") || !strings.Contains(err.Error(), "-nvml-sim") {
+	if err == nil || !strings.Contains(err.Error(), "cannot open shared object file") ||
+		!strings.Contains(err.Error(), "-nvml-sim") {
 		t.Errorf("a missing library: %v, want the loader's message and the simulator's hint", err)
 	}
 }

@@ -23,7 +23,9 @@ func TestRealGPUsReportsAnUnreadableGPU(t *testing.T) {
 		want    error
 	}{
 		{"lost at a query", func(s *server.Server) {
-			s.Devices[3].(*server.Device).GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) {
+			s.Devices[3].(*server.Device).GetMemoryInfoFunc = func() (
+				gonvml.Memory, gonvml.Return,
+			) {
 				return gonvml.Memory{}, gonvml.ERROR_GPU_IS_LOST
 			}
 		}, ErrGPULost},
@@ -55,7 +57,8 @@ func TestRealGPUsReportsAnUnreadableGPU(t *testing.T) {
 					}
 					continue
 				}
-				if g.Err != nil || !strings.HasPrefix(g.UUID, "GPU-") || g.MemoryMiB <= 0 || g.ProductName == "" {
+				if g.Err != nil || !strings.HasPrefix(g.UUID, "GPU-") || g.MemoryMiB <= 0 ||
+					g.ProductName == "" {
 					t.Errorf("GPU %d beside an unreadable one: %+v", g.Index, g)
 				}
 			}

@@ -42,6 +42,11 @@ func FindLibrary(root string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("find NVML under driver root %s: no libnvidia-ml.so.1 in %s: %w; is the NVIDIA driver installed there?",
-		root, strings.Join(libraryDirs, ", "), ErrLibraryNotFound)
+	return "", fmt.Errorf(
+		"find NVML under driver root %s: no libnvidia-ml.so.1 in %s: %w; is the NVIDIA driver "+
+			"installed there?",
+		root,
+		strings.Join(libraryDirs, ", "),
+		ErrLibraryNotFound,
+	)
 }

@@ -21,5 +21,9 @@ func WithLibraryPath(path string) RealOption {
 // OpenReal fails: NVML needs a binary built with CGO_ENABLED=1. The error
 // wraps ErrLibraryNotFound and says how to run the simulator instead.
 func OpenReal(opts ...RealOption) (*Real, error) {
-	return nil, fmt.Errorf("open NVML: this binary was built without cgo, which NVML needs: %w; %s", ErrLibraryNotFound, simulatorHint)
+	return nil, fmt.Errorf(
+		"open NVML: this binary was built without cgo, which NVML needs: %w; %s",
+		ErrLibraryNotFound,
+		simulatorHint,
+	)
 }

@@ -28,7 +28,8 @@ func TestRealBackendReadOnly(t *testing.T) {
 	}
 	defer r.Close()
 	sys, err := r.System()
-	if err != nil || sys.DriverVersion == "" || !regexp.MustCompile(`^\d+\.\d$`).MatchString(sys.CUDAVersion) {
+	if err != nil || sys.DriverVersion == "" ||
+		!regexp.MustCompile(`^\d+\.\d$`).MatchString(sys.CUDAVersion) {
 		t.Fatalf("system: %+v, %v", sys, err)
 	}
 	t.Logf("driver %s, CUDA %s", sys.DriverVersion, sys.CUDAVersion)
@@ -39,7 +40,9 @@ func TestRealBackendReadOnly(t *testing.T) {
 	busID := regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	for _, g := range gpus {
 		t.Logf("GPU %+v", g)
-		if !strings.HasPrefix(g.UUID, "GPU-") || !busID.MatchString(g.PCIBusID) || g.MemoryMiB <= 0 || g.ProductName == "" {
+		if !strings.HasPrefix(g.UUID, "GPU-") || !busID.MatchString(g.PCIBusID) ||
+			g.MemoryMiB <= 0 ||
+			g.ProductName == "" {
 			t.Errorf("GPU %d: malformed %+v", g.Index, g)
 		}
 		mode, err := r.MigMode(g.Index)

@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 // simArgs are the README's simulated DGX H200 flags for a state file.
 func simArgs(state string) []string {
 	return []string{
-		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7", "-dynamic-mig-gpus=4,5,6,7",
+		"-nvml-sim=dgx-h200", "-nvml-sim-state=" + state, "-nvml-sim-mig-gpus=2-7",
+		"-dynamic-mig-gpus=4,5,6,7",
 		"--feature-gates=DynamicMIG=true,DynamicMIGWholeGPU=true",
 		"-nvml-sim-instances=2:4g.71gb@0,2:3g.71gb@4,3:3g.71gb@0,3:2g.35gb@4,3:1g.18gb@6",
 	}
@@ -72,8 +73,12 @@ func driverCommand(t *testing.T, env *testenv.Env, state string) []string {
 func extraClaims() []resourceapi.ResourceClaimSpec {
 	index := resourceapi.FullyQualifiedName(nvdriver.DriverName + "/" + mig.AttrIndex)
 	return []resourceapi.ResourceClaimSpec{{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: nvdriver.ProfileClass("1g.18gb"), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}}},
+		Requests: []resourceapi.DeviceRequest{
+			{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: nvdriver.ProfileClass(
+					"1g.18gb",
+				), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2}},
+		},
 		Constraints: []resourceapi.DeviceConstraint{{MatchAttribute: &index}},
 	}}}
 }
@@ -90,7 +95,9 @@ func checkXIDTaints(ctx context.Context, t *testing.T, env *testenv.Env, state s
 	// tainted lists the published devices with a taint, as
 	// "device=value".
 	tainted := func(ctx context.Context) ([]string, error) {
-		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+		sl, err := env.Client.ResourceV1().
+			ResourceSlices().
+			List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +138,13 @@ type proc struct {
 	done chan error
 }
 
-func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state string, extra ...string) *proc {
+func startDriver(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	state string,
+	extra ...string,
+) *proc {
 	t.Helper()
 	args := append(driverCommand(t, env, state), extra...)
 	cmd := exec.Command(args[0], append(args[1:], "-v=3")...)
@@ -162,7 +175,9 @@ func startDriver(ctx context.Context, t *testing.T, env *testenv.Env, state stri
 		default:
 		}
 		b, _ := os.ReadFile(log.Name())
-		sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
+		sl, err := env.Client.ResourceV1().
+			ResourceSlices().
+			List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
 		return err == nil && strings.Contains(string(b), `"Driver ready"`) && len(sl.Items) > 0, nil
 	})
 	return p
@@ -190,7 +205,9 @@ func tail(s string, n int) string {
 
 func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(
+		ctx, 200*time.Millisecond, 2*time.Minute, true, cond,
+	); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
@@ -200,7 +217,8 @@ func poll(ctx context.Context, t *testing.T, what string, cond wait.ConditionWit
 func deviceUUIDs(log string) []string {
 	var out []string
 	for l := range strings.Lines(log) {
-		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.HasPrefix(k, nvdriver.EnvDevicePrefix) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok &&
+			strings.HasPrefix(k, nvdriver.EnvDevicePrefix) {
 			out = append(out, v)
 		}
 	}
@@ -210,34 +228,70 @@ func deviceUUIDs(log string) []string {
 // podWith runs a pod whose container prints its environment's NVIDIA
 // variables and the claim's devices file, then sleeps.
 func podWith(env *testenv.Env, name, claim string) *corev1.Pod {
-	script := `env | grep '^NVIDIA' | sort; cat $` + nvdriver.EnvClaimFileDir + `/*.json | tr -d ' \n'; echo; sleep 3600`
+	script := `env | grep '^NVIDIA' | sort; cat $` + nvdriver.EnvClaimFileDir +
+		`/*.json | tr -d ' \n'; echo; sleep 3600`
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
-			HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: new(int64),
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}},
-			Containers: []corev1.Container{{Name: "c", Image: env.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", script}, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			HostNetwork:                   true,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims: []corev1.PodResourceClaim{
+				{Name: "gpu", ResourceClaimName: &claim},
+			},
+			Containers: []corev1.Container{
+				{Name: "c",
+					Image:           env.BusyboxImage,
+					ImagePullPolicy: corev1.PullNever,
+					Command: []string{
+						"sh",
+						"-c",
+						script,
+					},
+					Resources: corev1.ResourceRequirements{
+						Claims: []corev1.ResourceClaim{{Name: "gpu"}},
+					}},
+			},
 		}}
 }
 
 // createClaim creates a claim for one device of class; a non-empty mode
 // selects devices whose migMode attribute is mode; config, when set, is
 // the driver's opaque configuration.
-func createClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, class, mode string, config ...string) {
+func createClaim(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	name, class, mode string,
+	config ...string,
+) {
 	t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: class}
 	if mode != "" {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf(`device.attributes[%q].%s == %q`, nvdriver.DriverName, nvdriver.AttrMIGMode, mode)}}}
+			Expression: fmt.Sprintf(
+				`device.attributes[%q].%s == %q`,
+				nvdriver.DriverName,
+				nvdriver.AttrMIGMode,
+				mode,
+			)}}}
 	}
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}}}
+		Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}},
+			},
+		}}
 	for _, cfg := range config {
 		c.Spec.Devices.Config = append(c.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{
-			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: nvdriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(cfg)}}}})
+			DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{
+					Driver:     nvdriver.DriverName,
+					Parameters: runtime.RawExtension{Raw: []byte(cfg)}},
+			}})
 	}
-	if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Client.ResourceV1().ResourceClaims("default").Create(
+		ctx, c, metav1.CreateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -250,7 +304,11 @@ func waitRunning(ctx context.Context, t *testing.T, env *testenv.Env, pod string
 			return false, err
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return false, fmt.Errorf("pod ended: %s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+			return false, fmt.Errorf(
+				"pod ended: %s %+v",
+				p.Status.Phase,
+				p.Status.ContainerStatuses,
+			)
 		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})
@@ -258,7 +316,9 @@ func waitRunning(ctx context.Context, t *testing.T, env *testenv.Env, pod string
 
 func deletePod(ctx context.Context, t *testing.T, env *testenv.Env, pod string) {
 	t.Helper()
-	if err := env.Client.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.CoreV1().Pods("default").Delete(
+		ctx, pod, metav1.DeleteOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	poll(ctx, t, "pod "+pod+" gone", func(ctx context.Context) (bool, error) {
@@ -326,30 +386,56 @@ func TestDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range nvdriver.DeviceClasses(sim.Product().ProfileNames()) {
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Create(
+			ctx, c, metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	t.Run("pods", func(t *testing.T) {
 		createClaim(ctx, t, env, "mig", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
-		createClaim(ctx, t, env, "full", nvdriver.ClassGPU, "",
-			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`)
-		for _, p := range []*corev1.Pod{podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full")} {
-			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		createClaim(
+			ctx,
+			t,
+			env,
+			"full",
+			nvdriver.ClassGPU,
+			"",
+			`{"apiVersion":"gpu.nvidia.drakit.dev/v1alpha1","kind":"GpuConfig","sharing":`+
+				`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`,
+		)
+		for _, p := range []*corev1.Pod{
+			podWith(env, "mig-user", "mig"), podWith(env, "gpu-user", "full"),
+		} {
+			if _, err := env.Client.CoreV1().Pods("default").Create(
+				ctx, p, metav1.CreateOptions{},
+			); err != nil {
 				t.Fatal(err)
 			}
 		}
 		waitRunning(ctx, t, env, "mig-user")
 		waitRunning(ctx, t, env, "gpu-user")
 
-		migLog, gpuLog := containerLog(ctx, t, env, "mig-user"), containerLog(ctx, t, env, "gpu-user")
+		migLog, gpuLog := containerLog(
+			ctx,
+			t,
+			env,
+			"mig-user",
+		), containerLog(
+			ctx,
+			t,
+			env,
+			"gpu-user",
+		)
 		t.Logf("mig-user saw:\n%s\ngpu-user saw:\n%s", migLog, gpuLog)
 		inst := migInstances(t, sim)
 		if len(inst) != 1 || strings.Contains(inst[0], "half") {
 			t.Fatalf("MIG instances while the pod runs: %v, want one complete", inst)
 		}
-		claim, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, "mig", metav1.GetOptions{})
+		claim, err := env.Client.ResourceV1().
+			ResourceClaims("default").
+			Get(ctx, "mig", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +446,14 @@ func TestDriver(t *testing.T) {
 		}
 		gpu, _ := sim.GPUInstances(ref.GPU)
 		uuid := gpu[0].ComputeInstances[0].UUID
-		for _, want := range []string{nvdriver.EnvDevicePrefix + strings.ToUpper(strings.ReplaceAll(dev, "-", "_")) + "=" + uuid, nvdriver.EnvVisibleDevices + "=" + nvdriver.VisibleDevicesVoid, `"profile":"1g.18gb"`, `"uuid":"` + uuid + `"`, `"mode":"dynamic"`} {
+		for _, want := range []string{
+			nvdriver.EnvDevicePrefix + strings.ToUpper(strings.ReplaceAll(dev, "-", "_")) + "=" +
+				uuid,
+			nvdriver.EnvVisibleDevices + "=" + nvdriver.VisibleDevicesVoid,
+			`"profile":"1g.18gb"`,
+			`"uuid":"` + uuid + `"`,
+			`"mode":"dynamic"`,
+		} {
 			if !strings.Contains(migLog, want) {
 				t.Errorf("mig-user did not see %s", want)
 			}
@@ -377,7 +470,9 @@ func TestDriver(t *testing.T) {
 		if !found {
 			t.Errorf("gpu-user's device variable %v holds no simulated GPU's UUID", seen)
 		}
-		full, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, "full", metav1.GetOptions{})
+		full, err := env.Client.ResourceV1().
+			ResourceClaims("default").
+			Get(ctx, "full", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,26 +480,42 @@ func TestDriver(t *testing.T) {
 		if ts, _ := sim.TimeSlice(fullRef.GPU); ts != nvml.TimeSliceLong {
 			t.Errorf("GPU %d time-slice %q while gpu-user runs, want Long", fullRef.GPU, ts)
 		}
-		if !strings.Contains(gpuLog, fmt.Sprintf("%sGPU_%d=Long", nvdriver.EnvTimeSlicePrefix, fullRef.GPU)) || !strings.Contains(gpuLog, `"timeSlice":"Long"`) {
+		if !strings.Contains(
+			gpuLog,
+			fmt.Sprintf("%sGPU_%d=Long", nvdriver.EnvTimeSlicePrefix, fullRef.GPU),
+		) ||
+			!strings.Contains(gpuLog, `"timeSlice":"Long"`) {
 			t.Errorf("gpu-user did not see its time-slice")
 		}
 
 		deletePod(ctx, t, env, "mig-user")
 		deletePod(ctx, t, env, "gpu-user")
-		poll(ctx, t, "MIG device destroyed and time-slice reset", func(ctx context.Context) (bool, error) {
-			ts, err := sim.TimeSlice(fullRef.GPU)
-			return len(migInstances(t, sim)) == 0 && ts == nvml.TimeSliceDefault, err
-		})
+		poll(
+			ctx,
+			t,
+			"MIG device destroyed and time-slice reset",
+			func(ctx context.Context) (bool, error) {
+				ts, err := sim.TimeSlice(fullRef.GPU)
+				return len(migInstances(t, sim)) == 0 && ts == nvml.TimeSliceDefault, err
+			},
+		)
 	})
 
 	t.Run("extended-resources", func(t *testing.T) {
 		// Device-plugin style pods, unchanged: the DeviceClasses'
 		// extendedResourceName makes the scheduler allocate them.
-		for name, res := range map[string]string{"old-gpu": nvdriver.ExtendedResourceGPU, "old-mig": nvdriver.ProfileExtendedResource("1g.18gb")} {
+		for name, res := range map[string]string{
+			"old-gpu": nvdriver.ExtendedResourceGPU,
+			"old-mig": nvdriver.ProfileExtendedResource("1g.18gb"),
+		} {
 			p := podWith(env, name, "")
 			p.Spec.ResourceClaims = nil
-			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}}
-			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")},
+			}
+			if _, err := env.Client.CoreV1().Pods("default").Create(
+				ctx, p, metav1.CreateOptions{},
+			); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -413,7 +524,9 @@ func TestDriver(t *testing.T) {
 		gpuLog, migLog := containerLog(ctx, t, env, "old-gpu"), containerLog(ctx, t, env, "old-mig")
 		t.Logf("old-gpu saw:\n%s\nold-mig saw:\n%s", gpuLog, migLog)
 		g, m := deviceUUIDs(gpuLog), deviceUUIDs(migLog)
-		if len(g) != 1 || !strings.HasPrefix(g[0], "GPU-") || len(m) != 1 || !strings.HasPrefix(m[0], "MIG-") || !strings.Contains(migLog, `"profile":"1g.18gb"`) {
+		if len(g) != 1 || !strings.HasPrefix(g[0], "GPU-") || len(m) != 1 ||
+			!strings.HasPrefix(m[0], "MIG-") ||
+			!strings.Contains(migLog, `"profile":"1g.18gb"`) {
 			t.Errorf("old-style pods did not get a GPU and a 1g.18gb MIG device")
 		}
 		deletePod(ctx, t, env, "old-gpu")
@@ -423,11 +536,15 @@ func TestDriver(t *testing.T) {
 	t.Run("kill-9-during-MIG-creation", func(t *testing.T) {
 		// The next compute instance create stalls: the GPU instance then
 		// exists without it, the state a crash between the two calls leaves.
-		if err := sim.InjectFault(nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Stall: true}); err != nil {
+		if err := sim.InjectFault(
+			nvmlsim.Fault{Op: nvmlsim.FaultCreateComputeInstance, GPU: -1, Stall: true},
+		); err != nil {
 			t.Fatal(err)
 		}
 		createClaim(ctx, t, env, "mig2", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "mig2-user", "mig2"), metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods("default").Create(
+			ctx, podWith(env, "mig2-user", "mig2"), metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		poll(ctx, t, "the driver stalled in MIG creation", func(ctx context.Context) (bool, error) {
@@ -461,14 +578,18 @@ func TestDriver(t *testing.T) {
 		// device's name.
 		runPod := func(name string) string {
 			createClaim(ctx, t, env, name, nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
-			if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, name+"-user", name), metav1.CreateOptions{}); err != nil {
+			if _, err := env.Client.CoreV1().Pods("default").Create(
+				ctx, podWith(env, name+"-user", name), metav1.CreateOptions{},
+			); err != nil {
 				t.Fatal(err)
 			}
 			waitRunning(ctx, t, env, name+"-user")
 			if inst := migInstances(t, sim); len(inst) != 1 {
 				t.Fatalf("MIG instances while %s-user runs: %v, want one", name, inst)
 			}
-			c, err := env.Client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+			c, err := env.Client.ResourceV1().
+				ResourceClaims("default").
+				Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -485,24 +606,40 @@ func TestDriver(t *testing.T) {
 			t.Fatal(err)
 		}
 		drv = startDriver(ctx, t, env, state)
-		poll(ctx, t, fmt.Sprintf("GPU %d still published as dynamic beside %s", ref.GPU, dev), func(ctx context.Context) (bool, error) {
-			sl, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName})
-			if err != nil {
-				return false, err
-			}
-			for _, s := range sl.Items {
-				for _, d := range s.Spec.Devices {
-					if r, err := mig.ParseDeviceName(d.Name); err == nil && r.GPU == ref.GPU && d.Name != dev {
-						return true, nil
+		poll(
+			ctx,
+			t,
+			fmt.Sprintf("GPU %d still published as dynamic beside %s", ref.GPU, dev),
+			func(ctx context.Context) (bool, error) {
+				sl, err := env.Client.ResourceV1().
+					ResourceSlices().
+					List(
+						ctx,
+						metav1.ListOptions{FieldSelector: "spec.driver=" + nvdriver.DriverName},
+					)
+				if err != nil {
+					return false, err
+				}
+				for _, s := range sl.Items {
+					for _, d := range s.Spec.Devices {
+						if r, err := mig.ParseDeviceName(d.Name); err == nil && r.GPU == ref.GPU &&
+							d.Name != dev {
+							return true, nil
+						}
 					}
 				}
-			}
-			return false, nil
-		})
+				return false, nil
+			},
+		)
 		deletePod(ctx, t, env, "lost-journal-user")
-		poll(ctx, t, "MIG device destroyed after the journal was lost", func(ctx context.Context) (bool, error) {
-			return len(migInstances(t, sim)) == 0, nil
-		})
+		poll(
+			ctx,
+			t,
+			"MIG device destroyed after the journal was lost",
+			func(ctx context.Context) (bool, error) {
+				return len(migInstances(t, sim)) == 0, nil
+			},
+		)
 
 		// Item 2: the runtime's checkpoint wiped under a running pod: no
 		// held claim names its MIG device, which is destroyed at start, so
@@ -514,7 +651,11 @@ func TestDriver(t *testing.T) {
 		}
 		drv = startDriver(ctx, t, env, state)
 		if inst := migInstances(t, sim); len(inst) != 0 {
-			t.Errorf("MIG instances after the checkpoint was wiped: %v, want the unheld device destroyed", inst)
+			t.Errorf(
+				"MIG instances after the checkpoint was wiped: %v, want the unheld device "+
+					"destroyed",
+				inst,
+			)
 		}
 		deletePod(ctx, t, env, "lost-checkpoint-user")
 	})
@@ -528,14 +669,20 @@ func TestDriver(t *testing.T) {
 		drv.kill() // the first one's, when only this subtest runs
 		drv = startDriver(ctx, t, env, state)
 		createClaim(ctx, t, env, "cdi-lost", nvdriver.ProfileClass("1g.18gb"), nvdriver.ModeDynamic)
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-user", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods("default").Create(
+			ctx, podWith(env, "cdi-lost-user", "cdi-lost"), metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		waitRunning(ctx, t, env, "cdi-lost-user")
 		before := migInstances(t, sim)
 		first := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-user"))
 		if len(before) != 1 || len(first) != 1 {
-			t.Fatalf("MIG instances %v and device UUIDs %v while cdi-lost-user runs, want one each", before, first)
+			t.Fatalf(
+				"MIG instances %v and device UUIDs %v while cdi-lost-user runs, want one each",
+				before,
+				first,
+			)
 		}
 		if err := os.RemoveAll(env.CDIDir); err != nil {
 			t.Fatal(err)
@@ -543,20 +690,34 @@ func TestDriver(t *testing.T) {
 		drv.kill()
 		drv = startDriver(ctx, t, env, state)
 		if after := migInstances(t, sim); !slices.Equal(after, before) {
-			t.Fatalf("MIG instances after the restart: %v, want %v (the running pod's kept)", after, before)
+			t.Fatalf(
+				"MIG instances after the restart: %v, want %v (the running pod's kept)",
+				after,
+				before,
+			)
 		}
-		if _, err := env.Client.CoreV1().Pods("default").Create(ctx, podWith(env, "cdi-lost-second", "cdi-lost"), metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.CoreV1().Pods("default").Create(
+			ctx, podWith(env, "cdi-lost-second", "cdi-lost"), metav1.CreateOptions{},
+		); err != nil {
 			t.Fatal(err)
 		}
 		waitRunning(ctx, t, env, "cdi-lost-second")
-		if second := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-second")); !slices.Equal(second, first) {
+		if second := deviceUUIDs(containerLog(ctx, t, env, "cdi-lost-second")); !slices.Equal(
+			second,
+			first,
+		) {
 			t.Errorf("the second pod on the claim got %v, want the first's %v", second, first)
 		}
 		deletePod(ctx, t, env, "cdi-lost-user")
 		deletePod(ctx, t, env, "cdi-lost-second")
-		poll(ctx, t, "MIG device destroyed after both pods", func(ctx context.Context) (bool, error) {
-			return len(migInstances(t, sim)) == 0, nil
-		})
+		poll(
+			ctx,
+			t,
+			"MIG device destroyed after both pods",
+			func(ctx context.Context) (bool, error) {
+				return len(migInstances(t, sim)) == 0, nil
+			},
+		)
 	})
 	// Each starts its own driver (the previous subtest's cleanup killed
 	// the one it had started; the first one is killed when only these run).

@@ -26,7 +26,13 @@ import (
 
 // dynamicClaim creates a claim allocated to dev, a device of dynamic GPU
 // 5 (a pool of its own), with admin access when admin is set.
-func dynamicClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, dev string, admin bool) *resourceapi.ResourceClaim {
+func dynamicClaim(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	name, dev string,
+	admin bool,
+) *resourceapi.ResourceClaim {
 	t.Helper()
 	ref, err := mig.ParseDeviceName(dev)
 	if err != nil {
@@ -34,13 +40,17 @@ func dynamicClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, dev
 	}
 	c, err := drivertest.CreateAllocatedClaim(ctx, env.Client, drivertest.ClaimSpec{
 		Namespace: "default", Name: name, Driver: nvdriver.DriverName,
-		Devices: []drivertest.Device{{Pool: mig.GPUPoolName(env.NodeName, ref.GPU), Device: dev, AdminAccess: admin}},
+		Devices: []drivertest.Device{
+			{Pool: mig.GPUPoolName(env.NodeName, ref.GPU), Device: dev, AdminAccess: admin},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = env.Client.ResourceV1().
+			ResourceClaims("default").
+			Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return c
 }
@@ -48,10 +58,15 @@ func dynamicClaim(ctx context.Context, t *testing.T, env *testenv.Env, name, dev
 // prepare prepares claims as the kubelet does, retrying while the driver
 // that just started has not published the devices yet (the kubelet
 // retries too).
-func prepare(ctx context.Context, kl *drivertest.Kubelet, claims ...*resourceapi.ResourceClaim) error {
+func prepare(
+	ctx context.Context,
+	kl *drivertest.Kubelet,
+	claims ...*resourceapi.ResourceClaim,
+) error {
 	var err error
 	for range 150 {
-		if _, err = kl.Prepare(ctx, claims...); err == nil || !strings.Contains(err.Error(), "is not published") {
+		if _, err = kl.Prepare(ctx, claims...); err == nil ||
+			!strings.Contains(err.Error(), "is not published") {
 			return err
 		}
 		select {
@@ -95,7 +110,13 @@ func gpu5(t *testing.T, sim *nvmlsim.Sim) []string {
 // reconcile sees both claims), not at its unprepare; the user's unprepare
 // destroys the device. An admin claim on a device no one made creates
 // nothing.
-func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvmlsim.Sim) {
+func adminAccessAcrossKill(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	state string,
+	sim *nvmlsim.Sim,
+) {
 	const dev = "gpu-5-1g-18gb-0"
 	drv := startDriver(ctx, t, env, state)
 	// Admin access is for namespaces an administrator labelled so.
@@ -107,7 +128,9 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 		ns.Labels = map[string]string{}
 	}
 	ns.Labels["resource.kubernetes.io/admin-access"] = "true"
-	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Namespaces().Update(
+		ctx, ns, metav1.UpdateOptions{},
+	); err != nil {
 		t.Fatal(err)
 	}
 	user := dynamicClaim(ctx, t, env, "aa-user", dev, false)
@@ -126,8 +149,12 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 	}
 	// Admin access never makes a MIG device: one no claim holds is
 	// refused, and nothing is created.
-	if err := prepare(ctx, kl, idle); err == nil || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("admin-access prepare of a MIG device no one made: %v, want refused as not existing", err)
+	if err := prepare(ctx, kl, idle); err == nil ||
+		!strings.Contains(err.Error(), "does not exist") {
+		t.Errorf(
+			"admin-access prepare of a MIG device no one made: %v, want refused as not existing",
+			err,
+		)
 	}
 	if got := gpu5(t, sim); strings.Join(got, " ") != made[0] {
 		t.Fatalf("GPU 5 after the admin claims' prepare: %v, want only the user's %s", got, made[0])
@@ -135,14 +162,23 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 	drv.kill()
 	drv = startDriver(ctx, t, env, state)
 	if got := gpu5(t, sim); strings.Join(got, " ") != made[0] {
-		t.Fatalf("GPU 5 after kill -9 and restart with the admin claims held: %v, want only the user's %s", got, made[0])
+		t.Fatalf(
+			"GPU 5 after kill -9 and restart with the admin claims held: %v, want only the "+
+				"user's %s",
+			got,
+			made[0],
+		)
 	}
 	kl = dialDriver(t, env)
 	if err := kl.Unprepare(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
 	if got := gpu5(t, sim); strings.Join(got, " ") != made[0] {
-		t.Fatalf("GPU 5 after the admin claims' unprepare: %v, want the user's %s kept", got, made[0])
+		t.Fatalf(
+			"GPU 5 after the admin claims' unprepare: %v, want the user's %s kept",
+			got,
+			made[0],
+		)
 	}
 	if err := kl.Unprepare(ctx, user); err != nil {
 		t.Fatal(err)
@@ -158,7 +194,13 @@ func adminAccessAcrossKill(ctx context.Context, t *testing.T, env *testenv.Env, 
 // no record of the claim and no MIG device is left; once the folder is
 // writable and has room, the same claim prepares, and its unprepare
 // destroys its device.
-func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, state string, sim *nvmlsim.Sim) {
+func brokenStateFolder(
+	ctx context.Context,
+	t *testing.T,
+	env *testenv.Env,
+	state string,
+	sim *nvmlsim.Sim,
+) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs as the state folder")
 	}
@@ -169,7 +211,9 @@ func brokenStateFolder(ctx context.Context, t *testing.T, env *testenv.Env, stat
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	remount := func(flags uintptr) {
 		t.Helper()
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT|flags, "size=1m"); err != nil {
+		if err := syscall.Mount(
+			"tmpfs", dir, "tmpfs", syscall.MS_REMOUNT|flags, "size=1m",
+		); err != nil {
 			t.Fatal(err)
 		}
 	}

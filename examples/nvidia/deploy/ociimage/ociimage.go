@@ -147,11 +147,18 @@ type History struct {
 
 // refPattern is a permissive NAME:TAG check: lower-case name components
 // separated by "/", an optional registry port, and a tag.
-var refPattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+var refPattern = regexp.MustCompile(
+	`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*:[A-Za-z0-9_]` +
+		`[A-Za-z0-9_.-]{0,127}$`,
+)
 
 func (img *Image) check() error {
 	if !refPattern.MatchString(img.Ref) {
-		return fmt.Errorf("%w: reference %q is not NAME:TAG (lower-case name, a tag)", ErrInvalid, img.Ref)
+		return fmt.Errorf(
+			"%w: reference %q is not NAME:TAG (lower-case name, a tag)",
+			ErrInvalid,
+			img.Ref,
+		)
 	}
 	if len(img.Files) == 0 {
 		return fmt.Errorf("%w: no files", ErrInvalid)
@@ -167,7 +174,12 @@ func (img *Image) check() error {
 		}
 		seen[p] = true
 		if f.Mode&^os.ModePerm != 0 {
-			return fmt.Errorf("%w: file %s: mode %v is not permission bits", ErrInvalid, f.Path, f.Mode)
+			return fmt.Errorf(
+				"%w: file %s: mode %v is not permission bits",
+				ErrInvalid,
+				f.Path,
+				f.Mode,
+			)
 		}
 	}
 	for _, d := range img.Dirs {
@@ -207,7 +219,13 @@ func Write(w io.Writer, img Image) (Descriptor, error) {
 	}
 	cfg := Config{
 		Created: epoch.Format(time.RFC3339), Architecture: img.Architecture, OS: img.OS,
-		Config:  ExecConfig{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, Cmd: img.Cmd, Labels: img.Labels},
+		Config: ExecConfig{
+			User:       img.User,
+			Env:        img.Env,
+			Entrypoint: img.Entrypoint,
+			Cmd:        img.Cmd,
+			Labels:     img.Labels,
+		},
 		RootFS:  RootFS{Type: "layers", DiffIDs: []string{diffID}},
 		History: []History{{Created: epoch.Format(time.RFC3339), CreatedBy: "drakit ociimage"}},
 	}
@@ -230,7 +248,9 @@ func Write(w io.Writer, img Image) (Descriptor, error) {
 		AnnotationContainerdName: img.Ref,
 		AnnotationRefName:        img.Ref[strings.LastIndex(img.Ref, ":")+1:],
 	}
-	idxJSON, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{desc}})
+	idxJSON, err := json.Marshal(
+		Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{desc}},
+	)
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("encode image index: %w", err)
 	}
@@ -249,7 +269,14 @@ func Write(w io.Writer, img Image) (Descriptor, error) {
 		{blobPath(desc.Digest), manJSON},
 	}
 	for _, e := range entries {
-		hdr := &tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		hdr := &tar.Header{
+			Name:     e.name,
+			Mode:     0o644,
+			Size:     int64(len(e.data)),
+			ModTime:  epoch,
+			Typeflag: tar.TypeReg,
+			Format:   tar.FormatPAX,
+		}
 		if strings.HasSuffix(e.name, "/") {
 			hdr.Typeflag, hdr.Mode = tar.TypeDir, 0o755
 		}
@@ -280,7 +307,11 @@ func WriteFile(path string, img Image) (Descriptor, error) {
 	return desc, nil
 }
 
-func blobPath(digest string) string { return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:") }
+func blobPath(
+	digest string,
+) string {
+	return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:")
+}
 
 func digestOf(data []byte) string {
 	sum := sha256.Sum256(data)
@@ -344,7 +375,8 @@ func buildLayer(img Image) ([]byte, string, error) {
 			}
 		} else {
 			f := files[n]
-			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, int64(f.Mode.Perm()), int64(len(f.Content))
+			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, int64(f.Mode.Perm()),
+				int64(len(f.Content))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, "", fmt.Errorf("write layer %s: %w", n, err)

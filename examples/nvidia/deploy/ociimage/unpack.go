@@ -47,7 +47,11 @@ func Unpack(path, dir string) error {
 		return fmt.Errorf("unpack image %s: index.json: %w", path, err)
 	}
 	if len(idx.Manifests) != 1 {
-		return fmt.Errorf("unpack image %s: index.json lists %d images, want 1", path, len(idx.Manifests))
+		return fmt.Errorf(
+			"unpack image %s: index.json lists %d images, want 1",
+			path,
+			len(idx.Manifests),
+		)
 	}
 	var man Manifest
 	if err := json.Unmarshal(blob(idx.Manifests[0]), &man); err != nil {

@@ -26,8 +26,18 @@ func TestUnpack(t *testing.T) {
 	for _, f := range img.Files {
 		b, err := os.ReadFile(filepath.Join(root, f.Path))
 		fi, serr := os.Stat(filepath.Join(root, f.Path))
-		if err != nil || serr != nil || string(b) != string(f.Content) || fi.Mode().Perm() != f.Mode {
-			t.Errorf("%s: %q (%v, %v), mode %v; want %q, %v", f.Path, b, err, serr, fi.Mode(), f.Content, f.Mode)
+		if err != nil || serr != nil || string(b) != string(f.Content) ||
+			fi.Mode().Perm() != f.Mode {
+			t.Errorf(
+				"%s: %q (%v, %v), mode %v; want %q, %v",
+				f.Path,
+				b,
+				err,
+				serr,
+				fi.Mode(),
+				f.Content,
+				f.Mode,
+			)
 		}
 	}
 	if fi, err := os.Stat(filepath.Join(root, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 {

@@ -32,11 +32,43 @@ type Flags struct {
 
 // Register adds -nvml-sim, -nvml-sim-state and -nvml-library to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Sim, "nvml-sim", f.Sim, "simulate NVML on a server model instead of using the GPU driver: "+strings.Join(nvmlsim.ServerNames(), ", "))
-	fs.StringVar(&f.SimState, "nvml-sim-state", f.SimState, "state file of the simulated NVML (MIG instances survive restarts and are shared by processes); empty keeps it in memory")
-	fs.StringVar(&f.SimMIGGPUs, "nvml-sim-mig-gpus", f.SimMIGGPUs, "GPUs with MIG mode enabled when the simulated state is created: all, none, or indices and ranges such as 2-7 (default all)")
-	fs.StringVar(&f.SimInstances, "nvml-sim-instances", f.SimInstances, "MIG devices an administrator made, created with the simulated state: gpu:profile@start,... e.g. 2:4g.71gb@0,2:3g.71gb@4")
-	fs.StringVar(&f.Library, "nvml-library", f.Library, "path of libnvidia-ml for the real backend (default: libnvidia-ml.so.1 from the loader's path)")
+	fs.StringVar(
+		&f.Sim,
+		"nvml-sim",
+		f.Sim,
+		"simulate NVML on a server model instead of using the GPU driver: "+strings.Join(
+			nvmlsim.ServerNames(),
+			", ",
+		),
+	)
+	fs.StringVar(
+		&f.SimState,
+		"nvml-sim-state",
+		f.SimState,
+		"state file of the simulated NVML (MIG instances survive restarts and are shared by "+
+			"processes); empty keeps it in memory",
+	)
+	fs.StringVar(
+		&f.SimMIGGPUs,
+		"nvml-sim-mig-gpus",
+		f.SimMIGGPUs,
+		"GPUs with MIG mode enabled when the simulated state is created: all, none, or indices "+
+			"and ranges such as 2-7 (default all)",
+	)
+	fs.StringVar(
+		&f.SimInstances,
+		"nvml-sim-instances",
+		f.SimInstances,
+		"MIG devices an administrator made, created with the simulated state: "+
+			"gpu:profile@start,... e.g. 2:4g.71gb@0,2:3g.71gb@4",
+	)
+	fs.StringVar(
+		&f.Library,
+		"nvml-library",
+		f.Library,
+		"path of libnvidia-ml for the real backend (default: libnvidia-ml.so.1 from the "+
+			"loader's path)",
+	)
 }
 
 // Open opens the backend the flags select.

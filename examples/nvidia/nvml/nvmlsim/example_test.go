@@ -51,7 +51,11 @@ func ExampleSim_RaiseXID() {
 func ExampleWithSetup() {
 	migGPUs, _ := nvmlsim.ParseGPUList("2-7")
 	instances, _ := nvmlsim.ParseInstances("2:4g.71gb@0,2:3g.71gb@4")
-	sim, err := nvmlsim.Open("", nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs, Instances: instances}))
+	sim, err := nvmlsim.Open(
+		"",
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(nvmlsim.Setup{MIGGPUs: migGPUs, Instances: instances}),
+	)
 	if err != nil {
 		panic(err)
 	}
@@ -65,7 +69,13 @@ func ExampleWithSetup() {
 	fmt.Println("GPU 0 time-slice:", ts)
 
 	// 3g.71gb cannot start at memory slice 2: refused like on a GPU.
-	_, err = nvmlsim.Open("", nvmlsim.WithServer("dgx-h200"), nvmlsim.WithSetup(nvmlsim.Setup{Instances: []nvmlsim.Instance{{GPU: 0, Profile: "3g.71gb", Start: 2}}}))
+	_, err = nvmlsim.Open(
+		"",
+		nvmlsim.WithServer("dgx-h200"),
+		nvmlsim.WithSetup(
+			nvmlsim.Setup{Instances: []nvmlsim.Instance{{GPU: 0, Profile: "3g.71gb", Start: 2}}},
+		),
+	)
 	fmt.Println(err != nil)
 	// Output:
 	// GPU 0: MIG false, 0 MIG devices

@@ -169,14 +169,25 @@ func Open(path string, opts ...Option) (*Sim, error) {
 		}
 		st := &simState{Server: srv.Name}
 		if p := o.product; p != nil {
-			st.Product = &productSpec{Name: p.Name, MemorySlices: p.MemorySlices, ComputeSlices: p.ComputeSlices, Profiles: p.Profiles}
+			st.Product = &productSpec{
+				Name:          p.Name,
+				MemorySlices:  p.MemorySlices,
+				ComputeSlices: p.ComputeSlices,
+				Profiles:      p.Profiles,
+			}
 		}
 		for range 8 {
 			u, err := newUUID()
 			if err != nil {
 				return nil, err
 			}
-			st.GPUs = append(st.GPUs, simGPU{UUID: "GPU-" + u, Mig: nvml.MigMode{Current: o.migEnabled, Pending: o.migEnabled}})
+			st.GPUs = append(
+				st.GPUs,
+				simGPU{
+					UUID: "GPU-" + u,
+					Mig:  nvml.MigMode{Current: o.migEnabled, Pending: o.migEnabled},
+				},
+			)
 		}
 		if o.setup != nil {
 			p := o.product
@@ -308,7 +319,14 @@ func (s *Sim) corrupt(err error) error {
 	if !errors.As(err, &de) {
 		return err
 	}
-	return fmt.Errorf("%w: %s holds the simulated GPUs and their MIG devices (no real GPU's state) and cannot be decoded: %v; restore it, or delete it to start again from the simulator's setup (its simulated MIG devices are then gone, so restart the driver after deleting it)", ErrCorruptState, s.file.Path, de.Err)
+	return fmt.Errorf(
+		"%w: %s holds the simulated GPUs and their MIG devices (no real GPU's state) and cannot "+
+			"be decoded: %v; restore it, or delete it to start again from the simulator's setup "+
+			"(its simulated MIG devices are then gone, so restart the driver after deleting it)",
+		ErrCorruptState,
+		s.file.Path,
+		de.Err,
+	)
 }
 
 // change runs fn on the current state and keeps its changes when fn says
@@ -340,10 +358,21 @@ func (s *Sim) change(fn func(st *simState) (bool, error)) error {
 
 func (st *simState) gpu(op string, i int) (*simGPU, error) {
 	if i < 0 || i >= len(st.GPUs) {
-		return nil, nvml.NewError(nvml.ErrorInvalidArgument, op, "no GPU %d (have 0..%d)", i, len(st.GPUs)-1)
+		return nil, nvml.NewError(
+			nvml.ErrorInvalidArgument,
+			op,
+			"no GPU %d (have 0..%d)",
+			i,
+			len(st.GPUs)-1,
+		)
 	}
 	if st.GPUs[i].Lost {
-		return nil, nvml.NewError(nvml.ErrorGPUIsLost, op, "GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)", i)
+		return nil, nvml.NewError(
+			nvml.ErrorGPUIsLost,
+			op,
+			"GPU %d fell off the bus (XID 79); it answers after a reset (Sim.RecoverGPU)",
+			i,
+		)
 	}
 	return &st.GPUs[i], nil
 }
@@ -351,7 +380,12 @@ func (st *simState) gpu(op string, i int) (*simGPU, error) {
 // enter starts a MIG call: the GPU must exist, an armed fault for fop
 // fires (commit is then true: the consumed fault must be kept), and with
 // needMIG the GPU's MIG mode must be current (ErrNotSupported).
-func (st *simState) enter(op string, fop FaultOp, gpu int, needMIG bool) (g *simGPU, commit bool, err error) {
+func (st *simState) enter(
+	op string,
+	fop FaultOp,
+	gpu int,
+	needMIG bool,
+) (g *simGPU, commit bool, err error) {
 	if g, err = st.gpu(op, gpu); err != nil {
 		return nil, false, err
 	}
@@ -377,9 +411,15 @@ func (s *Sim) GPUs() ([]nvml.GPU, error) {
 	err := s.view(func(st *simState) error {
 		for i, g := range st.GPUs {
 			out = append(out, nvml.GPU{
-				Index: i, UUID: g.UUID, ProductName: s.server.ProductName, Brand: "NVIDIA",
-				Architecture: s.server.Architecture, CUDAComputeCapability: s.server.ComputeCapability,
-				MemoryMiB: s.server.MemoryMiB, PCIBusID: s.server.PCIBusIDs[g.slot(i)], Minor: i,
+				Index:                 i,
+				UUID:                  g.UUID,
+				ProductName:           s.server.ProductName,
+				Brand:                 "NVIDIA",
+				Architecture:          s.server.Architecture,
+				CUDAComputeCapability: s.server.ComputeCapability,
+				MemoryMiB:             s.server.MemoryMiB,
+				PCIBusID:              s.server.PCIBusIDs[g.slot(i)],
+				Minor:                 i,
 			})
 		}
 		return nil
@@ -415,7 +455,12 @@ func (s *Sim) SetMigMode(gpu int, enabled bool) (nvml.MigMode, error) {
 			return commit, err
 		}
 		if len(g.Instances) > 0 {
-			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+			return false, nvml.NewError(
+				nvml.ErrorInUse,
+				op,
+				"%d GPU instances exist",
+				len(g.Instances),
+			)
 		}
 		if err := g.held(op); err != nil {
 			return false, err
@@ -441,7 +486,12 @@ func (s *Sim) ResetGPU(gpu int) error {
 			return commit, err
 		}
 		if len(g.Instances) > 0 {
-			return false, nvml.NewError(nvml.ErrorInUse, op, "%d GPU instances exist", len(g.Instances))
+			return false, nvml.NewError(
+				nvml.ErrorInUse,
+				op,
+				"%d GPU instances exist",
+				len(g.Instances),
+			)
 		}
 		if err := g.held(op); err != nil {
 			return false, err
@@ -454,7 +504,18 @@ func (s *Sim) ResetGPU(gpu int) error {
 func (s *Sim) giProfiles() []nvml.GPUInstanceProfile {
 	var out []nvml.GPUInstanceProfile
 	for _, pr := range s.product.Profiles {
-		out = append(out, nvml.GPUInstanceProfile{ID: pr.ID, Name: pr.Name, SliceCount: pr.ComputeSlices, InstanceCount: pr.MaxCount, MemoryMiB: pr.MemoryMiB, Placements: pr.Placements(), Engines: pr.Engines})
+		out = append(
+			out,
+			nvml.GPUInstanceProfile{
+				ID:            pr.ID,
+				Name:          pr.Name,
+				SliceCount:    pr.ComputeSlices,
+				InstanceCount: pr.MaxCount,
+				MemoryMiB:     pr.MemoryMiB,
+				Placements:    pr.Placements(),
+				Engines:       pr.Engines,
+			},
+		)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -498,7 +559,15 @@ func ciProfiles(pr mig.Profile) []nvml.ComputeInstanceProfile {
 		if n < pr.ComputeSlices {
 			name = fmt.Sprintf("%dc.%s", n, pr.Name)
 		}
-		out = append(out, nvml.ComputeInstanceProfile{ID: id, Name: name, SliceCount: n, InstanceCount: pr.ComputeSlices / n})
+		out = append(
+			out,
+			nvml.ComputeInstanceProfile{
+				ID:            id,
+				Name:          name,
+				SliceCount:    n,
+				InstanceCount: pr.ComputeSlices / n,
+			},
+		)
 	}
 	return out
 }
@@ -506,7 +575,11 @@ func ciProfiles(pr mig.Profile) []nvml.ComputeInstanceProfile {
 // ComputeInstanceProfiles lists the compute instance profiles of a GPU
 // instance: one per size up to the instance's compute slices.
 func (s *Sim) ComputeInstanceProfiles(gpu, gpuInstance int) ([]nvml.ComputeInstanceProfile, error) {
-	op := fmt.Sprintf("get compute instance profiles of GPU instance %d on GPU %d", gpuInstance, gpu)
+	op := fmt.Sprintf(
+		"get compute instance profiles of GPU instance %d on GPU %d",
+		gpuInstance,
+		gpu,
+	)
 	var out []nvml.ComputeInstanceProfile
 	err := s.view(func(st *simState) error {
 		g, err := st.gpu(op, gpu)
@@ -562,7 +635,13 @@ func (s *Sim) GPUInstances(gpu int) ([]nvml.GPUInstance, error) {
 // count stays within its maximum, at most one "+me" instance exists, and
 // the compute slices suffice. The new instance gets the lowest free ID.
 func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (nvml.GPUInstance, error) {
-	op := fmt.Sprintf("create GPU instance of profile %d at %d:%d on GPU %d", profileID, at.Start, at.Size, gpu)
+	op := fmt.Sprintf(
+		"create GPU instance of profile %d at %d:%d on GPU %d",
+		profileID,
+		at.Start,
+		at.Size,
+		gpu,
+	)
 	var out nvml.GPUInstance
 	err := s.change(func(st *simState) (bool, error) {
 		g, commit, err := st.enter(op, FaultCreateGPUInstance, gpu, true)
@@ -571,17 +650,39 @@ func (s *Sim) CreateGPUInstance(gpu, profileID int, at mig.Placement) (nvml.GPUI
 		}
 		pr, ok := s.giProfile(profileID)
 		if !ok {
-			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "no GPU instance profile %d on %s", profileID, s.product.Name)
+			return false, nvml.NewError(
+				nvml.ErrorInvalidArgument,
+				op,
+				"no GPU instance profile %d on %s",
+				profileID,
+				s.product.Name,
+			)
 		}
 		if at.Size != pr.MemorySlices || !containsInt(pr.Starts, at.Start) {
-			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "%s may be placed at %s", pr.Name, placementsString(pr.Placements()))
+			return false, nvml.NewError(
+				nvml.ErrorInvalidArgument,
+				op,
+				"%s may be placed at %s",
+				pr.Name,
+				placementsString(pr.Placements()),
+			)
 		}
 		if err := s.fits(g, pr, at); err != nil {
 			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "%s", err)
 		}
-		out = nvml.GPUInstance{GPU: gpu, ID: lowestFree(g.Instances, func(gi nvml.GPUInstance) int { return gi.ID }, 1), ProfileID: profileID, Placement: at}
+		out = nvml.GPUInstance{
+			GPU:       gpu,
+			ID:        lowestFree(g.Instances, func(gi nvml.GPUInstance) int { return gi.ID }, 1),
+			ProfileID: profileID,
+			Placement: at,
+		}
 		g.Instances = append(g.Instances, out)
-		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].Placement.Start < g.Instances[j].Placement.Start })
+		sort.Slice(
+			g.Instances,
+			func(i, j int) bool {
+				return g.Instances[i].Placement.Start < g.Instances[j].Placement.Start
+			},
+		)
 		return true, nil
 	})
 	return out, err
@@ -594,14 +695,27 @@ func (s *Sim) fits(g *simGPU, pr mig.Profile, at mig.Placement) error {
 	count, compute := 0, 0
 	for _, gi := range g.Instances {
 		other, _ := s.giProfile(gi.ProfileID)
-		if gi.Placement.Start < at.Start+at.Size && at.Start < gi.Placement.Start+gi.Placement.Size {
-			return fmt.Errorf("memory slices %d-%d overlap GPU instance %d (%s at %d:%d)", at.Start, at.Start+at.Size-1, gi.ID, other.Name, gi.Placement.Start, gi.Placement.Size)
+		if gi.Placement.Start < at.Start+at.Size &&
+			at.Start < gi.Placement.Start+gi.Placement.Size {
+			return fmt.Errorf(
+				"memory slices %d-%d overlap GPU instance %d (%s at %d:%d)",
+				at.Start,
+				at.Start+at.Size-1,
+				gi.ID,
+				other.Name,
+				gi.Placement.Start,
+				gi.Placement.Size,
+			)
 		}
 		if gi.ProfileID == pr.ID {
 			count++
 		}
 		if pr.MediaExtensions && other.MediaExtensions {
-			return fmt.Errorf("GPU instance %d (%s) already holds the media extensions", gi.ID, other.Name)
+			return fmt.Errorf(
+				"GPU instance %d (%s) already holds the media extensions",
+				gi.ID,
+				other.Name,
+			)
 		}
 		compute += other.ComputeSlices
 	}
@@ -609,7 +723,13 @@ func (s *Sim) fits(g *simGPU, pr mig.Profile, at mig.Placement) error {
 		return fmt.Errorf("%d instances of %s exist, the most the GPU holds", count, pr.Name)
 	}
 	if compute+pr.ComputeSlices > s.product.ComputeSlices {
-		return fmt.Errorf("%d compute slices in use, %s needs %d of %d", compute, pr.Name, pr.ComputeSlices, s.product.ComputeSlices)
+		return fmt.Errorf(
+			"%d compute slices in use, %s needs %d of %d",
+			compute,
+			pr.Name,
+			pr.ComputeSlices,
+			s.product.ComputeSlices,
+		)
 	}
 	return nil
 }
@@ -648,7 +768,12 @@ func lowestFree[T any](xs []T, id func(T) int, from int) int {
 // for a profile the GPU instance lacks, and ErrInsufficientResources when
 // the profile's count or the GPU instance's compute slices are used up.
 func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.ComputeInstance, error) {
-	op := fmt.Sprintf("create compute instance of profile %d in GPU instance %d on GPU %d", profileID, gpuInstance, gpu)
+	op := fmt.Sprintf(
+		"create compute instance of profile %d in GPU instance %d on GPU %d",
+		profileID,
+		gpuInstance,
+		gpu,
+	)
 	uuid, err := newUUID()
 	if err != nil {
 		return nvml.ComputeInstance{}, err
@@ -664,7 +789,12 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.Compu
 			return false, nvml.NewError(nvml.ErrorNotFound, op, "no such GPU instance")
 		}
 		if profileID < 0 || profileID >= 9 {
-			return false, nvml.NewError(nvml.ErrorInvalidArgument, op, "no compute instance profile %d", profileID)
+			return false, nvml.NewError(
+				nvml.ErrorInvalidArgument,
+				op,
+				"no compute instance profile %d",
+				profileID,
+			)
 		}
 		pr, _ := s.giProfile(gi.ProfileID)
 		var cp *nvml.ComputeInstanceProfile
@@ -674,7 +804,13 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.Compu
 			}
 		}
 		if cp == nil {
-			return false, nvml.NewError(nvml.ErrorNotSupported, op, "%s has no compute instance profile %d", pr.Name, profileID)
+			return false, nvml.NewError(
+				nvml.ErrorNotSupported,
+				op,
+				"%s has no compute instance profile %d",
+				pr.Name,
+				profileID,
+			)
 		}
 		var used uint32
 		count := 0
@@ -685,7 +821,14 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.Compu
 			}
 		}
 		if count >= cp.InstanceCount {
-			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "%d compute instances of profile %d exist, the most %s holds", count, profileID, pr.Name)
+			return false, nvml.NewError(
+				nvml.ErrorInsufficientResources,
+				op,
+				"%d compute instances of profile %d exist, the most %s holds",
+				count,
+				profileID,
+				pr.Name,
+			)
 		}
 		start := -1
 		mask := uint32(1)<<cp.SliceCount - 1
@@ -696,14 +839,29 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.Compu
 			}
 		}
 		if start < 0 {
-			return false, nvml.NewError(nvml.ErrorInsufficientResources, op, "no %d free compute slices in %s", cp.SliceCount, pr.Name)
+			return false, nvml.NewError(
+				nvml.ErrorInsufficientResources,
+				op,
+				"no %d free compute slices in %s",
+				cp.SliceCount,
+				pr.Name,
+			)
 		}
 		out = nvml.ComputeInstance{
-			ID:        lowestFree(gi.ComputeInstances, func(c nvml.ComputeInstance) int { return c.ID }, 0),
-			ProfileID: profileID, Placement: mig.Placement{Start: start, Size: cp.SliceCount}, UUID: "MIG-" + uuid,
+			ID: lowestFree(
+				gi.ComputeInstances,
+				func(c nvml.ComputeInstance) int { return c.ID },
+				0,
+			),
+			ProfileID: profileID,
+			Placement: mig.Placement{Start: start, Size: cp.SliceCount},
+			UUID:      "MIG-" + uuid,
 		}
 		gi.ComputeInstances = append(gi.ComputeInstances, out)
-		sort.Slice(gi.ComputeInstances, func(i, j int) bool { return gi.ComputeInstances[i].ID < gi.ComputeInstances[j].ID })
+		sort.Slice(
+			gi.ComputeInstances,
+			func(i, j int) bool { return gi.ComputeInstances[i].ID < gi.ComputeInstances[j].ID },
+		)
 		return true, nil
 	})
 	return out, err
@@ -712,7 +870,12 @@ func (s *Sim) CreateComputeInstance(gpu, gpuInstance, profileID int) (nvml.Compu
 // DestroyComputeInstance destroys a compute instance; ErrNotFound when it
 // or its GPU instance does not exist.
 func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) error {
-	op := fmt.Sprintf("destroy compute instance %d of GPU instance %d on GPU %d", computeInstance, gpuInstance, gpu)
+	op := fmt.Sprintf(
+		"destroy compute instance %d of GPU instance %d on GPU %d",
+		computeInstance,
+		gpuInstance,
+		gpu,
+	)
 	return s.change(func(st *simState) (bool, error) {
 		g, commit, err := st.enter(op, FaultDestroyComputeInstance, gpu, false)
 		if err != nil {
@@ -724,7 +887,9 @@ func (s *Sim) DestroyComputeInstance(gpu, gpuInstance, computeInstance int) erro
 		}
 		for i, ci := range gi.ComputeInstances {
 			if ci.ID == computeInstance {
-				gi.ComputeInstances = append(gi.ComputeInstances[:i:i], gi.ComputeInstances[i+1:]...)
+				gi.ComputeInstances = append(
+					gi.ComputeInstances[:i:i],
+					gi.ComputeInstances[i+1:]...)
 				return true, nil
 			}
 		}
@@ -746,7 +911,12 @@ func (s *Sim) DestroyGPUInstance(gpu, gpuInstance int) error {
 				continue
 			}
 			if n := len(gi.ComputeInstances); n > 0 {
-				return false, nvml.NewError(nvml.ErrorInUse, op, "%d compute instances exist in it", n)
+				return false, nvml.NewError(
+					nvml.ErrorInUse,
+					op,
+					"%d compute instances exist in it",
+					n,
+				)
 			}
 			g.Instances = append(g.Instances[:i:i], g.Instances[i+1:]...)
 			return true, nil

@@ -24,10 +24,14 @@ func TestSimFaultsAreSharedAndFireOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.InjectFault(Fault{Op: FaultCreateGPUInstance, GPU: -1, Code: nvml.ErrorInsufficientResources}); err != nil {
+	if err := s1.InjectFault(
+		Fault{Op: FaultCreateGPUInstance, GPU: -1, Code: nvml.ErrorInsufficientResources},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.InjectFault(Fault{Op: FaultDestroyGPUInstance, GPU: 2, Code: nvml.ErrorGPUIsLost}); err != nil {
+	if err := s1.InjectFault(
+		Fault{Op: FaultDestroyGPUInstance, GPU: 2, Code: nvml.ErrorGPUIsLost},
+	); err != nil {
 		t.Fatal(err)
 	}
 	at := mig.Placement{Start: 0, Size: 8}
@@ -89,10 +93,16 @@ func TestSimXIDReachesEveryWatcher(t *testing.T) {
 	}
 	gpus, _ := raiser.GPUs()
 	for i, ch := range streams {
-		for _, want := range []nvml.HealthEvent{{GPU: 3, XID: 79, GPUInstance: -1, ComputeInstance: -1}, {GPU: 4, XID: 94, GPUInstance: 2, ComputeInstance: 0}} {
+		for _, want := range []nvml.HealthEvent{
+			{GPU: 3, XID: 79, GPUInstance: -1, ComputeInstance: -1},
+			{GPU: 4, XID: 94, GPUInstance: 2, ComputeInstance: 0},
+		} {
 			select {
 			case got := <-ch:
-				if got.GPU != want.GPU || got.XID != want.XID || got.GPUInstance != want.GPUInstance || got.ComputeInstance != want.ComputeInstance || got.UUID != gpus[want.GPU].UUID {
+				if got.GPU != want.GPU || got.XID != want.XID ||
+					got.GPUInstance != want.GPUInstance ||
+					got.ComputeInstance != want.ComputeInstance ||
+					got.UUID != gpus[want.GPU].UUID {
 					t.Fatalf("watcher %d: got %s, want %s", i, got, want)
 				}
 			case <-time.After(30 * time.Second):

@@ -33,8 +33,20 @@ func memSim(t testing.TB, server string, opts ...Option) *Sim {
 func syntheticProduct(t testing.TB) *mig.Product {
 	t.Helper()
 	p, err := mig.NewProduct("TEST-8M5C", 8, 5, []mig.Profile{
-		{Name: "1g.5gb", ID: 19, MemorySlices: 1, MaxCount: 2, Starts: []int{0, 1, 2, 3, 4, 5, 6, 7}},
-		{Name: "1g.5gb+me", ID: 20, MemorySlices: 1, MaxCount: 2, Starts: []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{
+			Name:         "1g.5gb",
+			ID:           19,
+			MemorySlices: 1,
+			MaxCount:     2,
+			Starts:       []int{0, 1, 2, 3, 4, 5, 6, 7},
+		},
+		{
+			Name:         "1g.5gb+me",
+			ID:           20,
+			MemorySlices: 1,
+			MaxCount:     2,
+			Starts:       []int{0, 1, 2, 3, 4, 5, 6, 7},
+		},
 		{Name: "2g.10gb", ID: 14, MemorySlices: 2, MaxCount: 4, Starts: []int{0, 2, 4, 6}},
 		{Name: "2g.10gb+me", ID: 21, MemorySlices: 2, MaxCount: 1, Starts: []int{0, 2, 4, 6}},
 		{Name: "4g.20gb", ID: 5, MemorySlices: 4, MaxCount: 2, Starts: []int{0, 4}},
@@ -52,7 +64,9 @@ func ruleCases(t *testing.T) map[string]func() *Sim {
 	for _, srv := range Servers() {
 		cases[srv.Name] = func() *Sim { return memSim(t, srv.Name) }
 	}
-	cases["synthetic"] = func() *Sim { return memSim(t, "dgx-h100", WithProduct(syntheticProduct(t))) }
+	cases["synthetic"] = func() *Sim {
+		return memSim(t, "dgx-h100", WithProduct(syntheticProduct(t)))
+	}
 	return cases
 }
 
@@ -61,7 +75,15 @@ func ruleCases(t *testing.T) map[string]func() *Sim {
 func geometry(p *mig.Product) string {
 	g := fmt.Sprintf("%d/%d", p.MemorySlices, p.ComputeSlices)
 	for _, pr := range p.Profiles {
-		g += fmt.Sprintf(";%d:%d:%d:%d:%v:%v", pr.ID, pr.ComputeSlices, pr.MemorySlices, pr.MaxCount, pr.MediaExtensions, pr.Starts)
+		g += fmt.Sprintf(
+			";%d:%d:%d:%d:%v:%v",
+			pr.ID,
+			pr.ComputeSlices,
+			pr.MemorySlices,
+			pr.MaxCount,
+			pr.MediaExtensions,
+			pr.Starts,
+		)
 	}
 	return g
 }
@@ -75,7 +97,10 @@ func layoutOf(t testing.TB, nv nvml.Interface, p *mig.Product, gpu int) mig.Layo
 	}
 	l := mig.Layout{}
 	for _, gi := range gis {
-		l = append(l, mig.Instance{Profile: profileName(t, p, gi.ProfileID), Start: gi.Placement.Start})
+		l = append(
+			l,
+			mig.Instance{Profile: profileName(t, p, gi.ProfileID), Start: gi.Placement.Start},
+		)
 	}
 	return l
 }
@@ -91,7 +116,12 @@ func profileName(t testing.TB, p *mig.Product, id int) string {
 }
 
 // createInstance creates in on gpu through the Interface.
-func createInstance(nv nvml.Interface, p *mig.Product, gpu int, in mig.Instance) (nvml.GPUInstance, error) {
+func createInstance(
+	nv nvml.Interface,
+	p *mig.Product,
+	gpu int,
+	in mig.Instance,
+) (nvml.GPUInstance, error) {
 	pr, err := p.Profile(in.Profile)
 	if err != nil {
 		return nvml.GPUInstance{}, err
@@ -105,7 +135,10 @@ func classOf(verr error) error {
 	switch {
 	case errors.Is(verr, mig.ErrPlacement), errors.Is(verr, mig.ErrUnknownProfile):
 		return nvml.ErrInvalidArgument
-	case errors.Is(verr, mig.ErrOverlap), errors.Is(verr, mig.ErrMaxCount), errors.Is(verr, mig.ErrMediaExtensions), errors.Is(verr, mig.ErrCompute):
+	case errors.Is(verr, mig.ErrOverlap),
+		errors.Is(verr, mig.ErrMaxCount),
+		errors.Is(verr, mig.ErrMediaExtensions),
+		errors.Is(verr, mig.ErrCompute):
 		return nvml.ErrInsufficientResources
 	}
 	return fmt.Errorf("unexpected validator error %w", verr)
@@ -160,7 +193,10 @@ func TestSimCreatesEveryValidLayout(t *testing.T) {
 			}
 			t.Logf("%s: %d valid layouts created (%d GPU instances)", name, len(layouts), instances)
 			if name != "synthetic" && len(layouts) != 2318 {
-				t.Errorf("%d layouts, the mig enumeration has 2318 for 8-slice GPUs with +me", len(layouts))
+				t.Errorf(
+					"%d layouts, the mig enumeration has 2318 for 8-slice GPUs with +me",
+					len(layouts),
+				)
 			}
 		})
 	}
@@ -181,7 +217,12 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 			s := open()
 			p := s.Product()
 			if other, ok := done[geometry(p)]; ok {
-				t.Skipf("%s has the geometry of %s, covered there (the rules see only IDs, slices, counts, +me and placements)", p.Name, other)
+				t.Skipf(
+					"%s has the geometry of %s, covered there (the rules see only IDs, slices, "+
+						"counts, +me and placements)",
+					p.Name,
+					other,
+				)
 			}
 			done[geometry(p)] = name
 			layouts, err := p.Layouts()
@@ -205,7 +246,12 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 						gi, err := createInstance(s, p, 0, in)
 						if verr == nil {
 							if err != nil {
-								t.Fatalf("%s + %s: validator accepts, simulator refuses: %v", l, in, err)
+								t.Fatalf(
+									"%s + %s: validator accepts, simulator refuses: %v",
+									l,
+									in,
+									err,
+								)
 							}
 							if err := s.DestroyGPUInstance(0, gi.ID); err != nil {
 								t.Fatal(err)
@@ -215,29 +261,68 @@ func TestSimRefusesEveryInvalidLayoutAtFirstOffendingInstance(t *testing.T) {
 						}
 						want := classOf(verr)
 						if !errors.Is(err, want) {
-							t.Fatalf("%s + %s: validator says %v; simulator returned %v, want %v", l, in, verr, err, want)
+							t.Fatalf(
+								"%s + %s: validator says %v; simulator returned %v, want %v",
+								l,
+								in,
+								verr,
+								err,
+								want,
+							)
 						}
 						refused[want]++
-						for _, rule := range []error{mig.ErrPlacement, mig.ErrOverlap, mig.ErrMaxCount, mig.ErrMediaExtensions, mig.ErrCompute} {
+						for _, rule := range []error{
+							mig.ErrPlacement,
+							mig.ErrOverlap,
+							mig.ErrMaxCount,
+							mig.ErrMediaExtensions,
+							mig.ErrCompute,
+						} {
 							if errors.Is(verr, rule) {
 								byRule[rule]++
 							}
 						}
 						if after := layoutOf(t, s, p, 0).String(); after != before {
-							t.Fatalf("%s + %s: refused create changed the GPU from %s to %s", l, in, before, after)
+							t.Fatalf(
+								"%s + %s: refused create changed the GPU from %s to %s",
+								l,
+								in,
+								before,
+								after,
+							)
 						}
 					}
 				}
 				destroyAll(t, s, 0)
 			}
-			t.Logf("%s: over %d valid prefixes, %d extensions accepted, refused %d as insufficient resources and %d as invalid argument",
-				name, len(layouts), accepted, refused[nvml.ErrInsufficientResources], refused[nvml.ErrInvalidArgument])
-			t.Logf("%s: refused by rule: placement %d, overlap %d, max count %d, +me %d, compute %d", name,
-				byRule[mig.ErrPlacement], byRule[mig.ErrOverlap], byRule[mig.ErrMaxCount], byRule[mig.ErrMediaExtensions], byRule[mig.ErrCompute])
+			t.Logf(
+				"%s: over %d valid prefixes, %d extensions accepted, refused %d as insufficient "+
+					"resources and %d as invalid argument",
+				name,
+				len(layouts),
+				accepted,
+				refused[nvml.ErrInsufficientResources],
+				refused[nvml.ErrInvalidArgument],
+			)
+			t.Logf(
+				"%s: refused by rule: placement %d, overlap %d, max count %d, +me %d, compute %d",
+				name,
+				byRule[mig.ErrPlacement],
+				byRule[mig.ErrOverlap],
+				byRule[mig.ErrMaxCount],
+				byRule[mig.ErrMediaExtensions],
+				byRule[mig.ErrCompute],
+			)
 			if name == "synthetic" {
-				for _, rule := range []error{mig.ErrMaxCount, mig.ErrMediaExtensions, mig.ErrCompute} {
+				for _, rule := range []error{
+					mig.ErrMaxCount, mig.ErrMediaExtensions, mig.ErrCompute,
+				} {
 					if byRule[rule] == 0 {
-						t.Errorf("no create refused for %v alone; the synthetic product must make every rule bind", rule)
+						t.Errorf(
+							"no create refused for %v alone; the synthetic product must make "+
+								"every rule bind",
+							rule,
+						)
 					}
 				}
 			}
@@ -260,11 +345,25 @@ func TestSimRefusesRandomSequencesWhereTheValidatorDoes(t *testing.T) {
 			verr := p.Validate(append(append(mig.Layout(nil), l...), in))
 			_, err := createInstance(s, p, 0, in)
 			if (verr == nil) != (err == nil) {
-				t.Fatalf("sequence %d: %s then %s: validator %v, simulator %v", seq, l, in, verr, err)
+				t.Fatalf(
+					"sequence %d: %s then %s: validator %v, simulator %v",
+					seq,
+					l,
+					in,
+					verr,
+					err,
+				)
 			}
 			if verr != nil {
 				if !errors.Is(err, classOf(verr)) {
-					t.Fatalf("sequence %d: %s then %s: simulator %v, want class of %v", seq, l, in, err, verr)
+					t.Fatalf(
+						"sequence %d: %s then %s: simulator %v, want class of %v",
+						seq,
+						l,
+						in,
+						err,
+						verr,
+					)
 				}
 				break
 			}
@@ -292,7 +391,10 @@ func TestSimWrongPlacementSizeIsInvalid(t *testing.T) {
 			t.Errorf("profile %d at %+v: got %v, want invalid argument", c.profile, c.at, err)
 		}
 	}
-	if _, err := s.CreateGPUInstance(8, 19, mig.Placement{Start: 0, Size: 1}); !errors.Is(err, nvml.ErrInvalidArgument) {
+	if _, err := s.CreateGPUInstance(8, 19, mig.Placement{Start: 0, Size: 1}); !errors.Is(
+		err,
+		nvml.ErrInvalidArgument,
+	) {
 		t.Errorf("GPU 8 of 8: got %v, want invalid argument", err)
 	}
 }
@@ -356,15 +458,23 @@ func TestSimHalfMadeAndInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cps) != 3 || cps[2].SliceCount != 3 || cps[2].Name != "3g.71gb" || cps[0].Name != "1c.3g.71gb" || cps[0].InstanceCount != 3 {
+	if len(cps) != 3 || cps[2].SliceCount != 3 || cps[2].Name != "3g.71gb" ||
+		cps[0].Name != "1c.3g.71gb" ||
+		cps[0].InstanceCount != 3 {
 		t.Fatalf("compute instance profiles of 3g: %+v", cps)
 	}
 	ci, err := s.CreateComputeInstance(3, gi.ID, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(err, nvml.ErrInsufficientResources) {
-		t.Fatalf("second compute instance in a full GPU instance: got %v, want insufficient resources", err)
+	if _, err := s.CreateComputeInstance(3, gi.ID, 0); !errors.Is(
+		err,
+		nvml.ErrInsufficientResources,
+	) {
+		t.Fatalf(
+			"second compute instance in a full GPU instance: got %v, want insufficient resources",
+			err,
+		)
 	}
 	if _, err := s.CreateComputeInstance(3, gi.ID, 4); !errors.Is(err, nvml.ErrNotSupported) {
 		t.Fatalf("7-slice compute instance in 3g: got %v, want not supported", err)
@@ -447,7 +557,14 @@ func TestSimRandomOperationsSurviveRestarts(t *testing.T) {
 // randomOps performs steps random operations and checks them against a
 // model kept with the mig validator; reopen, when set, gives a fresh
 // Interface before each step. It returns counts by outcome.
-func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, steps int, reopen func() nvml.Interface) map[string]int {
+func randomOps(
+	t *testing.T,
+	nv nvml.Interface,
+	p *mig.Product,
+	rng *rand.Rand,
+	steps int,
+	reopen func() nvml.Interface,
+) map[string]int {
 	t.Helper()
 	model := make([]mig.Layout, 8)
 	full := make([]map[int]bool, 8) // GPU instance ID -> has a compute instance
@@ -472,7 +589,15 @@ func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, 
 			verr := p.Validate(append(append(mig.Layout(nil), model[g]...), in))
 			gi, err := createInstance(nv, p, g, in)
 			if (verr == nil) != (err == nil) || (verr != nil && !errors.Is(err, classOf(verr))) {
-				t.Fatalf("step %d GPU %d: %s + %s: validator %v, simulator %v", step, g, model[g], in, verr, err)
+				t.Fatalf(
+					"step %d GPU %d: %s + %s: validator %v, simulator %v",
+					step,
+					g,
+					model[g],
+					in,
+					verr,
+					err,
+				)
 			}
 			if err == nil {
 				model[g] = append(model[g], in)
@@ -489,8 +614,16 @@ func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, 
 				t.Fatal(err)
 			}
 			_, err = nv.CreateComputeInstance(g, gi.ID, cps[len(cps)-1].ID) // the full one
-			if full[g][gi.ID] != errors.Is(err, nvml.ErrInsufficientResources) || (!full[g][gi.ID] && err != nil) {
-				t.Fatalf("step %d GPU %d: full compute instance in %s (has one: %v): %v", step, g, pr.Name, full[g][gi.ID], err)
+			if full[g][gi.ID] != errors.Is(err, nvml.ErrInsufficientResources) ||
+				(!full[g][gi.ID] && err != nil) {
+				t.Fatalf(
+					"step %d GPU %d: full compute instance in %s (has one: %v): %v",
+					step,
+					g,
+					pr.Name,
+					full[g][gi.ID],
+					err,
+				)
 			}
 			if err == nil {
 				full[g][gi.ID] = true
@@ -502,7 +635,12 @@ func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, 
 			gi := gis[rng.Intn(len(gis))]
 			if len(gi.ComputeInstances) == 0 {
 				if full[g][gi.ID] {
-					t.Fatalf("step %d GPU %d: compute instance of GPU instance %d vanished", step, g, gi.ID)
+					t.Fatalf(
+						"step %d GPU %d: compute instance of GPU instance %d vanished",
+						step,
+						g,
+						gi.ID,
+					)
 				}
 				continue
 			}
@@ -515,7 +653,14 @@ func randomOps(t *testing.T, nv nvml.Interface, p *mig.Product, rng *rand.Rand, 
 			gi := gis[rng.Intn(len(gis))]
 			err := nv.DestroyGPUInstance(g, gi.ID)
 			if full[g][gi.ID] != errors.Is(err, nvml.ErrInUse) || (!full[g][gi.ID] && err != nil) {
-				t.Fatalf("step %d GPU %d: destroy GPU instance %d (has a compute instance: %v): %v", step, g, gi.ID, full[g][gi.ID], err)
+				t.Fatalf(
+					"step %d GPU %d: destroy GPU instance %d (has a compute instance: %v): %v",
+					step,
+					g,
+					gi.ID,
+					full[g][gi.ID],
+					err,
+				)
 			}
 			if err != nil {
 				count["destroy GI in use"]++

@@ -17,7 +17,9 @@ import (
 )
 
 // migUUID is the form of a MIG device's UUID.
-var migUUID = regexp.MustCompile(`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+var migUUID = regexp.MustCompile(
+	`^MIG-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`,
+)
 
 // TestSimUUIDsAreUniqueAndStable creates many MIG devices, checks the
 // UUIDs' form and uniqueness, and reads them back from the state file

@@ -84,7 +84,13 @@ func (st *simState) fault(op string, fop FaultOp, gpu int) error {
 // shares the state.
 func (s *Sim) InjectFault(f Fault) error {
 	switch f.Op {
-	case FaultCreateGPUInstance, FaultCreateComputeInstance, FaultDestroyComputeInstance, FaultDestroyGPUInstance, FaultSetMigMode, FaultResetGPU, FaultRegisterEvents:
+	case FaultCreateGPUInstance,
+		FaultCreateComputeInstance,
+		FaultDestroyComputeInstance,
+		FaultDestroyGPUInstance,
+		FaultSetMigMode,
+		FaultResetGPU,
+		FaultRegisterEvents:
 	default:
 		return fmt.Errorf("inject fault: unknown op %q", f.Op)
 	}

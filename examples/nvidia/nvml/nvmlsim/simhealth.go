@@ -38,7 +38,12 @@ func (s *Sim) RaiseXID(gpu int, xid uint64, gpuInstance, computeInstance int) er
 		}
 		st.NextEvent++
 		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: nvml.HealthEvent{
-			GPU: gpu, UUID: g.UUID, XID: xid, GPUInstance: gpuInstance, ComputeInstance: computeInstance, Time: time.Now().UTC(),
+			GPU:             gpu,
+			UUID:            g.UUID,
+			XID:             xid,
+			GPUInstance:     gpuInstance,
+			ComputeInstance: computeInstance,
+			Time:            time.Now().UTC(),
 		}})
 		if n := len(st.Events); n > maxSimEvents {
 			st.Events = append([]simEvent(nil), st.Events[n-maxSimEvents:]...)
@@ -69,7 +74,17 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan nvml.HealthEv
 		for i, g := range st.GPUs { // FaultRegisterEvents: this GPU is not watched
 			if st.fault("register events", FaultRegisterEvents, i) != nil {
 				commit = true
-				unmonitored = append(unmonitored, nvml.HealthEvent{GPU: i, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+				unmonitored = append(
+					unmonitored,
+					nvml.HealthEvent{
+						GPU:             i,
+						UUID:            g.UUID,
+						GPUInstance:     -1,
+						ComputeInstance: -1,
+						Time:            time.Now().UTC(),
+						Unmonitored:     true,
+					},
+				)
 			}
 		}
 		return commit, nil
@@ -106,7 +121,10 @@ func (s *Sim) watchHealth(ctx context.Context, alive bool) (<-chan nvml.HealthEv
 				return nil
 			})
 			if alive && len(evs) == 0 {
-				evs = append(evs, nvml.HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true})
+				evs = append(
+					evs,
+					nvml.HealthEvent{GPU: -1, GPUInstance: -1, ComputeInstance: -1, Alive: true},
+				)
 			}
 			for _, e := range evs {
 				select {
@@ -135,7 +153,12 @@ func (s *Sim) RecoverGPU(gpu int) error {
 		g.Lost = false
 		st.NextEvent++
 		st.Events = append(st.Events, simEvent{Seq: st.NextEvent, Event: nvml.HealthEvent{
-			GPU: gpu, UUID: g.UUID, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Recovered: true,
+			GPU:             gpu,
+			UUID:            g.UUID,
+			GPUInstance:     -1,
+			ComputeInstance: -1,
+			Time:            time.Now().UTC(),
+			Recovered:       true,
 		}})
 		if n := len(st.Events); n > maxSimEvents {
 			st.Events = append([]simEvent(nil), st.Events[n-maxSimEvents:]...)

@@ -26,13 +26,49 @@ type Server struct {
 }
 
 var (
-	dgxA100Bus = [8]string{"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0", "0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"}
-	dgxH100Bus = [8]string{"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"}
+	dgxA100Bus = [8]string{
+		"0000:07:00.0",
+		"0000:0f:00.0",
+		"0000:47:00.0",
+		"0000:4e:00.0",
+		"0000:87:00.0",
+		"0000:90:00.0",
+		"0000:b7:00.0",
+		"0000:bd:00.0",
+	}
+	dgxH100Bus = [8]string{
+		"0000:1b:00.0",
+		"0000:43:00.0",
+		"0000:52:00.0",
+		"0000:61:00.0",
+		"0000:9d:00.0",
+		"0000:c3:00.0",
+		"0000:d1:00.0",
+		"0000:df:00.0",
+	}
 )
 
 var simServers = []Server{
-	{"dgx-a100-40gb", "A100-40GB", "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960, dgxA100Bus, true},
-	{"dgx-a100-80gb", "A100-80GB", "NVIDIA A100-SXM4-80GB", "Ampere", "8.0", 81920, dgxA100Bus, true},
+	{
+		"dgx-a100-40gb",
+		"A100-40GB",
+		"NVIDIA A100-SXM4-40GB",
+		"Ampere",
+		"8.0",
+		40960,
+		dgxA100Bus,
+		true,
+	},
+	{
+		"dgx-a100-80gb",
+		"A100-80GB",
+		"NVIDIA A100-SXM4-80GB",
+		"Ampere",
+		"8.0",
+		81920,
+		dgxA100Bus,
+		true,
+	},
 	{"dgx-h100", "H100-80GB", "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559, dgxH100Bus, false},
 	{"dgx-h200", "H200-141GB", "NVIDIA H200", "Hopper", "9.0", 143771, dgxH100Bus, false},
 	{"dgx-b200", "B200-180GB", "NVIDIA B200", "Blackwell", "10.0", 183359, dgxH100Bus, false},
@@ -57,7 +93,11 @@ func simServer(name string) (Server, error) {
 			return s, nil
 		}
 	}
-	return Server{}, fmt.Errorf("unknown simulated server %q (known: %s)", name, strings.Join(ServerNames(), ", "))
+	return Server{}, fmt.Errorf(
+		"unknown simulated server %q (known: %s)",
+		name,
+		strings.Join(ServerNames(), ", "),
+	)
 }
 
 // Simulated driver and CUDA versions.

@@ -90,7 +90,11 @@ func ParseInstances(s string) ([]Instance, error) {
 		gpu, err1 := strconv.Atoi(g)
 		st, err2 := strconv.Atoi(start)
 		if !ok1 || !ok2 || err1 != nil || err2 != nil || gpu < 0 || st < 0 {
-			return nil, fmt.Errorf("parse MIG instances %q: %q is not gpu:profile@start (e.g. 2:3g.71gb@4)", s, part)
+			return nil, fmt.Errorf(
+				"parse MIG instances %q: %q is not gpu:profile@start (e.g. 2:3g.71gb@4)",
+				s,
+				part,
+			)
 		}
 		name, err := mig.ParseProfileName(prof)
 		if err != nil {
@@ -108,7 +112,11 @@ func (su Setup) apply(s *Sim) error {
 		on := map[int]bool{}
 		for _, g := range su.MIGGPUs {
 			if g >= len(s.mem.GPUs) {
-				return fmt.Errorf("set up simulated NVML: no GPU %d (have 0..%d)", g, len(s.mem.GPUs)-1)
+				return fmt.Errorf(
+					"set up simulated NVML: no GPU %d (have 0..%d)",
+					g,
+					len(s.mem.GPUs)-1,
+				)
 			}
 			on[g] = true
 		}
@@ -126,7 +134,11 @@ func (su Setup) apply(s *Sim) error {
 		if err != nil {
 			return fmt.Errorf("set up simulated NVML: instance %s: %w", in, err)
 		}
-		gi, err := s.CreateGPUInstance(in.GPU, pr.ID, mig.Placement{Start: in.Start, Size: pr.MemorySlices})
+		gi, err := s.CreateGPUInstance(
+			in.GPU,
+			pr.ID,
+			mig.Placement{Start: in.Start, Size: pr.MemorySlices},
+		)
 		if err != nil {
 			return fmt.Errorf("set up simulated NVML: instance %s: %w", in, err)
 		}
@@ -141,7 +153,10 @@ func (su Setup) apply(s *Sim) error {
 			}
 		}
 		if ci < 0 {
-			return errors.New("set up simulated NVML: instance " + in.String() + ": no compute instance profile over all slices")
+			return errors.New(
+				"set up simulated NVML: instance " + in.String() +
+					": no compute instance profile over all slices",
+			)
 		}
 		if _, err := s.CreateComputeInstance(in.GPU, gi.ID, ci); err != nil {
 			return fmt.Errorf("set up simulated NVML: instance %s: %w", in, err)

@@ -14,7 +14,9 @@ import (
 )
 
 func TestParseGPUList(t *testing.T) {
-	for in, want := range map[string][]int{"all": nil, "": nil, "none": {}, "2-7": {2, 3, 4, 5, 6, 7}, "0,4-5,4": {0, 4, 5}} {
+	for in, want := range map[string][]int{
+		"all": nil, "": nil, "none": {}, "2-7": {2, 3, 4, 5, 6, 7}, "0,4-5,4": {0, 4, 5},
+	} {
 		got, err := ParseGPUList(in)
 		if err != nil || !cmp.Equal(got, want) || (got == nil) != (want == nil) {
 			t.Errorf("ParseGPUList(%q) = %v, %v; want %v", in, got, err, want)
@@ -110,7 +112,8 @@ func TestSimRecoverGPU(t *testing.T) {
 	}
 	// Fallen off the bus: the GPU answers nothing until its reset, so a
 	// driver that missed the event still finds it lost.
-	if _, err := s.MigMode(3); !errors.Is(err, nvml.ErrGPULost) || nvml.CodeOf(err) != nvml.ErrorGPUIsLost {
+	if _, err := s.MigMode(3); !errors.Is(err, nvml.ErrGPULost) ||
+		nvml.CodeOf(err) != nvml.ErrorGPUIsLost {
 		t.Errorf("MIG mode of GPU 3 after XID 79: %v, want GPU is lost", err)
 	}
 	if _, err := s.GPUInstances(2); err != nil {

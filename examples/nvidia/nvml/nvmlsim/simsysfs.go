@@ -22,7 +22,10 @@ func (s Server) WriteSysfs(dir string) error {
 	for i, id := range s.PCIBusIDs {
 		bus, err := strconv.ParseUint(id[5:7], 16, 8)
 		if err != nil || bus < 6 {
-			return fmt.Errorf("write simulated sysfs: bus ID %s has no room for a root and a switch", id)
+			return fmt.Errorf(
+				"write simulated sysfs: bus ID %s has no room for a root and a switch",
+				id,
+			)
 		}
 		d := topologytest.PCIDevice{
 			BusID:    id,

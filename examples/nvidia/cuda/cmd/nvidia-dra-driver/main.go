@@ -25,23 +25,39 @@ import (
 func main() {
 	hook := cuda.DefaultHookPath
 	var from string
-	err := drivercmd.Run(os.Args[1:],
+	err := drivercmd.Run(
+		os.Args[1:],
 		drivercmd.WithFlags(func(fs *flag.FlagSet) {
-			fs.StringVar(&hook, "nvidia-cdi-hook-path", hook, "path of nvidia-cdi-hook on the node, run by the container runtime for the CUDA container edits")
-			fs.StringVar(&from, "nvidia-cdi-hook-from", "", "copy this nvidia-cdi-hook (the image's) to -nvidia-cdi-hook-path at start, which must then be in a host folder mounted at the same path")
+			fs.StringVar(
+				&hook,
+				"nvidia-cdi-hook-path",
+				hook,
+				"path of nvidia-cdi-hook on the node, run by the container runtime for the CUDA "+
+					"container edits",
+			)
+			fs.StringVar(
+				&from,
+				"nvidia-cdi-hook-from",
+				"",
+				"copy this nvidia-cdi-hook (the image's) to -nvidia-cdi-hook-path at start, "+
+					"which must then be in a host folder mounted at the same path",
+			)
 		}),
-		drivercmd.WithContainerEditor(func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
-			r, ok := nv.(*nvml.Real)
-			if !ok || r.Library() == nil {
-				return nil, errors.New("the CUDA container edits need the real NVML")
-			}
-			if from != "" {
-				if err := cuda.InstallHook(from, hook); err != nil {
-					return nil, err
+		drivercmd.WithContainerEditor(
+			func(nv nvml.Interface, root nvdriver.DriverRoot) (nvdriver.ContainerEditor, error) {
+				r, ok := nv.(*nvml.Real)
+				if !ok || r.Library() == nil {
+					return nil, errors.New("the CUDA container edits need the real NVML")
 				}
-			}
-			return cuda.New(r.Library(), root, cuda.WithHookPath(hook))
-		}))
+				if from != "" {
+					if err := cuda.InstallHook(from, hook); err != nil {
+						return nil, err
+					}
+				}
+				return cuda.New(r.Library(), root, cuda.WithHookPath(hook))
+			},
+		),
+	)
 	if err != nil {
 		klog.Fatal(err)
 	}

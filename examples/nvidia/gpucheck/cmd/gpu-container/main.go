@@ -8,8 +8,8 @@
 // probe failed.
 //
 //	gpu-container -image image.tar -cdi-dir DIR -probe cuda-probe
-//	gpu-container -build-probe cuda-probe                 # with the C compiler, where the image is built
-//	gpu-container -image image.tar -extract-hook FILE     # the image's nvidia-cdi-hook, for the specs' hooks
+//	gpu-container -build-probe cuda-probe             # with cc, where the image is built
+//	gpu-container -image image.tar -extract-hook FILE # the specs' nvidia-cdi-hook
 package main
 
 import (
@@ -29,13 +29,29 @@ import (
 
 func main() {
 	image := flag.String("image", "", "the driver's image, an OCI image tarball (required)")
-	dir := flag.String("cdi-dir", "", "the folder nvidia-dra-driver -check -check-cdi-dir wrote (required)")
-	probe := flag.String("probe", "", "cuda-probe, built by gpu-check.sh build (default: beside this program)")
+	dir := flag.String(
+		"cdi-dir",
+		"",
+		"the folder nvidia-dra-driver -check -check-cdi-dir wrote (required)",
+	)
+	probe := flag.String(
+		"probe",
+		"",
+		"cuda-probe, built by gpu-check.sh build (default: beside this program)",
+	)
 	runtime := flag.String("runtime", "runc", "the OCI runtime")
 	noHooks := flag.Bool("no-hooks", false, "leave the specs' hooks out")
 	timeout := flag.Duration("timeout", 4*time.Minute, "give up after this long")
-	buildProbe := flag.String("build-probe", "", "only compile cuda-probe to this file with cc, and exit")
-	extractHook := flag.String("extract-hook", "", "only copy the image's nvidia-cdi-hook to this file, and exit")
+	buildProbe := flag.String(
+		"build-probe",
+		"",
+		"only compile cuda-probe to this file with cc, and exit",
+	)
+	extractHook := flag.String(
+		"extract-hook",
+		"",
+		"only copy the image's nvidia-cdi-hook to this file, and exit",
+	)
 	flag.Parse()
 	var err error
 	switch {
@@ -105,8 +121,20 @@ func run(image, dir, probe, runtime string, noHooks bool, timeout time.Duration)
 		if err := ociimage.Unpack(image, root); err != nil {
 			return err
 		}
-		res, err := gpucheck.Run(ctx, gpucheck.Container{Root: root, CDIDirs: []string{filepath.Join(dir, "cdi")}, Devices: []string{id},
-			Args: []string{gpucheck.ProbePath}, Binds: map[string]string{gpucheck.ProbePath: probe}, Runtime: runtime, WithoutHooks: noHooks})
+		res, err := gpucheck.Run(
+			ctx,
+			gpucheck.Container{
+				Root:    root,
+				CDIDirs: []string{filepath.Join(dir, "cdi")},
+				Devices: []string{id},
+				Args: []string{
+					gpucheck.ProbePath,
+				},
+				Binds:        map[string]string{gpucheck.ProbePath: probe},
+				Runtime:      runtime,
+				WithoutHooks: noHooks,
+			},
+		)
 		for _, h := range res.Hooks {
 			fmt.Printf("hook: %s\n", h)
 		}

@@ -75,14 +75,30 @@ func probe(w io.Writer, nv reader) int {
 			fail("GPU %d cannot be read: %v", g.Index, g.Err)
 			continue
 		}
-		fmt.Fprintf(w, "\nGPU %d: %s (%s, brand %s, compute capability %s, %d MiB)\n  %s  bus %s  minor %d\n",
-			g.Index, g.ProductName, g.Architecture, g.Brand, g.CUDAComputeCapability, g.MemoryMiB, g.UUID, g.PCIBusID, g.Minor)
+		fmt.Fprintf(
+			w,
+			"\nGPU %d: %s (%s, brand %s, compute capability %s, %d MiB)\n  %s  bus %s  minor %d\n",
+			g.Index,
+			g.ProductName,
+			g.Architecture,
+			g.Brand,
+			g.CUDAComputeCapability,
+			g.MemoryMiB,
+			g.UUID,
+			g.PCIBusID,
+			g.Minor,
+		)
 		mode, err := nv.MigMode(g.Index)
 		if err != nil {
 			fmt.Fprintf(w, "  MIG: %v\n", err)
 			continue // a GPU without MIG
 		}
-		fmt.Fprintf(w, "  MIG mode: current %s, pending %s\n", onOff(mode.Current), onOff(mode.Pending))
+		fmt.Fprintf(
+			w,
+			"  MIG mode: current %s, pending %s\n",
+			onOff(mode.Current),
+			onOff(mode.Pending),
+		)
 		profs, err := nv.GPUInstanceProfiles(g.Index)
 		if err != nil {
 			fail("GPU instance profiles: %v", err)
@@ -91,20 +107,41 @@ func probe(w io.Writer, nv reader) int {
 		if len(profs) == 0 {
 			fmt.Fprintln(w, "  NVML reports no GPU instance profiles")
 		}
-		fmt.Fprintf(w, "  %-4s %-14s %6s %5s %10s  %s\n", "ID", "profile", "slices", "max", "memory MiB", "placements (start:size)")
+		fmt.Fprintf(
+			w,
+			"  %-4s %-14s %6s %5s %10s  %s\n",
+			"ID",
+			"profile",
+			"slices",
+			"max",
+			"memory MiB",
+			"placements (start:size)",
+		)
 		for _, p := range profs {
 			var pls []string
 			for _, pl := range p.Placements {
 				pls = append(pls, fmt.Sprintf("%d:%d", pl.Start, pl.Size))
 			}
-			fmt.Fprintf(w, "  %-4d %-14s %6d %5d %10d  %s\n", p.ID, p.Name, p.SliceCount, p.InstanceCount, p.MemoryMiB, strings.Join(pls, " "))
+			fmt.Fprintf(
+				w,
+				"  %-4d %-14s %6d %5d %10d  %s\n",
+				p.ID,
+				p.Name,
+				p.SliceCount,
+				p.InstanceCount,
+				p.MemoryMiB,
+				strings.Join(pls, " "),
+			)
 		}
 		diffs, err := nvml.CatalogDiff(g.ProductName, profs)
 		switch {
 		case err != nil:
 			fail("compare with the mig catalog: %v", err)
 		case len(diffs) == 0:
-			fmt.Fprintln(w, "  mig catalog: matches what NVML reports (IDs, slices, counts, placements)")
+			fmt.Fprintln(
+				w,
+				"  mig catalog: matches what NVML reports (IDs, slices, counts, placements)",
+			)
 		default:
 			for _, d := range diffs {
 				fail("mig catalog differs: %s", d)
@@ -124,12 +161,27 @@ func probe(w io.Writer, nv reader) int {
 		}
 		fmt.Fprintf(w, "  %d GPU instances\n", len(gis))
 		for _, gi := range gis {
-			fmt.Fprintf(w, "    GI %d %s@%d:%d", gi.ID, names[gi.ProfileID], gi.Placement.Start, gi.Placement.Size)
+			fmt.Fprintf(
+				w,
+				"    GI %d %s@%d:%d",
+				gi.ID,
+				names[gi.ProfileID],
+				gi.Placement.Start,
+				gi.Placement.Size,
+			)
 			if len(gi.ComputeInstances) == 0 {
 				fmt.Fprint(w, " (no compute instance)")
 			}
 			for _, ci := range gi.ComputeInstances {
-				fmt.Fprintf(w, "  CI %d profile %d slices %d:%d %s", ci.ID, ci.ProfileID, ci.Placement.Start, ci.Placement.Size, ci.UUID)
+				fmt.Fprintf(
+					w,
+					"  CI %d profile %d slices %d:%d %s",
+					ci.ID,
+					ci.ProfileID,
+					ci.Placement.Start,
+					ci.Placement.Size,
+					ci.UUID,
+				)
 			}
 			fmt.Fprintln(w)
 		}
