@@ -347,8 +347,8 @@
 // place of StartCommand and CDIDirs (as for a DaemonSet pod), passes every
 // check; so does the test driver deployed as a DaemonSet pod on the local
 // real node, restarted by deleting its pod (TestDaemonSet, which runs with
-// DRAKIT_CONFORMANCE_DAEMONSET=1 as it needs the one real node a host
-// has).
+// DRAKIT_CONFORMANCE_DAEMONSET=1 as it needs a real node, of which a host
+// runs two at a time).
 //
 // # Proof that it has teeth
 //

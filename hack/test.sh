@@ -39,6 +39,17 @@ say "lint: go vet (in the background)"
 ) >_output/vet.log 2>&1 &
 vet=$!
 
+# The tests of locking and concurrency contracts run again under the race
+# detector, beside the tests and at a lower priority (their names say it:
+# Concurrent, AtOnce, ...; a new contract's test takes such a name).
+race_run='Concurrent|AtOnce|InProcess|OneKey|OpenTwice|Parallelism|RunTwice|ReadersSeeWholeFiles'
+race_run+='|TestGuard$'
+say "go test -race: the concurrency contracts (in the background)"
+( nice -n 10 go test -race -count=1 -run "$race_run" ./statefile ./cdi ./device ./driver \
+  ./explain ./partition/lifecycle ./partition/plan ./mig ./examples/nvidia/nvml/nvmlsim \
+  ./examples/nvidia/driver ) >_output/race.log 2>&1 &
+race=$!
+
 # go test starts the packages in the order given: the longest first
 # (measured with hack/testtimes.go), so that none of them starts last and
 # makes a long tail; packages not named here follow in path order.
@@ -69,12 +80,17 @@ go test -p "${TEST_P:-3}" -timeout 30m -count=1 -json "$@" "${pkgs[@]}" |
 rc=("${PIPESTATUS[@]}")
 wait "$vet"
 vetrc=$?
+wait "$race"
+racerc=$?
 set -e
 if [ "$vetrc" -ne 0 ]; then
   echo "go vet failed:" >&2; cat _output/vet.log >&2
 fi
-if [ "${rc[0]}" -ne 0 ] || [ "${rc[1]}" -ne 0 ] || [ "$vetrc" -ne 0 ]; then
-  say "FAILED after $((SECONDS-t0)) s (go test exit ${rc[0]}, go vet exit $vetrc; times: _output/test.json)"
+if [ "$racerc" -ne 0 ]; then
+  echo "go test -race failed:" >&2; cat _output/race.log >&2
+fi
+if [ "${rc[0]}" -ne 0 ] || [ "${rc[1]}" -ne 0 ] || [ "$vetrc" -ne 0 ] || [ "$racerc" -ne 0 ]; then
+  say "FAILED after $((SECONDS-t0)) s (go test exit ${rc[0]}, go vet exit $vetrc, go test -race exit $racerc; times: _output/test.json)"
   exit 1
 fi
 say "all checks passed in $((SECONDS-t0)) s (per-test times: _output/testtimes _output/test.json)"
