@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/internal/podstatus"
 	"github.com/drakit/drakit/internal/slicepool"
 )
 
@@ -685,7 +686,7 @@ func (c *clusterRun) startWith(ctx context.Context, name string, claims []corev1
 			return nil, fmt.Errorf("get pod %s: %w", name, err)
 		}
 		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-			return nil, fmt.Errorf("pod %s ended (%s): %s", name, pod.Status.Phase, podWhy(pod))
+			return nil, fmt.Errorf("pod %s ended (%s): %s", name, pod.Status.Phase, podstatus.Why(pod))
 		}
 		if why := createFailed(pod); why != "" {
 			return nil, fmt.Errorf("pod %s: the container runtime cannot create its container (the kubelet prepared its claims; CDI IDs the runtime cannot resolve or apply?): %s", name, why)
@@ -708,7 +709,7 @@ func (c *clusterRun) startWith(ctx context.Context, name string, claims []corev1
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("pod %s not running after %s: phase %s; %s%s", name, c.cfg.PodTimeout, pod.Status.Phase, podWhy(pod), c.podEvents(ctx, name))
+			return nil, fmt.Errorf("pod %s not running after %s: phase %s; %s%s", name, c.cfg.PodTimeout, pod.Status.Phase, podstatus.Why(pod), c.podEvents(ctx, name))
 		}
 		select {
 		case <-ctx.Done():
@@ -880,28 +881,6 @@ func createFailed(p *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// podWhy summarizes why a pod does not run.
-func podWhy(p *corev1.Pod) string {
-	var out []string
-	for _, cond := range p.Status.Conditions {
-		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
-			out = append(out, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
-		}
-	}
-	for _, s := range p.Status.ContainerStatuses {
-		if w := s.State.Waiting; w != nil {
-			out = append(out, fmt.Sprintf("container %s waiting: %s %s", s.Name, w.Reason, w.Message))
-		}
-		if t := s.State.Terminated; t != nil {
-			out = append(out, fmt.Sprintf("container %s terminated: %s %s (exit %d)", s.Name, t.Reason, t.Message, t.ExitCode))
-		}
-	}
-	if len(out) == 0 {
-		return "no condition says why"
-	}
-	return strings.Join(out, "; ")
 }
 
 // podEvents returns the pod's warning events, for a pod that does not

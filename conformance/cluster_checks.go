@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/internal/podstatus"
 	"github.com/drakit/drakit/internal/slicepool"
 )
 
@@ -869,7 +870,7 @@ func (c *clusterRun) checkDriverRestart(ctx context.Context) outcome {
 			continue
 		}
 		if p.Status.Phase != corev1.PodRunning {
-			f.add("pod %s is %s after the driver was restarted: %s", pr.name, p.Status.Phase, podWhy(p))
+			f.add("pod %s is %s after the driver was restarted: %s", pr.name, p.Status.Phase, podstatus.Why(p))
 		}
 		for _, s := range p.Status.ContainerStatuses {
 			if s.RestartCount > 0 {

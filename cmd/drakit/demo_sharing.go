@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
+	"github.com/drakit/drakit/internal/podstatus"
 	"github.com/drakit/drakit/mig"
 )
 
@@ -76,7 +76,13 @@ func (d *nvidiaDemo) sharedFleet(ctx context.Context) error {
 		var why []string
 		for _, w := range ws {
 			if !seen[w.Name].Complete {
-				why = append(why, w.Name+": "+podWhy(ctx, cs, demoNS, w.Name))
+				p, err := cs.CoreV1().Pods(demoNS).Get(ctx, w.Name, metav1.GetOptions{})
+				if err != nil {
+					why = append(why, w.Name+": "+err.Error())
+					continue
+				}
+				why = append(why, fmt.Sprintf("%s: %s, %s", w.Name, p.Status.Phase,
+					podstatus.Why(p)))
 			}
 		}
 		return fmt.Errorf("wait for the fleet's pods (%s): %w", strings.Join(why, "; "), err)
@@ -201,25 +207,4 @@ func (d *nvidiaDemo) sharePictures(shares map[string]demoShare) {
 			nvdriver.SharedSuffix)+" MPS",
 			bar[:width], used, totalGiB, len(pods))
 	}
-}
-
-// podWhy says in a line where pod ns/name stands: its phase, why it is not
-// scheduled or which container waits and why, for an error message.
-func podWhy(ctx context.Context, cs kubernetes.Interface, ns, name string) string {
-	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	why := string(p.Status.Phase)
-	for _, c := range p.Status.Conditions {
-		if c.Status != corev1.ConditionTrue && c.Message != "" {
-			why += fmt.Sprintf(", %s: %s", c.Type, c.Message)
-		}
-	}
-	for _, c := range p.Status.ContainerStatuses {
-		if w := c.State.Waiting; w != nil {
-			why += fmt.Sprintf(", container %s waiting: %s %s", c.Name, w.Reason, w.Message)
-		}
-	}
-	return why
 }

@@ -191,26 +191,7 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	// Deployment, with the chart's RBAC, admission policies, leader
 	// election and taint-rule owner, does the rest.
 	t1 := time.Now()
-	runHelm(
-		t,
-		"upgrade",
-		deploy.Release,
-		"chart",
-		"--kubeconfig",
-		env.Kubeconfig,
-		"--namespace",
-		deploy.Namespace,
-		"--reuse-values",
-		"--wait",
-		"--timeout",
-		"3m",
-		"--set",
-		"defrag.enabled=true",
-		"--set",
-		"defrag.hostNetwork=true",
-		"--set",
-		"defrag.interval=500ms",
-	)
+	enableDefrag(t, env)
 	t.Logf("helm upgrade --set defrag.enabled=true: %s", time.Since(t1).Round(time.Millisecond))
 	var bigRun defragtest.Placed
 	if err := poll(ctx, 4*time.Minute, func(context.Context) (bool, error) {
@@ -306,4 +287,15 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	); err != nil {
 		t.Error(err)
 	}
+}
+
+// enableDefrag switches the chart's defragmenter on, as an administrator
+// does (helm upgrade --reuse-values), on the host's network and taking a
+// step every 500 ms, and waits for its Deployment.
+func enableDefrag(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
+		"--namespace", deploy.Namespace, "--reuse-values", "--wait", "--timeout", "3m",
+		"--set", "defrag.enabled=true", "--set", "defrag.hostNetwork=true",
+		"--set", "defrag.interval=500ms")
 }

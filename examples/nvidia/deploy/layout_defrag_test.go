@@ -142,26 +142,7 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		t.Fatalf("the planner reserved no GPU for big: %v\n%s", err, ledgerJSON(t, ctx, env))
 	}
 
-	runHelm(
-		t,
-		"upgrade",
-		deploy.Release,
-		"chart",
-		"--kubeconfig",
-		env.Kubeconfig,
-		"--namespace",
-		deploy.Namespace,
-		"--reuse-values",
-		"--wait",
-		"--timeout",
-		"3m",
-		"--set",
-		"defrag.enabled=true",
-		"--set",
-		"defrag.hostNetwork=true",
-		"--set",
-		"defrag.interval=500ms",
-	)
+	enableDefrag(t, env)
 	var bigRun defragtest.Placed
 	if err := poll(ctx, 3*time.Minute, func(context.Context) (bool, error) {
 		got := s.Placed("big")

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -419,14 +418,7 @@ type holdJob struct {
 // The child of holdState: a driver that holds the state folder until it
 // is killed.
 func TestHoldStateHelperProcess(t *testing.T) {
-	raw := os.Getenv(holdEnv)
-	if raw == "" {
-		t.Skip("runs only as the child of holdState")
-	}
-	var job holdJob
-	if err := json.Unmarshal([]byte(raw), &job); err != nil {
-		t.Fatal(err)
-	}
+	job := childJob[holdJob](t, holdEnv, "holdState")
 	s, err := nvmlsim.Open(job.Sim)
 	if err != nil {
 		t.Fatal(err)
@@ -446,9 +438,7 @@ func TestHoldStateHelperProcess(t *testing.T) {
 // state folder; the test kills it by its PID in the end.
 func holdState(t *testing.T, job holdJob) *exec.Cmd {
 	t.Helper()
-	raw, _ := json.Marshal(job)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldStateHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holdEnv+"="+string(raw))
+	cmd := childCommand(t, "TestHoldStateHelperProcess", holdEnv, job)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -2,9 +2,7 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -32,14 +30,7 @@ type crashJob struct {
 // with a dynamic MIG device; the injected stall stops it between the GPU
 // instance and the compute instance, where the parent kills it.
 func TestCrashHelperProcess(t *testing.T) {
-	raw := os.Getenv(crashEnv)
-	if raw == "" {
-		t.Skip("runs only as the child of TestKillBetweenCreateCallsLeavesNoHalfMadeInstance")
-	}
-	var job crashJob
-	if err := json.Unmarshal([]byte(raw), &job); err != nil {
-		t.Fatal(err)
-	}
+	job := childJob[crashJob](t, crashEnv, "TestKillBetweenCreateCallsLeavesNoHalfMadeInstance")
 	s, err := nvmlsim.Open(job.SimState)
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +79,8 @@ func TestKillBetweenCreateCallsLeavesNoHalfMadeInstance(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	job, _ := json.Marshal(
-		crashJob{SimState: state, StateDir: stateDir, GPU: gpus[0].UUID, Device: dev},
-	)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+string(job))
+	cmd := childCommand(t, "TestCrashHelperProcess", crashEnv,
+		crashJob{SimState: state, StateDir: stateDir, GPU: gpus[0].UUID, Device: dev})
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

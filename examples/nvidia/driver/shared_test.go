@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -459,14 +458,7 @@ type killedDriverJob struct {
 }
 
 func TestSharedDriverHelperProcess(t *testing.T) {
-	raw := os.Getenv(killedDriverEnv)
-	if raw == "" {
-		t.Skip("the driver TestKill9DriverWithSharesHeld kills")
-	}
-	var job killedDriverJob
-	if err := json.Unmarshal([]byte(raw), &job); err != nil {
-		t.Fatal(err)
-	}
+	job := childJob[killedDriverJob](t, killedDriverEnv, "TestKill9DriverWithSharesHeld")
 	sim, err := nvmlsim.Open(job.SimState)
 	if err != nil {
 		t.Fatal(err)
@@ -507,9 +499,8 @@ func TestKill9DriverWithSharesHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, _ := json.Marshal(killedDriverJob{SimState: state, StateDir: stateDir, Held: heldFile})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSharedDriverHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), killedDriverEnv+"="+string(job))
+	cmd := childCommand(t, "TestSharedDriverHelperProcess", killedDriverEnv,
+		killedDriverJob{SimState: state, StateDir: stateDir, Held: heldFile})
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
