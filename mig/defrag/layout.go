@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -193,15 +194,11 @@ func (c *Controller) waitingFor(
 
 func podClaimNames(pod *corev1.Pod) []string {
 	var out []string
-	for _, rc := range pod.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			out = append(out, *rc.ResourceClaimName)
-			continue
-		}
-		for _, st := range pod.Status.ResourceClaimStatuses {
-			if st.Name == rc.Name && st.ResourceClaimName != nil {
-				out = append(out, *st.ResourceClaimName)
-			}
+	for i := range pod.Spec.ResourceClaims {
+		// An error: a claim from a template not made yet.
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err == nil && name != nil {
+			out = append(out, *name)
 		}
 	}
 	return out

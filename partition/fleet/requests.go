@@ -3,6 +3,7 @@ package fleet
 import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
 
 // claimProfiles is what a pending claim asks of the layout: one profile
@@ -88,15 +89,11 @@ func (p *Planner) extendedProfiles(pod *corev1.Pod) []string {
 // templates once the ResourceClaim controller has made them).
 func podClaims(pod *corev1.Pod) []string {
 	var out []string
-	for _, rc := range pod.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			out = append(out, *rc.ResourceClaimName)
-			continue
-		}
-		for _, st := range pod.Status.ResourceClaimStatuses {
-			if st.Name == rc.Name && st.ResourceClaimName != nil {
-				out = append(out, *st.ResourceClaimName)
-			}
+	for i := range pod.Spec.ResourceClaims {
+		// An error: a claim from a template not made yet.
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err == nil && name != nil {
+			out = append(out, *name)
 		}
 	}
 	return out
