@@ -701,21 +701,15 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 	}
 	byUUID := map[string]int{}
 	var unmonitored []HealthEvent
+	unwatched := func(g GPU) {
+		unmonitored = append(unmonitored, HealthEvent{GPU: g.Index, UUID: g.UUID,
+			GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC(), Unmonitored: true})
+	}
 	for _, g := range gpus {
 		if g.Err != nil {
 			// Unreadable: not watched, reported so; the driver has left
 			// it out already.
-			unmonitored = append(
-				unmonitored,
-				HealthEvent{
-					GPU:             g.Index,
-					UUID:            g.UUID,
-					GPUInstance:     -1,
-					ComputeInstance: -1,
-					Time:            time.Now().UTC(),
-					Unmonitored:     true,
-				},
-			)
+			unwatched(g)
 			continue
 		}
 		d, err := r.device(g.Index)
@@ -729,17 +723,7 @@ func (r *Real) watchHealth(ctx context.Context, alive bool) (<-chan HealthEvent,
 		if err != nil {
 			// e.g. a GPU behind a hypervisor that hides XIDs: the others
 			// are watched, this one is reported unmonitored.
-			unmonitored = append(
-				unmonitored,
-				HealthEvent{
-					GPU:             g.Index,
-					UUID:            g.UUID,
-					GPUInstance:     -1,
-					ComputeInstance: -1,
-					Time:            time.Now().UTC(),
-					Unmonitored:     true,
-				},
-			)
+			unwatched(g)
 			continue
 		}
 		byUUID[g.UUID] = g.Index
