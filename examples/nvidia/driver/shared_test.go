@@ -30,6 +30,7 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/examples/nvidia/nvml/nvmlsim"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/statefile"
 )
 
 // standInEnv makes the test binary the simulator's MPS stand-in
@@ -477,7 +478,8 @@ func TestSharedDriverHelperProcess(t *testing.T) {
 		held = append(held, h)
 	}
 	b, _ := json.Marshal(held)
-	if err := os.WriteFile(job.Held, b, 0o644); err != nil {
+	// Atomic: the parent reads the file as soon as it exists.
+	if err := statefile.WriteFile(job.Held, b); err != nil {
 		t.Fatal(err)
 	}
 	select {} // until killed
