@@ -136,6 +136,27 @@ func (r *runner) freshSlices(ctx context.Context, wait bool) {
 	}
 }
 
+// relist makes the driver's slices for the node as the API server shows
+// them now the ones the suite allocates from, if every pool is complete
+// and there was a write since the suite read them, and reports whether
+// it did. A driver may publish its pools one after another (the suite
+// starts once those it sees are complete) and republishes as it likes;
+// the scheduler allocates from its current view, so a claim that finds
+// no room in the suite's view is tried again on this one before it
+// fails.
+func (r *runner) relist(ctx context.Context) bool {
+	slices, err := r.listSlices(ctx)
+	if err != nil || len(slices) == 0 || !writtenSince(marksOf(r.slices), slices) {
+		return false
+	}
+	ps := slicepool.Group(slices)
+	if len(slicepool.Incomplete(ps)) > 0 {
+		return false
+	}
+	r.useSlices(ps)
+	return true
+}
+
 // republishedNote says, for a check judged on the slices after the
 // restart fixture's restart, how they were recognized as the new
 // process's.

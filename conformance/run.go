@@ -401,6 +401,7 @@ func (r *runner) start(ctx context.Context) error {
 		prefix:   "c" + suffix,
 	}
 	r.sched.refresh = func(ctx context.Context) { r.freshSlices(ctx, true) }
+	r.sched.relist = r.relist
 	// The kubelet creates its plugin registry when it starts; a driver
 	// may expect it to exist.
 	if err := ensureRegistry(cfg.RegistrationPath); err != nil && len(cfg.StartCommand) > 0 {

@@ -64,6 +64,10 @@ type scheduler struct {
 	// refresh, when set, is called before each allocation: it brings
 	// the slices up to date after a restart of the driver.
 	refresh func(ctx context.Context)
+	// relist, when set, is called when the allocator finds nothing: it
+	// makes the slices the API server shows now the ones allocated from
+	// and reports true if they differ from those (see runner.relist).
+	relist func(ctx context.Context) bool
 }
 
 // setSlices makes slices the ones the scheduler allocates from.
@@ -174,6 +178,18 @@ func (s *scheduler) allocate(ctx context.Context, claim *resourceapi.ResourceCla
 	return &results[0], nil
 }
 
+// allocateCurrent is allocate, tried once more on the slices the API
+// server shows now when it finds nothing and they changed (relist): the
+// scheduler allocates from its current view, and a driver may have
+// published a pool, or republished one, since the suite read its slices.
+func (s *scheduler) allocateCurrent(ctx context.Context, claim *resourceapi.ResourceClaim, dev *devRef) (*resourceapi.AllocationResult, error) {
+	alloc, err := s.allocate(ctx, claim, dev)
+	if err == nil && alloc == nil && s.relist != nil && s.relist(ctx) {
+		alloc, err = s.allocate(ctx, claim, dev)
+	}
+	return alloc, err
+}
+
 // commit writes allocation and the suite's reservation to the claim's
 // status, as the scheduler does, and records the devices as in use.
 func (s *scheduler) commit(ctx context.Context, claim *resourceapi.ResourceClaim, alloc *resourceapi.AllocationResult) (*resourceapi.ResourceClaim, error) {
@@ -201,7 +217,7 @@ func (s *scheduler) allocated(ctx context.Context, base string, spec resourceapi
 	if err != nil {
 		return nil, err
 	}
-	alloc, err := s.allocate(ctx, claim, dev)
+	alloc, err := s.allocateCurrent(ctx, claim, dev)
 	if err == nil && alloc == nil {
 		err = fmt.Errorf("the structured allocator found no allocation for claim %s%s", claim.Name, s.whyNoFit(ctx, claim, dev))
 	}

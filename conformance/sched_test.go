@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -173,5 +174,55 @@ func TestAllocateLeavesRoom(t *testing.T) {
 	// The driver's own order is left alone.
 	if s.slices[1].Spec.Devices[0].Name != "card-0-whole" {
 		t.Errorf("roomFirst reordered the scheduler's slices: %v", s.slices[1].Spec.Devices)
+	}
+}
+
+// TestAllocateCurrentView: a claim that finds no room in the slices the
+// suite read is tried again on those the API server shows now (a driver
+// may publish its pools one after another, or republish), and only then
+// gets no allocation; relist is not asked while the first view has room.
+func TestAllocateCurrentView(t *testing.T) {
+	const driver, node = "d.example.com", "n1"
+	s := testScheduler(t)
+	s.setSlices(cardSlices(driver, node))
+	ctx := t.Context()
+	whole, err := s.allocate(ctx, testClaim("u1", exactRequest("r", "c", 1)), &devRef{node, "card-0-whole"})
+	if err != nil || whole == nil {
+		t.Fatalf("allocate the whole card: %v", err)
+	}
+	s.hold("u1", whole)
+
+	relisted := 0
+	second := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s2"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+			Pool:    resourceapi.ResourcePool{Name: node + "-card-1", Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "card-1-whole"}}}}
+	s.relist = func(context.Context) bool {
+		relisted++
+		return false
+	}
+	if alloc, err := s.allocateCurrent(ctx, testClaim("u2", exactRequest("r", "c", 1)), nil); err != nil || alloc != nil {
+		t.Fatalf("no room and no new slices: got %+v, %v; want no allocation", alloc, err)
+	}
+	if relisted != 1 {
+		t.Fatalf("relist asked %d times, want 1", relisted)
+	}
+	s.relist = func(context.Context) bool {
+		relisted++
+		s.setSlices(append(cardSlices(driver, node), second))
+		return true
+	}
+	alloc, err := s.allocateCurrent(ctx, testClaim("u3", exactRequest("r", "c", 1)), nil)
+	if err != nil || alloc == nil || alloc.Devices.Results[0].Device != "card-1-whole" {
+		t.Fatalf("the pool published since: got %+v, %v; want card-1-whole", alloc, err)
+	}
+	s.hold("u3", alloc)
+	relisted = 0
+	delete(s.inUse, "u1")
+	if alloc, err := s.allocateCurrent(ctx, testClaim("u4", exactRequest("r", "c", 1)), nil); err != nil || alloc == nil {
+		t.Fatalf("room in the first view: %+v, %v", alloc, err)
+	}
+	if relisted != 0 {
+		t.Errorf("relist asked %d times while the first view had room", relisted)
 	}
 }
