@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,8 +32,7 @@ const driverEnv = "DRAKIT_CONFORMANCE_TESTDRIVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(busyEnv) == "1" {
-		for {
-		}
+		spin()
 	}
 	if os.Getenv(driverEnv) == "1" {
 		if err := testdriver.Main(os.Args[1:]); err != nil {
@@ -576,8 +576,42 @@ func (v *verdictLog) get(name string, ids []string) map[string]conformance.Statu
 // per core loads the machine.
 const busyEnv = "DRAKIT_CONFORMANCE_BUSY"
 
-// busy starts a busy process per core until the test ends (stopped by
-// PID).
+// spin keeps a core busy, except while the machine already has two
+// runnable threads per core besides it: then the machine is loaded
+// without it (the README's test command runs packages side by side), and
+// it sleeps instead of taking CPU from them. It never returns.
+func spin() {
+	floor := 2 * runtime.NumCPU()
+	for {
+		if n, err := runnable(); err == nil && n-1 >= floor {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for end := time.Now().Add(10 * time.Millisecond); time.Now().Before(end); {
+		}
+	}
+}
+
+// runnable returns the number of threads running or ready to run on the
+// machine now (procs_running in /proc/stat).
+func runnable() (int, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "procs_running "); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, errors.New("no procs_running in /proc/stat")
+}
+
+// busy loads the machine until the test ends: a busy process per core
+// (stopped by PID), which spins unless the machine has two runnable
+// threads per core without it (spin). At the end it logs the load the
+// test ran under: the mean number of runnable threads per core, sampled
+// every 100 ms, never under one per core while the busy processes run.
 func busy(t *testing.T) {
 	t.Helper()
 	for range runtime.NumCPU() {
@@ -591,6 +625,34 @@ func busy(t *testing.T) {
 			_ = cmd.Wait()
 		})
 	}
+	done := make(chan struct{})
+	var samples, sum int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if n, err := runnable(); err == nil {
+				samples++
+				sum += n
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		if samples > 0 {
+			t.Logf("load: %.1f runnable threads per core on average (%d samples)",
+				float64(sum)/float64(samples)/float64(runtime.NumCPU()), samples)
+		}
+	})
 }
 
 // testRunner runs the suite in the ways that are not one run per
