@@ -23,6 +23,7 @@ type AgentCard struct {
 	// Busy are the partitions in use on the node: made (the vendor's
 	// list), being made or destroyed (the lifecycle journal's intents),
 	// whether or not a claim holds them. InUse flags are ignored.
+	// InUse.Card sets it and BusyWhole from those sources.
 	Busy partition.Layout
 	// BusyWhole is true when the whole card is in use on the node.
 	BusyWhole bool
