@@ -2,11 +2,7 @@ package ledger
 
 import (
 	"fmt"
-	"maps"
 	"slices"
-	"sync"
-
-	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/partition"
 )
@@ -87,42 +83,4 @@ func (u InUse) Card(c AgentCard) (AgentCard, []error) {
 		c.BusyWhole = false
 	}
 	return c, errs
-}
-
-// SyncLog logs what an agent's Syncs report once per change, rather than
-// on every inventory: a failed ledger write, and each card withheld or
-// withheld for another reason. The zero value is ready for use; it is
-// safe for concurrent use.
-type SyncLog struct {
-	mu       sync.Mutex
-	err      string
-	withheld map[int]string
-}
-
-// Log records one Sync's withheld cards and error and logs, through
-// logger, err when its message differs from the last one logged (nil
-// forgets it) and, after a Sync that wrote the ledger (err nil), each
-// withheld card whose reason is new. withheld is not read when err is
-// not nil: Sync returns none then.
-func (s *SyncLog) Log(logger klog.Logger, withheld map[int]string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		if s.err != err.Error() {
-			logger.Error(err, "layout ledger not written; publishing what it last said")
-		}
-		s.err = err.Error()
-		return
-	}
-	s.err = ""
-	if maps.Equal(s.withheld, withheld) {
-		return
-	}
-	cards := slices.Sorted(maps.Keys(withheld))
-	for _, card := range cards {
-		if why := withheld[card]; s.withheld[card] != why {
-			logger.Info("layout card withheld", "card", card, "reason", why)
-		}
-	}
-	s.withheld = maps.Clone(withheld)
 }
