@@ -108,7 +108,7 @@ func (a *Agent) Run(ctx context.Context, synced chan<- struct{}) error {
 func (a *Agent) Sync(
 	ctx context.Context,
 	cards []AgentCard,
-) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+) (*Ledger, []partition.PublishedCard, map[int]string, error) {
 	var withheld map[int]string
 	l, err := a.store.Update(ctx, a.node, true, func(l *Ledger) error {
 		var err error
@@ -162,7 +162,7 @@ func (a *MemoryAgent) Pool() string { return PoolName(a.node) }
 func (a *MemoryAgent) Sync(
 	_ context.Context,
 	cards []AgentCard,
-) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+) (*Ledger, []partition.PublishedCard, map[int]string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	withheld, err := a.l.Publish(a.Pool(), cards, a.opts...)

@@ -41,7 +41,7 @@ type LayoutLedger interface {
 	Sync(
 		ctx context.Context,
 		cards []ledger.AgentCard,
-	) (*ledger.Ledger, []partition.LayoutCard, map[int]string, error)
+	) (*ledger.Ledger, []partition.PublishedCard, map[int]string, error)
 }
 
 // changeNotifier is a LayoutLedger that says when the ledger changed
