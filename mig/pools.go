@@ -104,15 +104,16 @@ func (m CounterModel) GPUPools(
 
 // LayoutPools is the layout publication of one node
 // (counter.Model.LayoutPools, shape (a) of
-// docs/dynamic-mig-publication.md): per GPU in index order its full
-// device, or one device per MIG instance of its layout
-// (plan.PlanLayouts or engine.LayoutPublisher on the products'
-// schemes, Product.Scheme), with the names, attributes and capacities of
-// the counter model and no counters; one pool named name of one slice,
-// cut into pools by groups of GPUs only beyond 128 devices (more than 18
-// GPUs of 7 instances). Options: counter.WithPoolDevices.
+// docs/dynamic-mig-publication.md): per GPU in index order nothing
+// (Withheld), its full device, or one device per MIG instance of its
+// layout (plan.PlanLayouts' output through partition.Published, or
+// ledger.Ledger.Layout's, on the products' schemes, Product.Scheme),
+// with the names, attributes and capacities of the counter model and no
+// counters; one pool named name of one slice, cut into pools by groups
+// of GPUs only beyond 128 devices (more than 18 GPUs of 7 instances).
+// Options: counter.WithPoolDevices.
 func (m CounterModel) LayoutPools(
-	name string, gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+	name string, gpus []partition.PublishedCard, opts ...counter.LayoutOption,
 ) ([]device.Pool, error) {
 	return counter.Model(m).LayoutPools(name, gpus, opts...)
 }
@@ -122,7 +123,7 @@ func (m CounterModel) LayoutPools(
 // nodeName set and resourceSliceCount 1.
 func (m CounterModel) LayoutSlices(
 	driver, name, nodeName string, generation int64,
-	gpus []partition.LayoutCard, opts ...counter.LayoutOption,
+	gpus []partition.PublishedCard, opts ...counter.LayoutOption,
 ) ([]*resourceapi.ResourceSlice, error) {
 	return counter.Model(m).LayoutSlices(driver, name, nodeName, generation, gpus, opts...)
 }

@@ -141,7 +141,7 @@ func TestNilOptionIsAnError(t *testing.T) {
 			_, err := m.PreferredPools("n", fleet, counter.WithFitOnly(), nil)
 			return err
 		},
-		"Model.LayoutPools": func() error { _, err := m.LayoutPools("n", layout, nil); return err },
+		"Model.LayoutPools": func() error { _, err := m.LayoutPools("n", partition.Published(layout), nil); return err },
 		"counter.LayoutPoolNames": func() error {
 			_, err := counter.LayoutPoolNames("n", layout, nil)
 			return err

@@ -129,9 +129,17 @@ const Omit = engine.Omit
 // LayoutCard is one card of a node in the layout publication: its Index,
 // its Scheme and its Layout. As plan.PlanLayouts' input, Layout holds the
 // in-use partitions (kept) and the free ones published now; as its
-// output and as counter.Model.LayoutPools' input, the partitions to
-// publish, empty for the whole card. WholeInUse: the whole card is
-// allocated (Layout empty). Withheld, set by ledger.Ledger.Layout when a
-// card may publish nothing, makes LayoutPools publish no device of it;
-// PlanLayouts rejects it as input.
+// output, the partitions to publish, empty for the whole card.
+// WholeInUse: the whole card is allocated (Layout empty).
 type LayoutCard = engine.LayoutCard
+
+// PublishedCard is one card as a node's layout publication publishes it:
+// a LayoutCard, or nothing at all when Withheld (ledger.Ledger.Layout
+// withholds a card it may not offer now). It is what
+// counter.Model.LayoutPools takes; plan.PlanLayouts' output becomes one
+// through Published.
+type PublishedCard = engine.PublishedCard
+
+// Published returns cards (plan.PlanLayouts' output) as published cards,
+// none withheld, in cards' order.
+func Published(cards []LayoutCard) []PublishedCard { return engine.Published(cards) }

@@ -41,11 +41,29 @@ type LayoutCard struct {
 	// prepared: Layout must then be empty, and the card publishes its
 	// whole device.
 	WholeInUse bool
-	// Withheld, in LayoutPublisher's output only, is true when the card
-	// publishes no device at all: its next layout is the whole card,
-	// held back by the fence while retired partitions of it may still
-	// be allocated. PlanLayouts rejects it as input.
+}
+
+// PublishedCard is one card of a node as its layout publication
+// publishes it: a planned card (PlanLayouts' output, through Published)
+// or one a publisher may withhold (LayoutPublisher's output, the layout
+// ledger's Layout). It is the input of CounterModel.LayoutPools and
+// LayoutSlices, never of PlanLayouts.
+type PublishedCard struct {
+	LayoutCard
+	// Withheld is true when the card publishes no device at all (its
+	// Layout and WholeInUse then say nothing): the publisher may not
+	// offer any of it now.
 	Withheld bool
+}
+
+// Published returns cards (PlanLayouts' output) as published cards, none
+// withheld, in cards' order.
+func Published(cards []LayoutCard) []PublishedCard {
+	out := make([]PublishedCard, len(cards))
+	for i, c := range cards {
+		out[i] = PublishedCard{LayoutCard: c}
+	}
+	return out
 }
 
 // DefaultMix is the profile mix PlanLayouts fills a partitioned card's
@@ -145,9 +163,6 @@ func PlanLayouts(node []LayoutCard, demand Demand, opts ...Option) ([]LayoutCard
 		seen[c.Index] = true
 		if err := c.Scheme.Validate(c.Layout); err != nil {
 			return nil, fmt.Errorf("plan layouts: %w: node[%d].layout: %w", ErrFleet, i, err)
-		}
-		if c.Withheld {
-			return nil, fmt.Errorf("plan layouts: %w: node[%d] is withheld", ErrFleet, i)
 		}
 		if c.WholeInUse && len(c.Layout) > 0 {
 			return nil, fmt.Errorf("plan layouts: %w: node[%d]: whole %s in use beside partitions %v", ErrFleet, i, c.Scheme.Names.Card, c.Layout)

@@ -221,7 +221,7 @@ func TestPlanLayoutsAreValid(t *testing.T) {
 						t.Errorf("case %d card %d: an unused card without demand is published partitioned: %v", iter, i, c.Layout)
 					}
 				}
-				sl, err := m.LayoutSlices(testDriver, "a", "a", 1, got)
+				sl, err := m.LayoutSlices(testDriver, "a", "a", 1, partition.Published(got))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -524,11 +524,11 @@ func TestLayoutPoolsSplit(t *testing.T) {
 		for i := 0; i < tc.cards; i++ {
 			node = append(node, partition.LayoutCard{Index: i, Scheme: s})
 		}
-		sl, err := m.LayoutSlices(testDriver, "node-a", "node-a", 1, node)
+		sl, err := m.LayoutSlices(testDriver, "node-a", "node-a", 1, partition.Published(node))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pools, err := m.LayoutPools("node-a", node)
+		pools, err := m.LayoutPools("node-a", partition.Published(node))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -627,10 +627,10 @@ func TestLayoutPublisherRestore(t *testing.T) {
 		t.Error("Restore after Next did not fail")
 	}
 	bad, _ := partition.NewLayoutPublisher(cards)
-	if err := bad.Restore([]partition.LayoutCard{{Index: 5}}, t1); err == nil {
+	if err := bad.Restore(partition.Published([]partition.LayoutCard{{Index: 5}}), t1); err == nil {
 		t.Error("Restore of an unknown card did not fail")
 	}
-	if err := bad.Restore([]partition.LayoutCard{{Index: 0, Layout: partition.Layout{{Profile: "4g.40gb", Start: 0}, {Profile: "3g.40gb", Start: 0}}}}, t1); err == nil {
+	if err := bad.Restore(partition.Published([]partition.LayoutCard{{Index: 0, Layout: partition.Layout{{Profile: "4g.40gb", Start: 0}, {Profile: "3g.40gb", Start: 0}}}}), t1); err == nil {
 		t.Error("Restore of an overlapping layout did not fail")
 	}
 }
@@ -654,7 +654,7 @@ func TestLayoutPoolNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pools, err := m.LayoutPools("node", lc)
+		pools, err := m.LayoutPools("node", partition.Published(lc))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,7 +56,7 @@ type LayoutVersion struct {
 	// CounterModel.LayoutPools or LayoutSlices: the whole card (empty
 	// Layout), its partitions (in use ones marked), or nothing
 	// (Withheld).
-	Cards []LayoutCard
+	Cards []PublishedCard
 	// HeldBack is how many devices of the planned layouts the fence
 	// holds back; 0 when the publication is the plan.
 	HeldBack int
@@ -135,7 +135,7 @@ type LayoutPublisher struct {
 	opts    []Option
 	fence   time.Duration
 	version int64
-	last    []LayoutCard
+	last    []PublishedCard
 	now     time.Time
 }
 
@@ -242,7 +242,7 @@ func (p *LayoutPublisher) Next(use []CardUse, demand Demand, now time.Time) (Lay
 		return LayoutVersion{}, fmt.Errorf("next layout: %w", err)
 	}
 
-	out := LayoutVersion{Cards: make([]LayoutCard, len(p.cards))}
+	out := LayoutVersion{Cards: make([]PublishedCard, len(p.cards))}
 	next := make([]pubCard, len(p.cards))
 	for ci, c := range p.cards {
 		u, target := uses[ci], plan[ci]
@@ -327,9 +327,10 @@ func (p *LayoutPublisher) Next(use []CardUse, demand Demand, now time.Time) (Lay
 			}
 		}
 		next[ci] = nc
-		lc := LayoutCard{Index: c.index, Scheme: s, WholeInUse: u.Whole, Layout: nc.parts}
-		lc.Withheld = !nc.whole && len(nc.parts) == 0
-		out.Cards[ci] = lc
+		out.Cards[ci] = PublishedCard{
+			LayoutCard: LayoutCard{Index: c.index, Scheme: s, WholeInUse: u.Whole, Layout: nc.parts},
+			Withheld:   !nc.whole && len(nc.parts) == 0,
+		}
 	}
 	for ci := range p.cards {
 		*p.cards[ci] = next[ci]
@@ -354,7 +355,7 @@ func (p *LayoutPublisher) Next(use []CardUse, demand Demand, now time.Time) (Lay
 // are ignored (Next's in-use sets say what is in use). Cards not listed
 // had nothing published. It must come before the first Next; an unknown
 // card or an invalid layout is an error and restores nothing.
-func (p *LayoutPublisher) Restore(published []LayoutCard, now time.Time) error {
+func (p *LayoutPublisher) Restore(published []PublishedCard, now time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.version > 0 || !p.now.IsZero() {
@@ -414,8 +415,8 @@ func hasInstance(l Layout, x Instance) bool {
 	return slices.ContainsFunc(l, func(y Instance) bool { return y.Profile == x.Profile && y.Start == x.Start })
 }
 
-func sameCards(a, b []LayoutCard) bool {
-	return slices.EqualFunc(a, b, func(x, y LayoutCard) bool {
+func sameCards(a, b []PublishedCard) bool {
+	return slices.EqualFunc(a, b, func(x, y PublishedCard) bool {
 		return x.Index == y.Index && x.WholeInUse == y.WholeInUse && x.Withheld == y.Withheld &&
 			slices.Equal(x.Layout, y.Layout)
 	})

@@ -57,7 +57,7 @@ func (s *Scheme) MaxLayoutDevices() int {
 // layoutPool is one pool of a layout publication: its name and cards.
 type layoutPool struct {
 	name  string
-	cards []LayoutCard
+	cards []PublishedCard
 }
 
 // layoutGroups cuts a node's cards, in index order, into pools: one pool
@@ -66,9 +66,9 @@ type layoutPool struct {
 // fit, each named Scheme.PoolName(name, index of its first card). The
 // grouping depends on the cards only, never on their layouts, so a
 // device keeps its pool, and its ID, from one version to the next.
-func layoutGroups(name string, cards []LayoutCard, limit int) ([]layoutPool, error) {
+func layoutGroups(name string, cards []PublishedCard, limit int) ([]layoutPool, error) {
 	sorted := slices.Clone(cards)
-	slices.SortStableFunc(sorted, func(a, b LayoutCard) int { return a.Index - b.Index })
+	slices.SortStableFunc(sorted, func(a, b PublishedCard) int { return a.Index - b.Index })
 	var groups []layoutPool
 	sum := limit + 1
 	total := 0
@@ -104,7 +104,7 @@ func LayoutPoolNames(name string, cards []LayoutCard, opts ...Option) ([]string,
 	if err != nil {
 		return nil, fmt.Errorf("layout pool names: %w", err)
 	}
-	groups, err := layoutGroups(name, cards, limit)
+	groups, err := layoutGroups(name, Published(cards), limit)
 	if err != nil {
 		return nil, fmt.Errorf("layout pool names: %w", err)
 	}
@@ -124,7 +124,7 @@ func LayoutCardPools(name string, cards []LayoutCard, opts ...Option) (map[int]s
 	if err != nil {
 		return nil, fmt.Errorf("layout card pools: %w", err)
 	}
-	groups, err := layoutGroups(name, cards, limit)
+	groups, err := layoutGroups(name, Published(cards), limit)
 	if err != nil {
 		return nil, fmt.Errorf("layout card pools: %w", err)
 	}
@@ -141,7 +141,7 @@ func LayoutCardPools(name string, cards []LayoutCard, opts ...Option) (map[int]s
 // counter consumption: per card in index order, the whole card's device
 // when its layout is empty, else one device per partition in layout
 // order.
-func (m CounterModel) layoutDevices(cards []LayoutCard, limit int) ([]resourceapi.Device, error) {
+func (m CounterModel) layoutDevices(cards []PublishedCard, limit int) ([]resourceapi.Device, error) {
 	byName := make(map[string]*resourceapi.Device, len(m.Devices))
 	for i := range m.Devices {
 		byName[m.Devices[i].Name] = &m.Devices[i]
@@ -187,10 +187,10 @@ func (m CounterModel) layoutDevices(cards []LayoutCard, limit int) ([]resourceap
 
 // LayoutPools is the layout publication of one node (shape (a) of
 // docs/dynamic-mig-publication.md) as device pools for a
-// device.Inventory: the model's devices named by cards (PlanLayouts' or
-// LayoutPublisher's output), with the names, attributes and capacities
-// the counter model gives them and no counter consumption, and no
-// counter sets. Per card, in index order: no device when it is
+// device.Inventory: the model's devices named by cards (PlanLayouts'
+// output through Published, or LayoutPublisher's), with the names,
+// attributes and capacities the counter model gives them and no counter
+// consumption, and no counter sets. Per card, in index order: no device when it is
 // Withheld, its whole device when its Layout is empty, else one device
 // per partition in Layout order (the planner's).
 //
@@ -207,7 +207,7 @@ func (m CounterModel) layoutDevices(cards []LayoutCard, limit int) ([]resourceap
 // card in cards must be one of the model's, with every device its layout
 // names (build the model with every profile a layout may use); errors
 // wrap ErrFleet.
-func (m CounterModel) LayoutPools(name string, cards []LayoutCard, opts ...Option) ([]device.Pool, error) {
+func (m CounterModel) LayoutPools(name string, cards []PublishedCard, opts ...Option) ([]device.Pool, error) {
 	limit, err := poolLimit(opts)
 	if err != nil {
 		return nil, fmt.Errorf("layout pools: %w", err)
@@ -236,7 +236,7 @@ func (m CounterModel) LayoutPools(name string, cards []LayoutCard, opts ...Optio
 // pool, with nodeName set, pool generation generation and
 // resourceSliceCount 1, named after its pool ("/" replaced by "-") with
 // "-layout" appended.
-func (m CounterModel) LayoutSlices(driver, name, nodeName string, generation int64, cards []LayoutCard, opts ...Option) ([]*resourceapi.ResourceSlice, error) {
+func (m CounterModel) LayoutSlices(driver, name, nodeName string, generation int64, cards []PublishedCard, opts ...Option) ([]*resourceapi.ResourceSlice, error) {
 	limit, err := poolLimit(opts)
 	if err != nil {
 		return nil, fmt.Errorf("layout slices: %w", err)

@@ -91,9 +91,9 @@ type fleetNode struct {
 	pub    *engine.LayoutPublisher // LayoutShape
 	led    *ledger.Ledger          // LedgerShape
 	cards  []ledger.AgentCard
-	shown  []partition.LayoutCard // what the scheduler sees
-	next   float64                // pending republish, -1 none
-	last   float64                // last change (churn lag)
+	shown  []partition.PublishedCard // what the scheduler sees
+	next   float64                   // pending republish, -1 none
+	last   float64                   // last change (churn lag)
 	writes int
 	// order is the node's placements in the planner's order (Counters),
 	// nil when its GPUs changed since.
@@ -122,7 +122,7 @@ type fleetSim struct {
 	noWhole, since float64
 	relaid         map[int]bool
 	// shows are ledger nodes' next views, shown at evShow.
-	shows map[int][]partition.LayoutCard
+	shows map[int][]partition.PublishedCard
 	// lastPlaced is when the last pod was placed: the windows without a
 	// whole GPU are counted until then.
 	lastPlaced float64
@@ -144,7 +144,7 @@ func newFleetSim(p *mig.Product, nodes int, shape Shape, fp FleetLayoutParams) (
 		plan:   -1,
 		since:  -1,
 		relaid: map[int]bool{},
-		shows:  map[int][]partition.LayoutCard{},
+		shows:  map[int][]partition.PublishedCard{},
 	}
 	for n := 0; n < nodes; n++ {
 		fn := &fleetNode{name: fmt.Sprintf("node-%03d", n), next: -1, last: math.Inf(-1)}
@@ -332,7 +332,7 @@ func (s *fleetSim) wholeWatch(t float64) {
 func (s *fleetSim) republish(ni int, t float64, waiting []int) (bool, error) {
 	fn := s.nodes[ni]
 	fn.next = -1
-	var cards []partition.LayoutCard
+	var cards []partition.PublishedCard
 	switch s.shape {
 	case LayoutShape:
 		use := make([]engine.CardUse, len(fn.fleet))
@@ -384,8 +384,8 @@ func (s *fleetSim) republish(ni int, t float64, waiting []int) (bool, error) {
 	return true, nil
 }
 
-func sameLayout(a, b []partition.LayoutCard) bool {
-	return slices.EqualFunc(a, b, func(x, y partition.LayoutCard) bool {
+func sameLayout(a, b []partition.PublishedCard) bool {
+	return slices.EqualFunc(a, b, func(x, y partition.PublishedCard) bool {
 		return x.Index == y.Index && x.WholeInUse == y.WholeInUse && x.Withheld == y.Withheld &&
 			slices.EqualFunc(
 				x.Layout,

@@ -34,8 +34,9 @@ func layoutOptions(opts []LayoutOption) []engine.Option {
 func WithPoolDevices(n int) LayoutOption { return layoutOption{engine.WithPoolDevices(n)} }
 
 // LayoutPools publishes each card's current layout without counters:
-// per card either its whole device (empty Layout) or one device per
-// partition, in Layout order. Normally one pool named name, published as
+// per card nothing (Withheld), its whole device (empty Layout) or one
+// device per partition, in Layout order (plan.PlanLayouts' output
+// through partition.Published, or ledger.Ledger.Layout's). Normally one pool named name, published as
 // one slice so a republish rewrites it in place; when the cards' worst
 // cases (Scheme.MaxLayoutDevices) exceed the pool limit, consecutive
 // groups of cards in index order, one pool each, named
@@ -44,7 +45,7 @@ func WithPoolDevices(n int) LayoutOption { return layoutOption{engine.WithPoolDe
 // one of the model's with every device its layout names; errors wrap
 // partition.ErrFleet.
 func (m Model) LayoutPools(
-	name string, cards []partition.LayoutCard, opts ...LayoutOption,
+	name string, cards []partition.PublishedCard, opts ...LayoutOption,
 ) ([]device.Pool, error) {
 	return m.engine().LayoutPools(name, cards, layoutOptions(opts)...)
 }
@@ -55,7 +56,7 @@ func (m Model) LayoutPools(
 // "-layout" appended.
 func (m Model) LayoutSlices(
 	driver, name, nodeName string, generation int64,
-	cards []partition.LayoutCard, opts ...LayoutOption,
+	cards []partition.PublishedCard, opts ...LayoutOption,
 ) ([]*resourceapi.ResourceSlice, error) {
 	return m.engine().LayoutSlices(driver, name, nodeName, generation, cards, layoutOptions(opts)...)
 }

@@ -131,7 +131,7 @@ type vLedger struct {
 
 type vSlice struct {
 	rv    int64
-	cards []partition.LayoutCard
+	cards []partition.PublishedCard
 }
 
 type aClaim struct {
@@ -169,7 +169,7 @@ type aPub struct {
 	id      int
 	gen     int
 	view    *vLedger // ledger design: its watch's view
-	desired []partition.LayoutCard
+	desired []partition.PublishedCard
 	sliceRV int64 // slice controller's last known slice rv
 	ctrlDue bool
 	fence   *engine.LayoutPublisher
@@ -382,12 +382,14 @@ func (w *world) restartPub(pub *aPub) {
 		// Restore what the node's slice lists now (claimwatch's
 		// WithPublished: a LIST at start).
 		if cards := pub.n.slice.cards; len(cards) > 0 {
-			var pubd []partition.LayoutCard
+			var pubd []partition.PublishedCard
 			for _, c := range cards {
 				if c.Withheld {
 					continue
 				}
-				l := partition.LayoutCard{Index: c.Index, Scheme: c.Scheme}
+				l := partition.PublishedCard{
+					LayoutCard: partition.LayoutCard{Index: c.Index, Scheme: c.Scheme},
+				}
 				for _, in := range c.Layout {
 					l.Layout = append(
 						l.Layout,
@@ -562,7 +564,7 @@ func equalLedger(a, b *ledger.Ledger) bool {
 
 // desire hands the slice controller a new desired state; it writes it
 // after a delay.
-func (w *world) desire(pub *aPub, cards []partition.LayoutCard) {
+func (w *world) desire(pub *aPub, cards []partition.PublishedCard) {
 	if sameCards(pub.desired, cards) {
 		return
 	}
@@ -579,8 +581,8 @@ func (w *world) desire(pub *aPub, cards []partition.LayoutCard) {
 	})
 }
 
-func sameCards(a, b []partition.LayoutCard) bool {
-	return slices.EqualFunc(a, b, func(x, y partition.LayoutCard) bool {
+func sameCards(a, b []partition.PublishedCard) bool {
+	return slices.EqualFunc(a, b, func(x, y partition.PublishedCard) bool {
 		return x.Index == y.Index && x.WholeInUse == y.WholeInUse && x.Withheld == y.Withheld &&
 			slices.EqualFunc(x.Layout, y.Layout, func(p, q partition.Instance) bool {
 				return p.Profile == q.Profile && p.Start == q.Start

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+
+	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/plan"
@@ -105,7 +108,7 @@ func (a *Agent) Run(ctx context.Context, synced chan<- struct{}) error {
 func (a *Agent) Sync(
 	ctx context.Context,
 	cards []AgentCard,
-) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+) (*Ledger, []partition.PublishedCard, map[int]string, error) {
 	var withheld map[int]string
 	l, err := a.store.Update(ctx, a.node, true, func(l *Ledger) error {
 		var err error
@@ -159,7 +162,7 @@ func (a *MemoryAgent) Pool() string { return PoolName(a.node) }
 func (a *MemoryAgent) Sync(
 	_ context.Context,
 	cards []AgentCard,
-) (*Ledger, []partition.LayoutCard, map[int]string, error) {
+) (*Ledger, []partition.PublishedCard, map[int]string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	withheld, err := a.l.Publish(a.Pool(), cards, a.opts...)
@@ -171,4 +174,42 @@ func (a *MemoryAgent) Sync(
 		return nil, nil, nil, err
 	}
 	return a.l.Clone(), layout, withheld, nil
+}
+
+// SyncLog logs what an agent's Syncs report once per change, rather than
+// on every inventory: a failed ledger write, and each card withheld or
+// withheld for another reason. The zero value is ready for use; it is
+// safe for concurrent use.
+type SyncLog struct {
+	mu       sync.Mutex
+	err      string
+	withheld map[int]string
+}
+
+// Log records one Sync's withheld cards and error and logs, through
+// logger, err when its message differs from the last one logged (nil
+// forgets it) and, after a Sync that wrote the ledger (err nil), each
+// withheld card whose reason is new. withheld is not read when err is
+// not nil: Sync returns none then.
+func (s *SyncLog) Log(logger klog.Logger, withheld map[int]string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.err != err.Error() {
+			logger.Error(err, "layout ledger not written; publishing what it last said")
+		}
+		s.err = err.Error()
+		return
+	}
+	s.err = ""
+	if maps.Equal(s.withheld, withheld) {
+		return
+	}
+	cards := slices.Sorted(maps.Keys(withheld))
+	for _, card := range cards {
+		if why := withheld[card]; s.withheld[card] != why {
+			logger.Info("layout card withheld", "card", card, "reason", why)
+		}
+	}
+	s.withheld = maps.Clone(withheld)
 }

@@ -28,8 +28,10 @@
 // holds devices that are valid together with everything else held on
 // their card, so a prepare never meets an overlapping partition made for
 // another claim. What it must do: pass to Admit only devices of the
-// ledger's pools, give Publish everything in use on the node (Busy), and
-// publish the node's slice from the ledger (Ledger.Layout). The tests
+// ledger's pools, give Publish everything in use on the node (Busy: what
+// the hardware lists and the partition lifecycle's journal holds, joined
+// by InUse.Card), and publish the node's slice from the ledger
+// (Ledger.Layout). The tests
 // include an adversarial model (two agents per node, restarts at every
 // step, slice writes delayed 30 s and retried after conflicts, lagging
 // watches, gang pods in Permit for minutes) with the real allocator.

@@ -6,7 +6,9 @@ import (
 	"github.com/drakit/drakit/partition/plan"
 
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
+	"github.com/drakit/drakit/partition/lifecycle"
 )
 
 // A node's agent opens devices for the planner's demand; the webhook
@@ -45,4 +47,19 @@ func Example() {
 	// admit: <nil>
 	// open: [n1/layout/gpu-0-1g-10gb-4 n1/layout/gpu-0-1g-10gb-5 n1/layout/gpu-0-1g-10gb-6]
 	// stale allocation refused: true
+}
+
+// ExampleInUse builds a card's Busy set from NVML's list and the MIG
+// journal, as a driver does before ledger.Agent.Sync.
+func ExampleInUse() {
+	p, _ := mig.Lookup("H100-80GB")
+	intents := []lifecycle.Intent{{
+		Key:    lifecycle.Key{Card: "GPU-0", Profile: "3g.40gb", Start: 0},
+		Claims: []string{"claim-a"},
+	}}
+	u := ledger.InUse{Made: partition.Layout{{Profile: "1g.10gb", Start: 6}}}
+	u.Journal, u.Whole = lifecycle.CardInUse(intents, "GPU-0")
+	card, errs := u.Card(ledger.AgentCard{Index: 0, Scheme: p.Scheme()})
+	fmt.Println(card.Busy, card.BusyWhole, errs)
+	// Output: 3g.40gb@0*,1g.10gb@6* false []
 }

@@ -23,6 +23,7 @@ type AgentCard struct {
 	// Busy are the partitions in use on the node: made (the vendor's
 	// list), being made or destroyed (the lifecycle journal's intents),
 	// whether or not a claim holds them. InUse flags are ignored.
+	// InUse.Card sets it and BusyWhole from those sources.
 	Busy partition.Layout
 	// BusyWhole is true when the whole card is in use on the node.
 	BusyWhole bool
@@ -315,15 +316,17 @@ func (l *Ledger) Layout(
 	pool string,
 	cards []AgentCard,
 	opts ...Option,
-) ([]partition.LayoutCard, error) {
+) ([]partition.PublishedCard, error) {
 	views, err := l.view(pool, cards, opts)
 	if err != nil {
 		return nil, fmt.Errorf("layout of node %s: %w", l.Node, err)
 	}
-	out := make([]partition.LayoutCard, len(views))
+	out := make([]partition.PublishedCard, len(views))
 	var pref []partition.FleetCard
 	for i, v := range views {
-		c := partition.LayoutCard{Index: v.Index, Scheme: v.Scheme}
+		c := partition.PublishedCard{
+			LayoutCard: partition.LayoutCard{Index: v.Index, Scheme: v.Scheme},
+		}
 		open := l.openOn(v)
 		wholeOpen := slices.ContainsFunc(
 			open,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/statefile"
 )
 
@@ -31,6 +32,27 @@ type Intent struct {
 // Released reports whether the intent's last holder went: its partition
 // is to be destroyed, then the intent forgotten.
 func (in Intent) Released() bool { return len(in.Claims) == 0 }
+
+// CardInUse returns what intents (Manager.Intents) hold in use on card,
+// a Key's Card: the partitions of the intents not released (being made
+// for a claim, or made and held), in intents' order, and
+// whether one holds the card whole. A released intent is left out: its
+// partition is in use only while the hardware still lists it. This is
+// what partition/ledger.InUse takes from the journal.
+func CardInUse(intents []Intent, card string) (partition.Layout, bool) {
+	var out partition.Layout
+	whole := false
+	for _, in := range intents {
+		switch {
+		case in.Card != card || in.Released():
+		case in.Whole:
+			whole = true
+		default:
+			out = append(out, partition.Instance{Profile: in.Profile, Start: in.Start, InUse: true})
+		}
+	}
+	return out, whole
+}
 
 // drop removes claim from the intent's holders without changing the
 // slice it was given; true when claim held it.

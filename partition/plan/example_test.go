@@ -50,7 +50,7 @@ func ExamplePlanLayouts() {
 	if err != nil {
 		panic(err)
 	}
-	sl, err := m.LayoutSlices("accel.example.com", "node-a", "node-a", 1, out)
+	sl, err := m.LayoutSlices("accel.example.com", "node-a", "node-a", 1, partition.Published(out))
 	if err != nil {
 		panic(err)
 	}

@@ -42,7 +42,8 @@ func WithDefaultMix(mix func(s *partition.Scheme) []string) LayoutOption {
 // publishes its whole device; every other card's free space is filled
 // with its free partitions that still fit, then the default mix. The
 // result has one entry per input card, in input order: a valid layout in
-// the planner's order, empty for a whole card. It is deterministic.
+// the planner's order, empty for a whole card; partition.Published makes
+// it counter.Model.LayoutPools' input. It is deterministic.
 func PlanLayouts(
 	node []partition.LayoutCard, demand Demand, opts ...LayoutOption,
 ) ([]partition.LayoutCard, error) {

@@ -17,6 +17,7 @@ import (
 	kit "github.com/drakit/drakit/driver"
 	"github.com/drakit/drakit/examples/nvidia/nvml"
 	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/partition/lifecycle"
 	"github.com/drakit/drakit/topology"
 )
@@ -53,9 +54,8 @@ type Driver struct {
 	// warnings are the problems New confined to one GPU (Warnings).
 	warnings []Warning
 
-	// layout is the layout publication's (WithMIGLayout).
-	layoutMu sync.Mutex
-	layout   layoutState
+	// layoutLog is what the layout publication (WithMIGLayout) last logged.
+	layoutLog ledger.SyncLog
 
 	// mps runs the shared GPUs' MPS control daemons (mps.go).
 	mps       *mpsManager

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -42,7 +41,7 @@ type LayoutLedger interface {
 	Sync(
 		ctx context.Context,
 		cards []ledger.AgentCard,
-	) (*ledger.Ledger, []partition.LayoutCard, map[int]string, error)
+	) (*ledger.Ledger, []partition.PublishedCard, map[int]string, error)
 }
 
 // changeNotifier is a LayoutLedger that says when the ledger changed
@@ -81,12 +80,6 @@ func WithMIGLayout(l LayoutLedger) Option {
 	}
 }
 
-// layoutState is the layout publication's: what was last logged.
-type layoutState struct {
-	withheld map[int]string
-	syncErr  string
-}
-
 // layoutTimeout bounds a ledger write inside an inventory.
 const layoutTimeout = 5 * time.Second
 
@@ -101,59 +94,23 @@ func (d *Driver) layoutPools(
 	for _, g := range gpus {
 		byIndex[g.Index] = g
 	}
-	// In use on the node: what NVML holds, what the journal holds (a
-	// device being made or destroyed, the GPU whole).
+	// In use on the node: what NVML lists and what the MIG journal holds.
 	intents, err := d.lc.Intents()
 	if err != nil {
 		return nil, err
 	}
+	logger := klog.Background().WithName("mig-layout")
 	var cards []ledger.AgentCard
 	for _, f := range fleet {
 		g := byIndex[f.Index]
-		c := ledger.AgentCard{Index: g.Index, Scheme: g.product.Scheme(), Profiles: g.profiles}
-		if ok, _ := d.wholeNow(g); !ok {
-			c.NoWhole = true
-		}
-		add := func(profile string, start int) {
-			in := partition.Instance{Profile: profile, Start: start, InUse: true}
-			if slices.ContainsFunc(
-				c.Busy,
-				func(x partition.Instance) bool {
-					return x.Profile == in.Profile && x.Start == in.Start
-				},
-			) {
-				return
-			}
-			if err := g.product.Validate(append(slices.Clone(c.Busy), in)); err != nil {
-				klog.Background().
-					Error(
-						err,
-						"MIG layout: an in-use device overlaps another; left out of the layout",
-						"gpu",
-						g.Index,
-						"device",
-						mig.DeviceRef{GPU: g.Index, Profile: profile, Start: start}.String(),
-					)
-				return
-			}
-			c.Busy = append(c.Busy, in)
-		}
-		for _, in := range f.Layout {
-			add(in.Profile, in.Start)
-		}
-		for _, in := range intents {
-			switch {
-			case in.Card != g.UUID || in.Released():
-			case in.Whole:
-				c.BusyWhole = true
-			default:
-				add(in.Profile, in.Start)
-			}
-		}
-		if c.BusyWhole && len(c.Busy) > 0 {
-			// Only while one is going and the other coming: the MIG
-			// devices stay, the whole GPU waits.
-			c.BusyWhole = false
+		u := ledger.InUse{Made: f.Layout}
+		u.Journal, u.Whole = lifecycle.CardInUse(intents, g.UUID)
+		ok, _ := d.wholeNow(g)
+		c, errs := u.Card(ledger.AgentCard{
+			Index: g.Index, Scheme: g.product.Scheme(), Profiles: g.profiles, NoWhole: !ok,
+		})
+		for _, err := range errs {
+			logger.Error(err, "an in-use MIG device overlaps another", "gpu", g.Index)
 		}
 		cards = append(cards, c)
 	}
@@ -161,33 +118,10 @@ func (d *Driver) layoutPools(
 	defer cancel()
 	l := d.o.layoutSrc
 	_, layout, withheld, err := l.Sync(ctx, cards)
-	d.layoutMu.Lock()
-	ls := &d.layout
-	switch {
-	case err != nil && layout == nil:
-		d.layoutMu.Unlock()
+	if err != nil && layout == nil {
 		return nil, err
-	case err != nil:
-		if ls.syncErr != err.Error() {
-			klog.Background().
-				Error(
-					err,
-					"MIG layout: the node's ledger was not written; publishing what it last said",
-				)
-		}
-		ls.syncErr = err.Error()
-	default:
-		ls.syncErr = ""
 	}
-	if !maps.Equal(ls.withheld, withheld) && err == nil {
-		for gpu, why := range withheld {
-			if ls.withheld[gpu] != why {
-				klog.Background().Info("MIG layout: GPU withheld", "gpu", gpu, "reason", why)
-			}
-		}
-		ls.withheld = withheld
-	}
-	d.layoutMu.Unlock()
+	d.layoutLog.Log(logger, withheld, err)
 
 	// The devices: the counter model's, without counters, for every
 	// advertised profile and those in use.
