@@ -37,6 +37,11 @@ fi
 "$ROOT/hack/linewidth.sh" # examples/: lines of at most 100 columns
 mkdir -p _output
 go build -o _output/testtimes hack/testtimes.go
+# The tests build the NVIDIA driver's image (the demo, the chart's
+# end-to-end tests, the upgrade, the CUDA module's): once per run, kept
+# here (examples/nvidia/deploy.ImageCacheEnv).
+export DRAKIT_IMAGE_CACHE="$ROOT/_output/images"
+rm -rf "$DRAKIT_IMAGE_CACHE"
 
 # go vet runs beside the tests, at a lower priority: the tests wait on
 # clusters much of the time, and vet fills the idle CPU.

@@ -102,7 +102,19 @@ func WriteChart(dir string) error {
 // caller's module. The compiler's warnings about
 // go-nvml's deprecated NVML calls are silenced; the build's output is
 // shown only when it fails. It returns the image's manifest descriptor.
+//
+// With $DRAKIT_IMAGE_CACHE set (ImageCacheEnv), an image already built
+// there from the same inputs is copied to out instead (see
+// ImageCacheEnv).
 func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor, error) {
+	if dir := os.Getenv(ImageCacheEnv); dir != "" {
+		return cachedImage(ctx, dir, pkg, ref, out)
+	}
+	return buildImage(ctx, pkg, ref, out)
+}
+
+// buildImage is BuildImage without the cache.
+func buildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor, error) {
 	tmp, err := os.MkdirTemp("", "drakit-image-")
 	if err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf("build image: %w", err)
@@ -111,15 +123,10 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 	name := filepath.Base(pkg)
 	bin := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-	cgo := "0"
-	cuda := strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule
-	if cuda {
-		if cmd.Dir, err = cudaModuleDir(ctx); err != nil {
-			return ociimage.Descriptor{}, err
-		}
-		cgo = "1"
+	cuda := isCUDA(pkg)
+	if cmd.Dir, cmd.Env, err = buildPlace(ctx, pkg); err != nil {
+		return ociimage.Descriptor{}, err
 	}
-	cmd.Env = buildEnv(cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ociimage.Descriptor{}, fmt.Errorf(
 			"build %s: %w: %s",
@@ -166,6 +173,25 @@ func BuildImage(ctx context.Context, pkg, ref, out string) (ociimage.Descriptor,
 			"org.opencontainers.image.title":  name,
 		},
 	})
+}
+
+// isCUDA reports whether pkg is in CUDAModule (built with cgo there).
+func isCUDA(pkg string) bool {
+	return strings.HasPrefix(pkg, CUDAModule+"/") || pkg == CUDAModule
+}
+
+// buildPlace returns the folder and environment the go command builds
+// pkg in: CUDAModule's folder with cgo for its packages, else the
+// caller's folder without.
+func buildPlace(ctx context.Context, pkg string) (string, []string, error) {
+	if !isCUDA(pkg) {
+		return "", buildEnv("0"), nil
+	}
+	dir, err := cudaModuleDir(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, buildEnv("1"), nil
 }
 
 // buildEnv is the go command's environment for the image's binaries:
