@@ -56,7 +56,8 @@ func TestImageCacheAtOnce(t *testing.T) {
 	}
 
 	// The reference is in the tarball's index, not in the manifest.
-	if _, err := BuildImage(ctx, pkg, "example.com/mps:2", filepath.Join(out, "3.tar")); err != nil {
+	_, err = BuildImage(ctx, pkg, "example.com/mps:2", filepath.Join(out, "3.tar"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	one, _ := os.ReadFile(filepath.Join(out, "1.tar"))
