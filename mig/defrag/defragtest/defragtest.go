@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/mig/defrag"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 )
 
 // ClaimName is the pod claim of every pod a Scene makes; its template is
@@ -99,14 +100,14 @@ func (s *Scene) spec(tmpl string) corev1.PodSpec {
 
 // Deployment makes a one-replica Deployment app (pods labelled app=<app>)
 // whose pod asks for one device of profile (see Template). optIn
-// annotates its pods with defrag.AnnotationDefrag: defrag.AllowValue.
+// annotates its pods with defrag.AnnotationDefrag: pdefrag.AllowValue.
 func (s *Scene) Deployment(app, profile, selector string, optIn bool) {
 	s.T.Helper()
 	s.Template(app, profile, selector)
 	labels := map[string]string{"app": app}
 	ann := map[string]string{}
 	if optIn {
-		ann[defrag.AnnotationDefrag] = defrag.AllowValue
+		ann[defrag.AnnotationDefrag] = pdefrag.AllowValue
 	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: s.Namespace},
