@@ -343,6 +343,7 @@ func (c *Controller) readDevices(cl *cluster) {
 		}
 	}
 	templates := map[cardKey]devTemplate{}
+	models := map[string]*partition.Scheme{}
 	for _, s := range cl.snap.Slices {
 		node := ptr.Deref(s.Spec.NodeName, "")
 		if s.Spec.Driver != c.driver || node == "" || s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
@@ -353,7 +354,7 @@ func (c *Controller) readDevices(cl *cluster) {
 			if len(d.ConsumesCounters) == 0 {
 				continue
 			}
-			sch := c.schemeOf(d)
+			sch := c.schemeOf(models, d)
 			if sch == nil {
 				continue
 			}

@@ -191,25 +191,33 @@ func TestPlanOnAnotherVendorsScheme(t *testing.T) {
 }
 
 // Only the vendor's devices are read: a model attribute the vendor does
-// not know leaves the card out, and then no plan is made.
+// not know, or a scheme it returns that partition.NewScheme did not
+// build, leaves the card out (no panic), and then no plan is made.
 func TestPlanSkipsUnknownModels(t *testing.T) {
 	s := tileScheme(t)
-	v := tileVendor(s)
-	v.ModelAttribute = "another"
-	n, err := v.names()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
-		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
-	cl := tileCluster(t, s)
-	c.readDevices(cl)
-	c.readInstances(cl)
-	if len(cl.fleet) != 0 || len(cl.devs) != 0 {
-		t.Fatalf("fleet %v, devices %d: want none", cl.fleet, len(cl.devs))
-	}
-	if p, why := c.planFor(context.Background(), cl, cl.pods["big-uid"]); p != nil || !strings.Contains(why, "no node with partitionable cards") {
-		t.Errorf("plan %v (%s), want none", p, why)
+	other := tileVendor(s)
+	other.ModelAttribute = "another"
+	unbuilt := tileVendor(s)
+	unbuilt.Scheme = func(string) (*partition.Scheme, error) { return &partition.Scheme{Name: s.Name}, nil }
+	for name, v := range map[string]Vendor{"unknown attribute": other, "unbuilt scheme": unbuilt} {
+		t.Run(name, func(t *testing.T) {
+			n, err := v.names()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
+				minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
+			cl := tileCluster(t, s)
+			c.readDevices(cl)
+			c.readInstances(cl)
+			if len(cl.fleet) != 0 || len(cl.devs) != 0 {
+				t.Fatalf("fleet %v, devices %d: want none", cl.fleet, len(cl.devs))
+			}
+			p, why := c.planFor(context.Background(), cl, cl.pods["big-uid"])
+			if p != nil || !strings.Contains(why, "no node with partitionable cards") {
+				t.Errorf("plan %v (%s), want none", p, why)
+			}
+		})
 	}
 }
 

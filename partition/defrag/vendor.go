@@ -74,13 +74,24 @@ func (v Vendor) names() (names, error) {
 
 // schemeOf reads a device's model attribute (plain or in the driver's
 // domain) and returns its scheme, nil when it has none the vendor knows.
-func (c *Controller) schemeOf(d *resourceapi.Device) *partition.Scheme {
+// models caches the vendor's answers (nil for a model it does not know)
+// for one Step: a node's devices repeat a few models.
+func (c *Controller) schemeOf(models map[string]*partition.Scheme, d *resourceapi.Device) *partition.Scheme {
 	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(c.n.model),
 		resourceapi.QualifiedName(c.driver + "/" + c.n.model)} {
-		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
-			if s, err := c.n.scheme(*a.StringValue); err == nil && s != nil {
-				return s
+		a, ok := d.Attributes[k]
+		if !ok || a.StringValue == nil {
+			continue
+		}
+		s, seen := models[*a.StringValue]
+		if !seen {
+			if s, _ = c.n.scheme(*a.StringValue); s != nil && s.Validate(nil) != nil {
+				s = nil // not built by partition.NewScheme
 			}
+			models[*a.StringValue] = s
+		}
+		if s != nil {
+			return s
 		}
 	}
 	return nil
