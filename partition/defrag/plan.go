@@ -394,9 +394,9 @@ func (c *Controller) readDevices(cl *cluster) {
 // absent, yet it is what a defragmentation frees, and the driver
 // publishes it once the region is free. Each missing device of a card is
 // the counter model's (its name, counter consumption and the attributes
-// the model gives it) over the other attributes of a device the driver
-// publishes on that card, so that class and claim selectors see it as
-// they will; the profiles are Vendor.Profiles of the scheme plus those
+// and capacities the model gives it) over the other attributes of a
+// device the driver publishes on that card, so that class and claim
+// selectors see it as they will; the profiles are Vendor.Profiles of the scheme plus those
 // published on the node. Only the controller's own reasoning sees
 // them: a claim is allocated one only once the driver publishes it.
 func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplate) {
@@ -451,7 +451,10 @@ func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplat
 			d.ConsumesCounters = md.ConsumesCounters
 			d.Taints = nil
 			for name, v := range md.Attributes {
-				setAttr(d, string(name), v)
+				setQualified(d.Attributes, name, v)
+			}
+			for name, v := range md.Capacity {
+				setQualified(d.Capacity, name, v)
 			}
 			s.Spec.Devices = append(s.Spec.Devices, *d)
 			cl.devs[k] = loc
@@ -473,12 +476,12 @@ func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplat
 	cl.snap = &snap
 }
 
-// setAttr sets a device attribute that the device already has (under its
-// plain or its qualified name).
-func setAttr(d *resourceapi.Device, name string, v resourceapi.DeviceAttribute) {
-	for k := range d.Attributes {
-		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
-			d.Attributes[k] = v
+// setQualified sets an attribute or a capacity that a device already has
+// (under its plain or its qualified name) to the counter model's.
+func setQualified[V any](m map[resourceapi.QualifiedName]V, name resourceapi.QualifiedName, v V) {
+	for k := range m {
+		if k == name || strings.HasSuffix(string(k), "/"+string(name)) {
+			m[k] = v
 		}
 	}
 }

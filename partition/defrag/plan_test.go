@@ -39,9 +39,9 @@ func tileScheme(t *testing.T) *partition.Scheme {
 		Compute: partition.Units{Count: 4, Placed: true},
 		Memory:  partition.Units{Count: 4, Placed: true},
 		Profiles: []partition.Profile{
-			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MaxCount: 2, Placements: []partition.Placement{
+			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 << 30, MaxCount: 2, Placements: []partition.Placement{
 				{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}}},
-			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MaxCount: 4, Placements: []partition.Placement{
+			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 << 30, MaxCount: 4, Placements: []partition.Placement{
 				{Start: 0, Compute: 0, Memory: 1}, {Start: 1, Compute: 1, Memory: 0},
 				{Start: 2, Compute: 2, Memory: 3}, {Start: 3, Compute: 3, Memory: 2}}},
 		},
@@ -70,15 +70,23 @@ func tileVendor(s *partition.Scheme) Vendor {
 
 // tileCluster is one node with two tile cards: card 0 holds an opted-in
 // solo@0 (a ReplicaSet's pod "mover"), card 1 a solo@0 whose pod did
-// not opt in ("stay"); pod "big" waits for a duo. No duo fits anywhere
-// and one move (mover to card 1) frees card 0.
-func tileCluster(t *testing.T, s *partition.Scheme) *cluster {
+// not opt in ("stay"); pod "big" waits for a duo of at least 32 GiB. No
+// duo fits anywhere and one move (mover to card 1) frees card 0. With
+// fitOnly the driver publishes no duo (none fits now).
+func tileCluster(t *testing.T, s *partition.Scheme, fitOnly bool) *cluster {
 	t.Helper()
 	m, err := counter.NewModel([]counter.Card{{Index: 0, Scheme: s}, {Index: 1, Scheme: s}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	snap := &explain.Snapshot{Slices: m.Slices(tileDriver, tileNode, tileNode, 1)}
+	if fitOnly {
+		for _, sl := range snap.Slices {
+			sl.Spec.Devices = slices.DeleteFunc(sl.Spec.Devices, func(d resourceapi.Device) bool {
+				return strings.Contains(d.Name, "-duo-")
+			})
+		}
+	}
 	snap.Nodes = []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: tileNode,
 		Labels: map[string]string{"kubernetes.io/hostname": tileNode}},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")}}}}
@@ -106,13 +114,13 @@ func tileCluster(t *testing.T, s *partition.Scheme) *cluster {
 		cl.pods[p.UID] = p
 		return p
 	}
-	claim := func(p *corev1.Pod, class, device string) {
+	claim := func(p *corev1.Pod, class, device string, selectors ...resourceapi.DeviceSelector) {
 		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: p.Name + "-tile",
 			UID: types.UID(p.Name + "-claim"), OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1",
 				Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}}},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
 				{Name: "tile", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
-					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, Selectors: selectors}}}}}}
 		if device != "" {
 			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 				Results: []resourceapi.DeviceRequestAllocationResult{
@@ -124,7 +132,8 @@ func tileCluster(t *testing.T, s *partition.Scheme) *cluster {
 	}
 	claim(pod("mover", true, tileNode), "solo", "tile-0-solo-0")
 	claim(pod("stay", false, tileNode), "solo", "tile-1-solo-0")
-	claim(pod("big", false, ""), "duo", "")
+	claim(pod("big", false, ""), "duo", "", resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+		Expression: fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(\"32Gi\")) >= 0", tileDriver)}})
 	return cl
 }
 
@@ -142,7 +151,7 @@ func TestPlanOnAnotherVendorsScheme(t *testing.T) {
 	}
 	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
 		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
-	cl := tileCluster(t, s)
+	cl := tileCluster(t, s, false)
 	c.readDevices(cl)
 	c.readInstances(cl)
 	if got, want := cl.cardsOf[tileNode], []int{0, 1}; !slices.Equal(got, want) {
@@ -207,7 +216,7 @@ func TestPlanSkipsUnknownModels(t *testing.T) {
 			}
 			c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
 				minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
-			cl := tileCluster(t, s)
+			cl := tileCluster(t, s, false)
 			c.readDevices(cl)
 			c.readInstances(cl)
 			if len(cl.fleet) != 0 || len(cl.devs) != 0 {
@@ -264,5 +273,30 @@ func TestVendorNames(t *testing.T) {
 		if _, err := v.names(); err == nil {
 			t.Errorf("vendor %+v: no error", v)
 		}
+	}
+}
+
+// A fit-only publication lacks the duo that a move frees: the controller
+// completes the model with it, with the counter model's attributes and
+// capacities (the claim asks for 32 GiB; the solo it copies has 16), and
+// plans the move to it; the device stays the controller's own
+// reasoning until the driver publishes it.
+func TestPlanCompletesAFitOnlyPublication(t *testing.T) {
+	s := tileScheme(t)
+	n, err := tileVendor(s).names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
+		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
+	cl := tileCluster(t, s, true)
+	c.readDevices(cl)
+	c.readInstances(cl)
+	p, why := c.planFor(context.Background(), cl, cl.pods["big-uid"])
+	if p == nil {
+		t.Fatalf("no plan: %s", why)
+	}
+	if p.op.Device != "tile-0-duo-0" || !cl.unpublished[devKey{tileNode, p.op.Device}] {
+		t.Errorf("freed device %s (unpublished %v), want tile-0-duo-0, unpublished", p.op.Device, cl.unpublished)
 	}
 }
