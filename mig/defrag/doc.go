@@ -13,16 +13,9 @@
 // command-line flags. The other names are partition/defrag's under
 // their old names (deprecated aliases).
 //
-// What it needs from the API (the NVIDIA chart's ClusterRole grants
-// exactly this, and its ValidatingAdmissionPolicy limits the writes to
-// what the controller owns): get, list and watch pods; list and watch
-// nodes, ResourceSlices, DeviceClasses, ResourceClaimTemplates and
-// PodDisruptionBudgets; get, list and watch ResourceClaims; create
-// pods/eviction; update resourceclaims/status and resourceclaims/binding
-// (the API server asks for the second when status.allocation changes);
-// create, list and deletecollection DeviceTaintRules (and watch them);
-// create and list events; with WithOwner, get its ClusterRole; with
-// WithLeaderElection, get, create and update its Lease.
+// The NVIDIA chart's ClusterRole grants exactly the API access that
+// docs/defrag.md lists, and its ValidatingAdmissionPolicy limits the
+// writes to what the controller owns (the names above).
 //
 // `drakit mig defrag-controller` runs it from the command line, and the
 // reference NVIDIA driver's image runs it as `nvidia-dra-driver
