@@ -73,7 +73,8 @@ func sharedEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.Namespace}}
-	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
+	_, err := e.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -85,7 +86,10 @@ func (e *env) New(opts ...pdefrag.Option) (*pdefrag.Controller, error) {
 }
 
 // NewFor is New reaching the API server through client.
-func (e *env) NewFor(client kubernetes.Interface, opts ...pdefrag.Option) (*pdefrag.Controller, error) {
+func (e *env) NewFor(
+	client kubernetes.Interface,
+	opts ...pdefrag.Option,
+) (*pdefrag.Controller, error) {
 	v := defrag.Vendor()
 	v.Domain = e.Domain
 	return pdefrag.New(client, e.Driver, v, opts...)

@@ -19,14 +19,18 @@ func init() {
 		return Option(func(o *options) error { o.now = now; return nil })
 	}
 	defraghooks.ErrCrashed = errCrashed
-	defraghooks.BudgetRefuses = func(ctx context.Context, c any, node string, n int) (string, error) {
+	defraghooks.BudgetRefuses = func(
+		ctx context.Context, c any, node string, n int,
+	) (string, error) {
 		ctl := c.(*Controller)
 		if err := ctl.seed(ctx); err != nil {
 			return "", err
 		}
 		return ctl.budgetRefuses(node, n), nil
 	}
-	defraghooks.FitsOn = func(ctx context.Context, c any, pod *corev1.Pod, node string) (string, error) {
+	defraghooks.FitsOn = func(
+		ctx context.Context, c any, pod *corev1.Pod, node string,
+	) (string, error) {
 		ctl := c.(*Controller)
 		cl, err := ctl.readCluster(ctx)
 		if err != nil {

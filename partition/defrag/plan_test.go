@@ -39,11 +39,27 @@ func tileScheme(t *testing.T) *partition.Scheme {
 		Compute: partition.Units{Count: 4, Placed: true},
 		Memory:  partition.Units{Count: 4, Placed: true},
 		Profiles: []partition.Profile{
-			{Name: "duo", ID: 2, Compute: 2, Memory: 2, MemoryBytes: 32 << 30, MaxCount: 2, Placements: []partition.Placement{
-				{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}}},
-			{Name: "solo", ID: 1, Compute: 1, Memory: 1, MemoryBytes: 16 << 30, MaxCount: 4, Placements: []partition.Placement{
-				{Start: 0, Compute: 0, Memory: 1}, {Start: 1, Compute: 1, Memory: 0},
-				{Start: 2, Compute: 2, Memory: 3}, {Start: 3, Compute: 3, Memory: 2}}},
+			{
+				Name:        "duo",
+				ID:          2,
+				Compute:     2,
+				Memory:      2,
+				MemoryBytes: 32 << 30,
+				MaxCount:    2,
+				Placements: []partition.Placement{
+					{Start: 0, Compute: 0, Memory: 2}, {Start: 2, Compute: 2, Memory: 0}},
+			},
+			{
+				Name:        "solo",
+				ID:          1,
+				Compute:     1,
+				Memory:      1,
+				MemoryBytes: 16 << 30,
+				MaxCount:    4,
+				Placements: []partition.Placement{
+					{Start: 0, Compute: 0, Memory: 1}, {Start: 1, Compute: 1, Memory: 0},
+					{Start: 2, Compute: 2, Memory: 3}, {Start: 3, Compute: 3, Memory: 2}},
+			},
 		},
 		Names: partition.Names{Card: "tile card", Device: "tile"},
 	})
@@ -89,23 +105,49 @@ func tileCluster(t *testing.T, s *partition.Scheme, fitOnly bool) *cluster {
 	}
 	snap.Nodes = []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: tileNode,
 		Labels: map[string]string{"kubernetes.io/hostname": tileNode}},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")}}}}
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")},
+		}}}
 	for _, p := range s.ProfileNames() {
 		snap.Classes = append(snap.Classes, &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: p},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?profile.orValue(\"\") == %q",
-					tileDriver, tileDriver, p)}}}},
+			Spec: resourceapi.DeviceClassSpec{
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(
+						"device.driver == %q && device.attributes[%q].?profile.orValue(\"\") == %q",
+						tileDriver,
+						tileDriver,
+						p,
+					)}}},
+			},
 		})
 	}
-	cl := &cluster{snap: snap, devs: map[devKey]devLoc{}, byLoc: map[locKey]devKey{}, held: map[locKey]*holder{},
-		pods: map[types.UID]*corev1.Pod{}, cardsOf: map[string][]int{}, scheme: map[cardKey]*partition.Scheme{},
-		unpublished: map[devKey]bool{}}
+	cl := &cluster{
+		snap:        snap,
+		devs:        map[devKey]devLoc{},
+		byLoc:       map[locKey]devKey{},
+		held:        map[locKey]*holder{},
+		pods:        map[types.UID]*corev1.Pod{},
+		cardsOf:     map[string][]int{},
+		scheme:      map[cardKey]*partition.Scheme{},
+		unpublished: map[devKey]bool{},
+	}
 	pod := func(name string, optIn bool, node string) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"),
-			CreationTimestamp: metav1.Now()},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "none"}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "tile", ResourceClaimName: ptr.To(name + "-tile")}}}}
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace:         "ns",
+				Name:              name,
+				UID:               types.UID(name + "-uid"),
+				CreationTimestamp: metav1.Now(),
+			},
+			Spec: corev1.PodSpec{
+				NodeName:   node,
+				Containers: []corev1.Container{{Name: "c", Image: "none"}},
+				ResourceClaims: []corev1.PodResourceClaim{
+					{Name: "tile", ResourceClaimName: ptr.To(name + "-tile")},
+				},
+			},
+		}
 		if optIn {
 			p.Annotations = map[string]string{"tiles.example.com/defrag": AllowValue}
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet",
@@ -115,16 +157,25 @@ func tileCluster(t *testing.T, s *partition.Scheme, fitOnly bool) *cluster {
 		return p
 	}
 	claim := func(p *corev1.Pod, class, device string, selectors ...resourceapi.DeviceSelector) {
-		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: p.Name + "-tile",
-			UID: types.UID(p.Name + "-claim"), OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1",
-				Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}}},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
-				{Name: "tile", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
-					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, Selectors: selectors}}}}}}
+		c := &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: p.Name + "-tile",
+				UID: types.UID(
+					p.Name + "-claim",
+				), OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1",
+					Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true)}}},
+			Spec: resourceapi.ResourceClaimSpec{
+				Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+					{Name: "tile", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
+						AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+						Selectors: selectors}}}},
+			},
+		}
 		if device != "" {
-			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-				Results: []resourceapi.DeviceRequestAllocationResult{
-					{Request: "tile", Driver: tileDriver, Pool: tileNode, Device: device}}}}
+			c.Status.Allocation = &resourceapi.AllocationResult{
+				Devices: resourceapi.DeviceAllocationResult{
+					Results: []resourceapi.DeviceRequestAllocationResult{
+						{Request: "tile", Driver: tileDriver, Pool: tileNode, Device: device}}},
+			}
 			c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{
 				{Resource: "pods", Name: p.Name, UID: p.UID}}
 		}
@@ -132,8 +183,16 @@ func tileCluster(t *testing.T, s *partition.Scheme, fitOnly bool) *cluster {
 	}
 	claim(pod("mover", true, tileNode), "solo", "tile-0-solo-0")
 	claim(pod("stay", false, tileNode), "solo", "tile-1-solo-0")
-	claim(pod("big", false, ""), "duo", "", resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
-		Expression: fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(\"32Gi\")) >= 0", tileDriver)}})
+	claim(
+		pod("big", false, ""),
+		"duo",
+		"",
+		resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(
+				"device.capacity[%q].memory.compareTo(quantity(\"32Gi\")) >= 0",
+				tileDriver,
+			)}},
+	)
 	return cl
 }
 
@@ -164,14 +223,25 @@ func TestPlanOnAnotherVendorsScheme(t *testing.T) {
 	}
 	op := p.op
 	if op.Card != 0 || op.Profile != "duo" || op.Device != "tile-0-duo-0" {
-		t.Errorf("freed %s on card %d (device %s), want a duo of card 0", op.Profile, op.Card, op.Device)
+		t.Errorf(
+			"freed %s on card %d (device %s), want a duo of card 0",
+			op.Profile,
+			op.Card,
+			op.Device,
+		)
 	}
 	if len(op.Evictions) != 1 || op.Evictions[0].Pod.Name != "mover" {
 		t.Fatalf("evictions %+v, want mover's", op.Evictions)
 	}
 	e := op.Evictions[0]
-	if e.Move.ToCard != 1 || !strings.HasPrefix(e.ToDevice, "tile-1-solo-") || e.Owner != "mover-rs" {
-		t.Errorf("mover lands at %+v (device %s, owner %s), want a solo of card 1 and its ReplicaSet", e.Move, e.ToDevice, e.Owner)
+	if e.Move.ToCard != 1 || !strings.HasPrefix(e.ToDevice, "tile-1-solo-") ||
+		e.Owner != "mover-rs" {
+		t.Errorf(
+			"mover lands at %+v (device %s, owner %s), want a solo of card 1 and its ReplicaSet",
+			e.Move,
+			e.ToDevice,
+			e.Owner,
+		)
 	}
 	var region []string
 	for _, k := range p.region[:len(p.region)-p.reserved] {
@@ -182,7 +252,14 @@ func TestPlanOnAnotherVendorsScheme(t *testing.T) {
 	// every solo and the whole card, nothing with duo@2 (cores 2-3, banks
 	// 0-1): a region by one dimension alone, or by start and size, would
 	// get this wrong.
-	want := []string{"tile-0", "tile-0-duo-0", "tile-0-solo-0", "tile-0-solo-1", "tile-0-solo-2", "tile-0-solo-3"}
+	want := []string{
+		"tile-0",
+		"tile-0-duo-0",
+		"tile-0-solo-0",
+		"tile-0-solo-1",
+		"tile-0-solo-2",
+		"tile-0-solo-3",
+	}
 	if diff := cmp.Diff(want, region); diff != "" {
 		t.Errorf("region (-want +got):\n%s", diff)
 	}
@@ -207,7 +284,9 @@ func TestPlanSkipsUnknownModels(t *testing.T) {
 	other := tileVendor(s)
 	other.ModelAttribute = "another"
 	unbuilt := tileVendor(s)
-	unbuilt.Scheme = func(string) (*partition.Scheme, error) { return &partition.Scheme{Name: s.Name}, nil }
+	unbuilt.Scheme = func(string) (*partition.Scheme, error) {
+		return &partition.Scheme{Name: s.Name}, nil
+	}
 	for name, v := range map[string]Vendor{"unknown attribute": other, "unbuilt scheme": unbuilt} {
 		t.Run(name, func(t *testing.T) {
 			n, err := v.names()
@@ -234,23 +313,38 @@ func TestPlanSkipsUnknownModels(t *testing.T) {
 // vendor-neutral ("gpu", "toGPU") is read with its cards, so that a
 // controller updated during the operation carries it on.
 func TestOperationReadsLegacyRecord(t *testing.T) {
-	legacy := `{"id":"u","pod":{"namespace":"ns","name":"big","uid":"p"},"node":"n","gpu":3,"profile":"4g.40gb",` +
-		`"start":0,"evictions":[{"pod":{"namespace":"ns","name":"s","uid":"q"},"move":{"node":"n","gpu":3,` +
+	legacy := `{"id":"u","pod":{"namespace":"ns","name":"big","uid":"p"},"node":"n","gpu":3,` +
+		`"profile":"4g.40gb","start":0,"evictions":[` +
+		`{"pod":{"namespace":"ns","name":"s","uid":"q"},"move":{"node":"n","gpu":3,` +
 		`"profile":"1g.10gb","start":2,"toNode":"m","toGPU":5,"toStart":6}}]}`
 	var op Operation
 	if err := json.Unmarshal([]byte(legacy), &op); err != nil {
 		t.Fatal(err)
 	}
-	want := pplan.Move{Node: "n", Card: 3, Profile: "1g.10gb", Start: 2, ToNode: "m", ToCard: 5, ToStart: 6}
+	want := pplan.Move{
+		Node:    "n",
+		Card:    3,
+		Profile: "1g.10gb",
+		Start:   2,
+		ToNode:  "m",
+		ToCard:  5,
+		ToStart: 6,
+	}
 	if op.Card != 3 || len(op.Evictions) != 1 || op.Evictions[0].Move != want {
-		t.Fatalf("read card %d, evictions %+v; want card 3 and move %+v", op.Card, op.Evictions, want)
+		t.Fatalf(
+			"read card %d, evictions %+v; want card 3 and move %+v",
+			op.Card,
+			op.Evictions,
+			want,
+		)
 	}
 	b, err := json.Marshal(op)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var again Operation
-	if err := json.Unmarshal(b, &again); err != nil || again.Card != 3 || again.Evictions[0].Move != want {
+	if err := json.Unmarshal(b, &again); err != nil || again.Card != 3 ||
+		again.Evictions[0].Move != want {
 		t.Fatalf("round trip %s: %+v, %v", b, again, err)
 	}
 }
@@ -264,12 +358,20 @@ func TestVendorNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []string{n.optIn, n.taint, n.operation, n.component, n.rulePrefix, n.card, n.model}
-	want := []string{"mig.drakit.dev/defrag", "mig.drakit.dev/defrag", "mig.drakit.dev/defrag-operation",
-		"mig.drakit.dev/defrag", "mig-defrag-", "card", "model"}
+	want := []string{
+		"mig.drakit.dev/defrag",
+		"mig.drakit.dev/defrag",
+		"mig.drakit.dev/defrag-operation",
+		"mig.drakit.dev/defrag",
+		"mig-defrag-",
+		"card",
+		"model",
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
-	for _, v := range []Vendor{{Domain: "example.com"}, {Domain: "Not_A_Domain", Scheme: s}, {Scheme: s}} {
+	bad := []Vendor{{Domain: "example.com"}, {Domain: "Not_A_Domain", Scheme: s}, {Scheme: s}}
+	for _, v := range bad {
 		if _, err := v.names(); err == nil {
 			t.Errorf("vendor %+v: no error", v)
 		}
@@ -297,6 +399,10 @@ func TestPlanCompletesAFitOnlyPublication(t *testing.T) {
 		t.Fatalf("no plan: %s", why)
 	}
 	if p.op.Device != "tile-0-duo-0" || !cl.unpublished[devKey{tileNode, p.op.Device}] {
-		t.Errorf("freed device %s (unpublished %v), want tile-0-duo-0, unpublished", p.op.Device, cl.unpublished)
+		t.Errorf(
+			"freed device %s (unpublished %v), want tile-0-duo-0, unpublished",
+			p.op.Device,
+			cl.unpublished,
+		)
 	}
 }

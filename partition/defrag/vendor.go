@@ -44,8 +44,9 @@ type Vendor struct {
 // names are a Vendor's names in the cluster.
 type names struct {
 	optIn, taint, operation, component, rulePrefix, card, model string
-	scheme                                                      func(string) (*partition.Scheme, error)
-	profiles                                                    func(*partition.Scheme) []string
+
+	scheme   func(string) (*partition.Scheme, error)
+	profiles func(*partition.Scheme) []string
 }
 
 // names checks v and derives its names.
@@ -76,7 +77,10 @@ func (v Vendor) names() (names, error) {
 // domain) and returns its scheme, nil when it has none the vendor knows.
 // models caches the vendor's answers (nil for a model it does not know)
 // for one Step: a node's devices repeat a few models.
-func (c *Controller) schemeOf(models map[string]*partition.Scheme, d *resourceapi.Device) *partition.Scheme {
+func (c *Controller) schemeOf(
+	models map[string]*partition.Scheme,
+	d *resourceapi.Device,
+) *partition.Scheme {
 	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(c.n.model),
 		resourceapi.QualifiedName(c.driver + "/" + c.n.model)} {
 		a, ok := d.Attributes[k]
