@@ -60,7 +60,9 @@ func Vendor() pdefrag.Vendor {
 // of DRA driver driver (for example gpu.nvidia.drakit.dev), whose slices
 // follow mig's counter model, with NVIDIA's names (Vendor). It reaches
 // the API server through client.
-func New(client kubernetes.Interface, driver string, opts ...Option) (*Controller, error) {
+func New(
+	client kubernetes.Interface, driver string, opts ...pdefrag.Option,
+) (*pdefrag.Controller, error) {
 	return pdefrag.New(client, driver, Vendor(), opts...)
 }
 
