@@ -75,8 +75,11 @@ func (f *Flags) Register(fs *flag.FlagSet, driver string) {
 
 // Options are the options the flags describe.
 func (f *Flags) Options() ([]pdefrag.Option, error) {
-	opts := []pdefrag.Option{pdefrag.WithMaxMoves(f.MaxMoves), pdefrag.WithMinCompute(f.MinCompute), pdefrag.WithInterval(f.Interval), pdefrag.WithTimeout(f.Timeout),
-		pdefrag.WithEvictionBudget(f.EvictionsPerHour, f.EvictionsPerNodePerHour), pdefrag.WithBackoff(f.Backoff)}
+	opts := []pdefrag.Option{pdefrag.WithMaxMoves(f.MaxMoves),
+		pdefrag.WithMinCompute(f.MinCompute), pdefrag.WithInterval(f.Interval),
+		pdefrag.WithTimeout(f.Timeout),
+		pdefrag.WithEvictionBudget(f.EvictionsPerHour, f.EvictionsPerNodePerHour),
+		pdefrag.WithBackoff(f.Backoff)}
 	if f.Namespaces != "" {
 		var names []string
 		for _, ns := range strings.Split(f.Namespaces, ",") {

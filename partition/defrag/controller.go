@@ -178,7 +178,9 @@ type Controller struct {
 // partition/counter) of the schemes vendor names, or whose layout
 // ledgers WithLayoutLedgers names. It reaches the API server through
 // client. An invalid vendor or option is an error.
-func New(client kubernetes.Interface, driver string, vendor Vendor, opts ...Option) (*Controller, error) {
+func New(
+	client kubernetes.Interface, driver string, vendor Vendor, opts ...Option,
+) (*Controller, error) {
 	if client == nil {
 		return nil, errors.New("new defrag controller: the client is nil")
 	}
@@ -189,9 +191,10 @@ func New(client kubernetes.Interface, driver string, vendor Vendor, opts ...Opti
 	if err != nil {
 		return nil, fmt.Errorf("new defrag controller: %w", err)
 	}
-	o := options{maxMoves: pplan.DefaultMaxMoves, minCompute: DefaultMinCompute, interval: DefaultInterval,
-		timeout: DefaultTimeout, features: explain.DefaultFeatures, now: time.Now,
-		perHour: DefaultEvictionsPerHour, perNode: DefaultEvictionsPerNodePerHour, backoff: DefaultBackoff}
+	o := options{maxMoves: pplan.DefaultMaxMoves, minCompute: DefaultMinCompute,
+		interval: DefaultInterval, timeout: DefaultTimeout, features: explain.DefaultFeatures,
+		now: time.Now, perHour: DefaultEvictionsPerHour, perNode: DefaultEvictionsPerNodePerHour,
+		backoff: DefaultBackoff}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("new defrag controller: option %d is nil", i)
@@ -200,7 +203,8 @@ func New(client kubernetes.Interface, driver string, vendor Vendor, opts ...Opti
 			return nil, fmt.Errorf("new defrag controller: %w", err)
 		}
 	}
-	return &Controller{client: client, driver: driver, n: n, o: o, told: map[string]string{}, mem: memory{abandoned: map[types.UID]time.Time{}}}, nil
+	return &Controller{client: client, driver: driver, n: n, o: o, told: map[string]string{},
+		mem: memory{abandoned: map[types.UID]time.Time{}}}, nil
 }
 
 // Run takes a Step every interval until ctx is done; a Step's error is
@@ -209,8 +213,10 @@ func New(client kubernetes.Interface, driver string, vendor Vendor, opts ...Opti
 // returns an error when it loses it.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("Defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves, "minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil,
-		"evictionsPerHour", c.o.perHour, "evictionsPerNodePerHour", c.o.perNode, "backoff", c.o.backoff, "leaderElection", c.o.leaseName != "")
+	logger.Info("Defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves,
+		"minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil,
+		"evictionsPerHour", c.o.perHour, "evictionsPerNodePerHour", c.o.perNode,
+		"backoff", c.o.backoff, "leaderElection", c.o.leaseName != "")
 	if c.o.leaseName != "" {
 		return c.runElected(ctx)
 	}

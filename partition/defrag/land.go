@@ -347,7 +347,8 @@ func (c *Controller) landReplacements(ctx context.Context, op *Operation) (strin
 		logger.Info("Allocated a replacement's destination", "replacement", rname, "evicted", e.Pod.String(), "claim", claim.Namespace+"/"+claim.Name, "device", e.ToDevice)
 		c.event(ctx, refOf(&r.pod.ObjectMeta), corev1.EventTypeNormal, ReasonReplacementAllocated,
 			fmt.Sprintf("replaces %s, evicted for %s: claim %s allocated to %s (%s), reserved for it",
-				e.Pod, op.Pod, claim.Name, e.ToDevice, c.where(e.Move.Profile, e.Move.ToCard, e.Move.ToStart, e.Move.ToNode)))
+				e.Pod, op.Pod, claim.Name, e.ToDevice,
+				c.where(e.Move.Profile, e.Move.ToCard, e.Move.ToStart, e.Move.ToNode)))
 		waits = append(waits, "replacement "+rname+" is not bound yet")
 	}
 	return strings.Join(waits, "; "), nil

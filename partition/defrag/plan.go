@@ -163,10 +163,14 @@ type plan struct {
 
 func (c *Controller) print(w io.Writer, p *plan) {
 	op := &p.op
-	fmt.Fprintf(w, "pod %s waits for %s: would evict %s to free %s (device %s/%s)\n", op.Pod, op.Profile, op.evicted(), c.placement(op), op.Pool, op.Device)
+	fmt.Fprintf(w, "pod %s waits for %s: would evict %s to free %s (device %s/%s)\n",
+		op.Pod, op.Profile, op.evicted(), c.placement(op), op.Pool, op.Device)
 	for _, e := range op.Evictions {
-		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on %s %d; its replacement lands on %s %s %d placement %d (device %s/%s)\n",
-			e.Pod, e.Claim.Name, e.Move.Profile, e.Move.Start, c.n.card, e.Move.Card, e.Move.ToNode, c.n.card, e.Move.ToCard, e.Move.ToStart, e.ToPool, e.ToDevice)
+		m := e.Move
+		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on %s %d; "+
+			"its replacement lands on %s %s %d placement %d (device %s/%s)\n",
+			e.Pod, e.Claim.Name, m.Profile, m.Start, c.n.card, m.Card,
+			m.ToNode, c.n.card, m.ToCard, m.ToStart, e.ToPool, e.ToDevice)
 	}
 	fmt.Fprintf(w, "  taint %d devices of the region and %d of the destinations (NoSchedule %s), then allocate claim %s to %s and each replacement's claim to its destination\n",
 		len(p.region)-p.reserved, p.reserved, c.n.taint, op.Claim, op.Device)
@@ -202,7 +206,8 @@ func locOf(node string, s *partition.Scheme, ref partition.DeviceRef) (devLoc, b
 	if err != nil {
 		return loc, false
 	}
-	i := slices.IndexFunc(pr.Placements, func(pl partition.Placement) bool { return pl.Start == ref.Start })
+	i := slices.IndexFunc(pr.Placements,
+		func(pl partition.Placement) bool { return pl.Start == ref.Start })
 	if i < 0 {
 		return loc, false
 	}
@@ -319,7 +324,8 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 		return nil, err
 	}
 	cl := &cluster{snap: snap, devs: map[devKey]devLoc{}, byLoc: map[locKey]devKey{}, held: map[locKey]*holder{},
-		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, cardsOf: map[string][]int{}, scheme: map[cardKey]*partition.Scheme{}, unpublished: map[devKey]bool{}}
+		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, cardsOf: map[string][]int{},
+		scheme: map[cardKey]*partition.Scheme{}, unpublished: map[devKey]bool{}}
 	for _, p := range pods {
 		cl.pods[p.UID] = p
 	}
@@ -412,7 +418,8 @@ func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplat
 		keys = append(keys, ck)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].node < keys[j].node || keys[i].node == keys[j].node && keys[i].card < keys[j].card
+		a, b := keys[i], keys[j]
+		return a.node < b.node || a.node == b.node && a.card < b.card
 	})
 	copied := map[*resourceapi.ResourceSlice]*resourceapi.ResourceSlice{}
 	for _, ck := range keys {
@@ -424,7 +431,8 @@ func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplat
 				profiles = append(profiles, name)
 			}
 		}
-		m, err := counter.NewModel([]counter.Card{{Index: ck.card, Scheme: sch, Profiles: profiles}})
+		card := counter.Card{Index: ck.card, Scheme: sch, Profiles: profiles}
+		m, err := counter.NewModel([]counter.Card{card})
 		if err != nil {
 			continue
 		}
@@ -547,7 +555,8 @@ func (c *Controller) readInstances(cl *cluster) {
 		k := locKey{in.loc.node, in.loc.card, in.loc.profile, in.loc.start}
 		cl.held[k] = in.h
 		ck := cardKey{in.loc.node, in.loc.card}
-		layouts[ck] = append(layouts[ck], partition.Instance{Profile: in.loc.profile, Start: in.loc.start, InUse: true, Restartable: in.h.why == ""})
+		layouts[ck] = append(layouts[ck], partition.Instance{Profile: in.loc.profile,
+			Start: in.loc.start, InUse: true, Restartable: in.h.why == ""})
 	}
 	nodes := make([]string, 0, len(cl.cardsOf))
 	for n := range cl.cardsOf {
@@ -560,7 +569,8 @@ func (c *Controller) readInstances(cl *cluster) {
 			if whole[ck] {
 				continue // the whole card is allocated: nothing fits, nothing moves
 			}
-			cl.fleet = append(cl.fleet, partition.FleetCard{Node: n, Index: g, Scheme: cl.scheme[ck], Layout: layouts[ck]})
+			cl.fleet = append(cl.fleet,
+				partition.FleetCard{Node: n, Index: g, Scheme: cl.scheme[ck], Layout: layouts[ck]})
 		}
 	}
 }
@@ -895,7 +905,9 @@ func (c *Controller) devicesOf(cl *cluster, node string, prof partition.Profile)
 // g of node for claim, nil when none. When the plan is refused because
 // an evicted pod's replacement could not land at its destination (see
 // land), the string says which and why.
-func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, claim *resourceapi.ResourceClaim, node string, g int, prof partition.Profile) (*plan, string) {
+func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod,
+	claim *resourceapi.ResourceClaim, node string, g int, prof partition.Profile,
+) (*plan, string) {
 	req := pplan.Request{Profile: prof.Name, Node: node, Card: &g}
 	d, err := pplan.Defragment(cl.fleet, req, pplan.WithMaxMoves(c.o.maxMoves))
 	if err != nil || !d.Found || len(d.Moves) == 0 {
@@ -907,7 +919,8 @@ func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, c
 	}
 	p := &plan{moves: len(d.Moves), score: d.Score, op: Operation{
 		ID: string(claim.UID), Pod: refOf(&pod.ObjectMeta), Claim: refOf(&claim.ObjectMeta),
-		Node: node, Card: g, Profile: prof.Name, Start: d.Target.Start, Pool: target.pool, Device: target.device,
+		Node: node, Card: g, Profile: prof.Name, Start: d.Target.Start,
+		Pool: target.pool, Device: target.device,
 	}}
 	freed := map[string]bool{}
 	budget := map[*policyv1.PodDisruptionBudget]int32{}
