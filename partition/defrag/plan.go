@@ -96,7 +96,35 @@ type Operation struct {
 	present int
 }
 
-// UnmarshalJSON reads an operation as encoding/json writes it, and as
+// MarshalJSON writes an operation with its fields' keys and, for one
+// release, the cards also under the keys package mig/defrag recorded
+// them with before the controller was vendor-neutral ("gpu", "toGPU"),
+// so that a controller of that release carries on an operation this one
+// started (a rolling update hands the lease either way).
+func (op Operation) MarshalJSON() ([]byte, error) {
+	type plain Operation
+	type move struct {
+		pplan.Move
+		GPU   int `json:"gpu"`
+		ToGPU int `json:"toGPU"`
+	}
+	type eviction struct {
+		Eviction
+		Move move `json:"move"`
+	}
+	out := struct {
+		plain
+		GPU       int        `json:"gpu"`
+		Evictions []eviction `json:"evictions"`
+	}{plain: plain(op), GPU: op.Card, Evictions: make([]eviction, len(op.Evictions))}
+	for i, e := range op.Evictions {
+		m := move{Move: e.Move, GPU: e.Move.Card, ToGPU: e.Move.ToCard}
+		out.Evictions[i] = eviction{Eviction: e, Move: m}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads an operation as MarshalJSON writes it, and as
 // package mig/defrag recorded one before the controller was
 // vendor-neutral ("gpu" and "toGPU" for "card" and "toCard"), so that a
 // controller updated during an operation carries it on.

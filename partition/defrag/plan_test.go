@@ -310,8 +310,9 @@ func TestPlanSkipsUnknownModels(t *testing.T) {
 }
 
 // An operation recorded by mig/defrag before the controller was
-// vendor-neutral ("gpu", "toGPU") is read with its cards, so that a
-// controller updated during the operation carries it on.
+// vendor-neutral ("gpu", "toGPU") is read with its cards, and one written
+// now is read by that release too, so that a controller updated (or
+// rolled back) during the operation carries it on.
 func TestOperationReadsLegacyRecord(t *testing.T) {
 	legacy := `{"id":"u","pod":{"namespace":"ns","name":"big","uid":"p"},"node":"n","gpu":3,` +
 		`"profile":"4g.40gb","start":0,"evictions":[` +
@@ -341,6 +342,20 @@ func TestOperationReadsLegacyRecord(t *testing.T) {
 	b, err := json.Marshal(op)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// What mig/defrag's Operation of the previous release reads.
+	var old struct {
+		GPU       int `json:"gpu"`
+		Evictions []struct {
+			Move struct {
+				GPU   int `json:"gpu"`
+				ToGPU int `json:"toGPU"`
+			} `json:"move"`
+		} `json:"evictions"`
+	}
+	if err := json.Unmarshal(b, &old); err != nil || old.GPU != 3 || len(old.Evictions) != 1 ||
+		old.Evictions[0].Move.GPU != 3 || old.Evictions[0].Move.ToGPU != 5 {
+		t.Errorf("the previous release reads %s as %+v, %v", b, old, err)
 	}
 	var again Operation
 	if err := json.Unmarshal(b, &again); err != nil || again.Card != 3 ||
