@@ -179,7 +179,8 @@
 //
 // With
 // half the pods restartable, k=3 gains about what k=1 gains with all.
-// Package mig/defrag does it on a cluster: it evicts pods that opted in,
-// within their PodDisruptionBudgets, and gives the freed placement to the
-// pod that waits for it.
+// Package mig/defrag does it on a cluster (package partition/defrag with
+// NVIDIA's names): it evicts pods that opted in, within their
+// PodDisruptionBudgets, and gives the freed placement to the pod that
+// waits for it.
 package mig

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/drakit/drakit/mig/defrag"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 )
 
 // migDefragController runs package defrag's controller against the
@@ -17,7 +18,7 @@ func migDefragController(ctx context.Context, args []string, stdout, stderr io.W
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: drakit mig defrag-controller [flags]
 
-Moves one or two pods that opted in (annotation `+defrag.AnnotationDefrag+`: `+defrag.AllowValue+`)
+Moves one or two pods that opted in (annotation `+defrag.AnnotationDefrag+`: `+pdefrag.AllowValue+`)
 off a dynamic MIG GPU when a pod waits for a large profile that only
 fragmentation blocks: it checks their PodDisruptionBudgets, evicts them
 through the Eviction API, taints the freed region (DeviceTaintRules) so that

@@ -22,50 +22,53 @@ import (
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/mig/defrag"
 	"github.com/drakit/drakit/mig/defrag/defragtest"
-	"github.com/drakit/drakit/testenv"
 )
 
+// driver and ns are TestLandingAgreesWithScheduler's, on a cluster of its
+// own; the other tests take theirs from sharedEnv.
 const (
 	driver = "mig.example.com"
 	ns     = "default"
 )
 
-func attr(name string) string { return fmt.Sprintf("device.attributes[%q].%s", driver, name) }
+func (e *env) attr(name string) string {
+	return fmt.Sprintf("device.attributes[%q].%s", e.Driver, name)
+}
 
-func className(profile string) string {
-	return "mig-" + strings.NewReplacer(".", "-", "+", "-").Replace(profile) + "." + driver
+func (e *env) className(profile string) string {
+	return "mig-" + strings.NewReplacer(".", "-", "+", "-").Replace(profile) + "." + e.Driver
 }
 
 // pinned is a CEL selector for one GPU index and placement.
-func pinned(gpu, start int) string {
-	return fmt.Sprintf("%s == %d && %s == %d", attr(mig.AttrIndex), gpu, attr(mig.AttrPlacementStart), start)
+func (e *env) pinned(gpu, start int) string {
+	return fmt.Sprintf("%s == %d && %s == %d", e.attr(mig.AttrIndex), gpu, e.attr(mig.AttrPlacementStart), start)
 }
 
 // publish creates the slices of mig's counter model for gpus on node, as
 // the driver would.
-func publish(t *testing.T, ctx context.Context, env *testenv.Env, node string, gpus ...mig.GPU) {
+func (e *env) publish(t *testing.T, ctx context.Context, node string, gpus ...mig.GPU) {
 	t.Helper()
 	m, err := mig.NewCounterModel(gpus)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range m.Slices(driver, node, node, 1) {
-		if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+	for _, s := range m.Slices(e.Driver, node, node, 1) {
+		if _, err := e.Client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
 // makeClasses creates a DeviceClass per profile of product.
-func makeClasses(t *testing.T, ctx context.Context, env *testenv.Env, product *mig.Product) {
+func (e *env) makeClasses(t *testing.T, ctx context.Context, product *mig.Product) {
 	t.Helper()
 	for _, p := range product.Profiles {
 		c := &resourceapi.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: className(p.Name)},
+			ObjectMeta: metav1.ObjectMeta{Name: e.className(p.Name)},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", driver, driver, mig.AttrProfile, p.Name)}}}},
+				Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].?%s.orValue(\"\") == %q", e.Driver, e.Driver, mig.AttrProfile, p.Name)}}}},
 		}
-		if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		if _, err := e.Client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,13 +77,13 @@ func makeClasses(t *testing.T, ctx context.Context, env *testenv.Env, product *m
 // kubelet plays the fake node's kubelet for terminating pods: it
 // confirms their deletion.
 func kubelet(s *defragtest.Scene) {
-	pods, err := s.Client.CoreV1().Pods(ns).List(s.Ctx, metav1.ListOptions{})
+	pods, err := s.Client.CoreV1().Pods(s.Namespace).List(s.Ctx, metav1.ListOptions{})
 	if err != nil {
 		s.T.Fatal(err)
 	}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil {
-			_ = s.Client.CoreV1().Pods(ns).Delete(s.Ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			_ = s.Client.CoreV1().Pods(s.Namespace).Delete(s.Ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
 	}
 }
@@ -106,30 +109,31 @@ func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithCon
 // destination, the waiting claim GPU 0's 4g.40gb, the scheduler binds
 // them, the taints go; no other pod is touched.
 func TestController(t *testing.T) {
-	env := testenv.Start(t)
+	env := sharedEnv(t)
+	env.Domain = defrag.Domain // mig/defrag's New, NVIDIA's names
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: className,
-		PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: env.Namespace, Class: env.className,
+		Domain: env.Domain, PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
 
 	h100, err := mig.Lookup("H100-80GB")
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
-	makeClasses(t, ctx, env, h100)
+	env.publish(t, ctx, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
+	env.makeClasses(t, ctx, h100)
 
 	// GPU 1: a 3g.40gb at 0 that did not opt in; GPU 0: fillers at 1, 3
 	// and 5, so that the opted-in 1g.10gb pods land at 0, 2, 4 and 6.
-	f.Deployment("keep", "3g.40gb", pinned(1, 0), false)
+	f.Deployment("keep", "3g.40gb", env.pinned(1, 0), false)
 	keep := f.WaitPlaced("keep")
 	for _, s := range []int{4, 5} {
-		f.Pod(fmt.Sprintf("gpu1-%d", s), "1g.10gb", pinned(1, s))
+		f.Pod(fmt.Sprintf("gpu1-%d", s), "1g.10gb", env.pinned(1, s))
 		f.WaitPlaced(fmt.Sprintf("gpu1-%d", s))
 	}
 	for _, s := range []int{1, 3, 5} {
-		f.Pod(fmt.Sprintf("filler-%d", s), "1g.10gb", pinned(0, s))
+		f.Pod(fmt.Sprintf("filler-%d", s), "1g.10gb", env.pinned(0, s))
 		f.WaitPlaced(fmt.Sprintf("filler-%d", s))
 	}
 	small := map[string]defragtest.Placed{}
@@ -144,7 +148,7 @@ func TestController(t *testing.T) {
 		}
 	}
 	for _, s := range []int{1, 3, 5} {
-		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%d", s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, fmt.Sprintf("filler-%d", s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +156,7 @@ func TestController(t *testing.T) {
 	f.Pod("big", "4g.40gb", "")
 	f.WaitUnschedulable("big")
 
-	c, err := defrag.New(env.Client, driver)
+	c, err := defrag.New(env.Client, env.Driver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +186,11 @@ func TestController(t *testing.T) {
 	}
 
 	// Without the budget: the dry run prints the plan and changes nothing.
-	if err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "small-0", metav1.DeleteOptions{}); err != nil {
+	if err := env.Client.PolicyV1().PodDisruptionBudgets(env.Namespace).Delete(ctx, "small-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	dry, err := defrag.New(env.Client, driver, defrag.WithDryRun(&out))
+	dry, err := defrag.New(env.Client, env.Driver, defrag.WithDryRun(&out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +198,8 @@ func TestController(t *testing.T) {
 	if err != nil || op == nil {
 		t.Fatalf("dry run: %+v, %v", op, err)
 	}
-	for _, want := range []string{"pod default/big waits for 4g.40gb: would evict default/" + small["small-0"].Pod + ", default/" + small["small-1"].Pod,
-		"to free 4g.40gb at GPU 0 placement 0 on node " + env.NodeName, "allocate claim default/big-mig"} {
+	for _, want := range []string{"pod " + env.Namespace + "/big waits for 4g.40gb: would evict " + env.Namespace + "/" + small["small-0"].Pod + ", " + env.Namespace + "/" + small["small-1"].Pod,
+		"to free 4g.40gb at GPU 0 placement 0 on node " + env.NodeName, "allocate claim " + env.Namespace + "/big-mig"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dry run printed\n%s\nwant %q", out.String(), want)
 		}
@@ -243,11 +247,11 @@ func TestController(t *testing.T) {
 	f.PodSpec.PriorityClassName = "intruder"
 	f.Pod("intruder", "1g.10gb", "")
 	f.PodSpec.PriorityClassName = ""
-	if got := f.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting default/"+small["small-0"].Pod+", default/"+small["small-1"].Pod+" to free 4g.40gb at GPU 0 placement 0") {
+	if got := f.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting "+env.Namespace+"/"+small["small-0"].Pod+", "+env.Namespace+"/"+small["small-1"].Pod+" to free 4g.40gb at GPU 0 placement 0") {
 		t.Errorf("event on big: %q", got)
 	}
 	for _, app := range []string{"small-0", "small-1"} {
-		if got := f.Events(small[app].Pod)[defrag.ReasonEvicted]; !strings.Contains(got, "evicted to make room for default/big") {
+		if got := f.Events(small[app].Pod)[defrag.ReasonEvicted]; !strings.Contains(got, "evicted to make room for "+env.Namespace+"/big") {
 			t.Errorf("event on %s: %q", app, got)
 		}
 	}
@@ -260,10 +264,10 @@ func TestController(t *testing.T) {
 		if _, err := c.Step(ctx); err != nil {
 			return false, err
 		}
-		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, "big", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "" && len(f.TaintedDevices()) == 0, err
 	}); err != nil {
-		p, _ := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+		p, _ := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, "big", metav1.GetOptions{})
 		t.Fatalf("big is not placed (%+v), or the taints stay (%v): %v", p.Status.Conditions, f.TaintedDevices(), err)
 	}
 	if got := f.Placed("big"); len(got) != 1 || got[0].Device != "gpu-0-4g-40gb-0" {
@@ -289,7 +293,7 @@ func TestController(t *testing.T) {
 		if want := dest[small[app].Pod]; got[0].Device != want {
 			t.Errorf("%s's replacement took %s, want its destination %s", app, got[0].Device, want)
 		}
-		if got := f.Events(got[0].Pod)[defrag.ReasonReplacementAllocated]; !strings.Contains(got, "replaces default/"+small[app].Pod) {
+		if got := f.Events(got[0].Pod)[defrag.ReasonReplacementAllocated]; !strings.Contains(got, "replaces "+env.Namespace+"/"+small[app].Pod) {
 			t.Errorf("event on %s's replacement: %q", app, got)
 		}
 	}
@@ -300,7 +304,7 @@ func TestController(t *testing.T) {
 	if r := f.TaintedDevices(); len(r) != 0 {
 		t.Errorf("taint rules left: %v", r)
 	}
-	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, small["small-0"].Pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, small["small-0"].Pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("evicted pod %s: %v, want gone", small["small-0"].Pod, err)
 	}
 }
@@ -317,14 +321,17 @@ func TestController(t *testing.T) {
 // DeviceTaintRule is made, RefusedPlans counts them, and the log names
 // the pods that could not land and why.
 func TestControllerLanding(t *testing.T) {
-	const nodeB = "node-b"
-	env := testenv.Start(t, testenv.WithFakeNodes(nodeB))
+	env := sharedEnv(t)
+	nodeB := env.NodeName + "-b"
+	if err := shared.c.AddFakeNode(context.Background(), nodeB, nil, nil); err != nil {
+		t.Fatal(err)
+	}
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2), ktesting.BufferLogs(true)))
 	ctx := klog.NewContext(context.Background(), logger)
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: className,
-		PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: env.Namespace, Class: env.className,
+		Domain: env.Domain, PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
 	onB := *f
 	onB.PodSpec.NodeSelector = map[string]string{"kubernetes.io/hostname": nodeB}
 
@@ -332,12 +339,12 @@ func TestControllerLanding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100, UUID: "GPU-a"})
-	publish(t, ctx, env, nodeB, mig.GPU{Index: 0, Product: h100, UUID: "GPU-b"})
-	makeClasses(t, ctx, env, h100)
-	onGPU := func(uuid string) string { return fmt.Sprintf("%s == %q", attr(mig.AttrUUID), uuid) }
+	env.publish(t, ctx, env.NodeName, mig.GPU{Index: 0, Product: h100, UUID: "GPU-a"})
+	env.publish(t, ctx, nodeB, mig.GPU{Index: 0, Product: h100, UUID: "GPU-b"})
+	env.makeClasses(t, ctx, h100)
+	onGPU := func(uuid string) string { return fmt.Sprintf("%s == %q", env.attr(mig.AttrUUID), uuid) }
 	at := func(uuid string, start int) string {
-		return fmt.Sprintf("%s && %s == %d", onGPU(uuid), attr(mig.AttrPlacementStart), start)
+		return fmt.Sprintf("%s && %s == %d", onGPU(uuid), env.attr(mig.AttrPlacementStart), start)
 	}
 
 	// Fillers at 1, 3 and 5 of both GPUs, so that the opted-in pods land
@@ -363,7 +370,7 @@ func TestControllerLanding(t *testing.T) {
 	}
 	for _, uuid := range []string{"GPU-a", "GPU-b"} {
 		for _, s := range []int{1, 3, 5} {
-			if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, fmt.Sprintf("filler-%s-%d", strings.ToLower(uuid), s), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -373,7 +380,7 @@ func TestControllerLanding(t *testing.T) {
 	f.WaitUnschedulable("big-a")
 	f.WaitUnschedulable("big-b")
 
-	c, err := defrag.New(env.Client, driver)
+	c, err := env.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +394,7 @@ func TestControllerLanding(t *testing.T) {
 			t.Errorf("%s: pods %v, want %v untouched", app, got, want)
 		}
 	}
-	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,8 +411,8 @@ func TestControllerLanding(t *testing.T) {
 	}
 	log := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-a".*pod default/a-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + nodeB + ` \(device gpu-0-1g-10gb-\d\): its claim a-[01]-\S+ does not take it`),
-		regexp.MustCompile(`No defragmentation for pod.*pod="default/big-b".*pod default/b-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + env.NodeName + `: its node selector or required node affinity excludes node ` + env.NodeName),
+		regexp.MustCompile(`No defragmentation for pod.*pod="` + env.Namespace + `/big-a".*pod ` + env.Namespace + `/a-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + nodeB + ` \(device gpu-0-1g-10gb-\d\): its claim a-[01]-\S+ does not take it`),
+		regexp.MustCompile(`No defragmentation for pod.*pod="` + env.Namespace + `/big-b".*pod ` + env.Namespace + `/b-[01]-\S+ cannot land at 1g.10gb at GPU 0 placement \d on node ` + env.NodeName + `: its node selector or required node affinity excludes node ` + env.NodeName),
 	} {
 		if !want.MatchString(log) {
 			t.Errorf("the log does not match %s", want)

@@ -3,30 +3,30 @@ package defrag
 import (
 	"context"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drakit/drakit/internal/defraghooks"
 )
 
-// WithHook calls hook at each step point of an operation ("tainted-<n>"
-// after its n-th taint rule, "tainted" after the last, "evicted-<n>"
-// after its n-th eviction, "allocated" after the waiting claim's
-// allocation); when it returns true the Step ends there and returns
-// ErrCrashed, leaving everything as a kill of the process would.
+// WithHook is defraghooks.WithCrash.
 func WithHook(hook func(point string) bool) Option {
-	return func(o *options) error { o.crash = hook; return nil }
+	return defraghooks.WithCrash(hook).(Option)
 }
 
 // WithNow sets the controller's clock.
-func WithNow(now func() time.Time) Option {
-	return func(o *options) error { o.now = now; return nil }
-}
+func WithNow(now func() time.Time) Option { return defraghooks.WithNow(now).(Option) }
 
 // ErrCrashed is what a Step ended by WithHook returns.
-var ErrCrashed = errCrashed
+var ErrCrashed = defraghooks.ErrCrashed
 
-// BudgetRefuses is budgetRefuses after the guards' memory is read from
-// the cluster.
+// BudgetRefuses is the controller's budget check after the guards'
+// memory is read from the cluster.
 func BudgetRefuses(ctx context.Context, c *Controller, node string, n int) (string, error) {
-	if err := c.seed(ctx); err != nil {
-		return "", err
-	}
-	return c.budgetRefuses(node, n), nil
+	return defraghooks.BudgetRefuses(ctx, c, node, n)
+}
+
+// FitsOn is the landing check's verdict on pod's replacement at node.
+func FitsOn(ctx context.Context, c *Controller, pod *corev1.Pod, node string) (string, error) {
+	return defraghooks.FitsOn(ctx, c, pod, node)
 }

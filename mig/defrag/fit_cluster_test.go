@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -234,37 +235,57 @@ func schedulerRefuses(
 	}
 	probe := pod.DeepCopy()
 	probe.Name, probe.UID, probe.ResourceVersion = "probe-"+pod.Name, "", ""
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	remove := func() {
+		t.Helper()
+		bg := context.WithoutCancel(ctx)
+		_ = cs.CoreV1().Pods(ns).Delete(bg, probe.Name,
+			metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err := poll(bg, time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := cs.CoreV1().Pods(ns).Get(ctx, probe.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Fatalf("probe %s stays: %v", probe.Name, err)
+		}
 	}
-	defer func() {
-		_ = cs.CoreV1().
-			Pods(ns).
-			Delete(context.WithoutCancel(ctx), probe.Name,
-				metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-	}()
+	defer remove()
 	var why string
-	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods(ns).Get(ctx, probe.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	// kube-scheduler may bind the probe before its cache has seen the
+	// cordons (its informer lags the API server): the probe then lands on
+	// a cordoned node, which is no verdict; it is removed and made again.
+	for try := 0; ; try++ {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		if p.Spec.NodeName != "" {
-			if p.Spec.NodeName != node {
-				t.Fatalf("kube-scheduler bound the probe to %s, a cordoned node", p.Spec.NodeName)
+		stale := ""
+		if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, probe.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
 			}
-			return true, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
-				c.Reason == corev1.PodReasonUnschedulable {
-				why = c.Message
+			if p.Spec.NodeName != "" {
+				if p.Spec.NodeName != node {
+					stale = p.Spec.NodeName
+				}
 				return true, nil
 			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+					c.Reason == corev1.PodReasonUnschedulable {
+					why = c.Message
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("kube-scheduler's verdict on %s: %v", probe.Name, err)
 		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("kube-scheduler's verdict on %s: %v", probe.Name, err)
+		if stale == "" {
+			return why
+		}
+		if try == 2 {
+			t.Fatalf("kube-scheduler bound the probe to %s, a cordoned node, %d times", stale, try+1)
+		}
+		t.Logf("kube-scheduler bound the probe to %s before it saw the cordon; again", stale)
+		remove()
 	}
-	return why
 }

@@ -12,7 +12,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/drakit/drakit/mig"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
 // Flags are a controller's command-line flags, the same in `drakit mig
@@ -55,16 +56,16 @@ type Flags struct {
 // Register adds the flags to fs with driver as the default of -driver.
 func (f *Flags) Register(fs *flag.FlagSet, driver string) {
 	fs.StringVar(&f.Driver, "driver", driver, "the DRA driver whose dynamic MIG devices (mig's counter model) are defragmented")
-	fs.IntVar(&f.MaxMoves, "max-moves", mig.DefaultMaxMoves, "the most pods evicted for one waiting pod (1-8)")
-	fs.IntVar(&f.MinCompute, "min-compute", DefaultMinCompute, "the least compute slices of a MIG profile whose waiting pods trigger a move (3: 3g, 4g and 7g)")
-	fs.DurationVar(&f.Interval, "interval", DefaultInterval, "how often the cluster is looked at")
-	fs.DurationVar(&f.Timeout, "timeout", DefaultTimeout, "how long an operation may take from its evictions until the waiting pod is bound before its taints are removed")
+	fs.IntVar(&f.MaxMoves, "max-moves", pplan.DefaultMaxMoves, "the most pods evicted for one waiting pod (1-8)")
+	fs.IntVar(&f.MinCompute, "min-compute", pdefrag.DefaultMinCompute, "the least compute slices of a MIG profile whose waiting pods trigger a move (3: 3g, 4g and 7g)")
+	fs.DurationVar(&f.Interval, "interval", pdefrag.DefaultInterval, "how often the cluster is looked at")
+	fs.DurationVar(&f.Timeout, "timeout", pdefrag.DefaultTimeout, "how long an operation may take from its evictions until the waiting pod is bound before its taints are removed")
 	fs.BoolVar(&f.DryRun, "dry-run", false, "print what would be done (evictions, the freed placement, the claim's device) and change nothing")
 	fs.BoolVar(&f.Once, "once", false, "look at the cluster once and exit")
 	fs.StringVar(&f.Namespaces, "namespaces", "", "comma-separated namespaces whose opted-in pods may be evicted (default: every namespace)")
-	fs.IntVar(&f.EvictionsPerHour, "max-evictions-per-hour", DefaultEvictionsPerHour, "the most pods evicted in any hour, cluster-wide")
-	fs.IntVar(&f.EvictionsPerNodePerHour, "max-evictions-per-node-per-hour", DefaultEvictionsPerNodePerHour, "the most pods evicted from one node in any hour")
-	fs.DurationVar(&f.Backoff, "backoff", DefaultBackoff, "how long a waiting pod whose operation was abandoned waits before another")
+	fs.IntVar(&f.EvictionsPerHour, "max-evictions-per-hour", pdefrag.DefaultEvictionsPerHour, "the most pods evicted in any hour, cluster-wide")
+	fs.IntVar(&f.EvictionsPerNodePerHour, "max-evictions-per-node-per-hour", pdefrag.DefaultEvictionsPerNodePerHour, "the most pods evicted from one node in any hour")
+	fs.DurationVar(&f.Backoff, "backoff", pdefrag.DefaultBackoff, "how long a waiting pod whose operation was abandoned waits before another")
 	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "step only while holding a coordination.k8s.io Lease (run several replicas safely)")
 	fs.StringVar(&f.LeaseNamespace, "leader-elect-namespace", "", "the Lease's namespace (default $POD_NAMESPACE)")
 	fs.StringVar(&f.LeaseName, "leader-elect-name", "mig-defrag", "the Lease's name")
@@ -73,9 +74,12 @@ func (f *Flags) Register(fs *flag.FlagSet, driver string) {
 }
 
 // Options are the options the flags describe.
-func (f *Flags) Options() ([]Option, error) {
-	opts := []Option{WithMaxMoves(f.MaxMoves), WithMinCompute(f.MinCompute), WithInterval(f.Interval), WithTimeout(f.Timeout),
-		WithEvictionBudget(f.EvictionsPerHour, f.EvictionsPerNodePerHour), WithBackoff(f.Backoff)}
+func (f *Flags) Options() ([]pdefrag.Option, error) {
+	opts := []pdefrag.Option{pdefrag.WithMaxMoves(f.MaxMoves),
+		pdefrag.WithMinCompute(f.MinCompute), pdefrag.WithInterval(f.Interval),
+		pdefrag.WithTimeout(f.Timeout),
+		pdefrag.WithEvictionBudget(f.EvictionsPerHour, f.EvictionsPerNodePerHour),
+		pdefrag.WithBackoff(f.Backoff)}
 	if f.Namespaces != "" {
 		var names []string
 		for _, ns := range strings.Split(f.Namespaces, ",") {
@@ -83,7 +87,7 @@ func (f *Flags) Options() ([]Option, error) {
 				names = append(names, ns)
 			}
 		}
-		opts = append(opts, WithNamespaces(names...))
+		opts = append(opts, pdefrag.WithNamespaces(names...))
 	}
 	if f.LeaderElect {
 		ns := f.LeaseNamespace
@@ -93,16 +97,16 @@ func (f *Flags) Options() ([]Option, error) {
 		if ns == "" {
 			return nil, errors.New("--leader-elect needs --leader-elect-namespace (or $POD_NAMESPACE)")
 		}
-		opts = append(opts, WithLeaderElection(ns, f.LeaseName))
+		opts = append(opts, pdefrag.WithLeaderElection(ns, f.LeaseName))
 	}
 	if f.OwnerClusterRole != "" {
-		opts = append(opts, WithOwner(f.OwnerClusterRole))
+		opts = append(opts, pdefrag.WithOwner(f.OwnerClusterRole))
 	}
 	if f.LayoutNamespace != "" {
 		if f.ClassProfile == nil {
 			return nil, errors.New("--layout-namespace needs the driver's class mapping (Flags.ClassProfile)")
 		}
-		opts = append(opts, WithLayoutLedgers(f.LayoutNamespace, f.ClassProfile))
+		opts = append(opts, pdefrag.WithLayoutLedgers(f.LayoutNamespace, f.ClassProfile))
 	}
 	return opts, nil
 }
@@ -115,7 +119,7 @@ func (f *Flags) Run(ctx context.Context, client kubernetes.Interface, out io.Wri
 		return err
 	}
 	if f.DryRun {
-		opts = append(opts, WithDryRun(out))
+		opts = append(opts, pdefrag.WithDryRun(out))
 	}
 	c, err := New(client, f.Driver, opts...)
 	if err != nil {

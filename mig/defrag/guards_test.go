@@ -16,6 +16,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,7 +27,6 @@ import (
 	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/mig/defrag"
 	"github.com/drakit/drakit/mig/defrag/defragtest"
-	"github.com/drakit/drakit/testenv"
 )
 
 // fragmented is TestController's scene: on a fake node of two H100s,
@@ -34,7 +34,7 @@ import (
 // opted-in 1g.10gb Deployments' pods at placements 0, 2, 4 and 6, and
 // pod "big" waits for a 4g.40gb. The one plan evicts small-0 and small-1.
 type fragmented struct {
-	env   *testenv.Env
+	env   *env
 	f     *defragtest.Scene
 	ctx   context.Context
 	keep  defragtest.Placed
@@ -45,29 +45,29 @@ type fragmented struct {
 // PriorityClass of the four small pods.
 func fragment(t *testing.T, smallPriority string) *fragmented {
 	t.Helper()
-	env := testenv.Start(t)
+	env := sharedEnv(t)
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	t.Cleanup(cancel)
-	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: ns, Class: className,
-		PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	f := &defragtest.Scene{T: t, Ctx: ctx, Client: env.Client, Namespace: env.Namespace, Class: env.className,
+		Domain: env.Domain, PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
 	h100, err := mig.Lookup("H100-80GB")
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, env, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
-	makeClasses(t, ctx, env, h100)
+	env.publish(t, ctx, env.NodeName, mig.GPU{Index: 0, Product: h100}, mig.GPU{Index: 1, Product: h100})
+	env.makeClasses(t, ctx, h100)
 	for name, value := range map[string]int32{"low": 100, "high": 1000} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
-		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
 	s := &fragmented{env: env, f: f, ctx: ctx, small: map[string]defragtest.Placed{}}
-	f.Deployment("keep", "3g.40gb", pinned(1, 0), false)
+	f.Deployment("keep", "3g.40gb", env.pinned(1, 0), false)
 	s.keep = f.WaitPlaced("keep")
 	for _, p := range []int{1, 3, 5} {
-		f.Pod(fmt.Sprintf("filler-%d", p), "1g.10gb", pinned(0, p))
+		f.Pod(fmt.Sprintf("filler-%d", p), "1g.10gb", env.pinned(0, p))
 		f.WaitPlaced(fmt.Sprintf("filler-%d", p))
 	}
 	f.PodSpec.PriorityClassName = smallPriority
@@ -78,7 +78,7 @@ func fragment(t *testing.T, smallPriority string) *fragmented {
 	}
 	f.PodSpec.PriorityClassName = "low"
 	for _, p := range []int{1, 3, 5} {
-		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, fmt.Sprintf("filler-%d", p), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := env.Client.CoreV1().Pods(env.Namespace).Delete(ctx, fmt.Sprintf("filler-%d", p), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -127,10 +127,10 @@ func (s *fragmented) finish(t *testing.T, c *defrag.Controller) {
 		if _, err := c.Step(ctx); err != nil {
 			return false, err
 		}
-		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+		p, err := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, "big", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "" && len(f.TaintedDevices()) == 0, err
 	}); err != nil {
-		p, _ := env.Client.CoreV1().Pods(ns).Get(ctx, "big", metav1.GetOptions{})
+		p, _ := env.Client.CoreV1().Pods(env.Namespace).Get(ctx, "big", metav1.GetOptions{})
 		t.Fatalf("big is not placed (%+v), or the taints stay (%v): %v; events %v", p.Status.Conditions, f.TaintedDevices(), err, f.Events("big"))
 	}
 	if got := f.Placed("big"); len(got) != 1 || got[0].Device != "gpu-0-4g-40gb-0" {
@@ -165,7 +165,7 @@ func (s *fragmented) finish(t *testing.T, c *defrag.Controller) {
 // evictionEvents counts the controller's EvictedForDefrag Events per pod.
 func (s *fragmented) evictionEvents(t *testing.T) map[string]int {
 	t.Helper()
-	l, err := s.env.Client.CoreV1().Events(ns).List(s.ctx, metav1.ListOptions{FieldSelector: "reason=" + defrag.ReasonEvicted})
+	l, err := s.env.Client.CoreV1().Events(s.env.Namespace).List(s.ctx, metav1.ListOptions{FieldSelector: "reason=" + defrag.ReasonEvicted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestCrashPoints(t *testing.T) {
 			s := fragment(t, "")
 			var mu sync.Mutex
 			hit := false
-			first, err := defrag.New(s.env.Client, driver, defrag.WithHook(func(p string) bool {
+			first, err := s.env.New(defrag.WithHook(func(p string) bool {
 				mu.Lock()
 				defer mu.Unlock()
 				hit = hit || p == point
@@ -215,7 +215,7 @@ func TestCrashPoints(t *testing.T) {
 			evicted := s.evictionEvents(t)
 			t.Logf("stopped at %s: %d taint rules, evictions %v", point, rules, evicted)
 
-			second, err := defrag.New(s.env.Client, driver)
+			second, err := s.env.New()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -252,14 +252,14 @@ func TestCrashPoints(t *testing.T) {
 
 			// The next controller's eviction budget counts the two
 			// evictions, on their node, from the Events.
-			third, err := defrag.New(s.env.Client, driver, defrag.WithEvictionBudget(3, 10))
+			third, err := s.env.New(defrag.WithEvictionBudget(3, 10))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if why, err := defrag.BudgetRefuses(s.ctx, third, s.env.NodeName, 2); err != nil || !strings.Contains(why, "3 evictions per hour and 2 were made in the last hour") {
 				t.Errorf("budget of 3 per hour after 2 evictions, 2 more: %q, %v", why, err)
 			}
-			fourth, err := defrag.New(s.env.Client, driver, defrag.WithEvictionBudget(10, 3))
+			fourth, err := s.env.New(defrag.WithEvictionBudget(10, 3))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +282,7 @@ func TestGuards(t *testing.T) {
 	ctx, env := s.ctx, s.env
 	newController := func(opts ...defrag.Option) *defrag.Controller {
 		t.Helper()
-		c, err := defrag.New(env.Client, driver, opts...)
+		c, err := env.New(opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,14 +300,14 @@ func TestGuards(t *testing.T) {
 	var out1, out2 syncBuffer
 	ctx1, stop1 := context.WithCancel(ctx)
 	done1 := make(chan error, 1)
-	leader := newController(defrag.WithDryRun(&out1), defrag.WithInterval(200*time.Millisecond), defrag.WithLeaderElection(ns, "defrag-test"))
+	leader := newController(defrag.WithDryRun(&out1), defrag.WithInterval(200*time.Millisecond), defrag.WithLeaderElection(env.Namespace, "defrag-test"))
 	go func() { done1 <- leader.Run(ctx1) }()
 	if err := poll(ctx, time.Minute, func(context.Context) (bool, error) { return out1.Len() > 0, nil }); err != nil {
 		t.Fatalf("the first replica never led: %v", err)
 	}
 	ctx2, stop2 := context.WithCancel(ctx)
 	done2 := make(chan error, 1)
-	follower := newController(defrag.WithDryRun(&out2), defrag.WithInterval(200*time.Millisecond), defrag.WithLeaderElection(ns, "defrag-test"))
+	follower := newController(defrag.WithDryRun(&out2), defrag.WithInterval(200*time.Millisecond), defrag.WithLeaderElection(env.Namespace, "defrag-test"))
 	go func() { done2 <- follower.Run(ctx2) }()
 	time.Sleep(3 * time.Second) // several of the follower's retry periods (2 s)
 	if out2.Len() != 0 {
@@ -331,7 +331,7 @@ func TestGuards(t *testing.T) {
 	// Pending, which the Eviction API evicts whatever their budgets say).
 	refuse := refuseEvictions(t, ctx, env, "small-0")
 	abandoning := newController()
-	if _, err := abandoning.Step(ctx); err == nil || !strings.Contains(err.Error(), "eviction of default/"+s.small["small-0"].Pod+" refused") {
+	if _, err := abandoning.Step(ctx); err == nil || !strings.Contains(err.Error(), "eviction of "+env.Namespace+"/"+s.small["small-0"].Pod+" refused") {
 		t.Fatalf("Step with small-0's eviction refused: %v, want the refusal", err)
 	}
 	if _, ok := s.f.Events("big")[defrag.ReasonAbandoned]; !ok {
@@ -351,7 +351,7 @@ func TestGuards(t *testing.T) {
 // never evicted for it.
 func TestPriorityFloor(t *testing.T) {
 	s := fragment(t, "high")
-	c, err := defrag.New(s.env.Client, driver)
+	c, err := s.env.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestPriorityFloor(t *testing.T) {
 	s.f.PodSpec.PriorityClassName = "high"
 	s.f.Pod("bigger", "4g.40gb", "")
 	s.f.WaitUnschedulable("bigger")
-	if err := s.env.Client.CoreV1().Pods(ns).Delete(s.ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	if err := s.env.Client.CoreV1().Pods(s.env.Namespace).Delete(s.ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	if op, err := c.Step(s.ctx); err != nil || op == nil || op.Pod.Name != "bigger" {
@@ -370,7 +370,7 @@ func TestPriorityFloor(t *testing.T) {
 
 // refuseEvictions makes the API server refuse evictions of the pods of
 // app until the returned function is called.
-func refuseEvictions(t *testing.T, ctx context.Context, env *testenv.Env, app string) func() {
+func refuseEvictions(t *testing.T, ctx context.Context, env *env, app string) func() {
 	t.Helper()
 	name := "refuse-evictions-" + app
 	pol := &admissionv1.ValidatingAdmissionPolicy{
@@ -397,13 +397,13 @@ func refuseEvictions(t *testing.T, ctx context.Context, env *testenv.Env, app st
 		t.Fatal(err)
 	}
 	// Wait until the policy is in force: a dry-run eviction is refused.
-	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	pods, err := env.Client.CoreV1().Pods(env.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("pods of %s: %v, %v", app, pods, err)
 	}
 	refused := func(ctx context.Context) bool {
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pods.Items[0].Name, Namespace: ns}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
-		err := env.Client.PolicyV1().Evictions(ns).Evict(ctx, ev)
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pods.Items[0].Name, Namespace: env.Namespace}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
+		err := env.Client.PolicyV1().Evictions(env.Namespace).Evict(ctx, ev)
 		return err != nil && strings.Contains(err.Error(), "refused by the test")
 	}
 	if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) { return refused(ctx), nil }); err != nil {
@@ -459,14 +459,14 @@ func TestOwnedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := defrag.New(s.env.Client, driver, defrag.WithOwner(cr.Name))
+	c, err := s.env.New(defrag.WithOwner(cr.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if op, err := c.Step(s.ctx); err != nil || op == nil {
 		t.Fatalf("Step = %+v, %v; want an operation", op, err)
 	}
-	rules, err := s.env.Client.ResourceV1().DeviceTaintRules().List(s.ctx, metav1.ListOptions{LabelSelector: defrag.LabelOperation})
+	rules, err := s.env.Client.ResourceV1().DeviceTaintRules().List(s.ctx, metav1.ListOptions{LabelSelector: s.env.Domain + "/defrag-operation"})
 	if err != nil || len(rules.Items) == 0 {
 		t.Fatalf("taint rules: %v, %v", rules, err)
 	}
@@ -518,14 +518,14 @@ func TestRunReadsFromInformers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out syncBuffer
-	c, err := defrag.New(client, driver, defrag.WithDryRun(&out), defrag.WithInterval(100*time.Millisecond))
+	c, err := s.env.NewFor(client, defrag.WithDryRun(&out), defrag.WithInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(s.ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	plans := func() int { return strings.Count(out.String(), "pod default/big waits for 4g.40gb") }
+	plans := func() int { return strings.Count(out.String(), "pod "+s.env.Namespace+"/big waits for 4g.40gb") }
 	if err := poll(s.ctx, time.Minute, func(context.Context) (bool, error) { return plans() >= 2, nil }); err != nil {
 		t.Fatalf("no plan printed: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig/defrag"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 )
 
 // TestChartDefrag renders the chart with the MIG defragmenter on: a
@@ -161,9 +162,9 @@ func TestChartDefrag(t *testing.T) {
 	if !f.LeaderElect || f.LeaseNamespace != deploy.Namespace || f.LeaseName != name ||
 		f.OwnerClusterRole != name ||
 		f.Namespaces != "" ||
-		f.EvictionsPerHour != defrag.DefaultEvictionsPerHour ||
-		f.EvictionsPerNodePerHour != defrag.DefaultEvictionsPerNodePerHour ||
-		f.Backoff != defrag.DefaultBackoff {
+		f.EvictionsPerHour != pdefrag.DefaultEvictionsPerHour ||
+		f.EvictionsPerNodePerHour != pdefrag.DefaultEvictionsPerNodePerHour ||
+		f.Backoff != pdefrag.DefaultBackoff {
 		t.Errorf("the controller's flags from the default values: %+v", f)
 	}
 

@@ -17,6 +17,7 @@ import (
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig/defrag"
 	"github.com/drakit/drakit/mig/defrag/defragtest"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -168,7 +169,7 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 			}
 		}
 	}
-	c, err := defrag.New(env.Client, nvdriver.DriverName, defrag.WithInterval(500*time.Millisecond))
+	c, err := defrag.New(env.Client, nvdriver.DriverName, pdefrag.WithInterval(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,22 +223,22 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	// The evictions in the planner's order of moves, which is not fixed.
 	a, b := "defrag/"+small[at0].Pod, "defrag/"+small[at2].Pod
 	const freed = " to free 4g.71gb at GPU 4 placement 0"
-	if got := ev[defrag.ReasonDefragmenting]; !strings.Contains(got, "evicting "+a+", "+b+freed) &&
+	if got := ev[pdefrag.ReasonDefragmenting]; !strings.Contains(got, "evicting "+a+", "+b+freed) &&
 		!strings.Contains(got, "evicting "+b+", "+a+freed) {
 		t.Errorf("big's %s event %q, want it to evict %s and %s%s",
-			defrag.ReasonDefragmenting, got, a, b, freed)
+			pdefrag.ReasonDefragmenting, got, a, b, freed)
 	}
-	for _, r := range []string{defrag.ReasonAllocated, defrag.ReasonPlaced} {
+	for _, r := range []string{pdefrag.ReasonAllocated, pdefrag.ReasonPlaced} {
 		if ev[r] == "" {
 			t.Errorf("no %s event on big: %v", r, ev)
 		}
 	}
 	for _, app := range []string{at0, at2} {
-		if got := s.Events(small[app].Pod)[defrag.ReasonEvicted]; !strings.Contains(
+		if got := s.Events(small[app].Pod)[pdefrag.ReasonEvicted]; !strings.Contains(
 			got,
 			"evicted to make room for defrag/big",
 		) {
-			t.Errorf("%s's pod: %s event %q", app, defrag.ReasonEvicted, got)
+			t.Errorf("%s's pod: %s event %q", app, pdefrag.ReasonEvicted, got)
 		}
 		moved := s.WaitPlaced(app)
 		if moved.UID == small[app].UID {

@@ -15,8 +15,8 @@ import (
 	"github.com/drakit/drakit/examples/nvidia/deploy"
 	nvdriver "github.com/drakit/drakit/examples/nvidia/driver"
 	"github.com/drakit/drakit/mig"
-	"github.com/drakit/drakit/mig/defrag"
 	"github.com/drakit/drakit/mig/defrag/defragtest"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 	"github.com/drakit/drakit/testenv"
 )
 
@@ -174,10 +174,10 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 	if got := s.Placed(stayed); len(got) != 1 || got[0] != small[stayed] {
 		t.Errorf("%s: running %v, want %v untouched", stayed, got, small[stayed])
 	}
-	if ev := s.Events("big")[defrag.ReasonDefragmenting]; !strings.Contains(ev, small[moved].Pod) {
+	if ev := s.Events("big")[pdefrag.ReasonDefragmenting]; !strings.Contains(ev, small[moved].Pod) {
 		t.Errorf(
 			"big's %s event %q does not name %s",
-			defrag.ReasonDefragmenting,
+			pdefrag.ReasonDefragmenting,
 			ev,
 			small[moved].Pod,
 		)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/drakit/drakit/mig/defrag"
+	pdefrag "github.com/drakit/drakit/partition/defrag"
 )
 
 // ClaimName is the pod claim of every pod a Scene makes; its template is
@@ -47,6 +48,19 @@ type Scene struct {
 	Running bool
 	// Timeout bounds each wait; a minute when zero.
 	Timeout time.Duration
+	// Domain is the controller's Vendor.Domain (package partition/defrag):
+	// its pods' opt-in annotation, its Events' component and its rules'
+	// label. When empty, mig/defrag's (Domain), and TaintedDevices lists
+	// every rule of the cluster.
+	Domain string
+}
+
+// domain is the controller's domain.
+func (s *Scene) domain() string {
+	if s.Domain != "" {
+		return s.Domain
+	}
+	return defrag.Domain
 }
 
 // Placed is a pod of an app and the device its claim got.
@@ -99,14 +113,15 @@ func (s *Scene) spec(tmpl string) corev1.PodSpec {
 
 // Deployment makes a one-replica Deployment app (pods labelled app=<app>)
 // whose pod asks for one device of profile (see Template). optIn
-// annotates its pods with defrag.AnnotationDefrag: defrag.AllowValue.
+// annotates its pods with the opt-in annotation (defrag.AnnotationDefrag
+// for mig/defrag's Domain): pdefrag.AllowValue.
 func (s *Scene) Deployment(app, profile, selector string, optIn bool) {
 	s.T.Helper()
 	s.Template(app, profile, selector)
 	labels := map[string]string{"app": app}
 	ann := map[string]string{}
 	if optIn {
-		ann[defrag.AnnotationDefrag] = defrag.AllowValue
+		ann[s.domain()+"/defrag"] = pdefrag.AllowValue
 	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: s.Namespace},
@@ -224,7 +239,7 @@ func (s *Scene) WaitUnschedulable(pod string) {
 }
 
 // Events returns the messages of the defragmenter's Events
-// (defrag.Component) on pod, by reason.
+// (defrag.Component for mig/defrag's Domain) on pod, by reason.
 func (s *Scene) Events(pod string) map[string]string {
 	s.T.Helper()
 	l, err := s.Client.CoreV1().Events(s.Namespace).List(s.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
@@ -233,7 +248,7 @@ func (s *Scene) Events(pod string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, e := range l.Items {
-		if e.Source.Component == defrag.Component {
+		if e.Source.Component == s.domain()+"/defrag" {
 			out[e.Reason] = e.Message
 		}
 	}
@@ -242,10 +257,15 @@ func (s *Scene) Events(pod string) map[string]string {
 
 // TaintedDevices returns, sorted, the device each of the cluster's
 // DeviceTaintRules selects by name ("rule <name>" for a rule that names
-// no device), one entry per rule.
+// no device), one entry per rule; with Domain set, only the rules of
+// that controller's operations.
 func (s *Scene) TaintedDevices() []string {
 	s.T.Helper()
-	l, err := s.Client.ResourceV1().DeviceTaintRules().List(s.Ctx, metav1.ListOptions{})
+	var opts metav1.ListOptions
+	if s.Domain != "" {
+		opts.LabelSelector = s.Domain + "/defrag-operation"
+	}
+	l, err := s.Client.ResourceV1().DeviceTaintRules().List(s.Ctx, opts)
 	if err != nil {
 		s.T.Fatalf("list DeviceTaintRules: %v", err)
 	}

@@ -14,35 +14,18 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drakit/drakit/explain"
-	"github.com/drakit/drakit/mig"
+	pplan "github.com/drakit/drakit/partition/plan"
 )
 
-// Names the controller uses in the cluster.
-const (
-	// AnnotationDefrag on a pod, set to AllowValue, lets the controller
-	// evict the pod to make room for a larger MIG device. Any other value,
-	// or none, and the pod is never evicted.
-	AnnotationDefrag = "mig.drakit.dev/defrag"
-	// AllowValue is the value of AnnotationDefrag that opts a pod in.
-	AllowValue = "allow"
-	// TaintKey is the key of the NoSchedule taint the controller puts on
-	// the devices of a region it frees; the value is the operation's ID.
-	TaintKey = "mig.drakit.dev/defrag"
-	// LabelOperation labels the DeviceTaintRules of an operation with its
-	// ID (the waiting claim's UID).
-	LabelOperation = "mig.drakit.dev/defrag-operation"
-	// AnnotationOperation on each DeviceTaintRule of an operation holds
-	// the operation as JSON, so that a restarted controller carries on.
-	AnnotationOperation = "mig.drakit.dev/defrag-operation"
-	// Component is the controller's name in Events (source component and
-	// reporting controller).
-	Component = "mig.drakit.dev/defrag"
-)
+// AllowValue is the value of the opt-in annotation (Vendor.Domain +
+// "/defrag") that lets the controller evict a pod. Any other value, or
+// none, and the pod is never evicted.
+const AllowValue = "allow"
 
 // Event reasons, on the pods involved.
 const (
 	// ReasonDefragmenting, on the waiting pod: which pods are evicted to
-	// free which placement of which GPU.
+	// free which placement of which card.
 	ReasonDefragmenting = "Defragmenting"
 	// ReasonEvicted, on each evicted pod: for which pod.
 	ReasonEvicted = "EvictedForDefrag"
@@ -62,10 +45,10 @@ const (
 
 // Defaults of the options.
 const (
-	// DefaultMinCompute is the least number of compute slices a MIG
-	// profile must have for a pod waiting for it to trigger a move: the
-	// large profiles (3g, 4g, 7g), which fragmentation blocks; a small
-	// one waits for an instance to end instead.
+	// DefaultMinCompute is the least number of compute units a profile
+	// must have for a pod waiting for it to trigger a move: the large
+	// profiles, which fragmentation blocks (MIG's 3g, 4g, 7g); a small
+	// one waits for a partition to end instead.
 	DefaultMinCompute = 3
 	// DefaultInterval is how often Run looks at the cluster.
 	DefaultInterval = 10 * time.Second
@@ -101,7 +84,7 @@ type options struct {
 }
 
 // WithMaxMoves sets the most pods one operation evicts (default
-// mig.DefaultMaxMoves, 2). k must be between 1 and 8.
+// plan.DefaultMaxMoves, 2). k must be between 1 and 8.
 func WithMaxMoves(k int) Option {
 	return func(o *options) error {
 		if k < 1 || k > 8 {
@@ -112,7 +95,7 @@ func WithMaxMoves(k int) Option {
 	}
 }
 
-// WithMinCompute sets the least compute slices of a profile whose waiting
+// WithMinCompute sets the least compute units of a profile whose waiting
 // pods trigger a move (default DefaultMinCompute). n must be at least 1.
 func WithMinCompute(n int) Option {
 	return func(o *options) error {
@@ -169,12 +152,13 @@ func WithFeatures(f structured.Features) Option {
 	return func(o *options) error { o.features = f; return nil }
 }
 
-// Controller moves restartable pods off a MIG GPU so that a pod waiting
-// for a large profile gets the freed placement (see the package doc).
+// Controller moves restartable pods off a card so that a pod waiting for
+// a large profile gets the freed placement (see the package doc).
 // Create it with New; Run and Step are not to be called concurrently.
 type Controller struct {
 	client kubernetes.Interface
 	driver string
+	n      names
 	o      options
 
 	mu   sync.Mutex
@@ -189,25 +173,38 @@ type Controller struct {
 	refused int64
 }
 
-// New returns a controller for the dynamic MIG devices of DRA driver
-// driver (for example gpu.nvidia.drakit.dev), whose slices follow mig's
-// counter model. It reaches the API server through client.
-func New(client kubernetes.Interface, driver string, opts ...Option) (*Controller, error) {
+// New returns a controller for the partitionable cards of DRA driver
+// driver, whose slices follow the counter model (package
+// partition/counter) of the schemes vendor names, or whose layout
+// ledgers WithLayoutLedgers names. It reaches the API server through
+// client. An invalid vendor or option is an error.
+func New(
+	client kubernetes.Interface, driver string, vendor Vendor, opts ...Option,
+) (*Controller, error) {
 	if client == nil {
 		return nil, errors.New("new defrag controller: the client is nil")
 	}
 	if driver == "" {
 		return nil, errors.New("new defrag controller: the driver name is empty")
 	}
-	o := options{maxMoves: mig.DefaultMaxMoves, minCompute: DefaultMinCompute, interval: DefaultInterval,
-		timeout: DefaultTimeout, features: explain.DefaultFeatures, now: time.Now,
-		perHour: DefaultEvictionsPerHour, perNode: DefaultEvictionsPerNodePerHour, backoff: DefaultBackoff}
-	for _, opt := range opts {
+	n, err := vendor.names()
+	if err != nil {
+		return nil, fmt.Errorf("new defrag controller: %w", err)
+	}
+	o := options{maxMoves: pplan.DefaultMaxMoves, minCompute: DefaultMinCompute,
+		interval: DefaultInterval, timeout: DefaultTimeout, features: explain.DefaultFeatures,
+		now: time.Now, perHour: DefaultEvictionsPerHour, perNode: DefaultEvictionsPerNodePerHour,
+		backoff: DefaultBackoff}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("new defrag controller: option %d is nil", i)
+		}
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("new defrag controller: %w", err)
 		}
 	}
-	return &Controller{client: client, driver: driver, o: o, told: map[string]string{}, mem: memory{abandoned: map[types.UID]time.Time{}}}, nil
+	return &Controller{client: client, driver: driver, n: n, o: o, told: map[string]string{},
+		mem: memory{abandoned: map[types.UID]time.Time{}}}, nil
 }
 
 // Run takes a Step every interval until ctx is done; a Step's error is
@@ -216,8 +213,10 @@ func New(client kubernetes.Interface, driver string, opts ...Option) (*Controlle
 // returns an error when it loses it.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("MIG defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves, "minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil,
-		"evictionsPerHour", c.o.perHour, "evictionsPerNodePerHour", c.o.perNode, "backoff", c.o.backoff, "leaderElection", c.o.leaseName != "")
+	logger.Info("Defragmenter running", "driver", c.driver, "maxMoves", c.o.maxMoves,
+		"minCompute", c.o.minCompute, "dryRun", c.o.dryRun != nil,
+		"evictionsPerHour", c.o.perHour, "evictionsPerNodePerHour", c.o.perNode,
+		"backoff", c.o.backoff, "leaderElection", c.o.leaseName != "")
 	if c.o.leaseName != "" {
 		return c.runElected(ctx)
 	}
@@ -253,7 +252,7 @@ func (c *Controller) loop(ctx context.Context) error {
 // Step looks at the cluster once. With an operation under way it
 // advances it (allocates the waiting claim once the region is free,
 // removes the taints once the pod is bound or the operation is over);
-// otherwise it looks for a pod that waits for a large MIG profile and,
+// otherwise it looks for a pod that waits for a large profile and,
 // when some opted-in pods can move to make room for it, starts an
 // operation (or, in a dry run, prints it). It returns the operation it
 // started or advanced, nil when there was none.
@@ -275,7 +274,7 @@ func (c *Controller) Step(ctx context.Context) (*Operation, error) {
 		return nil, err
 	}
 	if c.o.dryRun != nil {
-		p.print(c.o.dryRun)
+		c.print(c.o.dryRun, p)
 		return &p.op, nil
 	}
 	return &p.op, c.start(ctx, p)

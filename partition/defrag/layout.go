@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/drakit/drakit/mig"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
 	pplan "github.com/drakit/drakit/partition/plan"
@@ -127,7 +126,7 @@ func (c *Controller) layoutStep(ctx context.Context) (*Operation, error) {
 				c.o.dryRun,
 				"%s waits for %s: evict %s\n",
 				op.Pod,
-				op.placement(),
+				c.placement(op),
 				op.evicted(),
 			)
 			return op, nil
@@ -140,12 +139,12 @@ func (c *Controller) layoutStep(ctx context.Context) (*Operation, error) {
 			fmt.Sprintf(
 				"evicting %s to free %s (card reserved for it by the layout planner)",
 				op.evicted(),
-				op.placement(),
+				c.placement(op),
 			),
 		)
 		klog.FromContext(ctx).
 			Info("Defragmenting a reserved card", "pod", op.Pod.String(), "node", op.Node,
-				"gpu", op.GPU, "profile", op.Profile, "evicting", op.evicted())
+				"card", op.Card, "profile", op.Profile, "evicting", op.evicted())
 		return op, c.evictLayout(ctx, op)
 	}
 	return nil, nil
@@ -227,11 +226,10 @@ func (c *Controller) layoutPlan(
 	for _, n := range slices.Sorted(maps.Keys(ledgers)) {
 		l := ledgers[n]
 		for _, card := range l.Cards {
-			p, err := mig.Lookup(card.Scheme)
-			if err != nil {
+			s, err := c.n.scheme(card.Scheme)
+			if err != nil || s == nil {
 				continue
 			}
-			s := p.Scheme()
 			fc := partition.FleetCard{Node: n, Index: card.Index, Scheme: s}
 			for _, in := range card.Busy {
 				fc.Layout = append(
@@ -306,9 +304,10 @@ func (c *Controller) layoutPlan(
 	}
 	if !d.Found {
 		return nil, fmt.Sprintf(
-			"no set of at most %d restartable pods frees %s on GPU %d of node %s: %s",
+			"no set of at most %d restartable pods frees %s on %s %d of node %s: %s",
 			c.o.maxMoves,
 			res.Profile,
+			c.n.card,
 			res.Card,
 			node,
 			d.Reason,
@@ -320,7 +319,7 @@ func (c *Controller) layoutPlan(
 	op := &Operation{
 		Pod:     refOf(&waiting.ObjectMeta),
 		Node:    node,
-		GPU:     res.Card,
+		Card:    res.Card,
 		Profile: res.Profile,
 		Start:   d.Target.Start,
 	}
@@ -333,15 +332,7 @@ func (c *Controller) layoutPlan(
 			op.Evictions = append(
 				op.Evictions,
 				Eviction{Pod: refOf(&vp.ObjectMeta), Claim: refOf(&h.claim.ObjectMeta),
-					Move: mig.Move{
-						Node:    m.Node,
-						GPU:     m.Card,
-						Profile: m.Profile,
-						Start:   m.Start,
-						ToNode:  m.ToNode,
-						ToGPU:   m.ToCard,
-						ToStart: m.ToStart,
-					}},
+					Move: m},
 			)
 		}
 	}
@@ -366,7 +357,7 @@ func (c *Controller) evictLayout(ctx context.Context, op *Operation) error {
 				evictionRecord{at: c.o.now(), node: e.Move.Node},
 			)
 			c.eventRelated(ctx, e.Pod, corev1.EventTypeNormal, ReasonEvicted,
-				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, op.placement()),
+				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, c.placement(op)),
 				&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.Move.Node})
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		default:

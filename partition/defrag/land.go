@@ -41,20 +41,20 @@ func (c *Controller) RefusedPlans() int64 {
 // logs it when its reason is new for that waiting pod and placement
 // (each Step plans again).
 func (c *Controller) refuse(ctx context.Context, p *plan, why string) {
-	key := "refused " + string(p.op.Pod.UID) + " " + p.op.placement()
+	key := "refused " + string(p.op.Pod.UID) + " " + c.placement(&p.op)
 	c.mu.Lock()
 	c.refused++
 	changed := c.told[key] != why
 	c.told[key] = why
 	c.mu.Unlock()
 	if changed {
-		klog.FromContext(ctx).V(2).Info("Defragmentation plan refused", "pod", p.op.Pod.String(), "placement", p.op.placement(), "reason", why)
+		klog.FromContext(ctx).V(2).Info("Defragmentation plan refused", "pod", p.op.Pod.String(), "placement", c.placement(&p.op), "reason", why)
 	}
 }
 
 // land checks that every pod p evicts can run again where the plan moves
 // its instance, and makes the plan reserve those places. For each
-// eviction, in order, the destination (Move.ToNode, ToGPU, the same
+// eviction, in order, the destination (Move.ToNode, ToCard, the same
 // profile, ToStart) must be a device of the driver; the pod's node
 // selector, required node affinity and tolerations must admit the
 // destination node; the scheduler's other filters must pass its
@@ -71,7 +71,7 @@ func (c *Controller) refuse(ctx context.Context, p *plan, why string) {
 // p.reserved). It returns "" when every replacement lands, otherwise
 // which pod does not and why; p is then not to be used.
 //
-// Without the check, mig.Defragment's plan (which only knows profiles)
+// Without the check, plan.Defragment's plan (which only knows profiles)
 // would evict pods whose claims, node selection, resources, volumes or
 // spread only accept where they run: their replacements, whose claims
 // are pinned to the destination, would stay Pending, and the waiting pod
@@ -88,13 +88,13 @@ func (c *Controller) land(ctx context.Context, cl *cluster, p *plan, freed map[s
 	for i := range p.op.Evictions {
 		e := &p.op.Evictions[i]
 		m := e.Move
-		where := fmt.Sprintf("%s at GPU %d placement %d on node %s", m.Profile, m.ToGPU, m.ToStart, m.ToNode)
-		dest, ok := cl.byLoc[locKey{m.ToNode, m.ToGPU, m.Profile, m.ToStart}]
+		where := c.where(m.Profile, m.ToCard, m.ToStart, m.ToNode)
+		dest, ok := cl.byLoc[locKey{m.ToNode, m.ToCard, m.Profile, m.ToStart}]
 		if !ok {
 			return fmt.Sprintf("pod %s cannot land at %s: the driver has no such device", e.Pod, where)
 		}
 		vp := cl.pods[e.Pod.UID]
-		h := cl.held[locKey{m.Node, m.GPU, m.Profile, m.Start}]
+		h := cl.held[locKey{m.Node, m.Card, m.Profile, m.Start}]
 		if vp == nil || h == nil {
 			return fmt.Sprintf("pod %s cannot land at %s: the pod or its claim is not found", e.Pod, where)
 		}
@@ -346,8 +346,9 @@ func (c *Controller) landReplacements(ctx context.Context, op *Operation) (strin
 		}
 		logger.Info("Allocated a replacement's destination", "replacement", rname, "evicted", e.Pod.String(), "claim", claim.Namespace+"/"+claim.Name, "device", e.ToDevice)
 		c.event(ctx, refOf(&r.pod.ObjectMeta), corev1.EventTypeNormal, ReasonReplacementAllocated,
-			fmt.Sprintf("replaces %s, evicted for %s: claim %s allocated to %s (%s at GPU %d placement %d on node %s), reserved for it",
-				e.Pod, op.Pod, claim.Name, e.ToDevice, e.Move.Profile, e.Move.ToGPU, e.Move.ToStart, e.Move.ToNode))
+			fmt.Sprintf("replaces %s, evicted for %s: claim %s allocated to %s (%s), reserved for it",
+				e.Pod, op.Pod, claim.Name, e.ToDevice,
+				c.where(e.Move.Profile, e.Move.ToCard, e.Move.ToStart, e.Move.ToNode)))
 		waits = append(waits, "replacement "+rname+" is not bound yet")
 	}
 	return strings.Join(waits, "; "), nil

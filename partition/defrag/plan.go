@@ -2,6 +2,7 @@ package defrag
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -22,7 +23,8 @@ import (
 
 	"github.com/drakit/drakit/explain"
 	"github.com/drakit/drakit/internal/allocstate"
-	"github.com/drakit/drakit/mig"
+	"github.com/drakit/drakit/partition"
+	"github.com/drakit/drakit/partition/counter"
 	pplan "github.com/drakit/drakit/partition/plan"
 )
 
@@ -36,18 +38,18 @@ type ObjectRef struct {
 // String is "namespace/name".
 func (r ObjectRef) String() string { return r.Namespace + "/" + r.Name }
 
-// Eviction is one pod an operation evicts, the MIG device it holds and
+// Eviction is one pod an operation evicts, the partition it holds and
 // where its replacement lands: the plan checked that the pod's claim and
 // node selection accept the destination, the operation reserves it (a
 // taint) and allocates the replacement's claim to it.
 type Eviction struct {
 	Pod   ObjectRef `json:"pod"`
 	Claim ObjectRef `json:"claim"`
-	// Move is the instance: its GPU and placement now, and the room the
-	// plan found for it.
-	Move mig.Move `json:"move"`
+	// Move is the partition: its card and placement now, and the room
+	// the plan found for it.
+	Move pplan.Move `json:"move"`
 	// ToPool and ToDevice are the driver's device at the destination
-	// (Move.ToNode, Move.ToGPU, Move.ToStart). Empty in operations
+	// (Move.ToNode, Move.ToCard, Move.ToStart). Empty in operations
 	// recorded before destinations were reserved: then nothing lands.
 	ToPool   string `json:"toPool,omitempty"`
 	ToDevice string `json:"toDevice,omitempty"`
@@ -67,10 +69,10 @@ type Operation struct {
 	// Pod is the waiting pod, Claim its claim that gets the device.
 	Pod   ObjectRef `json:"pod"`
 	Claim ObjectRef `json:"claim"`
-	// Node, GPU, Profile and Start are the freed placement; Pool and
+	// Node, Card, Profile and Start are the freed placement; Pool and
 	// Device the driver's device for it.
 	Node    string `json:"node"`
-	GPU     int    `json:"gpu"`
+	Card    int    `json:"card"`
 	Profile string `json:"profile"`
 	Start   int    `json:"start"`
 	Pool    string `json:"pool"`
@@ -94,9 +96,77 @@ type Operation struct {
 	present int
 }
 
-// placement is how events and logs name the freed region.
-func (op *Operation) placement() string {
-	return fmt.Sprintf("%s at GPU %d placement %d on node %s", op.Profile, op.GPU, op.Start, op.Node)
+// MarshalJSON writes an operation with its fields' keys and, for one
+// release, the cards also under the keys package mig/defrag recorded
+// them with before the controller was vendor-neutral ("gpu", "toGPU"),
+// so that a controller of that release carries on an operation this one
+// started (a rolling update hands the lease either way).
+func (op Operation) MarshalJSON() ([]byte, error) {
+	type plain Operation
+	type move struct {
+		pplan.Move
+		GPU   int `json:"gpu"`
+		ToGPU int `json:"toGPU"`
+	}
+	type eviction struct {
+		Eviction
+		Move move `json:"move"`
+	}
+	out := struct {
+		plain
+		GPU       int        `json:"gpu"`
+		Evictions []eviction `json:"evictions"`
+	}{plain: plain(op), GPU: op.Card, Evictions: make([]eviction, len(op.Evictions))}
+	for i, e := range op.Evictions {
+		m := move{Move: e.Move, GPU: e.Move.Card, ToGPU: e.Move.ToCard}
+		out.Evictions[i] = eviction{Eviction: e, Move: m}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads an operation as MarshalJSON writes it, and as
+// package mig/defrag recorded one before the controller was
+// vendor-neutral ("gpu" and "toGPU" for "card" and "toCard"), so that a
+// controller updated during an operation carries it on.
+func (op *Operation) UnmarshalJSON(b []byte) error {
+	type plain Operation
+	var legacy struct {
+		GPU       *int `json:"gpu"`
+		Evictions []struct {
+			Move struct {
+				GPU   *int `json:"gpu"`
+				ToGPU *int `json:"toGPU"`
+			} `json:"move"`
+		} `json:"evictions"`
+	}
+	if err := json.Unmarshal(b, (*plain)(op)); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &legacy); err != nil {
+		return err
+	}
+	if legacy.GPU != nil {
+		op.Card = *legacy.GPU
+	}
+	for i, e := range legacy.Evictions {
+		if i < len(op.Evictions) && e.Move.GPU != nil {
+			op.Evictions[i].Move.Card = *e.Move.GPU
+		}
+		if i < len(op.Evictions) && e.Move.ToGPU != nil {
+			op.Evictions[i].Move.ToCard = *e.Move.ToGPU
+		}
+	}
+	return nil
+}
+
+// placement is how events and logs name an operation's freed region.
+func (c *Controller) placement(op *Operation) string {
+	return c.where(op.Profile, op.Card, op.Start, op.Node)
+}
+
+// where is how events and logs name a placement.
+func (c *Controller) where(profile string, card, start int, node string) string {
+	return fmt.Sprintf("%s at %s %d placement %d on node %s", profile, c.n.card, card, start, node)
 }
 
 func (op *Operation) evicted() string {
@@ -119,46 +189,92 @@ type plan struct {
 	reserved int
 }
 
-func (p *plan) print(w io.Writer) {
+func (c *Controller) print(w io.Writer, p *plan) {
 	op := &p.op
-	fmt.Fprintf(w, "pod %s waits for %s: would evict %s to free %s (device %s/%s)\n", op.Pod, op.Profile, op.evicted(), op.placement(), op.Pool, op.Device)
+	fmt.Fprintf(w, "pod %s waits for %s: would evict %s to free %s (device %s/%s)\n",
+		op.Pod, op.Profile, op.evicted(), c.placement(op), op.Pool, op.Device)
 	for _, e := range op.Evictions {
-		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on GPU %d; its replacement lands on %s GPU %d placement %d (device %s/%s)\n",
-			e.Pod, e.Claim.Name, e.Move.Profile, e.Move.Start, e.Move.GPU, e.Move.ToNode, e.Move.ToGPU, e.Move.ToStart, e.ToPool, e.ToDevice)
+		m := e.Move
+		fmt.Fprintf(w, "  evict %s (claim %s): %s@%d on %s %d; "+
+			"its replacement lands on %s %s %d placement %d (device %s/%s)\n",
+			e.Pod, e.Claim.Name, m.Profile, m.Start, c.n.card, m.Card,
+			m.ToNode, c.n.card, m.ToCard, m.ToStart, e.ToPool, e.ToDevice)
 	}
 	fmt.Fprintf(w, "  taint %d devices of the region and %d of the destinations (NoSchedule %s), then allocate claim %s to %s and each replacement's claim to its destination\n",
-		len(p.region)-p.reserved, p.reserved, TaintKey, op.Claim, op.Device)
+		len(p.region)-p.reserved, p.reserved, c.n.taint, op.Claim, op.Device)
 }
 
 // devKey names a device of the driver.
 type devKey struct{ pool, device string }
 
-// devLoc is where a dynamic MIG device of the counter model sits.
+// devLoc is where a device of the counter model sits.
 type devLoc struct {
 	node    string
-	gpu     int
-	profile string // "" for the full GPU
+	card    int
+	profile string // "" for the whole card
 	start   int
-	size    int // memory slices
+	// mem and comp are the placed memory and compute units it takes:
+	// [first, end); empty where the scheme does not place them.
+	mem, comp [2]int
 }
 
+// locOf is where device ref of a card of scheme s on node sits.
+func locOf(node string, s *partition.Scheme, ref partition.DeviceRef) (devLoc, bool) {
+	loc := devLoc{node: node, card: ref.Card, start: ref.Start}
+	if ref.Profile == "" {
+		if s.Memory.Placed {
+			loc.mem = [2]int{0, s.Memory.Count}
+		}
+		if s.Compute.Placed {
+			loc.comp = [2]int{0, s.Compute.Count}
+		}
+		return loc, true
+	}
+	pr, err := s.Profile(ref.Profile)
+	if err != nil {
+		return loc, false
+	}
+	i := slices.IndexFunc(pr.Placements,
+		func(pl partition.Placement) bool { return pl.Start == ref.Start })
+	if i < 0 {
+		return loc, false
+	}
+	pl := pr.Placements[i]
+	loc.profile = pr.Name
+	if s.Memory.Placed {
+		loc.mem = [2]int{pl.Memory, pl.Memory + pr.Memory}
+	}
+	if s.Compute.Placed {
+		loc.comp = [2]int{pl.Compute, pl.Compute + pr.Compute}
+	}
+	return loc, true
+}
+
+// overlaps reports whether two devices share a placed unit of one card.
 func (l devLoc) overlaps(o devLoc) bool {
-	return l.node == o.node && l.gpu == o.gpu && l.start < o.start+o.size && o.start < l.start+l.size
+	if l.node != o.node || l.card != o.card {
+		return false
+	}
+	if l.mem == [2]int{} && l.comp == [2]int{} || o.mem == [2]int{} && o.comp == [2]int{} {
+		return true // nothing placed: any partition of the card competes
+	}
+	shares := func(a, b [2]int) bool { return a[0] < b[1] && b[0] < a[1] }
+	return shares(l.mem, o.mem) || shares(l.comp, o.comp)
 }
 
 type locKey struct {
 	node    string
-	gpu     int
+	card    int
 	profile string
 	start   int
 }
 
-type gpuKey struct {
+type cardKey struct {
 	node string
-	gpu  int
+	card int
 }
 
-// holder is the claim that holds a dynamic MIG instance and its pods.
+// holder is the claim that holds a partition and its pods.
 type holder struct {
 	claim *resourceapi.ResourceClaim
 	pods  []*corev1.Pod
@@ -168,14 +284,14 @@ type holder struct {
 // cluster is what one Step reads.
 type cluster struct {
 	snap    *explain.Snapshot
-	fleet   []mig.FleetGPU
+	fleet   []partition.FleetCard
 	devs    map[devKey]devLoc
 	byLoc   map[locKey]devKey
 	held    map[locKey]*holder
 	pods    map[types.UID]*corev1.Pod
 	pdbs    []policyv1.PodDisruptionBudget
-	gpusOf  map[string][]int // node -> dynamic GPU indexes, sorted
-	product map[gpuKey]*mig.Product
+	cardsOf map[string][]int // node -> partitionable card indexes, sorted
+	scheme  map[cardKey]*partition.Scheme
 	// unpublished are devices of the counter model the driver does not
 	// publish now (see completeModel).
 	unpublished map[devKey]bool
@@ -221,7 +337,7 @@ func (c *Controller) waitingPods(ctx context.Context) ([]*corev1.Pod, error) {
 }
 
 // readCluster reads the snapshot, the pods, the PodDisruptionBudgets, and
-// builds the dynamic MIG fleet.
+// builds the fleet of partitionable cards.
 func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 	snap, err := c.snapshot(ctx)
 	if err != nil {
@@ -236,7 +352,8 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 		return nil, err
 	}
 	cl := &cluster{snap: snap, devs: map[devKey]devLoc{}, byLoc: map[locKey]devKey{}, held: map[locKey]*holder{},
-		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, gpusOf: map[string][]int{}, product: map[gpuKey]*mig.Product{}, unpublished: map[devKey]bool{}}
+		pods: map[types.UID]*corev1.Pod{}, pdbs: pdbs, cardsOf: map[string][]int{},
+		scheme: map[cardKey]*partition.Scheme{}, unpublished: map[devKey]bool{}}
 	for _, p := range pods {
 		cl.pods[p.UID] = p
 	}
@@ -248,9 +365,10 @@ func (c *Controller) readCluster(ctx context.Context) (*cluster, error) {
 	return cl, nil
 }
 
-// readDevices finds the driver's dynamic MIG GPUs: devices of the
-// counter model (they consume counters and mig.ParseDeviceName reads
-// their names) in the newest generation of each pool.
+// readDevices finds the driver's partitionable cards: devices of the
+// counter model (they consume counters, their model attribute names a
+// scheme of the vendor's, whose ParseDeviceName reads their names) in
+// the newest generation of each pool.
 func (c *Controller) readDevices(cl *cluster) {
 	newest := map[string]int64{}
 	for _, s := range cl.snap.Slices {
@@ -258,7 +376,8 @@ func (c *Controller) readDevices(cl *cluster) {
 			newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
 		}
 	}
-	templates := map[gpuKey]devTemplate{}
+	templates := map[cardKey]devTemplate{}
+	models := map[string]*partition.Scheme{}
 	for _, s := range cl.snap.Slices {
 		node := ptr.Deref(s.Spec.NodeName, "")
 		if s.Spec.Driver != c.driver || node == "" || s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
@@ -269,54 +388,52 @@ func (c *Controller) readDevices(cl *cluster) {
 			if len(d.ConsumesCounters) == 0 {
 				continue
 			}
-			ref, err := mig.ParseDeviceName(d.Name)
+			sch := c.schemeOf(models, d)
+			if sch == nil {
+				continue
+			}
+			ref, err := sch.ParseDeviceName(d.Name)
 			if err != nil {
 				continue
 			}
-			gk := gpuKey{node, ref.GPU}
-			p := cl.product[gk]
-			if p == nil {
-				if p = c.productOf(d); p == nil {
-					continue
-				}
-				cl.product[gk] = p
-				cl.gpusOf[node] = append(cl.gpusOf[node], ref.GPU)
+			ck := cardKey{node, ref.Card}
+			if cl.scheme[ck] == nil {
+				cl.scheme[ck] = sch
+				cl.cardsOf[node] = append(cl.cardsOf[node], ref.Card)
+			} else if cl.scheme[ck] != sch {
+				continue // another model's device under the same index
 			}
-			loc := devLoc{node: node, gpu: ref.GPU, profile: ref.Profile, start: ref.Start, size: p.MemorySlices}
-			if ref.Profile != "" {
-				pr, err := p.Profile(ref.Profile)
-				if err != nil {
-					continue
-				}
-				loc.profile, loc.size = pr.Name, pr.MemorySlices
-				if _, ok := templates[gk]; !ok {
-					templates[gk] = devTemplate{s, d}
-				}
+			loc, ok := locOf(node, sch, ref)
+			if !ok {
+				continue
+			}
+			if _, ok := templates[ck]; !ok && ref.Profile != "" {
+				templates[ck] = devTemplate{s, d}
 			}
 			k := devKey{s.Spec.Pool.Name, d.Name}
 			cl.devs[k] = loc
-			cl.byLoc[locKey{node, ref.GPU, loc.profile, loc.start}] = k
+			cl.byLoc[locKey{node, ref.Card, loc.profile, loc.start}] = k
 		}
 	}
-	for n := range cl.gpusOf {
-		sort.Ints(cl.gpusOf[n])
+	for n := range cl.cardsOf {
+		sort.Ints(cl.cardsOf[n])
 	}
 	c.completeModel(cl, templates)
 }
 
 // completeModel adds to the snapshot the devices of the counter model
-// that the driver does not publish now. A dynamic-MIG driver may publish
-// only the devices that still fit (mig.WithFitOnly, what the reference
-// driver ships): a 4g device that four 1g instances overlap is then
+// that the driver does not publish now. A driver may publish only the
+// devices that still fit (counter.WithFitOnly, what the reference NVIDIA
+// driver ships): a large device that small partitions overlap is then
 // absent, yet it is what a defragmentation frees, and the driver
-// publishes it once the region is free. Each missing device of a GPU is
-// the counter model's (its name and counter consumption) with the
-// attributes of a device the driver publishes on that GPU (its profile
-// and placement changed), so that class and claim selectors see it as
-// they will; the profiles are mig.DefaultProfiles of the product plus
-// those published on the node. Only the controller's own reasoning sees
+// publishes it once the region is free. Each missing device of a card is
+// the counter model's (its name, counter consumption and the attributes
+// and capacities the model gives it) over the other attributes of a
+// device the driver publishes on that card, so that class and claim
+// selectors see it as they will; the profiles are Vendor.Profiles of the scheme plus those
+// published on the node. Only the controller's own reasoning sees
 // them: a claim is allocated one only once the driver publishes it.
-func (c *Controller) completeModel(cl *cluster, templates map[gpuKey]devTemplate) {
+func (c *Controller) completeModel(cl *cluster, templates map[cardKey]devTemplate) {
 	published := map[string]map[string]bool{} // node -> profiles seen
 	for _, loc := range cl.devs {
 		if published[loc.node] == nil {
@@ -324,38 +441,40 @@ func (c *Controller) completeModel(cl *cluster, templates map[gpuKey]devTemplate
 		}
 		published[loc.node][loc.profile] = true
 	}
-	keys := make([]gpuKey, 0, len(templates))
-	for gk := range templates {
-		keys = append(keys, gk)
+	keys := make([]cardKey, 0, len(templates))
+	for ck := range templates {
+		keys = append(keys, ck)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].node < keys[j].node || keys[i].node == keys[j].node && keys[i].gpu < keys[j].gpu
+		a, b := keys[i], keys[j]
+		return a.node < b.node || a.node == b.node && a.card < b.card
 	})
 	copied := map[*resourceapi.ResourceSlice]*resourceapi.ResourceSlice{}
-	for _, gk := range keys {
-		tp := templates[gk]
-		p := cl.product[gk]
-		profiles := mig.DefaultProfiles(p)
-		for _, pr := range p.Profiles {
-			if published[gk.node][pr.Name] && !slices.Contains(profiles, pr.Name) {
-				profiles = append(profiles, pr.Name)
+	for _, ck := range keys {
+		tp := templates[ck]
+		sch := cl.scheme[ck]
+		profiles := slices.Clone(c.n.profiles(sch))
+		for _, name := range sch.ProfileNames() {
+			if published[ck.node][name] && !slices.Contains(profiles, name) {
+				profiles = append(profiles, name)
 			}
 		}
-		m, err := mig.NewCounterModel([]mig.GPU{{Index: gk.gpu, Product: p, Profiles: profiles}})
+		card := counter.Card{Index: ck.card, Scheme: sch, Profiles: profiles}
+		m, err := counter.NewModel([]counter.Card{card})
 		if err != nil {
 			continue
 		}
 		for _, md := range m.Devices {
-			ref, err := mig.ParseDeviceName(md.Name)
+			ref, err := sch.ParseDeviceName(md.Name)
 			if err != nil || ref.Profile == "" {
-				continue // the full GPU: a driver in MIG mode need not offer it
+				continue // the whole card: a partitioned driver need not offer it
 			}
 			k := devKey{tp.slice.Spec.Pool.Name, md.Name}
 			if _, ok := cl.devs[k]; ok {
 				continue
 			}
-			pr, err := p.Profile(ref.Profile)
-			if err != nil {
+			loc, ok := locOf(ck.node, sch, ref)
+			if !ok {
 				continue
 			}
 			s := copied[tp.slice]
@@ -367,14 +486,15 @@ func (c *Controller) completeModel(cl *cluster, templates map[gpuKey]devTemplate
 			d.Name = md.Name
 			d.ConsumesCounters = md.ConsumesCounters
 			d.Taints = nil
-			setAttr(d, mig.AttrProfile, resourceapi.DeviceAttribute{StringValue: ptr.To(pr.Name)})
-			setAttr(d, mig.AttrPlacementStart, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(ref.Start))})
-			setAttr(d, mig.AttrProfileID, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.ID))})
-			setAttr(d, mig.AttrPlacementSize, resourceapi.DeviceAttribute{IntValue: ptr.To(int64(pr.MemorySlices))})
+			for name, v := range md.Attributes {
+				setQualified(d.Attributes, name, v)
+			}
+			for name, v := range md.Capacity {
+				setQualified(d.Capacity, name, v)
+			}
 			s.Spec.Devices = append(s.Spec.Devices, *d)
-			loc := devLoc{node: gk.node, gpu: gk.gpu, profile: pr.Name, start: ref.Start, size: pr.MemorySlices}
 			cl.devs[k] = loc
-			cl.byLoc[locKey{gk.node, gk.gpu, pr.Name, ref.Start}] = k
+			cl.byLoc[locKey{ck.node, ck.card, loc.profile, ref.Start}] = k
 			cl.unpublished[k] = true
 		}
 	}
@@ -392,41 +512,28 @@ func (c *Controller) completeModel(cl *cluster, templates map[gpuKey]devTemplate
 	cl.snap = &snap
 }
 
-// setAttr sets a device attribute that the device already has (under its
-// plain or its qualified name).
-func setAttr(d *resourceapi.Device, name string, v resourceapi.DeviceAttribute) {
-	for k := range d.Attributes {
-		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
-			d.Attributes[k] = v
+// setQualified sets an attribute or a capacity that a device already has
+// (under its plain or its qualified name) to the counter model's.
+func setQualified[V any](m map[resourceapi.QualifiedName]V, name resourceapi.QualifiedName, v V) {
+	for k := range m {
+		if k == name || strings.HasSuffix(string(k), "/"+string(name)) {
+			m[k] = v
 		}
 	}
 }
 
-// devTemplate is a published MIG device of a GPU and its slice.
+// devTemplate is a published partition of a card and its slice.
 type devTemplate struct {
 	slice *resourceapi.ResourceSlice
 	dev   *resourceapi.Device
 }
 
-// productOf reads a device's product name attribute (the driver's domain)
-// and looks it up in mig's catalog.
-func (c *Controller) productOf(d *resourceapi.Device) *mig.Product {
-	for _, k := range []resourceapi.QualifiedName{mig.AttrProduct, resourceapi.QualifiedName(c.driver + "/" + mig.AttrProduct)} {
-		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
-			if p, err := mig.Lookup(*a.StringValue); err == nil {
-				return p
-			}
-		}
-	}
-	return nil
-}
-
-// readInstances puts the allocated claims' dynamic MIG devices into the
+// readInstances puts the allocated claims' partitions into the
 // fleet, each restartable or not with the reason.
 func (c *Controller) readInstances(cl *cluster) {
-	layouts := map[gpuKey]mig.Layout{}
-	whole := map[gpuKey]bool{}
-	perPod := map[types.UID]int{} // dynamic MIG devices each pod holds
+	layouts := map[cardKey]partition.Layout{}
+	whole := map[cardKey]bool{}
+	perPod := map[types.UID]int{} // partitions each pod holds
 	type inst struct {
 		loc devLoc
 		h   *holder
@@ -460,11 +567,11 @@ func (c *Controller) readInstances(cl *cluster) {
 		}
 		for _, loc := range mine {
 			if loc.profile == "" {
-				whole[gpuKey{loc.node, loc.gpu}] = true
+				whole[cardKey{loc.node, loc.card}] = true
 				continue
 			}
 			if len(mine) > 1 && h.why == "" {
-				h.why = "its claim holds more than one MIG device"
+				h.why = "its claim holds more than one partition"
 			}
 			insts = append(insts, inst{loc, h})
 		}
@@ -473,30 +580,32 @@ func (c *Controller) readInstances(cl *cluster) {
 		if in.h.why == "" {
 			in.h.why = c.mayMove(cl, in.h, perPod)
 		}
-		k := locKey{in.loc.node, in.loc.gpu, in.loc.profile, in.loc.start}
+		k := locKey{in.loc.node, in.loc.card, in.loc.profile, in.loc.start}
 		cl.held[k] = in.h
-		gk := gpuKey{in.loc.node, in.loc.gpu}
-		layouts[gk] = append(layouts[gk], mig.Instance{Profile: in.loc.profile, Start: in.loc.start, InUse: true, Restartable: in.h.why == ""})
+		ck := cardKey{in.loc.node, in.loc.card}
+		layouts[ck] = append(layouts[ck], partition.Instance{Profile: in.loc.profile,
+			Start: in.loc.start, InUse: true, Restartable: in.h.why == ""})
 	}
-	nodes := make([]string, 0, len(cl.gpusOf))
-	for n := range cl.gpusOf {
+	nodes := make([]string, 0, len(cl.cardsOf))
+	for n := range cl.cardsOf {
 		nodes = append(nodes, n)
 	}
 	sort.Strings(nodes)
 	for _, n := range nodes {
-		for _, g := range cl.gpusOf[n] {
-			gk := gpuKey{n, g}
-			if whole[gk] {
-				continue // the full GPU is allocated: nothing fits, nothing moves
+		for _, g := range cl.cardsOf[n] {
+			ck := cardKey{n, g}
+			if whole[ck] {
+				continue // the whole card is allocated: nothing fits, nothing moves
 			}
-			cl.fleet = append(cl.fleet, mig.FleetGPU{Node: n, Index: g, Product: cl.product[gk], Layout: layouts[gk]})
+			cl.fleet = append(cl.fleet,
+				partition.FleetCard{Node: n, Index: g, Scheme: cl.scheme[ck], Layout: layouts[ck]})
 		}
 	}
 }
 
 // mayMove says why the holder's pods may not be evicted, "" when they
 // may: each opted in, has a controller that starts it again without
-// counting a failure (restartable), holds only this MIG device, is not
+// counting a failure (restartable), holds only this partition, is not
 // terminating, and its PodDisruptionBudgets allow a disruption now.
 func (c *Controller) mayMove(cl *cluster, h *holder, perPod map[types.UID]int) string {
 	if len(h.pods) == 0 {
@@ -512,14 +621,14 @@ func (c *Controller) mayMove(cl *cluster, h *holder, perPod map[types.UID]int) s
 	for _, p := range h.pods {
 		name := p.Namespace + "/" + p.Name
 		switch {
-		case p.Annotations[AnnotationDefrag] != AllowValue:
-			return "pod " + name + " did not opt in (annotation " + AnnotationDefrag + ": " + AllowValue + ")"
+		case p.Annotations[c.n.optIn] != AllowValue:
+			return "pod " + name + " did not opt in (annotation " + c.n.optIn + ": " + AllowValue + ")"
 		case restartable(p, cl.jobs) != "":
 			return restartable(p, cl.jobs)
 		case p.DeletionTimestamp != nil:
 			return "pod " + name + " is terminating"
 		case perPod[p.UID] > 1:
-			return "pod " + name + " holds more than one MIG device"
+			return "pod " + name + " holds more than one partition"
 		}
 		if why := c.namespaceRefuses(p); why != "" {
 			return why
@@ -600,11 +709,11 @@ func (c *Controller) findPlan(ctx context.Context) (*plan, error) {
 
 // forPod is the fleet as pod sees it: an instance whose pods have a
 // higher priority than pod's may not move for it.
-func (cl *cluster) forPod(pod *corev1.Pod) []mig.FleetGPU {
-	fleet := make([]mig.FleetGPU, len(cl.fleet))
+func (cl *cluster) forPod(pod *corev1.Pod) []partition.FleetCard {
+	fleet := make([]partition.FleetCard, len(cl.fleet))
 	for i, g := range cl.fleet {
 		fleet[i] = g
-		fleet[i].Layout = append(mig.Layout(nil), g.Layout...)
+		fleet[i].Layout = append(partition.Layout(nil), g.Layout...)
 		for j := range fleet[i].Layout {
 			in := &fleet[i].Layout[j]
 			h := cl.held[locKey{g.Node, g.Index, in.Profile, in.Start}]
@@ -647,7 +756,7 @@ func (c *Controller) terminating(cl *cluster) map[string]bool {
 }
 
 // planFor finds the operation that lets pod's one unallocated claim have
-// a large MIG device with the fewest evictions; nil and why not.
+// a large partition with the fewest evictions; nil and why not.
 func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) (*plan, string) {
 	rep, err := explain.Pod(ctx, cl.snap, pod, explain.WithFeatures(c.o.features))
 	if err != nil {
@@ -659,7 +768,7 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 	var nodes []string
 	busy := c.terminating(cl)
 	for _, n := range rep.Nodes {
-		if counterExhausted(n) && len(cl.gpusOf[n.Node]) > 0 && !busy[n.Node] {
+		if counterExhausted(n) && len(cl.cardsOf[n.Node]) > 0 && !busy[n.Node] {
 			nodes = append(nodes, n.Node)
 		}
 	}
@@ -667,7 +776,7 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 		if len(busy) > 0 {
 			return nil, "a pod holding the driver's devices is terminating on each node that refuses it; waiting until it is gone"
 		}
-		return nil, "no node with dynamic MIG GPUs refuses it for exhausted MIG counters"
+		return nil, "no node with partitionable cards refuses it for exhausted counters"
 	}
 	all := cl.fleet
 	cl.fleet = cl.forPod(pod)
@@ -684,7 +793,7 @@ func (c *Controller) planFor(ctx context.Context, cl *cluster, pod *corev1.Pod) 
 			if _, err := c.allocate(ctx, cl, claim, node, c.devicesOf(cl, node, prof), nil, true); err != nil {
 				continue // the claim does not take this profile
 			}
-			for _, g := range cl.gpusOf[node] {
+			for _, g := range cl.cardsOf[node] {
 				p, why := c.planOn(ctx, cl, pod, claim, node, g, prof)
 				if why != "" && refused == "" {
 					refused = why
@@ -792,25 +901,25 @@ func hasExtended(pod *corev1.Pod) bool {
 	return false
 }
 
-// profiles are the node's dynamic GPUs' profiles large enough to trigger
-// a move, smallest first.
-func (c *Controller) profiles(cl *cluster, node string) []mig.Profile {
+// profiles are the node's cards' profiles large enough to trigger a
+// move, smallest first.
+func (c *Controller) profiles(cl *cluster, node string) []partition.Profile {
 	seen := map[string]bool{}
-	var out []mig.Profile
-	for _, g := range cl.gpusOf[node] {
-		for _, pr := range cl.product[gpuKey{node, g}].Profiles {
-			if pr.ComputeSlices >= c.o.minCompute && !seen[pr.Name] {
+	var out []partition.Profile
+	for _, g := range cl.cardsOf[node] {
+		for _, pr := range cl.scheme[cardKey{node, g}].Profiles {
+			if pr.Compute >= c.o.minCompute && !seen[pr.Name] {
 				seen[pr.Name] = true
 				out = append(out, pr)
 			}
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].ComputeSlices < out[j].ComputeSlices })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Compute < out[j].Compute })
 	return out
 }
 
 // devicesOf are the node's published devices of profile prof.
-func (c *Controller) devicesOf(cl *cluster, node string, prof mig.Profile) map[devKey]bool {
+func (c *Controller) devicesOf(cl *cluster, node string, prof partition.Profile) map[devKey]bool {
 	out := map[devKey]bool{}
 	for k, loc := range cl.devs {
 		if loc.node == node && loc.profile == prof.Name {
@@ -820,15 +929,17 @@ func (c *Controller) devicesOf(cl *cluster, node string, prof mig.Profile) map[d
 	return out
 }
 
-// planOn is the operation that frees a placement of profile prof on GPU
+// planOn is the operation that frees a placement of profile prof on card
 // g of node for claim, nil when none. When the plan is refused because
 // an evicted pod's replacement could not land at its destination (see
 // land), the string says which and why.
-func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, claim *resourceapi.ResourceClaim, node string, g int, prof mig.Profile) (*plan, string) {
-	req := mig.Request{Profile: prof.Name, Node: node, GPU: &g}
-	d, err := mig.Defragment(cl.fleet, req, pplan.WithMaxMoves(c.o.maxMoves))
+func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod,
+	claim *resourceapi.ResourceClaim, node string, g int, prof partition.Profile,
+) (*plan, string) {
+	req := pplan.Request{Profile: prof.Name, Node: node, Card: &g}
+	d, err := pplan.Defragment(cl.fleet, req, pplan.WithMaxMoves(c.o.maxMoves))
 	if err != nil || !d.Found || len(d.Moves) == 0 {
-		return nil, "" // no plan, or none needed: the GPU has room the claim does not take
+		return nil, "" // no plan, or none needed: the card has room the claim does not take
 	}
 	target, ok := cl.byLoc[locKey{node, g, prof.Name, d.Target.Start}]
 	if !ok {
@@ -836,12 +947,13 @@ func (c *Controller) planOn(ctx context.Context, cl *cluster, pod *corev1.Pod, c
 	}
 	p := &plan{moves: len(d.Moves), score: d.Score, op: Operation{
 		ID: string(claim.UID), Pod: refOf(&pod.ObjectMeta), Claim: refOf(&claim.ObjectMeta),
-		Node: node, GPU: g, Profile: prof.Name, Start: d.Target.Start, Pool: target.pool, Device: target.device,
+		Node: node, Card: g, Profile: prof.Name, Start: d.Target.Start,
+		Pool: target.pool, Device: target.device,
 	}}
 	freed := map[string]bool{}
 	budget := map[*policyv1.PodDisruptionBudget]int32{}
 	for _, m := range d.Moves {
-		h := cl.held[locKey{m.Node, m.GPU, m.Profile, m.Start}]
+		h := cl.held[locKey{m.Node, m.Card, m.Profile, m.Start}]
 		if h == nil || h.why != "" || len(h.pods) == 0 {
 			return nil, ""
 		}
@@ -909,11 +1021,11 @@ func (c *Controller) allocate(ctx context.Context, cl *cluster, claim *resourcea
 			d := &s.Spec.Devices[i]
 			k := devKey{s.Spec.Pool.Name, d.Name}
 			if s.Spec.Driver != c.driver || !allowed[k] {
-				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: TaintKey + "-excluded", Effect: resourceapi.DeviceTaintEffectNoSchedule})
+				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: c.n.taint + "-excluded", Effect: resourceapi.DeviceTaintEffectNoSchedule})
 				continue
 			}
 			for _, r := range cl.snap.TaintRules {
-				if r.Labels[LabelOperation] == "" && ruleSelects(r, s.Spec.Driver, s.Spec.Pool.Name, d.Name) {
+				if r.Labels[c.n.operation] == "" && ruleSelects(r, s.Spec.Driver, s.Spec.Pool.Name, d.Name) {
 					d.Taints = append(d.Taints, r.Spec.Taint)
 				}
 			}

@@ -37,8 +37,8 @@ const (
 // WithNamespaces limits the pods the controller may evict, and the
 // waiting pods it makes room for (it allocates their claims), to those
 // in the given namespaces (default: every namespace). A pod must still
-// opt in with AnnotationDefrag to be evicted. Each name must be a valid
-// namespace name.
+// opt in (Vendor.Domain + "/defrag": AllowValue) to be evicted. Each
+// name must be a valid namespace name.
 func WithNamespaces(namespaces ...string) Option {
 	return func(o *options) error {
 		o.namespaces = map[string]bool{}
@@ -143,7 +143,7 @@ func (c *Controller) seed(ctx context.Context) error {
 			return fmt.Errorf("read the controller's %s events: %w", reason, err)
 		}
 		for _, ev := range l.Items {
-			if ev.ReportingController != Component {
+			if ev.ReportingController != c.n.component {
 				continue
 			}
 			at := ev.LastTimestamp.Time

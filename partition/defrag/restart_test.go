@@ -87,9 +87,9 @@ func TestRestartable(t *testing.T) {
 // A Job's pod with backoffLimit 0 is not moved: its instance is not
 // restartable for the planner (mayMove), whatever else allows it.
 func TestJobWithBackoffLimitZeroIsNotMoved(t *testing.T) {
-	c := &Controller{}
+	c := &Controller{n: names{optIn: "example.com/defrag"}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "pod-uid",
-		Annotations: map[string]string{AnnotationDefrag: AllowValue},
+		Annotations: map[string]string{"example.com/defrag": AllowValue},
 		OwnerReferences: []metav1.OwnerReference{
 			{
 				APIVersion: "batch/v1",

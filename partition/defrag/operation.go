@@ -21,14 +21,14 @@ import (
 // when there is none. Rules of several operations (which one controller
 // never makes) are all advanced in turn, the oldest first.
 func (c *Controller) current(ctx context.Context) (*Operation, error) {
-	rules, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: LabelOperation})
+	rules, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: c.n.operation})
 	if err != nil {
 		return nil, fmt.Errorf("list defrag taint rules: %w", err)
 	}
 	var ops []*Operation
 	seen := map[string]*Operation{}
 	for _, r := range rules.Items {
-		id := r.Labels[LabelOperation]
+		id := r.Labels[c.n.operation]
 		if op, ok := seen[id]; ok {
 			if op != nil {
 				op.present++
@@ -37,7 +37,7 @@ func (c *Controller) current(ctx context.Context) (*Operation, error) {
 		}
 		seen[id] = nil
 		op := &Operation{}
-		if err := json.Unmarshal([]byte(r.Annotations[AnnotationOperation]), op); err != nil || op.ID != id {
+		if err := json.Unmarshal([]byte(r.Annotations[c.n.operation]), op); err != nil || op.ID != id {
 			// Not ours to read: remove the operation's rules so that the
 			// devices do not stay tainted.
 			klog.FromContext(ctx).Error(err, "Unreadable defrag taint rule, removing its operation's rules", "rule", r.Name)
@@ -75,14 +75,14 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 	for i, k := range p.region {
 		rule := &resourceapi.DeviceTaintRule{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:            "mig-defrag-" + op.ID + "-" + strconv.Itoa(i),
-				Labels:          map[string]string{LabelOperation: op.ID},
-				Annotations:     map[string]string{AnnotationOperation: string(data)},
+				Name:            c.n.rulePrefix + op.ID + "-" + strconv.Itoa(i),
+				Labels:          map[string]string{c.n.operation: op.ID},
+				Annotations:     map[string]string{c.n.operation: string(data)},
 				OwnerReferences: owners,
 			},
 			Spec: resourceapi.DeviceTaintRuleSpec{
 				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(c.driver), Pool: ptr.To(k.pool), Device: ptr.To(k.device)},
-				Taint:          resourceapi.DeviceTaint{Key: TaintKey, Value: op.ID, Effect: resourceapi.DeviceTaintEffectNoSchedule},
+				Taint:          resourceapi.DeviceTaint{Key: c.n.taint, Value: op.ID, Effect: resourceapi.DeviceTaintEffectNoSchedule},
 			},
 		}
 		if _, err := c.client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -96,9 +96,9 @@ func (c *Controller) start(ctx context.Context, p *plan) error {
 	if c.crashed("tainted") {
 		return errCrashed
 	}
-	logger.Info("Defragmenting", "pod", op.Pod.String(), "evict", op.evicted(), "placement", op.placement(), "device", op.Device)
+	logger.Info("Defragmenting", "pod", op.Pod.String(), "evict", op.evicted(), "placement", c.placement(op), "device", op.Device)
 	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonDefragmenting,
-		fmt.Sprintf("evicting %s to free %s (device %s)", op.evicted(), op.placement(), op.Device))
+		fmt.Sprintf("evicting %s to free %s (device %s)", op.evicted(), c.placement(op), op.Device))
 	return c.evict(ctx, op)
 }
 
@@ -124,7 +124,7 @@ func (c *Controller) evict(ctx context.Context, op *Operation) error {
 		case err == nil:
 			c.mem.evictions = append(c.mem.evictions, evictionRecord{at: c.o.now(), node: e.Move.Node})
 			c.eventRelated(ctx, e.Pod, corev1.EventTypeNormal, ReasonEvicted,
-				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, op.placement()), &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.Move.Node})
+				fmt.Sprintf("evicted to make room for %s: %s", op.Pod, c.placement(op)), &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.Move.Node})
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			// Gone already (or replaced): its claim goes with it.
 		default:
@@ -204,7 +204,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 			return err
 		}
 		logger.Info("Defragmentation done", "pod", op.Pod.String(), "node", pod.Spec.NodeName, "device", op.Device)
-		c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonPlaced, fmt.Sprintf("scheduled with the freed %s; the region's taints are removed", op.placement()))
+		c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonPlaced, fmt.Sprintf("scheduled with the freed %s; the region's taints are removed", c.placement(op)))
 		return nil
 	}
 	if c.o.now().After(c.deadline(op)) {
@@ -261,7 +261,7 @@ func (c *Controller) advance(ctx context.Context, op *Operation) error {
 		return errCrashed
 	}
 	logger.Info("Allocated the freed device", "claim", op.Claim.String(), "device", op.Device)
-	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonAllocated, fmt.Sprintf("claim %s allocated to the freed device %s (%s)", op.Claim.Name, op.Device, op.placement()))
+	c.event(ctx, op.Pod, corev1.EventTypeNormal, ReasonAllocated, fmt.Sprintf("claim %s allocated to the freed device %s (%s)", op.Claim.Name, op.Device, c.placement(op)))
 	return nil
 }
 
@@ -278,7 +278,7 @@ func (c *Controller) abandon(ctx context.Context, op *Operation, why string) {
 
 // untaint deletes an operation's DeviceTaintRules.
 func (c *Controller) untaint(ctx context.Context, id string) error {
-	err := c.client.ResourceV1().DeviceTaintRules().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: LabelOperation + "=" + id})
+	err := c.client.ResourceV1().DeviceTaintRules().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: c.n.operation + "=" + id})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the taints of defrag operation %s: %w", id, err)
 	}
@@ -302,11 +302,11 @@ func (c *Controller) eventRelated(ctx context.Context, pod ObjectRef, typ, reaso
 		Reason:              reason,
 		Message:             msg,
 		Type:                typ,
-		Source:              corev1.EventSource{Component: Component},
+		Source:              corev1.EventSource{Component: c.n.component},
 		FirstTimestamp:      now,
 		LastTimestamp:       now,
 		Count:               1,
-		ReportingController: Component,
+		ReportingController: c.n.component,
 		ReportingInstance:   host,
 		Related:             related,
 	}

@@ -90,7 +90,7 @@ func (c *Controller) readJobs(
 	out := map[types.UID]*batchv1.Job{}
 	for _, p := range pods {
 		owner := metav1.GetControllerOf(p)
-		if p.Annotations[AnnotationDefrag] != AllowValue || owner == nil ||
+		if p.Annotations[c.n.optIn] != AllowValue || owner == nil ||
 			owner.APIVersion != "batch/v1" ||
 			owner.Kind != "Job" ||
 			out[owner.UID] != nil {
