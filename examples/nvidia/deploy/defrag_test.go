@@ -169,7 +169,8 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 			}
 		}
 	}
-	c, err := defrag.New(env.Client, nvdriver.DriverName, pdefrag.WithInterval(500*time.Millisecond))
+	c, err := defrag.New(env.Client, nvdriver.DriverName,
+		pdefrag.WithInterval(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
