@@ -183,9 +183,9 @@ func TestInUsePublish(t *testing.T) {
 	}
 }
 
-// TestSyncLog: a ledger error and a withheld card are logged once per
+// TestSyncLogAtOnce: a ledger error and a withheld card are logged once per
 // change, from calls at once (run with -race).
-func TestSyncLog(t *testing.T) {
+func TestSyncLogAtOnce(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	var s ledger.SyncLog
 	down := errors.New("the API server is down")
