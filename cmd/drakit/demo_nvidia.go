@@ -194,6 +194,24 @@ func demoNVIDIA(ctx context.Context, cfg nvidiaDemoConfig, out, progress io.Writ
 	if err := d.picture("the GPUs after"); err != nil {
 		return err
 	}
+	// The fleet's shares need GPU 1, which the legacy pod's claim (the
+	// scheduler's, for its extended resource) held whole: the garbage
+	// collector deletes the story's claims after their pods, and until
+	// then the scheduler sees GPU 1 taken.
+	if err := poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := c.Client.ResourceV1().ResourceClaims(demoNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, claim := range l.Items {
+			if claim.Status.Allocation != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("wait for the deleted pods' claims to be deallocated: %w", err)
+	}
 	if err := d.sharedFleet(ctx); err != nil {
 		return err
 	}
