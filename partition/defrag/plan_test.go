@@ -203,16 +203,7 @@ func tileCluster(t *testing.T, s *partition.Scheme, fitOnly bool) *cluster {
 // and the region is every device of card 0 that shares a core or a bank
 // with the freed duo, named in the vendor's words.
 func TestPlanOnAnotherVendorsScheme(t *testing.T) {
-	s := tileScheme(t)
-	n, err := tileVendor(s).names()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
-		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
-	cl := tileCluster(t, s, false)
-	c.readDevices(cl)
-	c.readInstances(cl)
+	c, cl := tileController(t, false)
 	if got, want := cl.cardsOf[tileNode], []int{0, 1}; !slices.Equal(got, want) {
 		t.Fatalf("cards of %s: %v, want %v", tileNode, got, want)
 	}
@@ -399,16 +390,7 @@ func TestVendorNames(t *testing.T) {
 // plans the move to it; the device stays the controller's own
 // reasoning until the driver publishes it.
 func TestPlanCompletesAFitOnlyPublication(t *testing.T) {
-	s := tileScheme(t)
-	n, err := tileVendor(s).names()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
-		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
-	cl := tileCluster(t, s, true)
-	c.readDevices(cl)
-	c.readInstances(cl)
+	c, cl := tileController(t, true)
 	p, why := c.planFor(context.Background(), cl, cl.pods["big-uid"])
 	if p == nil {
 		t.Fatalf("no plan: %s", why)
@@ -420,4 +402,21 @@ func TestPlanCompletesAFitOnlyPublication(t *testing.T) {
 			cl.unpublished,
 		)
 	}
+}
+
+// tileController is a controller for the tile vendor with the cluster of
+// tileCluster (fitOnly: a fit-only publication) read into it.
+func tileController(t *testing.T, fitOnly bool) (*Controller, *cluster) {
+	t.Helper()
+	s := tileScheme(t)
+	n, err := tileVendor(s).names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{driver: tileDriver, n: n, o: options{maxMoves: pplan.DefaultMaxMoves,
+		minCompute: 2, features: explain.DefaultFeatures}, told: map[string]string{}}
+	cl := tileCluster(t, s, fitOnly)
+	c.readDevices(cl)
+	c.readInstances(cl)
+	return c, cl
 }
