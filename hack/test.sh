@@ -66,8 +66,9 @@ race=$!
 # go test starts the packages in the order given: the longest first
 # (measured with hack/testtimes.go), so that none of them starts last and
 # makes a long tail; packages not named here follow in path order.
-# internal/cluster goes first: two of its tests need both node slots (the
-# host with no other node; two nodes at once), free only at the start.
+# internal/cluster goes first: TestNodeUndoesHostChanges takes every node
+# slot (the host with no other node) and TestTwoNodesAtOnce two of them,
+# all free only at the start.
 slow=(
   internal/cluster examples/nvidia/deploy cmd/drakit conformance examples/minimal testenv
   examples/nvidia/cmd/nvidia-dra-driver examples/nvidia/driver driver mig/defrag mig

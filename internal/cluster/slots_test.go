@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,8 +62,12 @@ func TestTwoNodesAtOnce(t *testing.T) {
 			t.Errorf("no process in the cgroup root of slot %d (node %s)", c.c.NodeSlot, c.NodeName)
 		}
 	}
-	if h, err := readHostFile(); err != nil || h == nil || len(h.Users) != 2 {
-		t.Errorf("host state while two nodes run: %+v, %v; want two users", h, err)
+	// Other processes' nodes may run beside these two (the host has
+	// DRAKIT_NODE_SLOTS slots): the host state names at least both.
+	if h, err := readHostFile(); err != nil || h == nil ||
+		!slices.Contains(h.Users, a.c.NodeSlot) || !slices.Contains(h.Users, b.c.NodeSlot) {
+		t.Errorf("host state while two nodes run: %+v, %v; want users %d and %d",
+			h, err, a.c.NodeSlot, b.c.NodeSlot)
 	}
 
 	aProcs := countCgroupProcs(slotCgroupDirs(a.c.NodeSlot))
@@ -94,8 +99,10 @@ func TestTwoNodesAtOnce(t *testing.T) {
 			a.NodeName, podPhase(pod), err)
 	}
 	h, err := readHostFile()
-	if err != nil || h == nil || len(h.Users) != 1 || h.Users[0] != a.c.NodeSlot {
-		t.Errorf("host state with one node left: %+v, %v; want user %d", h, err, a.c.NodeSlot)
+	if err != nil || h == nil || !slices.Contains(h.Users, a.c.NodeSlot) ||
+		slices.Contains(h.Users, slotB) {
+		t.Errorf("host state with one node left: %+v, %v; want user %d, not %d",
+			h, err, a.c.NodeSlot, slotB)
 	}
 	if err := a.Stop(); err != nil {
 		t.Fatalf("stop node %s: %v", a.NodeName, err)
