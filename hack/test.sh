@@ -59,7 +59,7 @@ race_run+='|TestGuard$'
 say "go test -race: the concurrency contracts (in the background)"
 ( nice -n 10 go test -race -count=1 -run "$race_run" ./statefile ./cdi ./device ./driver \
   ./explain ./partition/lifecycle ./partition/plan ./partition/ledger ./mig \
-  ./examples/nvidia/nvml/nvmlsim \
+  ./examples/nvidia/nvml/nvmlsim ./examples/nvidia/deploy \
   ./examples/nvidia/driver ) >_output/race.log 2>&1 &
 race=$!
 
