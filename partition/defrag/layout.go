@@ -14,10 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/drakit/drakit/internal/podstatus"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
 	pplan "github.com/drakit/drakit/partition/plan"
@@ -166,7 +166,7 @@ func (c *Controller) waitingFor(
 		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, name := range podClaimNames(p) {
+		for _, name := range podstatus.ClaimNames(p) {
 			cl := byName[p.Namespace+"/"+name]
 			if cl == nil || cl.Status.Allocation != nil {
 				continue
@@ -189,18 +189,6 @@ func (c *Controller) waitingFor(
 		func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) },
 	)
 	return out[0]
-}
-
-func podClaimNames(pod *corev1.Pod) []string {
-	var out []string
-	for i := range pod.Spec.ResourceClaims {
-		// An error: a claim from a template not made yet.
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err == nil && name != nil {
-			out = append(out, *name)
-		}
-	}
-	return out
 }
 
 // layoutPlan finds the fewest evictions that free the reserved card's

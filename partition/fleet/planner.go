@@ -28,6 +28,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/drakit/drakit/internal/podstatus"
 	"github.com/drakit/drakit/partition"
 	"github.com/drakit/drakit/partition/ledger"
 	"github.com/drakit/drakit/partition/plan"
@@ -583,7 +584,7 @@ func (p *Planner) assign(
 			continue
 		}
 		var profiles []string
-		for _, name := range podClaims(pod) {
+		for _, name := range podstatus.ClaimNames(pod) {
 			c, ok := claims[pod.Namespace+"/"+name]
 			if !ok || c.Status.Allocation != nil || c.DeletionTimestamp != nil {
 				continue

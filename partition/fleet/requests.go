@@ -3,7 +3,6 @@ package fleet
 import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
 
 // claimProfiles is what a pending claim asks of the layout: one profile
@@ -80,20 +79,6 @@ func (p *Planner) extendedProfiles(pod *corev1.Pod) []string {
 		}
 		for i := int64(0); i < min(max(sum, initMax), 64); i++ {
 			out = append(out, profile)
-		}
-	}
-	return out
-}
-
-// podClaims returns the names of the claims a pod uses (those made from
-// templates once the ResourceClaim controller has made them).
-func podClaims(pod *corev1.Pod) []string {
-	var out []string
-	for i := range pod.Spec.ResourceClaims {
-		// An error: a claim from a template not made yet.
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err == nil && name != nil {
-			out = append(out, *name)
 		}
 	}
 	return out
