@@ -257,22 +257,7 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 
 	// Switched off again: its Deployment, ClusterRole and policies go,
 	// and no taint rule stays behind.
-	runHelm(
-		t,
-		"upgrade",
-		deploy.Release,
-		"chart",
-		"--kubeconfig",
-		env.Kubeconfig,
-		"--namespace",
-		deploy.Namespace,
-		"--reuse-values",
-		"--wait",
-		"--timeout",
-		"3m",
-		"--set",
-		"defrag.enabled=false",
-	)
+	setValues(t, env, "defrag.enabled=false")
 	if _, err := env.Client.AppsV1().Deployments(deploy.Namespace).Get(
 		ctx, deploy.Release+"-defrag", metav1.GetOptions{},
 	); !apierrors.IsNotFound(
@@ -296,8 +281,18 @@ func testDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 // step every 500 ms, and waits for its Deployment.
 func enableDefrag(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	runHelm(t, "upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
-		"--namespace", deploy.Namespace, "--reuse-values", "--wait", "--timeout", "3m",
-		"--set", "defrag.enabled=true", "--set", "defrag.hostNetwork=true",
-		"--set", "defrag.interval=500ms")
+	setValues(t, env, "defrag.enabled=true", "defrag.hostNetwork=true", "defrag.interval=500ms")
+}
+
+// setValues changes the installed release's values, as an administrator
+// does (helm upgrade --reuse-values --set ...), and waits (3 minutes at
+// most) for what it changed.
+func setValues(t *testing.T, env *testenv.Env, sets ...string) {
+	t.Helper()
+	args := []string{"upgrade", deploy.Release, "chart", "--kubeconfig", env.Kubeconfig,
+		"--namespace", deploy.Namespace, "--reuse-values", "--wait", "--timeout", "3m"}
+	for _, v := range sets {
+		args = append(args, "--set", v)
+	}
+	runHelm(t, args...)
 }

@@ -66,22 +66,7 @@ func testLayoutDefrag(t *testing.T, ctx context.Context, env *testenv.Env) {
 		t.Fatal(err)
 	}
 	// The planner's aging short, so that the reservation comes soon.
-	runHelm(
-		t,
-		"upgrade",
-		deploy.Release,
-		"chart",
-		"--kubeconfig",
-		env.Kubeconfig,
-		"--namespace",
-		deploy.Namespace,
-		"--reuse-values",
-		"--wait",
-		"--timeout",
-		"3m",
-		"--set",
-		"planner.aging=5s",
-	)
+	setValues(t, env, "planner.aging=5s")
 	gpuOf := func(device string) int {
 		ref, err := mig.ParseDeviceName(device)
 		if err != nil {
