@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -258,13 +260,20 @@ func TestLayoutTwoInstances(t *testing.T) {
 				}
 				claims := env.Client.ResourceV1().ResourceClaims(ns)
 				claim, err := claims.Get(ctx, name, metav1.GetOptions{})
-				if err == nil {
+				// A call that reached instance A just before its restart
+				// finds no socket: the kubelet tries the prepare again.
+				for try := 0; err == nil; try++ {
 					err = call(
 						func(kl *drivertest.Kubelet) error {
 							_, err := kl.Prepare(ctx, claim)
 							return err
 						},
 					)
+					if status.Code(err) != codes.Unavailable || try == 49 {
+						break
+					}
+					err = nil
+					time.Sleep(100 * time.Millisecond)
 				}
 				if err == nil {
 					time.Sleep(holds[i])
